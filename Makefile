@@ -1,0 +1,40 @@
+# Two entry points (see README): `make demo` and `make test`. Both create .venv on first use.
+PY ?= python3
+VENV ?= .venv
+BIN = $(VENV)/bin
+DEMO_TRACE ?= tests/data/dataloader_starved.sqlite.xz
+
+.PHONY: demo test lint docs bench clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(VENV)/.core: setup.cfg pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e .
+	touch $@
+
+# torch==2.13.0 first: a local CPU build; letting the `workloads` extra pick torch would download CUDA.
+$(VENV)/.dev: setup.cfg pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -e '.[dev,workloads]'
+	touch $@
+
+demo: $(VENV)/.core
+	$(BIN)/analyze $(DEMO_TRACE) --output reports/demo.html
+
+test: $(VENV)/.dev
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
+
+lint: $(VENV)/.dev
+	$(BIN)/ruff check analyzer workloads benchmarks
+	$(BIN)/mypy analyzer
+
+docs: $(VENV)/.core
+	$(BIN)/python -m analyzer.rules.docgen analyzer/rules/packs/default.yaml > docs/rules.md
+
+bench: $(VENV)/.core
+	$(BIN)/python benchmarks/run.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -1,0 +1,59 @@
+"""The result of analyzing one trace: what reports render.
+
+``Analysis.facts`` is a :class:`analyzer.facts.FactStore`: ``facts.get(name)`` computes a derived
+table on first use (and its dependencies), once, restricted to the analysis window where the fact says
+so. Fact names and columns that reports rely on (all times ns, trace-relative):
+
+``gpu_busy``          device, start, end                      union of kernel/memcpy/memset intervals
+``gpu_gaps``          device, start, end, duration, prev_op, next_op, host_nvtx_range, host_nvtx_path,
+                      host_api, host_tid                      idle gaps inside the window
+``utilization``       device, bin_start, bin_end, busy_ns, util (0..1)   fixed-width bins over the window
+``kernel_categories`` one row per kernel: the kernels frame + ``category``
+``category_summary``  category, count, total_ns, share (of kernel time in window)
+``top_kernels``       name, category, count, total_ns, mean_ns, median_ns, share
+``nvtx_projection``   name, path, count, cpu_ns, gpu_ns, kernel_count   (GPU time of ops launched inside)
+``occupancy``         one row per kernel launch config: name, block_size, registers, smem,
+                      theoretical_occupancy (0..1), limiter, blocks_per_sm, waves
+``sync_calls``        api rows that synchronize host and device (+ nvtx attribution)
+``alloc_calls``       api rows that allocate/free device or pinned memory
+``copy_throughput``   memcpy rows + ``throughput`` (bytes/s)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import pandas as pd
+
+from analyzer.findings import Finding
+from analyzer.loading.model import Trace
+
+
+@dataclass(frozen=True)
+class Window:
+    """The span analyzed for steady-state rules, and how it was chosen."""
+
+    start_ns: int
+    end_ns: int
+    source: str  # "nvtx" | "auto" | "user" | "full"
+    description: str  # human text, e.g. "steps step_2..step_9 (NVTX), warmup excluded"
+    setup_ns: int = 0  # time before the window that is one-time setup (reported as info)
+
+    @property
+    def duration_ns(self) -> int:
+        return max(0, self.end_ns - self.start_ns)
+
+
+class FactSource(Protocol):
+    def get(self, name: str) -> pd.DataFrame: ...
+
+
+@dataclass
+class Analysis:
+    trace: Trace
+    window: Window
+    findings: list[Finding]
+    facts: FactSource
+    rules_file: str = ""
+    parameters: dict[str, Any] = field(default_factory=dict)
+    ncu: Any = None  # analyzer.loading.ncu.NcuReport | None, joined to kernels when present

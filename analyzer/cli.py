@@ -1,0 +1,212 @@
+"""The ``analyze`` command: a thin layer over :mod:`analyzer.pipeline` and the reports.
+
+    analyze TRACE... [--rules FILE] [--format html|md|json] [--output PATH]
+                     [--set RULE.PARAM=VALUE]... [--fail-on info|warning|error]
+    analyze rules list|explain|validate|test
+    analyze sweep TRACE...
+
+Exit codes: 0 done, 1 findings at or above ``--fail-on``, 2 bad input or usage.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+import click
+
+from analyzer import __version__
+from analyzer.errors import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, AnalyzerError
+
+FORMATS = ("html", "md", "json")
+EPILOG = """\b
+Examples:
+  analyze trace.sqlite                              # HTML report next to the trace's name in reports/
+  analyze trace.sqlite --format md -o summary.md    # a PR comment
+  analyze run1.sqlite run2.sqlite -o compare.html   # one report, a section per trace
+  analyze trace.sqlite --set gpu-idle-gaps.min_gap=2ms --fail-on warning
+  analyze trace.sqlite --ncu kernels.ncu-rep --window 'step_*'
+  analyze rules list
+  analyze sweep results/*.sqlite --format md
+"""
+
+
+class _DefaultGroup(click.Group):
+    """A group whose unknown first argument is a TRACE for the default ``run`` command."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
+            args = ["run", *args]
+        elif not args:
+            args = ["run"]
+        return super().parse_args(ctx, args)
+
+    def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        formatter.write_usage("analyze", "TRACE... [OPTIONS] | COMMAND [ARGS]...")
+
+
+def _progress_printer(enabled: bool) -> Any:
+    if not enabled:
+        return None
+
+    def show(message: str) -> None:
+        sys.stderr.write(f"\r\x1b[2K{message}")
+        sys.stderr.flush()
+
+    return show
+
+
+@click.group(cls=_DefaultGroup, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="analyze")
+def cli() -> None:
+    """Diagnose Nsight Systems traces (and Nsight Compute metrics): what is wrong, where, how much
+    time a fix would buy, and what to do."""
+
+
+@cli.command("run", epilog=EPILOG)
+@click.argument("traces", nargs=-1, required=True, type=click.Path(dir_okay=True, path_type=Path))
+@click.option("--rules", "rules_file", type=click.Path(path_type=Path), default=None,
+              help="Rule pack (YAML). Default: the built-in pack (rules/default.yaml).")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
+              help="Report format. Default: from --output's extension, else html.")
+@click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
+              help="Report path ('-' for stdout). Default: reports/<trace>.<format>.")
+@click.option("--set", "sets", multiple=True, metavar="RULE.PARAM=VALUE",
+              help="Override a rule parameter, e.g. gpu-idle-gaps.min_gap=2ms (repeatable).")
+@click.option("--fail-on", type=click.Choice(["info", "warning", "error"]), default=None,
+              help="Exit with code 1 when a finding at or above this severity fires.")
+@click.option("--ncu", "ncu_files", multiple=True, type=click.Path(path_type=Path),
+              help="Nsight Compute export (.ncu-rep or CSV raw/details page) to join (repeatable).")
+@click.option("--window", "window_spec", default=None, metavar="SPEC",
+              help="Analysis window: an NVTX glob ('step_*'), a time span ('2.5s:7s') or 'full'. "
+                   "Default: the repeated NVTX ranges with warmup excluded, else the part after setup.")
+@click.option("--exclude-ranges", default="warmup*", show_default=True,
+              help="NVTX ranges (glob) left out of the window and of phase tables.")
+@click.option("--only-ranges", default=None, help="Phase tables keep only NVTX ranges matching this glob.")
+@click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
+def run_cmd(
+    traces: tuple[Path, ...],
+    rules_file: Path | None,
+    fmt: str | None,
+    output: Path | None,
+    sets: tuple[str, ...],
+    fail_on: str | None,
+    ncu_files: tuple[Path, ...],
+    window_spec: str | None,
+    exclude_ranges: str,
+    only_ranges: str | None,
+    quiet: bool,
+) -> None:
+    """Analyze TRACE... (nsys .sqlite / .nsys-rep; ncu files among them are joined to the traces)."""
+    from analyzer.findings import Severity
+    from analyzer.pipeline import AnalysisOptions, analyze_paths
+    from analyzer.reports import build_report, render
+
+    fmt = fmt or _format_from_output(output)
+    progress = _progress_printer(sys.stderr.isatty() and not quiet)
+    options = AnalysisOptions(
+        rules_file=rules_file,
+        sets=tuple(sets),
+        window_spec=window_spec,
+        ncu_files=tuple(ncu_files),
+        exclude_ranges=tuple(p for p in exclude_ranges.split(",") if p),
+        only_ranges=only_ranges,
+    )
+    analyses = analyze_paths(list(traces), options, progress=progress)
+    if progress:
+        sys.stderr.write("\r\x1b[2K")
+    report = build_report(analyses)
+    text = render(report, fmt)  # type: ignore[arg-type]
+    target = output or Path("reports") / f"{_stem(traces[0])}{'-and-more' if len(traces) > 1 else ''}.{fmt}"
+    if str(target) == "-":
+        sys.stdout.write(text)
+    else:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+    if not quiet:
+        from analyzer.reports.summary import summary_text
+
+        out = sys.stderr if str(target) == "-" else sys.stdout
+        out.write(summary_text(analyses))
+        if str(target) != "-":
+            out.write(f"report: {target}\n")
+    if fail_on is not None:
+        threshold = Severity.parse(fail_on)
+        if any(f.severity >= threshold for a in analyses for f in a.findings):
+            raise SystemExit(EXIT_FINDINGS)
+
+
+def _format_from_output(output: Path | None) -> str:
+    if output is not None:
+        suffix = output.suffix.lower().lstrip(".")
+        if suffix in ("md", "markdown"):
+            return "md"
+        if suffix in FORMATS:
+            return suffix
+    return "html"
+
+
+def _stem(path: Path) -> str:
+    name = path.name
+    for suffix in (".xz", ".gz", ".sqlite", ".nsys-rep", ".qdrep"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+    return name or "report"
+
+
+def _mount_subcommands() -> None:
+    """Subcommands live with their layer; mount them if importable."""
+    try:
+        from analyzer.rules.cli import rules as rules_group
+
+        cli.add_command(rules_group, "rules")
+    except ImportError:  # pragma: no cover - layer not present
+        pass
+    try:
+        from analyzer.phases.cli import sweep as sweep_cmd
+
+        cli.add_command(sweep_cmd, "sweep")
+    except ImportError:  # pragma: no cover
+        pass
+
+
+_mount_subcommands()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: maps typed errors to one-line messages and exit codes (never a traceback)."""
+    try:
+        cli.main(args=argv, prog_name="analyze", standalone_mode=False)
+    except AnalyzerError as err:
+        click.echo(f"error: {err}", err=True)
+        return err.exit_code
+    except click.exceptions.Abort:
+        click.echo("error: aborted", err=True)
+        return EXIT_USAGE
+    except click.ClickException as err:
+        err.show()
+        return EXIT_USAGE
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    except KeyboardInterrupt:
+        click.echo("error: interrupted", err=True)
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK
+    except MemoryError:
+        click.echo("error: out of memory; analyze a shorter window (--window) or fewer traces", err=True)
+        return EXIT_USAGE
+    except Exception as exc:  # a bug of ours: one line, the traceback only on request
+        if os.environ.get("ANALYZER_DEBUG"):
+            traceback.print_exc()
+        click.echo(f"internal error: {type(exc).__name__}: {exc} (set ANALYZER_DEBUG=1 for the traceback "
+                   "and please report it)", err=True)
+        return 3
+    return EXIT_OK
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
+

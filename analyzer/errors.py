@@ -1,0 +1,63 @@
+"""Typed errors. Every error a user can cause carries a one-line message saying what is wrong and
+what to do; the CLI prints ``error: <message>`` and exits with the error's ``exit_code``.
+"""
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FINDINGS = 1
+EXIT_USAGE = 2
+
+
+class AnalyzerError(Exception):
+    """Base class: a problem the user can act on. ``str(err)`` is one line."""
+
+    exit_code: int = EXIT_USAGE
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        self.message = message
+        self.hint = hint
+        super().__init__(message if hint is None else f"{message}; {hint}")
+
+
+class InputError(AnalyzerError):
+    """A trace or metrics file cannot be read (missing, wrong format, truncated, empty)."""
+
+    def __init__(self, path: object, message: str, *, hint: str | None = None) -> None:
+        self.path = str(path)
+        super().__init__(f"{self.path}: {message}", hint=hint)
+
+
+class UnsupportedFormatError(InputError):
+    """The file is a known format that this installation cannot read (e.g. .nsys-rep without nsys)."""
+
+
+class RuleError(AnalyzerError):
+    """A rule file or rule is invalid. Carries file, line and rule id where known."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | None = None,
+        line: int | None = None,
+        rule_id: str | None = None,
+        hint: str | None = None,
+    ) -> None:
+        self.file, self.line, self.rule_id = file, line, rule_id
+        where = ""
+        if file:
+            where = f"{file}:{line}: " if line else f"{file}: "
+        who = f"{rule_id}: " if rule_id else ""
+        super().__init__(f"{where}{who}{message}", hint=hint)
+
+
+class UnsafeRuleError(RuleError):
+    """A rule tried to do something a rule may never do (run code, reach attributes, escape templates)."""
+
+
+class ParameterError(AnalyzerError):
+    """A ``--set RULE.PARAM=VALUE`` or a parameter value is malformed or names nothing."""
+
+
+class WindowError(AnalyzerError):
+    """A ``--window`` specification is malformed or selects nothing."""

@@ -1,0 +1,150 @@
+"""The fact registry: derived tables declared with their inputs and columns.
+
+A fact is a pure function of the trace, the analysis window, parameters and other facts. Each is
+declared once with :func:`fact`; the :class:`FactStore` builds the dependency graph (networkx), checks
+it is acyclic, and computes a fact (and what it needs) on first ``get``, once.
+
+Columns are declared statically so that rules can be validated before any trace is read
+(``unknown column "durration" in GPU001.condition; did you mean "duration"?``).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import networkx as nx
+import pandas as pd
+
+if TYPE_CHECKING:
+    from analyzer.analysis import Window
+    from analyzer.loading.model import Trace
+
+
+@dataclass(frozen=True)
+class FactContext:
+    """What a fact's compute function receives."""
+
+    trace: "Trace"
+    window: "Window"
+    store: "FactStore"
+    options: Mapping[str, Any]  # analysis-wide options (e.g. utilization bins, category table path)
+
+    def get(self, name: str) -> pd.DataFrame:
+        return self.store.get(name)
+
+
+@dataclass(frozen=True)
+class FactSpec:
+    name: str
+    compute: Callable[[FactContext], pd.DataFrame]
+    columns: Mapping[str, str]  # column -> one-line description (with unit)
+    requires: tuple[str, ...] = ()  # other facts
+    doc: str = ""
+    scope_keys: tuple[str, ...] = ()  # columns usable as rule scope keys (device, stream, nvtx_path, name)
+
+
+FACTS: dict[str, FactSpec] = {}
+
+
+def fact(
+    name: str,
+    *,
+    columns: Mapping[str, str],
+    requires: Iterable[str] = (),
+    scope_keys: Iterable[str] = (),
+) -> Callable[[Callable[[FactContext], pd.DataFrame]], Callable[[FactContext], pd.DataFrame]]:
+    """Decorator registering ``fn`` as the fact ``name``. Its docstring becomes the fact's doc."""
+
+    def register(fn: Callable[[FactContext], pd.DataFrame]) -> Callable[[FactContext], pd.DataFrame]:
+        if name in FACTS:
+            raise ValueError(f"fact {name!r} registered twice")
+        FACTS[name] = FactSpec(
+            name=name,
+            compute=fn,
+            columns=dict(columns),
+            requires=tuple(requires),
+            doc=(fn.__doc__ or "").strip(),
+            scope_keys=tuple(scope_keys),
+        )
+        return fn
+
+    return register
+
+
+def get_spec(name: str) -> FactSpec:
+    """The spec of fact ``name``; fails loudly with the known names."""
+    _ensure_loaded()
+    try:
+        return FACTS[name]
+    except KeyError:
+        known = ", ".join(sorted(FACTS))
+        raise KeyError(f"unknown fact {name!r}; known facts: {known}") from None
+
+
+def all_specs() -> dict[str, FactSpec]:
+    _ensure_loaded()
+    return dict(FACTS)
+
+
+def dependency_graph(names: Iterable[str] | None = None) -> "nx.DiGraph":
+    """Edges ``dependency -> dependent`` for ``names`` and everything they need (all facts if None)."""
+    _ensure_loaded()
+    graph: nx.DiGraph = nx.DiGraph()
+    todo = list(FACTS if names is None else names)
+    while todo:
+        name = todo.pop()
+        if name in graph and graph.nodes[name].get("seen"):
+            continue
+        spec = get_spec(name)
+        graph.add_node(name, seen=True)
+        for dep in spec.requires:
+            graph.add_edge(dep, name)
+            todo.append(dep)
+    if not nx.is_directed_acyclic_graph(graph):
+        cycle = nx.find_cycle(graph)
+        raise ValueError(f"fact dependency cycle: {cycle}")
+    return graph
+
+
+@dataclass
+class FactStore:
+    """Computes facts lazily, once each, for one trace and window."""
+
+    trace: "Trace"
+    window: "Window"
+    options: Mapping[str, Any] = field(default_factory=dict)
+    _cache: dict[str, pd.DataFrame] = field(default_factory=dict, repr=False)
+
+    def get(self, name: str) -> pd.DataFrame:
+        if name not in self._cache:
+            spec = get_spec(name)
+            for dep in nx.topological_sort(dependency_graph([name])):
+                if dep != name and dep not in self._cache:
+                    self._cache[dep] = self._compute(get_spec(dep))
+            self._cache[name] = self._compute(spec)
+        return self._cache[name]
+
+    def computed(self) -> list[str]:
+        return list(self._cache)
+
+    def _compute(self, spec: FactSpec) -> pd.DataFrame:
+        ctx = FactContext(trace=self.trace, window=self.window, store=self, options=self.options)
+        frame = spec.compute(ctx)
+        missing = [c for c in spec.columns if c not in frame.columns]
+        if missing:
+            raise RuntimeError(f"fact {spec.name!r} did not produce declared columns {missing}")
+        return frame
+
+
+_LOADED = False
+
+
+def _ensure_loaded() -> None:
+    """Import the modules that register facts (they register on import)."""
+    global _LOADED
+    if not _LOADED:
+        _LOADED = True
+        import analyzer.facts as facts_pkg
+
+        facts_pkg.load_all()

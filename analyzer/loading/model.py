@@ -1,0 +1,215 @@
+"""The one normalized trace model every fact, rule and report reads.
+
+All times are integer nanoseconds from the trace origin (the session start of the nsys export),
+stored as ``int64``. Frames are pandas DataFrames with exactly the columns listed in the ``*_COLUMNS``
+tuples below (a loader may add more, never fewer). A table that the export lacks is an empty frame with
+these columns, never ``None``.
+
+Attribution columns (shared by kernels, memcpy, memset):
+
+``api_name``        CUDA API call that launched the operation (joined on correlation id), or ``""``
+``api_start``       its start (ns), ``-1`` when unknown
+``pid`` / ``tid``   process / OS thread that launched it (from the API call), ``-1`` when unknown
+``nvtx_id``         row index (``range_id``) of the innermost NVTX range open at launch, ``-1`` if none
+``nvtx_range``      text of that innermost range, ``""`` if none
+``nvtx_path``       ``/``-joined texts of the open range stack, outermost first (``step_3/forward/...``)
+``attribution``     how the range was found: ``"thread"`` (ranges on the launching thread),
+                    ``"process"`` (launching thread had none open; ranges open on another thread of the
+                    same process were used, e.g. PyTorch's autograd worker), or ``"none"``
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+ATTRIBUTION_COLUMNS: tuple[str, ...] = (
+    "api_name",
+    "api_start",
+    "pid",
+    "tid",
+    "nvtx_id",
+    "nvtx_range",
+    "nvtx_path",
+    "attribution",
+)
+
+KERNEL_COLUMNS: tuple[str, ...] = (
+    "start",
+    "end",
+    "duration",
+    "device",
+    "context",
+    "stream",
+    "correlation_id",
+    "short_name",
+    "name",  # demangled name (falls back to the short name when the export has none)
+    "grid_x",
+    "grid_y",
+    "grid_z",
+    "block_x",
+    "block_y",
+    "block_z",
+    "registers_per_thread",
+    "static_smem",  # bytes per block
+    "dynamic_smem",  # bytes per block
+    "launch_type",  # int as exported (0 regular, ...); -1 unknown
+    "graph_node_id",  # -1 when not launched from a CUDA graph
+) + ATTRIBUTION_COLUMNS
+
+MEMCPY_COLUMNS: tuple[str, ...] = (
+    "start",
+    "end",
+    "duration",
+    "device",
+    "context",
+    "stream",
+    "correlation_id",
+    "bytes",
+    "direction",  # "H2D" | "D2H" | "D2D" | "P2P" | "H2H" | "other"
+    "src_kind",  # "pageable" | "pinned" | "device" | "managed" | "array" | "unknown"
+    "dst_kind",
+) + ATTRIBUTION_COLUMNS
+
+MEMSET_COLUMNS: tuple[str, ...] = (
+    "start",
+    "end",
+    "duration",
+    "device",
+    "context",
+    "stream",
+    "correlation_id",
+    "bytes",
+    "mem_kind",  # as memcpy kinds
+) + ATTRIBUTION_COLUMNS
+
+API_COLUMNS: tuple[str, ...] = (
+    "start",
+    "end",
+    "duration",
+    "name",  # e.g. "cudaLaunchKernel", "cudaMemcpyAsync", "cuLaunchKernel" (version suffix _v7000 stripped)
+    "kind",  # "runtime" | "driver"
+    "pid",
+    "tid",
+    "correlation_id",
+    "return_value",
+    "nvtx_id",  # innermost NVTX range open on the calling thread at the call's start, -1 if none
+    "nvtx_range",
+    "nvtx_path",
+)
+
+SYNC_COLUMNS: tuple[str, ...] = (
+    "start",
+    "end",
+    "duration",
+    "device",
+    "context",
+    "stream",
+    "correlation_id",
+    "sync_type",  # e.g. "stream_synchronize", "context_synchronize", "event_synchronize", "stream_wait_event"
+    "pid",
+    "tid",
+)
+
+NVTX_COLUMNS: tuple[str, ...] = (
+    "range_id",  # stable row id, equal to the frame's index
+    "start",
+    "end",  # for marks, end == start
+    "duration",
+    "text",
+    "domain",  # "" for the default domain
+    "kind",  # "pushpop" | "startend" | "mark"
+    "pid",
+    "tid",
+    "depth",  # 0 for outermost (per thread, push/pop and start/end ranges nested by containment)
+    "parent_id",  # range_id of the enclosing range on the same thread, -1 for roots
+    "path",  # "/"-joined texts from the outermost range down to this one
+)
+
+GPU_COLUMNS: tuple[str, ...] = (
+    "device",
+    "name",
+    "sm_count",
+    "memory_bytes",
+    "memory_bandwidth",  # bytes/s, 0 if unknown
+    "clock_hz",
+    "compute_major",
+    "compute_minor",
+    "max_threads_per_block",
+    "max_registers_per_block",
+    "max_registers_per_sm",
+    "max_shared_per_block",  # default (non opt-in) limit, bytes
+    "max_shared_per_block_optin",
+    "max_shared_per_sm",
+    "max_threads_per_sm",
+    "max_blocks_per_sm",
+    "threads_per_warp",
+    "l2_cache_bytes",
+)
+
+PROCESS_COLUMNS: tuple[str, ...] = ("pid", "name")
+THREAD_COLUMNS: tuple[str, ...] = ("pid", "tid", "name")
+
+
+@dataclass(frozen=True)
+class TraceInfo:
+    """What the export says about itself."""
+
+    path: Path
+    source_format: str  # "nsys-sqlite" | "nsys-rep" | ...
+    nsys_version: str | None  # e.g. "2025.3.1.90"; None for old exports without metadata
+    schema_version: str | None  # e.g. "3.11.3"
+    origin_ns: int  # absolute timestamp that trace-relative times count from
+    duration_ns: int  # span of the capture (session end - start) or of all events when unknown
+    hostname: str | None = None
+    export_schema: str = "unknown"  # which generation the loader recognised: "2020", "2022", "2023", "2024+"
+
+
+@dataclass
+class Trace:
+    """One loaded trace. Frames follow the ``*_COLUMNS`` contracts above."""
+
+    info: TraceInfo
+    kernels: pd.DataFrame
+    memcpy: pd.DataFrame
+    memset: pd.DataFrame
+    api: pd.DataFrame
+    sync: pd.DataFrame
+    nvtx: pd.DataFrame
+    gpus: pd.DataFrame
+    processes: pd.DataFrame
+    threads: pd.DataFrame
+    # Free-form extras a loader found (e.g. raw metadata rows); never required by rules.
+    extras: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.info.path.name
+
+    def gpu_ops(self) -> pd.DataFrame:
+        """Kernels, copies and memsets stacked: ``start, end, duration, device, stream, op`` (op in
+        ``kernel|memcpy|memset``), ordered by start."""
+        parts = []
+        for op, frame in (("kernel", self.kernels), ("memcpy", self.memcpy), ("memset", self.memset)):
+            if len(frame):
+                part = frame[["start", "end", "duration", "device", "stream"]].copy()
+                part["op"] = op
+                parts.append(part)
+        if not parts:
+            return pd.DataFrame(
+                {c: pd.Series(dtype="int64") for c in ("start", "end", "duration", "device", "stream")}
+                | {"op": pd.Series(dtype="object")}
+            )
+        return pd.concat(parts, ignore_index=True).sort_values("start", kind="stable", ignore_index=True)
+
+
+def empty_frame(columns: tuple[str, ...]) -> pd.DataFrame:
+    """An empty frame with the contract's columns (text columns as object, the rest int64)."""
+    text = {
+        "short_name", "name", "api_name", "nvtx_range", "nvtx_path", "attribution", "direction",
+        "src_kind", "dst_kind", "mem_kind", "kind", "sync_type", "text", "domain", "path",
+    }
+    return pd.DataFrame(
+        {c: pd.Series(dtype="object" if c in text else "int64") for c in columns}
+    )
