@@ -92,7 +92,7 @@ def analyze_paths(
 ) -> list[Analysis]:
     """Analyze every nsys trace in ``paths``; ncu files among them (by content) and ``options.ncu_files``
     are loaded once and joined to each trace."""
-    from analyzer.loading.ncu import detect_ncu, load_ncu, merge_ncu
+    from analyzer.loading.ncu import detect_ncu, load_ncu
 
     pack = load_rules(options)  # rules fail before any trace is read
     traces: list[Path] = []
@@ -109,5 +109,5 @@ def analyze_paths(
             paths[0], "no Nsight Systems trace among the inputs",
             hint="give a .sqlite or .nsys-rep next to the ncu files",
         )
-    ncu = merge_ncu([load_ncu(p) for p in ncu_paths]) if ncu_paths else None
+    ncu = load_ncu(ncu_paths) if ncu_paths else None
     return [analyze_trace(p, pack, options=options, ncu=ncu, progress=progress) for p in traces]

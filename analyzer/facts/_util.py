@@ -1,0 +1,140 @@
+"""Vectorized interval helpers shared by the fact modules (no per-row Python loops).
+
+Everything here works on int64 nanosecond arrays. The two workhorses:
+
+* :func:`union_intervals` merges overlapping intervals per group with one sort and a per-group
+  running maximum of the end times (an interval opens a new block when it starts after every earlier
+  interval of its group has ended);
+* :func:`covered_until` evaluates the cumulative covered time of a sorted disjoint interval set at
+  many instants with one ``searchsorted``, so "busy time between a and b" is
+  ``covered_until(b) - covered_until(a)`` (bins, gap overlaps) without splitting intervals.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from analyzer.analysis import Window
+
+
+@dataclass(frozen=True)
+class Union:
+    """Result of :func:`union_intervals`.
+
+    ``group``, ``start``, ``end``: the merged blocks, sorted by (group, start).
+    ``order``: the input positions in (group, start) order; ``block``: the block index of each
+    position in ``order`` (so ``block[i]`` is the block that input ``order[i]`` belongs to).
+    """
+
+    group: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    order: np.ndarray
+    block: np.ndarray
+
+
+def union_intervals(start: np.ndarray, end: np.ndarray, group: np.ndarray | None = None) -> Union:
+    """Merge overlapping or touching ``[start, end)`` intervals within each group."""
+    s_in = np.asarray(start, dtype=np.int64)
+    e_in = np.asarray(end, dtype=np.int64)
+    g_in = np.zeros(len(s_in), dtype=np.int64) if group is None else np.asarray(group, dtype=np.int64)
+    n = len(s_in)
+    if n == 0:
+        empty = np.empty(0, dtype=np.int64)
+        return Union(empty, empty, empty, empty, empty)
+    order = np.lexsort((s_in, g_in))
+    g, s, e = g_in[order], s_in[order], np.maximum(e_in[order], s_in[order])
+    new_group = np.empty(n, dtype=bool)
+    new_group[0] = True
+    new_group[1:] = g[1:] != g[:-1]
+    # running maximum of the end within each group (pandas' grouped cummax is vectorized)
+    run_max = pd.Series(e).groupby(g, sort=False).cummax().to_numpy()
+    new_block = new_group.copy()
+    new_block[1:] |= s[1:] > run_max[:-1]
+    first = np.flatnonzero(new_block)
+    block = np.cumsum(new_block) - 1
+    return Union(
+        group=g[first],
+        start=s[first],
+        end=np.maximum.reduceat(e, first),
+        order=order,
+        block=block,
+    )
+
+
+def covered_until(us: np.ndarray, ue: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Total length of the sorted disjoint intervals ``[us, ue)`` that lies before each instant ``t``."""
+    us = np.asarray(us, dtype=np.int64)
+    ue = np.asarray(ue, dtype=np.int64)
+    t = np.asarray(t, dtype=np.int64)
+    out = np.zeros(len(t), dtype=np.int64)
+    if len(us) == 0 or len(t) == 0:
+        return out
+    prefix = np.concatenate(([0], np.cumsum(ue - us)))
+    k = np.searchsorted(us, t, side="right")  # intervals starting at or before t
+    has = k > 0
+    kk = k[has] - 1
+    out[has] = prefix[kk] + np.minimum(t[has], ue[kk]) - us[kk]
+    return out
+
+
+def clip_to_window(frame: pd.DataFrame, window: Window) -> pd.DataFrame:
+    """Rows of an interval frame overlapping the window, with ``start``/``end`` clipped to it."""
+    if frame.empty:
+        return frame.copy()
+    keep = (frame["end"].to_numpy() > window.start_ns) & (frame["start"].to_numpy() < window.end_ns)
+    out = frame.loc[keep].copy()
+    out["start"] = out["start"].clip(lower=window.start_ns)
+    out["end"] = out["end"].clip(upper=window.end_ns)
+    return out
+
+
+def window_mask(frame: pd.DataFrame, window: Window) -> np.ndarray:
+    """Rows whose ``start`` lies in ``[window.start_ns, window.end_ns)``."""
+    s = frame["start"].to_numpy()
+    return (s >= window.start_ns) & (s < window.end_ns)
+
+
+def starts_in_window(frame: pd.DataFrame, window: Window, columns: list[str] | None = None) -> pd.DataFrame:
+    """Rows whose ``start`` lies in the window (events counted, not clipped), optionally only
+    ``columns``. Avoids copying the rows when the selection is everything or one contiguous run
+    (frames sorted by start), which is the common case for big tables."""
+    if columns is not None:
+        frame = frame[[c for c in columns if c in frame.columns]]
+    if frame.empty:
+        return frame.copy()
+    mask = window_mask(frame, window)
+    idx = np.flatnonzero(mask)
+    if len(idx) == len(frame):
+        return frame.copy(deep=False)
+    if len(idx) and idx[-1] - idx[0] + 1 == len(idx):
+        return frame.iloc[idx[0]: idx[-1] + 1].copy(deep=False)
+    return frame.loc[mask].copy()
+
+
+def column(frame: pd.DataFrame, name: str, default: object) -> pd.Series:
+    """``frame[name]`` or a constant column (for optional extras a loader may not provide)."""
+    if name in frame.columns:
+        return frame[name]
+    return pd.Series([default] * len(frame), index=frame.index)
+
+
+def text(series: pd.Series) -> pd.Series:
+    """A text column with missing values as ``""`` (object dtype, stable across pandas versions).
+
+    Conversions run on the distinct values only (a million launches of a few hundred kernels)."""
+    if series.dtype == object and not series.isna().any():
+        return series
+    codes, uniques = pd.factorize(series, use_na_sentinel=True)
+    values = np.array([str(u) for u in uniques] + [""], dtype=object)  # distinct values only
+    return pd.Series(values[codes], index=series.index, dtype=object)
+
+
+def map_distinct(series: pd.Series, fn: Callable[[str], object]) -> np.ndarray:
+    """``fn`` applied to each distinct text value once, spread back to all rows (object array)."""
+    codes, uniques = pd.factorize(text(series))
+    values = np.array([fn(u) for u in uniques] + [None], dtype=object)  # distinct values only
+    return values[codes]

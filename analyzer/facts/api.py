@@ -1,0 +1,326 @@
+"""CUDA API facts: host-device synchronization, memory allocation, copies and kernel launches.
+
+API names are matched after the loader's normalization (version suffix such as ``_v3020`` stripped;
+this module strips it again defensively). Window: calls and copies whose start lies in the window.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+
+from analyzer.facts._util import column, map_distinct, starts_in_window, text
+from analyzer.facts.registry import FactContext, fact
+
+_VERSION = re.compile(r"_v\d+$")
+_PER_THREAD = re.compile(r"_pt(sz|ds)$")
+
+# host waits for the device: name -> kind
+SYNC_APIS: dict[str, str] = {
+    "cudaDeviceSynchronize": "device",
+    "cudaThreadSynchronize": "device",
+    "cuCtxSynchronize": "device",
+    "cudaStreamSynchronize": "stream",
+    "cuStreamSynchronize": "stream",
+    "cudaEventSynchronize": "event",
+    "cuEventSynchronize": "event",
+    "cudaStreamWaitEvent": "stream_wait_event",  # device-side wait, does not block the host
+    "cuStreamWaitEvent": "stream_wait_event",
+}
+_NON_BLOCKING_KINDS = {"stream_wait_event"}
+# synchronous copies/memsets: cudaMemcpy, cudaMemcpy2D, cudaMemcpyToSymbol, cuMemcpyDtoH, ... (not *Async)
+_SYNC_MEMCPY = re.compile(r"^(?:cudaMemcpy|cuMemcpy)(?!.*Async)")
+_SYNC_MEMSET = re.compile(r"^(?:cudaMemset|cuMemset)(?!.*Async)")
+
+# allocation APIs: name -> (op, memory)
+ALLOC_APIS: dict[str, tuple[str, str]] = {
+    "cudaMalloc": ("alloc", "device"),
+    "cudaMallocPitch": ("alloc", "device"),
+    "cudaMalloc3D": ("alloc", "device"),
+    "cudaMallocArray": ("alloc", "device"),
+    "cudaMalloc3DArray": ("alloc", "device"),
+    "cudaMallocManaged": ("alloc", "managed"),
+    "cudaMallocHost": ("alloc", "pinned"),
+    "cudaHostAlloc": ("alloc", "pinned"),
+    "cudaHostRegister": ("alloc", "pinned"),
+    "cudaMallocAsync": ("alloc", "pool"),
+    "cudaMallocFromPoolAsync": ("alloc", "pool"),
+    "cudaFree": ("free", "device"),
+    "cudaFreeArray": ("free", "device"),
+    "cudaFreeHost": ("free", "pinned"),
+    "cudaHostUnregister": ("free", "pinned"),
+    "cudaFreeAsync": ("free", "pool"),
+    "cuMemAlloc": ("alloc", "device"),
+    "cuMemAllocPitch": ("alloc", "device"),
+    "cuMemAllocManaged": ("alloc", "managed"),
+    "cuMemAllocHost": ("alloc", "pinned"),
+    "cuMemHostAlloc": ("alloc", "pinned"),
+    "cuMemHostRegister": ("alloc", "pinned"),
+    "cuMemAllocAsync": ("alloc", "pool"),
+    "cuMemAllocFromPoolAsync": ("alloc", "pool"),
+    "cuMemCreate": ("alloc", "virtual"),
+    "cuMemMap": ("alloc", "virtual"),
+    "cuMemAddressReserve": ("alloc", "virtual"),
+    "cuMemFree": ("free", "device"),
+    "cuMemFreeHost": ("free", "pinned"),
+    "cuMemHostUnregister": ("free", "pinned"),
+    "cuMemFreeAsync": ("free", "pool"),
+    "cuMemRelease": ("free", "virtual"),
+    "cuMemUnmap": ("free", "virtual"),
+    "cuMemAddressFree": ("free", "virtual"),
+}
+
+LAUNCH_APIS = frozenset({
+    "cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel",
+    "cudaLaunchCooperativeKernelMultiDevice", "cudaLaunch", "cudaGraphLaunch",
+    "cuLaunchKernel", "cuLaunchKernelEx", "cuLaunchCooperativeKernel", "cuLaunchGrid", "cuGraphLaunch",
+})
+
+TINY_KERNEL_NS = 10_000
+
+
+def base_api_names(names: pd.Series) -> pd.Series:
+    """API names without a ``_v1234`` version suffix (and ``_ptsz``/``_ptds`` per-thread variants)."""
+    return pd.Series(map_distinct(names, _base_name), index=names.index, dtype=object)
+
+
+def _base_name(name: str) -> str:
+    return _PER_THREAD.sub("", _VERSION.sub("", name))
+
+
+def _api_rows(ctx: FactContext, classify: Callable[[str], object]) -> tuple[pd.DataFrame, np.ndarray]:
+    """API rows in the window for which ``classify(base name)`` is not None, with the base name in
+    ``name``, and the classification per returned row. Names are classified once per distinct name."""
+    api = ctx.trace.api
+    if api.empty:
+        return api.copy(), np.empty(0, dtype=object)
+    base = map_distinct(api["name"], _base_name)
+    label = map_distinct(pd.Series(base), classify)
+    st = api["start"].to_numpy()
+    keep = pd.notna(label) & (st >= ctx.window.start_ns) & (st < ctx.window.end_ns)
+    out = api.loc[keep].reset_index(drop=True)
+    out["name"] = base[keep]
+    return out, label[keep]
+
+
+def _sync_kind(name: str) -> str | None:
+    if name in SYNC_APIS:
+        return SYNC_APIS[name]
+    if _SYNC_MEMCPY.match(name):
+        return "memcpy"
+    if _SYNC_MEMSET.match(name):
+        return "memset"
+    if ("Memcpy" in name or "MemcpyAsync" in name) and "Async" in name:
+        return "async_copy"  # becomes pageable_async_memcpy when its copy touches pageable memory
+    return None
+
+
+_API_ROW = {
+    "start": "call start (ns)", "end": "call end (ns)", "duration": "call duration (ns)",
+    "name": "API name (version suffix stripped)", "pid": "process", "tid": "thread",
+    "correlation_id": "correlation id", "nvtx_id": "innermost NVTX range open at the call (-1)",
+    "nvtx_range": "its text", "nvtx_path": "its path",
+}
+
+
+@fact(
+    "sync_calls",
+    columns=_API_ROW | {
+        "sync_kind": "device | stream | event | stream_wait_event | memcpy | memset | pageable_async_memcpy",
+        "blocking": "True when the host thread waits for the device",
+        "direction": "copy direction for memcpy kinds ('' otherwise)",
+        "bytes": "copy/memset size (B, -1 unknown)",
+    },
+    scope_keys=("nvtx_path", "name", "tid"),
+)
+def sync_calls(ctx: FactContext) -> pd.DataFrame:
+    """CUDA API calls in the window that make the host wait for the device: explicit synchronization,
+    synchronous copies/memsets, and asynchronous copies that pageable memory makes synchronous."""
+    api, labels = _api_rows(ctx, _sync_kind)
+    kind = pd.Series(labels, index=api.index, dtype=object)
+    # async copies touching pageable host memory are staged synchronously by the driver
+    mc = ctx.trace.memcpy
+    direction = pd.Series("", index=api.index, dtype=object)
+    nbytes = pd.Series(-1, index=api.index, dtype=np.int64)
+    if len(mc) and len(api):
+        mc_info = pd.DataFrame({
+            "correlation_id": mc["correlation_id"].to_numpy(dtype=np.int64),
+            "_dir": text(column(mc, "direction", "")).to_numpy(),
+            "_bytes": column(mc, "bytes", -1).fillna(-1).to_numpy(dtype=np.int64),
+            "_pageable": ((text(column(mc, "src_kind", "")) == "pageable")
+                          | (text(column(mc, "dst_kind", "")) == "pageable")).to_numpy(),
+        }).drop_duplicates("correlation_id")
+        joined = api[["correlation_id"]].merge(mc_info, on="correlation_id", how="left")
+        has = joined["_dir"].notna().to_numpy()
+        direction[has] = joined["_dir"].to_numpy()[has]
+        nbytes[has] = joined["_bytes"].to_numpy()[has].astype(np.int64)
+        pageable = has & joined["_pageable"].fillna(False).to_numpy(dtype=bool)
+        kind = kind.where(~(pageable & (kind == "async_copy").to_numpy()), "pageable_async_memcpy")
+    kind = kind.where(kind != "async_copy", None)
+    keep = kind.notna().to_numpy()
+    out = api.loc[keep, [c for c in _API_ROW if c in api.columns]].copy()
+    for c in _API_ROW:
+        if c not in out.columns:
+            out[c] = "" if c in ("nvtx_range", "nvtx_path") else -1
+    out["sync_kind"] = kind[keep].astype(object)
+    out["blocking"] = ~out["sync_kind"].isin(_NON_BLOCKING_KINDS)
+    out["direction"] = direction[keep]
+    out["bytes"] = nbytes[keep]
+    return out.reset_index(drop=True)
+
+
+@fact(
+    "alloc_calls",
+    columns=_API_ROW | {
+        "op": "alloc | free",
+        "memory": "device | pinned | managed | pool | virtual",
+        "bytes": "size (B) when the export records it, else -1",
+    },
+    scope_keys=("nvtx_path", "name", "tid"),
+)
+def alloc_calls(ctx: FactContext) -> pd.DataFrame:
+    """CUDA API calls in the window that allocate or free device, pinned or managed memory."""
+    api, info = _api_rows(ctx, ALLOC_APIS.get)
+    out = api.loc[:, [c for c in _API_ROW if c in api.columns]].copy()
+    for c in _API_ROW:
+        if c not in out.columns:
+            out[c] = "" if c in ("nvtx_range", "nvtx_path") else -1
+    out["op"] = [i[0] for i in info]  # matched rows only
+    out["memory"] = [i[1] for i in info]
+    out["bytes"] = column(api, "bytes", -1).fillna(-1).to_numpy(dtype=np.int64)
+    return out.reset_index(drop=True)
+
+
+_COPY_EXTRA = {
+    "throughput": "bytes / duration (B/s; NaN for zero-length copies)",
+    "pageable": "True when the host side is pageable memory",
+    "is_async": "True when launched by an *Async API",
+}
+
+
+@fact(
+    "copy_throughput",
+    columns={c: f"memcpy column {c}" for c in (
+        "start", "end", "duration", "device", "stream", "bytes", "direction", "src_kind", "dst_kind",
+        "api_name", "nvtx_path")} | _COPY_EXTRA,
+    scope_keys=("device", "stream", "nvtx_path", "direction"),
+)
+def copy_throughput(ctx: FactContext) -> pd.DataFrame:
+    """Memcpy operations starting in the window, with their achieved throughput."""
+    mc = starts_in_window(ctx.trace.memcpy, ctx.window).reset_index(drop=True)
+    dur = mc["duration"].to_numpy(dtype=np.float64) if len(mc) else np.empty(0)
+    b = mc["bytes"].to_numpy(dtype=np.float64) if len(mc) else np.empty(0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mc["throughput"] = np.where(dur > 0, b / dur * 1e9, np.nan)
+    mc["pageable"] = ((text(column(mc, "src_kind", "")) == "pageable")
+                      | (text(column(mc, "dst_kind", "")) == "pageable")).to_numpy(dtype=bool)
+    mc["is_async"] = text(column(mc, "api_name", "")).str.contains("Async").to_numpy(dtype=bool)
+    for c in ("api_name", "nvtx_path"):
+        if c not in mc.columns:
+            mc[c] = ""
+    return mc
+
+
+@fact(
+    "memcpy_summary",
+    columns={
+        "direction": "H2D | D2H | D2D | P2P | H2H | other",
+        "src_kind": "source memory kind", "dst_kind": "destination memory kind",
+        "count": "copies", "bytes": "total bytes", "total_ns": "total copy time (ns)",
+        "mean_bytes": "mean copy size (B)", "throughput": "bytes / total time (B/s)",
+        "sync_count": "copies issued by a synchronous (non-Async) API",
+    },
+    requires=("copy_throughput",),
+    scope_keys=("direction",),
+)
+def memcpy_summary(ctx: FactContext) -> pd.DataFrame:
+    """Copies in the window per direction and memory kinds."""
+    mc = ctx.get("copy_throughput")
+    cols = ["direction", "src_kind", "dst_kind", "count", "bytes", "total_ns", "mean_bytes", "throughput",
+            "sync_count"]
+    if mc.empty:
+        return pd.DataFrame({c: pd.Series(dtype=object if c in cols[:3] else "float64") for c in cols})
+    mc = mc.assign(_sync=~mc["is_async"] & (mc["api_name"] != ""))
+    out = mc.groupby(["direction", "src_kind", "dst_kind"], sort=False).agg(
+        count=("duration", "size"), bytes=("bytes", "sum"), total_ns=("duration", "sum"),
+        mean_bytes=("bytes", "mean"), sync_count=("_sync", "sum"),
+    ).reset_index()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out["throughput"] = np.where(out["total_ns"] > 0, out["bytes"] / out["total_ns"] * 1e9, np.nan)
+    return out.sort_values("total_ns", ascending=False, ignore_index=True)[cols]
+
+
+@fact(
+    "launch_stats",
+    columns={
+        "device": "GPU device id",
+        "kernel_count": "kernels starting in the window",
+        "kernel_ns": "summed kernel duration (ns)",
+        "median_ns": "median kernel duration (ns)",
+        "mean_ns": "mean kernel duration (ns)",
+        "tiny_count": f"kernels shorter than {TINY_KERNEL_NS // 1000} us",
+        "tiny_share": "tiny_count / kernel_count",
+        "tiny_time_share": "time of tiny kernels / kernel_ns",
+        "launch_count": "launch API calls for these kernels (joined by correlation id)",
+        "launch_api_ns": "summed launch API duration (ns)",
+        "launch_api_median_ns": "median launch API duration (ns)",
+        "launch_api_mean_ns": "mean launch API duration (ns)",
+        "launch_delay_median_ns": "median time from launch API start to kernel start (ns)",
+        "launch_rate": "kernels per second of window",
+        "window_ns": "window length (ns)",
+    },
+    scope_keys=("device",),
+)
+def launch_stats(ctx: FactContext) -> pd.DataFrame:
+    """Per device: how many kernels, how short, and what launching them cost on the host."""
+    w = ctx.window
+    k = starts_in_window(ctx.trace.kernels, w, ["start", "duration", "device", "correlation_id", "pid",
+                                                 "api_start"])
+    cols = list(launch_stats_columns())
+    if k.empty:
+        return pd.DataFrame({c: pd.Series(dtype="float64") for c in cols})
+    api = ctx.trace.api
+    kk = pd.DataFrame({
+        "device": column(k, "device", 0).fillna(0).to_numpy(dtype=np.int64),
+        "duration": k["duration"].to_numpy(dtype=np.int64),
+        "correlation_id": column(k, "correlation_id", -1).fillna(-1).to_numpy(dtype=np.int64),
+        "pid": column(k, "pid", -1).fillna(-1).to_numpy(dtype=np.int64),
+        "start": k["start"].to_numpy(dtype=np.int64),
+        "api_start": column(k, "api_start", -1).fillna(-1).to_numpy(dtype=np.int64),
+    })
+    kk["tiny"] = kk["duration"] < TINY_KERNEL_NS
+    kk["tiny_ns"] = np.where(kk["tiny"], kk["duration"], 0)
+    kk["delay"] = np.where(kk["api_start"] >= 0, kk["start"] - kk["api_start"], np.nan)
+    if len(api):
+        names = base_api_names(api["name"])
+        launches = api.loc[names.isin(LAUNCH_APIS).to_numpy(), ["correlation_id", "pid", "duration"]]
+        launches = launches.rename(columns={"duration": "api_ns"})
+        if (kk["pid"] >= 0).any():
+            joined = kk.merge(launches.drop_duplicates(["pid", "correlation_id"]),
+                              on=["pid", "correlation_id"], how="left")
+        else:
+            joined = kk.merge(launches.drop(columns="pid").drop_duplicates("correlation_id"),
+                              on="correlation_id", how="left")
+    else:
+        joined = kk.assign(api_ns=np.nan)
+    g = joined.groupby("device", sort=True)
+    out = g.agg(
+        kernel_count=("duration", "size"), kernel_ns=("duration", "sum"), median_ns=("duration", "median"),
+        mean_ns=("duration", "mean"), tiny_count=("tiny", "sum"), tiny_ns=("tiny_ns", "sum"),
+        launch_count=("api_ns", "count"), launch_api_ns=("api_ns", "sum"),
+        launch_api_median_ns=("api_ns", "median"), launch_api_mean_ns=("api_ns", "mean"),
+        launch_delay_median_ns=("delay", "median"),
+    ).reset_index()
+    out["tiny_share"] = out["tiny_count"] / out["kernel_count"]
+    out["tiny_time_share"] = np.where(out["kernel_ns"] > 0, out["tiny_ns"] / out["kernel_ns"].clip(lower=1), 0)
+    out["window_ns"] = w.duration_ns
+    out["launch_rate"] = out["kernel_count"] / (w.duration_ns / 1e9) if w.duration_ns > 0 else np.nan
+    return out[cols]
+
+
+def launch_stats_columns() -> tuple[str, ...]:
+    from analyzer.facts.registry import FACTS
+
+    return tuple(FACTS["launch_stats"].columns)

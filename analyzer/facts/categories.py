@@ -1,0 +1,204 @@
+"""Kernel categories (gemm, attention, softmax, ...) from a user-editable YAML table, and the kernel
+summaries built on them (``category_summary``, ``top_kernels``).
+
+The table (``categories.yaml`` next to this module, or the file named by the ``categories_file``
+option) is an ordered list of ``{name, patterns}``; the first category with a regular expression
+found in the demangled or the short name wins, else ``other``. Patterns run once per distinct name,
+not per kernel, so millions of launches of a few hundred kernels classify in milliseconds.
+
+Window: kernels whose start lies in the window.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from analyzer.errors import InputError
+from analyzer.facts._util import starts_in_window, text
+from analyzer.facts.registry import FactContext, fact
+from analyzer.loading.model import KERNEL_COLUMNS
+
+DEFAULT_CATEGORIES_FILE = Path(__file__).with_name("categories.yaml")
+OTHER = "other"
+
+
+@dataclass(frozen=True)
+class Category:
+    name: str
+    patterns: tuple[re.Pattern[str], ...]
+
+
+@lru_cache(maxsize=8)
+def load_categories(path: str | Path | None = None) -> tuple[Category, ...]:
+    """Read and compile a category table; a bad file raises :class:`InputError` naming the problem."""
+    file = Path(path) if path else DEFAULT_CATEGORIES_FILE
+    try:
+        doc = yaml.safe_load(file.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise InputError(file, f"cannot read the category table ({err.strerror})") from None
+    except yaml.YAMLError as err:
+        raise InputError(file, f"category table is not valid YAML ({err})".replace("\n", " ")) from None
+    entries = doc.get("categories") if isinstance(doc, dict) else None
+    if not isinstance(entries, list):
+        raise InputError(file, "category table needs a top-level 'categories:' list",
+                         hint="see analyzer/facts/categories.yaml for the format")
+    out = []
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            raise InputError(file, f"categories[{i}] needs a 'name' string and a 'patterns' list")
+        pats = entry.get("patterns") or []
+        if not isinstance(pats, list):
+            raise InputError(file, f"category {entry['name']!r}: 'patterns' must be a list")
+        compiled = []
+        for pat in pats:
+            try:
+                compiled.append(re.compile(str(pat)))
+            except re.error as err:
+                raise InputError(file, f"category {entry['name']!r}: bad pattern {pat!r} ({err})") from None
+        out.append(Category(entry["name"], tuple(compiled)))
+    return tuple(out)
+
+
+def classify_names(names: pd.Series, short_names: pd.Series, table: tuple[Category, ...]) -> np.ndarray:
+    """Category per row, matching each distinct (name, short name) pair once."""
+    name_codes, uniq_names = pd.factorize(text(names))
+    if len(name_codes) == 0:
+        return np.empty(0, dtype=object)
+    # the short name of each distinct demangled name (its first occurrence)
+    first_row = pd.Series(np.arange(len(name_codes))).groupby(name_codes).first().to_numpy()
+    shorts = text(short_names).to_numpy()[first_row]
+    result = []
+    for name, short in zip(uniq_names, shorts):  # distinct kernel names only, never per launch
+        cat = OTHER
+        for c in table:
+            if any(p.search(name) or p.search(short) for p in c.patterns):
+                cat = c.name
+                break
+        result.append(cat)
+    return np.array(result, dtype=object)[name_codes]
+
+
+def shorten_kernel_name(name: str, max_len: int = 80) -> str:
+    """A readable kernel name: no ``void``/return type, no parameter list, nested template arguments
+    elided (``<...>``) when too long, and at most ``max_len`` characters."""
+    s = name.strip()
+    s = s.removeprefix("void ")
+    s = s.replace("(anonymous namespace)::", "")
+    # drop a trailing parameter list "(...)" (balanced)
+    if s.endswith(")"):
+        depth = 0
+        for i in range(len(s) - 1, -1, -1):
+            ch = s[i]
+            if ch == ")":
+                depth += 1
+            elif ch == "(":
+                depth -= 1
+                if depth == 0:
+                    if i > 0:
+                        s = s[:i]
+                    break
+    if len(s) <= max_len:
+        return s
+    # keep the first template level with deeper levels elided, then cut to max_len
+    out, depth = [], 0
+    for ch in s:
+        if ch == "<":
+            depth += 1
+            if depth == 2:
+                out.append("<...")
+                continue
+        elif ch == ">":
+            depth -= 1
+            if depth == 1:
+                out.append(">")
+                continue
+        if depth <= 1:
+            out.append(ch)
+    candidate = "".join(out)
+    return candidate if len(candidate) <= max_len else candidate[: max_len - 3] + "..."
+
+
+_KCAT_COLUMNS = {c: f"kernel column {c}" for c in KERNEL_COLUMNS} | {
+    "category": "kernel category from categories.yaml (first matching pattern wins)",
+}
+
+
+@fact("kernel_categories", columns=_KCAT_COLUMNS, scope_keys=("device", "stream", "nvtx_path", "name"))
+def kernel_categories(ctx: FactContext) -> pd.DataFrame:
+    """One row per kernel starting in the window: the kernels frame plus its ``category``."""
+    table = load_categories(ctx.options.get("categories_file") or None)
+    kernels = starts_in_window(ctx.trace.kernels, ctx.window)
+    kernels = kernels.reset_index(drop=True)
+    if kernels.empty:
+        kernels["category"] = pd.Series(dtype=object)
+        return kernels
+    kernels["category"] = classify_names(kernels["name"], kernels["short_name"], table)
+    return kernels
+
+
+@fact(
+    "category_summary",
+    columns={
+        "category": "kernel category",
+        "count": "kernels in the window",
+        "total_ns": "summed kernel duration (ns)",
+        "mean_ns": "mean kernel duration (ns)",
+        "share": "total_ns / kernel time in the window (0..1)",
+    },
+    requires=("kernel_categories",),
+    scope_keys=("category",),
+)
+def category_summary(ctx: FactContext) -> pd.DataFrame:
+    """Kernel time per category in the window, largest first."""
+    k = ctx.get("kernel_categories")
+    if k.empty:
+        return pd.DataFrame({"category": pd.Series(dtype=object), "count": pd.Series(dtype="int64"),
+                             "total_ns": pd.Series(dtype="int64"), "mean_ns": pd.Series(dtype=float),
+                             "share": pd.Series(dtype=float)})
+    out = k.groupby("category", sort=False).agg(count=("duration", "size"), total_ns=("duration", "sum"),
+                                                mean_ns=("duration", "mean")).reset_index()
+    total = float(k["duration"].sum())
+    out["share"] = out["total_ns"] / total if total > 0 else 0.0
+    return out.sort_values("total_ns", ascending=False, ignore_index=True)
+
+
+@fact(
+    "top_kernels",
+    columns={
+        "name": "demangled kernel name (the grouping key)",
+        "display_name": "shortened name for display",
+        "short_name": "short kernel name",
+        "category": "kernel category",
+        "count": "launches in the window",
+        "total_ns": "summed duration (ns)",
+        "mean_ns": "mean duration (ns)",
+        "median_ns": "median duration (ns)",
+        "min_ns": "shortest launch (ns)",
+        "max_ns": "longest launch (ns)",
+        "share": "total_ns / kernel time in the window (0..1)",
+    },
+    requires=("kernel_categories",),
+    scope_keys=("name", "category"),
+)
+def top_kernels(ctx: FactContext) -> pd.DataFrame:
+    """Kernels grouped by demangled name, by total time in the window (all of them, largest first)."""
+    k = ctx.get("kernel_categories")
+    cols = ["name", "display_name", "short_name", "category", "count", "total_ns", "mean_ns", "median_ns",
+            "min_ns", "max_ns", "share"]
+    if k.empty:
+        return pd.DataFrame({c: pd.Series(dtype=object if c in cols[:4] else "float64") for c in cols})
+    out = k.groupby("name", sort=False).agg(
+        short_name=("short_name", "first"), category=("category", "first"), count=("duration", "size"),
+        total_ns=("duration", "sum"), mean_ns=("duration", "mean"), median_ns=("duration", "median"),
+        min_ns=("duration", "min"), max_ns=("duration", "max"),
+    ).reset_index()
+    total = float(k["duration"].sum())
+    out["share"] = out["total_ns"] / total if total > 0 else 0.0
+    out["display_name"] = [shorten_kernel_name(str(n)) for n in out["name"]]  # distinct names only
+    return out.sort_values("total_ns", ascending=False, ignore_index=True)[cols]

@@ -1,0 +1,352 @@
+"""GPU activity as intervals: all GPU ops, their union per device (busy), and the idle gaps.
+
+Busy time counts concurrency once: two kernels overlapping on different streams make one busy
+interval. The union is one sort plus a running maximum (see :func:`analyzer.facts._util.union_intervals`).
+
+Which idle time is a *gap*
+--------------------------
+Gaps are computed on the whole trace's busy timeline of each device, then clipped to the window:
+a gap is time between the end of one busy interval and the start of the next. So
+
+* time before a device's first op and after its last op is never a gap (as in ``nsys analyze
+  gpu_gaps``): before the first op the program was starting, after the last it was ending;
+* a gap that straddles a window edge counts for its part inside the window (the idle time at the
+  start of the first step is real idle time of that step);
+* with a window the user gave explicitly (``--window 2s:5s``, source ``"user"``), the window edges act
+  as op boundaries too: idle time between the window start and the device's first op inside it (and
+  between its last op and the window end) is a gap, because the user asked about exactly that span.
+  These edge gaps have ``edge=True``.
+
+What the host was doing during a gap is looked up at the gap's middle on the thread that launched
+the op after the gap (falling back to the thread that launched the op before it): the innermost NVTX
+range open there (else on the process's main thread), and the CUDA API call open there. No API call
+open means the host was running its own code (Python, data loading, ...), not waiting on CUDA.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analyzer.facts._util import clip_to_window, column, covered_until, text, union_intervals
+from analyzer.facts.nvtx import innermost_open, main_threads, ranges_only
+from analyzer.facts.registry import FactContext, fact
+
+_OP_COLUMNS = {
+    "start": "op start (ns)",
+    "end": "op end (ns)",
+    "duration": "op duration (ns)",
+    "device": "GPU device id",
+    "stream": "CUDA stream id",
+    "op": "kernel | memcpy | memset",
+    "label": "kernel short name, 'memcpy H2D', 'memset', ...",
+    "correlation_id": "CUDA correlation id",
+    "pid": "launching process (-1 unknown)",
+    "tid": "launching thread (-1 unknown)",
+    "api_name": "launching API call",
+    "api_start": "launching API call start (ns, -1 unknown)",
+    "nvtx_id": "innermost NVTX range at launch (-1 none)",
+    "nvtx_range": "its text",
+    "nvtx_path": "its path",
+}
+
+
+@fact("gpu_ops", columns=_OP_COLUMNS, scope_keys=("device", "stream", "nvtx_path"))
+def gpu_ops(ctx: FactContext) -> pd.DataFrame:
+    """Every kernel, copy and memset of the whole trace (not windowed), with launch attribution,
+    ordered by start. The building block of the interval facts."""
+    t = ctx.trace
+    parts = []
+    for op, frame in (("kernel", t.kernels), ("memcpy", t.memcpy), ("memset", t.memset)):
+        if frame.empty:
+            continue
+        if op == "kernel":
+            label = text(column(frame, "short_name", ""))
+        elif op == "memcpy":
+            label = "memcpy " + text(column(frame, "direction", "other"))
+        else:
+            label = pd.Series("memset", index=frame.index, dtype=object)
+        parts.append(pd.DataFrame({
+            "start": frame["start"].to_numpy(dtype=np.int64),
+            "end": frame["end"].to_numpy(dtype=np.int64),
+            "duration": (frame["end"] - frame["start"]).to_numpy(dtype=np.int64),
+            "device": column(frame, "device", 0).fillna(0).to_numpy(dtype=np.int64),
+            "stream": column(frame, "stream", -1).fillna(-1).to_numpy(dtype=np.int64),
+            "op": op,
+            "label": label.to_numpy(dtype=object),
+            "correlation_id": column(frame, "correlation_id", -1).fillna(-1).to_numpy(dtype=np.int64),
+            "pid": column(frame, "pid", -1).fillna(-1).to_numpy(dtype=np.int64),
+            "tid": column(frame, "tid", -1).fillna(-1).to_numpy(dtype=np.int64),
+            "api_name": text(column(frame, "api_name", "")).to_numpy(),
+            "api_start": column(frame, "api_start", -1).fillna(-1).to_numpy(dtype=np.int64),
+            "nvtx_id": column(frame, "nvtx_id", -1).fillna(-1).to_numpy(dtype=np.int64),
+            "nvtx_range": text(column(frame, "nvtx_range", "")).to_numpy(),
+            "nvtx_path": text(column(frame, "nvtx_path", "")).to_numpy(),
+        }))
+    if not parts:
+        return pd.DataFrame({c: pd.Series(dtype="int64") for c in _OP_COLUMNS}).astype(
+            {c: object for c in ("op", "label", "api_name", "nvtx_range", "nvtx_path")})
+    ops = pd.concat(parts, ignore_index=True)
+    return ops.sort_values(["start", "end"], kind="stable", ignore_index=True)
+
+
+@fact(
+    "gpu_busy",
+    columns={
+        "device": "GPU device id",
+        "start": "busy interval start (ns, clipped to the window)",
+        "end": "busy interval end (ns, clipped to the window)",
+        "duration": "busy interval length (ns)",
+    },
+    requires=("gpu_ops",),
+    scope_keys=("device",),
+)
+def gpu_busy(ctx: FactContext) -> pd.DataFrame:
+    """Per device, the union of kernel/memcpy/memset intervals inside the window (ops running
+    concurrently on several streams count once)."""
+    ops = clip_to_window(ctx.get("gpu_ops"), ctx.window)
+    u = union_intervals(ops["start"].to_numpy(), ops["end"].to_numpy(), ops["device"].to_numpy())
+    out = pd.DataFrame({"device": u.group, "start": u.start, "end": u.end})
+    out["duration"] = out["end"] - out["start"]
+    return out.loc[out["duration"] > 0].reset_index(drop=True)
+
+
+_GAP_COLUMNS = {
+    "device": "GPU device id",
+    "start": "gap start (ns, clipped to the window)",
+    "end": "gap end (ns, clipped to the window)",
+    "duration": "gap length (ns)",
+    "prev_op": "label of the op that ended before the gap ('' at a window edge)",
+    "next_op": "label of the op that started after the gap ('' at a window edge)",
+    "next_api": "CUDA API call that launched the op after the gap",
+    "next_nvtx_path": "NVTX path the op after the gap was launched from",
+    "host_tid": "thread whose activity is reported (launcher of the next op)",
+    "host_pid": "its process",
+    "host_nvtx_id": "innermost NVTX range open on the host at the gap's middle (-1 none)",
+    "host_nvtx_range": "its text ('' none)",
+    "host_nvtx_path": "its path ('' none)",
+    "host_nvtx_source": "'thread' (the launching thread), 'main' (process main thread) or 'none'",
+    "host_api": "CUDA API call open on host_tid at the gap's middle ('' = host running its own code)",
+    "host_api_overlap_ns": "part of the gap during which host_tid was inside any CUDA API call (ns)",
+    "edge": "True for the idle time between a user window's edge and the first/last op",
+}
+
+
+def _device_blocks(ops: pd.DataFrame) -> pd.DataFrame:
+    """Unclipped busy blocks of the whole trace per device, with the first op of each block and the
+    op that ends it (the latest-ending one)."""
+    u = union_intervals(ops["start"].to_numpy(), ops["end"].to_numpy(), ops["device"].to_numpy())
+    nblocks = len(u.start)
+    first_pos = np.full(nblocks, -1, dtype=np.int64)
+    last_pos = np.full(nblocks, -1, dtype=np.int64)
+    if nblocks:
+        ordered = u.order
+        is_first = np.r_[True, u.block[1:] != u.block[:-1]]
+        first_pos[u.block[is_first]] = ordered[is_first]
+        ends = ops["end"].to_numpy(dtype=np.int64)[ordered]
+        by_end = np.lexsort((ends, u.block))  # within each block, latest-ending last
+        blk_sorted = u.block[by_end]
+        is_last = np.r_[blk_sorted[1:] != blk_sorted[:-1], True]
+        last_pos[blk_sorted[is_last]] = ordered[by_end][is_last]
+    return pd.DataFrame({"device": u.group, "start": u.start, "end": u.end,
+                         "first_op": first_pos, "last_op": last_pos})
+
+
+def api_open_at(api: pd.DataFrame, tid: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Row position in ``api`` of a CUDA API call open at ``t[i]`` on thread ``tid[i]``, or -1.
+
+    Prefers the call that started last (the innermost when driver calls nest in runtime calls);
+    falls back to the longest-running earlier call on the thread (a running maximum of end times).
+    """
+    n = len(t)
+    out = np.full(n, -1, dtype=np.int64)
+    if n == 0 or api.empty:
+        return out
+    start = api["start"].to_numpy(dtype=np.int64)
+    end = api["end"].to_numpy(dtype=np.int64)
+    atid = api["tid"].to_numpy(dtype=np.int64)
+    order = np.lexsort((start, atid))
+    sorted_end = end[order]
+    run_max = pd.Series(sorted_end).groupby(atid[order], sort=False).cummax().to_numpy()
+    marker = np.where(sorted_end == run_max, np.arange(len(order)), -1)
+    holder = pd.Series(marker).groupby(atid[order], sort=False).cummax().to_numpy()
+    right = pd.DataFrame({"tid": atid[order], "t": start[order], "pos": order,
+                          "holder": order[np.maximum(holder, 0)]}).sort_values("t", kind="stable")
+    left = pd.DataFrame({"tid": np.asarray(tid, dtype=np.int64), "t": np.asarray(t, dtype=np.int64),
+                         "q": np.arange(n)}).sort_values("t", kind="stable")
+    m = pd.merge_asof(left, right, on="t", by="tid", direction="backward")
+    q = m["q"].to_numpy()
+    tt = m["t"].to_numpy(dtype=np.int64)
+    pos = m["pos"].fillna(-1).to_numpy(dtype=np.int64)
+    hold = m["holder"].fillna(-1).to_numpy(dtype=np.int64)
+    own_open = (pos >= 0) & (end[np.maximum(pos, 0)] > tt)
+    hold_open = (hold >= 0) & (end[np.maximum(hold, 0)] > tt)
+    out[q] = np.where(own_open, pos, np.where(hold_open, hold, -1))
+    return out
+
+
+def _api_overlap(api: pd.DataFrame, tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Time of ``[start, end)`` covered by CUDA API calls on thread ``tid`` (loop over threads only)."""
+    out = np.zeros(len(tid), dtype=np.int64)
+    if api.empty or len(tid) == 0:
+        return out
+    api_tid = api["tid"].to_numpy(dtype=np.int64)
+    for thread in np.unique(tid):
+        mine = api_tid == thread
+        if not mine.any():
+            continue
+        u = union_intervals(api["start"].to_numpy()[mine], api["end"].to_numpy()[mine])
+        sel = tid == thread
+        out[sel] = covered_until(u.start, u.end, end[sel]) - covered_until(u.start, u.end, start[sel])
+    return out
+
+
+@fact("gpu_gaps", columns=_GAP_COLUMNS, requires=("gpu_ops",),
+      scope_keys=("device", "host_nvtx_path", "host_api"))
+def gpu_gaps(ctx: FactContext) -> pd.DataFrame:
+    """Idle gaps between busy intervals of each device inside the window, with what the host was
+    doing at the gap's middle (NVTX range, CUDA API call)."""
+    w = ctx.window
+    ops = ctx.get("gpu_ops")
+    if ops.empty:
+        return _empty_gaps()
+    blocks = _device_blocks(ops)
+    dev = blocks["device"].to_numpy()
+    same = dev[1:] == dev[:-1]
+    idx = np.flatnonzero(same)
+    gs = blocks["end"].to_numpy()[idx]
+    ge = blocks["start"].to_numpy()[idx + 1]
+    prev_pos = blocks["last_op"].to_numpy()[idx]
+    next_pos = blocks["first_op"].to_numpy()[idx + 1]
+    gdev = dev[idx]
+    edge = np.zeros(len(idx), dtype=bool)
+    if w.source == "user":
+        # the window edges act as op boundaries: idle time from the window start to the first op
+        # starting after it, and from the last op ending before the window end to the window end
+        # before each device's first busy block and after its last one (clipped below)
+        bstart = blocks["start"].to_numpy()
+        bend = blocks["end"].to_numpy()
+        first = np.flatnonzero(np.r_[True, ~same])
+        last = np.flatnonzero(np.r_[~same, True])
+        nf, nl = len(first), len(last)
+        gdev = np.r_[gdev, dev[first], dev[last]]
+        gs = np.r_[gs, np.full(nf, w.start_ns), bend[last]]
+        ge = np.r_[ge, bstart[first], np.full(nl, w.end_ns)]
+        prev_pos = np.r_[prev_pos, np.full(nf, -1), blocks["last_op"].to_numpy()[last]]
+        next_pos = np.r_[next_pos, blocks["first_op"].to_numpy()[first], np.full(nl, -1)]
+        edge = np.r_[edge, np.ones(nf + nl, dtype=bool)]
+    # clip to the window
+    cs = np.maximum(gs, w.start_ns)
+    ce = np.minimum(ge, w.end_ns)
+    keep = ce > cs
+    gdev, cs, ce, prev_pos, next_pos, edge = (a[keep] for a in (gdev, cs, ce, prev_pos, next_pos, edge))
+    if len(cs) == 0:
+        return _empty_gaps()
+    order = np.lexsort((cs, gdev))
+    gdev, cs, ce, prev_pos, next_pos, edge = (a[order] for a in (gdev, cs, ce, prev_pos, next_pos, edge))
+
+    labels = ops["label"].to_numpy(dtype=object)
+    otid = ops["tid"].to_numpy(dtype=np.int64)
+    opid = ops["pid"].to_numpy(dtype=np.int64)
+
+    def pick(values: np.ndarray, pos: np.ndarray, missing: object) -> np.ndarray:
+        out = np.full(len(pos), missing, dtype=values.dtype if values.dtype != object else object)
+        has = pos >= 0
+        out[has] = values[pos[has]]
+        return out
+
+    prev_label = pick(labels, prev_pos, "")
+    next_label = pick(labels, next_pos, "")
+    host_tid = pick(otid, next_pos, -1)
+    host_pid = pick(opid, next_pos, -1)
+    fallback = host_tid < 0
+    host_tid[fallback] = pick(otid, prev_pos, -1)[fallback]
+    host_pid[fallback] = pick(opid, prev_pos, -1)[fallback]
+
+    mid = cs + (ce - cs) // 2
+    nv = ranges_only(ctx.trace.nvtx)
+    rpos = innermost_open(nv, host_tid, mid)
+    source = np.where(rpos >= 0, "thread", "none").astype(object)
+    missing = rpos < 0
+    if missing.any() and not nv.empty:
+        mains = main_threads(nv)
+        main_tid = pd.Series(host_pid[missing]).map(mains).fillna(-1).to_numpy(dtype=np.int64)
+        retry = innermost_open(nv, main_tid, mid[missing])
+        sub = rpos[missing]
+        found = (retry >= 0) & (main_tid != host_tid[missing])
+        sub[found] = retry[found]
+        rpos[missing] = sub
+        src = source[missing]
+        src[found] = "main"
+        source[missing] = src
+    nv_text = text(nv["text"]).to_numpy() if len(nv) else np.empty(0, dtype=object)
+    nv_path = text(column(nv, "path", "")).to_numpy() if len(nv) else np.empty(0, dtype=object)
+    nv_id = nv["range_id"].to_numpy(dtype=np.int64) if len(nv) else np.empty(0, dtype=np.int64)
+
+    api = ctx.trace.api
+    apos = api_open_at(api, host_tid, mid)
+    api_names = text(api["name"]).to_numpy() if len(api) else np.empty(0, dtype=object)
+
+    return pd.DataFrame({
+        "device": gdev,
+        "start": cs,
+        "end": ce,
+        "duration": ce - cs,
+        "prev_op": prev_label,
+        "next_op": next_label,
+        "next_api": pick(ops["api_name"].to_numpy(dtype=object), next_pos, ""),
+        "next_nvtx_path": pick(ops["nvtx_path"].to_numpy(dtype=object), next_pos, ""),
+        "host_tid": host_tid,
+        "host_pid": host_pid,
+        "host_nvtx_id": pick(nv_id, rpos, -1),
+        "host_nvtx_range": pick(nv_text, rpos, ""),
+        "host_nvtx_path": pick(nv_path, rpos, ""),
+        "host_nvtx_source": source,
+        "host_api": pick(api_names, apos, ""),
+        "host_api_overlap_ns": _api_overlap(api, host_tid, cs, ce),
+        "edge": edge,
+    })
+
+
+def _empty_gaps() -> pd.DataFrame:
+    obj = {"prev_op", "next_op", "next_api", "next_nvtx_path", "host_nvtx_range", "host_nvtx_path",
+           "host_nvtx_source", "host_api"}
+    return pd.DataFrame({c: pd.Series(dtype=("object" if c in obj else "bool" if c == "edge" else "int64"))
+                         for c in _GAP_COLUMNS})
+
+
+@fact(
+    "utilization",
+    columns={
+        "device": "GPU device id",
+        "bin": "bin index (0-based)",
+        "bin_start": "bin start (ns)",
+        "bin_end": "bin end (ns)",
+        "busy_ns": "busy time in the bin (ns, concurrency counted once)",
+        "util": "busy_ns / bin width (0..1)",
+    },
+    requires=("gpu_busy", "gpu_ops"),
+    scope_keys=("device",),
+)
+def utilization(ctx: FactContext) -> pd.DataFrame:
+    """Busy time per device in ``utilization_bins`` (default 100) equal-width bins over the window;
+    busy intervals are split across bins exactly (cumulative busy time at the bin edges)."""
+    w = ctx.window
+    nbins = int(ctx.options.get("utilization_bins", 100) or 100)
+    nbins = max(1, min(nbins, max(1, w.duration_ns)))
+    edges = np.round(np.linspace(w.start_ns, w.end_ns, nbins + 1)).astype(np.int64)
+    busy = ctx.get("gpu_busy")
+    devices = np.unique(ctx.get("gpu_ops")["device"].to_numpy(dtype=np.int64))
+    frames = []
+    for d in devices:  # loop over devices only
+        b = busy.loc[busy["device"].to_numpy() == d]
+        cum = covered_until(b["start"].to_numpy(), b["end"].to_numpy(), edges)
+        busy_ns = np.diff(cum)
+        width = np.diff(edges)
+        frames.append(pd.DataFrame({
+            "device": d, "bin": np.arange(nbins), "bin_start": edges[:-1], "bin_end": edges[1:],
+            "busy_ns": busy_ns, "util": np.where(width > 0, busy_ns / np.maximum(width, 1), 0.0),
+        }))
+    if not frames:
+        return pd.DataFrame({c: pd.Series(dtype="float64" if c == "util" else "int64")
+                             for c in ("device", "bin", "bin_start", "bin_end", "busy_ns", "util")})
+    return pd.concat(frames, ignore_index=True)

@@ -1,0 +1,223 @@
+"""NVTX facts: GPU time projected onto the user's ranges, and "which range was open at time t".
+
+GPU ops carry the loader's attribution (``nvtx_id``: the innermost range open on the launching
+thread at launch). A range instance's *exclusive* GPU time is the time of ops attributed to it; its
+*inclusive* GPU time adds the ops attributed to any range nested inside it. Inclusive sums are
+computed by walking the parent links one level at a time for all ops at once (``depth`` vectorized
+passes, each a ``bincount``), never per op.
+
+Window: range instances that overlap the analysis window, with ``cpu_ns`` clipped to it; GPU ops
+whose start lies in the window.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analyzer.facts._util import column, starts_in_window, text
+from analyzer.facts.registry import FactContext, fact
+
+
+def ranges_only(nvtx: pd.DataFrame) -> pd.DataFrame:
+    """NVTX ranges without instantaneous marks."""
+    if nvtx.empty:
+        return nvtx
+    kind = text(column(nvtx, "kind", "pushpop"))
+    return nvtx.loc[(kind != "mark").to_numpy() & (nvtx["end"].to_numpy() > nvtx["start"].to_numpy())]
+
+
+def parent_positions(nvtx: pd.DataFrame) -> np.ndarray:
+    """For each row of ``nvtx``, the row position of its parent range (``-1`` for roots/unknown)."""
+    index = pd.Index(nvtx["range_id"].to_numpy())
+    parent = column(nvtx, "parent_id", -1).fillna(-1).to_numpy(dtype=np.int64)
+    return index.get_indexer(parent).astype(np.int64)
+
+
+def positions_of(nvtx: pd.DataFrame, range_ids: np.ndarray) -> np.ndarray:
+    """Row positions in ``nvtx`` of ``range_ids`` (``-1`` where unknown)."""
+    return pd.Index(nvtx["range_id"].to_numpy()).get_indexer(np.asarray(range_ids, dtype=np.int64))
+
+
+def innermost_open(nvtx: pd.DataFrame, tid: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Row position in ``nvtx`` of the innermost range open at ``t[i]`` on thread ``tid[i]``, or -1.
+
+    ``nvtx`` must hold ranges only (see :func:`ranges_only`). For properly nested ranges, the range
+    latest to start at or before ``t`` on the thread is either open at ``t`` or nested inside the
+    innermost open one, so one ``merge_asof`` plus a walk up the parents finds it.
+    """
+    n = len(t)
+    out = np.full(n, -1, dtype=np.int64)
+    if n == 0 or nvtx.empty:
+        return out
+    starts = nvtx["start"].to_numpy(dtype=np.int64)
+    ends = nvtx["end"].to_numpy(dtype=np.int64)
+    parent = parent_positions(nvtx)
+    right = pd.DataFrame(
+        {"tid": nvtx["tid"].to_numpy(dtype=np.int64), "t": starts, "pos": np.arange(len(nvtx))}
+    ).sort_values("t", kind="stable")
+    left = pd.DataFrame({"tid": np.asarray(tid, dtype=np.int64), "t": np.asarray(t, dtype=np.int64),
+                         "q": np.arange(n)}).sort_values("t", kind="stable")
+    merged = pd.merge_asof(left, right, on="t", by="tid", direction="backward")
+    cand = np.full(n, -1, dtype=np.int64)
+    cand[merged["q"].to_numpy()] = merged["pos"].fillna(-1).to_numpy(dtype=np.int64)
+    tt = np.asarray(t, dtype=np.int64)
+    max_depth = int(column(nvtx, "depth", 0).max()) + 2 if len(nvtx) else 1
+    for _ in range(max(max_depth, 1) + 64):  # bounded walk; depth is small in practice
+        closed = (cand >= 0) & (ends[np.maximum(cand, 0)] <= tt)
+        if not closed.any():
+            break
+        cand[closed] = parent[cand[closed]]
+    out[:] = cand
+    return out
+
+
+def main_threads(nvtx: pd.DataFrame) -> dict[int, int]:
+    """Per pid, the thread most likely to be the user's main thread: the one whose tid equals the pid
+    when it has ranges, else the thread with the most ranges."""
+    if nvtx.empty:
+        return {}
+    counts = nvtx.groupby(["pid", "tid"]).size().reset_index(name="n")
+    counts["is_main"] = counts["pid"] == counts["tid"]
+    counts = counts.sort_values(["pid", "is_main", "n"], ascending=[True, False, False])
+    first = counts.drop_duplicates("pid")
+    return dict(zip(first["pid"].astype(int), first["tid"].astype(int)))
+
+
+def _gpu_ops_in_window(ctx: FactContext) -> pd.DataFrame:
+    return starts_in_window(ctx.get("gpu_ops"), ctx.window)
+
+
+@fact(
+    "nvtx_instances",
+    columns={
+        "range_id": "NVTX range row id",
+        "name": "range text",
+        "path": "range path, outermost first",
+        "depth": "nesting depth (0 outermost)",
+        "domain": "NVTX domain",
+        "pid": "process id",
+        "tid": "thread id",
+        "start": "range start (ns)",
+        "end": "range end (ns)",
+        "duration": "range duration (ns, unclipped)",
+        "cpu_ns": "range duration clipped to the window (ns)",
+        "gpu_ns": "duration of GPU ops launched inside the range or a nested range (ns)",
+        "gpu_ns_exclusive": "duration of GPU ops whose innermost range is this one (ns)",
+        "kernel_count": "kernels launched inside the range or a nested range",
+        "op_count": "GPU ops launched inside the range or a nested range",
+        "gpu_start": "start of the first GPU op launched inside (ns, -1 if none)",
+        "gpu_end": "end of the last GPU op launched inside (ns, -1 if none)",
+    },
+    requires=("gpu_ops",),
+    scope_keys=("path", "name"),
+)
+def nvtx_instances(ctx: FactContext) -> pd.DataFrame:
+    """One row per NVTX range instance overlapping the window, with the GPU work it launched."""
+    w = ctx.window
+    nv = ranges_only(ctx.trace.nvtx)
+    n = len(nv)
+    cols = list(nvtx_instances_columns())
+    if n == 0:
+        return pd.DataFrame({c: pd.Series(dtype="object" if c in {"name", "path", "domain"} else "int64")
+                             for c in cols})
+    ops = _gpu_ops_in_window(ctx)
+    parent = parent_positions(nv)
+    pos = positions_of(nv, ops["nvtx_id"].to_numpy(dtype=np.int64)) if len(ops) else np.empty(0, np.int64)
+    keep = pos >= 0
+    cur = pos[keep]
+    dur = ops["duration"].to_numpy(dtype=np.int64)[keep].astype(np.float64)
+    is_kernel = (ops["op"].to_numpy()[keep] == "kernel").astype(np.float64)
+    ostart = ops["start"].to_numpy(dtype=np.int64)[keep]
+    oend = ops["end"].to_numpy(dtype=np.int64)[keep]
+
+    excl = np.bincount(cur, weights=dur, minlength=n)
+    incl = np.zeros(n)
+    kcount = np.zeros(n)
+    ocount = np.zeros(n)
+    gstart = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
+    gend = np.full(n, -1, dtype=np.int64)
+    for _ in range(int(column(nv, "depth", 0).max()) + 66):
+        if len(cur) == 0:
+            break
+        incl += np.bincount(cur, weights=dur, minlength=n)
+        kcount += np.bincount(cur, weights=is_kernel, minlength=n)
+        ocount += np.bincount(cur, minlength=n)
+        np.minimum.at(gstart, cur, ostart)
+        np.maximum.at(gend, cur, oend)
+        cur = parent[cur]
+        up = cur >= 0
+        cur, dur, is_kernel, ostart, oend = cur[up], dur[up], is_kernel[up], ostart[up], oend[up]
+    gstart[gstart == np.iinfo(np.int64).max] = -1
+
+    start = nv["start"].to_numpy(dtype=np.int64)
+    end = nv["end"].to_numpy(dtype=np.int64)
+    frame = pd.DataFrame({
+        "range_id": nv["range_id"].to_numpy(dtype=np.int64),
+        "name": text(nv["text"]).to_numpy(),
+        "path": text(column(nv, "path", "")).to_numpy(),
+        "depth": column(nv, "depth", 0).fillna(0).to_numpy(dtype=np.int64),
+        "domain": text(column(nv, "domain", "")).to_numpy(),
+        "pid": column(nv, "pid", -1).fillna(-1).to_numpy(dtype=np.int64),
+        "tid": column(nv, "tid", -1).fillna(-1).to_numpy(dtype=np.int64),
+        "start": start,
+        "end": end,
+        "duration": end - start,
+        "cpu_ns": np.maximum(0, np.minimum(end, w.end_ns) - np.maximum(start, w.start_ns)),
+        "gpu_ns": incl.astype(np.int64),
+        "gpu_ns_exclusive": excl.astype(np.int64),
+        "kernel_count": kcount.astype(np.int64),
+        "op_count": ocount.astype(np.int64),
+        "gpu_start": gstart,
+        "gpu_end": gend,
+    })
+    overlaps = (end > w.start_ns) & (start < w.end_ns)
+    return frame.loc[overlaps | (frame["op_count"].to_numpy() > 0)].reset_index(drop=True)
+
+
+def nvtx_instances_columns() -> tuple[str, ...]:
+    from analyzer.facts.registry import FACTS
+
+    return tuple(FACTS["nvtx_instances"].columns)
+
+
+@fact(
+    "nvtx_projection",
+    columns={
+        "name": "range text",
+        "path": "range path, outermost first",
+        "depth": "nesting depth (0 outermost)",
+        "count": "range instances overlapping the window",
+        "cpu_ns": "sum of instance durations clipped to the window (ns)",
+        "cpu_mean_ns": "mean instance duration (ns, unclipped)",
+        "gpu_ns": "GPU op time launched inside the range or nested ranges (ns, inclusive)",
+        "gpu_ns_exclusive": "GPU op time whose innermost range is this range (ns)",
+        "kernel_count": "kernels launched inside the range or nested ranges",
+        "op_count": "GPU ops (kernels, copies, memsets) launched inside, inclusive",
+        "gpu_share": "gpu_ns / GPU op time in the window (0..1)",
+    },
+    requires=("nvtx_instances", "gpu_ops"),
+    scope_keys=("path", "name"),
+)
+def nvtx_projection(ctx: FactContext) -> pd.DataFrame:
+    """Per NVTX range name and path: instance count, CPU time, and the GPU time of ops launched inside
+    (inclusive of nested ranges, and exclusive)."""
+    inst = ctx.get("nvtx_instances")
+    cols = ["name", "path", "depth", "count", "cpu_ns", "cpu_mean_ns", "gpu_ns", "gpu_ns_exclusive",
+            "kernel_count", "op_count", "gpu_share"]
+    if inst.empty:
+        return pd.DataFrame({c: pd.Series(dtype="object" if c in {"name", "path"} else "int64")
+                             for c in cols})
+    g = inst.groupby(["name", "path"], sort=False)
+    out = g.agg(
+        depth=("depth", "min"),
+        count=("range_id", "size"),
+        cpu_ns=("cpu_ns", "sum"),
+        cpu_mean_ns=("duration", "mean"),
+        gpu_ns=("gpu_ns", "sum"),
+        gpu_ns_exclusive=("gpu_ns_exclusive", "sum"),
+        kernel_count=("kernel_count", "sum"),
+        op_count=("op_count", "sum"),
+    ).reset_index()
+    total = float(_gpu_ops_in_window(ctx)["duration"].sum())
+    out["gpu_share"] = out["gpu_ns"] / total if total > 0 else 0.0
+    return out.sort_values(["gpu_ns", "cpu_ns"], ascending=False, ignore_index=True)[cols]

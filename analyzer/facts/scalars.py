@@ -1,0 +1,97 @@
+"""Built-in scalar variables for rule conditions (``gpu_idle_ns / window_ns > 0.3``...).
+
+All times are ns inside the analysis window; sums over devices where several GPUs are active (shares
+divide by ``device_count * window_ns``).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from analyzer.facts._util import window_mask
+
+if TYPE_CHECKING:
+    from analyzer.facts.registry import FactStore
+
+SCALAR_DOCS: dict[str, str] = {
+    "window_ns": "analysis window length (ns)",
+    "window_start_ns": "window start (ns, trace-relative)",
+    "window_end_ns": "window end (ns)",
+    "setup_ns": "one-time setup before the window (ns)",
+    "trace_ns": "capture length (ns)",
+    "device_count": "GPUs with activity in the window",
+    "kernel_count": "kernels starting in the window",
+    "kernel_time_ns": "summed kernel duration (ns)",
+    "memcpy_count": "copies starting in the window",
+    "memcpy_time_ns": "summed copy duration (ns)",
+    "memcpy_bytes": "bytes copied",
+    "memset_time_ns": "summed memset duration (ns)",
+    "gpu_busy_ns": "union of GPU op time per device, summed over devices (ns)",
+    "gpu_idle_ns": "summed gpu_gaps durations (ns)",
+    "gpu_busy_share": "gpu_busy_ns / (device_count * window_ns)",
+    "gpu_idle_share": "gpu_idle_ns / (device_count * window_ns)",
+    "api_launch_count": "kernel launch API calls in the window",
+    "api_launch_ns": "summed launch API time (ns)",
+    "sync_call_count": "blocking host-device synchronization calls in the window",
+    "sync_time_ns": "summed blocking sync call time (ns)",
+    "alloc_call_count": "allocation / free calls in the window",
+    "alloc_time_ns": "summed allocation / free call time (ns)",
+}
+
+
+def trace_scalars(store: FactStore) -> dict[str, float]:
+    """The scalars in :data:`SCALAR_DOCS` for one trace and window."""
+    from analyzer.facts.api import LAUNCH_APIS, base_api_names
+
+    t, w = store.trace, store.window
+    km, mm, sm = (window_mask(f, w) if len(f) else np.zeros(0, bool) for f in (t.kernels, t.memcpy, t.memset))
+    busy = store.get("gpu_busy")
+    gaps = store.get("gpu_gaps")
+    if len(t.api):
+        am = window_mask(t.api, w) & base_api_names(t.api["name"]).isin(LAUNCH_APIS).to_numpy()
+        launch_ns = t.api["duration"].to_numpy()[am]
+    else:
+        launch_ns = np.zeros(0)
+    sync = store.get("sync_calls")
+    sync = sync.loc[sync["blocking"].to_numpy(dtype=bool)] if len(sync) else sync
+    alloc = store.get("alloc_calls")
+    devices = int(busy["device"].nunique()) if len(busy) else 0
+    span = float(max(devices, 1) * w.duration_ns)
+    busy_ns = float(busy["duration"].sum()) if len(busy) else 0.0
+    idle_ns = float(gaps["duration"].sum()) if len(gaps) else 0.0
+
+    def total(frame: pd.DataFrame, mask: np.ndarray | None = None, col: str = "duration") -> float:
+        if not len(frame):
+            return 0.0
+        values = frame[col].to_numpy()
+        return float(values[mask].sum() if mask is not None else values.sum())
+
+    return {
+        "window_ns": float(w.duration_ns),
+        "window_start_ns": float(w.start_ns),
+        "window_end_ns": float(w.end_ns),
+        "setup_ns": float(w.setup_ns),
+        "trace_ns": float(t.info.duration_ns),
+        "device_count": float(devices),
+        "kernel_count": float(km.sum()),
+        "kernel_time_ns": total(t.kernels, km),
+        "memcpy_count": float(mm.sum()),
+        "memcpy_time_ns": total(t.memcpy, mm),
+        "memcpy_bytes": total(t.memcpy, mm, "bytes"),
+        "memset_time_ns": total(t.memset, sm),
+        "gpu_busy_ns": busy_ns,
+        "gpu_idle_ns": idle_ns,
+        "gpu_busy_share": busy_ns / span if span > 0 else 0.0,
+        "gpu_idle_share": idle_ns / span if span > 0 else 0.0,
+        "api_launch_count": float(len(launch_ns)),
+        "api_launch_ns": float(launch_ns.sum()),
+        "sync_call_count": float(len(sync)),
+        "sync_time_ns": total(sync),
+        "alloc_call_count": float(len(alloc)),
+        "alloc_time_ns": total(alloc),
+    }
+
+
+__all__ = ["SCALAR_DOCS", "trace_scalars"]

@@ -1,0 +1,178 @@
+"""Explicit, locale-free number formatting shared by the HTML and Markdown renderings.
+
+Every number a report shows goes through one of these functions, so the same view model always gives
+the same bytes (no ``repr`` of floats, no locale, no platform differences).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+DASH = "\u2014"  # shown for unknown values
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _finite(value: Any) -> bool:
+    return is_number(value) and math.isfinite(float(value))
+
+
+def fmt_int(value: Any) -> str:
+    """``1234567`` -> ``1,234,567``."""
+    if not _finite(value):
+        return DASH
+    return f"{round(float(value)):,}"
+
+
+def fmt_ms(ns: Any) -> str:
+    """Nanoseconds as milliseconds with a precision that suits the magnitude: ``412 ms``, ``3.25 ms``."""
+    if not _finite(ns):
+        return DASH
+    ms = float(ns) / 1e6
+    mag = abs(ms)
+    if mag >= 100:
+        text = f"{ms:,.0f}"
+    elif mag >= 10:
+        text = f"{ms:,.1f}"
+    elif mag >= 1:
+        text = f"{ms:,.2f}"
+    elif mag == 0:
+        text = "0"
+    else:
+        text = f"{ms:,.3f}"
+    return f"{text} ms"
+
+
+def fmt_duration(ns: Any) -> str:
+    """Nanoseconds in the unit that reads best: ``850 ns``, ``12.3 µs``, ``41.2 ms``, ``1.234 s``."""
+    if not _finite(ns):
+        return DASH
+    value = float(ns)
+    mag = abs(value)
+    if mag < 1e3:
+        return f"{value:,.0f} ns"
+    if mag < 1e6:
+        return f"{value / 1e3:,.1f} \u00b5s"
+    if mag < 1e9:
+        ms = value / 1e6
+        return f"{ms:,.1f} ms" if abs(ms) >= 10 else f"{ms:,.2f} ms"
+    return f"{value / 1e9:,.3f} s"
+
+
+def fmt_time(ns: Any) -> str:
+    """A trace-relative timestamp in seconds: ``12.345678 s``."""
+    if not _finite(ns):
+        return DASH
+    return f"{float(ns) / 1e9:,.6f} s"
+
+
+def fmt_pct(pct: Any) -> str:
+    """A percentage (already x100): ``38%``, ``4.2%``, ``0.31%``."""
+    if not _finite(pct):
+        return DASH
+    value = float(pct)
+    mag = abs(value)
+    if round(mag, 1) >= 10 or mag == 0:
+        return f"{value:.0f}%"
+    if round(mag, 2) >= 1:
+        return f"{value:.1f}%"
+    return f"{value:.2f}%"
+
+
+def fmt_share(share: Any) -> str:
+    """A fraction 0..1 as a percentage."""
+    if not _finite(share):
+        return DASH
+    return fmt_pct(float(share) * 100.0)
+
+
+def fmt_float(value: Any, digits: int = 4) -> str:
+    """A float with ``digits`` significant digits, no exponent for usual magnitudes."""
+    if not _finite(value):
+        return DASH
+    v = float(value)
+    if v == 0:
+        return "0"
+    if 1e-3 <= abs(v) < 1e15:
+        decimals = max(0, digits - 1 - math.floor(math.log10(abs(v))))
+        text = f"{v:,.{decimals}f}"
+        if "." in text:
+            text = text.rstrip("0").rstrip(".")
+        return text
+    return f"{v:.{digits - 1}e}"
+
+
+_SI = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
+
+
+def fmt_si(value: Any, unit: str) -> str:
+    """``1.5e12, "FLOP/s"`` -> ``1.50 TFLOP/s``."""
+    if not _finite(value):
+        return DASH
+    v = float(value)
+    for scale, prefix in _SI:
+        if abs(v) >= scale:
+            return f"{v / scale:.3g} {prefix}{unit}"
+    return f"{v:.3g} {unit}"
+
+
+def fmt_bytes(value: Any) -> str:
+    """Binary units: ``64.0 KiB``, ``1.50 GiB``."""
+    if not _finite(value):
+        return DASH
+    v = float(value)
+    for scale, prefix in ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+        if abs(v) >= scale:
+            return f"{v / scale:.3g} {prefix}"
+    return f"{int(v)} B"
+
+
+def fmt_auto(value: Any) -> str:
+    """Anything: integers with separators, floats with 4 significant digits, text as is."""
+    if value is None:
+        return DASH
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return fmt_float(value)
+    return str(value)
+
+
+def fmt_cell(value: Any, kind: str) -> str:
+    """Format one table cell by its column kind (see :class:`analyzer.reports.viewmodel.Column`)."""
+    if value is None:
+        return DASH
+    if kind in ("text", "code"):
+        return str(value)
+    if not is_number(value):
+        return fmt_auto(value)
+    formatter = {
+        "ns": fmt_duration,
+        "ms": fmt_ms,
+        "time": fmt_time,
+        "pct": fmt_pct,
+        "share": fmt_share,
+        "int": fmt_int,
+        "bytes": fmt_bytes,
+        "flops": lambda v: fmt_si(v, "FLOP/s"),
+        "bandwidth": lambda v: fmt_si(v, "B/s"),
+        "intensity": lambda v: f"{fmt_float(v, 3)} FLOP/B",
+        "float": fmt_float,
+    }.get(kind, fmt_auto)
+    return formatter(value)
+
+
+def plural(n: int, word: str, plural_word: str | None = None) -> str:
+    """``plural(1, "problem")`` -> ``1 problem``; ``plural(3, "problem")`` -> ``3 problems``."""
+    return f"{n:,} {word if n == 1 else (plural_word or word + 's')}"
+
+
+def truncate(text: str, limit: int) -> str:
+    """Cut ``text`` to ``limit`` characters, marking the cut with an ellipsis."""
+    if limit <= 0 or len(text) <= limit:
+        return text
+    return text[: max(1, limit - 1)] + "\u2026"

@@ -1,0 +1,142 @@
+"""JSON rendering: the machine-readable report (schema documented in ``docs/report-schema.md``).
+
+Key order is fixed by construction (free-form maps such as ``metrics`` and ``parameters`` are sorted),
+floats are rounded to 6 significant digits, NaN becomes ``null``: same inputs, same bytes.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from analyzer.reports.viewmodel import (
+    BarChart,
+    GapSummary,
+    Header,
+    ReportView,
+    Table,
+    TraceSection,
+    _py,
+)
+
+SCHEMA_VERSION = "1.0"
+
+
+def _records(table: Table | None) -> dict[str, Any] | None:
+    if table is None:
+        return None
+    return {
+        "columns": [c.key for c in table.columns],
+        "rows": [{k: _py(v) for k, v in r.items()} for r in table.records()],
+        "total_rows": table.total_rows,
+    }
+
+
+def _header(h: Header) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    info = {
+        "name": h.trace_name,
+        "path": h.trace_path,
+        "format": h.source_format,
+        "nsys_version": h.nsys_version,
+        "hostname": h.hostname,
+        "gpus": h.gpus,
+        "device_count": h.device_count,
+        "duration_ns": h.trace_duration_ns,
+        "rules_file": h.rules_file,
+        "parameters": dict(h.parameters),
+    }
+    window = {
+        "start_ns": h.window_start_ns,
+        "end_ns": h.window_end_ns,
+        "duration_ns": h.analyzed_ns,
+        "source": h.window_source,
+        "description": h.window_description,
+        "setup_ns": h.setup_ns,
+    }
+    summary = {
+        "verdict": h.verdict,
+        "analyzed_ns": h.analyzed_ns,
+        "gpu_busy_ns": h.gpu_busy_ns,
+        "gpu_busy_share": _py(h.gpu_busy_share),
+        "kernel_ns": h.kernel_ns,
+        "kernel_count": h.kernel_count,
+        "problems": h.problems,
+        "problem_impact_ns": h.problem_impact_ns,
+        "findings_by_severity": dict(h.counts),
+    }
+    return info, window, summary
+
+
+def _categories(chart: BarChart | None, table: Table | None) -> dict[str, Any] | None:
+    if chart is None:
+        return None
+    return _records(table)
+
+
+def _gaps(g: GapSummary | None) -> dict[str, Any] | None:
+    if g is None:
+        return None
+    return {
+        "count": g.count,
+        "total_ns": g.total_ns,
+        "largest_ns": g.largest_ns,
+        "median_ns": _py(g.median_ns),
+        "share": _py(g.share),
+        "longest": _records(g.table),
+    }
+
+
+def _section(s: TraceSection) -> dict[str, Any]:
+    info, window, summary = _header(s.header)
+    overview: dict[str, Any] = {
+        "categories": _categories(s.categories, s.category_table),
+        "top_kernels": _records(s.top_kernels),
+        "nvtx": _records(s.nvtx),
+        "gaps": _gaps(s.gaps),
+    }
+    if s.phases is not None:
+        overview["phases"] = _records(s.phases)
+    if s.ncu is not None:
+        overview["ncu"] = _records(s.ncu)
+        if s.roofline is not None:
+            overview["roofline"] = {
+                "peak_flops": _py(s.roofline.peak_flops),
+                "peak_bandwidth": _py(s.roofline.peak_bandwidth),
+                "ridge_intensity": _py(s.roofline.ridge),
+            }
+    return {
+        "info": info,
+        "window": window,
+        "summary": summary,
+        "findings": [f.record for f in s.findings],
+        "findings_total": s.findings_total,
+        "overview": overview,
+        "notes": list(s.notes),
+    }
+
+
+def report_dict(report: ReportView) -> dict[str, Any]:
+    """The JSON document as a Python dict (key order is the output order)."""
+    from analyzer.reports.viewmodel import Link
+
+    doc: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": "gpu-trace-analyzer", "version": report.tool_version},
+        "created": report.created.isoformat(),
+        "title": report.title,
+        "verdict": report.verdict,
+        "traces": [_section(s) for s in report.traces],
+    }
+    if report.comparison is not None:
+        rows = []
+        for row in report.comparison.rows:
+            rec = {}
+            for col, value in zip(report.comparison.columns, row):
+                rec[col.key] = value.text if isinstance(value, Link) else _py(value)
+            rows.append(rec)
+        doc["comparison"] = rows
+    return doc
+
+
+def render_json(report: ReportView) -> str:
+    """The report as indented JSON text, ending with a newline."""
+    return json.dumps(report_dict(report), indent=2, ensure_ascii=False, allow_nan=False, default=str) + "\n"

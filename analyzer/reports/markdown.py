@@ -1,0 +1,198 @@
+"""GitHub-flavoured Markdown rendering, for pull-request comments.
+
+Always under :data:`MAX_CHARS` (GitHub rejects longer comments): when the full rendering is too long it
+degrades step by step (fewer evidence rows, no evidence, fewer ``<details>`` blocks, fewer table rows,
+no overview) and says what it left out. Every string from the trace is escaped for the context it lands
+in: Markdown text (backslash escapes, HTML entities) or raw HTML inside ``<summary>``.
+"""
+from __future__ import annotations
+
+import html
+import re
+from dataclasses import dataclass
+
+from analyzer.reports.format import DASH, fmt_cell, fmt_duration, fmt_share, fmt_time, plural, truncate
+from analyzer.reports.viewmodel import FindingView, Link, ReportView, Table, TraceSection
+
+MAX_CHARS = 65_000
+
+_MD_PUNCT = re.compile(r"([\\`*_\[\]|~])")
+_LEADING = re.compile(r"^(\s*)([#+\-=]|\d+[.)](?=\s|$))")
+_URL = re.compile(r"^https?://[^\s<>()\[\]|`\"'\\]+$")
+
+
+def md_text(value: object, limit: int = 0, *, block: bool = False) -> str:
+    """Escape text for a Markdown table cell or inline text: one line, no active Markdown or HTML.
+    ``block``: the text starts a paragraph, so a leading ``#``, ``-``, ``+``, ``=`` or ``1.`` is escaped
+    too (it would start a heading or a list)."""
+    text = " ".join(str(value).split())
+    if limit:
+        text = truncate(text, limit)
+    text = html.escape(text, quote=False)
+    text = _MD_PUNCT.sub(r"\\\1", text)
+    if block:
+        text = _LEADING.sub(
+            lambda m: m.group(1) + (m.group(2)[:-1] + "\\" + m.group(2)[-1] if m.group(2)[0].isdigit()
+                                    else "\\" + m.group(2)),
+            text,
+        )
+    return text
+
+
+def html_text(value: object, limit: int = 0) -> str:
+    """Escape text for raw HTML inside Markdown (``<summary>``): entities only, one line."""
+    text = " ".join(str(value).split())
+    if limit:
+        text = truncate(text, limit)
+    return html.escape(text, quote=True)
+
+
+def _ref(ref: str) -> str:
+    if _URL.match(ref):
+        return f"[{md_text(ref)}]({ref})"
+    return md_text(ref, 300)
+
+
+@dataclass(frozen=True)
+class _Level:
+    """How much to show; levels get smaller until the document fits."""
+
+    evidence_rows: int
+    details: int  # findings with a <details> block
+    table_rows: int  # rows of the findings table
+    text_chars: int  # longest message / what / why / fix
+    overview_rows: int  # rows of the overview tables (0: no overview)
+
+
+_LEVELS = (
+    _Level(25, 10_000, 10_000, 2_000, 10),
+    _Level(10, 10_000, 10_000, 1_000, 10),
+    _Level(5, 10_000, 10_000, 600, 10),
+    _Level(0, 10_000, 10_000, 600, 10),
+    _Level(0, 40, 10_000, 400, 5),
+    _Level(0, 15, 300, 300, 5),
+    _Level(0, 5, 100, 200, 0),
+    _Level(0, 0, 40, 160, 0),
+    _Level(0, 0, 10, 120, 0),
+)
+
+
+def _cell(value: object, kind: str) -> str:
+    if isinstance(value, Link):
+        return md_text(value.text, 120)
+    return md_text(fmt_cell(value, kind), 120)
+
+
+def _table(t: Table, rows: int) -> list[str]:
+    if not t.columns:
+        return []
+    head = "| " + " | ".join(md_text(c.label) for c in t.columns) + " |"
+    rule = "|" + "|".join("---:" if c.numeric else "---" for c in t.columns) + "|"
+    lines = [head, rule]
+    for row in t.rows[:rows]:
+        lines.append("| " + " | ".join(_cell(v, c.kind) for v, c in zip(row, t.columns)) + " |")
+    left = t.total_rows - min(rows, len(t.rows))
+    if left > 0:
+        lines += ["", f"_{plural(left, 'more row')} not shown._"]
+    return lines
+
+
+def _finding_details(f: FindingView, level: _Level) -> list[str]:
+    summary = (
+        f"<b>{f.rank}. {html_text(f.severity.upper())} {html_text(f.id)}: {html_text(f.title, 200)}</b>"
+        f" &mdash; {html_text(f.impact_text)} ({html_text(f.impact_pct_text)})"
+    )
+    lines = ["<details>", f"<summary>{summary}</summary>", ""]
+    lines += [md_text(f.message, level.text_chars, block=True), ""]
+    lines += [f"Scope: {md_text(f.scope, 300)} · category: {md_text(f.category)} · rule: {md_text(f.rule)}", ""]
+    if f.evidence.columns:
+        if level.evidence_rows > 0:
+            lines += _table(f.evidence, level.evidence_rows) + [""]
+        elif f.evidence.total_rows:
+            lines += [(f"_Evidence ({plural(f.evidence.total_rows, 'row')}) left out to fit the comment; "
+                      "see the HTML or JSON report._"), ""]
+    for label, text in (("What", f.what), ("Why", f.why), ("Fix", f.fix)):
+        if text:
+            lines += [f"**{label}:** {md_text(text, level.text_chars)}", ""]
+    if f.explained_by:
+        lines += ["Explained by: " + ", ".join(md_text(link.text, 120) for link in f.explained_by), ""]
+    if f.references:
+        lines += ["References: " + " · ".join(_ref(r) for r in f.references[:8]), ""]
+    lines += ["</details>", ""]
+    return lines
+
+
+def _section(s: TraceSection, level: _Level, multi: bool) -> list[str]:
+    h = s.header
+    lines = [f"## {md_text(h.trace_name, 200)}" if multi else f"**Trace:** {md_text(h.trace_name, 200)}", ""]
+    facts = [
+        f"GPU: {md_text(h.gpus, 200)}",
+        (f"window: {fmt_time(h.window_start_ns)} – {fmt_time(h.window_end_ns)} ({md_text(h.window_source)}: "
+        f"{md_text(h.window_description, 300)})"),
+        f"analyzed: {fmt_duration(h.analyzed_ns)}",
+        f"GPU busy: {fmt_share(h.gpu_busy_share)}",
+        f"kernel time: {fmt_duration(h.kernel_ns)}",
+    ]
+    lines += [" · ".join(facts), ""]
+    if multi:
+        lines += [f"**Verdict:** {md_text(h.verdict, 400)}", ""]
+    if s.notes:
+        lines += ["> " + md_text(n, 300) for n in s.notes] + [""]
+    if not s.findings:
+        lines += ["No findings: every rule passed on this window." if h.rules_file
+                  else "No findings (no rule pack was run).", ""]
+    else:
+        lines += [
+            "| # | Severity | Rule | Impact (ms) | % of window | Finding |",
+            "|---:|---|---|---:|---:|---|",
+        ]
+        for f in s.findings[: level.table_rows]:
+            ms = DASH if f.impact_ns is None else f"{f.impact_ns / 1e6:,.1f}"
+            pct = DASH if f.impact_pct is None else f"{f.impact_pct:.1f}%"
+            lines.append(
+                f"| {f.rank} | **{md_text(f.severity)}** | {md_text(f.id)} {md_text(f.rule, 60)} | {ms} | {pct} | "
+                f"{md_text(f.message, min(level.text_chars, 300))} |"
+            )
+        left = s.findings_total - min(level.table_rows, len(s.findings))
+        if left > 0:
+            lines += ["", f"_{plural(left, 'more finding')} not listed._"]
+        lines.append("")
+        for f in s.findings[: level.details]:
+            lines += _finding_details(f, level)
+        if level.details < len(s.findings):
+            lines += [(f"_Details of {plural(len(s.findings) - level.details, 'finding')} left out to fit the "
+                      "comment; see the HTML or JSON report._"), ""]
+    if level.overview_rows:
+        if s.categories and s.category_table:
+            lines += ["<details>", "<summary>GPU time by kernel category</summary>", ""]
+            lines += _table(s.category_table, level.overview_rows) + ["", "</details>", ""]
+        if s.top_kernels:
+            lines += ["<details>", "<summary>Top kernels</summary>", ""]
+            lines += _table(s.top_kernels, level.overview_rows) + ["", "</details>", ""]
+    return lines
+
+
+def _render(report: ReportView, level: _Level) -> str:
+    multi = len(report.traces) > 1
+    lines = [f"# {md_text(report.title, 200)}", "", f"**Verdict:** {md_text(report.verdict, 500)}", ""]
+    if report.comparison is not None:
+        lines += _table(report.comparison, 50) + [""]
+    for s in report.traces:
+        lines += _section(s, level, multi)
+    if level != _LEVELS[0]:
+        lines += [("_This comment was shortened to fit GitHub's size limit; the HTML and JSON reports have "
+                  "everything._"), ""]
+    lines.append(f"<sub>gpu-trace-analyzer {html_text(report.tool_version)} · "
+                 f"{report.created.strftime('%Y-%m-%d %H:%M:%S UTC')}</sub>")
+    return "\n".join(lines) + "\n"
+
+
+def render_markdown(report: ReportView, max_chars: int = MAX_CHARS) -> str:
+    """The report as GitHub-flavoured Markdown, at most ``max_chars`` characters."""
+    text = ""
+    for level in _LEVELS:
+        text = _render(report, level)
+        if len(text) <= max_chars:
+            return text
+    note = "\n\n_Report cut here to fit GitHub's size limit; see the HTML or JSON report._\n"
+    return text[: max(0, max_chars - len(note))] + note

@@ -1,0 +1,247 @@
+"""Inline SVG charts generated from the view model: no JavaScript, no external resources.
+
+Every text node and attribute value goes through :func:`esc` (trace strings are hostile input); every
+coordinate is formatted with a fixed number of decimals so the output is byte-stable. The functions
+return :class:`markupsafe.Markup` so Jinja's autoescape does not escape the SVG a second time.
+"""
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Iterable
+
+from markupsafe import Markup
+
+from analyzer.reports.format import fmt_duration, fmt_float, fmt_pct, fmt_share, fmt_si, truncate
+from analyzer.reports.viewmodel import BarChart, PairedBar, RooflineChart, UtilizationChart
+
+# Okabe-Ito palette (distinguishable with the common colour-vision deficiencies).
+BLUE, ORANGE, SKY, GREEN, YELLOW, NAVY, VERMILLION, PURPLE = (
+    "#0072B2", "#E69F00", "#56B4E9", "#009E73", "#F0E442", "#1F4E79", "#D55E00", "#CC79A7",
+)
+PALETTE = (BLUE, ORANGE, GREEN, VERMILLION, SKY, PURPLE, YELLOW, NAVY)
+INK, MUTED, GRID, TRACK = "#1b1f24", "#57606a", "#d0d7de", "#eef1f4"
+FONT = "system-ui,-apple-system,'Segoe UI',Roboto,'Helvetica Neue',Arial,sans-serif"
+
+
+def esc(value: object) -> str:
+    """Escape text for an SVG text node or a double-quoted attribute."""
+    return html.escape(str(value), quote=True)
+
+
+def _n(x: float) -> str:
+    """A coordinate with one decimal, no ``-0.0``."""
+    text = f"{x:.1f}"
+    return "0.0" if text == "-0.0" else text
+
+
+def _svg(width: float, height: float, label: str, body: Iterable[str], cls: str) -> Markup:
+    parts = [
+        (f'<svg class="chart {cls}" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {_n(width)} {_n(height)}" '
+        f'width="100%" role="img" aria-label="{esc(label)}" font-family="{esc(FONT)}" font-size="11">'),
+        f"<title>{esc(label)}</title>",
+        *body,
+        "</svg>",
+    ]
+    return Markup("".join(parts))
+
+
+def _text(x: float, y: float, text: str, *, anchor: str = "start", cls: str = "", fill: str = INK,
+          size: float | None = None, weight: str = "") -> str:
+    attrs = f'x="{_n(x)}" y="{_n(y)}" fill="{fill}"'
+    if anchor != "start":
+        attrs += f' text-anchor="{anchor}"'
+    if cls:
+        attrs += f' class="{cls}"'
+    if size:
+        attrs += f' font-size="{_n(size)}"'
+    if weight:
+        attrs += f' font-weight="{weight}"'
+    return f"<text {attrs}>{esc(text)}</text>"
+
+
+def _rect(x: float, y: float, w: float, h: float, fill: str, *, title: str = "", cls: str = "",
+          extra: str = "") -> str:
+    c = f' class="{cls}"' if cls else ""
+    e = f" {extra}" if extra else ""
+    head = f'<rect{c} x="{_n(x)}" y="{_n(y)}" width="{_n(max(w, 0.0))}" height="{_n(max(h, 0.0))}" fill="{fill}"{e}'
+    return f"{head}><title>{esc(title)}</title></rect>" if title else f"{head}/>"
+
+
+def nice_step(span: float, target: int) -> float:
+    """A 1-2-5 step that cuts ``span`` into about ``target`` intervals."""
+    if span <= 0:
+        return 1.0
+    raw = span / max(1, target)
+    mag = 10 ** math.floor(math.log10(raw))
+    for m in (1, 2, 5, 10):
+        if m * mag >= raw:
+            return m * mag
+    return 10 * mag
+
+
+# ---------------------------------------------------------------------------------------------------
+
+
+def utilization_svg(chart: UtilizationChart, width: float = 960.0) -> Markup:
+    """Busy share per time bin per device (bars), idle gaps (marks under each device) and lanes of
+    top-level NVTX ranges, over a shared time axis relative to the window start."""
+    left, right, top = 170.0, 12.0, 8.0
+    row_h, bar_h, gap_h, lane_h = 62.0, 40.0, 7.0, 20.0
+    plot_w = width - left - right
+    span = max(1, chart.end_ns - chart.start_ns)
+
+    def x_of(ns: float) -> float:
+        return left + plot_w * (min(max(ns, chart.start_ns), chart.end_ns) - chart.start_ns) / span
+
+    body: list[str] = []
+    y = top
+    for s in chart.series:
+        head, _, rest = s.label.partition(" \u00b7 ")
+        body.append(_text(left - 8, y + bar_h / 2 - 2, truncate(head, 24), anchor="end", weight="600"))
+        if rest:
+            body.append(_text(left - 8, y + bar_h / 2 + 11, truncate(rest, 26), anchor="end", fill=MUTED, size=10))
+        body.append(_rect(left, y, plot_w, bar_h, TRACK))
+        for frac in (0.5,):
+            gy = y + bar_h * (1 - frac)
+            body.append(f'<line x1="{_n(left)}" x2="{_n(left + plot_w)}" y1="{_n(gy)}" y2="{_n(gy)}" '
+                        f'stroke="{GRID}" stroke-dasharray="2 3"/>')
+        for a, b, u in zip(s.bin_start, s.bin_end, s.util):
+            x0, x1 = x_of(a), x_of(b)
+            h = bar_h * min(max(u, 0.0), 1.0)
+            tip = f"{s.label}: {fmt_duration(a - chart.start_ns)} to {fmt_duration(b - chart.start_ns)}, " \
+                  f"{fmt_share(u)} busy"
+            body.append(_rect(x0, y + bar_h - h, max(x1 - x0 - 0.3, 0.6), h, BLUE, title=tip, cls="bar"))
+        gy = y + bar_h + 3
+        body.append(_rect(left, gy, plot_w, gap_h, "#f6f8fa"))
+        for g in s.gaps:
+            x0, x1 = x_of(g.start), x_of(g.end)
+            body.append(_rect(x0, gy, max(x1 - x0, 1.0), gap_h, VERMILLION, cls="gap",
+                              title=f"{s.label}: {g.label} at {fmt_duration(g.start - chart.start_ns)}"))
+        y += row_h
+    for lane_i, lane in enumerate(chart.lanes):
+        body.append(_text(left - 8, y + 14, truncate(lane.label, 30), anchor="end", fill=MUTED, size=10))
+        body.append(_rect(left, y, plot_w, lane_h - 2, "#f6f8fa"))
+        for i, sp in enumerate(lane.spans):
+            x0, x1 = x_of(sp.start), x_of(sp.end)
+            w = max(x1 - x0, 1.0)
+            fill = ("#cfe3f3", "#d7eedf")[(i + lane_i) % 2]
+            tip = f"{sp.label}: {fmt_duration(sp.end - sp.start)} at {fmt_duration(sp.start - chart.start_ns)}"
+            body.append(_rect(x0, y, w, lane_h - 2, fill, title=tip, cls="span", extra=f'stroke="{SKY}" stroke-width="0.5"'))
+            chars = int((w - 6) / 6.2)
+            if chars >= 3:
+                body.append(_text(x0 + 3, y + 13, truncate(sp.label, chars), size=10))
+        y += lane_h
+    # time axis
+    y += 4
+    body.append(f'<line x1="{_n(left)}" x2="{_n(left + plot_w)}" y1="{_n(y)}" y2="{_n(y)}" stroke="{MUTED}"/>')
+    step = nice_step(span, 8)
+    t = 0.0
+    while t <= span + 1e-9:
+        x = left + plot_w * t / span
+        body.append(f'<line x1="{_n(x)}" x2="{_n(x)}" y1="{_n(y)}" y2="{_n(y + 4)}" stroke="{MUTED}"/>')
+        body.append(_text(x, y + 16, fmt_duration(t) if t else "0", anchor="middle", fill=MUTED, size=10))
+        t += step
+    body.append(_text(left + plot_w, y + 32, "time since the window start", anchor="end", fill=MUTED, size=10))
+    height = y + 38
+    label = f"GPU busy share over time for {len(chart.series)} device(s), idle gaps in red"
+    return _svg(width, height, label, body, "util")
+
+
+def bars_svg(chart: BarChart, width: float = 560.0) -> Markup:
+    """Horizontal bars: one per category, length = GPU time, with time and share written out."""
+    left, right, row = 190.0, 130.0, 24.0
+    plot_w = width - left - right
+    top = max((b.value for b in chart.bars), default=0.0) or 1.0
+    body: list[str] = []
+    for i, b in enumerate(chart.bars):
+        y = 4 + i * row
+        w = plot_w * b.value / top
+        body.append(_text(left - 8, y + 14, truncate(b.label, 30), anchor="end"))
+        body.append(_rect(left, y + 3, w, row - 8, PALETTE[i % len(PALETTE)], cls="bar",
+                          title=f"{b.label}: {fmt_duration(b.value)} ({fmt_share(b.share)}), {b.count:,} kernels"))
+        body.append(_text(left + w + 6, y + 14, f"{fmt_duration(b.value)} \u00b7 {fmt_share(b.share)}", fill=MUTED))
+    height = 8 + row * max(1, len(chart.bars))
+    return _svg(width, height, chart.title, body, "bars")
+
+
+def paired_svg(pairs: tuple[PairedBar, ...], width: float = 960.0) -> Markup:
+    """NVTX ranges: CPU time (orange) next to the GPU time of the work launched inside (blue)."""
+    left, right, row, top = 300.0, 110.0, 30.0, 24.0
+    plot_w = width - left - right
+    peak = max((max(p.cpu_ns, p.gpu_ns) for p in pairs), default=0) or 1
+    body: list[str] = [
+        _rect(left, 4, 10, 10, ORANGE), _text(left + 14, 13, "CPU time in range", fill=MUTED),
+        _rect(left + 130, 4, 10, 10, BLUE), _text(left + 144, 13, "GPU time of work launched in range", fill=MUTED),
+    ]
+    for i, p in enumerate(pairs):
+        y = top + i * row
+        body.append(_text(left - 8, y + 15, truncate(p.label, 46), anchor="end"))
+        for j, (value, color, what) in enumerate(((p.cpu_ns, ORANGE, "CPU"), (p.gpu_ns, BLUE, "GPU"))):
+            w = plot_w * value / peak
+            by = y + 2 + j * 12
+            body.append(_rect(left, by, w, 10, color, cls="bar", title=f"{p.label}: {what} {fmt_duration(value)}"))
+            body.append(_text(left + w + 5, by + 9, fmt_duration(value), fill=MUTED, size=10))
+    height = top + row * max(1, len(pairs))
+    return _svg(width, height, "NVTX ranges: CPU time and GPU-projected time", body, "paired")
+
+
+def roofline_svg(chart: RooflineChart, width: float = 640.0, height: float = 400.0) -> Markup:
+    """Log-log roofline: memory roof (slope = peak bandwidth), compute roof (peak FLOP/s), the ridge
+    point, and one dot per kernel at (arithmetic intensity, achieved FLOP/s)."""
+    left, right, top, bottom = 78.0, 20.0, 16.0, 46.0
+    pw, ph = width - left - right, height - top - bottom
+    ridge = chart.ridge
+    xs = [p.intensity for p in chart.points] + [ridge]
+    ys = [p.flops for p in chart.points] + [chart.peak_flops]
+    x_lo = math.floor(math.log10(min(xs) / 2))
+    x_hi = math.ceil(math.log10(max(xs) * 4))
+    y_lo = math.floor(math.log10(min(ys) / 2))
+    y_hi = math.ceil(math.log10(chart.peak_flops * 2))
+    if x_hi <= x_lo:
+        x_hi = x_lo + 1
+    if y_hi <= y_lo:
+        y_hi = y_lo + 1
+
+    def X(v: float) -> float:
+        return left + pw * (math.log10(v) - x_lo) / (x_hi - x_lo)
+
+    def Y(v: float) -> float:
+        return top + ph * (1 - (math.log10(v) - y_lo) / (y_hi - y_lo))
+
+    body: list[str] = [_rect(left, top, pw, ph, "#fbfcfd", extra=f'stroke="{GRID}"')]
+    for k in range(x_lo, x_hi + 1):
+        x = X(10.0 ** k)
+        body.append(f'<line x1="{_n(x)}" x2="{_n(x)}" y1="{_n(top)}" y2="{_n(top + ph)}" stroke="{GRID}" stroke-width="0.6"/>')
+        body.append(_text(x, top + ph + 15, fmt_float(10.0 ** k, 3), anchor="middle", fill=MUTED, size=10))
+    for k in range(y_lo, y_hi + 1):
+        y = Y(10.0 ** k)
+        body.append(f'<line x1="{_n(left)}" x2="{_n(left + pw)}" y1="{_n(y)}" y2="{_n(y)}" stroke="{GRID}" stroke-width="0.6"/>')
+        body.append(_text(left - 6, y + 4, fmt_si(10.0 ** k, "FLOP/s"), anchor="end", fill=MUTED, size=10))
+    body.append(_text(left + pw / 2, height - 8, "arithmetic intensity (FLOP/byte, log)", anchor="middle", fill=MUTED))
+    # roofs: from the left edge along the memory roof to the ridge, then flat
+    x0 = 10.0 ** x_lo
+    y0 = max(x0 * chart.peak_bandwidth, 10.0 ** y_lo)
+    x0 = y0 / chart.peak_bandwidth
+    x_end = 10.0 ** x_hi
+    roof_tip = f"roofline: {fmt_si(chart.peak_bandwidth, 'B/s')} memory, {fmt_si(chart.peak_flops, 'FLOP/s')} compute"
+    body.append(
+        f'<polyline class="roof" fill="none" stroke="{INK}" stroke-width="2" points="'
+        f'{_n(X(x0))},{_n(Y(y0))} {_n(X(ridge))},{_n(Y(chart.peak_flops))} {_n(X(x_end))},{_n(Y(chart.peak_flops))}">'
+        f"<title>{esc(roof_tip)}</title></polyline>"
+    )
+    rx, ry = X(ridge), Y(chart.peak_flops)
+    body.append(f'<line x1="{_n(rx)}" x2="{_n(rx)}" y1="{_n(ry)}" y2="{_n(top + ph)}" stroke="{MUTED}" stroke-dasharray="3 3"/>')
+    body.append(f'<circle class="ridge" cx="{_n(rx)}" cy="{_n(ry)}" r="4" fill="{INK}">'
+                f"<title>{esc('ridge point: ' + fmt_float(ridge, 3) + ' FLOP/byte')}</title></circle>")
+    body.append(_text(rx + 5, top + ph - 6, f"ridge {fmt_float(ridge, 3)} FLOP/B", fill=MUTED, size=10))
+    body.append(_text(left + pw - 4, ry - 6, f"peak {fmt_si(chart.peak_flops, 'FLOP/s')}", anchor="end", fill=MUTED, size=10))
+    total = sum(p.duration_ns for p in chart.points) or 1.0
+    for p in sorted(chart.points, key=lambda q: (-q.duration_ns, q.name)):
+        r = 3.5 + 7.0 * math.sqrt(p.duration_ns / total)
+        roof = min(chart.peak_flops, p.intensity * chart.peak_bandwidth)
+        tip = (f"{p.name}: {fmt_float(p.intensity, 3)} FLOP/B, {fmt_si(p.flops, 'FLOP/s')} "
+               f"({fmt_pct(100.0 * p.flops / roof) if roof > 0 else 'n/a'} of roof), {fmt_duration(p.duration_ns)}")
+        body.append(f'<circle class="dot" cx="{_n(X(p.intensity))}" cy="{_n(Y(p.flops))}" r="{_n(r)}" '
+                    f'fill="{BLUE}" fill-opacity="0.7" stroke="#fff" stroke-width="1"><title>{esc(tip)}</title></circle>')
+    return _svg(width, height, "Roofline: achieved FLOP/s against arithmetic intensity", body, "roofline")

@@ -1,0 +1,94 @@
+"""Reports over real public nsys exports (../shared/traces-public), with the real loader and facts."""
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from analyzer.analysis import Analysis
+from analyzer.reports import build_report, render
+from analyzer.reports.markdown import MAX_CHARS
+from analyzer.reports.tests.helpers import CUDF, HOSTILE, MEMFUSION, assert_no_injection, external_loads
+
+CREATED = datetime(2026, 1, 1, tzinfo=timezone.utc)
+pytestmark = pytest.mark.skipif(not MEMFUSION.exists() or not CUDF.exists(),
+                                reason="public traces not found under ../shared/traces-public")
+
+
+def analysis_of(path: Path, mutate=None) -> Analysis:
+    """Load, choose the window, wire the real fact store. Findings come from the rule pipeline when it
+    runs; the report layer is what these tests check."""
+    from analyzer.facts import FactStore
+    from analyzer.loading import load_trace
+    from analyzer.window import choose_window
+
+    trace = load_trace(path)
+    if mutate:
+        mutate(trace)
+    window = choose_window(trace, None, exclude=("warmup*",))
+    return Analysis(trace=trace, window=window, findings=[], facts=FactStore(trace, window, {}))
+
+
+@pytest.mark.parametrize("path", [MEMFUSION, CUDF], ids=["memfusion-2023", "cudf-2020"])
+def test_real_trace_renders_every_overview_section(path):
+    report = build_report([analysis_of(path)], created=CREATED)
+    s = report.traces[0]
+    assert s.notes == (), s.notes
+    assert s.utilization is not None and s.utilization.series
+    assert s.categories is not None and s.categories.bars
+    assert s.top_kernels is not None and s.top_kernels.rows
+    assert s.nvtx is not None and s.nvtx.rows
+    assert s.header.kernel_count and s.header.gpu_busy_share is not None and 0 < s.header.gpu_busy_share <= 1
+    html = render(report, "html")
+    assert external_loads(html) == []
+    assert len(render(report, "md")) <= MAX_CHARS
+    json.loads(render(report, "json"))
+
+
+def test_real_gpu_label_counts_only_used_devices():
+    h = build_report([analysis_of(MEMFUSION)], created=CREATED).traces[0].header
+    assert h.gpus == "NVIDIA GeForce RTX 3090 (1 of 4 used)"
+    assert h.device_count == 1
+
+
+def test_two_real_traces_compare():
+    report = build_report([analysis_of(MEMFUSION), analysis_of(CUDF)], created=CREATED)
+    assert report.comparison is not None and report.comparison.total_rows == 2
+    html = render(report, "html")
+    assert 'id="trace-1"' in html and 'id="trace-2"' in html
+
+
+def _poison(trace) -> None:
+    """Hostile strings in kernel names, NVTX texts and process names of a real trace."""
+    k = trace.kernels
+    for col in ("name", "short_name"):
+        k[col] = k[col].astype(object)
+        k.loc[k.index[::3], col] = HOSTILE[0]
+        k.loc[k.index[1::3], col] = HOSTILE[1]
+    n = trace.nvtx
+    for col in ("text", "path"):
+        n[col] = n[col].astype(object)
+        n.loc[n.index[::2], col] = HOSTILE[1]
+        n.loc[n.index[1::2], col] = HOSTILE[0]
+    trace.processes["name"] = HOSTILE[0]
+    for col in ("nvtx_range", "nvtx_path"):
+        k[col] = k[col].astype(object)
+        k.loc[k[col] != "", col] = HOSTILE[1]
+
+
+@pytest.mark.parametrize("path", [MEMFUSION, CUDF], ids=["memfusion-2023", "cudf-2020"])
+def test_hostile_strings_in_real_trace_are_escaped(path):
+    report = build_report([analysis_of(path, _poison)], title=HOSTILE[1], created=CREATED)
+    s = report.traces[0]
+    # the hostile names reached the report through the real facts ...
+    assert any(HOSTILE[0] in str(r[0]) or HOSTILE[1] in str(r[0]) for r in s.top_kernels.rows)
+    assert any(HOSTILE[0] in str(r[0]) or HOSTILE[1] in str(r[0]) for r in s.nvtx.rows)
+    html = render(report, "html")
+    # ... and come out as text only, in tables, SVG <title>s, NVTX lane labels and attributes
+    assert_no_injection(html)
+    assert html.count("&lt;script&gt;alert(1)&lt;/script&gt;") > 3
+    assert "&#34;&gt;&lt;img src=x onerror=alert(1)&gt;" in html or "&quot;&gt;&lt;img" in html
+    md = render(report, "md")
+    assert "<script" not in md and "<img" not in md

@@ -1,0 +1,198 @@
+"""Renderings: golden files, Markdown size cap, escaping, offline HTML, JSON schema basics.
+
+Regenerate the goldens with ``UPDATE_GOLDEN=1 python -m pytest analyzer/reports/tests``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from analyzer.findings import Finding, Scope, Severity
+from analyzer.reports import build_report, render
+from analyzer.reports.markdown import MAX_CHARS, md_text
+from analyzer.reports.tests.helpers import (
+    HOSTILE,
+    assert_no_injection,
+    external_links,
+    external_loads,
+    scrub,
+)
+from analyzer.reports.tests.synthetic import make_analysis
+
+GOLDEN = Path(__file__).parent / "golden"
+CREATED = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+def _check_golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    text = scrub(text)
+    if os.environ.get("UPDATE_GOLDEN") == "1" or not path.exists():
+        if not os.environ.get("UPDATE_GOLDEN") and os.environ.get("CI"):
+            pytest.fail(f"golden file {path} is missing; run with UPDATE_GOLDEN=1")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    expected = path.read_text(encoding="utf-8")
+    assert text == expected, f"{name} differs from its golden file; if intended, rerun with UPDATE_GOLDEN=1"
+
+
+@pytest.mark.parametrize("fmt,ext", [("html", "html"), ("md", "md"), ("json", "json")])
+def test_golden_single(fmt, ext):
+    report = build_report([make_analysis()], created=datetime.now(timezone.utc))
+    _check_golden(f"single.{ext}", render(report, fmt))
+
+
+@pytest.mark.parametrize("fmt,ext", [("html", "html"), ("md", "md"), ("json", "json")])
+def test_golden_multi_with_missing_facts(fmt, ext):
+    analyses = [make_analysis("run_a.sqlite"),
+                make_analysis("run_b.sqlite", with_ncu=False, with_phases=False,
+                              drop_facts=("utilization", "nvtx_projection"))]
+    report = build_report(analyses, created=datetime.now(timezone.utc))
+    _check_golden(f"multi.{ext}", render(report, fmt))
+
+
+def test_scrub_removes_only_time_and_version():
+    a = render(build_report([make_analysis()], created=datetime(2020, 5, 6, 7, 8, 9, tzinfo=timezone.utc)), "json")
+    b = render(build_report([make_analysis()], created=CREATED), "json")
+    assert a != b and scrub(a) == scrub(b)
+
+
+# -- Markdown ------------------------------------------------------------------------------------------
+
+
+def _big_findings(n: int, rows: int, text: str = "m") -> list[Finding]:
+    evidence = tuple((i, f"{HOSTILE[2]}_{i}", i * 1000) for i in range(rows))
+    return [
+        Finding(rule=f"rule-{i}", id=f"R{i:05d}", severity=Severity.ERROR if i % 3 == 0 else Severity.WARNING,
+                title=f"Problem {i}", message=text, category="c", scope=Scope("kernel", kernel=f"k{i}"),
+                impact_ns=1_000_000 + i, impact_pct=0.1, evidence_columns=("n", "kernel", "duration"),
+                evidence=evidence, evidence_total=rows, what=text, why=text, fix=text)
+        for i in range(n)
+    ]
+
+
+@pytest.mark.parametrize("n,rows,text", [
+    (3, 100_000, "m"),  # huge evidence
+    (5_000, 3, "m"),  # thousands of findings
+    (400, 50, "y" * 20_000),  # huge texts
+], ids=["100k-evidence-rows", "5000-findings", "huge-texts"])
+def test_markdown_always_under_limit(n, rows, text):
+    a = make_analysis(extra_findings=_big_findings(n, rows, text))
+    report = build_report([a, make_analysis("b.sqlite", extra_findings=_big_findings(n, rows, text))],
+                          created=CREATED)
+    md = render(report, "md")
+    assert len(md) <= MAX_CHARS
+    assert "GitHub's size limit" in md or "99,975 more rows not shown" in md
+
+
+def test_markdown_degrades_evidence_before_details():
+    a = make_analysis(extra_findings=_big_findings(60, 25))
+    md = render(build_report([a], created=CREATED), "md")
+    assert len(md) <= MAX_CHARS
+    assert md.count("<details>") >= 60  # every finding keeps its details block ...
+    assert "GitHub's size limit" in md and "more rows not shown" in md  # ... with fewer evidence rows
+
+
+def test_markdown_small_report_is_complete():
+    md = render(build_report([make_analysis()], created=CREATED), "md")
+    assert "GitHub's size limit" not in md
+    assert md.count("<details>") == 4 + 2  # four findings, categories, top kernels
+    assert "| 1 | **error** | GPU001 gpu\\-idle\\-gaps | 212.0 | 21.2% |" not in md  # '-' is not escaped in cells
+    assert "| 1 | **error** | GPU001 gpu-idle-gaps | 212.0 | 21.2% |" in md
+    assert "20 more rows not shown" in md
+
+
+def test_markdown_escapes_trace_strings():
+    names = list(HOSTILE)
+    a = make_analysis(kernel_names=names, nvtx_texts=names, process=HOSTILE[0])
+    md = render(build_report([a], created=CREATED), "md")
+    assert "<script" not in md and "<img" not in md
+    assert "`" not in md.replace("\\`", "")
+    # every table row keeps its column count: no raw '|' from a kernel name splits a cell
+    for block in re.split(r"\n\n", md):
+        lines = [ln for ln in block.splitlines() if ln.startswith("|")]
+        if len(lines) >= 2:
+            widths = {len(re.findall(r"(?<!\\)\|", ln)) for ln in lines}
+            assert len(widths) == 1, lines
+
+
+def test_md_text_escaping_rules():
+    assert md_text("a|b") == "a\\|b"
+    assert md_text("<b>&") == "&lt;b&gt;&amp;"
+    assert md_text("`x` *y* _z_ [l](u)") == "\\`x\\` \\*y\\* \\_z\\_ \\[l\\](u)"
+    assert md_text("# head", block=True) == "\\# head"
+    assert md_text("1. item", block=True) == "1\\. item"
+    assert md_text("900.0 ms") == "900.0 ms"
+    assert md_text("two\nlines") == "two lines"
+
+
+# -- HTML ----------------------------------------------------------------------------------------------
+
+
+def test_html_escapes_hostile_strings_everywhere():
+    names = list(HOSTILE)
+    extra = [Finding(rule="hostile", id="H001", severity=Severity.ERROR, title=HOSTILE[1], message=HOSTILE[0],
+                     category=HOSTILE[1], scope=Scope("kernel", kernel=HOSTILE[0], nvtx_path=HOSTILE[1]),
+                     impact_ns=5, impact_pct=None, evidence_columns=(HOSTILE[1], "name"),
+                     evidence=((HOSTILE[0], HOSTILE[1]),), what=HOSTILE[0], why=HOSTILE[1], fix=HOSTILE[0],
+                     references=(HOSTILE[0], 'https://x.example/"><script>alert(1)</script>',
+                                 "javascript:alert(1)"),
+                     explains=(HOSTILE[1],))]
+    a = make_analysis(HOSTILE[1], kernel_names=names, nvtx_texts=names, process=HOSTILE[0], extra_findings=extra)
+    b = make_analysis(HOSTILE[0], kernel_names=names, nvtx_texts=names)
+    html = render(build_report([a, b], title=HOSTILE[0], created=CREATED), "html")
+    assert_no_injection(html)
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html  # shown, as text
+    assert 'href="javascript:' not in html
+    # the SVG charts carry the hostile kernel / NVTX names too, escaped
+    svg_titles = re.findall(r"<title>([^<]*)</title>", html)
+    assert any("&lt;script&gt;" in t for t in svg_titles)
+
+
+def test_html_is_offline():
+    html = render(build_report([make_analysis(), make_analysis("b.sqlite")], created=CREATED), "html")
+    assert external_loads(html) == []
+    refs = {r for f in make_analysis().findings for r in f.references}
+    assert set(external_links(html)) <= refs  # references are plain links: nothing is loaded from them
+    assert "<style>" in html and "<svg" in html
+
+
+def test_html_has_anchors_and_self_links():
+    report = build_report([make_analysis()], created=CREATED)
+    html = render(report, "html")
+    for f in report.traces[0].findings:
+        assert f'id="{f.anchor}"' in html
+        assert f'href="#{f.anchor}"' in html
+    assert html.count('<svg class="chart') == 4  # utilization, categories, NVTX, roofline
+
+
+def test_html_template_autoescape_is_on():
+    from analyzer.reports.html import environment
+
+    assert environment().autoescape is True
+
+
+# -- JSON ----------------------------------------------------------------------------------------------
+
+
+def test_json_shape():
+    doc = json.loads(render(build_report([make_analysis()], created=CREATED), "json"))
+    assert list(doc) == ["schema_version", "tool", "created", "title", "verdict", "traces"]
+    assert doc["schema_version"] == "1.0"
+    t = doc["traces"][0]
+    assert list(t) == ["info", "window", "summary", "findings", "findings_total", "overview", "notes"]
+    assert list(t["overview"]) == ["categories", "top_kernels", "nvtx", "gaps", "phases", "ncu", "roofline"]
+    f = t["findings"][0]
+    assert f["key"] == "gpu-idle-gaps-0" and f["severity"] == "error"
+    assert f["evidence"]["total_rows"] == 40 and len(f["evidence"]["rows"]) == 20
+    assert t["summary"]["findings_by_severity"] == {"error": 1, "warning": 2, "info": 1}
+
+
+def test_json_keeps_hostile_strings_verbatim():
+    a = make_analysis(kernel_names=[HOSTILE[0]])
+    doc = json.loads(render(build_report([a], created=CREATED), "json"))
+    assert doc["traces"][0]["overview"]["top_kernels"]["rows"][0]["name"] == HOSTILE[0]

@@ -1,0 +1,995 @@
+"""The report view model: typed, frozen, small. Built once from ``list[Analysis]``; rendered three ways.
+
+Everything a rendering shows is decided here (what to show, in which order, capped how); the HTML,
+Markdown and JSON renderers only format. The view model holds aggregates and capped tables only, so a
+report of a 10M-kernel trace is as small as one of a 10-kernel trace.
+
+A fact that is not registered yet (``facts.get`` raises ``KeyError``) or that lacks a column this module
+needs does not fail the report: its section is omitted and :attr:`TraceSection.notes` says why. The
+optional ``phases`` fact and Nsight Compute data (``Analysis.ncu``) add sections only when present.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import pandas as pd
+
+from analyzer.analysis import Analysis
+from analyzer.findings import Finding, Severity, rank
+from analyzer.reports.format import fmt_duration, fmt_ms, fmt_pct, fmt_share, plural, truncate
+
+# ---------------------------------------------------------------------------------------------------
+# Limits
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Caps that keep every report small whatever the trace size. Rows past a cap are counted and
+    reported as "N more rows not shown"."""
+
+    evidence_rows: int = 25  # per finding, HTML and JSON (Markdown cuts further when it must)
+    findings: int = 300  # findings shown per trace (the rest are counted)
+    top_kernels: int = 25
+    categories: int = 20
+    nvtx_rows: int = 30
+    nvtx_chart_rows: int = 12
+    gap_rows: int = 15
+    phase_rows: int = 60
+    ncu_rows: int = 40
+    roofline_points: int = 300
+    util_bins: int = 160  # bins per device in the utilization chart (facts' bins are merged to fit)
+    devices: int = 16  # devices drawn in the utilization chart
+    chart_gaps: int = 200  # idle gaps marked under the utilization chart (longest first)
+    nvtx_lane_threads: int = 2  # lanes of top-level NVTX ranges under the utilization chart
+    nvtx_lane_ranges: int = 150  # ranges drawn per lane (longest first)
+    cell_chars: int = 240  # longest text shown in one table cell
+
+
+# ---------------------------------------------------------------------------------------------------
+# Tables
+
+CellValue = Any  # str | int | float | None | Link
+
+
+@dataclass(frozen=True)
+class Link:
+    """A cell or list item that points to an anchor in the same report."""
+
+    text: str
+    anchor: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@dataclass(frozen=True)
+class Column:
+    """One table column. ``kind`` picks the formatting (see :func:`analyzer.reports.format.fmt_cell`):
+    text | code | ns | ms | time | pct | share | int | float | bytes | flops | bandwidth | intensity | auto.
+    """
+
+    key: str
+    label: str
+    kind: str = "auto"
+
+    @property
+    def numeric(self) -> bool:
+        return self.kind not in ("text", "code")
+
+
+@dataclass(frozen=True)
+class Table:
+    """A capped table: ``rows`` are the first rows shown, ``total_rows`` how many there were."""
+
+    columns: tuple[Column, ...]
+    rows: tuple[tuple[CellValue, ...], ...]
+    total_rows: int
+    caption: str = ""
+
+    @property
+    def omitted(self) -> int:
+        return max(0, self.total_rows - len(self.rows))
+
+    @property
+    def omitted_note(self) -> str:
+        return f"{plural(self.omitted, 'more row')} not shown" if self.omitted else ""
+
+    def records(self) -> list[dict[str, CellValue]]:
+        """Rows as ``{column key: value}`` dicts (links as their text), in column order."""
+        keys = [c.key for c in self.columns]
+        return [{k: (str(v) if isinstance(v, Link) else v) for k, v in zip(keys, row)} for row in self.rows]
+
+    def head(self, n: int) -> Table:
+        """The same table with at most ``n`` rows (``total_rows`` unchanged)."""
+        return Table(self.columns, self.rows[: max(0, n)], self.total_rows, self.caption)
+
+
+class EvidenceTable(Table):
+    """A finding's evidence (capped)."""
+
+
+class ComparisonTable(Table):
+    """One row per trace, for reports over several analyses."""
+
+
+# ---------------------------------------------------------------------------------------------------
+# Chart data
+
+
+@dataclass(frozen=True)
+class Span:
+    """A labelled time interval (ns, trace-relative) drawn on the utilization chart."""
+
+    start: int
+    end: int
+    label: str
+
+
+@dataclass(frozen=True)
+class UtilSeries:
+    """Busy fraction per time bin for one device."""
+
+    device: int
+    label: str
+    bin_start: tuple[int, ...]
+    bin_end: tuple[int, ...]
+    util: tuple[float, ...]  # 0..1 (concurrent work can exceed 1; charts clamp)
+    gaps: tuple[Span, ...] = ()  # idle gaps on this device (longest first, capped)
+
+
+@dataclass(frozen=True)
+class NvtxLane:
+    label: str  # e.g. "pid 1234 / tid 1240"
+    spans: tuple[Span, ...]
+    total: int  # ranges in the window before capping
+
+
+@dataclass(frozen=True)
+class UtilizationChart:
+    start_ns: int
+    end_ns: int
+    series: tuple[UtilSeries, ...]
+    lanes: tuple[NvtxLane, ...] = ()
+    devices_total: int = 0
+    gaps_total: int = 0
+
+
+@dataclass(frozen=True)
+class Bar:
+    label: str
+    value: float  # ns
+    share: float  # 0..1
+    count: int = 0
+
+
+@dataclass(frozen=True)
+class BarChart:
+    title: str
+    bars: tuple[Bar, ...]
+    total_rows: int
+
+
+@dataclass(frozen=True)
+class PairedBar:
+    """One NVTX range: CPU time next to the GPU time of the work it launched."""
+
+    label: str
+    cpu_ns: int
+    gpu_ns: int
+
+
+@dataclass(frozen=True)
+class RooflinePoint:
+    name: str
+    intensity: float  # FLOP/byte
+    flops: float  # achieved FLOP/s
+    duration_ns: float
+
+
+@dataclass(frozen=True)
+class RooflineChart:
+    peak_flops: float
+    peak_bandwidth: float
+    points: tuple[RooflinePoint, ...]
+    total_points: int
+
+    @property
+    def ridge(self) -> float:
+        """Arithmetic intensity (FLOP/byte) where the memory roof meets the compute roof."""
+        return self.peak_flops / self.peak_bandwidth if self.peak_bandwidth > 0 else float("nan")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Findings, headers, sections
+
+
+@dataclass(frozen=True)
+class FindingView:
+    """A finding as shown. ``anchor`` is ``Finding.key`` (prefixed ``tN-`` in multi-trace reports);
+    ``record`` is ``Finding.to_dict()`` made JSON-safe with the evidence capped."""
+
+    anchor: str
+    key: str
+    rank: int  # 1-based, by impact
+    rule: str
+    id: str
+    severity: str  # "error" | "warning" | "info"
+    title: str
+    message: str
+    category: str
+    scope: str
+    impact_ns: int | None
+    impact_pct: float | None
+    evidence: EvidenceTable
+    what: str
+    why: str
+    fix: str
+    references: tuple[str, ...]
+    explains: tuple[Link, ...]
+    explained_by: tuple[Link, ...]
+    record: dict[str, Any] = field(compare=False, hash=False, repr=False)
+
+    @property
+    def impact_text(self) -> str:
+        return fmt_ms(self.impact_ns) if self.impact_ns is not None else "n/a"
+
+    @property
+    def impact_pct_text(self) -> str:
+        return fmt_pct(self.impact_pct) if self.impact_pct is not None else "n/a"
+
+
+@dataclass(frozen=True)
+class Header:
+    trace_name: str
+    trace_path: str
+    source_format: str
+    nsys_version: str
+    hostname: str
+    gpus: str  # "2 x Quadro RTX 8000"
+    window_start_ns: int
+    window_end_ns: int
+    window_source: str
+    window_description: str
+    setup_ns: int
+    trace_duration_ns: int
+    analyzed_ns: int
+    gpu_busy_ns: int | None  # summed over devices
+    gpu_busy_share: float | None  # busy / (window x devices), 0..1
+    kernel_ns: int | None
+    kernel_count: int | None
+    device_count: int
+    verdict: str
+    problems: int
+    problem_impact_ns: int | None
+    counts: tuple[tuple[str, int], ...]  # (severity, count), error first
+    rules_file: str
+    parameters: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class GapSummary:
+    count: int
+    total_ns: int
+    largest_ns: int
+    median_ns: float
+    share: float | None  # of window x devices
+    table: Table
+
+
+@dataclass(frozen=True)
+class TraceSection:
+    index: int
+    anchor: str  # section id, "trace-1"
+    header: Header
+    findings: tuple[FindingView, ...]
+    findings_total: int
+    utilization: UtilizationChart | None = None
+    categories: BarChart | None = None
+    category_table: Table | None = None
+    top_kernels: Table | None = None
+    nvtx_chart: tuple[PairedBar, ...] = ()
+    nvtx: Table | None = None
+    gaps: GapSummary | None = None
+    phases: Table | None = None
+    ncu: Table | None = None
+    roofline: RooflineChart | None = None
+    notes: tuple[str, ...] = ()  # sections omitted and why
+
+
+@dataclass(frozen=True)
+class ReportView:
+    title: str
+    created: datetime
+    tool_version: str
+    verdict: str
+    traces: tuple[TraceSection, ...]
+    comparison: ComparisonTable | None
+    limits: Limits
+
+
+# ---------------------------------------------------------------------------------------------------
+# Nsight Compute protocol
+
+
+@runtime_checkable
+class NcuKernels(Protocol):
+    """What reports need from Nsight Compute data: a ``kernels`` frame with the columns in
+    :data:`NCU_COLUMNS` (``matched_ns`` optional: time of the matching kernels on the nsys timeline)."""
+
+    kernels: pd.DataFrame
+
+
+NCU_COLUMNS: tuple[str, ...] = (
+    "name",
+    "duration_ns",
+    "arithmetic_intensity",  # FLOP/byte
+    "achieved_flops",  # FLOP/s
+    "peak_flops",  # FLOP/s
+    "peak_bandwidth",  # bytes/s
+    "sm_throughput_pct",
+    "memory_throughput_pct",
+)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Building
+
+_SEVERITY_ORDER = ("error", "warning", "info")
+
+
+class _Unavailable(Exception):
+    """A section's input is missing; the message says why (shown as a note)."""
+
+
+def _fact(analysis: Analysis, name: str, columns: Iterable[str]) -> pd.DataFrame:
+    try:
+        frame = analysis.facts.get(name)
+    except KeyError as err:
+        reason = str(err.args[0]) if err.args else name
+        raise _Unavailable(f"fact {name!r} is not available ({truncate(reason, 160)})") from None
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise _Unavailable(f"fact {name!r} lacks columns {', '.join(missing)}")
+    return frame
+
+
+def _optional_fact(analysis: Analysis, name: str) -> pd.DataFrame | None:
+    try:
+        return analysis.facts.get(name)
+    except KeyError:
+        return None
+
+
+def _py(value: Any) -> Any:
+    """A JSON-safe, deterministic Python scalar: numpy -> python, NaN/inf -> None, floats rounded."""
+    if value is None or isinstance(value, (str, bool, Link)):
+        return value
+    if isinstance(value, (np.bool_,)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        v = float(value)
+        if not math.isfinite(v):
+            return None
+        return float(f"{v:.6g}") if abs(v) < 1e15 else v
+    if isinstance(value, (pd.Timestamp, datetime)):
+        return value.isoformat()
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", "replace")
+    if value is pd.NA or value is pd.NaT:
+        return None
+    if isinstance(value, dict):
+        return {str(k): _py(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(value, (list, tuple)):
+        return [_py(v) for v in value]
+    return str(value)
+
+
+def _cell(value: Any, limit: int) -> Any:
+    value = _py(value)
+    if isinstance(value, str):
+        return truncate(value, limit)
+    if isinstance(value, list):
+        return truncate(", ".join(str(v) for v in value), limit)
+    return value
+
+
+def _table(
+    frame: pd.DataFrame,
+    columns: Sequence[Column],
+    limit: int,
+    cell_chars: int,
+    caption: str = "",
+    cls: type[Table] = Table,
+) -> Table:
+    """The first ``limit`` rows of ``frame`` (already ordered) as a :class:`Table`."""
+    head = frame.head(max(0, limit))
+    cols = [head[c.key].tolist() if c.key in head.columns else [None] * len(head) for c in columns]
+    rows = tuple(tuple(_cell(v, cell_chars) for v in row) for row in zip(*cols)) if len(head) else ()
+    return cls(tuple(columns), rows, len(frame), caption)
+
+
+_NS_NAMES = {"duration", "gap", "busy", "cpu", "gpu", "total", "mean", "median", "wait", "idle"}
+_TIME_NAMES = {"start", "end", "at", "time", "start_ns", "end_ns", "bin_start", "bin_end"}
+
+
+def _evidence_kind(name: str, values: Iterable[Any] = ()) -> str:
+    """Guess how to format an evidence column from its name (evidence columns are free-form) and, for
+    names that say nothing, from its values (text if any value is text)."""
+    low = name.lower()
+    if low in _TIME_NAMES:
+        return "time"
+    if low.endswith("_ns") or low in _NS_NAMES:
+        return "ns"
+    if low.endswith(("_pct", "%")) or low == "percent":
+        return "pct"
+    if low in ("share", "util", "utilization", "ratio", "occupancy") or low.endswith(("_share", "_occupancy")):
+        return "share"
+    if low == "bytes" or low.endswith("_bytes"):
+        return "bytes"
+    if low.endswith("throughput"):
+        return "bandwidth"
+    if any(isinstance(v, str) for v in values):
+        return "text"
+    return "auto"
+
+
+def _labelize(name: str) -> str:
+    text = name.replace("_", " ").strip()
+    return text[:1].upper() + text[1:] if text else name
+
+
+def _finding_views(
+    findings: list[Finding], window_ns: int, prefix: str, limits: Limits
+) -> tuple[tuple[FindingView, ...], dict[str, str]]:
+    ranked = rank(list(findings))
+    anchors: dict[str, str] = {}
+    seen: dict[str, int] = {}
+    for f in ranked:
+        base = f"{prefix}{f.key}"
+        n = seen.get(base, 0) + 1
+        seen[base] = n
+        anchors.setdefault(f.key, base if n == 1 else f"{base}-{n}")
+    titles = {f.key: f.title for f in ranked}
+    for f in ranked:  # a relation may name a finding by its rule instead of its key
+        anchors.setdefault(f.rule, anchors[f.key])
+        titles.setdefault(f.rule, f.title)
+    shown = ranked[: limits.findings]
+    views = []
+    seen.clear()
+    for i, f in enumerate(shown, start=1):
+        base = f"{prefix}{f.key}"
+        n = seen.get(base, 0) + 1
+        seen[base] = n
+        anchor = base if n == 1 else f"{base}-{n}"
+        rows = tuple(
+            tuple(_cell(v, limits.cell_chars) for v in row[: len(f.evidence_columns)])
+            for row in f.evidence[: limits.evidence_rows]
+        )
+        columns = tuple(
+            Column(c, _labelize(c), _evidence_kind(c, (r[i] for r in rows if i < len(r))))
+            for i, c in enumerate(f.evidence_columns)
+        )
+        total = max(int(f.evidence_total or 0), len(f.evidence))
+        evidence = EvidenceTable(columns, rows, total)
+        impact_pct = f.impact_pct
+        if impact_pct is None and f.impact_ns is not None and window_ns > 0:
+            impact_pct = 100.0 * f.impact_ns / window_ns
+        record = replace(f, evidence=tuple(f.evidence[: limits.evidence_rows])).to_dict()
+        record["evidence"] = {
+            "columns": list(f.evidence_columns),
+            "rows": [[_py(v) for v in row] for row in f.evidence[: limits.evidence_rows]],
+            "total_rows": total,
+        }
+        record = {k: _py(v) if k in ("metrics", "impact_pct", "impact_ns") else v for k, v in record.items()}
+        record["scope"] = _py(record["scope"])
+        views.append(
+            FindingView(
+                anchor=anchor,
+                key=f.key,
+                rank=i,
+                rule=f.rule,
+                id=f.id,
+                severity=str(f.severity),
+                title=f.title,
+                message=f.message,
+                category=f.category,
+                scope=f.scope.label(),
+                impact_ns=None if f.impact_ns is None else int(f.impact_ns),
+                impact_pct=None if impact_pct is None else float(impact_pct),
+                evidence=evidence,
+                what=f.what,
+                why=f.why,
+                fix=f.fix,
+                references=tuple(f.references),
+                explains=tuple(Link(titles.get(k, k), anchors.get(k, f"{prefix}{k}")) for k in f.explains),
+                explained_by=tuple(
+                    Link(titles.get(k, k), anchors.get(k, f"{prefix}{k}")) for k in f.explained_by
+                ),
+                record=record,
+            )
+        )
+    return tuple(views), anchors
+
+
+def _verdict(findings: list[Finding], window_ns: int, busy_share: float | None) -> tuple[str, int, int | None]:
+    """One line: what is wrong and what it is worth. Impacts of findings explained by another finding
+    are not added (they are the same lost time seen from another angle)."""
+    problems = [f for f in findings if f.severity >= Severity.WARNING]
+    notes = len(findings) - len(problems)
+    keys = {f.key for f in findings} | {f.rule for f in findings}
+    if not problems:
+        text = f"No problems found in {fmt_duration(window_ns)} analyzed"
+        if busy_share is not None:
+            text += f"; GPU busy {fmt_share(busy_share)}"
+        if notes:
+            text += f"; {plural(notes, 'note')}"
+        return text, 0, None
+    roots = [f for f in problems if not any(k in keys for k in f.explained_by)]
+    impacts = [int(f.impact_ns) for f in roots if f.impact_ns is not None]
+    biggest = rank(problems)[0].title
+    if not impacts:
+        return f"{plural(len(problems), 'problem')} (impact not estimable); biggest: {biggest}", len(problems), None
+    total = sum(impacts)
+    if window_ns > 0:
+        total = min(total, window_ns)
+    pct = f" ({fmt_pct(100.0 * total / window_ns)} of the analyzed time)" if window_ns > 0 else ""
+    text = f"{plural(len(problems), 'problem')} worth {fmt_ms(total)}{pct}; biggest: {biggest}"
+    return text, len(problems), total
+
+
+def _used_devices(trace: Any) -> set[int]:
+    """Devices that ran at least one kernel, copy or memset."""
+    used: set[int] = set()
+    for frame in (trace.kernels, trace.memcpy, trace.memset):
+        if len(frame) and "device" in frame.columns:
+            used |= {int(d) for d in pd.unique(frame["device"])}
+    return used
+
+
+def _gpu_label(trace: Any) -> tuple[str, dict[int, str], int]:
+    """``"2 x NVIDIA H100"`` for the devices that did work (``"(1 of 4 used)"`` when some idled),
+    device -> name, and the number of devices that did work."""
+    gpus = trace.gpus
+    names: dict[int, str] = {}
+    if len(gpus) and {"device", "name"} <= set(gpus.columns):
+        for dev, name in zip(gpus["device"].tolist(), gpus["name"].tolist()):
+            names[int(dev)] = str(name)
+    used = _used_devices(trace)
+    devices = used or set(names)
+    if not devices:
+        return "unknown GPU", names, 0
+    counts: dict[str, int] = {}
+    for dev in sorted(devices):
+        label = names.get(dev, "unknown GPU")
+        counts[label] = counts.get(label, 0) + 1
+    text = ", ".join(f"{n} \u00d7 {name}" if n > 1 else name for name, n in sorted(counts.items()))
+    known = set(names) | used
+    if used and len(known) > len(used):
+        text += f" ({len(used)} of {len(known)} used)"
+    return text, names, len(used)
+
+
+def _busy(analysis: Analysis, notes: list[str]) -> tuple[int | None, int]:
+    """Busy ns summed over devices inside the window, and the number of devices."""
+    w = analysis.window
+    try:
+        busy = _fact(analysis, "gpu_busy", ("device", "start", "end"))
+        start = busy["start"].clip(lower=w.start_ns).to_numpy(dtype="int64")
+        end = busy["end"].clip(upper=w.end_ns).to_numpy(dtype="int64")
+        total = int(np.clip(end - start, 0, None).sum())
+        return total, int(busy["device"].nunique())
+    except _Unavailable as err:
+        try:
+            util = _fact(analysis, "utilization", ("device", "busy_ns"))
+            return int(util["busy_ns"].sum()), int(util["device"].nunique())
+        except _Unavailable:
+            notes.append(f"GPU busy share not shown: {err}")
+            return None, 0
+
+
+def _kernel_time(analysis: Analysis) -> tuple[int | None, int | None]:
+    """Kernel time and count inside the window: from ``category_summary`` when available, else from the
+    kernels overlapping the window (clipped)."""
+    try:
+        cats = _fact(analysis, "category_summary", ("count", "total_ns"))
+        return int(cats["total_ns"].sum()), int(cats["count"].sum())
+    except _Unavailable:
+        pass
+    k = analysis.trace.kernels
+    if not len(k):
+        return 0, 0
+    w = analysis.window
+    start = k["start"].clip(lower=w.start_ns).to_numpy(dtype="int64")
+    end = k["end"].clip(upper=w.end_ns).to_numpy(dtype="int64")
+    inside = end > start
+    return int((end - start)[inside].sum()), int(inside.sum())
+
+
+def _rebin(starts: np.ndarray, ends: np.ndarray, busy: np.ndarray, width: np.ndarray, n: int):
+    """Merge consecutive bins so that at most ``n`` remain (busy time adds up, util is busy/width)."""
+    if len(starts) <= n:
+        util = np.divide(busy, width, out=np.zeros(len(busy)), where=width > 0)
+        return starts, ends, util
+    group = (np.arange(len(starts)) * n) // len(starts)
+    bounds = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
+    s = starts[bounds]
+    e = np.maximum.reduceat(ends, bounds)
+    b = np.add.reduceat(busy, bounds)
+    w = np.add.reduceat(width, bounds)
+    util = np.divide(b, w, out=np.zeros(len(b)), where=w > 0)
+    return s, e, util
+
+
+def _utilization(analysis: Analysis, names: dict[int, str], limits: Limits) -> UtilizationChart:
+    w = analysis.window
+    util = _fact(analysis, "utilization", ("device", "bin_start", "bin_end", "busy_ns"))
+    try:
+        gaps = _fact(analysis, "gpu_gaps", ("device", "start", "end", "duration"))
+    except _Unavailable:
+        gaps = None
+    devices = sorted(int(d) for d in pd.unique(util["device"]))
+    series = []
+    for dev in devices[: limits.devices]:
+        part = util[util["device"] == dev].sort_values("bin_start", kind="stable")
+        starts = part["bin_start"].to_numpy(dtype="int64")
+        ends = part["bin_end"].to_numpy(dtype="int64")
+        busy = part["busy_ns"].to_numpy(dtype="float64")
+        s, e, u = _rebin(starts, ends, busy, (ends - starts).astype("float64"), limits.util_bins)
+        dev_gaps: tuple[Span, ...] = ()
+        if gaps is not None and len(gaps):
+            g = gaps[gaps["device"] == dev]
+            g = g.sort_values(["duration", "start"], ascending=[False, True], kind="stable").head(limits.chart_gaps)
+            g = g.sort_values("start", kind="stable")
+            dev_gaps = tuple(
+                Span(int(a), int(b), f"idle {fmt_duration(int(d))}")
+                for a, b, d in zip(g["start"].tolist(), g["end"].tolist(), g["duration"].tolist())
+            )
+        series.append(
+            UtilSeries(
+                device=dev,
+                label=f"GPU {dev}" + (f" \u00b7 {names[dev]}" if dev in names else ""),
+                bin_start=tuple(int(x) for x in s),
+                bin_end=tuple(int(x) for x in e),
+                util=tuple(float(f"{x:.4f}") for x in u),
+                gaps=dev_gaps,
+            )
+        )
+    return UtilizationChart(
+        start_ns=int(w.start_ns),
+        end_ns=int(w.end_ns),
+        series=tuple(series),
+        lanes=_nvtx_lanes(analysis, limits),
+        devices_total=len(devices),
+        gaps_total=0 if gaps is None else len(gaps),
+    )
+
+
+def _nvtx_lanes(analysis: Analysis, limits: Limits) -> tuple[NvtxLane, ...]:
+    """Top-level NVTX ranges in the window, on the threads that spend the most time inside them."""
+    nvtx = analysis.trace.nvtx
+    need = {"start", "end", "text", "kind", "pid", "tid", "depth"}
+    if not len(nvtx) or not need <= set(nvtx.columns):
+        return ()
+    w = analysis.window
+    top = nvtx[(nvtx["depth"] == 0) & (nvtx["kind"] != "mark") & (nvtx["end"] > w.start_ns) & (nvtx["start"] < w.end_ns)]
+    if not len(top):
+        return ()
+    top = top.assign(
+        _s=top["start"].clip(lower=w.start_ns), _e=top["end"].clip(upper=w.end_ns)
+    )
+    top = top.assign(_d=top["_e"] - top["_s"])
+    per_thread = (
+        top.groupby(["pid", "tid"], sort=True)["_d"].sum().reset_index()
+        .sort_values(["_d", "pid", "tid"], ascending=[False, True, True], kind="stable")
+    )
+    lanes = []
+    for pid, tid in zip(per_thread["pid"].tolist()[: limits.nvtx_lane_threads],
+                        per_thread["tid"].tolist()[: limits.nvtx_lane_threads]):
+        part = top[(top["pid"] == pid) & (top["tid"] == tid)]
+        keep = part.sort_values(["_d", "_s"], ascending=[False, True], kind="stable").head(limits.nvtx_lane_ranges)
+        keep = keep.sort_values("_s", kind="stable")
+        spans = tuple(
+            Span(int(a), int(b), truncate(str(t), limits.cell_chars))
+            for a, b, t in zip(keep["_s"].tolist(), keep["_e"].tolist(), keep["text"].tolist())
+        )
+        lanes.append(NvtxLane(f"NVTX \u00b7 pid {int(pid)} / tid {int(tid)}", spans, len(part)))
+    return tuple(lanes)
+
+
+def _categories(analysis: Analysis, limits: Limits) -> tuple[BarChart, Table]:
+    cats = _fact(analysis, "category_summary", ("category", "count", "total_ns", "share"))
+    cats = cats.sort_values(["total_ns", "category"], ascending=[False, True], kind="stable")
+    head = cats.head(limits.categories)
+    bars = tuple(
+        Bar(truncate(str(c), 60), float(t), float(s) if pd.notna(s) else 0.0, int(n))
+        for c, t, s, n in zip(head["category"].tolist(), head["total_ns"].tolist(),
+                              head["share"].tolist(), head["count"].tolist())
+    )
+    table = _table(
+        cats,
+        (Column("category", "Category", "text"), Column("count", "Kernels", "int"),
+         Column("total_ns", "GPU time", "ns"), Column("share", "Share", "share")),
+        limits.categories, limits.cell_chars,
+    )
+    return BarChart("GPU time by kernel category", bars, len(cats)), table
+
+
+def _top_kernels(analysis: Analysis, limits: Limits) -> Table:
+    cols = (
+        Column("name", "Kernel", "code"), Column("category", "Category", "text"), Column("count", "Calls", "int"),
+        Column("total_ns", "Total", "ns"), Column("mean_ns", "Mean", "ns"), Column("median_ns", "Median", "ns"),
+        Column("share", "Share", "share"),
+    )
+    frame = _fact(analysis, "top_kernels", [c.key for c in cols])
+    frame = frame.sort_values(["total_ns", "name"], ascending=[False, True], kind="stable")
+    return _table(frame, cols, limits.top_kernels, limits.cell_chars, "sorted by total GPU time")
+
+
+def _nvtx(analysis: Analysis, limits: Limits) -> tuple[tuple[PairedBar, ...], Table]:
+    cols = (
+        Column("path", "NVTX range", "code"), Column("count", "Count", "int"), Column("cpu_ns", "CPU time", "ns"),
+        Column("gpu_ns", "GPU time", "ns"), Column("kernel_count", "Kernels", "int"),
+    )
+    frame = _fact(analysis, "nvtx_projection", ("name", "path", "count", "cpu_ns", "gpu_ns", "kernel_count"))
+    frame = frame.sort_values(["cpu_ns", "path"], ascending=[False, True], kind="stable")
+    head = frame.head(limits.nvtx_chart_rows)
+    bars = tuple(
+        PairedBar(truncate(str(p), 80), int(c), int(g))
+        for p, c, g in zip(head["path"].tolist(), head["cpu_ns"].fillna(0).tolist(), head["gpu_ns"].fillna(0).tolist())
+    )
+    table = _table(frame, cols, limits.nvtx_rows, limits.cell_chars, "sorted by CPU time")
+    return bars, table
+
+
+def _gaps(analysis: Analysis, devices: int, limits: Limits) -> GapSummary:
+    cols = (
+        Column("device", "GPU", "int"), Column("start", "At", "time"), Column("duration", "Idle", "ns"),
+        Column("prev_op", "After", "code"), Column("next_op", "Before", "code"),
+        Column("host_nvtx_path", "Host NVTX range", "code"), Column("host_api", "Host API", "code"),
+    )
+    gaps = _fact(analysis, "gpu_gaps", ("device", "start", "end", "duration"))
+    ordered = gaps.sort_values(["duration", "start", "device"], ascending=[False, True, True], kind="stable")
+    dur = gaps["duration"].to_numpy(dtype="float64")
+    window = analysis.window.duration_ns * max(1, devices)
+    return GapSummary(
+        count=len(gaps),
+        total_ns=int(dur.sum()) if len(dur) else 0,
+        largest_ns=int(dur.max()) if len(dur) else 0,
+        median_ns=float(np.median(dur)) if len(dur) else 0.0,
+        share=(float(dur.sum()) / window) if window > 0 else None,
+        table=_table(ordered, cols, limits.gap_rows, limits.cell_chars, "longest first"),
+    )
+
+
+_PHASE_KNOWN: tuple[Column, ...] = (
+    Column("name", "Phase", "text"), Column("path", "Path", "code"), Column("count", "Count", "int"),
+    Column("cpu_ns", "CPU time", "ns"), Column("cpu_total_ns", "CPU time", "ns"),
+    Column("cpu_mean_ns", "CPU mean", "ns"), Column("cpu_p95_ns", "CPU p95", "ns"),
+    Column("gpu_ns", "GPU time", "ns"), Column("busy_share", "GPU busy", "share"),
+    Column("kernel_count", "Kernels", "int"), Column("top_kernel", "Top kernel", "code"),
+)
+_PHASE_MAX_COLUMNS = 10
+
+
+def _phases(frame: pd.DataFrame, limits: Limits) -> Table:
+    """The optional ``phases`` fact: the known columns that are present (in a fixed order), then other
+    columns formatted by their names, up to a readable width (the JSON report has the same columns)."""
+    cols = [c for c in _PHASE_KNOWN if c.key in frame.columns]
+    known = {c.key for c in _PHASE_KNOWN}
+    if len(cols) < 4:  # an unfamiliar phases table: show what it has
+        cols += [
+            Column(str(c), _labelize(str(c)), _evidence_kind(str(c), frame[c].head(limits.phase_rows).tolist()))
+            for c in frame.columns if c not in known
+        ]
+    return _table(frame, cols[:_PHASE_MAX_COLUMNS], limits.phase_rows, limits.cell_chars)
+
+
+def _ncu(ncu: Any, limits: Limits) -> tuple[Table, RooflineChart | None]:
+    frame = getattr(ncu, "kernels", None)
+    if not isinstance(frame, pd.DataFrame):
+        raise _Unavailable("Nsight Compute data has no 'kernels' table")
+    missing = [c for c in NCU_COLUMNS if c not in frame.columns]
+    if missing:
+        raise _Unavailable(f"Nsight Compute kernels lack columns {', '.join(missing)}")
+    frame = frame.copy()
+    order_key = "matched_ns" if "matched_ns" in frame.columns else "duration_ns"
+    frame = frame.sort_values([order_key, "name"], ascending=[False, True], kind="stable")
+    roof = np.minimum(frame["peak_flops"].astype("float64"),
+                      frame["arithmetic_intensity"].astype("float64") * frame["peak_bandwidth"].astype("float64"))
+    frame["roof_share"] = frame["achieved_flops"].astype("float64") / roof.where(roof > 0)
+    cols = [
+        Column("name", "Kernel", "code"), Column("duration_ns", "Duration", "ns"),
+        Column("arithmetic_intensity", "Intensity", "intensity"), Column("achieved_flops", "Achieved", "flops"),
+        Column("roof_share", "Of roofline", "share"), Column("sm_throughput_pct", "SM throughput", "pct"),
+        Column("memory_throughput_pct", "Memory throughput", "pct"),
+    ]
+    if "matched_ns" in frame.columns:
+        cols.insert(2, Column("matched_ns", "Timeline time", "ns"))
+    table = _table(frame, cols, limits.ncu_rows, limits.cell_chars, "Nsight Compute per-kernel metrics")
+    ai = frame["arithmetic_intensity"].astype("float64")
+    fl = frame["achieved_flops"].astype("float64")
+    ok = frame[(ai > 0) & (fl > 0) & np.isfinite(ai) & np.isfinite(fl)]
+    pf = frame["peak_flops"].astype("float64")
+    pb = frame["peak_bandwidth"].astype("float64")
+    pf, pb = pf[(pf > 0) & np.isfinite(pf)], pb[(pb > 0) & np.isfinite(pb)]
+    if not len(ok) or not len(pf) or not len(pb):
+        return table, None
+    points = tuple(
+        RooflinePoint(truncate(str(n), limits.cell_chars), float(a), float(f), float(d) if pd.notna(d) else 0.0)
+        for n, a, f, d in zip(ok["name"].tolist()[: limits.roofline_points],
+                              ok["arithmetic_intensity"].tolist(), ok["achieved_flops"].tolist(),
+                              ok["duration_ns"].tolist())
+    )
+    return table, RooflineChart(float(pf.max()), float(pb.max()), points, len(ok))
+
+
+def _flat_parameters(params: Any, prefix: str = "") -> tuple[tuple[str, str], ...]:
+    """``{"rule": {"param": 1}}`` -> ``(("rule.param", "1"),)``, sorted; values as text."""
+    out: list[tuple[str, str]] = []
+    for key, value in (params or {}).items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out += _flat_parameters(value, f"{name}.")
+        else:
+            out.append((name, str(_py(value))))
+    return tuple(sorted(out))
+
+
+def _section(analysis: Analysis, index: int, multi: bool, limits: Limits) -> TraceSection:
+    trace, window = analysis.trace, analysis.window
+    notes: list[str] = []
+    gpus, names, used = _gpu_label(trace)
+    busy_ns, busy_devices = _busy(analysis, notes)
+    devices = max(busy_devices, used)
+    busy_share = None
+    if busy_ns is not None and window.duration_ns > 0 and devices > 0:
+        busy_share = busy_ns / (window.duration_ns * devices)
+    kernel_ns, kernel_count = _kernel_time(analysis)
+    prefix = f"t{index}-" if multi else ""
+    findings, _ = _finding_views(analysis.findings, window.duration_ns, prefix, limits)
+    verdict, problems, impact = _verdict(analysis.findings, window.duration_ns, busy_share)
+    counts = {s: 0 for s in _SEVERITY_ORDER}
+    for f in analysis.findings:
+        counts[str(f.severity)] = counts.get(str(f.severity), 0) + 1
+    info = trace.info
+    header = Header(
+        trace_name=trace.name,
+        trace_path=str(info.path),
+        source_format=info.source_format,
+        nsys_version=info.nsys_version or "unknown",
+        hostname=info.hostname or "",
+        gpus=gpus,
+        window_start_ns=int(window.start_ns),
+        window_end_ns=int(window.end_ns),
+        window_source=window.source,
+        window_description=window.description,
+        setup_ns=int(window.setup_ns),
+        trace_duration_ns=int(info.duration_ns),
+        analyzed_ns=int(window.duration_ns),
+        gpu_busy_ns=busy_ns,
+        gpu_busy_share=busy_share,
+        kernel_ns=kernel_ns,
+        kernel_count=kernel_count,
+        device_count=devices,
+        verdict=verdict,
+        problems=problems,
+        problem_impact_ns=impact,
+        counts=tuple((s, counts[s]) for s in _SEVERITY_ORDER),
+        rules_file=analysis.rules_file,
+        parameters=_flat_parameters(analysis.parameters),
+    )
+    parts: dict[str, Any] = {}
+
+    def attempt(label: str, build: Any) -> None:
+        try:
+            build()
+        except _Unavailable as err:
+            notes.append(f"{label} not shown: {err}")
+
+    def util() -> None:
+        parts["utilization"] = _utilization(analysis, names, limits)
+
+    def cats() -> None:
+        parts["categories"], parts["category_table"] = _categories(analysis, limits)
+
+    def kernels() -> None:
+        parts["top_kernels"] = _top_kernels(analysis, limits)
+
+    def nvtx() -> None:
+        parts["nvtx_chart"], parts["nvtx"] = _nvtx(analysis, limits)
+
+    def gaps() -> None:
+        parts["gaps"] = _gaps(analysis, devices, limits)
+
+    attempt("GPU utilization chart", util)
+    attempt("Kernel categories", cats)
+    attempt("Top kernels", kernels)
+    attempt("NVTX ranges", nvtx)
+    attempt("Idle gaps", gaps)
+    phases = _optional_fact(analysis, "phases")
+    if phases is not None:
+        parts["phases"] = _phases(phases, limits)
+    if analysis.ncu is not None:
+        def ncu() -> None:
+            parts["ncu"], parts["roofline"] = _ncu(analysis.ncu, limits)
+
+        attempt("Nsight Compute metrics", ncu)
+    return TraceSection(
+        index=index,
+        anchor=f"trace-{index}",
+        header=header,
+        findings=findings,
+        findings_total=len(analysis.findings),
+        notes=tuple(notes),
+        **parts,
+    )
+
+
+def _comparison(sections: Sequence[TraceSection]) -> ComparisonTable:
+    cols = (
+        Column("trace", "Trace", "text"), Column("analyzed_ns", "Window", "ns"),
+        Column("gpu_busy_share", "GPU busy", "share"), Column("kernel_ns", "Kernel time", "ns"),
+        Column("top_category", "Top category", "text"), Column("error", "Errors", "int"),
+        Column("warning", "Warnings", "int"), Column("info", "Info", "int"),
+        Column("top_finding", "Top finding", "text"),
+    )
+    rows = []
+    for s in sections:
+        h = s.header
+        counts = dict(h.counts)
+        top_cat = s.categories.bars[0].label if s.categories and s.categories.bars else None
+        top = Link(s.findings[0].title, s.findings[0].anchor) if s.findings else None
+        rows.append((
+            Link(h.trace_name, s.anchor), h.analyzed_ns, _py(h.gpu_busy_share), h.kernel_ns, top_cat,
+            counts.get("error", 0), counts.get("warning", 0), counts.get("info", 0), top,
+        ))
+    return ComparisonTable(cols, tuple(rows), len(rows))
+
+
+def build_report(
+    analyses: list[Analysis],
+    *,
+    title: str | None = None,
+    created: datetime | None = None,
+    limits: Limits = Limits(),
+) -> ReportView:
+    """Build the view model of one report over one or more analyses (one section per trace, plus a
+    comparison table when there are several)."""
+    from analyzer import __version__
+
+    if not analyses:
+        raise ValueError("build_report needs at least one analysis")
+    multi = len(analyses) > 1
+    sections = tuple(_section(a, i, multi, limits) for i, a in enumerate(analyses, start=1))
+    if title is None:
+        title = (
+            f"GPU trace diagnosis: {sections[0].header.trace_name}" if not multi
+            else f"GPU trace diagnosis: {len(sections)} traces"
+        )
+    if multi:
+        problems = sum(s.header.problems for s in sections)
+        worst = max(sections, key=lambda s: (s.header.problem_impact_ns or 0, s.header.problems, -s.index))
+        verdict = f"{len(sections)} traces, {plural(problems, 'problem')} in total"
+        if worst.header.problems:
+            verdict += f"; most to gain in {worst.header.trace_name}: {worst.header.verdict}"
+    else:
+        verdict = sections[0].header.verdict
+    when = created or datetime.now(timezone.utc)
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return ReportView(
+        title=title,
+        created=when.replace(microsecond=0),
+        tool_version=__version__,
+        verdict=verdict,
+        traces=sections,
+        comparison=_comparison(sections) if multi else None,
+        limits=limits,
+    )

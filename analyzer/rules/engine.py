@@ -1,0 +1,268 @@
+"""Evaluate a rule pack over a fact store: rows -> scope groups -> findings.
+
+For each rule: read its source fact (only the facts selected rules need are ever computed), filter
+rows with ``where``, group them by the scope keys, evaluate ``let`` / ``condition`` / ``impact`` as
+one vectorized value per group, and turn each firing group into a :class:`Finding` with capped
+evidence. Then link findings (``explains``) whose evidence time intervals overlap, and rank.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analyzer.analysis import FactSource, Window
+from analyzer.findings import Finding, Scope, rank
+from analyzer.rules.expr import Env, EvalError, Expr, ExprError
+from analyzer.rules.expr import evaluate as eval_expr
+from analyzer.rules.model import SCOPES, Rule, RuleEvaluationError, RulePack
+from analyzer.rules.templates import render
+
+_SCOPE_FIELDS = {"device": "device", "stream": "stream", "nvtx_path": "nvtx_path", "name": "kernel"}
+
+
+@dataclass(frozen=True)
+class _Fired:
+    finding: Finding
+    intervals: tuple[np.ndarray, np.ndarray] | None  # merged, sorted [start, end) of the group's rows
+
+
+def builtins_for(window: Window, scalars: Mapping[str, float]) -> dict[str, Any]:
+    """Values of :data:`analyzer.rules.model.BUILTINS` for this window and trace."""
+    out: dict[str, Any] = {
+        "window_ns": window.duration_ns,
+        "window_start": window.start_ns,
+        "window_end": window.end_ns,
+        "setup_ns": window.setup_ns,
+    }
+    gpus = scalars.get("gpu_count", scalars.get("device_count"))
+    if gpus is not None:
+        out["gpu_count"] = gpus
+    return out
+
+
+def evaluate(pack: RulePack, store: FactSource, window: Window, scalars: Mapping[str, float]) -> list[Finding]:
+    """Findings of every rule in ``pack``, linked and ranked. Raises :class:`RuleEvaluationError`
+    naming the rule when a rule cannot be evaluated on this trace."""
+    fired: list[_Fired] = []
+    for rule in pack.rules:
+        fired += evaluate_rule(rule, store, window, scalars)
+    return rank(_link(pack, fired))
+
+
+def evaluate_rule(rule: Rule, store: FactSource, window: Window, scalars: Mapping[str, float]) -> list[_Fired]:
+    def fail(what: str, cause: BaseException | None = None) -> RuleEvaluationError:
+        err = RuleEvaluationError(f"{rule.id} ({rule.name}): {what}", file=rule.file or None, line=rule.line)
+        err.rule_id = rule.id
+        err.__cause__ = cause
+        return err
+
+    try:
+        frame = store.get(rule.source)
+    except Exception as err:
+        raise fail(f'cannot compute fact "{rule.source}": {err}', err) from err
+    missing = [c for c in rule.columns if c not in frame.columns]
+    if missing:
+        raise fail(f'fact "{rule.source}" has no column(s) {", ".join(missing)} on this trace')
+
+    consts: dict[str, Any] = {**dict(scalars), **builtins_for(window, scalars), **rule.params}
+    rows = frame.reset_index(drop=True)
+    env = Env(consts=consts, rows=rows, fact=store.get)
+
+    def run(field: str, expr: Expr) -> Any:
+        try:
+            return eval_expr(expr, env)
+        except (EvalError, ExprError) as err:
+            raise fail(f"{field} ({expr.source.strip()}): {err}", err) from None
+        except RuleEvaluationError:
+            raise
+        except Exception as err:
+            raise fail(f"{field} ({expr.source.strip()}): {type(err).__name__}: {err}", err) from err
+
+    if rule.where is not None:
+        mask = _per_row(run("where", rule.where), len(rows))
+        rows = rows[mask].reset_index(drop=True)
+        env.rows = rows
+    env.codes, env.keys = _groups(rows, rule)
+    ngroups = env.ngroups
+    if ngroups == 0:
+        return []
+    for name, expr in rule.lets:
+        env.lets[name] = _per_group(run(f"let.{name}", expr), ngroups)
+    fire = _per_group(run("condition", rule.condition), ngroups).fillna(False).astype(bool).to_numpy()
+    if not fire.any():
+        return []
+    impact = None
+    if rule.impact is not None:
+        impact = pd.to_numeric(_per_group(run("impact", rule.impact), ngroups), errors="coerce").to_numpy(float)
+    return _findings(rule, env, np.flatnonzero(fire), impact, window, fail)
+
+
+def _per_row(value: Any, n: int) -> np.ndarray:
+    if isinstance(value, pd.Series):
+        return value.fillna(False).astype(bool).to_numpy()
+    return np.full(n, bool(value))
+
+
+def _per_group(value: Any, ngroups: int) -> pd.Series:
+    if isinstance(value, pd.Series):
+        return value.reset_index(drop=True)
+    return pd.Series([_py(value)] * ngroups)
+
+
+def _groups(rows: pd.DataFrame, rule: Rule) -> tuple[np.ndarray, pd.DataFrame]:
+    """Group code per row and one row of canonical key values per group (trace scope: one group,
+    even with no rows, so that ``count() == 0`` can fire)."""
+    canonical = SCOPES[rule.scope]
+    if not canonical:
+        return np.zeros(len(rows), dtype=np.int64), pd.DataFrame(index=range(1))
+    if rows.empty:
+        return np.zeros(0, dtype=np.int64), pd.DataFrame(columns=list(canonical))
+    codes = rows.groupby(list(rule.key_columns), sort=True, dropna=False).ngroup().to_numpy()
+    first = pd.Series(np.arange(len(rows))).groupby(codes).first().to_numpy()
+    keys = rows.iloc[first][list(rule.key_columns)].reset_index(drop=True)
+    keys.columns = list(canonical)
+    return codes, keys
+
+
+def _time_intervals(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
+    if "start" not in rows.columns:
+        return None
+    start = pd.to_numeric(rows["start"], errors="coerce").to_numpy(float)
+    if "end" in rows.columns:
+        end = pd.to_numeric(rows["end"], errors="coerce").to_numpy(float)
+    elif "duration" in rows.columns:
+        end = start + pd.to_numeric(rows["duration"], errors="coerce").to_numpy(float)
+    else:
+        return None
+    return start, end
+
+
+def _merge(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted, disjoint [start, end) intervals covering the input (vectorized)."""
+    ok = np.isfinite(start) & np.isfinite(end) & (end > start)
+    start, end = start[ok], end[ok]
+    if len(start) == 0:
+        return start, end
+    order = np.argsort(start, kind="stable")
+    start, end = start[order], end[order]
+    reach = np.maximum.accumulate(end)
+    new = np.r_[True, start[1:] >= reach[:-1]]
+    return start[new], np.maximum.reduceat(end, np.flatnonzero(new))
+
+
+def _overlap(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> bool:
+    a_start, a_end = a
+    b_start, b_end = b
+    if len(a_start) == 0 or len(b_start) == 0:
+        return False
+    idx = np.searchsorted(b_end, a_start, side="right")  # first b interval ending after each a start
+    valid = idx < len(b_end)
+    return bool(np.any(b_start[idx[valid]] < a_end[valid]))
+
+
+def _findings(rule: Rule, env: Env, fired: np.ndarray, impact: np.ndarray | None, window: Window,
+              fail: Any) -> list[_Fired]:
+    rows, codes = env.rows, env.codes
+    assert codes is not None and env.keys is not None
+    positions = np.flatnonzero(np.isin(codes, fired))
+    if rule.evidence.sort and len(positions):
+        cols = [c for c, _ in rule.evidence.sort]
+        asc = [a for _, a in rule.evidence.sort]
+        positions = rows.iloc[positions].sort_values(cols, ascending=asc, kind="stable").index.to_numpy()
+    group_of = codes[positions]
+    order = np.argsort(group_of, kind="stable")
+    positions, group_of = positions[order], group_of[order]
+    bounds = np.searchsorted(group_of, fired, side="left"), np.searchsorted(group_of, fired, side="right")
+    intervals = _time_intervals(rows)
+    window_ns = window.duration_ns
+    out = []
+    for i, g in enumerate(fired):
+        mine = positions[bounds[0][i]:bounds[1][i]]
+        keys = {k: _py(v) for k, v in env.keys.iloc[g].items()}
+        lets = {name: _py(value.iloc[g]) for name, value in env.lets.items()}
+        values = {**{k: _py(v) for k, v in env.consts.items()}, **keys, **lets}
+        try:
+            message = render(rule.template, values) if rule.template is not None else rule.message
+        except ExprError as err:
+            raise fail(f"message: {err.message}", err) from None
+        impact_ns = None
+        if impact is not None and math.isfinite(impact[g]):
+            impact_ns = max(0, int(np.rint(impact[g])))
+        evidence = rows.iloc[mine[: rule.evidence.limit]][list(rule.evidence.columns)]
+        finding = Finding(
+            rule=rule.name,
+            id=rule.id,
+            severity=rule.severity,
+            title=rule.title,
+            message=message,
+            category=rule.category,
+            scope=Scope(kind=rule.scope, **{_SCOPE_FIELDS[k]: _scope_value(k, v) for k, v in keys.items()}),
+            impact_ns=impact_ns,
+            impact_pct=(impact_ns / window_ns * 100.0) if impact_ns is not None and window_ns > 0 else None,
+            evidence_columns=rule.evidence.columns,
+            evidence=tuple(tuple(_py(v) for v in row) for row in evidence.itertuples(index=False, name=None)),
+            evidence_total=len(mine),
+            what=rule.what,
+            why=rule.why,
+            fix=rule.fix,
+            references=rule.references,
+            metrics=lets,
+        )
+        spans = _merge(intervals[0][mine], intervals[1][mine]) if intervals is not None else None
+        out.append(_Fired(finding, spans))
+    return out
+
+
+def _scope_value(key: str, value: Any) -> Any:
+    if value is None:
+        return None
+    if key in ("device", "stream"):
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            return None
+    return str(value)
+
+
+def _link(pack: RulePack, fired: list[_Fired]) -> list[Finding]:
+    """Fill ``explains`` / ``explained_by``: rule R lists ``explains: [T]``; a finding of R explains a
+    finding of T when both fired, they are on the same device (where both have one), and their
+    evidence time intervals overlap (or either has no time columns)."""
+    by_rule: dict[str, list[int]] = {}
+    for i, item in enumerate(fired):
+        by_rule.setdefault(item.finding.rule, []).append(i)
+    explains: dict[int, list[str]] = {}
+    explained_by: dict[int, list[str]] = {}
+    for rule in pack.rules:
+        for target in rule.explains:
+            target_name = pack.get(target).name
+            for i in by_rule.get(rule.name, []):
+                for j in by_rule.get(target_name, []):
+                    a, b = fired[i], fired[j]
+                    da, db = a.finding.scope.device, b.finding.scope.device
+                    if da is not None and db is not None and da != db:
+                        continue
+                    if a.intervals is not None and b.intervals is not None and not _overlap(a.intervals, b.intervals):
+                        continue
+                    explains.setdefault(i, []).append(b.finding.key)
+                    explained_by.setdefault(j, []).append(a.finding.key)
+    return [
+        replace(item.finding, explains=tuple(explains.get(i, ())), explained_by=tuple(explained_by.get(i, ())))
+        for i, item in enumerate(fired)
+    ]
+
+
+def _py(value: Any) -> Any:
+    """Plain Python value for messages, evidence and JSON (NaN/NaT -> None)."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None if math.isnan(value) else value
+    if value is pd.NaT or (not isinstance(value, (str, bytes, list, tuple, dict)) and pd.isna(value)):
+        return None
+    return value

@@ -1,0 +1,588 @@
+"""Rule expressions: a tiny, whitelisted, vectorized language on top of Python's expression syntax.
+
+Safety argument (the whole file is the audit surface):
+
+1. The text is parsed with ``ast.parse(mode="eval")``; nothing is ever compiled or executed by Python.
+2. :func:`compile_expr` walks the tree once and refuses every node type not listed in
+   ``_ALLOWED_NODES`` (no attributes, subscripts, lambdas, comprehensions, f-strings, keywords...),
+   every name that is not a known column / parameter / built-in / let, every function that is not in
+   the tables below, names starting with ``_``, ``**`` with anything but a small literal exponent,
+   regexes that can backtrack catastrophically, and trees that are too big or too deep.
+3. :func:`evaluate` walks the same tree again and maps each allowed node to a numpy/pandas operation;
+   it raises on anything else (defense in depth), and refuses arithmetic on text.
+
+Two levels: *row* expressions (``where`` and aggregate arguments) are evaluated as pandas Series over
+the rows of the rule's source fact; *group* expressions (``let``, ``condition``, ``impact``) are
+evaluated as Series with one value per scope group (aggregates turn rows into groups).
+"""
+from __future__ import annotations
+
+import ast
+import builtins
+import difflib
+import math
+import operator
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analyzer.rules.units import BYTE_UNITS, DURATION_UNITS, literal_value
+
+MAX_SOURCE_CHARS = 2000
+MAX_NODES = 400
+MAX_DEPTH = 40
+MAX_EXPONENT = 64
+MAX_STRING_CHARS = 500
+MAX_PATTERN_CHARS = 200
+
+#: aggregate -> (min args, max args). ``min``/``max`` with one argument are aggregates, with two they
+#: are the element-wise minimum/maximum.
+AGGREGATES: dict[str, tuple[int, int]] = {
+    "count": (0, 0),
+    "sum": (1, 1),
+    "mean": (1, 1),
+    "median": (1, 1),
+    "min": (1, 1),
+    "max": (1, 1),
+    "p": (2, 2),
+    "any": (1, 1),
+    "all": (1, 1),
+    "share": (1, 1),
+    "nunique": (1, 1),
+    "first": (1, 1),
+}
+_ELEMENTWISE: dict[str, tuple[int, Callable[..., Any]]] = {
+    "abs": (1, np.abs),
+    "sqrt": (1, np.sqrt),
+    "log10": (1, np.log10),
+    "clip": (3, np.clip),
+    "min": (2, np.minimum),
+    "max": (2, np.maximum),
+}
+#: f(value, "text"): the second argument is a string literal or a ``text`` parameter.
+TEXT_FUNCTIONS: tuple[str, ...] = ("matches", "startswith", "contains")
+#: Other facts, aggregated over the rows that share the group's scope keys (whole fact otherwise).
+FACT_FUNCTIONS: dict[str, int] = {"fact_count": 1, "fact_sum": 2, "fact_min": 2, "fact_max": 2, "fact_mean": 2}
+
+FUNCTION_DOCS: dict[str, str] = {
+    "count()": "rows in the group",
+    "sum(x)": "sum of x over the group's rows",
+    "mean(x) / median(x) / min(x) / max(x)": "statistics of x over the group's rows",
+    "p(x, q)": "q-th percentile of x (q a number literal 0..100)",
+    "any(c) / all(c)": "whether some / every row satisfies condition c",
+    "share(c)": "fraction of the group's rows satisfying c (0..1)",
+    "nunique(x)": "distinct values of x",
+    "first(x)": "x on the group's first row (the fact's order)",
+    "abs(x), sqrt(x), log10(x)": "element-wise math",
+    "min(a, b), max(a, b), clip(x, lo, hi)": "element-wise minimum / maximum / clamp",
+    'matches(x, "regex")': "x contains a match of the regex (length-limited, no nested repeats)",
+    'startswith(x, "text"), contains(x, "text")': "plain text tests",
+    'fact_count("fact")': "rows of another fact in this group (same scope keys) or in the whole fact",
+    'fact_sum("fact", "col")': "likewise fact_min, fact_max, fact_mean: a column of another fact",
+}
+
+_BINOPS: dict[type, Callable[..., Any]] = {
+    ast.Add: np.add,
+    ast.Sub: np.subtract,
+    ast.Mult: np.multiply,
+    ast.Div: np.true_divide,
+    ast.FloorDiv: np.floor_divide,
+    ast.Mod: np.mod,
+    ast.Pow: np.power,
+}
+_COMPARE: dict[type, Callable[[Any, Any], Any]] = {
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+}
+_ALLOWED_NODES = (
+    ast.Expression, ast.Constant, ast.Name, ast.Load, ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Compare,
+    ast.Call, ast.IfExp, ast.And, ast.Or, ast.Not, ast.USub, ast.UAdd,
+    *_BINOPS, *_COMPARE,
+)
+
+_NUM = r"(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
+_UNIT_NAMES = "|".join(sorted({*DURATION_UNITS, *BYTE_UNITS}, key=len, reverse=True))
+_LITERALS = re.compile(
+    rf"""(?P<str>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')
+    |(?<![\w.])(?P<num>{_NUM})(?P<unit>{_UNIT_NAMES})(?!\w)
+    |(?<![\w.])(?P<pnum>{_NUM})%(?=\s*(?:$|[)\],<>=!+\-*/]|and\b|or\b|if\b|else\b))""",
+    re.VERBOSE,
+)
+
+
+class ExprError(Exception):
+    """An expression is invalid (``unsafe`` when it tried something a rule may never do)."""
+
+    def __init__(self, message: str, hint: str | None = None, *, unsafe: bool = False) -> None:
+        super().__init__(message)
+        self.message, self.hint, self.unsafe = message, hint, unsafe
+
+
+@dataclass(frozen=True)
+class Names:
+    """What an expression may read. ``consts``: parameters, built-ins, scalars (one value)."""
+
+    columns: frozenset[str] = frozenset()
+    consts: frozenset[str] = frozenset()
+    text_params: frozenset[str] = frozenset()
+    lets: frozenset[str] = frozenset()
+    keys: frozenset[str] = frozenset()
+    facts: Mapping[str, frozenset[str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Expr:
+    """A checked expression. ``text`` is ``source`` with unit literals rewritten to numbers."""
+
+    source: str
+    text: str
+    tree: ast.Expression = field(compare=False, repr=False)
+    level: str  # "row" | "group"
+    names: frozenset[str] = frozenset()
+    facts: frozenset[str] = frozenset()
+    regex_params: frozenset[str] = frozenset()  # text parameters used as matches() patterns
+
+
+def rewrite_units(source: str) -> str:
+    """``1ms`` -> ``1000000.0``, ``64KiB`` -> ``65536.0``, ``50%`` -> ``0.5`` (strings untouched).
+
+    A number directly followed by ``%`` is a percent unless an operand follows (``x % 2`` and
+    ``50 % 3`` stay modulo)."""
+
+    def replace(match: re.Match[str]) -> str:
+        if match["str"] is not None:
+            return match["str"]
+        if match["num"] is not None:
+            return repr(literal_value(match["num"], match["unit"]))
+        return repr(literal_value(match["pnum"], "%"))
+
+    return _LITERALS.sub(replace, source)
+
+
+def check_pattern(pattern: str) -> re.Pattern[str]:
+    """Compile a user regex after refusing what can backtrack catastrophically: long patterns,
+    back-references and a repeated group that itself contains a repeat or an alternation
+    (``(a+)+``, ``(a|aa)*``)."""
+    if len(pattern) > MAX_PATTERN_CHARS:
+        raise ExprError(f"regex is {len(pattern)} characters, over the limit of {MAX_PATTERN_CHARS}")
+    if re.search(r"\\[1-9]|\(\?P=", pattern):
+        raise ExprError("back-references are not allowed in rule regexes", unsafe=True)
+    stack = [[False]]  # per open group: does it contain a repeat or an alternation?
+    i = 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if ch == "[":  # character class: skip to its closing bracket
+            j = i + 1
+            if j < len(pattern) and pattern[j] == "^":
+                j += 1
+            if j < len(pattern) and pattern[j] == "]":
+                j += 1
+            while j < len(pattern) and pattern[j] != "]":
+                j += 2 if pattern[j] == "\\" else 1
+            i = j + 1
+            continue
+        if ch == "(":
+            stack.append([False])
+        elif ch == ")" and len(stack) > 1:
+            inner = stack.pop()[0]
+            repeated = i + 1 < len(pattern) and pattern[i + 1] in "*+{"
+            if inner and repeated:
+                raise ExprError(
+                    f"regex {pattern!r} repeats a group that contains a repeat or alternation "
+                    "(catastrophic backtracking)",
+                    "rewrite it without nested repeats, e.g. (ab)+ instead of (a+b)+",
+                    unsafe=True,
+                )
+            stack[-1][0] = stack[-1][0] or inner or repeated
+        elif ch in "*+{|":
+            stack[-1][0] = True
+        i += 1
+    try:
+        return re.compile(pattern)
+    except re.error as err:
+        raise ExprError(f"invalid regex {pattern!r}: {err}") from None
+
+
+# ---------------------------------------------------------------------------------------------------
+# static checking
+
+
+def compile_expr(source: object, level: str, names: Names) -> Expr:
+    """Parse and check ``source`` for ``level`` ("row": a ``where``; "group": let/condition/impact)."""
+    if isinstance(source, bool):
+        source = "True" if source else "False"
+    if not isinstance(source, (str, int, float)):
+        raise ExprError(f"expected an expression, got {type(source).__name__}")
+    source = str(source)
+    if len(source) > MAX_SOURCE_CHARS:
+        raise ExprError(f"expression is {len(source)} characters, over the limit of {MAX_SOURCE_CHARS}")
+    text = rewrite_units(source)
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except SyntaxError as err:
+        raise ExprError(f"syntax error in {source.strip()!r}: {err.msg}") from None
+    except (RecursionError, MemoryError, ValueError):
+        raise ExprError("expression is too deeply nested", unsafe=True) from None
+    if sum(1 for _ in ast.walk(tree)) > MAX_NODES:
+        raise ExprError(f"expression has more than {MAX_NODES} parts; split it into lets", unsafe=True)
+    checker = _Checker(names)
+    checker.check(tree.body, row=level == "row", in_aggregate=False, depth=0)
+    return Expr(source=source, text=text, tree=tree, level=level,
+                names=frozenset(checker.used), facts=frozenset(checker.facts),
+                regex_params=frozenset(checker.regex_params))
+
+
+class _Checker:
+    def __init__(self, names: Names) -> None:
+        self.names = names
+        self.used: set[str] = set()
+        self.facts: set[str] = set()
+        self.regex_params: set[str] = set()
+
+    def check(self, node: ast.AST, *, row: bool, in_aggregate: bool, depth: int) -> None:
+        if depth > MAX_DEPTH:
+            raise ExprError(f"expression is nested more than {MAX_DEPTH} levels deep", unsafe=True)
+        if not isinstance(node, _ALLOWED_NODES):
+            raise ExprError(_describe_forbidden(node), unsafe=True)
+        if isinstance(node, ast.Constant):
+            _check_constant(node.value)
+        elif isinstance(node, ast.Name):
+            self._check_name(node.id, row=row, in_aggregate=in_aggregate)
+        elif isinstance(node, ast.Call):
+            self._check_call(node, row=row, in_aggregate=in_aggregate, depth=depth)
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
+            self.check(node.left, row=row, in_aggregate=in_aggregate, depth=depth + 1)
+            exponent = node.right
+            if isinstance(exponent, ast.UnaryOp) and isinstance(exponent.op, (ast.USub, ast.UAdd)):
+                exponent = exponent.operand
+            value = _literal_number(exponent)
+            if value is None or abs(value) > MAX_EXPONENT:
+                raise ExprError(f"the exponent of ** must be a number literal between -{MAX_EXPONENT} "
+                                f"and {MAX_EXPONENT}", unsafe=True)
+        else:
+            for child in ast.iter_child_nodes(node):
+                if not isinstance(child, (ast.operator, ast.unaryop, ast.boolop, ast.cmpop, ast.Load)):
+                    self.check(child, row=row, in_aggregate=in_aggregate, depth=depth + 1)
+                elif not isinstance(child, _ALLOWED_NODES):
+                    raise ExprError(_describe_forbidden(child), unsafe=True)
+
+    def _check_name(self, name: str, *, row: bool, in_aggregate: bool) -> None:
+        n = self.names
+        if name.startswith("_"):
+            raise ExprError(f"name {name!r} is not allowed (names starting with _ are reserved)", unsafe=True)
+        if name in n.consts or (row and name in n.columns) or (not row and name in n.keys | n.lets):
+            self.used.add(name)
+            return
+        if row and in_aggregate and name in n.lets | n.keys:
+            self.used.add(name)
+            return
+        if not row and name in n.columns:
+            raise ExprError(f'column "{name}" must be inside an aggregate here', f"e.g. sum({name}) or max({name})")
+        if row and name in n.lets:
+            raise ExprError(f'let "{name}" cannot be used in where (where filters rows before lets exist)')
+        visible = set(n.consts) | (set(n.columns) if row else set(n.keys | n.lets))
+        if in_aggregate:
+            visible |= n.lets | n.keys
+        best = _closest(name, visible | set(n.columns))
+        kind = "column" if best in n.columns else "name"
+        raise ExprError(f'unknown {kind} "{name}"', f'did you mean "{best}"?' if best else None)
+
+    def _check_call(self, node: ast.Call, *, row: bool, in_aggregate: bool, depth: int) -> None:
+        if not isinstance(node.func, ast.Name):
+            raise ExprError("only plain function calls such as sum(x) are allowed", unsafe=True)
+        if node.keywords:
+            raise ExprError(f"{node.func.id}() takes no keyword arguments", unsafe=True)
+        name, args = node.func.id, node.args
+        if name.startswith("_"):
+            raise ExprError(f"function {name!r} is not allowed", unsafe=True)
+        nargs = len(args)
+        if name in AGGREGATES and AGGREGATES[name][0] <= nargs <= AGGREGATES[name][1]:
+            if in_aggregate:
+                raise ExprError(f"aggregate {name}() inside another aggregate")
+            if row:
+                raise ExprError(f"aggregate {name}() is not allowed in where (where filters single rows)")
+            if name == "p":
+                q = _literal_number(args[1])
+                if q is None or not 0 <= q <= 100:
+                    raise ExprError("p(x, q): q must be a number literal between 0 and 100")
+                args = args[:1]
+            for arg in args:
+                self.check(arg, row=True, in_aggregate=True, depth=depth + 1)
+            return
+        if name in _ELEMENTWISE and _ELEMENTWISE[name][0] == nargs:
+            for arg in args:
+                self.check(arg, row=row, in_aggregate=in_aggregate, depth=depth + 1)
+            return
+        if name in TEXT_FUNCTIONS and nargs == 2:
+            self.check(args[0], row=row, in_aggregate=in_aggregate, depth=depth + 1)
+            pattern = args[1]
+            if isinstance(pattern, ast.Name) and pattern.id in self.names.text_params:
+                self.used.add(pattern.id)
+                if name == "matches":
+                    self.regex_params.add(pattern.id)
+            elif isinstance(pattern, ast.Constant) and isinstance(pattern.value, str):
+                _check_constant(pattern.value)
+                if name == "matches":
+                    check_pattern(pattern.value)
+            else:
+                raise ExprError(f"{name}(x, text): text must be a string literal or a text parameter")
+            return
+        if name in FACT_FUNCTIONS and nargs == FACT_FUNCTIONS[name]:
+            if row:
+                raise ExprError(f"{name}() is not allowed in where")
+            if not all(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in args):
+                raise ExprError(f"{name}() takes string literals, e.g. fact_sum(\"gpu_busy\", \"duration\")")
+            fact_name = args[0].value  # type: ignore[attr-defined]
+            if fact_name not in self.names.facts:
+                raise ExprError(f'unknown fact "{fact_name}" in {name}()', _did_you_mean(fact_name, self.names.facts))
+            if nargs == 2:
+                column = args[1].value  # type: ignore[attr-defined]
+                if column not in self.names.facts[fact_name]:
+                    raise ExprError(f'fact "{fact_name}" has no column "{column}"',
+                                    _did_you_mean(column, self.names.facts[fact_name]))
+            self.facts.add(fact_name)
+            return
+        known = set(AGGREGATES) | set(_ELEMENTWISE) | set(TEXT_FUNCTIONS) | set(FACT_FUNCTIONS)
+        if name in known:
+            raise ExprError(f"{name}() called with {nargs} argument(s)", "see docs/writing-rules.md for signatures")
+        # a Python built-in (open, eval, getattr...) is an attempt to run code, not a typo
+        raise ExprError(f'unknown function "{name}"', _did_you_mean(name, known), unsafe=hasattr(builtins, name))
+
+
+def _check_constant(value: object) -> None:
+    if isinstance(value, str):
+        if len(value) > MAX_STRING_CHARS:
+            raise ExprError(f"string literal over {MAX_STRING_CHARS} characters")
+    elif not _is_number(value):
+        raise ExprError(f"literal {value!r} is not allowed (numbers, strings, True, False)", unsafe=True)
+    elif isinstance(value, (int, float)) and (not math.isfinite(value) or abs(value) >= 2**63):
+        raise ExprError(f"number literal {value!r} is out of range")
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (bool, int, float))
+
+
+def _literal_number(node: ast.AST) -> float | None:
+    """The value of a number literal node, else None."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+        return float(node.value)
+    return None
+
+
+def _describe_forbidden(node: ast.AST) -> str:
+    if isinstance(node, ast.Attribute):
+        return f"attribute access (.{node.attr}) is not allowed in rule expressions"
+    if isinstance(node, ast.Subscript):
+        return "indexing (x[...]) is not allowed in rule expressions"
+    return f"{type(node).__name__} is not allowed in rule expressions"
+
+
+def _closest(name: str, candidates: Any) -> str | None:
+    match = difflib.get_close_matches(name, sorted(str(c) for c in candidates), n=1, cutoff=0.6)
+    return match[0] if match else None
+
+
+def _did_you_mean(name: str, candidates: Any) -> str | None:
+    best = _closest(name, candidates)
+    return f'did you mean "{best}"?' if best else None
+
+
+def did_you_mean(name: str, candidates: Any) -> str | None:
+    """``'did you mean "x"?'`` for the closest candidate, or None."""
+    return _did_you_mean(name, candidates)
+
+
+# ---------------------------------------------------------------------------------------------------
+# evaluation
+
+
+class EvalError(Exception):
+    """An expression failed on this data (wrong types, a missing scalar...)."""
+
+
+@dataclass
+class Env:
+    """Values an expression reads. ``rows`` are the (filtered) source rows with a 0..n-1 index;
+    ``codes[i]`` is row i's group; ``keys`` holds one row per group (canonical key names)."""
+
+    consts: Mapping[str, Any]
+    rows: pd.DataFrame
+    codes: np.ndarray | None = None
+    keys: pd.DataFrame | None = None
+    lets: dict[str, Any] = field(default_factory=dict)
+    fact: Callable[[str], pd.DataFrame] | None = None
+
+    @property
+    def ngroups(self) -> int:
+        return 0 if self.keys is None else len(self.keys)
+
+
+def evaluate(expr: Expr, env: Env) -> Any:
+    """Value of ``expr``: a Series (per row or per group) or a scalar (broadcast by the caller)."""
+    with np.errstate(all="ignore"):
+        try:
+            return _eval(expr.tree.body, env, expr.level == "row")
+        except EvalError:
+            raise
+        except (TypeError, ValueError, KeyError, OverflowError, ZeroDivisionError) as err:
+            raise EvalError(f"{type(err).__name__}: {err}") from None
+
+
+def _eval(node: ast.AST, env: Env, row: bool) -> Any:
+    if isinstance(node, ast.Constant) and (_is_number(node.value) or isinstance(node.value, str)):
+        return node.value
+    if isinstance(node, ast.Name):
+        return _lookup(node.id, env, row)
+    if isinstance(node, ast.UnaryOp):
+        value = _eval(node.operand, env, row)
+        if isinstance(node.op, ast.Not):
+            return np.logical_not(value)
+        if isinstance(node.op, ast.USub):
+            return np.negative(_numeric(value))
+        if isinstance(node.op, ast.UAdd):
+            return _numeric(value)
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+        left = _numeric(_eval(node.left, env, row))
+        right = _numeric(_eval(node.right, env, row))
+        if isinstance(node.op, ast.Pow):
+            left = left.astype(float) if isinstance(left, pd.Series) else float(left)
+        return _BINOPS[type(node.op)](left, right)
+    if isinstance(node, ast.BoolOp):
+        combine = np.logical_and if isinstance(node.op, ast.And) else np.logical_or
+        result = _eval(node.values[0], env, row)
+        for value in node.values[1:]:
+            result = combine(result, _eval(value, env, row))
+        return result
+    if isinstance(node, ast.Compare):
+        chain: Any = True
+        left = _eval(node.left, env, row)
+        for op, right_node in zip(node.ops, node.comparators):
+            right = _eval(right_node, env, row)
+            chain = np.logical_and(chain, _COMPARE[type(op)](left, right))
+            left = right
+        return chain
+    if isinstance(node, ast.IfExp):
+        test = _eval(node.test, env, row)
+        if not isinstance(test, pd.Series):
+            return _eval(node.body if test else node.orelse, env, row)
+        body, orelse = _eval(node.body, env, row), _eval(node.orelse, env, row)
+        return pd.Series(np.where(test.fillna(False).astype(bool), body, orelse), index=test.index)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+        return _call(node.func.id, node.args, env, row)
+    raise EvalError(_describe_forbidden(node))  # unreachable for checked expressions
+
+
+def _lookup(name: str, env: Env, row: bool) -> Any:
+    if name.startswith("_"):
+        raise EvalError(f"name {name!r} is not allowed")
+    if row and name in env.rows.columns:
+        return env.rows[name]
+    if not row and env.keys is not None and name in env.keys.columns:
+        return env.keys[name]
+    if name in env.lets:
+        value = env.lets[name]
+        if row and isinstance(value, pd.Series):  # a group value read inside an aggregate
+            return pd.Series(value.to_numpy()[env.codes], index=env.rows.index)
+        return value
+    if name in env.consts:
+        return env.consts[name]
+    raise EvalError(f"no value for {name!r} (a per-trace scalar the analysis did not provide?)")
+
+
+def _numeric(value: Any) -> Any:
+    if isinstance(value, str) or (
+        isinstance(value, pd.Series) and not pd.api.types.is_numeric_dtype(value.dtype)
+    ):
+        raise EvalError("arithmetic on text is not allowed")
+    return value
+
+
+def _call(name: str, args: list[ast.expr], env: Env, row: bool) -> Any:
+    if name in AGGREGATES and AGGREGATES[name][0] <= len(args) <= AGGREGATES[name][1] and not row:
+        values = [_eval(a, env, True) for a in args[:1]]
+        q = float(args[1].value) / 100.0 if name == "p" else 0.0  # type: ignore[attr-defined]
+        return _aggregate(name, values[0] if values else None, q, env)
+    if name in _ELEMENTWISE and _ELEMENTWISE[name][0] == len(args):
+        return _ELEMENTWISE[name][1](*(_numeric(_eval(a, env, row)) for a in args))
+    if name in TEXT_FUNCTIONS and len(args) == 2:
+        value = _eval(args[0], env, row)
+        text = _eval(args[1], env, row)
+        if not isinstance(text, str):
+            raise EvalError(f"{name}(): the second argument must be text")
+        return _text_test(name, value, text)
+    if name in FACT_FUNCTIONS and len(args) == FACT_FUNCTIONS[name] and env.fact is not None:
+        return _fact_aggregate(name, [a.value for a in args], env)  # type: ignore[attr-defined]
+    raise EvalError(f"function {name}() is not allowed here")
+
+
+_EMPTY_GROUP = {"sum": 0, "count": 0, "any": False, "all": True}
+
+
+def _aggregate(name: str, values: Any, q: float, env: Env) -> pd.Series:
+    assert env.codes is not None
+    codes, ngroups = env.codes, env.ngroups
+    if name == "count":
+        return pd.Series(np.bincount(codes, minlength=ngroups)[:ngroups])
+    if not isinstance(values, pd.Series):
+        values = pd.Series(np.full(len(codes), values))
+    if name in ("any", "all", "share"):
+        values = values.fillna(False).astype(bool)
+    grouped = values.groupby(codes)
+    if name == "p":
+        result = grouped.quantile(q)
+    else:
+        method = {"share": "mean"}.get(name, name)
+        result = getattr(grouped, method)()
+    return result.reindex(range(ngroups), fill_value=_EMPTY_GROUP.get(name, np.nan)).reset_index(drop=True)
+
+
+def _text_test(name: str, value: Any, text: str) -> Any:
+    if name == "matches":
+        pattern = check_pattern(text)
+        test: Callable[[str], bool] = lambda s: pattern.search(s) is not None
+    elif name == "startswith":
+        test = lambda s: s.startswith(text)
+    else:
+        test = lambda s: text in s
+    if not isinstance(value, pd.Series):
+        return test(str(value))
+    codes, uniques = pd.factorize(value)  # test each distinct value once (kernel names repeat a lot)
+    hits = np.fromiter((test(str(u)) for u in uniques), dtype=bool, count=len(uniques))
+    out = np.zeros(len(value), dtype=bool)
+    known = codes >= 0
+    out[known] = hits[codes[known]]
+    return pd.Series(out, index=value.index)
+
+
+def _fact_aggregate(name: str, args: list[str], env: Env) -> Any:
+    assert env.fact is not None and env.keys is not None
+    other = env.fact(args[0])
+    how = name.removeprefix("fact_")
+    common = [k for k in env.keys.columns if k in other.columns]
+    fill: Any = 0 if how in ("count", "sum") else np.nan
+    if not common:
+        if how == "count":
+            total = len(other)
+        else:
+            column = other[args[1]]
+            total = getattr(column, how)() if len(column) else fill
+        return pd.Series([total] * env.ngroups)
+    grouped = other.groupby(common)
+    agg = grouped.size() if how == "count" else getattr(grouped[args[1]], how)()
+    joined = env.keys[common].merge(agg.rename("_value").reset_index(), on=common, how="left")
+    result = joined["_value"].fillna(fill).reset_index(drop=True)
+    if how in ("count", "sum") and pd.api.types.is_integer_dtype(agg.dtype):
+        result = result.astype("int64")  # the left join's NaN made it float
+    return result

@@ -1,0 +1,210 @@
+"""Rule pack data model: frozen dataclasses built by :func:`analyzer.rules.loader.load_pack`."""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from analyzer.errors import ParameterError, RuleError
+from analyzer.findings import Severity
+from analyzer.rules.expr import Expr, did_you_mean
+
+#: scope -> canonical group keys (also the names messages and group expressions read)
+SCOPES: dict[str, tuple[str, ...]] = {
+    "trace": (),
+    "device": ("device",),
+    "stream": ("device", "stream"),
+    "nvtx_range": ("nvtx_path",),
+    "kernel": ("name",),
+}
+CATEGORIES: tuple[str, ...] = (
+    "utilization", "launch", "memory", "sync", "kernel", "transfer", "setup", "occupancy", "nvtx",
+    "communication", "cpu", "general",
+)
+#: window-derived values every expression can read (ns, trace-relative)
+BUILTINS: dict[str, str] = {
+    "window_ns": "length of the analysis window (ns)",
+    "window_start": "start of the analysis window (ns from trace origin)",
+    "window_end": "end of the analysis window (ns from trace origin)",
+    "setup_ns": "time before the window classified as one-time setup (ns)",
+    "gpu_count": "GPUs with activity (the scalar gpu_count, else device_count)",
+}
+#: per-trace scalars the pipeline passes to :func:`analyzer.rules.engine.evaluate` (``scalars=``).
+#: Rules are validated against these names; a rule reading one the pipeline did not provide fails
+#: with a RuleEvaluationError naming the rule and the scalar.
+SCALARS: dict[str, str] = {
+    "gpu_count": "GPUs with any activity in the trace",
+    "kernel_count": "kernels in the window",
+    "kernel_time_ns": "summed kernel durations in the window (ns; concurrent kernels add up)",
+    "gpu_busy_ns": "union of kernel/memcpy/memset intervals in the window, summed over GPUs (ns)",
+    "memcpy_time_ns": "summed memcpy durations in the window (ns)",
+    "memcpy_bytes": "bytes copied by memcpy in the window",
+    "memset_time_ns": "summed memset durations in the window (ns)",
+    "trace_ns": "length of the whole trace (ns)",
+}
+
+
+def known_scalars() -> dict[str, str]:
+    """:data:`SCALARS` plus the scalars the facts layer documents (``analyzer.facts.scalars``)."""
+    names = dict(SCALARS)
+    try:
+        from analyzer.facts.scalars import SCALAR_DOCS
+    except ImportError:  # facts layer without scalars: only ours
+        return names
+    names.update({k: v for k, v in SCALAR_DOCS.items() if k not in BUILTINS})
+    return names
+
+
+class RuleEvaluationError(RuleError):
+    """A valid rule failed on this trace (a fact could not be computed, a scalar is missing...)."""
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """A tunable threshold. ``value`` is the current (possibly ``--set``) normalized value."""
+
+    name: str
+    unit: str  # see analyzer.rules.units.UNITS
+    default: Any  # normalized (ns, fraction, bytes, number, count, text)
+    value: Any
+    doc: str
+    text: str  # current value as written (``1ms``)
+    default_text: str
+    minimum: Any = None
+    maximum: Any = None
+    regex: bool = False  # a text parameter used as a matches() pattern
+
+
+@dataclass(frozen=True)
+class Evidence:
+    columns: tuple[str, ...] = ()
+    sort: tuple[tuple[str, bool], ...] = ()  # (column, ascending)
+    limit: int = 10
+
+
+@dataclass(frozen=True)
+class RuleTest:
+    """A test case: analyzing ``trace`` must make the rule fire (or stay silent)."""
+
+    trace: str  # as written: relative to the pack file or to a parent of it (repo root)
+    expect: str  # "fire" | "silent"
+    sets: tuple[str, ...] = ()
+    window: str | None = None
+    note: str = ""
+    line: int = 0
+
+    def resolve(self, pack_file: str) -> Path | None:
+        """The trace file: absolute, next to the pack, in a parent of it, or under the CWD."""
+        path = Path(self.trace)
+        if path.is_absolute():
+            return path if path.exists() else None
+        base = Path(pack_file).resolve().parent
+        for folder in (base, *base.parents, Path.cwd()):
+            if (folder / path).exists():
+                return folder / path
+        return None
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    name: str
+    title: str
+    category: str
+    severity: Severity
+    scope: str
+    source: str
+    key_columns: tuple[str, ...]  # source columns grouped by (canonical names: SCOPES[scope])
+    parameters: tuple[Parameter, ...]
+    where: Expr | None
+    lets: tuple[tuple[str, Expr], ...]
+    condition: Expr
+    impact: Expr | None
+    evidence: Evidence
+    message: str
+    what: str
+    why: str
+    fix: str
+    references: tuple[str, ...] = ()
+    explains: tuple[str, ...] = ()  # rule names
+    tests: tuple[RuleTest, ...] = ()
+    file: str = ""
+    line: int = 0
+    columns: tuple[str, ...] = ()  # source columns the rule reads (checked on the real frame)
+    template: jinja2.Template | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def expressions(self) -> list[tuple[str, Expr]]:
+        """(field, expression) pairs in evaluation order, e.g. ("let.share", ...)."""
+        out: list[tuple[str, Expr]] = [("where", self.where)] if self.where else []
+        out += [(f"let.{n}", e) for n, e in self.lets]
+        out.append(("condition", self.condition))
+        if self.impact is not None:
+            out.append(("impact", self.impact))
+        return out
+
+    @property
+    def requires(self) -> tuple[str, ...]:
+        """Facts this rule reads: its source plus any fact_*() arguments."""
+        extra = sorted({f for _, e in self.expressions for f in e.facts} - {self.source})
+        return (self.source, *extra)
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return {p.name: p.value for p in self.parameters}
+
+    def parameter(self, name: str) -> Parameter:
+        for param in self.parameters:
+            if param.name == name:
+                return param
+        known = ", ".join(p.name for p in self.parameters) or "none"
+        raise ParameterError(
+            f'rule {self.name} has no parameter "{name}" (parameters: {known})',
+            hint=did_you_mean(name, [p.name for p in self.parameters]),
+        )
+
+    def with_parameter(self, param: Parameter) -> Rule:
+        return replace(self, parameters=tuple(param if p.name == param.name else p for p in self.parameters))
+
+
+@dataclass(frozen=True)
+class RulePack:
+    rules: tuple[Rule, ...]
+    path: str = ""
+    version: int = 1
+
+    def __iter__(self) -> Any:
+        return iter(self.rules)
+
+    def __len__(self) -> int:
+        return len(self.rules)
+
+    def get(self, name_or_id: str) -> Rule:
+        """A rule by name or id (case-insensitive id); ParameterError with did-you-mean otherwise."""
+        for rule in self.rules:
+            if name_or_id in (rule.name, rule.id) or name_or_id.upper() == rule.id:
+                return rule
+        known = [r.name for r in self.rules] + [r.id for r in self.rules]
+        raise ParameterError(
+            f'unknown rule "{name_or_id}"',
+            hint=did_you_mean(name_or_id, known) or f"rules: {', '.join(r.name for r in self.rules)}",
+        )
+
+    def select(self, names_or_ids: Iterable[str]) -> RulePack:
+        """The pack restricted to the given rules (pack order kept)."""
+        wanted = {self.get(n).id for n in names_or_ids}
+        return replace(self, rules=tuple(r for r in self.rules if r.id in wanted))
+
+    def replace_rule(self, rule: Rule) -> RulePack:
+        return replace(self, rules=tuple(rule if r.id == rule.id else r for r in self.rules))
+
+    @property
+    def requires(self) -> tuple[str, ...]:
+        return tuple(sorted({f for r in self.rules for f in r.requires}))
+
+    def parameters(self) -> Mapping[str, dict[str, Any]]:
+        """``{rule name: {param: value}}`` as used (for reports)."""
+        return {r.name: r.params for r in self.rules}

@@ -1,0 +1,156 @@
+"""Finding messages: Jinja2 templates in an immutable sandbox with a fixed filter set.
+
+A message may only print names (``{{ idle_ns }}``), pipe them through the filters below, and use
+``{% if %}`` / ``x if c else y`` with comparisons. Every other construct (attribute or item access,
+calls, ``include``/``import``/``extends``, ``set``, loops, macros, arithmetic) is refused when the rule
+is loaded, before any trace is read; the sandbox is a second line of defence at render time.
+Autoescape is off: reports escape what they embed.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import jinja2
+from jinja2 import nodes
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from analyzer.rules.expr import ExprError, did_you_mean
+
+MAX_TEMPLATE_CHARS = 2000
+
+
+def _number(value: Any) -> float | None:
+    if value is None or isinstance(value, str):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _scaled(scale: float, suffix: str) -> Any:
+    def render(value: Any, digits: int = 1) -> str:
+        number = _number(value)
+        return "n/a" if number is None else f"{number / scale:,.{int(digits)}f} {suffix}"
+
+    return render
+
+
+def _pct(value: Any, digits: int = 1) -> str:
+    number = _number(value)
+    return "n/a" if number is None else f"{number * 100:.{int(digits)}f}%"
+
+
+def _bytes(value: Any) -> str:
+    number = _number(value)
+    if number is None:
+        return "n/a"
+    for suffix, scale in (("GiB", 1024.0**3), ("MiB", 1024.0**2), ("KiB", 1024.0)):
+        if abs(number) >= scale:
+            return f"{number / scale:.1f} {suffix}"
+    return f"{number:.0f} B"
+
+
+def _num(value: Any, digits: int | None = None) -> str:
+    number = _number(value)
+    if number is None:
+        return "n/a" if value is None or not isinstance(value, str) else value
+    if digits is None:
+        digits = 0 if number == int(number) else 2
+    return f"{number:,.{int(digits)}f}"
+
+
+def _round(value: Any, digits: int = 0) -> Any:
+    number = _number(value)
+    return "n/a" if number is None else round(number, int(digits))
+
+
+def _duration(value: Any) -> str:
+    number = _number(value)
+    if number is None:
+        return "n/a"
+    for suffix, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
+        if abs(number) >= scale:
+            return f"{number / scale:.1f} {suffix}"
+    return f"{number:.0f} ns"
+
+
+FILTERS: dict[str, Any] = {
+    "ms": _scaled(1e6, "ms"),
+    "us": _scaled(1e3, "us"),
+    "s": _scaled(1e9, "s"),
+    "duration": _duration,
+    "pct": _pct,
+    "bytes": _bytes,
+    "num": _num,
+    "round": _round,
+}
+FILTER_DOCS: dict[str, str] = {
+    "ms / us / s": "nanoseconds as milliseconds / microseconds / seconds (`{{ x | ms }}` -> `12.3 ms`)",
+    "duration": "nanoseconds in the most readable unit (`1.2 ms`, `3.0 s`)",
+    "pct": "a fraction as a percent (`0.25` -> `25.0%`)",
+    "bytes": "bytes with a binary unit (`64.0 KiB`)",
+    "num": "a number with thousands separators (`12,345`)",
+    "round": "round to N digits (`{{ x | round(2) }}`)",
+}
+
+_ALLOWED = (
+    nodes.Template, nodes.Output, nodes.TemplateData, nodes.Name, nodes.Const, nodes.Filter, nodes.If,
+    nodes.CondExpr, nodes.Compare, nodes.Operand, nodes.And, nodes.Or, nodes.Not, nodes.Concat,
+)
+_ENV = ImmutableSandboxedEnvironment(autoescape=False, undefined=jinja2.StrictUndefined)
+_ENV.filters = dict(FILTERS)
+_ENV.tests = {}
+_ENV.globals = {}  # no range, cycler, joiner, namespace, lipsum, dict
+
+
+def compile_template(source: object, allowed_names: Iterable[str]) -> jinja2.Template:
+    """Check and compile a message template; raises :class:`ExprError` (``unsafe`` where it is)."""
+    if not isinstance(source, str):
+        raise ExprError(f"expected text, got {type(source).__name__}")
+    if len(source) > MAX_TEMPLATE_CHARS:
+        raise ExprError(f"message is over {MAX_TEMPLATE_CHARS} characters")
+    try:
+        tree = _ENV.parse(source)
+    except jinja2.TemplateSyntaxError as err:
+        raise ExprError(f"template syntax error (template line {err.lineno}): {err.message}") from None
+    allowed = set(allowed_names)
+    for node in tree.find_all(nodes.Node):
+        if not isinstance(node, _ALLOWED):
+            raise ExprError(_forbidden(node), "a message may print names, filter them and use {% if %}",
+                            unsafe=True)
+        if isinstance(node, nodes.Name):
+            if node.name.startswith("_"):
+                raise ExprError(f'name "{node.name}" is not allowed', unsafe=True)
+            if node.name not in allowed:
+                raise ExprError(f'unknown name "{node.name}"', did_you_mean(node.name, allowed))
+        if isinstance(node, nodes.Filter):
+            if node.name not in FILTERS:
+                raise ExprError(f'unknown filter "{node.name}"',
+                                did_you_mean(node.name, FILTERS) or f"filters: {', '.join(FILTERS)}")
+            if node.kwargs or node.dyn_args or node.dyn_kwargs or not all(
+                isinstance(a, nodes.Const) for a in node.args
+            ):
+                raise ExprError(f"filter {node.name!r} takes only literal arguments, e.g. round(2)")
+    return _ENV.from_string(tree)
+
+
+def _forbidden(node: nodes.Node) -> str:
+    if isinstance(node, (nodes.Getattr, nodes.Getitem)):
+        return "attribute and item access are not allowed in messages"
+    if isinstance(node, (nodes.Include, nodes.Import, nodes.FromImport, nodes.Extends)):
+        return "include / import / extends are not allowed in messages"
+    if isinstance(node, nodes.Call):
+        return "calls are not allowed in messages"
+    return f"template construct {type(node).__name__} is not allowed in messages"
+
+
+def render(template: jinja2.Template, values: Mapping[str, Any]) -> str:
+    """Render with plain Python values; raises ExprError on a failure (missing value...)."""
+    try:
+        return template.render(dict(values)).strip()
+    except (jinja2.TemplateError, TypeError, ValueError) as err:
+        raise ExprError(f"message failed to render: {err}") from None

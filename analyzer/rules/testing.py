@@ -1,0 +1,88 @@
+"""Run the ``tests:`` cases next to each rule: analyze the trace, check the rule fires or stays silent.
+
+Cases sharing a trace, ``set`` list and window are analyzed once, with the pack restricted to the rules
+under test (so only the facts they need are computed).
+"""
+from __future__ import annotations
+
+import lzma
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from analyzer.errors import AnalyzerError
+from analyzer.rules.model import Rule, RulePack, RuleTest
+
+#: analyze(trace_path, pack, sets, window) -> Analysis (with .findings) or a list of findings
+Analyze = Callable[[Path, RulePack, Sequence[str], "str | None"], Any]
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    rule: str
+    id: str
+    trace: str
+    expect: str
+    outcome: str  # "pass" | "fail" | "missing" | "error"
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == "pass"
+
+
+def default_analyze(path: Path, pack: RulePack, sets: Sequence[str], window: str | None) -> Any:
+    """Full analysis via the pipeline (imported lazily: the rules layer does not depend on it).
+    ``sets`` are applied here, ``window`` is passed as the window spec."""
+    from analyzer.pipeline import AnalysisOptions, analyze_trace
+    from analyzer.rules.overrides import apply_overrides
+
+    options = AnalysisOptions(sets=tuple(sets), window_spec=window)
+    return analyze_trace(path, apply_overrides(pack, sets), options=options)
+
+
+def decompress(path: Path, folder: Path) -> Path:
+    """``x.sqlite.xz`` -> ``folder/x.sqlite`` (streamed); other files are returned as they are."""
+    if path.suffix != ".xz":
+        return path
+    target = folder / path.name[: -len(".xz")]
+    if not target.exists():
+        with lzma.open(path, "rb") as src, open(target, "wb") as dst:
+            shutil.copyfileobj(src, dst, length=1 << 20)
+    return target
+
+
+def run_rule_tests(pack: RulePack, names: Iterable[str] = (), analyze: Analyze | None = None) -> list[CaseResult]:
+    """Results of every test case of the selected rules (all rules when ``names`` is empty)."""
+    run = analyze or default_analyze
+    selected = pack.select(names) if names else pack
+    results: list[CaseResult] = []
+    groups: dict[tuple[Path, tuple[str, ...], str | None], list[tuple[Rule, RuleTest]]] = {}
+    for rule in selected.rules:
+        for case in rule.tests:
+            path = case.resolve(rule.file or pack.path)
+            if path is None:
+                results.append(CaseResult(rule.name, rule.id, case.trace, case.expect, "missing",
+                                          "trace file not found"))
+                continue
+            groups.setdefault((path, case.sets, case.window), []).append((rule, case))
+    with tempfile.TemporaryDirectory(prefix="rules-test-") as tmp:
+        for (path, sets, window), cases in groups.items():
+            subset = pack.select(sorted({rule.id for rule, _ in cases}))
+            try:
+                result = run(decompress(path, Path(tmp)), subset, sets, window)
+                findings: Any = result.findings if hasattr(result, "findings") else result
+                fired = {f.rule for f in findings}
+            except (AnalyzerError, OSError, lzma.LZMAError) as err:
+                results += [CaseResult(r.name, r.id, c.trace, c.expect, "error", str(err)) for r, c in cases]
+                continue
+            for rule, case in cases:
+                did = "fire" if rule.name in fired else "silent"
+                outcome = "pass" if did == case.expect else "fail"
+                detail = "" if outcome == "pass" else f"expected {case.expect}, rule was {did}"
+                results.append(CaseResult(rule.name, rule.id, case.trace, case.expect, outcome, detail))
+    order = {r.id: i for i, r in enumerate(pack.rules)}
+    return sorted(results, key=lambda r: order.get(r.id, 0))

@@ -1,0 +1,141 @@
+"""A safe YAML reader that remembers line numbers.
+
+``yaml.SafeLoader`` already refuses ``!!python/...`` tags; this subclass also
+
+- refuses aliases (``*name``): no billion-laughs expansion, nothing shared between rules;
+- refuses duplicate mapping keys (PyYAML silently keeps the last one);
+- caps the document size;
+- returns :class:`LineDict` / :class:`LineList` carrying the 1-based line of the node and of each
+  key or item, so that every validation error can name ``file:line``.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from analyzer.errors import RuleError, UnsafeRuleError
+
+MAX_DOCUMENT_BYTES = 1 << 20  # a rule pack is text written by people; 1 MiB is far more than needed
+
+
+class LineDict(dict):  # type: ignore[type-arg]
+    """A mapping from YAML with ``line`` (of the mapping) and ``key_lines`` (line of each key)."""
+
+    line: int = 0
+    key_lines: dict[Any, int]
+
+    def line_of(self, key: Any) -> int:
+        return getattr(self, "key_lines", {}).get(key, self.line)
+
+
+class LineList(list):  # type: ignore[type-arg]
+    """A sequence from YAML with ``line`` and ``item_lines``."""
+
+    line: int = 0
+    item_lines: list[int]
+
+    def line_of(self, index: int) -> int:
+        lines = getattr(self, "item_lines", [])
+        return lines[index] if index < len(lines) else self.line
+
+
+class _Loader(yaml.SafeLoader):
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise _Refused(
+                f"YAML alias *{event.anchor} is not allowed in rule files; repeat the value instead",
+                event.start_mark.line + 1,
+            )
+        return super().compose_node(parent, index)
+
+
+class _Refused(Exception):
+    def __init__(self, message: str, line: int) -> None:
+        super().__init__(message)
+        self.line = line
+
+
+def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> LineDict:
+    loader.flatten_mapping(node)
+    result = LineDict()
+    result.line = node.start_mark.line + 1
+    result.key_lines = {}
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if not isinstance(key, (str, int, float, bool)) or key is None:
+            raise _Refused(f"mapping key {key!r} must be a plain name", key_node.start_mark.line + 1)
+        if key in result:
+            raise _DuplicateKey(f"duplicate key {key!r}", key_node.start_mark.line + 1)
+        result[key] = loader.construct_object(value_node, deep=True)
+        result.key_lines[key] = key_node.start_mark.line + 1
+    return result
+
+
+def _construct_sequence(loader: _Loader, node: yaml.SequenceNode) -> LineList:
+    result = LineList(loader.construct_object(child, deep=True) for child in node.value)
+    result.line = node.start_mark.line + 1
+    result.item_lines = [child.start_mark.line + 1 for child in node.value]
+    return result
+
+
+class _DuplicateKey(_Refused):
+    pass
+
+
+_Loader.add_constructor("tag:yaml.org,2002:map", _construct_mapping)
+_Loader.add_constructor("tag:yaml.org,2002:seq", _construct_sequence)
+
+
+def load_yaml(path: Path) -> Any:
+    """Read one YAML document safely. Raises :class:`UnsafeRuleError` / :class:`RuleError`."""
+    file = str(path)
+    try:
+        size = path.stat().st_size
+    except OSError as err:
+        raise RuleError(f"cannot read rule file: {err.strerror or err}", file=file) from None
+    if size > MAX_DOCUMENT_BYTES:
+        raise UnsafeRuleError(
+            f"rule file is {size} bytes, over the {MAX_DOCUMENT_BYTES} byte limit", file=file
+        )
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise RuleError(f"cannot read rule file: {err}", file=file) from None
+    return load_yaml_text(text, file)
+
+
+def load_yaml_text(text: str, file: str) -> Any:
+    """Parse ``text`` (named ``file`` in errors) with the safe, line-recording loader."""
+    if len(text.encode("utf-8")) > MAX_DOCUMENT_BYTES:
+        raise UnsafeRuleError(f"rule file is over the {MAX_DOCUMENT_BYTES} byte limit", file=file)
+    loader = _Loader(text)
+    try:
+        documents = []
+        while loader.check_data():
+            documents.append(loader.get_data())
+    except _DuplicateKey as err:
+        raise RuleError(str(err), file=file, line=err.line, hint="each key may appear once") from None
+    except _Refused as err:
+        raise UnsafeRuleError(str(err), file=file, line=err.line) from None
+    except yaml.constructor.ConstructorError as err:
+        line = err.problem_mark.line + 1 if err.problem_mark else None
+        raise UnsafeRuleError(
+            f"YAML tag not allowed in rule files ({(err.problem or '').strip()})",
+            file=file,
+            line=line,
+            hint="rule files are plain data: mappings, lists, strings and numbers",
+        ) from None
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        line = mark.line + 1 if mark else None
+        raise RuleError(f"invalid YAML: {err.problem or err.context}", file=file, line=line) from None
+    except (yaml.YAMLError, RecursionError) as err:
+        raise RuleError(f"invalid YAML: {type(err).__name__}", file=file) from None
+    finally:
+        loader.dispose()
+    if len(documents) != 1:
+        raise RuleError(f"expected one YAML document, found {len(documents)}", file=file)
+    return documents[0]
