@@ -1,0 +1,253 @@
+"""Driver: ``python -m workloads list|profile|post|pack``.
+
+    python -m workloads list
+    python -m workloads profile NAME... --tool nsys|ncu --out DIR [--size full|smoke]
+                                [--fixed | --both] [--timeout S] [--post inline|none]
+                                [--dry-run] [WORKLOAD ARGS...]
+    python -m workloads post --out DIR TRACE...      # nsys: export/analyze/stats; ncu: CSVs
+    python -m workloads pack --src DIR --dest DIR    # tar.xz bundles < 16 MiB each
+
+Unknown options after the names are passed to the workload, e.g.
+``profile transformer --model small --context 128 --mode training`` (trace
+``small_training_ctx128``). Each profiled trace appends one JSON line to ``DIR/manifest.jsonl``.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import importlib
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Optional, Sequence
+
+from . import WORKLOADS
+from . import _tools as tools
+
+MANIFEST = "manifest.jsonl"
+
+
+def load_workload(name: str) -> ModuleType:
+    if name not in WORKLOADS:
+        raise SystemExit(f"error: unknown workload {name!r}; known: {', '.join(WORKLOADS)}")
+    return importlib.import_module(f"workloads.{name}")
+
+
+def variants(module: ModuleType, fixed: bool, both: bool) -> list[bool]:
+    """Which variants to run: [False], [True] or [False, True] (no twin -> [False])."""
+    if not getattr(module, "HAS_TWIN", True):
+        return [False]
+    if both:
+        return [False, True]
+    return [fixed]
+
+
+def trace_name(name: str, module: ModuleType, fixed: bool, extra: Sequence[str]) -> str:
+    if hasattr(module, "trace_name"):
+        return module.trace_name(extra)
+    return f"{name}_fixed" if fixed else name
+
+
+def workload_cmd(name: str, size: str, fixed: bool, extra: Sequence[str]) -> list[str]:
+    cmd = [sys.executable, "-m", f"workloads.{name}", "--size", size]
+    return cmd + (["--fixed"] if fixed else []) + list(extra)
+
+
+def ncu_filter(module: ModuleType, fixed: bool) -> tuple[str, int]:
+    filt = getattr(module, "NCU_KERNEL_FILTER_FIXED", None) if fixed else None
+    return filt or module.NCU_KERNEL_FILTER, int(getattr(module, "NCU_COUNT", 2))
+
+
+def ncu_extra_flags(module: ModuleType) -> list[str]:
+    """Restrict ncu to kernels inside an NVTX range (default: the first measured step)."""
+    rng = getattr(module, "NCU_NVTX_INCLUDE", "step_0/")
+    return ["--nvtx-include", rng] if rng else []
+
+
+def profile_cmd(tool: str, tool_path: Path | str, out_base: Path, module: ModuleType,
+                fixed: bool, program: Sequence[str]) -> list[str]:
+    if tool == "nsys":
+        return tools.nsys_profile_cmd(tool_path, out_base, program)
+    filt, count = ncu_filter(module, fixed)
+    return tools.ncu_profile_cmd(tool_path, out_base, filt, count, program,
+                                 ncu_extra_flags(module))
+
+
+def run_logged(cmd: Sequence[str], *, timeout: Optional[float], env: Optional[dict] = None,
+               stdout_path: Optional[Path] = None) -> int:
+    """Run ``cmd`` in its own process group; kill the whole group on timeout (rc 124)."""
+    out = open(stdout_path, "w") if stdout_path else None
+    try:
+        proc = subprocess.Popen(list(cmd), env=env, start_new_session=True,
+                                stdout=out, stderr=subprocess.STDOUT if out else None)
+        try:
+            return proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            print(f"[driver] TIMEOUT after {timeout}s: {shlex.join(cmd)}", file=sys.stderr)
+            return 124
+    finally:
+        if out:
+            out.close()
+
+
+def post_nsys(nsys: Path | str, base: Path, timeout: float = 300) -> int:
+    """Export SQLite, run ``nsys analyze`` and ``nsys stats`` (CSV) for ``base.nsys-rep``."""
+    env = tools.nsys_env()
+    rc = run_logged(tools.nsys_export_cmd(nsys, base), timeout=timeout, env=env,
+                    stdout_path=base.with_name(base.name + ".export.log"))
+    if rc != 0 or not base.with_name(base.name + ".sqlite").exists():
+        print(f"[driver] export failed for {base} (rc={rc})", file=sys.stderr)
+        return rc or 1
+    run_logged(tools.nsys_analyze_cmd(nsys, base), timeout=timeout, env=env,
+               stdout_path=base.with_name(base.name + ".analyze.txt"))
+    run_logged(tools.nsys_stats_cmd(nsys, base), timeout=timeout, env=env,
+               stdout_path=base.with_name(base.name + ".stats.log"))
+    base.with_name(base.name + ".export.log").unlink(missing_ok=True)
+    return 0
+
+
+def post_ncu(ncu: Path | str, base: Path, timeout: float = 300) -> int:
+    """Export the ``raw`` and ``details`` pages of ``base.ncu-rep`` as CSV."""
+    rc = 0
+    for page in ("raw", "details"):
+        rc |= run_logged(tools.ncu_import_cmd(ncu, base, page), timeout=timeout,
+                         stdout_path=base.with_name(f"{base.name}.{page}.csv"))
+    return rc
+
+
+def manifest_line(out_dir: Path, record: dict) -> None:
+    with open(out_dir / MANIFEST, "a") as fh:
+        fh.write(json.dumps(record, sort_keys=True) + "\n")
+
+
+def cmd_list(_args: argparse.Namespace) -> int:
+    for name in WORKLOADS:
+        mod = load_workload(name)
+        doc = (mod.__doc__ or "").strip().splitlines()[0]
+        twin = "twin" if getattr(mod, "HAS_TWIN", True) else "no twin"
+        print(f"{name:20s} {twin:8s} ncu {mod.NCU_KERNEL_FILTER:32s} {doc}")
+    return 0
+
+
+def cmd_profile(args: argparse.Namespace, extra: list[str]) -> int:
+    try:
+        tool_path: Path | str = tools.find_tool(args.tool)
+    except tools.ToolNotFoundError as exc:
+        if not args.dry_run:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        tool_path = args.tool
+    out_dir = Path(args.out).resolve()
+    if not args.dry_run:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    env = tools.nsys_env() if args.tool == "nsys" else dict(os.environ)
+    info: dict[str, str] = {}
+    worst = 0
+    for name in args.names:
+        mod = load_workload(name)
+        for fixed in variants(mod, args.fixed, args.both):
+            tname = trace_name(name, mod, fixed, extra)
+            base = out_dir / tname
+            program = workload_cmd(name, args.size, fixed, extra)
+            cmd = profile_cmd(args.tool, tool_path, base, mod, fixed, program)
+            print(f"[driver] {tname}: {shlex.join(cmd)}", flush=True)
+            if args.dry_run:
+                continue
+            if not info:
+                info = {**tools.gpu_info(), "tool_version": tools.tool_version(tool_path, env)}
+            t0 = time.monotonic()
+            rc = run_logged(cmd, timeout=args.timeout, env=env)
+            wall = time.monotonic() - t0
+            if args.post == "inline":
+                post = post_nsys if args.tool == "nsys" else post_ncu
+                post(tool_path, base)
+            manifest_line(out_dir, {
+                "name": tname, "workload": name, "variant": "fixed" if fixed else "pathology",
+                "tool": args.tool, "command": shlex.join(cmd), "program": shlex.join(program),
+                "exit_code": rc, "wall_s": round(wall, 2), "size": args.size,
+                "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                **info})
+            print(f"[driver] {tname}: exit {rc} in {wall:.1f}s", flush=True)
+            worst = worst or rc
+    return worst
+
+
+def cmd_post(args: argparse.Namespace) -> int:
+    try:
+        tool_path = tools.find_tool(args.tool)
+    except tools.ToolNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    post = post_nsys if args.tool == "nsys" else post_ncu
+    return max((post(tool_path, Path(args.out).resolve() / t, args.timeout) for t in args.traces),
+               default=0)
+
+
+def cmd_pack(args: argparse.Namespace) -> int:
+    from . import _pack
+
+    return _pack.pack(Path(args.src), Path(args.dest), prefix=args.prefix,
+                      keep_reps=tuple(args.keep_rep), max_bytes=int(args.max_mib * 2**20),
+                      max_files=args.max_files)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m workloads", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="list workloads")
+    p = sub.add_parser("profile", help="profile workloads with nsys or ncu")
+    p.add_argument("names", nargs="+", metavar="NAME")
+    p.add_argument("--tool", choices=("nsys", "ncu"), default="nsys")
+    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--size", choices=("smoke", "full"), default="full")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--fixed", action="store_true", help="profile the twin only")
+    g.add_argument("--both", action="store_true", help="profile pathology and twin")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds per profiled run")
+    p.add_argument("--post", choices=("inline", "none"), default="inline",
+                   help="post-process right away (default) or leave it to `post`")
+    p.add_argument("--dry-run", action="store_true", help="print the commands only")
+    q = sub.add_parser("post", help="post-process traces already recorded in --out")
+    q.add_argument("traces", nargs="+", metavar="TRACE")
+    q.add_argument("--tool", choices=("nsys", "ncu"), default="nsys")
+    q.add_argument("--out", required=True)
+    q.add_argument("--timeout", type=float, default=300.0, help="seconds per post-processing command")
+    k = sub.add_parser("pack", help="pack outputs into tar.xz files under a size limit")
+    k.add_argument("--src", required=True)
+    k.add_argument("--dest", required=True)
+    k.add_argument("--prefix", default="nsys_traces")
+    k.add_argument("--keep-rep", action="append", default=[],
+                   help="a .nsys-rep/.ncu-rep file name to keep (repeatable)")
+    k.add_argument("--max-mib", type=float, default=15.5)
+    k.add_argument("--max-files", type=int, default=6)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.command != "profile":
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if args.command == "list":
+        return cmd_list(args)
+    if args.command == "profile":
+        return cmd_profile(args, [e for e in extra if e != "--"])
+    if args.command == "post":
+        return cmd_post(args)
+    return cmd_pack(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

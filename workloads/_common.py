@@ -1,0 +1,177 @@
+"""Shared scaffolding for the workloads: argument parsing, device choice, the NVTX-annotated
+warmup/step loop and timing output.
+
+Every workload is ``python -m workloads.<name> [--fixed] [--size smoke|full] [--device ...]
+[--steps N] [--warmup N]``. A workload module provides a ``build(cfg) -> step`` function; the
+loop here wraps the warmup steps in one ``warmup`` NVTX range and each measured step in a
+``step_N`` range (N counts from 0), synchronizes the device after each step and prints the
+per-step wall time, then one machine-readable ``RESULT {json}`` line.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import sys
+import time
+from typing import Callable, Optional, Sequence, TypeVar
+
+from . import _nvtx as nv
+
+SIZES = ("smoke", "full")
+T = TypeVar("T")
+Step = Callable[[int], None]
+#: Exit code for "did not fit in GPU memory" (see transformer.py).
+EXIT_OOM = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """Parsed, validated options common to every workload."""
+
+    name: str
+    size: str
+    fixed: bool
+    device: "object"  # torch.device; kept loose so this module imports without torch
+    steps: int
+    warmup: int
+    options: argparse.Namespace
+    has_twin: bool = True
+
+    @property
+    def smoke(self) -> bool:
+        return self.size == "smoke"
+
+    @property
+    def cuda(self) -> bool:
+        return getattr(self.device, "type", str(self.device)) == "cuda"
+
+    @property
+    def variant(self) -> str:
+        if not self.has_twin:
+            return "baseline"
+        return "fixed" if self.fixed else "pathology"
+
+
+def make_parser(
+    name: str,
+    description: Optional[str],
+    *,
+    steps: tuple[int, int] = (2, 10),
+    warmup: tuple[int, int] = (1, 2),
+    has_twin: bool = True,
+) -> argparse.ArgumentParser:
+    """Parser with the common options. ``steps``/``warmup`` are (smoke, full) defaults."""
+    parser = argparse.ArgumentParser(
+        prog=f"python -m workloads.{name}",
+        description=(description or "").strip().splitlines()[0] if description else None,
+    )
+    parser.add_argument("--size", choices=SIZES, default="full", help="problem size (default full)")
+    twin_help = "run the twin that fixes the pathology" if has_twin else "no twin: accepted, no-op"
+    parser.add_argument("--fixed", action="store_true", help=twin_help)
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    parser.add_argument("--steps", type=int, default=None,
+                        help=f"measured steps (default {steps[0]} smoke / {steps[1]} full)")
+    parser.add_argument("--warmup", type=int, default=None,
+                        help=f"warmup steps (default {warmup[0]} smoke / {warmup[1]} full)")
+    parser.set_defaults(_defaults={"steps": steps, "warmup": warmup, "has_twin": has_twin})
+    return parser
+
+
+def select_device(choice: str) -> "object":
+    """``auto`` picks CUDA when available. Asking for ``cuda`` without a GPU exits with code 2."""
+    import torch
+
+    if choice == "auto":
+        choice = "cuda" if torch.cuda.is_available() else "cpu"
+    if choice == "cuda" and not torch.cuda.is_available():
+        sys.exit("error: --device cuda requested but torch.cuda.is_available() is False")
+    return torch.device(choice)
+
+
+def parse_config(name: str, parser: argparse.ArgumentParser, argv: Optional[Sequence[str]]) -> RunConfig:
+    """Parse ``argv`` and resolve size-dependent defaults and the device."""
+    ns = parser.parse_args(argv)
+    defaults = ns._defaults
+    idx = SIZES.index(ns.size)
+    steps = ns.steps if ns.steps is not None else defaults["steps"][idx]
+    warmup = ns.warmup if ns.warmup is not None else defaults["warmup"][idx]
+    if steps < 1 or warmup < 0:
+        parser.error("--steps must be >= 1 and --warmup >= 0")
+    return RunConfig(name=name, size=ns.size, fixed=ns.fixed, device=select_device(ns.device),
+                     steps=steps, warmup=warmup, options=ns, has_twin=defaults["has_twin"])
+
+
+def synchronize(device: "object") -> None:
+    """Wait for all queued work on ``device`` (no-op on CPU)."""
+    if getattr(device, "type", None) == "cuda":
+        import torch
+
+        torch.cuda.synchronize(device)
+
+
+def run_steps(cfg: RunConfig, step: Step, *, label: str = "step") -> list[float]:
+    """Run ``cfg.warmup`` steps in a ``warmup`` range, then ``cfg.steps`` steps each in a
+    ``{label}_N`` range. Returns measured step times in milliseconds."""
+    if cfg.warmup:
+        with nv.range("warmup"):
+            for i in range(cfg.warmup):
+                step(-1 - i)
+            synchronize(cfg.device)
+    times: list[float] = []
+    for i in range(cfg.steps):
+        t0 = time.perf_counter()
+        with nv.range(f"{label}_{i}"):
+            step(i)
+            synchronize(cfg.device)
+        ms = (time.perf_counter() - t0) * 1e3
+        times.append(ms)
+        print(f"[{cfg.name}] {label} {i}: {ms:.3f} ms", flush=True)
+    return times
+
+
+def report(cfg: RunConfig, times: list[float], **extra: object) -> None:
+    """Print the per-run summary and one ``RESULT {json}`` line."""
+    result = {
+        "workload": cfg.name, "variant": cfg.variant, "size": cfg.size, "device": str(cfg.device),
+        "steps": len(times), "warmup": cfg.warmup, "nvtx": nv.BACKEND,
+        "mean_ms": round(statistics.fmean(times), 3) if times else None,
+        "median_ms": round(statistics.median(times), 3) if times else None,
+        **extra,
+    }
+    print(f"[{cfg.name}] {cfg.variant}: mean {result['mean_ms']} ms/step over {len(times)} steps",
+          flush=True)
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+def run_workload(
+    name: str,
+    description: Optional[str],
+    build: Callable[[RunConfig], Step],
+    argv: Optional[Sequence[str]] = None,
+    *,
+    add_arguments: Optional[Callable[[argparse.ArgumentParser], None]] = None,
+    steps: tuple[int, int] = (2, 10),
+    warmup: tuple[int, int] = (1, 2),
+    has_twin: bool = True,
+    label: str = "step",
+) -> int:
+    """Entry point shared by the pathology modules: parse, build inside a ``setup`` range, loop."""
+    parser = make_parser(name, description, steps=steps, warmup=warmup, has_twin=has_twin)
+    if add_arguments is not None:
+        add_arguments(parser)
+    cfg = parse_config(name, parser, argv)
+    print(f"[{name}] variant={cfg.variant} size={cfg.size} device={cfg.device} "
+          f"warmup={cfg.warmup} steps={cfg.steps} nvtx={nv.BACKEND}", flush=True)
+    with nv.range("setup"):
+        step = build(cfg)
+        synchronize(cfg.device)
+    times = run_steps(cfg, step, label=label)
+    report(cfg, times)
+    return 0
+
+
+def pick(cfg: RunConfig, smoke: T, full: T) -> T:
+    """Return the smoke or the full value of a size parameter."""
+    return smoke if cfg.smoke else full

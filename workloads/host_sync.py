@@ -1,0 +1,81 @@
+"""host_sync: host synchronization inside the inner loop.
+
+Pathology: each step runs 32 micro-steps of a small MLP training loop and, per micro-step,
+reads the loss with ``.item()`` (early-stopping / logging check) and copies the predictions to
+the host with ``.cpu()`` for an accuracy metric. Each read is a device-to-host memcpy followed
+by a stream synchronization, so the CPU stops queueing work and the GPU drains to idle 64 times
+per step.
+Twin (``--fixed``): loss and accuracy are accumulated in GPU tensors; the host reads them once,
+at the end of the step (one sync per step instead of 64).
+Trace evidence: per ``step_N`` ~64 ``cudaStreamSynchronize`` (or synchronous
+``cudaMemcpyAsync`` DtoH) calls and ~64 small DtoH memcpys, with a GPU gap after each; the twin
+shows one DtoH copy per step and a dense kernel timeline.
+"""
+from __future__ import annotations
+
+from . import _common as c
+from . import _nvtx as nv
+
+NCU_KERNEL_FILTER = "regex:gemm"
+NCU_COUNT = 2
+HAS_TWIN = True
+
+
+def build(cfg: c.RunConfig) -> c.Step:
+    import torch
+
+    batch, width, micro = c.pick(cfg, (8, 32, 4), (2048, 1024, 32))
+    dev = cfg.device
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(width, width), torch.nn.ReLU(),
+        torch.nn.Linear(width, width), torch.nn.ReLU(),
+        torch.nn.Linear(width, 10),
+    ).to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+    xs = torch.randn(micro, batch, width, generator=gen).to(dev)
+    ys = torch.randint(0, 10, (micro, batch), generator=gen).to(dev)
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    def micro_step(k: int) -> "tuple[torch.Tensor, torch.Tensor]":
+        with nv.range("forward"):
+            logits = model(xs[k])
+            loss = loss_fn(logits, ys[k])
+        with nv.range("backward"):
+            loss.backward()
+        with nv.range("optimizer_step"):
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        return loss.detach(), logits.detach()
+
+    def step_sync(_i: int) -> None:
+        best = float("inf")
+        for k in range(micro):
+            with nv.range(f"micro_{k}"):
+                loss, logits = micro_step(k)
+                with nv.range("host_check"):
+                    value = loss.item()                       # sync 1
+                    preds = logits.argmax(dim=1).cpu()        # sync 2
+                    _acc = (preds == ys[k].cpu()).float().mean().item()
+                    best = min(best, value)
+
+    def step_async(_i: int) -> None:
+        total = torch.zeros((), device=dev)
+        correct = torch.zeros((), device=dev)
+        for k in range(micro):
+            with nv.range(f"micro_{k}"):
+                loss, logits = micro_step(k)
+                total += loss
+                correct += (logits.argmax(dim=1) == ys[k]).sum()
+        with nv.range("host_check"):
+            _mean_loss, _acc = (torch.stack([total / micro, correct / (micro * batch)])).tolist()
+
+    return step_async if cfg.fixed else step_sync
+
+
+def main(argv: "list[str] | None" = None) -> int:
+    return c.run_workload("host_sync", __doc__, build, argv, steps=(2, 10), warmup=(1, 2))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,133 @@
+"""Smoke tests: every workload (and twin) runs in ``--size smoke`` on CPU; the driver builds the
+right nsys/ncu command lines and reports missing tools clearly."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from workloads import PATHOLOGIES, WORKLOADS  # noqa: E402
+from workloads import __main__ as driver  # noqa: E402
+from workloads import _tools as tools  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _run(args: list[str]) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": ""}
+    return subprocess.run([sys.executable, "-m", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+@pytest.mark.parametrize("fixed", [False, True], ids=["pathology", "fixed"])
+@pytest.mark.parametrize("name", PATHOLOGIES + ("healthy",))
+def test_workload_smoke(name: str, fixed: bool) -> None:
+    proc = _run([f"workloads.{name}", "--size", "smoke", "--device", "cpu"]
+                + (["--fixed"] if fixed else []))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "RESULT {" in proc.stdout
+
+
+@pytest.mark.parametrize("mode", ["forward", "forward_backward", "training"])
+def test_transformer_smoke(mode: str) -> None:
+    proc = _run(["workloads.transformer", "--size", "smoke", "--device", "cpu", "--mode", mode])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "step 0:" in proc.stdout
+
+
+def test_list_names_every_workload() -> None:
+    proc = _run(["workloads", "list"])
+    assert proc.returncode == 0, proc.stderr
+    for name in WORKLOADS:
+        assert name in proc.stdout
+
+
+def test_nsys_command_construction() -> None:
+    mod = driver.load_workload("pageable_h2d")
+    program = driver.workload_cmd("pageable_h2d", "full", True, [])
+    cmd = driver.profile_cmd("nsys", "/x/nsys", Path("/o/pageable_h2d_fixed"), mod, True, program)
+    assert cmd[:2] == ["/x/nsys", "profile"]
+    for flag in ("-t", "cuda,nvtx,osrt", "-s", "none", "--cpuctxsw=none",
+                 "--cuda-memory-usage=true"):
+        assert flag in cmd
+    assert cmd[cmd.index("-o") + 1] == "/o/pageable_h2d_fixed"
+    assert cmd[-5:-3] == ["-m", "workloads.pageable_h2d"]
+    assert cmd[-3:] == ["--size", "full", "--fixed"]
+    assert tools.nsys_export_cmd("nsys", "/o/a") == [
+        "nsys", "export", "--type", "sqlite", "--force-overwrite", "true",
+        "-o", "/o/a.sqlite", "/o/a.nsys-rep"]
+    assert tools.nsys_analyze_cmd("nsys", "/o/a") == ["nsys", "analyze", "/o/a.sqlite"]
+    stats = tools.nsys_stats_cmd("nsys", "/o/a")
+    reports = stats[stats.index("-r") + 1].split(",")
+    assert {"nvtx_sum", "cuda_gpu_kern_sum"} <= set(reports)
+    assert stats[-1] == "/o/a.sqlite" and "csv" in stats
+
+
+def test_ncu_command_construction() -> None:
+    mod = driver.load_workload("naive_attention")
+    program = driver.workload_cmd("naive_attention", "full", False, ["--steps", "1"])
+    cmd = driver.profile_cmd("ncu", "ncu", Path("/o/naive_attention"), mod, False, program)
+    assert cmd[:3] == ["ncu", "--set", "full"]
+    assert cmd[cmd.index("-k") + 1] == mod.NCU_KERNEL_FILTER
+    assert cmd[cmd.index("-c") + 1] == str(mod.NCU_COUNT)
+    assert cmd[cmd.index("-o") + 1] == "/o/naive_attention"
+    assert cmd[-2:] == ["--steps", "1"]
+    fixed = driver.profile_cmd("ncu", "ncu", Path("/o/x"), mod, True, program)
+    assert fixed[fixed.index("-k") + 1] == mod.NCU_KERNEL_FILTER_FIXED
+    assert tools.ncu_import_cmd("ncu", "/o/a", "raw") == [
+        "ncu", "--import", "/o/a.ncu-rep", "--csv", "--page", "raw"]
+
+
+def test_trace_names() -> None:
+    tr = driver.load_workload("transformer")
+    extra = ["--model", "small", "--context", "128", "--mode", "training"]
+    assert driver.trace_name("transformer", tr, False, extra) == "small_training_ctx128"
+    hs = driver.load_workload("host_sync")
+    assert driver.trace_name("host_sync", hs, True, []) == "host_sync_fixed"
+    assert driver.variants(driver.load_workload("healthy"), False, True) == [False]
+    assert driver.variants(hs, False, True) == [False, True]
+
+
+def test_dry_run_passes_workload_args(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = driver.main(["profile", "transformer", "--model", "medium", "--context", "256",
+                      "--mode", "forward", "--out", "/nonexistent/out", "--dry-run"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "medium_forward_ctx256" in out and "--model medium" in out
+
+
+def test_find_tool_missing_is_clear(tmp_path: Path) -> None:
+    with pytest.raises(tools.ToolNotFoundError) as err:
+        tools.find_tool("nsys", env={"PATH": str(tmp_path)}, globs=[str(tmp_path / "*/nsys")])
+    assert "nsys not found" in str(err.value) and str(tmp_path) in str(err.value)
+
+
+def test_find_tool_prefers_env_then_path_then_newest_glob(tmp_path: Path) -> None:
+    def exe(p: Path) -> Path:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text("#!/bin/sh\n")
+        p.chmod(0o755)
+        return p
+
+    old, new = exe(tmp_path / "2024.1.0/ncu"), exe(tmp_path / "2025.3.1/ncu")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    pattern = [str(tmp_path / "*/ncu")]
+    assert tools.find_tool("ncu", env={"PATH": str(empty)}, globs=pattern) == new
+    assert tools.find_tool("ncu", env={"PATH": str(old.parent)}, globs=pattern) == old
+    assert tools.find_tool("ncu", env={"PATH": "", "NCU": str(old)}, globs=pattern) == old
+
+
+def test_profile_reports_missing_tool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    def missing(tool: str, **_kw: object) -> Path:
+        raise tools.ToolNotFoundError(f"{tool} not found: test")
+
+    monkeypatch.setattr(tools, "find_tool", missing)
+    assert driver.main(["profile", "healthy", "--tool", "ncu", "--out", str(tmp_path)]) == 2
+    assert "ncu not found" in capsys.readouterr().err
