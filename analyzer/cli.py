@@ -129,7 +129,7 @@ def run_cmd(
         from analyzer.reports.summary import summary_text
 
         out = sys.stderr if str(target) == "-" else sys.stdout
-        out.write(summary_text(analyses))
+        out.write(summary_text(report))
         if str(target) != "-":
             out.write(f"report: {target}\n")
     if fail_on is not None:

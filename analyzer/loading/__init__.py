@@ -1,0 +1,111 @@
+"""Loading: any supported trace file -> one :class:`~analyzer.loading.model.Trace`.
+
+``load_trace(path)`` accepts an Nsight Systems SQLite export (2020.3 through 2025.x schemas), an
+``.nsys-rep``/``.qdrep`` report (exported once with the installed ``nsys`` and cached) or an
+``.xz``-compressed SQLite export. Every problem with the input is an :class:`~analyzer.errors.InputError`
+(or :class:`~analyzer.errors.UnsupportedFormatError`) with a one-line message saying what to do.
+"""
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+from analyzer.errors import InputError, UnsupportedFormatError
+from analyzer.loading.model import Trace, TraceInfo, empty_frame
+from analyzer.loading.sqlite_reader import SQLITE_MAGIC, sqlite_uri
+
+__all__ = ["Trace", "TraceInfo", "detect_format", "empty_frame", "load_trace"]
+
+QDREP_MAGIC = b"NVIDIA Tegra Profiler Report"
+NCU_MAGIC = b"NVR\x00"
+XZ_MAGIC = b"\xfd7zXZ\x00"
+REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
+
+
+def _check_path(path: Path) -> None:
+    if not path.exists():
+        raise InputError(path, "no such file", hint="check the path")
+    if path.is_dir():
+        raise InputError(path, "is a directory, not a trace file",
+                         hint="pass the .sqlite export (or .nsys-rep report) inside it")
+
+
+def detect_format(path: str | Path) -> str:
+    """What kind of file ``path`` is, from its first bytes (and suffix for reports):
+    ``"nsys-sqlite"`` (SQLite with nsys tables), ``"sqlite"`` (other SQLite), ``"nsys-rep"``,
+    ``"ncu-rep"``, ``"xz"``, ``"empty"`` or ``"unknown"``. Raises :class:`InputError` for a missing
+    path or a directory."""
+    p = Path(path)
+    _check_path(p)
+    try:
+        with open(p, "rb") as fh:
+            head = fh.read(64)
+    except OSError as exc:
+        raise InputError(p, f"cannot read the file ({exc.strerror})", hint="check its permissions") from exc
+    if not head:
+        return "empty"
+    if head.startswith(SQLITE_MAGIC):
+        return "nsys-sqlite" if _has_nsys_tables(p) else "sqlite"
+    if head.startswith(QDREP_MAGIC) or p.suffix.lower() in REPORT_SUFFIXES:
+        return "nsys-rep"
+    if head.startswith(NCU_MAGIC) or p.suffix.lower() == ".ncu-rep":
+        return "ncu-rep"
+    if head.startswith(XZ_MAGIC):
+        return "xz"
+    return "unknown"
+
+
+def _has_nsys_tables(path: Path) -> bool:
+    from analyzer.loading.nsys_sqlite import NSYS_MARKER_TABLES
+
+    try:
+        conn = sqlite3.connect(sqlite_uri(path), uri=True)
+        try:
+            names = {r[0].lower() for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError:
+        return True  # let the loader report the corruption precisely
+    return any(t.lower() in names for t in NSYS_MARKER_TABLES)
+
+
+def load_trace(
+    path: str | Path,
+    *,
+    progress: Callable[[str], None] | None = None,
+    cache_dir: Path | None = None,
+) -> Trace:
+    """Load a trace file into the normalized :class:`Trace` model.
+
+    ``progress`` receives short stage messages (``"reading kernels (1,023,456 rows)"``); ``cache_dir``
+    holds SQLite exports of ``.nsys-rep`` reports and decompressed ``.xz`` files (default
+    ``~/.cache/gpu-trace-analyzer``)."""
+    from analyzer.loading import nsys_rep
+    from analyzer.loading.nsys_sqlite import load_nsys_sqlite
+
+    p = Path(path)
+    fmt = detect_format(p)
+    if fmt == "xz":
+        inner = nsys_rep.cached_decompressed(p, cache_dir=cache_dir, progress=progress)
+        inner_fmt = detect_format(inner)
+        if inner_fmt not in ("nsys-sqlite", "sqlite"):
+            raise InputError(p, "the .xz file does not contain an SQLite export",
+                             hint="pass an Nsight Systems SQLite export (.sqlite or .sqlite.xz)")
+        return load_nsys_sqlite(inner, progress=progress, source_format="nsys-sqlite", display_path=p)
+    if fmt in ("nsys-sqlite", "sqlite"):
+        return load_nsys_sqlite(p, progress=progress, source_format="nsys-sqlite")
+    if fmt == "nsys-rep":
+        sqlite_path = nsys_rep.cached_sqlite_for_report(p, cache_dir=cache_dir, progress=progress)
+        return load_nsys_sqlite(sqlite_path, progress=progress, source_format="nsys-rep", display_path=p)
+    if fmt == "ncu-rep":
+        raise UnsupportedFormatError(
+            p, "is an Nsight Compute report, not a timeline trace",
+            hint="pass the Nsight Systems trace as the input and this file with --ncu",
+        )
+    if fmt == "empty":
+        raise InputError(p, "file is empty", hint="export the trace again")
+    raise InputError(
+        p, "not an Nsight Systems trace (neither an SQLite export nor an .nsys-rep report)",
+        hint="pass OUT.sqlite from: nsys export --type sqlite -o OUT.sqlite IN.nsys-rep",
+    )

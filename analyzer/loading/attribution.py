@@ -1,0 +1,375 @@
+"""Correlation and NVTX attribution, vectorized.
+
+Three jobs:
+
+1. :func:`nest_ranges` gives every NVTX range its depth, parent and path per thread by containment.
+2. :class:`NvtxTimeline` answers "which NVTX range is innermost-open at time t on thread T" (and, for
+   the process fallback, "the deepest range open at t on any thread of process P") for millions of
+   queries with ``numpy.searchsorted`` over per-thread step functions.
+3. :func:`join_correlation` joins GPU operations to the API call that launched them on
+   ``(pid, correlationId)``: correlation ids are unique per process, not per trace.
+
+Why a process fallback: PyTorch launches backward kernels from its autograd worker thread while the
+main thread holds the ``backward`` range; looking only at the launching thread would leave them
+unattributed.
+
+Definitions (half-open ranges ``[start, end)``):
+
+- a range is *open* at ``t`` when ``start <= t < end``;
+- the *innermost* open range of a thread at ``t`` is the most recently started one among those open
+  (for properly nested ranges this is the deepest);
+- ``depth``/``parent`` follow containment on the same thread: the parent is the innermost range that
+  started before and ends no earlier.
+
+Properly nested threads (always the case for push/pop) are handled with array operations only; a
+thread whose start/end ranges overlap without nesting falls back to a stack sweep over that thread's
+(small) NVTX rows.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+NONE = -1
+
+
+# ----------------------------------------------------------------------------------------------------
+# nesting
+# ----------------------------------------------------------------------------------------------------
+def nest_ranges(
+    thread: np.ndarray, start: np.ndarray, end: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, set[int]]:
+    """Depth and parent (row index or -1) of each range, by containment within its ``thread``, and the
+    set of threads whose ranges overlap without nesting.
+
+    All inputs are equal-length int64 arrays; ``end >= start`` is assumed (clip before)."""
+    n = len(start)
+    crossed: set[int] = set()
+    groups = _groups(thread)
+    if len(groups) == 1:  # one thread: no gather/scatter copies
+        depth, parent, laminar = _nest_one_thread(start, end)
+        if not laminar:
+            crossed.add(int(thread[0]))
+        return depth, parent, crossed
+    depth = np.zeros(n, dtype=np.int64)
+    parent = np.full(n, NONE, dtype=np.int64)
+    for rows in groups:
+        d, p, laminar = _nest_one_thread(start[rows], end[rows])
+        depth[rows] = d
+        parent[rows] = np.where(p >= 0, rows[np.maximum(p, 0)], NONE)
+        if not laminar:
+            crossed.add(int(thread[rows[0]]))
+    return depth, parent, crossed
+
+
+def _groups(key: np.ndarray) -> list[np.ndarray]:
+    """Row indices grouped by ``key`` (one array per distinct value, rows in ascending order)."""
+    if len(key) == 0:
+        return []
+    if (key == key[0]).all():
+        return [np.arange(len(key), dtype=np.int64)]
+    order = np.argsort(key, kind="stable")
+    sk = key[order]
+    cuts = np.flatnonzero(sk[1:] != sk[:-1]) + 1
+    return np.split(order, cuts)
+
+
+def _nest_one_thread(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
+    """Depth, parent (local indices) and "properly nested" flag of one thread's ranges.
+
+    In (start, outer-first) order, ``depth_i`` is the number of earlier ranges still open at ``s_i``:
+    ``i`` minus the earlier ranges that ended by ``s_i``. The parent is the last earlier range one level
+    up. Both are exact when the ranges nest; the containment check on every parent detects when they do
+    not (then a stack sweep decides)."""
+    n = len(s)
+    order: np.ndarray | None = None
+    if _sorted_by_start_outer_first(s, e):  # the loader passes rows already in this order
+        ss, es = s, e
+    else:
+        order = np.lexsort((-e, s))
+        ss, es = s[order], e[order]
+    # ended_before_i = (#ranges with end <= s_i) - (#zero-length ranges at >= i with start s_i): ranges
+    # after i cannot end by s_i unless they are zero-length and start at s_i.
+    depth = np.searchsorted(np.sort(es), ss, side="right")
+    zl_from = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum((es == ss)[::-1], out=zl_from[n - 1::-1] if n else zl_from[:0])
+    depth -= zl_from[:n]
+    depth += zl_from[np.searchsorted(ss, ss, side="right")]
+    np.subtract(np.arange(n, dtype=np.int64), depth, out=depth)
+    del zl_from
+    parent = np.full(n, NONE, dtype=np.int64)
+    ok = n == 0 or bool(depth.min() >= 0)
+    if ok and n:
+        # (depth, position) keys in sorted order: a stable sort by depth keeps positions ascending
+        small = depth.max() < 2**15
+        by_depth = np.argsort(depth.astype(np.int16) if small else depth, kind="stable")
+        keys = depth[by_depth] * n + by_depth
+        del by_depth
+        child = np.flatnonzero(depth > 0)
+        if len(child):
+            q = (depth[child] - 1) * n + child
+            pos = np.searchsorted(keys, q) - 1
+            del q
+            valid = pos >= 0
+            cand = keys[np.maximum(pos, 0)]
+            del pos, keys
+            p = cand % n
+            valid &= (cand - p) // n == depth[child] - 1
+            del cand
+            ok = bool(valid.all()) and bool((es[child] <= es[p]).all()) and bool((ss[p] <= ss[child]).all())
+            parent[child] = p
+    if not ok:
+        depth, parent = _nest_sweep(ss, es)
+    if order is None:
+        return depth, parent, ok
+    out_depth = np.empty(n, dtype=np.int64)
+    out_parent = np.empty(n, dtype=np.int64)
+    out_depth[order] = depth
+    out_parent[order] = np.where(parent >= 0, order[np.maximum(parent, 0)], NONE)
+    return out_depth, out_parent, ok
+
+
+def _sorted_by_start_outer_first(s: np.ndarray, e: np.ndarray) -> bool:
+    if len(s) < 2:
+        return True
+    ds = np.diff(s)
+    return bool(((ds > 0) | ((ds == 0) & (e[1:] <= e[:-1]))).all())
+
+
+def _nest_sweep(ss: np.ndarray, es: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Stack sweep for a thread whose ranges overlap without nesting (sorted by start, outer first)."""
+    n = len(ss)
+    depth = np.zeros(n, dtype=np.int64)
+    parent = np.full(n, NONE, dtype=np.int64)
+    s_list, e_list = ss.tolist(), es.tolist()
+    stack: list[int] = []
+    for i in range(n):
+        si, ei = s_list[i], e_list[i]
+        while stack and e_list[stack[-1]] <= si:
+            stack.pop()
+        for j in reversed(stack):
+            if e_list[j] >= ei and e_list[j] > si:
+                parent[i] = j
+                depth[i] = depth[j] + 1
+                break
+        stack.append(i)
+    return depth, parent
+
+
+def build_paths(text: np.ndarray, depth: np.ndarray, parent: np.ndarray) -> np.ndarray:
+    """``/``-joined texts from the outermost range down (object array).
+
+    Level by level over integer path codes: a path is (parent path, text), factorized per level, so each
+    distinct path string is built once and shared by all ranges that have it (a replayed training loop
+    has millions of ranges but a few hundred paths)."""
+    n = len(text)
+    paths = np.empty(n, dtype=object)
+    if n == 0:
+        return paths
+    text_codes, text_uniq = pd.factorize(text)
+    n_text = max(len(text_uniq), 1)
+    path_code = np.full(n, -1, dtype=np.int64)
+    path_strings: list[str] = []
+    for d in range(int(depth.max()) + 1):
+        rows = np.flatnonzero(depth == d)
+        if len(rows) == 0:
+            continue
+        parent_code = path_code[parent[rows]] if d else np.full(len(rows), -1, dtype=np.int64)
+        key = (parent_code + 1) * n_text + text_codes[rows]
+        uniq, inv = np.unique(key, return_inverse=True)
+        base = len(path_strings)
+        for k in uniq.tolist():
+            pc, tc = divmod(k, n_text)
+            t = str(text_uniq[tc])
+            path_strings.append(t if pc == 0 else f"{path_strings[pc - 1]}/{t}")
+        path_code[rows] = base + inv.reshape(-1)
+    table = np.empty(len(path_strings), dtype=object)
+    table[:] = path_strings
+    return table[path_code]
+
+
+# ----------------------------------------------------------------------------------------------------
+# innermost-open-range step functions
+# ----------------------------------------------------------------------------------------------------
+@dataclass
+class _Steps:
+    """A step function of time: ``state[k]`` holds on ``[times[k], times[k+1])``; -1 before times[0]."""
+
+    times: np.ndarray
+    state: np.ndarray
+
+    def at(self, t: np.ndarray) -> np.ndarray:
+        k = np.searchsorted(self.times, t, side="right") - 1
+        out = self.state[np.maximum(k, 0)]
+        return np.where(k >= 0, out, NONE)
+
+
+def _thread_steps(rows: np.ndarray, s: np.ndarray, e: np.ndarray, depth: np.ndarray,
+                  parent: np.ndarray, laminar: bool) -> _Steps:
+    """Innermost open range (global row id) of one thread as a step function.
+
+    Properly nested (laminar) threads: each start switches to that range, each end back to its parent;
+    at equal times ends come before starts, inner ends first and outer starts first, so the last
+    event at a time gives the state after it."""
+    keep = e > s  # zero-length ranges and marks are never open
+    rows, s, e = rows[keep], s[keep], e[keep]
+    n = len(rows)
+    if n == 0:
+        return _Steps(np.empty(0, np.int64), np.empty(0, np.int64))
+    if not laminar:
+        return _sweep_steps(rows, s, e)
+    d = depth[rows]
+    times = np.concatenate([s, e])
+    state = np.concatenate([rows, parent[rows]])
+    is_start = np.concatenate([np.ones(n, np.int64), np.zeros(n, np.int64)])
+    sub = np.concatenate([d, -d])
+    order = np.lexsort((sub, is_start, times))
+    return _Steps(times[order], state[order])
+
+
+def _sweep_steps(rows: np.ndarray, s: np.ndarray, e: np.ndarray) -> _Steps:
+    """Most-recently-started open range, by a stack with lazy deletion (non-nested threads only)."""
+    n = len(rows)
+    times = np.concatenate([s, e])
+    local = np.concatenate([np.arange(n), np.arange(n)])
+    is_start = np.concatenate([np.ones(n, np.int64), np.zeros(n, np.int64)])
+    # equal times: ends first; among starts the longer (outer) first, so the inner one ends on top
+    tie = np.concatenate([-e, np.zeros(n, np.int64)])
+    order = np.lexsort((local, tie, is_start, times))
+    closed = [False] * n
+    stack: list[int] = []
+    state = np.empty(2 * n, dtype=np.int64)
+    ev_local = local[order].tolist()
+    ev_start = is_start[order].tolist()
+    rows_l = rows.tolist()
+    for k in range(2 * n):
+        i = ev_local[k]
+        if ev_start[k]:
+            stack.append(i)
+        else:
+            closed[i] = True
+        while stack and closed[stack[-1]]:
+            stack.pop()
+        state[k] = rows_l[stack[-1]] if stack else NONE
+    return _Steps(times[order], state)
+
+
+class NvtxTimeline:
+    """Innermost-open-range lookups over an NVTX range table.
+
+    ``thread`` is a per-range thread key (nsys ``globalTid``), ``pid`` its process. Marks and
+    zero-length ranges are never open."""
+
+    def __init__(self, thread: np.ndarray, pid: np.ndarray, start: np.ndarray, end: np.ndarray,
+                 depth: np.ndarray, parent: np.ndarray, crossed: set[int] | None = None) -> None:
+        crossed = crossed or set()
+        self._depth = depth
+        self._start = start
+        self._threads: dict[int, _Steps] = {}
+        self._thread_pid: dict[int, int] = {}
+        for rows in _groups(thread):
+            key = int(thread[rows[0]])
+            self._threads[key] = _thread_steps(rows, start[rows], end[rows], depth, parent, key not in crossed)
+            self._thread_pid[key] = int(pid[rows[0]])
+        self._procs: dict[int, _Steps] = {}
+        by_pid: dict[int, list[_Steps]] = {}
+        for key, steps in self._threads.items():
+            if len(steps.times):
+                by_pid.setdefault(self._thread_pid[key], []).append(steps)
+        # rank ranges by (depth, start, id): the process fallback picks the deepest open range,
+        # ties broken by the most recent start
+        n = len(start)
+        rank = np.empty(n, dtype=np.int64)
+        rank[np.lexsort((np.arange(n), start, depth))] = np.arange(n)
+        for p, steps_list in by_pid.items():
+            if len(steps_list) == 1:
+                self._procs[p] = steps_list[0]
+                continue
+            times = np.unique(np.concatenate([st.times for st in steps_list]))
+            best = np.full(len(times), NONE, dtype=np.int64)
+            best_rank = np.full(len(times), -1, dtype=np.int64)
+            for st in steps_list:
+                cur = st.at(times)
+                cur_rank = np.where(cur >= 0, rank[np.maximum(cur, 0)], -1)
+                better = cur_rank > best_rank
+                best[better] = cur[better]
+                best_rank[better] = cur_rank[better]
+            self._procs[p] = _Steps(times, best)
+
+    def thread_at(self, thread: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """Innermost range open at ``t[i]`` on thread ``thread[i]`` (-1 if none)."""
+        out = np.full(len(t), NONE, dtype=np.int64)
+        if not self._threads or len(t) == 0:
+            return out
+        for rows in _groups(thread):
+            steps = self._threads.get(int(thread[rows[0]]))
+            if steps is not None and len(steps.times):
+                out[rows] = steps.at(t[rows])
+        return out
+
+    def process_at(self, pid: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """Deepest range open at ``t[i]`` on any thread of process ``pid[i]`` (-1 if none)."""
+        out = np.full(len(t), NONE, dtype=np.int64)
+        if not self._procs or len(t) == 0:
+            return out
+        for rows in _groups(pid):
+            steps = self._procs.get(int(pid[rows[0]]))
+            if steps is not None:
+                out[rows] = steps.at(t[rows])
+        return out
+
+
+# ----------------------------------------------------------------------------------------------------
+# correlation
+# ----------------------------------------------------------------------------------------------------
+def correlation_key(pid: np.ndarray, corr: np.ndarray) -> np.ndarray:
+    """One int64 per (pid, correlationId): pid (24 bits) above the 32-bit correlation id."""
+    return (np.asarray(pid, dtype=np.int64) << 32) | (np.asarray(corr, dtype=np.int64) & 0xFFFFFFFF)
+
+
+class CorrelationIndex:
+    """API calls indexed by (pid, correlationId) for repeated joins (kernels, memcpy, memset, sync).
+
+    Correlation ids are unique per process, not per trace. When several API rows share a key (a runtime
+    call and the driver call it made), the row with the lowest ``priority`` wins (runtime = 0)."""
+
+    def __init__(self, api_pid: np.ndarray, api_corr: np.ndarray, priority: np.ndarray | None = None) -> None:
+        self._by_pid = self._build(correlation_key(api_pid, api_corr), priority)
+        self._by_corr: tuple[np.ndarray, np.ndarray] | None = None
+        self._corr, self._priority = api_corr, priority
+
+    @staticmethod
+    def _build(key: np.ndarray, priority: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        order = np.argsort(key, kind="stable")
+        sk = key[order]
+        first = np.ones(len(sk), dtype=bool)
+        first[1:] = sk[1:] != sk[:-1]
+        if priority is not None and not first.all():
+            order = np.lexsort((priority, key))
+            sk = key[order]
+        return sk[first], order[first]
+
+    def lookup(self, op_pid: np.ndarray | None, op_corr: np.ndarray) -> np.ndarray:
+        """Row index of each operation's launching call, -1 when unmatched. Joins on the correlation id
+        alone when the operations' pids are unknown (exports without ``globalPid``)."""
+        n = len(op_corr)
+        if n == 0 or len(self._by_pid[0]) == 0:
+            return np.full(n, NONE, dtype=np.int64)
+        if op_pid is not None and (op_pid >= 0).all():
+            sk, rows = self._by_pid
+            key = correlation_key(op_pid, op_corr)
+        else:
+            if self._by_corr is None:
+                self._by_corr = self._build(np.asarray(self._corr, dtype=np.int64), self._priority)
+            sk, rows = self._by_corr
+            key = np.asarray(op_corr, dtype=np.int64)
+        pos = np.minimum(np.searchsorted(sk, key), len(sk) - 1)
+        return np.where(sk[pos] == key, rows[pos], NONE)
+
+
+def join_correlation(op_pid: np.ndarray | None, op_corr: np.ndarray, api_pid: np.ndarray,
+                     api_corr: np.ndarray, priority: np.ndarray | None = None) -> np.ndarray:
+    """One-shot :meth:`CorrelationIndex.lookup` (first API row wins ties unless ``priority`` is given)."""
+    return CorrelationIndex(api_pid, api_corr, priority).lookup(op_pid, op_corr)

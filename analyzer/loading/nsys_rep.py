@@ -1,0 +1,139 @@
+""".nsys-rep / .qdrep reports: export to SQLite once with the installed ``nsys``, cache, reuse.
+
+The report format is private to NVIDIA; only ``nsys export`` reads it. We look for ``nsys`` on the PATH,
+in ``$NSYS`` (a path to the binary), then in NVIDIA's and distributions' install locations, and export
+into a cache directory keyed by the report's absolute path, size and mtime, so a second analysis of the
+same report costs nothing and a changed report is exported again. Without ``nsys`` the user gets the
+exact command to run elsewhere.
+"""
+from __future__ import annotations
+
+import glob
+import hashlib
+import lzma
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from analyzer.errors import InputError, UnsupportedFormatError
+
+Progress = Callable[[str], None]
+
+# where NVIDIA's installers, CUDA toolkits, Nsight Compute bundles and Debian put nsys
+NSYS_GLOBS = (
+    "/opt/nvidia/nsight-systems/*/bin/nsys",
+    "/opt/nvidia/nsight-systems-cli/*/bin/nsys",
+    "/usr/local/cuda*/bin/nsys",
+    "/usr/local/cuda*/nsight-systems-*/bin/nsys",
+    "/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys",
+    "/usr/lib/nsight-systems/bin/nsys",
+    "/usr/lib/x86_64-linux-gnu/nsight-systems/target-linux-x64/nsys",
+)
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "gpu-trace-analyzer"
+
+
+def find_nsys() -> str | None:
+    """Path of an ``nsys`` binary, or None. Prefers ``$NSYS``, then the PATH, then the newest install."""
+    env = os.environ.get("NSYS")
+    if env and os.access(env, os.X_OK):
+        return env
+    on_path = shutil.which("nsys")
+    if on_path:
+        return on_path
+    found = [p for pattern in NSYS_GLOBS for p in glob.glob(pattern) if os.access(p, os.X_OK)]
+    if not found:
+        return None
+    return max(found, key=_version_key)
+
+
+def _version_key(path: str) -> tuple[int, ...]:
+    nums = re.findall(r"(\d{4})\.(\d+)(?:\.(\d+))?", path)
+    if not nums:
+        return (0,)
+    return tuple(int(x or 0) for x in nums[-1])
+
+
+def export_command(report: Path, out: Path | str = "OUT.sqlite") -> str:
+    return f"nsys export --type sqlite -o {out} {report}"
+
+
+def cache_key(path: Path) -> str:
+    """Key of a derived file: absolute path + size + mtime, hashed (a changed input gets a new key)."""
+    st = path.stat()
+    raw = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()
+    return hashlib.sha256(raw).hexdigest()[:16]
+
+
+def cached_sqlite_for_report(report: Path, *, cache_dir: Path | None = None,
+                             progress: Progress | None = None) -> Path:
+    """The SQLite export of ``report``, exporting it with ``nsys`` on first use."""
+    say = progress or (lambda _m: None)
+    cache = (cache_dir or default_cache_dir()) / "nsys-export"
+    target = cache / f"{report.stem}-{cache_key(report)}.sqlite"
+    if target.is_file() and target.stat().st_size > 0:
+        say(f"using cached SQLite export {target}")
+        return target
+    nsys = find_nsys()
+    if nsys is None:
+        raise UnsupportedFormatError(
+            report,
+            "reading .nsys-rep/.qdrep reports needs Nsight Systems (nsys), which is not installed here",
+            hint=f"export it where nsys is installed and pass the .sqlite file: "
+                 f"{export_command(report)}",
+        )
+    cache.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=".export-", suffix=".sqlite", dir=cache)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    tmp.unlink()  # nsys refuses to overwrite without --force-overwrite on some versions
+    say(f"exporting {report.name} to SQLite with {nsys} (once; cached in {cache})")
+    cmd = [nsys, "export", "--type", "sqlite", "--output", str(tmp), str(report)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    except OSError as exc:
+        raise UnsupportedFormatError(report, f"could not run {nsys} ({exc.strerror})",
+                                     hint=f"run it yourself: {export_command(report)}") from exc
+    if proc.returncode != 0 or not tmp.is_file() or tmp.stat().st_size == 0:
+        tmp.unlink(missing_ok=True)
+        detail = _last_line(proc.stderr) or _last_line(proc.stdout) or f"exit code {proc.returncode}"
+        raise UnsupportedFormatError(
+            report,
+            f"{nsys} export failed ({detail})",
+            hint=f"a newer nsys may be needed for this report; run: {export_command(report)}",
+        )
+    os.replace(tmp, target)
+    return target
+
+
+def cached_decompressed(path: Path, *, cache_dir: Path | None = None, progress: Progress | None = None) -> Path:
+    """``trace.sqlite.xz`` -> a decompressed copy in the cache (keyed like exports)."""
+    say = progress or (lambda _m: None)
+    cache = (cache_dir or default_cache_dir()) / "decompressed"
+    stem = path.name.removesuffix(".xz")
+    target = cache / f"{cache_key(path)}-{stem}"
+    if target.is_file():
+        return target
+    cache.mkdir(parents=True, exist_ok=True)
+    say(f"decompressing {path.name} (once; cached in {cache})")
+    fd, tmp_name = tempfile.mkstemp(prefix=".xz-", dir=cache)
+    try:
+        with os.fdopen(fd, "wb") as out, lzma.open(path, "rb") as src:
+            shutil.copyfileobj(src, out, 1 << 20)
+    except (lzma.LZMAError, EOFError) as exc:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise InputError(path, f"cannot decompress the .xz file ({exc})", hint="download it again") from exc
+    os.replace(tmp_name, target)
+    return target
+
+
+def _last_line(text: str | None) -> str:
+    lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
+    return lines[-1][:200] if lines else ""

@@ -1,0 +1,780 @@
+"""Nsight Systems SQLite export -> :class:`~analyzer.loading.model.Trace`.
+
+Schema detection, not version switches: the export's tables and columns move between nsys releases
+(2020.3 has no metadata table and inline NVTX text, 2022.4/2023.1 call the metadata ``EXPORT_META_DATA``,
+later releases ``META_DATA_EXPORT``; ``greenContextId``, ``textId``, ``jsonTextId``, ``domainId`` come
+and go). Every query selects only columns that ``PRAGMA table_info`` lists; a missing optional table
+becomes an empty frame.
+
+Times: nsys stores nanoseconds on the session clock. The origin is ``ANALYSIS_DETAILS.startTime`` when
+the events lie inside ``[startTime, stopTime]`` (2022.4 and 2025.3 exports), ``0`` when the export's
+events are already session-relative (2023.1 exports whose ``ANALYSIS_DETAILS`` uses another clock base),
+the session start (``TARGET_INFO_SESSION_START_TIME``) when timestamps were exported as UTC
+(``--ts-normalize``), else the earliest event (2020.3 exports have no ``ANALYSIS_DETAILS``).
+
+Stages: (1) fetch integer columns of every table we use, concurrently on the ADBC backend
+(:mod:`analyzer.loading.sqlite_reader`); (2) time base, trace-relative times; (3) NVTX nesting, paths and
+per-thread step functions (:mod:`analyzer.loading.attribution`); (4) API frame with its own thread's
+range; (5) GPU operations joined to their launching call on (pid, correlationId) and from it to the NVTX
+range (thread, else process fallback); (6) GPUs, processes, threads. Strings are resolved once per
+distinct ``StringIds`` id and shared between rows (object columns, as :func:`empty_frame` makes them).
+"""
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analyzer.errors import InputError
+from analyzer.loading import attribution as attr
+from analyzer.loading.model import (
+    API_COLUMNS,
+    GPU_COLUMNS,
+    KERNEL_COLUMNS,
+    MEMCPY_COLUMNS,
+    MEMSET_COLUMNS,
+    NVTX_COLUMNS,
+    PROCESS_COLUMNS,
+    SYNC_COLUMNS,
+    THREAD_COLUMNS,
+    Trace,
+    TraceInfo,
+    empty_frame,
+)
+from analyzer.loading.sqlite_reader import SqliteReader, release_free_memory
+
+Progress = Callable[[str], None]
+
+KERNEL_TABLE = "CUPTI_ACTIVITY_KIND_KERNEL"
+MEMCPY_TABLE = "CUPTI_ACTIVITY_KIND_MEMCPY"
+MEMSET_TABLE = "CUPTI_ACTIVITY_KIND_MEMSET"
+RUNTIME_TABLE = "CUPTI_ACTIVITY_KIND_RUNTIME"
+DRIVER_TABLE = "CUPTI_ACTIVITY_KIND_DRIVER"
+SYNC_TABLE = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
+NVTX_TABLE = "NVTX_EVENTS"
+METADATA_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")
+
+# tables that mark a file as an nsys export (any one suffices)
+NSYS_MARKER_TABLES = ("StringIds", "TARGET_INFO_GPU", KERNEL_TABLE, RUNTIME_TABLE, NVTX_TABLE,
+                      "ThreadNames", *METADATA_TABLES)
+
+# NVTX event types (ENUM_NSYS_EVENT_TYPE)
+NVTX_MARK, NVTX_PUSHPOP, NVTX_STARTEND, NVTX_DOMAIN_CREATE = 34, 59, 60, 75
+
+# nsys ENUM_NSYS_EVENT_CLASS ids for CUPTI_ACTIVITY_KIND_RUNTIME.eventClass
+EVENT_CLASS_DRIVER = 1
+
+# Fallbacks when the export lacks the ENUM_* tables (2020.3): nsys's own numbering, identical in the
+# ENUM_CUDA_MEMCPY_OPER / ENUM_CUDA_MEM_KIND / ENUM_CUPTI_SYNC_TYPE tables of 2022.4 and 2023.1 exports.
+MEMCPY_KIND_NAMES = {
+    0: "CUDA_MEMCPY_KIND_UNKNOWN", 1: "CUDA_MEMCPY_KIND_HTOD", 2: "CUDA_MEMCPY_KIND_DTOH",
+    3: "CUDA_MEMCPY_KIND_HTOA", 4: "CUDA_MEMCPY_KIND_ATOH", 5: "CUDA_MEMCPY_KIND_ATOA",
+    6: "CUDA_MEMCPY_KIND_ATOD", 7: "CUDA_MEMCPY_KIND_DTOA", 8: "CUDA_MEMCPY_KIND_DTOD",
+    9: "CUDA_MEMCPY_KIND_HTOH", 10: "CUDA_MEMCPY_KIND_PTOP", 11: "CUDA_MEMCPY_KIND_UVM_HTOD",
+    12: "CUDA_MEMCPY_KIND_UVM_DTOH", 13: "CUDA_MEMCPY_KIND_UVM_DTOD",
+}
+MEM_KIND_NAMES = {
+    0: "CUDA_MEMOPR_MEMORY_KIND_PAGEABLE", 1: "CUDA_MEMOPR_MEMORY_KIND_PINNED",
+    2: "CUDA_MEMOPR_MEMORY_KIND_DEVICE", 3: "CUDA_MEMOPR_MEMORY_KIND_ARRAY",
+    4: "CUDA_MEMOPR_MEMORY_KIND_MANAGED", 5: "CUDA_MEMOPR_MEMORY_KIND_DEVICE_STATIC",
+    6: "CUDA_MEMOPR_MEMORY_KIND_MANAGED_STATIC", 7: "CUDA_MEMOPR_MEMORY_KIND_UNKNOWN",
+}
+SYNC_TYPE_NAMES = {
+    0: "CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_UNKNOWN",
+    1: "CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_EVENT_SYNCHRONIZE",
+    2: "CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_WAIT_EVENT",
+    3: "CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_SYNCHRONIZE",
+    4: "CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_CONTEXT_SYNCHRONIZE",
+}
+
+# Per-SM limits by compute capability, for exports that lack them (2020.3 lacks opt-in smem and
+# threads/SM; 2022.4 exports of old reports lack everything but the name).
+# Source: CUDA C++ Programming Guide, "Compute Capabilities" / "Technical Specifications per Compute
+# Capability" table (CUDA 12.x/13.x). smem values in bytes; optin = max dynamic smem per block.
+#   cc: (threads/SM, regs/SM, smem/SM, smem/block opt-in, blocks/SM)
+CC_LIMITS: dict[tuple[int, int], tuple[int, int, int, int, int]] = {
+    (7, 0): (2048, 65536, 96 * 1024, 96 * 1024, 32),
+    (7, 2): (2048, 65536, 96 * 1024, 96 * 1024, 32),
+    (7, 5): (1024, 65536, 64 * 1024, 64 * 1024, 16),
+    (8, 0): (2048, 65536, 164 * 1024, 163 * 1024, 32),
+    (8, 6): (1536, 65536, 100 * 1024, 99 * 1024, 16),
+    (8, 7): (2048, 65536, 164 * 1024, 163 * 1024, 16),
+    (8, 9): (1536, 65536, 100 * 1024, 99 * 1024, 24),
+    (9, 0): (2048, 65536, 228 * 1024, 227 * 1024, 32),
+    (10, 0): (2048, 65536, 228 * 1024, 227 * 1024, 32),
+    (12, 0): (1536, 65536, 100 * 1024, 99 * 1024, 32),
+}
+DEFAULT_SMEM_PER_BLOCK = 48 * 1024
+
+# what the loader fetches: output name -> column (absent columns read as -1)
+_OP_FETCH = {"start": "start", "end": "end", "device": "deviceId", "context": "contextId",
+             "stream": "streamId", "correlation_id": "correlationId", "global_pid": "globalPid"}
+KERNEL_FETCH = _OP_FETCH | {
+    "short_id": "shortName", "name_id": "demangledName",
+    "grid_x": "gridX", "grid_y": "gridY", "grid_z": "gridZ",
+    "block_x": "blockX", "block_y": "blockY", "block_z": "blockZ",
+    "registers_per_thread": "registersPerThread", "static_smem": "staticSharedMemory",
+    "dynamic_smem": "dynamicSharedMemory", "launch_type": "launchType", "graph_node_id": "graphNodeId"}
+MEMCPY_FETCH = _OP_FETCH | {"bytes": "bytes", "copy_kind": "copyKind", "src_kind": "srcKind", "dst_kind": "dstKind"}
+MEMSET_FETCH = _OP_FETCH | {"bytes": "bytes", "mem_kind": "memKind"}
+SYNC_FETCH = _OP_FETCH | {"sync_type": "syncType"}
+API_FETCH = {"start": "start", "end": "end", "global_tid": "globalTid", "correlation_id": "correlationId",
+             "name_id": "nameId", "return_value": "returnValue", "event_class": "eventClass"}
+NVTX_FETCH = {"start": "start", "end": "end", "event_type": "eventType", "global_tid": "globalTid",
+              "text_id": "textId", "domain_id": "domainId"}
+NVTX_WANTED = f"eventType IN ({NVTX_MARK}, {NVTX_PUSHPOP}, {NVTX_STARTEND}, {NVTX_DOMAIN_CREATE})"
+
+_API_SUFFIX = re.compile(r"(?:_v\d+|_ptsz|_ptds|_spt)+$")
+
+
+def strip_api_suffix(name: str) -> str:
+    """``cudaLaunchKernel_v7000`` -> ``cudaLaunchKernel``; ``cudaMemcpyAsync_ptsz_v7000`` -> ``cudaMemcpyAsync``."""
+    return _API_SUFFIX.sub("", name)
+
+
+# ----------------------------------------------------------------------------------------------------
+# schema
+# ----------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Schema:
+    """What the loader recognised about an export."""
+
+    generation: str  # "2020" | "2022" | "2023" | "2024+"
+    nsys_version: str | None
+    schema_version: str | None
+    metadata: dict[str, str] = field(default_factory=dict)
+    hostname: str | None = None
+
+
+def detect_schema(reader: SqliteReader) -> Schema:
+    """Identify the export generation from its metadata table (absent before 2022)."""
+    if not any(reader.has(t) for t in NSYS_MARKER_TABLES):
+        raise InputError(
+            reader.path,
+            "SQLite file has no Nsight Systems tables (no StringIds, CUPTI_ACTIVITY_KIND_*, NVTX_EVENTS)",
+            hint="export the report with: nsys export --type sqlite -o OUT.sqlite IN.nsys-rep",
+        )
+    meta: dict[str, str] = {}
+    for t in METADATA_TABLES:
+        if reader.has(t) and {"name", "value"} <= set(reader.columns(t)):
+            meta = {str(k): str(v) for k, v in reader.query(f'SELECT name, value FROM "{reader.table(t)}"')}
+            break
+    version = meta.get("EXPORT_PRODUCT_VERSION")
+    schema_version = meta.get("EXPORT_SCHEMA_VERSION")
+    hostname = None
+    if reader.has("TARGET_INFO_SYSTEM_ENV") and {"name", "value"} <= set(reader.columns("TARGET_INFO_SYSTEM_ENV")):
+        rows = reader.query("SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'Hostname' LIMIT 1")
+        hostname = str(rows[0][0]) if rows else None
+    if not meta:
+        generation = "2020"
+    else:
+        year = _year(version or meta.get("EXPORT_PRODUCT_DATE", ""))
+        if year is None or year >= 2024:
+            generation = "2024+"
+        elif year >= 2023:
+            generation = "2023"
+        else:
+            generation = "2022"
+    return Schema(generation, version, schema_version, meta, hostname)
+
+
+def _year(version: str) -> int | None:
+    m = re.match(r"(\d{4})", version or "")
+    return int(m.group(1)) if m else None
+
+
+# ----------------------------------------------------------------------------------------------------
+# strings and enums
+# ----------------------------------------------------------------------------------------------------
+class StringTable:
+    """``StringIds`` as an id-indexed object array; lookups are one vectorized ``take``."""
+
+    def __init__(self, reader: SqliteReader) -> None:
+        rows = reader.query("SELECT id, value FROM StringIds") if reader.has("StringIds") else []
+        ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+        size = int(ids.max()) + 2 if len(ids) else 1
+        self._values = np.full(size, "", dtype=object)
+        if len(ids):
+            if (ids < 0).any():
+                keep = ids >= 0
+                rows = [r for r, k in zip(rows, keep) if k]
+                ids = ids[keep]
+            self._values[ids] = [r[1] if isinstance(r[1], str) else "" for r in rows]
+        self._default = size - 1  # always ""
+
+    def lookup(self, ids: np.ndarray) -> np.ndarray:
+        """Text for each id (``""`` for -1/NULL or unknown ids)."""
+        bad = (ids < 0) | (ids >= len(self._values))
+        return self._values[np.where(bad, self._default, ids)]
+
+    def mapped(self, ids: np.ndarray, fn: Callable[[str], str]) -> np.ndarray:
+        """``fn`` applied once per distinct id, then broadcast (e.g. API suffix stripping)."""
+        size = len(self._values)
+        safe = np.where((ids < 0) | (ids >= size), self._default, ids)
+        present = np.zeros(size, dtype=bool)
+        present[safe] = True
+        table = np.full(size, "", dtype=object)
+        used = np.flatnonzero(present)
+        table[used] = [fn(t) for t in self._values[used]]
+        return table[safe]
+
+
+def _enum(reader: SqliteReader, table: str, fallback: dict[int, str]) -> dict[int, str]:
+    if reader.has(table) and {"id", "name"} <= set(reader.columns(table)):
+        rows = reader.query(f'SELECT id, name FROM "{reader.table(table)}"')
+        if rows:
+            return {int(i): str(n) for i, n in rows}
+    return dict(fallback)
+
+
+def _map_codes(codes: np.ndarray, mapping: dict[int, str], default: str) -> np.ndarray:
+    """Vectorized int -> label via a small lookup table (object array)."""
+    if len(codes) == 0:
+        return np.empty(0, dtype=object)
+    lo, hi = int(codes.min()), int(codes.max())
+    if 0 <= lo and hi < 4096:  # small enum codes: a direct table, no sort
+        table = np.empty(hi + 1, dtype=object)
+        table[:] = [mapping.get(i, default) for i in range(hi + 1)]
+        return table[codes]
+    uniq, inv = np.unique(codes, return_inverse=True)
+    labels = np.empty(len(uniq), dtype=object)
+    labels[:] = [mapping.get(int(u), default) for u in uniq]
+    return labels[inv.reshape(-1)]
+
+
+def _direction_label(enum_name: str) -> str:
+    n = enum_name.upper()
+    if "PTOP" in n:
+        return "P2P"
+    for key, label in (("HTOD", "H2D"), ("HTOA", "H2D"), ("DTOH", "D2H"), ("ATOH", "D2H"),
+                       ("DTOD", "D2D"), ("ATOA", "D2D"), ("ATOD", "D2D"), ("DTOA", "D2D"),
+                       ("HTOH", "H2H")):
+        if n.endswith(key):
+            return label
+    return "other"
+
+
+def _memkind_label(enum_name: str) -> str:
+    n = enum_name.upper()
+    for key, label in (("PAGEABLE", "pageable"), ("PINNED", "pinned"), ("MANAGED", "managed"),
+                       ("ARRAY", "array"), ("DEVICE", "device")):
+        if key in n:
+            return label
+    return "unknown"
+
+
+def _sync_label(enum_name: str) -> str:
+    n = enum_name.upper()
+    label = n.removeprefix("CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_")
+    return label.lower() or "unknown"
+
+
+# ----------------------------------------------------------------------------------------------------
+# loading
+# ----------------------------------------------------------------------------------------------------
+def _pid(global_id: np.ndarray) -> np.ndarray:
+    """nsys globalPid/globalTid -> OS pid: bits 24..47."""
+    return np.where(global_id >= 0, (global_id >> 24) & 0xFFFFFF, -1)
+
+
+def _tid(global_tid: np.ndarray) -> np.ndarray:
+    return np.where(global_tid >= 0, global_tid & 0xFFFFFF, -1)
+
+
+def _frame(columns: tuple[str, ...], data: dict[str, np.ndarray]) -> pd.DataFrame:
+    """A contract frame from arrays (missing contract columns are an error in the loader)."""
+    if not data or len(next(iter(data.values()))) == 0:
+        return empty_frame(columns)
+    return pd.DataFrame({c: _column(data[c]) for c in columns}, copy=False)
+
+
+def _by_start(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows ordered by start (stable); no copy when the export already is (the usual case)."""
+    start = frame["start"].to_numpy()
+    if len(start) < 2 or (start[1:] >= start[:-1]).all():
+        return frame
+    return frame.take(np.argsort(start, kind="stable")).reset_index(drop=True)
+
+
+def _column(values: np.ndarray) -> np.ndarray | pd.Series:
+    """Text stays ``object`` (as in :func:`empty_frame`): rows share the Python string of their id, where
+    pandas' default string inference would copy every row's text into a new buffer."""
+    if values.dtype == object:
+        return pd.Series(values, dtype=object, copy=False)
+    return values
+
+
+def _text_as_object(frame: pd.DataFrame) -> pd.DataFrame:
+    for c in frame.columns:
+        if frame[c].dtype != object and not pd.api.types.is_numeric_dtype(frame[c].dtype):
+            frame[c] = frame[c].astype(object)
+    return frame
+
+
+class _Loader:
+    def __init__(self, path: Path, progress: Progress | None, source_format: str,
+                 display_path: Path | None) -> None:
+        self.path = path
+        self.display_path = display_path or path
+        self.say: Progress = progress or (lambda _msg: None)
+        self.source_format = source_format
+
+    def run(self) -> Trace:
+        self.r = SqliteReader(self.path, self.display_path if self.display_path != self.path else None)
+        try:
+            return self._load()
+        except sqlite3.DatabaseError as exc:
+            raise InputError(self.display_path, f"SQLite file is corrupt or truncated ({exc})",
+                             hint="copy or export it again") from exc
+        finally:
+            self.r.close()
+
+    def _load(self) -> Trace:
+        r = self.r
+        schema = detect_schema(r)
+        self.say(f"nsys export schema {schema.generation}" + (f" (nsys {schema.nsys_version})"
+                                                              if schema.nsys_version else ""))
+        if all(r.is_empty(t) for t in (KERNEL_TABLE, MEMCPY_TABLE, MEMSET_TABLE)):
+            raise InputError(
+                self.display_path,
+                "trace contains no GPU activity (no kernels, memcpy or memset rows)",
+                hint="profile with CUDA tracing on (nsys profile --trace=cuda,nvtx ...) and make sure the "
+                     "program launches GPU work inside the capture range",
+            )
+        jobs: dict[str, Callable[[], Any]] = {}
+
+        def add(name: str, table: str, cols: Mapping[str, str | None], label: str,
+                where: str | None = None) -> None:
+            n = r.count(table)
+            r.columns(table)  # schema lookups on this thread; workers only fetch
+            if n:
+                self.say(f"reading {label} ({n:,} rows)")
+            jobs[name] = lambda: r.fetch_ints(table, cols, where=where)
+
+        add("k", KERNEL_TABLE, KERNEL_FETCH, "kernels")
+        add("rt", RUNTIME_TABLE, API_FETCH, "CUDA runtime API calls")
+        if r.has(DRIVER_TABLE):
+            add("dr", DRIVER_TABLE, API_FETCH, "CUDA driver API calls")
+        add("nv", NVTX_TABLE, NVTX_FETCH, "NVTX events", where=NVTX_WANTED)
+        if r.count(NVTX_TABLE) and r.has_column(NVTX_TABLE, "text"):
+            jobs["nv_text"] = lambda: r.fetch_text(NVTX_TABLE, "text", where=NVTX_WANTED)
+        add("mc", MEMCPY_TABLE, MEMCPY_FETCH, "memcpy")
+        add("ms", MEMSET_TABLE, MEMSET_FETCH, "memset")
+        add("sy", SYNC_TABLE, SYNC_FETCH, "synchronization")
+        jobs["strings"] = lambda: StringTable(r)
+        res = r.fetch_parallel(jobs)
+        strings: StringTable = res.pop("strings")
+        k, mc, ms, sy = (res.pop(n) for n in ("k", "mc", "ms", "sy"))
+        api = self._combine_api(res.pop("rt"), res.pop("dr", None))
+        nv = self._nvtx_raw(res.pop("nv"), res.pop("nv_text", None), strings)
+        del res
+        release_free_memory()
+
+        origin, duration = self._time_base(schema, [k, mc, ms, sy, api], nv)
+        trace_end = origin + duration
+        for d in (k, mc, ms, sy, api):
+            raw_start = d["start"]
+            d["start"] = raw_start - origin
+            d["end"] = np.maximum(d["end"], raw_start) - origin
+            d["duration"] = d["end"] - d["start"]
+
+        self.say(f"attributing NVTX ranges ({len(nv['start']):,} events)")
+        nvtx, timeline = self._build_nvtx(nv, origin, trace_end)
+        del nv
+        release_free_memory()
+
+        api_name = strings.mapped(api["name_id"], strip_api_suffix)
+        api["pid"] = _pid(api["global_tid"])
+        api["tid"] = _tid(api["global_tid"])
+        api_thread_nvtx = timeline.thread_at(api["global_tid"], api["start"])
+        api_frame_data = {
+            "start": api["start"], "end": api["end"], "duration": api["duration"],
+            "name": api_name, "kind": np.array(["runtime", "driver"], dtype=object)[api["is_driver"]],
+            "pid": api["pid"], "tid": api["tid"], "correlation_id": api["correlation_id"],
+            "return_value": api["return_value"],
+        }
+        api_frame_data.update(self._nvtx_columns(nvtx, api_thread_nvtx))
+
+        self.say("joining GPU work to launching API calls")
+        launch = _Launches(api, api_name, api_thread_nvtx, timeline, nvtx)
+        kernels = self._gpu_frame(KERNEL_COLUMNS, k, launch, {
+            "short_name": strings.lookup(k["short_id"]),
+            "name": _fallback_text(strings.lookup(k["name_id"]), strings.lookup(k["short_id"])),
+        })
+        del k
+        copy_kinds = _enum(r, "ENUM_CUDA_MEMCPY_OPER", MEMCPY_KIND_NAMES)
+        mem_kinds = _enum(r, "ENUM_CUDA_MEM_KIND", MEM_KIND_NAMES)
+        mem_labels = {i: _memkind_label(n) for i, n in mem_kinds.items()}
+        memcpy = self._gpu_frame(MEMCPY_COLUMNS, mc, launch, {
+            "direction": _map_codes(mc["copy_kind"], {i: _direction_label(n) for i, n in copy_kinds.items()},
+                                    "other"),
+            "src_kind": _map_codes(mc["src_kind"], mem_labels, "unknown"),
+            "dst_kind": _map_codes(mc["dst_kind"], mem_labels, "unknown"),
+        })
+        memset = self._gpu_frame(MEMSET_COLUMNS, ms, launch, {
+            "mem_kind": _map_codes(ms["mem_kind"], mem_labels, "unknown"),
+        })
+        sync = self._sync_frame(sy, launch)
+        api_frame = _frame(API_COLUMNS, api_frame_data).pipe(_by_start)
+
+        self.say("reading GPUs, processes and threads")
+        gpus = self._gpus()
+        processes, threads = self._processes_threads(strings)
+        info = TraceInfo(
+            path=self.display_path,
+            source_format=self.source_format,
+            nsys_version=schema.nsys_version,
+            schema_version=schema.schema_version,
+            origin_ns=int(origin),
+            duration_ns=int(duration),
+            hostname=schema.hostname or schema.metadata.get("EXPORT_HOST") or None,
+            export_schema=schema.generation,
+        )
+        extras: dict[str, Any] = {"metadata": dict(schema.metadata)}
+        if self.path != self.display_path:
+            extras["sqlite_path"] = str(self.path)
+        return Trace(info=info, kernels=kernels, memcpy=memcpy, memset=memset, api=api_frame,
+                     sync=sync, nvtx=nvtx, gpus=gpus, processes=processes, threads=threads, extras=extras)
+
+    # -- API calls --------------------------------------------------------------------------------------
+    @staticmethod
+    def _combine_api(rt: dict[str, np.ndarray], dr: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:
+        """Runtime table rows, then driver table rows; ``is_driver`` marks driver calls (they lose
+        correlation-id ties against runtime calls)."""
+        rt["is_driver"] = (rt["event_class"] == EVENT_CLASS_DRIVER).astype(np.int64)
+        if dr is not None and len(dr["start"]):
+            dr["is_driver"] = np.ones(len(dr["start"]), dtype=np.int64)
+            out = {c: np.concatenate([rt[c], dr[c]]) for c in rt}
+        else:
+            out = rt
+        out["duration"] = out["end"] - out["start"]
+        return out
+
+    # -- time base --------------------------------------------------------------------------------------
+    def _time_base(self, schema: Schema, tables: list[dict[str, np.ndarray]],
+                   nv: dict[str, np.ndarray]) -> tuple[int, int]:
+        starts = [d["start"][d["start"] >= 0].min() for d in tables if (d["start"] >= 0).any()]
+        ends = [d["end"].max() for d in tables if len(d["end"])]
+        rng = nv["kind"] != ""
+        if rng.any():
+            starts.append(nv["start"][rng].min())
+            ends.append(max(nv["start"][rng].max(), nv["end"][rng].max()))
+        t_min = int(min(starts)) if starts else 0
+        t_max = int(max(ends)) if ends else t_min
+        r = self.r
+        if r.has("ANALYSIS_DETAILS") and {"startTime", "stopTime"} <= set(r.columns("ANALYSIS_DETAILS")):
+            row = r.query("SELECT startTime, stopTime FROM ANALYSIS_DETAILS LIMIT 1")
+            if row and row[0][0] is not None and row[0][1] is not None:
+                a_start, a_stop = int(row[0][0]), int(row[0][1])
+                if a_start <= t_min and t_max <= a_stop:
+                    return a_start, a_stop - a_start
+                if a_stop > a_start and 0 <= t_min and t_max <= (a_stop - a_start) and t_min < 10**15:
+                    # events already counted from the session start (2023.1 exports)
+                    return 0, a_stop - a_start
+        if t_min > 10**17 and r.has("TARGET_INFO_SESSION_START_TIME"):
+            row = r.query("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1")
+            if row and row[0][0] is not None and int(row[0][0]) <= t_min:
+                return int(row[0][0]), t_max - int(row[0][0])
+        return t_min, t_max - t_min
+
+    # -- NVTX -------------------------------------------------------------------------------------------
+    @staticmethod
+    def _nvtx_raw(d: dict[str, np.ndarray], inline: np.ndarray | None, strings: StringTable) -> dict[str, np.ndarray]:
+        """NVTX rows with text resolved: ``textId`` through StringIds, else the inline ``text`` (2020).
+        ``end`` NULL (unterminated range) reads as -1 and is clipped to the trace end later."""
+        if inline is None or len(inline) != len(d["start"]):
+            inline = np.full(len(d["start"]), "", dtype=object)
+        d["text"] = np.where(d["text_id"] >= 0, strings.lookup(d["text_id"]), inline)
+        et = d["event_type"]
+        kind = np.full(len(et), "", dtype=object)
+        kind[et == NVTX_PUSHPOP] = "pushpop"
+        kind[et == NVTX_STARTEND] = "startend"
+        kind[et == NVTX_MARK] = "mark"
+        d["kind"] = kind
+        return d
+
+    def _domain_names(self, nv: dict[str, np.ndarray], pid: np.ndarray, dom: np.ndarray) -> np.ndarray:
+        """Domain name per NVTX row from NvtxDomainCreate events (per process; 2020's DomainStrings as a
+        fallback); ``""`` for the default domain. One dict lookup per distinct (pid, domainId)."""
+        names: dict[tuple[int, int], str] = {}
+        if self.r.has("DomainStrings") and {"id", "domainName"} <= set(self.r.columns("DomainStrings")):
+            for i, name in self.r.query("SELECT id, domainName FROM DomainStrings"):
+                names[(-1, int(i))] = str(name)
+        create = np.flatnonzero(nv["event_type"] == NVTX_DOMAIN_CREATE)
+        pids = _pid(nv["global_tid"][create])
+        for p, d, text in zip(pids.tolist(), nv["domain_id"][create].tolist(), nv["text"][create].tolist()):
+            names[(p, d)] = text
+        out = np.full(len(dom), "", dtype=object)
+        if not names or len(dom) == 0:
+            return out
+        key = attr.correlation_key(pid, dom)  # (pid, id) packed like correlation keys
+        uniq, inv = np.unique(key, return_inverse=True)
+        labels = np.empty(len(uniq), dtype=object)
+        labels[:] = [
+            names.get((int(k >> 32), int(k & 0xFFFFFFFF)), names.get((-1, int(k & 0xFFFFFFFF)), ""))
+            if (k & 0xFFFFFFFF) not in (0, 0xFFFFFFFF) else ""
+            for k in uniq.tolist()
+        ]
+        return labels[inv.reshape(-1)]
+
+    def _build_nvtx(self, nv: dict[str, np.ndarray], origin: int,
+                    trace_end: int) -> tuple[pd.DataFrame, attr.NvtxTimeline]:
+        keep = np.flatnonzero(nv["kind"] != "")  # ranges and marks (not domain-create rows)
+        start = nv["start"][keep]
+        end = nv["end"][keep]
+        kind = nv["kind"][keep]
+        np.copyto(end, trace_end, where=end < 0)  # unterminated ranges (end NULL) run to the trace end
+        np.maximum(end, start, out=end)
+        np.copyto(end, start, where=kind == "mark")
+        order = np.lexsort((-end, start))  # by start, outer ranges first
+        if (order[1:] > order[:-1]).all():
+            sel = keep
+        else:
+            sel = keep[order]
+            start, end, kind = start[order], end[order], kind[order]
+        del order, keep
+        start -= origin
+        end -= origin
+        gtid = nv["global_tid"][sel]
+        text = nv["text"][sel]
+        depth, parent, crossed = attr.nest_ranges(gtid, start, end)
+        paths = attr.build_paths(text, depth, parent)
+        pid = _pid(gtid)
+        dom_names = self._domain_names(nv, pid, nv["domain_id"][sel])
+        n = len(start)
+        frame = _frame(NVTX_COLUMNS, {
+            "range_id": np.arange(n, dtype=np.int64), "start": start, "end": end, "duration": end - start,
+            "text": text, "domain": dom_names, "kind": kind, "pid": pid, "tid": _tid(gtid),
+            "depth": depth, "parent_id": parent, "path": paths,
+        })
+        timeline = attr.NvtxTimeline(gtid, pid, start, end, depth, parent, crossed)
+        return frame, timeline
+
+    @staticmethod
+    def _nvtx_columns(nvtx: pd.DataFrame, ids: np.ndarray) -> dict[str, np.ndarray]:
+        """nvtx_id / nvtx_range / nvtx_path for rows whose innermost range is ``ids`` (-1: none). The
+        text tables get a trailing ``""`` so that id -1 indexes it: one gather, no masks."""
+        texts = np.append(nvtx["text"].to_numpy(dtype=object), "")
+        paths = np.append(nvtx["path"].to_numpy(dtype=object), "")
+        return {"nvtx_id": ids, "nvtx_range": texts[ids], "nvtx_path": paths[ids]}
+
+    # -- GPU operations ---------------------------------------------------------------------------------
+    def _gpu_frame(self, columns: tuple[str, ...], d: dict[str, np.ndarray], launch: _Launches,
+                   extra: dict[str, np.ndarray]) -> pd.DataFrame:
+        n = len(d["start"])
+        if n == 0:
+            return empty_frame(columns)
+        op_pid = _pid(d["global_pid"])
+        idx = launch.index.lookup(op_pid, d["correlation_id"])
+        thread_id = launch.thread_nvtx[idx]  # idx -1 reads the trailing "none" entry of each table
+        proc_id = launch.process_nvtx()[idx]
+        proc_id[thread_id >= 0] = attr.NONE
+        nvtx_id = np.where(thread_id >= 0, thread_id, proc_id)
+        how = np.zeros(n, dtype=np.int8)
+        how[proc_id >= 0] = 1
+        how[thread_id >= 0] = 2
+        data = dict(d)
+        data.update(extra)
+        data.update({
+            "api_name": launch.name[idx],
+            "api_start": launch.start[idx],
+            "pid": np.where(idx >= 0, launch.pid[idx], op_pid),
+            "tid": launch.tid[idx],
+            "attribution": np.array(["none", "process", "thread"], dtype=object)[how],
+        })
+        data.update(self._nvtx_columns(launch.nvtx, nvtx_id))
+        return _frame(columns, data).pipe(_by_start)
+
+    def _sync_frame(self, d: dict[str, np.ndarray], launch: _Launches) -> pd.DataFrame:
+        if len(d["start"]) == 0:
+            return empty_frame(SYNC_COLUMNS)
+        names = _enum(self.r, "ENUM_CUPTI_SYNC_TYPE", SYNC_TYPE_NAMES)
+        op_pid = _pid(d["global_pid"])
+        idx = launch.index.lookup(op_pid, d["correlation_id"])
+        data = dict(d)
+        data["sync_type"] = _map_codes(d["sync_type"], {i: _sync_label(n) for i, n in names.items()}, "unknown")
+        data["pid"] = np.where(idx >= 0, launch.pid[idx], op_pid)
+        data["tid"] = launch.tid[idx]
+        return _frame(SYNC_COLUMNS, data).pipe(_by_start)
+
+    # -- GPUs -------------------------------------------------------------------------------------------
+    def _gpus(self) -> pd.DataFrame:
+        r = self.r
+        rows: dict[int, dict[str, Any]] = {}
+        if r.has("TARGET_INFO_GPU"):
+            cols = set(r.columns("TARGET_INFO_GPU"))
+            dev_col = "id" if "id" in cols else ("deviceId" if "deviceId" in cols else None)
+            mapping = {
+                "name": "name", "sm_count": "smCount", "memory_bytes": "totalMemory",
+                "memory_bandwidth": "memoryBandwidth", "clock_hz": "clockRate",
+                "compute_major": "computeMajor", "compute_minor": "computeMinor",
+                "max_threads_per_block": "maxThreadsPerBlock", "max_registers_per_block": "maxRegistersPerBlock",
+                "max_registers_per_sm": "maxRegistersPerSm", "max_shared_per_block": "maxShmemPerBlock",
+                "max_shared_per_block_optin": "maxShmemPerBlockOptin", "max_shared_per_sm": "maxShmemPerSm",
+                "max_blocks_per_sm": "maxBlocksPerSm", "threads_per_warp": "threadsPerWarp",
+                "l2_cache_bytes": "l2CacheSize", "_warps_per_sm": "maxWarpsPerSm", "_cu_device": "cuDevice",
+            }
+            if dev_col:
+                present = {k: v for k, v in mapping.items() if v in cols}
+                sel = ", ".join(f'"{v}"' for v in present.values())
+                for row in r.query(f'SELECT "{dev_col}"{", " + sel if sel else ""} FROM TARGET_INFO_GPU'):
+                    dev = int(row[0]) if row[0] is not None else len(rows)
+                    rows.setdefault(dev, {}).update(
+                        {k: v for k, v in zip(present, row[1:]) if v is not None})
+        rows = self._key_by_cuda_device(rows)
+        if r.has("TARGET_INFO_CUDA_GPU"):  # 2020.3: properties per CUDA device
+            cols = set(r.columns("TARGET_INFO_CUDA_GPU"))
+            mapping2 = {
+                "name": "name", "sm_count": "numMultiprocessors", "_mem_mib": "globalMemorySize",
+                "_clock_khz": "coreClockRate", "compute_major": "computeCapabilityMajor",
+                "compute_minor": "computeCapabilityMinor", "max_threads_per_block": "maxThreadsPerBlock",
+                "max_registers_per_block": "maxRegistersPerBlock",
+                "max_registers_per_sm": "maxRegistersPerMultiprocessor",
+                "max_shared_per_block": "maxSharedMemoryPerBlock",
+                "max_shared_per_sm": "maxSharedMemoryPerMultiprocessor",
+                "max_blocks_per_sm": "maxBlocksPerMultiprocessor", "threads_per_warp": "numThreadsPerWarp",
+                "l2_cache_bytes": "l2CacheSize", "_warps_per_sm": "maxWarpsPerMultiprocessor",
+            }
+            if "deviceId" in cols:
+                present = {k: v for k, v in mapping2.items() if v in cols}
+                sel = ", ".join(f'"{v}"' for v in present.values())
+                for row in r.query(f'SELECT "deviceId", {sel} FROM TARGET_INFO_CUDA_GPU'):
+                    vals = {k: v for k, v in zip(present, row[1:]) if v is not None}
+                    if "_mem_mib" in vals:
+                        vals["memory_bytes"] = int(vals.pop("_mem_mib")) * 1024 * 1024
+                    if "_clock_khz" in vals:
+                        vals["clock_hz"] = int(vals.pop("_clock_khz")) * 1000
+                    target = rows.setdefault(int(row[0]), {})
+                    for key, v in vals.items():
+                        if not target.get(key):
+                            target[key] = v
+        if not rows:
+            return empty_frame(GPU_COLUMNS)
+        records = []
+        for dev in sorted(rows):
+            v = rows[dev]
+            rec: dict[str, Any] = {c: 0 for c in GPU_COLUMNS}
+            rec.update({k: val for k, val in v.items() if k in rec})
+            rec["device"] = dev
+            rec["name"] = str(v.get("name") or "")
+            for c in GPU_COLUMNS:
+                if c not in ("device", "name"):
+                    try:
+                        rec[c] = int(rec[c] or 0)
+                    except (TypeError, ValueError):
+                        rec[c] = 0
+            warps = int(v.get("_warps_per_sm") or 0)
+            if warps and not rec["max_threads_per_sm"]:
+                rec["max_threads_per_sm"] = warps * int(rec["threads_per_warp"] or 32)
+            _fill_cc_limits(rec)
+            records.append(rec)
+        return _text_as_object(pd.DataFrame.from_records(records, columns=list(GPU_COLUMNS)).astype(
+            {c: "int64" for c in GPU_COLUMNS if c != "name"}))
+
+    def _key_by_cuda_device(self, rows: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
+        """Re-key TARGET_INFO_GPU rows (nsys GPU ids) by the CUDA device ordinal that the activity tables'
+        ``deviceId`` uses: ``TARGET_INFO_CUDA_DEVICE`` (gpuId -> cudaId, 2024+) or ``cuDevice``."""
+        cuda_of: dict[int, int] = {}
+        t = "TARGET_INFO_CUDA_DEVICE"
+        if self.r.has(t) and {"gpuId", "cudaId"} <= set(self.r.columns(t)):
+            for gpu, cuda in self.r.query(f'SELECT gpuId, cudaId FROM "{self.r.table(t)}"'):
+                if gpu is not None and cuda is not None:
+                    cuda_of.setdefault(int(gpu), int(cuda))
+        out: dict[int, dict[str, Any]] = {}
+        for gid, vals in rows.items():
+            cu = vals.pop("_cu_device", None)
+            key = cuda_of.get(gid, int(cu) if cu is not None else gid)
+            if key in out:  # ambiguous mapping: keep nsys ids
+                return {g: v for g, v in rows.items()}
+            out[key] = vals
+        return out
+
+    # -- processes and threads --------------------------------------------------------------------------
+    def _processes_threads(self, strings: StringTable) -> tuple[pd.DataFrame, pd.DataFrame]:
+        r = self.r
+        threads = empty_frame(THREAD_COLUMNS)
+        if r.has("ThreadNames") and {"nameId", "globalTid"} <= set(r.columns("ThreadNames")):
+            t = r.fetch_ints("ThreadNames", {"name_id": "nameId", "global_tid": "globalTid"})
+            if len(t["global_tid"]):
+                threads = pd.DataFrame({
+                    "pid": _pid(t["global_tid"]), "tid": _tid(t["global_tid"]),
+                    "name": strings.lookup(t["name_id"]),
+                }).drop_duplicates(["pid", "tid"], keep="last").sort_values(["pid", "tid"], ignore_index=True)
+        processes = empty_frame(PROCESS_COLUMNS)
+        if r.has("PROCESSES") and {"pid", "name"} <= set(r.columns("PROCESSES")):
+            rows = r.query('SELECT pid, name FROM "PROCESSES"')
+            if rows:
+                processes = pd.DataFrame(
+                    {"pid": np.array([int(p) if p is not None else -1 for p, _ in rows], dtype=np.int64),
+                     "name": np.array([str(n or "") for _, n in rows], dtype=object)})
+        elif len(threads):
+            # 2020.3 has no PROCESSES table: the main thread (tid == pid) carries the process name
+            main = threads[threads["pid"] == threads["tid"]]
+            processes = main[["pid", "name"]].reset_index(drop=True)
+        processes = processes.drop_duplicates("pid", keep="first").sort_values("pid", ignore_index=True)
+        return _text_as_object(processes), _text_as_object(threads)
+
+
+class _Launches:
+    """The API calls as a join target: the correlation index plus per-call columns, each with one
+    trailing "unknown" entry so that a failed join (row index -1) gathers the default without masks."""
+
+    def __init__(self, api: dict[str, np.ndarray], name: np.ndarray, thread_nvtx: np.ndarray,
+                 timeline: attr.NvtxTimeline, nvtx: pd.DataFrame) -> None:
+        self.index = attr.CorrelationIndex(api["pid"], api["correlation_id"], api["is_driver"])
+        self.name = np.append(name, "").astype(object, copy=False)
+        self.start = np.append(api["start"], -1)
+        self.pid = np.append(api["pid"], -1)
+        self.tid = np.append(api["tid"], -1)
+        self.thread_nvtx = np.append(thread_nvtx, attr.NONE)
+        self.nvtx = nvtx
+        self._timeline = timeline
+        self._process: np.ndarray | None = None
+
+    def process_nvtx(self) -> np.ndarray:
+        """Process-fallback range per call (computed once, only for calls with no range on their thread)."""
+        if self._process is None:
+            out = np.full(len(self.thread_nvtx), attr.NONE, dtype=np.int64)
+            need = np.flatnonzero(self.thread_nvtx[:-1] < 0)
+            if len(need):
+                out[need] = self._timeline.process_at(self.pid[need], self.start[need])
+            self._process = out
+        return self._process
+
+
+def _fallback_text(primary: np.ndarray, fallback: np.ndarray) -> np.ndarray:
+    empty = primary == ""
+    if not empty.any():
+        return primary
+    out = primary.copy()
+    out[empty] = fallback[empty]
+    return out
+
+
+def _fill_cc_limits(rec: dict[str, Any]) -> None:
+    """Fill per-SM limits that the export lacks from the compute-capability table."""
+    cc = (int(rec["compute_major"] or 0), int(rec["compute_minor"] or 0))
+    limits = CC_LIMITS.get(cc)
+    if limits is None:
+        return
+    threads_sm, regs_sm, smem_sm, smem_optin, blocks_sm = limits
+    for key, value in (("max_threads_per_sm", threads_sm), ("max_registers_per_sm", regs_sm),
+                       ("max_shared_per_sm", smem_sm), ("max_shared_per_block_optin", smem_optin),
+                       ("max_blocks_per_sm", blocks_sm), ("max_shared_per_block", DEFAULT_SMEM_PER_BLOCK),
+                       ("max_threads_per_block", 1024), ("max_registers_per_block", 65536),
+                       ("threads_per_warp", 32)):
+        if not rec.get(key):
+            rec[key] = value
+
+
+def load_nsys_sqlite(path: Path, *, progress: Progress | None = None, source_format: str = "nsys-sqlite",
+                     display_path: Path | None = None) -> Trace:
+    """Load an nsys SQLite export. ``display_path`` names the user's file in errors and ``TraceInfo``
+    when ``path`` is a cached export of an ``.nsys-rep``."""
+    return _Loader(path, progress, source_format, display_path).run()

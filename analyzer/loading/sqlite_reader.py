@@ -1,0 +1,332 @@
+"""Fast, read-only column fetch from a SQLite file into typed numpy arrays.
+
+Why this module exists: a naive ``pandas.read_sql`` loader is slower than ``nsys analyze`` before a single
+rule runs (see DOMAIN.md). The big nsys tables (kernels, API calls) hold only integers once strings are
+replaced by ``StringIds`` ids, so we fetch integer columns straight into ``int64`` arrays and map string ids
+to text once per distinct id.
+
+Backends (``benchmarks/bench_load.py`` measures them; numbers in the loader's report):
+
+- ``adbc``: the ADBC SQLite driver (``adbc-driver-sqlite``) returns Arrow columns without a Python object
+  per value: about 2x faster than ``sqlite3`` on 1 M kernels x 20 columns, and it opens the same
+  read-only URI. Used when installed.
+- ``sqlite3``: the standard library, ``numpy.fromiter`` over the flattened cursor (no list of tuples).
+- ``connectorx`` was measured too (fastest raw fetch) but cannot open a read-only/immutable URI: given
+  ``?mode=ro`` it silently creates a new empty database file, so it is not used.
+
+``ANALYZER_SQLITE_BACKEND=sqlite3|adbc`` forces one (benchmarks, tests).
+
+Read-only guarantee: the database is opened through a ``file:...?mode=ro&immutable=1`` URI. ``mode=ro``
+alone still creates ``-wal``/``-shm`` files next to a WAL-mode database (measured); ``immutable=1`` tells
+SQLite the file cannot change, so it takes no locks and never creates ``-journal``, ``-wal`` or ``-shm``
+files (works on read-only media too).
+"""
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import os
+import sqlite3
+import struct
+import threading
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+import numpy as np
+
+from analyzer.errors import InputError
+
+T = TypeVar("T")
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+#: value used for SQL NULL in integer columns
+NULL_INT = -1
+
+
+def sqlite_uri(path: Path) -> str:
+    """The read-only, immutable URI for ``path`` (absolute, percent-encoded)."""
+    return f"file:{quote(str(path.resolve()))}?mode=ro&immutable=1"
+
+
+def check_sqlite_file(path: Path, shown: Path | None = None) -> None:
+    """Raise :class:`InputError` (naming ``shown``, default ``path``) unless ``path`` is a complete SQLite
+    database file.
+
+    Checks the 100-byte header: magic string, page size and the in-header page count against the file
+    size, which catches truncated downloads/copies without reading the whole file."""
+    shown = shown or path
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as fh:
+            header = fh.read(100)
+    except OSError as exc:
+        raise InputError(shown, f"cannot read the file ({exc.strerror})") from exc
+    if not header.startswith(SQLITE_MAGIC):
+        raise InputError(
+            shown,
+            "not a SQLite database",
+            hint="pass an Nsight Systems SQLite export (nsys export --type sqlite) or an .nsys-rep report",
+        )
+    if len(header) < 100:
+        raise InputError(shown, "SQLite file is truncated (shorter than its header)",
+                         hint="copy or export it again")
+    page_size = struct.unpack(">H", header[16:18])[0]
+    page_size = 65536 if page_size == 1 else page_size
+    change_counter, page_count = struct.unpack(">II", header[24:32])
+    valid_for = struct.unpack(">I", header[92:96])[0]
+    if page_count and valid_for == change_counter and size < page_count * page_size:
+        raise InputError(
+            shown,
+            f"SQLite file is truncated ({size:,} of {page_count * page_size:,} bytes)",
+            hint="copy or export it again",
+        )
+
+
+class SqliteReader:
+    """A read-only connection plus the schema (tables and their columns) of one SQLite file."""
+
+    def __init__(self, path: Path, display_path: Path | None = None) -> None:
+        """``display_path`` names the user's file in errors when ``path`` is a derived copy (a cached
+        export of an .nsys-rep, a decompressed .xz)."""
+        self.path = path
+        shown = display_path or path
+        check_sqlite_file(path, shown)
+        self.conn = sqlite3.connect(sqlite_uri(path), uri=True, check_same_thread=False)
+        try:
+            rows = self.conn.execute(
+                "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')"
+            ).fetchall()
+        except sqlite3.DatabaseError as exc:
+            self.conn.close()
+            raise InputError(shown, f"SQLite file is unreadable or corrupt ({exc})",
+                             hint="copy or export it again") from exc
+        self._lower: dict[str, str] = {}
+        for (name,) in rows:
+            self._lower[name.lower()] = name
+        self._columns_cache: dict[str, tuple[str, ...]] = {}
+        self._backend: str | None = None
+        # ADBC connections, one per thread that fetches (opened on first use, closed by close())
+        self._local = threading.local()
+        self._adbc_conns: list[Any] = []
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        with self._lock:
+            conns, self._adbc_conns = self._adbc_conns, []
+        for conn in conns:
+            conn.close()
+        self.conn.close()
+
+    # -- schema -----------------------------------------------------------------------------------------
+    def table(self, name: str) -> str | None:
+        """The exact name of table ``name`` (case-insensitive), or None when the export lacks it."""
+        return self._lower.get(name.lower())
+
+    def has(self, table: str) -> bool:
+        return self.table(table) is not None
+
+    def columns(self, table: str) -> tuple[str, ...]:
+        """Columns of ``table`` (empty tuple when the table is absent)."""
+        real = self.table(table)
+        if real is None:
+            return ()
+        if real not in self._columns_cache:
+            rows = self.conn.execute(f'PRAGMA table_info("{real}")').fetchall()
+            self._columns_cache[real] = tuple(r[1] for r in rows)
+        return self._columns_cache[real]
+
+    def has_column(self, table: str, column: str) -> bool:
+        return column in self.columns(table)
+
+    def count(self, table: str) -> int:
+        """Row count, from ``max(rowid)`` (one b-tree descent; exact for nsys exports, which only append)."""
+        real = self.table(table)
+        if real is None:
+            return 0
+        try:
+            row = self.conn.execute(f'SELECT max(rowid) FROM "{real}"').fetchone()
+        except sqlite3.OperationalError:  # WITHOUT ROWID table
+            row = self.conn.execute(f'SELECT count(*) FROM "{real}"').fetchone()
+        return int(row[0] or 0)
+
+    def is_empty(self, table: str) -> bool:
+        real = self.table(table)
+        return real is None or self.conn.execute(f'SELECT 1 FROM "{real}" LIMIT 1').fetchone() is None
+
+    # -- data -------------------------------------------------------------------------------------------
+    def query(self, sql: str, params: tuple = ()) -> list[tuple]:
+        """Rows of a small query (metadata, enums, string tables)."""
+        return self.conn.execute(sql, params).fetchall()
+
+    def fetch_ints(
+        self,
+        table: str,
+        columns: Mapping[str, str | None],
+        *,
+        where: str | None = None,
+        default: int = NULL_INT,
+    ) -> dict[str, np.ndarray]:
+        """Fetch integer columns of ``table`` as ``int64`` arrays, one per key of ``columns``.
+
+        ``columns`` maps an output name to a SQL column of ``table``; ``None`` or a column the table lacks
+        yields a constant ``default`` array, so callers select only present columns without branching.
+        SQL NULL becomes ``default``."""
+        real = self.table(table)
+        names = list(columns)
+        if real is None:
+            return {n: np.empty(0, dtype=np.int64) for n in names}
+        present = set(self.columns(real))
+        exprs: list[str] = []
+        fetched: list[str] = []
+        for n in names:
+            col = columns[n]
+            if col is None or col not in present:
+                continue
+            exprs.append(f'coalesce(CAST("{col}" AS INTEGER), {int(default)})')
+            fetched.append(n)
+        if not exprs:
+            exprs, fetched = ["0"], []  # still need the row count
+        sql = f'SELECT {", ".join(exprs)} FROM "{real}"' + (f" WHERE {where}" if where else "")
+        arrays = self._fetch_int_matrix(sql, len(exprs))
+        n_rows = len(arrays[0])
+        out = dict(zip(fetched, arrays))
+        for n in names:
+            if n not in out:
+                out[n] = np.full(n_rows, default, dtype=np.int64)
+        return out
+
+    def _fetch_int_matrix(self, sql: str, width: int) -> list[np.ndarray]:
+        if self.backend == "adbc":
+            table = self._adbc_query(sql)
+            return [_arrow_to_int64(table.column(i)) for i in range(width)]
+        cur = self.conn.execute(sql)
+        try:
+            flat = np.fromiter(itertools.chain.from_iterable(cur), dtype=np.int64)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise InputError(self.path, f"unexpected non-integer values in query {sql!r} ({exc})",
+                             hint="the export may be corrupt; export it again") from exc
+        matrix = flat.reshape(-1, width)
+        return [np.ascontiguousarray(matrix[:, i]) for i in range(width)]
+
+    def fetch_text(self, table: str, column: str, *, where: str | None = None) -> np.ndarray:
+        """One text column as an object array (``""`` for NULL); equal texts share one Python string."""
+        real = self.table(table)
+        if real is None or column not in self.columns(real):
+            return np.empty(0, dtype=object)
+        sql = f'SELECT CAST("{column}" AS TEXT) FROM "{real}"' + (f" WHERE {where}" if where else "")
+        if self.backend == "adbc":
+            import pyarrow as pa
+            import pyarrow.compute as pc
+
+            col = self._adbc_query(sql).column(0)
+            if col.type == pa.null():
+                return np.full(len(col), "", dtype=object)
+            enc = pc.dictionary_encode(pc.fill_null(col.cast(pa.string()), "")).combine_chunks()
+            uniq = np.empty(len(enc.dictionary), dtype=object)
+            uniq[:] = enc.dictionary.to_pylist()
+            return uniq[enc.indices.to_numpy(zero_copy_only=False)] if len(enc) else np.empty(0, dtype=object)
+        values = [r[0] for r in self.conn.execute(sql)]
+        arr = np.empty(len(values), dtype=object)
+        arr[:] = ["" if v is None else v for v in values]
+        return arr
+
+    def fetch_parallel(self, jobs: Mapping[str, Callable[[], T]]) -> dict[str, T]:
+        """Run independent fetches; concurrently on the ADBC backend (the driver decodes rows without
+        the GIL, each thread on its own connection), one after another on ``sqlite3``."""
+        if self.backend != "adbc" or len(jobs) < 2:
+            return {name: job() for name, job in jobs.items()}
+        workers = max(1, min(len(jobs), os.cpu_count() or 1, 4))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sqlite-fetch") as pool:
+            futures = {name: pool.submit(job) for name, job in jobs.items()}
+            return {name: fut.result() for name, fut in futures.items()}
+
+    # -- backends ---------------------------------------------------------------------------------------
+    @property
+    def backend(self) -> str:
+        if self._backend is None:
+            self._backend = choose_backend()
+        return self._backend
+
+    def _adbc_query(self, sql: str):  # -> pyarrow.Table
+        import adbc_driver_sqlite.dbapi as adbc
+
+        conn = getattr(self._local, "adbc", None)
+        if conn is None:
+            conn = adbc.connect(sqlite_uri(self.path))
+            self._local.adbc = conn
+            with self._lock:
+                self._adbc_conns.append(conn)
+        cur = conn.cursor()
+        try:
+            cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": "65536"})
+            cur.execute(sql)
+            return cur.fetch_arrow_table()
+        except adbc.ProgrammingError:
+            raise
+        except adbc.Error as exc:  # the data, not our SQL: report it like sqlite3 does
+            raise sqlite3.DatabaseError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from exc
+        finally:
+            cur.close()
+
+
+def choose_backend() -> str:
+    """``adbc`` when the ADBC SQLite driver is installed, else ``sqlite3`` (``$ANALYZER_SQLITE_BACKEND``
+    overrides)."""
+    forced = os.environ.get("ANALYZER_SQLITE_BACKEND", "").strip().lower()
+    if forced in ("sqlite3", "adbc"):
+        return forced
+    return "adbc" if importlib.util.find_spec("adbc_driver_sqlite") is not None else "sqlite3"
+
+
+def _arrow_to_int64(col) -> np.ndarray:  # col: pyarrow.ChunkedArray
+    import pyarrow as pa
+
+    if col.type != pa.int64():
+        try:
+            col = col.cast(pa.int64())
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            col = col.cast(pa.float64()).cast(pa.int64(), safe=False)
+    if col.null_count:
+        col = col.fill_null(NULL_INT)
+    if col.num_chunks == 1:
+        return col.chunk(0).to_numpy(zero_copy_only=False)
+    return col.to_numpy()
+
+
+_libc: Any = None
+
+
+def release_free_memory() -> None:
+    """Hand freed heap memory back to the OS between loading stages.
+
+    The loader's temporaries are 10-30 MB arrays; glibc serves those from its heap after the first big
+    ``free`` raises its mmap threshold, and keeps them after they are freed, so peak RSS would grow with
+    every stage. ``malloc_trim(0)`` returns those pages (and Arrow's pool its cache) at a cost of a few
+    milliseconds. A no-op where glibc is absent."""
+    global _libc
+    try:
+        import pyarrow as pa
+    except ImportError:
+        pa = None
+    if pa is not None and hasattr(pa.default_memory_pool(), "release_unused"):
+        pa.default_memory_pool().release_unused()
+    if _libc is None:
+        try:
+            import ctypes
+
+            _libc = ctypes.CDLL("libc.so.6")
+            _libc.malloc_trim.argtypes = [ctypes.c_size_t]
+        except (OSError, AttributeError):
+            _libc = False
+    if _libc:
+        _libc.malloc_trim(0)
+
+
+def file_identity(path: Path) -> tuple[int, int]:
+    """(size, mtime_ns) of ``path``: the cache key of exports derived from it."""
+    st = os.stat(path)
+    return st.st_size, st.st_mtime_ns

@@ -1,0 +1,246 @@
+"""Bad input never produces a traceback: each case is an InputError with a one-line, actionable message.
+
+The SQLite files here are hand-built in ``tmp_path`` (no trace data is invented: they only exercise the
+error paths); the truncated case is the first half of a real public export."""
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from analyzer.errors import InputError, UnsupportedFormatError
+from analyzer.loading import detect_format, load_trace
+from analyzer.loading.tests.test_nsys_public import MEMFUSION_2023, PUBLIC, needs_public
+
+
+def _error(path, **kw) -> InputError:
+    with pytest.raises(InputError) as info:
+        load_trace(path, **kw)
+    err = info.value
+    msg = str(err)
+    assert "\n" not in msg, msg
+    assert str(path) in msg
+    assert err.exit_code == 2
+    return err
+
+
+def test_missing_file(tmp_path):
+    err = _error(tmp_path / "nope.sqlite")
+    assert "no such file" in str(err)
+
+
+def test_directory(tmp_path):
+    err = _error(tmp_path)
+    assert "directory" in str(err)
+
+
+def test_random_bytes(tmp_path):
+    p = tmp_path / "random.sqlite"
+    p.write_bytes(os.urandom(4096))
+    err = _error(p)
+    assert "not an Nsight Systems trace" in str(err)
+    assert "nsys export --type sqlite" in str(err)
+
+
+def test_text_file(tmp_path):
+    p = tmp_path / "notes.txt"
+    p.write_text("kernel,duration\nfoo,12\n")
+    assert detect_format(p) == "unknown"
+    _error(p)
+
+
+def test_empty_file(tmp_path):
+    p = tmp_path / "empty.sqlite"
+    p.write_bytes(b"")
+    assert "empty" in str(_error(p))
+
+
+def test_sqlite_without_nsys_tables(tmp_path):
+    p = tmp_path / "other.sqlite"
+    with sqlite3.connect(p) as conn:
+        conn.execute("CREATE TABLE people (name TEXT, age INTEGER)")
+        conn.execute("INSERT INTO people VALUES ('ada', 36)")
+    conn.close()
+    assert detect_format(p) == "sqlite"
+    err = _error(p)
+    assert "no Nsight Systems tables" in str(err)
+
+
+def test_no_gpu_activity(tmp_path):
+    p = tmp_path / "cpu_only.sqlite"
+    with sqlite3.connect(p) as conn:
+        conn.execute("CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT)")
+        conn.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INT, end INT, eventClass INT, "
+                     "globalTid INT, correlationId INT, nameId INT, returnValue INT)")
+        conn.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INT, end INT, deviceId INT, "
+                     "correlationId INT, globalPid INT, shortName INT)")
+        conn.execute("INSERT INTO StringIds VALUES (1, 'cudaGetDeviceCount_v3020')")
+        conn.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (10, 20, 0, 16777216, 1, 1, 0)")
+    conn.close()
+    err = _error(p)
+    assert "no GPU activity" in str(err)
+    assert "--trace=cuda" in str(err)
+
+
+@needs_public
+def test_truncated_export(tmp_path):
+    data = MEMFUSION_2023.read_bytes()
+    p = tmp_path / "half.sqlite"
+    p.write_bytes(data[: len(data) // 2])
+    err = _error(p)
+    assert "truncated" in str(err)
+
+
+@needs_public
+def test_corrupt_pages(tmp_path):
+    """A real export whose header and schema page are intact but whose table pages are garbage."""
+    raw = bytearray(MEMFUSION_2023.read_bytes())
+    page = int.from_bytes(raw[16:18], "big")
+    rng = random.Random(0)
+    raw[page:] = bytes(rng.getrandbits(8) for _ in range(len(raw) - page))
+    p = tmp_path / "corrupt.sqlite"
+    p.write_bytes(bytes(raw))
+    err = _error(p)
+    assert "corrupt" in str(err)
+
+
+@pytest.mark.parametrize("backend", ["sqlite3", "adbc"])
+def test_corrupt_table_pages(tmp_path, monkeypatch, backend):
+    """Schema page intact, kernel table pages garbage: the failure surfaces during the column fetch
+    (on either backend, possibly in a worker thread) and still becomes one InputError line."""
+    if backend == "adbc":
+        pytest.importorskip("adbc_driver_sqlite")
+    monkeypatch.setenv("ANALYZER_SQLITE_BACKEND", backend)
+    p = tmp_path / "kernels.sqlite"
+    conn = sqlite3.connect(p)
+    conn.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INT, end INT, deviceId INT, "
+                 "correlationId INT, globalPid INT, shortName INT)")
+    conn.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, 0, ?, 16777216, 1)",
+                     [(i * 10, i * 10 + 5, i) for i in range(20000)])
+    conn.execute("CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT)")
+    conn.execute("INSERT INTO StringIds VALUES (1, 'k')")
+    conn.commit()
+    conn.close()
+    raw = bytearray(p.read_bytes())
+    page = int.from_bytes(raw[16:18], "big")
+    rng = random.Random(1)
+    lo, hi = 3 * page, len(raw) // 2  # leaf pages of the kernel table, well before the last page
+    raw[lo:hi] = bytes(rng.getrandbits(8) for _ in range(hi - lo))
+    p.write_bytes(bytes(raw))
+    err = _error(p)
+    assert "corrupt" in str(err)
+
+
+def test_nsys_rep_without_nsys(tmp_path, monkeypatch):
+    from analyzer.loading import nsys_rep
+
+    monkeypatch.setattr(nsys_rep, "find_nsys", lambda: None)
+    p = tmp_path / "run.nsys-rep"
+    p.write_bytes(b"\x00" * 64)
+    with pytest.raises(UnsupportedFormatError) as info:
+        load_trace(p, cache_dir=tmp_path / "cache")
+    msg = str(info.value)
+    assert "\n" not in msg
+    assert f"nsys export --type sqlite -o OUT.sqlite {p}" in msg
+
+
+def test_ncu_report_is_not_a_timeline(tmp_path):
+    p = tmp_path / "k.ncu-rep"
+    p.write_bytes(b"NVR\x00" + b"\x00" * 60)
+    with pytest.raises(UnsupportedFormatError) as info:
+        load_trace(p)
+    assert "--ncu" in str(info.value)
+
+
+# ------------------------------------------------------------------------------------------- read-only
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@needs_public
+def test_loading_never_writes(tmp_path):
+    """The input's bytes and mtime are unchanged and no -journal/-wal/-shm files appear next to it,
+    even in a writable directory."""
+    p = tmp_path / "copy.sqlite"
+    shutil.copyfile(MEMFUSION_2023, p)
+    before = (_digest(p), p.stat().st_mtime_ns, sorted(os.listdir(tmp_path)))
+    trace = load_trace(p)
+    assert len(trace.kernels) == 36
+    after = (_digest(p), p.stat().st_mtime_ns, sorted(os.listdir(tmp_path)))
+    assert before == after
+
+
+@needs_public
+def test_read_only_directory(tmp_path):
+    """A file on a read-only directory (like the shared public traces) loads: immutable=1 needs no
+    lock or journal file."""
+    d = tmp_path / "ro"
+    d.mkdir()
+    p = d / "copy.sqlite"
+    shutil.copyfile(MEMFUSION_2023, p)
+    p.chmod(0o444)
+    d.chmod(0o555)
+    try:
+        assert len(load_trace(p).kernels) == 36
+    finally:
+        d.chmod(0o755)
+
+
+@needs_public
+def test_nsys_rep_cache(tmp_path):
+    """An .nsys-rep/.qdrep is exported once into the cache and reused; the input is untouched."""
+    from analyzer.loading.nsys_rep import find_nsys
+
+    if find_nsys() is None:
+        pytest.skip("nsys is not installed")
+    rep = tmp_path / "cudf.qdrep"
+    shutil.copyfile(PUBLIC / "quasiben__nvtx-examples__cudf.qdrep", rep)
+    digest = _digest(rep)
+    messages: list[str] = []
+    t1 = load_trace(rep, cache_dir=tmp_path / "cache", progress=messages.append)
+    exported = list((tmp_path / "cache" / "nsys-export").glob("*.sqlite"))
+    assert len(exported) == 1
+    mtime = exported[0].stat().st_mtime_ns
+    messages.clear()
+    t2 = load_trace(rep, cache_dir=tmp_path / "cache", progress=messages.append)
+    assert any("cached" in m for m in messages)
+    assert exported[0].stat().st_mtime_ns == mtime
+    assert len(t1.kernels) == len(t2.kernels) == 268
+    assert _digest(rep) == digest
+    assert sorted(os.listdir(tmp_path)) == ["cache", "cudf.qdrep"]
+
+
+def test_wal_database_gets_no_sidecar_files(tmp_path):
+    """``mode=ro`` alone would create -wal/-shm next to a WAL-mode database; ``immutable=1`` does not."""
+    p = tmp_path / "wal.sqlite"
+    conn = sqlite3.connect(p)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT)")
+    conn.commit()
+    conn.close()
+    assert sorted(os.listdir(tmp_path)) == ["wal.sqlite"]
+    before = (_digest(p), p.stat().st_mtime_ns)
+    _error(p)  # no GPU activity
+    assert sorted(os.listdir(tmp_path)) == ["wal.sqlite"]
+    assert (_digest(p), p.stat().st_mtime_ns) == before
+
+
+@needs_public
+def test_xz_compressed_export(tmp_path):
+    import lzma
+
+    p = tmp_path / "memfusion.sqlite.xz"
+    p.write_bytes(lzma.compress(MEMFUSION_2023.read_bytes(), preset=0))
+    assert detect_format(p) == "xz"
+    trace = load_trace(p, cache_dir=tmp_path / "cache")
+    assert len(trace.kernels) == 36
+    assert trace.info.path == p
+    bad = tmp_path / "text.xz"
+    bad.write_bytes(lzma.compress(b"hello"))
+    with pytest.raises(InputError):
+        load_trace(bad, cache_dir=tmp_path / "cache")

@@ -1,0 +1,36 @@
+"""The plain-text summary the CLI prints: one block per trace, findings ranked by impact."""
+from __future__ import annotations
+
+from analyzer.reports.format import fmt_ms, fmt_pct, fmt_share, truncate
+from analyzer.reports.viewmodel import ReportView
+
+_SEVERITY_MARK = {"error": "E", "warning": "W", "info": "i"}
+
+
+def summary_text(report: ReportView, *, max_findings: int = 20, width: int = 110) -> str:
+    """What a user reads in the terminal: per trace, the window, GPU busy share, verdict and the top
+    findings (severity, id, rule, impact, message)."""
+    lines: list[str] = []
+    for section in report.traces:
+        h = section.header
+        busy = fmt_share(h.gpu_busy_share) if h.gpu_busy_share is not None else "n/a"
+        lines.append(f"{h.trace_name}  [{h.gpus}]")
+        lines.append(
+            f"  window: {h.window_description} ({fmt_ms(h.analyzed_ns)}); GPU busy {busy}"
+            + (f"; setup before it {fmt_ms(h.setup_ns)}" if h.setup_ns else "")
+        )
+        lines.append(f"  verdict: {h.verdict}")
+        for fv in section.findings[:max_findings]:
+            impact = f"{fv.impact_text:>10} {fv.impact_pct_text:>6}" if fv.impact_ns is not None else f"{'':>17}"
+            mark = _SEVERITY_MARK.get(fv.severity, "?")
+            lines.append(truncate(f"  {mark} {fv.id:<7} {fv.rule:<26} {impact}  {fv.message}", width))
+        hidden = section.findings_total - min(len(section.findings), max_findings)
+        if hidden > 0:
+            lines.append(f"  ... {hidden} more finding(s) in the report")
+        if not section.findings:
+            lines.append("  no findings")
+        lines.append("")
+    return "\n".join(lines)
+
+
+__all__ = ["summary_text", "fmt_pct"]
