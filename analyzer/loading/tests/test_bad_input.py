@@ -244,3 +244,22 @@ def test_xz_compressed_export(tmp_path):
     bad.write_bytes(lzma.compress(b"hello"))
     with pytest.raises(InputError):
         load_trace(bad, cache_dir=tmp_path / "cache")
+
+
+def test_team_nsys_rep(tmp_path):
+    """``tests/data/healthy.nsys-rep`` (nsys 2025.3): exported and loaded when the installed nsys can read
+    it; otherwise (no nsys, or an older nsys: "Version not supported") one UnsupportedFormatError line
+    with the export command to run elsewhere."""
+    from analyzer.testing import real_file, real_trace
+
+    rep = real_file("healthy.nsys-rep")
+    try:
+        trace = load_trace(rep, cache_dir=tmp_path)
+    except UnsupportedFormatError as err:
+        msg = str(err)
+        assert "\n" not in msg and f"nsys export --type sqlite -o OUT.sqlite {rep}" in msg
+        return
+    reference = load_trace(real_trace("healthy"))
+    assert trace.info.source_format == "nsys-rep"
+    assert len(trace.kernels) == len(reference.kernels)
+    assert list(trace.kernels["nvtx_path"]) == list(reference.kernels["nvtx_path"])

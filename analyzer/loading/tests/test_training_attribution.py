@@ -19,15 +19,24 @@ NAME = "small_training_ctx128"
 PHASES = ("forward", "backward", "optimizer_step")
 
 
-@pytest.fixture(scope="module")
-def training_sqlite() -> Path:
+def _training_names() -> list[str]:
+    from analyzer.testing import available
+
+    names = [n for n in available("*_training_ctx*.sqlite.xz") if n != NAME]
+    return [NAME, *names]  # the key trace first; skipped with a reason when absent
+
+
+@pytest.fixture(scope="module", params=_training_names())
+def training_sqlite(request) -> Path:
     """The decompressed trace (``analyzer.testing.real_trace``), or ``$ANALYZER_TRAINING_TRACE``."""
     env = os.environ.get("ANALYZER_TRAINING_TRACE")
     if env:
+        if request.param != NAME:
+            pytest.skip("ANALYZER_TRAINING_TRACE names one trace")
         return Path(env)
     from analyzer.testing import real_trace
 
-    return real_trace(NAME)
+    return real_trace(request.param)
 
 
 def _sql_phase_gpu_time(path: Path) -> dict[tuple[str, str], int]:
