@@ -3,7 +3,7 @@
 ``real_trace("small_training_ctx128")`` decompresses ``tests/data/small_training_ctx128.sqlite.xz``
 once per test session into a temporary folder and returns the ``.sqlite`` path; a test calling it
 is skipped, with the reason, when the file is absent (the data lands later, or a slim checkout).
-``real_file(name)`` returns a file stored beside the traces (``nsys stats`` CSVs and the like).
+``real_file(name)`` returns a file stored beside the traces or under ``stats/`` (``nsys stats`` CSVs).
 """
 from __future__ import annotations
 
@@ -58,11 +58,13 @@ def real_trace(name: str) -> Path:
 
 
 def real_file(name: str) -> Path:
-    """Path of ``tests/data/<name>`` (e.g. ``small_training_ctx128_nvtx_sum.csv``); skips when absent."""
-    path = DATA_DIR / name
-    if not path.is_file():
-        _skip(f"{name} not in {DATA_DIR} (see tests/data/MANIFEST.md)")
-    return path
+    """Path of ``tests/data/<name>``, else ``tests/data/stats/<name>`` (where the ``nsys stats`` CSVs
+    such as ``small_training_ctx128_nvtx_sum.csv`` are kept); skips when absent."""
+    for path in (DATA_DIR / name, DATA_DIR / "stats" / name):
+        if path.is_file():
+            return path
+    _skip(f"{name} not in {DATA_DIR} nor its stats/ (see tests/data/MANIFEST.md)")
+    raise AssertionError("unreachable")  # pytest.skip raises
 
 
 def available(pattern: str = "*.sqlite.xz") -> list[str]:

@@ -1,0 +1,276 @@
+"""The attribution index the phase tables share: NVTX range ancestry and GPU ops per range instance.
+
+The loader attributes every kernel, memcpy and memset to the innermost NVTX range open when it was
+launched (``nvtx_id``, across threads of the process, see :mod:`analyzer.loading.model`). A range's
+*inclusive* GPU work is then everything attributed to the range or to any range nested in it. The
+index expands each op once per ancestor of its innermost range (``ancestor_pairs``, built level by
+level from ``parent_id``, never row by row), so that every per-range sum is a plain ``groupby``.
+
+Built once per trace (:class:`PhaseIndex`) and shared by ``phase_table``, ``step_split``,
+``category_mix`` and ``attention_split``; pass ``index=`` to reuse it.
+"""
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analyzer.errors import ParameterError
+from analyzer.loading.model import Trace
+
+#: Ranges excluded by default: the ``warmup`` range and everything nested inside it.
+DEFAULT_EXCLUDE: tuple[str, ...] = ("warmup*",)
+OP_KERNEL, OP_MEMCPY, OP_MEMSET = 0, 1, 2
+OP_NAMES = {OP_KERNEL: "kernel", OP_MEMCPY: "memcpy", OP_MEMSET: "memset"}
+_REGEX_PREFIXES = ("re:", "regex:")
+
+
+@dataclass(frozen=True)
+class RangePattern:
+    """A range selector as the user wrote it.
+
+    A glob (``fnmatch``, case-sensitive) unless prefixed ``re:`` or ``regex:`` (Python regex, searched).
+    A pattern containing ``/`` is matched against the range's path (``step_3/forward``), otherwise
+    against its name. Globs must match the whole name; regexes may match anywhere (anchor with ``^$``).
+    """
+
+    raw: str
+    regex: re.Pattern[str]
+    on_path: bool
+
+    @classmethod
+    def parse(cls, raw: str) -> RangePattern:
+        if not isinstance(raw, str) or not raw.strip():
+            raise ParameterError(f"empty NVTX range pattern {raw!r}",
+                                 hint="give a glob like 'warmup*' or a regex like 're:^step_\\d+$'")
+        text = raw.strip()
+        for prefix in _REGEX_PREFIXES:
+            if text.startswith(prefix):
+                body = text[len(prefix):]
+                try:
+                    regex = re.compile(body)
+                except re.error as err:
+                    raise ParameterError(f"invalid NVTX range regex {body!r}: {err}") from None
+                return cls(raw=text, regex=regex, on_path="/" in body)
+        return cls(raw=text, regex=re.compile(fnmatch.translate(text)), on_path="/" in text)
+
+    def mask(self, names: pd.Series, paths: pd.Series) -> np.ndarray:
+        target = paths if self.on_path else names
+        return target.astype(object).map(lambda s: self.regex.search(str(s)) is not None).to_numpy(bool)
+
+
+def parse_patterns(patterns: str | Iterable[str] | None) -> tuple[RangePattern, ...]:
+    """``None``/empty -> no pattern; a string -> one pattern; an iterable -> several."""
+    if patterns is None:
+        return ()
+    if isinstance(patterns, str):
+        patterns = (patterns,)
+    return tuple(RangePattern.parse(p) for p in patterns)
+
+
+def _match_any(patterns: Sequence[RangePattern], names: pd.Series, paths: pd.Series) -> np.ndarray:
+    out = np.zeros(len(names), dtype=bool)
+    for pattern in patterns:
+        # Map over the distinct values only: range names repeat (forward x steps x layers).
+        uniq_n = pd.Series(pd.unique(names.astype(object)))
+        uniq_p = pd.Series(pd.unique(paths.astype(object)))
+        if pattern.on_path:
+            hit = set(uniq_p[pattern.mask(uniq_p, uniq_p)])
+            out |= paths.astype(object).isin(hit).to_numpy()
+        else:
+            hit = set(uniq_n[pattern.mask(uniq_n, uniq_n)])
+            out |= names.astype(object).isin(hit).to_numpy()
+    return out
+
+
+def ancestor_pairs(nvtx: pd.DataFrame) -> pd.DataFrame:
+    """``range_id, ancestor_id, distance``: every range paired with itself (distance 0) and each
+    enclosing range (parent 1, grandparent 2, ...), from the ``parent_id`` links.
+
+    One vectorized step per nesting level. Raises ``ValueError`` on a parent cycle (a loader bug).
+    """
+    if nvtx.empty:
+        return pd.DataFrame({c: pd.Series(dtype="int64") for c in ("range_id", "ancestor_id", "distance")})
+    ids = nvtx["range_id"].to_numpy(np.int64)
+    parent_of = pd.Series(nvtx["parent_id"].to_numpy(np.int64), index=ids)
+    desc, anc = ids, ids
+    parts = [(desc, anc, np.zeros(len(ids), np.int64))]
+    anc = parent_of.to_numpy()
+    distance = 1
+    while True:
+        keep = anc >= 0
+        if not keep.any():
+            break
+        desc, anc = desc[keep], anc[keep]
+        parts.append((desc, anc, np.full(len(desc), distance, np.int64)))
+        anc = parent_of.reindex(anc).fillna(-1).to_numpy(np.int64)
+        distance += 1
+        if distance > len(ids) + 1:
+            raise ValueError("NVTX parent_id links form a cycle")
+    return pd.DataFrame({
+        "range_id": np.concatenate([p[0] for p in parts]),
+        "ancestor_id": np.concatenate([p[1] for p in parts]),
+        "distance": np.concatenate([p[2] for p in parts]),
+    })
+
+
+def union_length(frame: pd.DataFrame, key: str) -> pd.Series:
+    """Per ``key``: total length of the union of ``[start, end)`` intervals (overlaps counted once).
+
+    Vectorized: sort by (key, start); an interval opens a new merged segment when it is the first of
+    its key or starts after the running maximum end of the earlier intervals of its key; a segment's
+    length is its maximum end minus its first start."""
+    if frame.empty:
+        return pd.Series(dtype="int64", name="union_ns")
+    k = frame[key].to_numpy()
+    s = frame["start"].to_numpy(np.int64)
+    e = frame["end"].to_numpy(np.int64)
+    order = np.lexsort((s, k))
+    k, s, e = k[order], s[order], e[order]
+    first = np.ones(len(k), dtype=bool)
+    first[1:] = k[1:] != k[:-1]
+    running = pd.Series(e).groupby(np.cumsum(first)).cummax().to_numpy(np.int64)
+    prev = np.empty_like(running)
+    prev[0] = 0
+    prev[1:] = running[:-1]
+    seg = np.flatnonzero(first | (s > prev))
+    seg_len = np.maximum.reduceat(e, seg) - s[seg]
+    seg_key = k[seg]
+    bounds = np.flatnonzero(np.r_[True, seg_key[1:] != seg_key[:-1]])
+    return pd.Series(np.add.reduceat(seg_len, bounds), index=seg_key[bounds], name="union_ns")
+
+
+@dataclass
+class PhaseIndex:
+    """Ranges, their ancestry and the GPU ops expanded onto every enclosing range instance.
+
+    ``ranges``: the trace's NVTX ranges without marks (``range_id`` index kept as a column).
+    ``pairs``: :func:`ancestor_pairs` of all ranges.
+    ``ops``: one row per (op, enclosing range instance): ``instance`` (the enclosing ``range_id``),
+    ``op`` (0 kernel, 1 memcpy, 2 memset), ``row`` (position in its source frame), ``start``, ``end``,
+    ``duration``. Ops launched outside any range are absent here (see ``unattributed``).
+    """
+
+    trace: Trace
+    ranges: pd.DataFrame
+    pairs: pd.DataFrame
+    ops: pd.DataFrame
+    unattributed: pd.DataFrame  # op, row, start, end, duration of ops with nvtx_id == -1
+    _excluded: dict[tuple[str, ...], np.ndarray] = field(default_factory=dict, repr=False)
+    _cache: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def build(cls, trace: Trace) -> PhaseIndex:
+        nvtx = trace.nvtx
+        ranges = nvtx[nvtx["kind"].astype(object) != "mark"] if len(nvtx) else nvtx
+        ranges = ranges.reset_index(drop=True)
+        pairs = ancestor_pairs(nvtx)
+        parts = []
+        for code, frame in ((OP_KERNEL, trace.kernels), (OP_MEMCPY, trace.memcpy),
+                            (OP_MEMSET, trace.memset)):
+            if len(frame):
+                parts.append(pd.DataFrame({
+                    "op": np.full(len(frame), code, np.int8),
+                    "row": np.arange(len(frame), dtype=np.int64),
+                    "nvtx_id": frame["nvtx_id"].to_numpy(np.int64),
+                    "start": frame["start"].to_numpy(np.int64),
+                    "end": frame["end"].to_numpy(np.int64),
+                    "duration": frame["duration"].to_numpy(np.int64),
+                }))
+        if parts:
+            flat = pd.concat(parts, ignore_index=True)
+        else:
+            flat = pd.DataFrame({c: pd.Series(dtype="int64")
+                                 for c in ("op", "row", "nvtx_id", "start", "end", "duration")})
+        attributed = flat["nvtx_id"] >= 0
+        ops = flat[attributed].merge(pairs[["range_id", "ancestor_id"]], left_on="nvtx_id",
+                                     right_on="range_id", how="inner", sort=False)
+        ops = ops.rename(columns={"ancestor_id": "instance"})[
+            ["instance", "op", "row", "start", "end", "duration"]]
+        unattributed = flat[~attributed].drop(columns="nvtx_id").reset_index(drop=True)
+        return cls(trace=trace, ranges=ranges, pairs=pairs, ops=ops, unattributed=unattributed)
+
+    @property
+    def kernel_name_codes(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(codes, names)``: an integer code per kernel row and the distinct names (demangled,
+        else short). Grouping by codes avoids building millions of Python/Arrow strings."""
+        if "names" not in self._cache:
+            k = self.trace.kernels
+            names = k["name"].astype(object)
+            names = names.where(names.fillna("").astype(str) != "", k["short_name"].astype(object))
+            codes, uniques = pd.factorize(names.fillna("").to_numpy(object))
+            self._cache["names"] = (codes.astype(np.int64), np.asarray(uniques, dtype=object))
+        return self._cache["names"]
+
+    # -- selection -------------------------------------------------------------------------------
+    def excluded_ids(self, exclude: str | Iterable[str] | None) -> np.ndarray:
+        """``range_id``s of ranges matching ``exclude`` and of every range nested inside them."""
+        patterns = parse_patterns(exclude)
+        key = tuple(p.raw for p in patterns)
+        if key not in self._excluded:
+            nvtx = self.trace.nvtx
+            if not patterns or nvtx.empty:
+                ids = np.empty(0, np.int64)
+            else:
+                hit = nvtx["range_id"].to_numpy(np.int64)[
+                    _match_any(patterns, nvtx["text"], nvtx["path"])]
+                ids = np.unique(self.pairs.loc[self.pairs["ancestor_id"].isin(hit), "range_id"]
+                                .to_numpy(np.int64))
+            self._excluded[key] = ids
+        return self._excluded[key]
+
+    def measured_ranges(self, exclude: str | Iterable[str] | None = DEFAULT_EXCLUDE) -> pd.DataFrame:
+        """Ranges (no marks) outside the excluded subtrees."""
+        drop = self.excluded_ids(exclude)
+        return self.ranges[~self.ranges["range_id"].isin(drop)]
+
+    def select(self, frame: pd.DataFrame, patterns: str | Iterable[str] | None) -> pd.DataFrame:
+        """Rows of a ranges frame whose name (or path) matches any of ``patterns``."""
+        parsed = parse_patterns(patterns)
+        if not parsed:
+            return frame
+        return frame[_match_any(parsed, frame["text"], frame["path"])]
+
+    # -- per instance ----------------------------------------------------------------------------
+    def instance_gpu(self, instance_ids: Iterable[int] | None = None) -> pd.DataFrame:
+        """Per range instance (index ``range_id``): ``gpu_ns`` (sum of kernel+memcpy+memset durations
+        launched inside, nested ranges included), ``kernel_ns``, ``kernel_count``, ``op_count``,
+        ``busy_ns`` (union of those ops' intervals, all devices), ``first_op_start``, ``last_op_end``.
+        Instances without ops get zeros (and -1 for the op bounds)."""
+        ops = self.ops
+        if instance_ids is not None:
+            ids = np.asarray(list(instance_ids) if not isinstance(instance_ids, (np.ndarray, pd.Series))
+                             else instance_ids, dtype=np.int64)
+            ops = ops[ops["instance"].isin(ids)]
+        else:
+            ids = self.ranges["range_id"].to_numpy(np.int64)
+        is_k = ops["op"].to_numpy() == OP_KERNEL
+        work = pd.DataFrame({
+            "instance": ops["instance"].to_numpy(),
+            "duration": ops["duration"].to_numpy(),
+            "kdur": np.where(is_k, ops["duration"].to_numpy(), 0),
+            "isk": is_k.astype(np.int64),
+            "start": ops["start"].to_numpy(),
+            "end": ops["end"].to_numpy(),
+        })
+        agg = work.groupby("instance").agg(
+            gpu_ns=("duration", "sum"), kernel_ns=("kdur", "sum"), kernel_count=("isk", "sum"),
+            op_count=("duration", "size"), first_op_start=("start", "min"), last_op_end=("end", "max"))
+        agg["busy_ns"] = union_length(work, "instance")
+        out = agg.reindex(pd.Index(ids, name="range_id"))
+        fill = {"gpu_ns": 0, "kernel_ns": 0, "kernel_count": 0, "op_count": 0, "busy_ns": 0,
+                "first_op_start": -1, "last_op_end": -1}
+        return out.fillna(fill).astype("int64")
+
+    def kernel_rows(self, instance_ids: Iterable[int]) -> pd.DataFrame:
+        """``instance`` + kernel ``row`` for kernels launched inside the given instances."""
+        ids = np.asarray(list(instance_ids), dtype=np.int64) if not isinstance(
+            instance_ids, (np.ndarray, pd.Series)) else instance_ids
+        ops = self.ops
+        return ops[(ops["op"] == OP_KERNEL) & ops["instance"].isin(ids)][
+            ["instance", "row", "start", "end", "duration"]]

@@ -1,0 +1,116 @@
+"""Command line for the phase layer: the ``sweep`` command and the phase option set.
+
+The lead mounts ``sweep`` on the main group (``analyze sweep results/*.sqlite``) and puts
+:func:`phase_options` on the main command; :func:`phase_settings` turns the parsed values into the
+analysis options the ``phases`` fact reads (``phase_exclude``, ``phase_include``).
+"""
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from analyzer.errors import AnalyzerError
+from analyzer.phases._index import DEFAULT_EXCLUDE, parse_patterns
+
+F = TypeVar("F", bound=Callable[..., Any])
+NO_EXCLUDE = "none"
+
+
+class _CliError(click.ClickException):
+    """An :class:`AnalyzerError` shown as ``error: ...`` with the analyzer's exit code (2)."""
+
+    def __init__(self, err: AnalyzerError) -> None:
+        super().__init__(str(err))
+        self.exit_code = err.exit_code
+
+    def format_message(self) -> str:
+        return self.message
+
+
+def phase_options(fn: F) -> F:
+    """``--exclude-ranges PATTERN`` (repeatable; default ``warmup*``; ``none`` excludes nothing) and
+    ``--only-ranges PATTERN``. Patterns are globs, or regexes prefixed ``re:``; a ``/`` matches paths."""
+    fn = click.option(
+        "--only-ranges", "only_ranges", metavar="PATTERN", default=None,
+        help="Phase tables: keep only NVTX ranges matching PATTERN (glob, or re:REGEX).")(fn)
+    fn = click.option(
+        "--exclude-ranges", "exclude_ranges", metavar="PATTERN", multiple=True,
+        help="Phase tables: drop NVTX ranges matching PATTERN and everything nested in them "
+             f"(repeatable; default {', '.join(DEFAULT_EXCLUDE)}; '{NO_EXCLUDE}' keeps all).")(fn)
+    return fn
+
+
+def phase_settings(exclude_ranges: Sequence[str] = (), only_ranges: str | None = None) -> dict[str, Any]:
+    """Analysis options for the ``phases`` fact from the parsed :func:`phase_options` values.
+    Patterns are validated here so that a bad regex fails before any trace is read."""
+    if not exclude_ranges:
+        exclude: tuple[str, ...] = DEFAULT_EXCLUDE
+    elif any(p.strip().lower() == NO_EXCLUDE for p in exclude_ranges):
+        exclude = ()
+    else:
+        exclude = tuple(exclude_ranges)
+    parse_patterns(exclude)
+    parse_patterns(only_ranges)
+    return {"phase_exclude": exclude, "phase_include": only_ranges}
+
+
+EPILOG = """\b
+Examples:
+  analyze sweep results/*.sqlite
+  analyze sweep results/ --format html --output sweep.html
+  analyze sweep results/*.sqlite.xz --format csv --output sweep_csv/
+  analyze sweep runs/*.sqlite --key-pattern '(?P<model>\\w+)-b(?P<batch>\\d+)-ctx(?P<context>\\d+)'
+"""
+
+
+@click.command("sweep", epilog=EPILOG)
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["md", "csv", "html"]), default="md", show_default=True,
+              help="Markdown (stdout by default), CSV files (one per table, needs --output DIR) or HTML.")
+@click.option("--output", "-o", type=click.Path(path_type=Path), default=None,
+              help="File for md/html (a directory gets sweep.md/sweep.html), directory for csv.")
+@click.option("--key-pattern", default=None, metavar="REGEX",
+              help="Regex with named groups (model, mode, context; d_model, heads, batch) searched in "
+                   "file names. Default: <model>_<mode>_ctx<context>.")
+@click.option("--expected-steps", type=click.IntRange(min=1), default=None,
+              help="Measured steps each run should have (default: the most common count).")
+@click.option("--strict", is_flag=True, help="Fail on the first unreadable trace instead of flagging it.")
+@phase_options
+def sweep(paths: tuple[Path, ...], fmt: str, output: Path | None, key_pattern: str | None,
+          expected_steps: int | None, strict: bool, exclude_ranges: tuple[str, ...],
+          only_ranges: str | None) -> None:
+    """Tables over a profiling sweep (model x context x mode): forward time, top kernel, step
+    breakdown, kernel mix, softmax vs matmul; rows that cannot be right are flagged."""
+    from analyzer.phases.sweep import DEFAULT_KEY_PATTERN, build_sweep, render_sweep
+
+    try:
+        settings = phase_settings(exclude_ranges, only_ranges)
+        if only_ranges:
+            click.echo("note: --only-ranges does not apply to sweep tables (they read fixed ranges)",
+                       err=True)
+        result = build_sweep(paths, key_pattern=key_pattern or DEFAULT_KEY_PATTERN,
+                             exclude=settings["phase_exclude"], expected_steps=expected_steps,
+                             strict=strict)
+        if fmt == "csv":
+            if output is None:
+                raise click.UsageError("--format csv needs --output DIR")
+            click.echo(render_sweep(result, "csv", output), nl=False)
+        elif output is None:
+            sys.stdout.write(render_sweep(result, fmt))
+        elif output.is_dir():
+            render_sweep(result, fmt, output)
+            click.echo(str(output / f"sweep.{fmt}"))
+        else:
+            text = render_sweep(result, fmt)
+            output.parent.mkdir(parents=True, exist_ok=True)
+            output.write_text(text, encoding="utf-8")
+            click.echo(str(output))
+    except AnalyzerError as err:
+        raise _CliError(err) from None
+    n_flags = len(result.flags)
+    if n_flags:
+        click.echo(f"{n_flags} row(s) flagged: see the 'Rows that cannot be right' table", err=True)

@@ -1,0 +1,178 @@
+"""Phase tables on the team's H100 transformer traces (``tests/data/``), checked, not trusted:
+
+- against independent SQL on the same SQLite (:mod:`sqlref`: ops whose launch call started inside
+  the range on any thread of the process), to the nanosecond;
+- against the ``nsys stats`` reports saved at profile time (``<trace>_nvtx_sum.csv``,
+  ``<trace>_cuda_gpu_kern_sum.csv``): instances and totals exactly; averages, medians and standard
+  deviations to the rounding nsys applies when it prints them (one decimal: within 0.05 ns).
+
+Every test skips with the reason when the traces have not landed (see ``tests/data/MANIFEST.md``).
+"""
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+import pytest
+
+from analyzer.phases import PhaseIndex, attention_split, phase_table, step_split, top_kernels
+from analyzer.phases.tests import sqlref
+from analyzer.testing import available, real_file, real_trace
+
+SWEEP = [f"{m}_{mode}_ctx{c}" for m in ("small", "medium") for c in (128, 256)
+         for mode in ("forward", "forward_backward", "training")]
+NAMES = sorted(set(SWEEP) | {n for n in available() if n.split("_")[0] in ("small", "medium")}) or SWEEP
+COLUMNS = ["count", "cpu_total_ns", "kernel_ns", "kernel_count", "gpu_ns", "op_count"]
+_LOADED: dict[str, object] = {}
+
+
+def load(name: str):
+    from analyzer.loading import load_trace
+
+    path = real_trace(name)
+    if name not in _LOADED:
+        _LOADED.clear()  # keep one trace in memory at a time
+        _LOADED[name] = load_trace(path)
+    return path, _LOADED[name]
+
+
+def read_stats(name: str, report: str) -> pd.DataFrame:
+    frame = pd.read_csv(real_file(f"{name}_{report}.csv"))
+    frame.columns = [c.strip() for c in frame.columns]
+    return frame
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_ranges_match_sql(name):
+    path, trace = load(name)
+    ref = sqlref.range_totals(path).set_index("name")[COLUMNS]
+    ours = phase_table(trace, exclude=()).set_index("name")[COLUMNS].astype("int64")
+    assert sorted(ref.index) == sorted(ours.index)
+    diff = ref.compare(ours.loc[ref.index])
+    assert diff.empty, f"{name}: phase_table differs from SQL:\n{diff}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_ranges_match_nsys_nvtx_sum(name):
+    _, trace = load(name)
+    stats = read_stats(name, "nvtx_sum")
+    # nsys >= 2023 prefixes default-domain ranges with ":"; push/pop and start/end both listed
+    stats["name"] = stats["Range"].astype(str).str.replace(r"^:", "", regex=True)
+    stats = stats.set_index("name")
+    ours = phase_table(trace, exclude=()).set_index("name")
+    assert sorted(stats.index) == sorted(ours.index)
+    ours = ours.loc[stats.index]
+    assert (stats["Instances"].astype("int64") == ours["count"]).all()
+    assert (stats["Total Time (ns)"].astype("int64") == ours["cpu_total_ns"]).all()
+    assert (stats["Min (ns)"].astype("int64") == ours["cpu_min_ns"]).all()
+    assert (stats["Max (ns)"].astype("int64") == ours["cpu_max_ns"]).all()
+    # nsys prints mean, median and sample std with one decimal: they agree to that rounding (0.05 ns)
+    for col, mine in (("Avg (ns)", "cpu_mean_ns"), ("Med (ns)", "cpu_p50_ns"), ("StdDev (ns)", "cpu_std_ns")):
+        assert ((stats[col].astype(float) - ours[mine]).abs() <= 0.05 + 1e-6).all(), col
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_kernels_match_nsys_kern_sum(name):
+    _, trace = load(name)
+    stats = read_stats(name, "cuda_gpu_kern_sum")
+    ours = top_kernels(trace, exclude=()).set_index("name")
+    ref = stats.groupby("Name").agg(count=("Instances", "sum"), total=("Total Time (ns)", "sum"))
+    assert sorted(ref.index) == sorted(ours.index)
+    ours = ours.loc[ref.index]
+    assert (ref["count"].astype("int64") == ours["count"]).all()
+    assert (ref["total"].astype("int64") == ours["total_ns"]).all()
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if "_forward_ctx" not in n])
+def test_step_split_matches_sql_per_step(name):
+    path, trace = load(name)
+    split = step_split(trace)
+    assert len(split) > 0
+    warm = trace.nvtx[trace.nvtx["text"] == "warmup"]
+    warm_end = int(warm["end"].max()) if len(warm) else -1
+    origin = trace.info.origin_ns
+    phases = ["forward", "backward"] + (["optimizer_step"] if "_training_" in name else [])
+    for phase in phases:
+        ref = sqlref.range_instances(path, phase)
+        ref = ref[ref["start"] - origin > warm_end]  # SQL times are raw, the trace's from the origin
+        assert list(ref["cpu_ns"]) == list(split[f"{phase}_cpu_ns"]), phase
+        assert list(ref["kernel_ns"]) == list(split[f"{phase}_kernel_ns"]), phase
+        assert list(ref["gpu_ns"]) == list(split[f"{phase}_gpu_ns"]), phase
+    assert (split["backward_kernel_ns"] > 0).all(), "backward kernels must be attributed"
+    assert (split["cpu_ns"] >= split["forward_cpu_ns"]).all()
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if "_training_" in n or "_forward_backward_" in n])
+def test_backward_kernels_come_from_another_thread(name):
+    _, trace = load(name)
+    k = trace.kernels
+    bwd = k[k["nvtx_path"].astype(str).str.contains(r"(?:^|/)backward(?:/|$)")]
+    assert len(bwd) and (bwd["attribution"] == "process").any()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_attention_split(name):
+    path, trace = load(name)
+    idx = PhaseIndex.build(trace)
+    a = attention_split(trace, index=idx, exclude=()).iloc[0]
+    ref = sqlref.range_totals(path).set_index("name")
+    assert a["softmax_range_gpu_ns"] == ref.loc["computing_softmax", "kernel_ns"]
+    assert a["scores_gpu_ns"] == ref.loc["computing_attention_scores", "kernel_ns"]
+    assert a["final_matmul_gpu_ns"] == ref.loc["final_matmul", "kernel_ns"]
+    assert a["softmax_ns"] > 0 and a["matmul_ns"] > 0
+    assert a["softmax_ns"] + a["matmul_ns"] + a["other_ns"] == (
+        a["scores_gpu_ns"] + a["softmax_range_gpu_ns"] + a["final_matmul_gpu_ns"])
+
+
+def _sweep_paths(names):
+    return [real_trace(n) for n in names]
+
+
+def test_sweep_over_the_real_campaign(tmp_path):
+    from analyzer.phases.sweep import build_sweep, render_sweep
+
+    names = [n for n in SWEEP if n.startswith("small_")]
+    paths = _sweep_paths(names)
+    result = build_sweep(paths)
+    assert result.flags.empty, result.flags.to_string()
+    assert len(result.runs) == len(names) and (result.runs["key_source"] == "file name").all()
+    # forward table: mean over steps of the forward ranges' SQL wall time
+    fwd = result.forward.set_index(["model", "mode", "context"])
+    for path, name in zip(paths, names):
+        model, rest = name.split("_", 1)
+        mode, ctx = rest.rsplit("_ctx", 1)
+        _, trace = load(name)
+        warm_end = int(trace.nvtx.loc[trace.nvtx["text"] == "warmup", "end"].max())
+        ref = sqlref.range_instances(path, "forward")
+        ref = ref[ref["start"] - trace.info.origin_ns > warm_end]
+        row = fwd.loc[(model, mode, int(ctx))]
+        assert row["steps"] == len(ref)
+        assert row["cpu_mean_ms"] == pytest.approx(ref["cpu_ns"].mean() / 1e6, abs=1e-9)
+        assert row["gpu_mean_ms"] == pytest.approx(ref["gpu_ns"].mean() / 1e6, abs=1e-9)
+    tr = result.training.set_index(["model", "mode", "context"])
+    assert set(tr.index.get_level_values("mode")) == {"forward_backward", "training"}
+    assert (tr["backward_gpu_ms"] > 0).all() and (tr["step_cpu_ms"] > tr["forward_cpu_ms"]).all()
+    assert (tr.xs("forward_backward", level="mode")["optimizer_gpu_ms"] == 0).all()
+    assert (tr.xs("training", level="mode")["optimizer_gpu_ms"] > 0).all()
+    assert (result.attention["calls"] > 0).all() and (result.attention["time_ratio"] > 0).all()
+    html = render_sweep(result, "html")
+    assert "sm80_xmma_gemm_f32f32" in html
+    assert not re.search(r"<(?![a-z/!])", html), "a raw '<' from a trace string reached the HTML"
+
+
+def test_sweep_flags_mislabelled_and_stopped_runs(tmp_path):
+    from analyzer.phases.sweep import build_sweep
+
+    training = real_trace("small_training_ctx128")
+    forward = real_trace("small_forward_ctx128")
+    # a training trace labelled forward, and a run the driver saw die of OOM (exit code 3)
+    (tmp_path / "small_forward_ctx128.sqlite").symlink_to(training)
+    (tmp_path / "small_training_ctx512.sqlite").symlink_to(forward)
+    (tmp_path / "manifest.jsonl").write_text('{"name": "small_training_ctx512", "exit_code": 3}\n')
+    result = build_sweep([tmp_path], expected_steps=3)
+    checks = result.flags.groupby("context")["check"].apply(set).to_dict()
+    assert checks[128] == {"mode_mismatch"}
+    assert checks[512] == {"mode_mismatch", "stopped_early"}
+    reasons = " ".join(result.flags["reason"])
+    assert "mode 'forward' but has backward and optimizer_step" in reasons
+    assert "exited with code 3 (out of GPU memory)" in reasons
