@@ -67,6 +67,8 @@ def analyze_trace(
     if progress:
         progress(f"{trace.name}: choosing the analysis window")
     window = choose_window(trace, options.window_spec, exclude=options.exclude_ranges)
+    if ncu is not None:  # timeline totals of the matched kernels over the analysis window, as rules see them
+        trace.extras["ncu"] = join_ncu(ncu, trace, window=(window.start_ns, window.end_ns))
     fact_options = {
         "exclude_ranges": options.exclude_ranges,
         "only_ranges": options.only_ranges,

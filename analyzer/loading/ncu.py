@@ -66,6 +66,8 @@ NCU_KERNEL_COLUMN_DOCS: dict[str, str] = {
     "device": "CUDA device index, -1 when unknown",
     "device_name": "GPU name where the export has it (raw page and .ncu-rep), '' otherwise",
     "cc": "compute capability, e.g. '8.6'",
+    "ncu_nvtx_path": "NVTX push/pop ranges open at the launch as ncu recorded them (--nvtx), outermost first, "
+    "joined by '/' like nsys nvtx_path (e.g. 'step_0/attention/computing_softmax'); '' without --nvtx",
     "grid_x": "grid dimension x (blocks), -1 when unknown",
     "grid_y": "grid dimension y (blocks), -1 when unknown",
     "grid_z": "grid dimension z (blocks), -1 when unknown",
@@ -97,8 +99,11 @@ NCU_KERNEL_COLUMN_DOCS: dict[str, str] = {
     "tail_wave_fill_pct": "how full the last wave is, % (100 when the wave count is whole)",
     "tail_effect_pct": "share of SM capacity idle because of a partial last wave, % of the kernel's runtime "
     "(0 when waves_per_sm < 1 or whole)",
-    "flop_count": "floating-point operations executed (add + mul + 2*fma over fp16/fp32/fp64 SASS counters)",
-    "achieved_flops": "achieved FLOP/s (flop_count / duration, or per-cycle counters x SM clock)",
+    "flop_count": "floating-point operations of flop_precision, the precision the roofline compares with its "
+    "peak (ncu's roofline: add + mul + 2*fma for fp32/fp64; 2*hadd + 2*hmul + 4*hfma for fp16, whose SASS "
+    "instructions are 2-wide)",
+    "flop_count_all": "floating-point operations over fp16 + fp32 + fp64",
+    "achieved_flops": "achieved FLOP/s of flop_precision (flop_count / duration; per-cycle counters x SM clock)",
     "flop_precision": "precision with the most FLOPs: fp16|fp32|fp64, '' when no FLOP counters",
     "dram_bytes": "bytes moved to/from DRAM (dram__bytes.sum, or read + write)",
     "dram_bandwidth": "achieved DRAM bandwidth, bytes/s",
@@ -109,22 +114,29 @@ NCU_KERNEL_COLUMN_DOCS: dict[str, str] = {
     "'device-attributes' (clock x units), or ''",
     "stall_reason": "dominant warp stall reason (e.g. long_scoreboard), '' when the export has fewer than two "
     "stall reasons",
-    "stall_share": "its share of all stall reasons present, % (0..100), NaN when unknown",
+    "stall_share": "its share of the cycles between two issued instructions (all reasons + selected), % "
+    "(0..100), as ncu's CPIStall rule states it; NaN when unknown",
     "global_ld_sectors": "L1TEX global load sectors (l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum)",
     "global_ld_requests": "L1TEX global load requests (l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum)",
-    "sectors_per_request": "global load sectors per request (4 is ideal for 4-byte loads by a full warp)",
+    "sectors_per_request": "global load sectors per request (ideal: 4 for 4-byte loads by a full warp, 16 for "
+    "16-byte vector loads, so it is no coalescing verdict by itself; uncoalesced_excess_pct is)",
     "uncoalesced_excess_pct": "global L2 sectors above ideal, % of sectors (memory_l2_theoretical_sectors_global"
     "[_ideal|_excessive])",
     "shared_bank_conflicts": "shared-memory bank conflicts, load + store "
-    "(l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld/st.sum)",
-    "shared_wavefronts": "shared-memory wavefronts, load + store (l1tex__data_pipe_lsu_wavefronts_mem_shared*.sum)",
-    "bank_conflict_pct": "bank conflicts as % of shared wavefronts",
+    "(l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld/st.sum, as ncu's SharedMemoryConflicts rule; the "
+    "all-ops aggregate ..._mem_shared.sum also counts other shared traffic and is used only without them)",
+    "shared_wavefronts": "shared-memory wavefronts of the same operations "
+    "(l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld/st.sum)",
+    "bank_conflict_pct": "bank conflicts as % of shared wavefronts (load + store)",
+    "shared_pipe_pct": "shared-memory data pipe utilization, % of peak "
+    "(l1tex__data_pipe_lsu_wavefronts_mem_shared.sum.pct_of_peak_sustained_elapsed)",
 }
 NCU_KERNEL_COLUMNS: tuple[str, ...] = tuple(NCU_KERNEL_COLUMN_DOCS)
 
 NCU_JOIN_COLUMN_DOCS: dict[str, str] = {
     "matched": "True when the launch was matched to a kernel on the nsys timeline",
-    "match_key": "how it matched: 'name+grid+block', 'base+grid+block', 'base' (name only), '' unmatched",
+    "match_key": "how it matched: 'name+grid+block+nvtx' (same NVTX path too), 'name+grid+block', "
+    "'base+grid+block', 'base' (name only), '' unmatched",
     "unmatched_reason": "why it did not match ('' when matched)",
     "nsys_index": "row index in trace.kernels of the matched launch, -1 when unmatched",
     "nvtx_path": "NVTX path of the matched nsys launch, '' when unmatched or none",
@@ -151,7 +163,8 @@ NCU_STALL_COLUMN_DOCS: dict[str, str] = {
     "id": "profiled launch id (joins ncu_kernels.id)",
     "reason": "stall reason (long_scoreboard, barrier, mio_throttle, ...)",
     "value": "the metric's value (cycles per issued instruction, or samples for pcsamp metrics)",
-    "share": "share of all stall reasons of this launch, % (0..100); NaN for 'selected' (not a stall) and when "
+    "share": "share of the cycles between two issued instructions (all reasons + selected), % (0..100), as ncu"
+    "'s CPIStall rule states it; NaN for 'selected' (not a stall) and when "
     "the export has fewer than two stall reasons",
     "metric": "the ncu metric the value came from",
 }
@@ -159,7 +172,7 @@ NCU_STALL_COLUMNS: tuple[str, ...] = tuple(NCU_STALL_COLUMN_DOCS)
 
 _TEXT_COLUMNS = {
     "source", "name", "short_name", "mangled", "process_name", "device_name", "cc", "occupancy_limiter",
-    "flop_precision", "peak_source", "stall_reason", "match_key", "unmatched_reason", "nvtx_path",
+    "flop_precision", "peak_source", "stall_reason", "ncu_nvtx_path", "match_key", "unmatched_reason", "nvtx_path",
     "nvtx_range", "section", "rule", "type", "description", "speedup_type", "reason", "metric", "bound",
     "roofline_side",
 }
@@ -298,15 +311,30 @@ def parse_values(values: pd.Series, units: pd.Series | None = None) -> tuple[pd.
 _CAST_BEFORE_NUMBER = re.compile(r"\((?:unsigned |signed )?(?:int|long|long long|short|char|bool|unsigned|"
                                  r"size_t|int64_t|uint64_t|int32_t|uint32_t)\)(?=-?\d)")
 _SPACES = re.compile(r"\s+")
+# Anonymous-namespace markers as the tools spell them. ncu 2025.3's CSV prints the name with every
+# namespace qualifier dropped, and drops the ``at::native::<`` of ``at::native::<unnamed>::`` with them,
+# leaving an unbalanced ``unnamed>::`` (real export: ``void unnamed>::cunn_SoftMaxForwardReg<BFloat16, ...,
+# unnamed>::SoftMaxForwardEpilogue, long, 4>(T3 *, const T1 *, T5)`` where nsys has
+# ``void at::native::<unnamed>::cunn_SoftMaxForwardReg<c10::BFloat16, ..., (int)4>(...)``).
+_ANON_NS = re.compile(r"\(anonymous namespace\)::|<unnamed>::|\bunnamed>::")
+_QUALIFIERS = re.compile(r"\b(?:[A-Za-z_]\w*::)+")
+
+
+def _drop_anonymous(name: str) -> str:
+    return _ANON_NS.sub("", name)
 
 
 def normalize_kernel_name(name: str) -> str:
     """A comparison key for demangled names across tools: whitespace removed, a leading ``void``
-    return type dropped, and C-style casts on template constants removed (ncu prints
-    ``kernel<(int)32>`` where nsys prints ``kernel<32>``)."""
+    return type dropped, C-style casts on template constants removed (nsys prints ``kernel<(int)32>``
+    where ncu prints ``kernel<32>``), and namespace qualifiers and anonymous-namespace markers removed
+    (ncu's CSV drops qualifiers: ``at::native::vectorized_elementwise_kernel<...,
+    std::array<char *, (unsigned long)2>>`` is ``vectorized_elementwise_kernel<..., array<char *, 2>>``
+    there)."""
     s = str(name).strip()
     s = s.removeprefix("void ")
     s = _CAST_BEFORE_NUMBER.sub("", s)
+    s = _QUALIFIERS.sub("", _drop_anonymous(s))
     return _SPACES.sub("", s)
 
 
@@ -348,7 +376,7 @@ def kernel_base_name(name: str) -> str:
     """The bare function name: ``"void at::native::elementwise_kernel<128, 4>(int, F)"`` ->
     ``"elementwise_kernel"``; ``"enable_if<!T7, void>::type kernel<int, ...>(T13)"`` -> ``"kernel"``.
     This is what nsys exports as the short name."""
-    s = str(name).strip()
+    s = _drop_anonymous(str(name).strip())
     s = _strip_trailing_group(s, "(", ")")
     s = _strip_trailing_group(s, "<", ">")
     s = _after_last_top_level(s, " ")
@@ -411,6 +439,7 @@ _IDENT = {
     "Grid Size": "grid_dims",
     "Device": "device",
     "CC": "cc",
+    "thread Domain:Push/Pop_Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg": "nvtx_stack",
 }
 _DETAIL_COLS = {
     "Section Name": "section",
@@ -732,6 +761,7 @@ _CANON: dict[str, tuple[str, ...]] = {
     "wavefronts_ld": ("l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum",),
     "wavefronts_st": ("l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum",),
     "wavefronts_all": ("l1tex__data_pipe_lsu_wavefronts_mem_shared.sum",),
+    "shared_pipe_pct": ("l1tex__data_pipe_lsu_wavefronts_mem_shared.sum.pct_of_peak_sustained_elapsed",),
     "cc_major": ("device__attribute_compute_capability_major",),
     "cc_minor": ("device__attribute_compute_capability_minor",),
     "clock_rate_khz": ("device__attribute_clock_rate",),
@@ -742,6 +772,7 @@ _CANON: dict[str, tuple[str, ...]] = {
     "context_id": ("launch__context_id",),
 }
 _PRECISIONS = (("fp16", "h"), ("fp32", "f"), ("fp64", "d"))
+_FLOP_WEIGHTS = {"fp16": (2, 2, 4), "fp32": (1, 1, 2), "fp64": (1, 1, 2)}  # add, mul, fma
 for _p, _l in _PRECISIONS:
     for _op in ("add", "mul", "fma"):
         for _unit in ("sm", "smsp"):
@@ -772,6 +803,7 @@ _STALL_RE = re.compile(
     r"warp_issue_stalled|warps_issue_stalled)_(?P<reason>[a-z0-9_]+?)"
     r"(?P<suffix>_per_issue_active|_per_warp_active|_not_issued)?(?:\.(?P<roll>ratio|pct|sum|avg))?$"
 )
+_WARP_LATENCY = "smsp__average_warp_latency_per_inst_issued.ratio"
 # Preferred stall metric families (first present wins per launch), with the rollup to use.
 _STALL_FAMILIES = (
     ("average_warps_issue_stalled", "_per_issue_active", "ratio"),
@@ -858,6 +890,8 @@ def _kernels(ident: pd.DataFrame, c: pd.DataFrame, stalls: pd.DataFrame, path: P
     k["device_name"] = ident["device_name"].astype(str) if "device_name" in ident else ""
     cc_attr = c["cc_major"].astype("Int64").astype(str) + "." + c["cc_minor"].astype("Int64").astype(str)
     k["cc"] = ident["cc"].astype(str).where(ident["cc"].astype(str) != "", cc_attr.where(c["cc_major"].notna(), ""))
+    stacks = ident["nvtx_stack"].astype(str) if "nvtx_stack" in ident else pd.Series("", index=k.index)
+    k["ncu_nvtx_path"] = stacks.map({t: _nvtx_path(t) for t in stacks.unique()}).astype(object)
 
     grid = _dims(ident["grid_dims"])
     block = _dims(ident["block_dims"])
@@ -877,20 +911,31 @@ def _kernels(ident: pd.DataFrame, c: pd.DataFrame, stalls: pd.DataFrame, path: P
     for col in ("sm_throughput_pct", "memory_throughput_pct", "dram_throughput_pct", "achieved_occupancy",
                 "theoretical_occupancy", "occupancy_limit_registers", "occupancy_limit_shared_mem",
                 "occupancy_limit_warps", "occupancy_limit_blocks", "registers_per_thread", "static_smem",
-                "dynamic_smem", "waves_per_sm"):
+                "dynamic_smem", "shared_pipe_pct"):
         k[col] = c[col]
-    limits = c[["occupancy_limit_registers", "occupancy_limit_shared_mem", "occupancy_limit_warps",
-                "occupancy_limit_blocks"]]
-    limiter = limits.idxmin(axis=1, skipna=True) if len(limits) and limits.notna().any().any() else None
-    k["occupancy_limiter"] = (
-        pd.Series(limiter, index=k.index).where(limits.notna().any(axis=1), "")
-        .fillna("").str.replace("occupancy_limit_", "", regex=False)
-        if limiter is not None else ""
-    )
+    limit_cols = ["occupancy_limit_registers", "occupancy_limit_shared_mem", "occupancy_limit_warps",
+                  "occupancy_limit_blocks"]
+    limits = c[limit_cols].astype("float64")
+    blocks_per_sm = limits.min(axis=1, skipna=True)
+    # Every resource that allows only the fewest blocks limits occupancy (ncu names them all: "limited by the
+    # number of required registers, and the required amount of shared memory"); none does when the
+    # theoretical occupancy is already the maximum (the real naive-attention softmax: registers and warps
+    # both allow 2 blocks of 1024 threads = 100%).
+    at_min = limits.eq(blocks_per_sm, axis=0) & limits.notna()
+    limiter = pd.Series("", index=k.index, dtype=object)
+    for col in limit_cols:
+        name = col.removeprefix("occupancy_limit_")
+        limiter = limiter.where(~at_min[col], limiter.where(limiter == "", limiter + "+") + name)
+    k["occupancy_limiter"] = limiter.where(~(c["theoretical_occupancy"] >= 99.95), "")
     k["smem_per_block"] = c["static_smem"] + c["dynamic_smem"]
 
-    waves = c["waves_per_sm"]
-    k["small_grid"] = (waves < 1).fillna(False).astype(bool)
+    # launch__waves_per_multiprocessor is printed with two decimals (4 blocks on 132 SMs read "0"); the
+    # exact value is blocks / (SMs x blocks per SM), which we use whenever the launch limits are known.
+    exact = k["grid_size"].where(k["grid_size"] > 0) / (c["sm_count"] * blocks_per_sm.where(blocks_per_sm > 0))
+    waves = exact.fillna(c["waves_per_sm"]).astype("float64")
+    k["waves_per_sm"] = waves
+    few_blocks = (k["grid_size"] > 0) & (k["grid_size"] < c["sm_count"])
+    k["small_grid"] = ((waves < 1) | few_blocks).fillna(False).astype(bool)
     frac = waves - np.floor(waves)
     whole = np.isclose(frac, 0.0) | np.isclose(frac, 1.0)
     k["tail_wave_fill_pct"] = np.where(whole, 100.0, frac * 100.0)
@@ -898,22 +943,32 @@ def _kernels(ident: pd.DataFrame, c: pd.DataFrame, stalls: pd.DataFrame, path: P
     tail = np.where((waves >= 1) & ~whole, (1.0 - frac) / np.ceil(waves) * 100.0, 0.0)
     k["tail_effect_pct"] = pd.Series(tail, index=k.index).where(waves.notna())
 
-    # FLOPs: add + mul + 2*fma per precision, from totals or per-cycle rates times the SM clock.
+    # FLOPs per precision from totals or per-cycle rates times the SM clock, weighted as ncu's roofline
+    # weighs them (its derived__..._x2/_x4 metrics): fp32/fp64 add 1, mul 1, fma 2; fp16 SASS instructions
+    # are 2-wide (HADD2/HMUL2/HFMA2), so 2, 2, 4.
     smsp_clock = c["cycles_per_second_smsp"].fillna(clock)
     flops_by_p = {}
     for p, _ in _PRECISIONS:
-        count = c[f"{p}_add_count"].fillna(0) + c[f"{p}_mul_count"].fillna(0) + 2 * c[f"{p}_fma_count"].fillna(0)
+        w = _FLOP_WEIGHTS[p]
+        count = (w[0] * c[f"{p}_add_count"].fillna(0) + w[1] * c[f"{p}_mul_count"].fillna(0)
+                 + w[2] * c[f"{p}_fma_count"].fillna(0))
         has_count = c[[f"{p}_{op}_count" for op in ("add", "mul", "fma")]].notna().any(axis=1)
-        rate = (c[f"{p}_add_per_cycle"].fillna(0) + c[f"{p}_mul_per_cycle"].fillna(0)
-                + 2 * c[f"{p}_fma_per_cycle"].fillna(0)) * smsp_clock
+        rate = (w[0] * c[f"{p}_add_per_cycle"].fillna(0) + w[1] * c[f"{p}_mul_per_cycle"].fillna(0)
+                + w[2] * c[f"{p}_fma_per_cycle"].fillna(0)) * smsp_clock
         has_rate = c[[f"{p}_{op}_per_cycle" for op in ("add", "mul", "fma")]].notna().any(axis=1)
         flops_by_p[p] = count.where(has_count, (rate * duration_s).where(has_rate))
     flops = pd.DataFrame(flops_by_p)
     any_flops = flops.notna().any(axis=1)
-    k["flop_count"] = flops.sum(axis=1, min_count=1)
-    k["achieved_flops"] = k["flop_count"] / duration_s
     dominant = flops.fillna(0).idxmax(axis=1) if len(flops) else pd.Series(dtype="object")
     k["flop_precision"] = dominant.where(any_flops & (flops.fillna(0).max(axis=1) > 0), "")
+    # The roofline compares one precision with that precision's peak (ncu: "achieved 14% of this device's
+    # FP32 peak" on the real softmax, whose fp16 HFMA2 work is not part of that 14%).
+    k["flop_count_all"] = flops.sum(axis=1, min_count=1)
+    mine = pd.Series(np.nan, index=k.index)
+    for p, _ in _PRECISIONS:
+        mine = mine.where(k["flop_precision"] != p, flops[p])
+    k["flop_count"] = mine.where(k["flop_precision"] != "", k["flop_count_all"])
+    k["achieved_flops"] = k["flop_count"] / duration_s
 
     rw = c["dram_bytes_read"].add(c["dram_bytes_write"], fill_value=0)
     k["dram_bytes"] = c["dram_bytes"].fillna(rw).fillna(c["dram_bandwidth"] * duration_s)
@@ -924,7 +979,7 @@ def _kernels(ident: pd.DataFrame, c: pd.DataFrame, stalls: pd.DataFrame, path: P
     prec = k["flop_precision"].where(k["flop_precision"] != "", "fp32")
     peak_counter = pd.Series(np.nan, index=k.index)
     for p, _ in _PRECISIONS:
-        peak_counter = peak_counter.where(prec != p, 2 * c[f"{p}_fma_peak_per_cycle"] * smsp_clock)
+        peak_counter = peak_counter.where(prec != p, _FLOP_WEIGHTS[p][2] * c[f"{p}_fma_peak_per_cycle"] * smsp_clock)
     lanes = pd.Series(
         [_FP32_LANES_PER_SM.get((int(a), int(b)), np.nan) if pd.notna(a) and pd.notna(b) else np.nan
          for a, b in _cc_pairs(k["cc"])],
@@ -954,12 +1009,25 @@ def _kernels(ident: pd.DataFrame, c: pd.DataFrame, stalls: pd.DataFrame, path: P
     k["sectors_per_request"] = (c["global_ld_sectors"] / c["global_ld_requests"]).where(c["global_ld_requests"] > 0)
     excessive = c["l2_sectors_global_excessive"].fillna(c["l2_sectors_global"] - c["l2_sectors_global_ideal"])
     k["uncoalesced_excess_pct"] = (excessive / c["l2_sectors_global"] * 100).where(c["l2_sectors_global"] > 0)
-    conflicts = c["bank_conflicts_all"].fillna(c["bank_conflicts_ld"].add(c["bank_conflicts_st"], fill_value=0))
-    wavefronts = c["wavefronts_all"].fillna(c["wavefronts_ld"].add(c["wavefronts_st"], fill_value=0))
+    # ncu's SharedMemoryConflicts rule reads the load and store counters; the all-ops aggregate also counts
+    # other shared traffic (7.1 M "conflicts" against 91 k load + store ones on the real softmax export).
+    conflicts = c["bank_conflicts_ld"].add(c["bank_conflicts_st"], fill_value=0).fillna(c["bank_conflicts_all"])
+    wavefronts = c["wavefronts_ld"].add(c["wavefronts_st"], fill_value=0).fillna(c["wavefronts_all"])
     k["shared_bank_conflicts"] = conflicts
     k["shared_wavefronts"] = wavefronts
     k["bank_conflict_pct"] = (conflicts / wavefronts * 100).where(wavefronts > 0)
     return k[list(NCU_KERNEL_COLUMNS)].reset_index(drop=True)
+
+
+_NVTX_QUOTED = re.compile(r'"([^"]*)"')
+
+
+def _nvtx_path(stack: str) -> str:
+    """ncu's NVTX column (``544  "<default domain>:step_0:none:...:step_0"  "<default domain>:attention:..."``:
+    a thread id, then one quoted ``Domain:Push/Pop_Range:PL_Type:...:Msg`` entry per open range, outermost
+    first) -> ``"step_0/attention"``."""
+    names = [q.split(":")[1] for q in _NVTX_QUOTED.findall(str(stack)) if q.count(":") >= 1]
+    return "/".join(n for n in names if n)
 
 
 def _cc_pairs(cc: pd.Series) -> list[tuple[float, float]]:
@@ -993,7 +1061,15 @@ def _stalls(long: pd.DataFrame) -> pd.DataFrame:
     rows = rows[rows["prio"] == best]
     rows = rows.drop_duplicates(["id", "reason"])
     is_stall = rows["reason"] != "selected"
-    total = rows["value"].where(is_stall, 0.0).groupby(rows["id"]).transform("sum")
+    # The total includes "selected" (the one cycle a warp issues): ncu's CPIStall rule states a reason's
+    # share "of the total average of N cycles between issuing two instructions" that way (real softmax
+    # export: not_selected 6.49 of 19.2 cycles = 33.8%, ncu prints 33.8%).
+    total = rows["value"].groupby(rows["id"]).transform("sum")
+    # ...and where ncu collected it, its denominator exactly: the average warp latency per issued instruction
+    # (differs from the sum of the reasons on short kernels: 44.1 vs 37.4 cycles on the real tiny kernels).
+    latency = long.loc[long["key"] == _WARP_LATENCY, ["id", "value"]].dropna().drop_duplicates("id")
+    per_issue = rows["prio"] == 0  # the *_per_issue_active.ratio family shares that denominator
+    total = total.where(~per_issue, rows["id"].map(latency.set_index("id")["value"]).fillna(total))
     reasons = is_stall.groupby(rows["id"]).transform("sum")
     # A share needs something to share with: one reason alone (a report that collected a single stall
     # metric) says nothing about dominance, so its share stays NaN.
@@ -1045,10 +1121,11 @@ def _merge(parts: list[NcuReport]) -> NcuReport:
 # Joining to the nsys timeline
 # --------------------------------------------------------------------------------------------------
 
-_LEVELS = (
-    ("name+grid+block", "full", True),
-    ("base+grid+block", "base", True),
-    ("base", "base", False),
+_LEVELS = (  # (label, name column, with grid/block, with NVTX path)
+    ("name+grid+block+nvtx", "full", True, True),
+    ("name+grid+block", "full", True, False),
+    ("base+grid+block", "base", True, False),
+    ("base", "base", False, False),
 )
 _DIMS = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
 
@@ -1061,7 +1138,9 @@ def join_ncu(
     The k-th profiled launch of a (name, grid, block) key is matched to the k-th nsys launch (by start
     time) with the same key: ``ncu -k/-c`` profile the first N launches, so order within a key is the
     only link between two separate runs. Keys are tried from strict to loose: the normalized demangled
-    name with grid and block, then the bare function name with grid and block, then the bare name alone;
+    name with grid, block and the NVTX path ncu recorded (``--nvtx``: a launch profiled under
+    ``--nvtx-include step_0/`` joins the nsys launch inside ``step_0``, not the first one of the run), the
+    same without the NVTX path, then the bare function name with grid and block, then the bare name alone;
     each level sees only what earlier levels left unmatched. Unmatched launches stay, with
     ``matched=False`` and a reason.
 
@@ -1097,6 +1176,7 @@ def join_ncu(
     ns["base"] = names.map(dict(zip(uniq, (kernel_base_name(n) for n in uniq))))
     for d in _DIMS:
         ns[d] = pd.to_numeric(nsys[d], errors="coerce").fillna(-1).astype("int64")
+    ns["nvtx"] = _text(nsys["nvtx_path"]) if "nvtx_path" in nsys.columns else ""
     ns["start"] = nsys["start"].to_numpy()
     ns["duration"] = nsys["duration"].to_numpy()
     ns = ns.sort_values("start", kind="stable")
@@ -1112,23 +1192,27 @@ def join_ncu(
     kk["base"] = k["name"].map(dict(zip(kuniq, (kernel_base_name(n) for n in kuniq))))
     for d in _DIMS:
         kk[d] = k[d]
+    kk["nvtx"] = _text(k["ncu_nvtx_path"]) if "ncu_nvtx_path" in k.columns else ""
     kk["id"] = k["id"]
     kk = kk.sort_values("id", kind="stable")
 
     taken = pd.Series(False, index=ns.index)
-    for label, name_col, with_dims in _LEVELS:
-        key = [name_col] + (list(_DIMS) if with_dims else [])
+    for label, name_col, with_dims, with_nvtx in _LEVELS:
+        config = [name_col] + (list(_DIMS) if with_dims else [])
+        key = config + (["nvtx"] if with_nvtx else [])
         left = kk[~out.loc[kk.index, "matched"]]
+        if with_nvtx:
+            left = left[left["nvtx"] != ""]
         if left.empty:
-            break
+            continue
         right = ns[~taken]
         lk = left[key].assign(rank=left.groupby(key, sort=False).cumcount(), _k=left.index)
         rk = right[key].assign(rank=right.groupby(key, sort=False).cumcount(), _n=right.index)
         pairs = lk.merge(rk, on=key + ["rank"], how="inner")
         if pairs.empty:
             continue
-        stats = ns[in_window].groupby(key, sort=False)["duration"].agg(["sum", "count"]).reset_index()
-        pairs = pairs.merge(stats, on=key, how="left")
+        stats = ns[in_window].groupby(config, sort=False)["duration"].agg(["sum", "count"]).reset_index()
+        pairs = pairs.merge(stats, on=config, how="left")
         idx = pairs["_k"].to_numpy()
         out.loc[idx, "matched"] = True
         out.loc[idx, "match_key"] = label

@@ -419,6 +419,11 @@ _NS_NAMES = {"duration", "gap", "busy", "cpu", "gpu", "total", "mean", "median",
 _TIME_NAMES = {"start", "end", "at", "time", "start_ns", "end_ns", "bin_start", "bin_end"}
 
 
+# Nsight Compute columns already in percent (0..100) whose names would otherwise read as 0..1 shares; the
+# nsys occupancy fact uses the same names for fractions, so values above 1 decide.
+_PERCENT_NAMES = frozenset({"achieved_occupancy", "theoretical_occupancy", "stall_share"})
+
+
 def _evidence_kind(name: str, values: Iterable[Any] = ()) -> str:
     """Guess how to format an evidence column from its name (evidence columns are free-form) and, for
     names that say nothing, from its values (text if any value is text)."""
@@ -429,6 +434,14 @@ def _evidence_kind(name: str, values: Iterable[Any] = ()) -> str:
         return "ns"
     if low.endswith(("_pct", "%")) or low == "percent":
         return "pct"
+    if low in _PERCENT_NAMES and any(isinstance(v, (int, float)) and v > 1.0 for v in values):
+        return "pct"
+    if low.endswith("_flops"):
+        return "flops"
+    if low.endswith("bandwidth"):
+        return "bandwidth"
+    if low in ("arithmetic_intensity", "ridge_point"):
+        return "intensity"
     if low in ("share", "util", "utilization", "ratio", "occupancy") or low.endswith(("_share", "_occupancy")):
         return "share"
     if low == "bytes" or low.endswith("_bytes"):

@@ -238,9 +238,12 @@ def _link(pack: RulePack, fired: list[_Fired]) -> list[Finding]:
         by_rule.setdefault(item.finding.rule, []).append(i)
     explains: dict[int, list[str]] = {}
     explained_by: dict[int, list[str]] = {}
+    known = {r.name: r.name for r in pack.rules} | {r.id: r.name for r in pack.rules}
     for rule in pack.rules:
         for target in rule.explains:
-            target_name = pack.get(target).name
+            target_name = known.get(target)
+            if target_name is None:  # not in this (restricted) pack, e.g. `rules test` of one rule
+                continue
             for i in by_rule.get(rule.name, []):
                 for j in by_rule.get(target_name, []):
                     a, b = fired[i], fired[j]

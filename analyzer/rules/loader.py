@@ -50,7 +50,7 @@ OPTIONAL = ("category", "scope", "group_by", "parameters", "where", "let", "impa
 TOP_KEYS = ("version", "rules")
 PARAM_KEYS = ("default", "unit", "doc", "min", "max")
 EVIDENCE_KEYS = ("columns", "sort", "limit")
-TEST_KEYS = ("trace", "expect", "set", "window", "note")
+TEST_KEYS = ("trace", "expect", "set", "window", "note", "ncu")
 MAX_EVIDENCE_LIMIT = 1000
 ID_RE = re.compile(r"^[A-Z]{2,5}\d{3}$")
 NAME_RE = re.compile(r"^[a-z][a-z0-9]*(?:-[a-z0-9]+)*$")
@@ -438,8 +438,14 @@ class _Loader:
                 self.problem(f"{rid}.tests[{index}]: set must be a list of RULE.PARAM=VALUE, window text",
                              file, line, rid)
                 continue
+            ncu = case.get("ncu", [])
+            ncu = [ncu] if isinstance(ncu, str) else ncu
+            if not isinstance(ncu, list) or not all(isinstance(n, str) and n for n in ncu):
+                self.problem(f"{rid}.tests[{index}]: ncu must be a path or a list of paths to Nsight Compute "
+                             "exports", file, case.line_of("ncu"), rid)
+                continue
             out.append(RuleTest(trace=trace, expect=expect, sets=tuple(sets), window=window,
-                                note=str(case.get("note", "")), line=line))
+                                note=str(case.get("note", "")), line=line, ncu=tuple(ncu)))
         return out
 
     # -- whole pack ----------------------------------------------------------------------------

@@ -95,10 +95,12 @@ class RuleTest:
     window: str | None = None
     note: str = ""
     line: int = 0
+    ncu: tuple[str, ...] = ()  # Nsight Compute exports joined to the trace (same resolution as trace)
 
-    def resolve(self, pack_file: str) -> Path | None:
-        """The trace file: absolute, next to the pack, in a parent of it, or under the CWD."""
-        path = Path(self.trace)
+    def resolve(self, pack_file: str, name: str | None = None) -> Path | None:
+        """The trace file (or ``name``, e.g. one of ``ncu``): absolute, next to the pack, in a parent of
+        it, or under the CWD."""
+        path = Path(self.trace if name is None else name)
         if path.is_absolute():
             return path if path.exists() else None
         base = Path(pack_file).resolve().parent

@@ -34,14 +34,22 @@ class CaseResult:
         return self.outcome == "pass"
 
 
-def default_analyze(path: Path, pack: RulePack, sets: Sequence[str], window: str | None) -> Any:
+def default_analyze(
+    path: Path, pack: RulePack, sets: Sequence[str], window: str | None, ncu: Sequence[Path] = ()
+) -> Any:
     """Full analysis via the pipeline (imported lazily: the rules layer does not depend on it).
-    ``sets`` are applied here, ``window`` is passed as the window spec."""
+    ``sets`` are applied here, ``window`` is passed as the window spec, ``ncu`` exports are loaded and
+    joined to the trace."""
     from analyzer.pipeline import AnalysisOptions, analyze_trace
     from analyzer.rules.overrides import apply_overrides
 
-    options = AnalysisOptions(sets=tuple(sets), window_spec=window)
-    return analyze_trace(path, apply_overrides(pack, sets), options=options)
+    report = None
+    if ncu:
+        from analyzer.loading.ncu import load_ncu
+
+        report = load_ncu(list(ncu))
+    options = AnalysisOptions(sets=tuple(sets), window_spec=window, ncu_files=tuple(ncu))
+    return analyze_trace(path, apply_overrides(pack, sets), options=options, ncu=report)
 
 
 def decompress(path: Path, folder: Path) -> Path:
@@ -60,20 +68,23 @@ def run_rule_tests(pack: RulePack, names: Iterable[str] = (), analyze: Analyze |
     run = analyze or default_analyze
     selected = pack.select(names) if names else pack
     results: list[CaseResult] = []
-    groups: dict[tuple[Path, tuple[str, ...], str | None], list[tuple[Rule, RuleTest]]] = {}
+    groups: dict[tuple[Path, tuple[str, ...], str | None, tuple[Path, ...]], list[tuple[Rule, RuleTest]]] = {}
     for rule in selected.rules:
         for case in rule.tests:
             path = case.resolve(rule.file or pack.path)
-            if path is None:
-                results.append(CaseResult(rule.name, rule.id, case.trace, case.expect, "missing",
-                                          "trace file not found"))
+            ncu = tuple(case.resolve(rule.file or pack.path, n) for n in case.ncu)
+            if path is None or None in ncu:
+                missing = "trace file not found" if path is None else "ncu file not found"
+                results.append(CaseResult(rule.name, rule.id, case.trace, case.expect, "missing", missing))
                 continue
-            groups.setdefault((path, case.sets, case.window), []).append((rule, case))
+            groups.setdefault((path, case.sets, case.window, ncu), []).append((rule, case))  # type: ignore[arg-type]
     with tempfile.TemporaryDirectory(prefix="rules-test-") as tmp:
-        for (path, sets, window), cases in groups.items():
+        for (path, sets, window, ncu), cases in groups.items():
             subset = pack.select(sorted({rule.id for rule, _ in cases}))
             try:
-                result = run(decompress(path, Path(tmp)), subset, sets, window)
+                trace = decompress(path, Path(tmp))
+                # only cases with ncu files pass them: custom ``analyze`` callables keep their 4 arguments
+                result = run(trace, subset, sets, window, ncu) if ncu else run(trace, subset, sets, window)  # type: ignore[call-arg]
                 findings: Any = result.findings if hasattr(result, "findings") else result
                 fired = {f.rule for f in findings}
             except (AnalyzerError, OSError, lzma.LZMAError) as err:
