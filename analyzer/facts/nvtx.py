@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analyzer.facts._util import column, starts_in_window, text
+from analyzer.facts._util import column, sorted_frame, starts_in_window, text
 from analyzer.facts.registry import FactContext, fact
 
 
@@ -52,11 +52,10 @@ def innermost_open(nvtx: pd.DataFrame, tid: np.ndarray, t: np.ndarray) -> np.nda
     starts = nvtx["start"].to_numpy(dtype=np.int64)
     ends = nvtx["end"].to_numpy(dtype=np.int64)
     parent = parent_positions(nvtx)
-    right = pd.DataFrame(
-        {"tid": nvtx["tid"].to_numpy(dtype=np.int64), "t": starts, "pos": np.arange(len(nvtx))}
-    ).sort_values("t", kind="stable")
-    left = pd.DataFrame({"tid": np.asarray(tid, dtype=np.int64), "t": np.asarray(t, dtype=np.int64),
-                         "q": np.arange(n)}).sort_values("t", kind="stable")
+    right = sorted_frame(
+        {"tid": nvtx["tid"].to_numpy(dtype=np.int64), "t": starts, "pos": np.arange(len(nvtx))}, "t")
+    left = sorted_frame({"tid": np.asarray(tid, dtype=np.int64), "t": np.asarray(t, dtype=np.int64),
+                         "q": np.arange(n)}, "t")
     merged = pd.merge_asof(left, right, on="t", by="tid", direction="backward")
     cand = np.full(n, -1, dtype=np.int64)
     cand[merged["q"].to_numpy()] = merged["pos"].fillna(-1).to_numpy(dtype=np.int64)

@@ -115,6 +115,7 @@ class FactStore:
     window: "Window"
     options: Mapping[str, Any] = field(default_factory=dict)
     _cache: dict[str, pd.DataFrame] = field(default_factory=dict, repr=False)
+    _memo: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def get(self, name: str) -> pd.DataFrame:
         if name not in self._cache:
@@ -127,6 +128,13 @@ class FactStore:
 
     def computed(self) -> list[str]:
         return list(self._cache)
+
+    def memo(self, key: str, compute: Callable[[], Any]) -> Any:
+        """A value several facts of this store derive from the same trace columns (e.g. the distinct
+        API names), computed once on first use instead of once per fact."""
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
 
     def _compute(self, spec: FactSpec) -> pd.DataFrame:
         ctx = FactContext(trace=self.trace, window=self.window, store=self, options=self.options)

@@ -43,14 +43,14 @@ SCALAR_DOCS: dict[str, str] = {
 
 def trace_scalars(store: FactStore) -> dict[str, float]:
     """The scalars in :data:`SCALAR_DOCS` for one trace and window."""
-    from analyzer.facts.api import LAUNCH_APIS, base_api_names
+    from analyzer.facts.api import is_launch_api
 
     t, w = store.trace, store.window
     km, mm, sm = (window_mask(f, w) if len(f) else np.zeros(0, bool) for f in (t.kernels, t.memcpy, t.memset))
     busy = store.get("gpu_busy")
     gaps = store.get("gpu_gaps")
     if len(t.api):
-        am = window_mask(t.api, w) & base_api_names(t.api["name"]).isin(LAUNCH_APIS).to_numpy()
+        am = window_mask(t.api, w) & is_launch_api(store)
         launch_ns = t.api["duration"].to_numpy()[am]
     else:
         launch_ns = np.zeros(0)

@@ -173,7 +173,8 @@ def _findings(rule: Rule, env: Env, fired: np.ndarray, impact: np.ndarray | None
     if rule.evidence.sort and len(positions):
         cols = [c for c, _ in rule.evidence.sort]
         asc = [a for _, a in rule.evidence.sort]
-        positions = rows.iloc[positions].sort_values(cols, ascending=asc, kind="stable").index.to_numpy()
+        # sort only the key columns (taking every column of a million-row fact first cost ~0.5 s)
+        positions = rows[cols].iloc[positions].sort_values(cols, ascending=asc, kind="stable").index.to_numpy()
     group_of = codes[positions]
     order = np.argsort(group_of, kind="stable")
     positions, group_of = positions[order], group_of[order]

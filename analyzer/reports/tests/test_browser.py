@@ -14,7 +14,7 @@ import pytest
 
 from analyzer.reports import build_report, render
 from analyzer.reports.tests.cdp import Browser, find_chromium
-from analyzer.reports.tests.helpers import CUDF, REPO
+from analyzer.reports.tests.helpers import REPO
 from analyzer.reports.tests.synthetic import make_analysis
 
 CHROMIUM = find_chromium()
@@ -86,23 +86,22 @@ def test_show_more_rows_toggle_without_javascript(browser, page):
 
 
 def test_demo_screenshot(browser, tmp_path):
-    """``reports/demo.png``: the report of a real public trace (cudf, nsys 2020) when it is present."""
-    if CUDF.exists():
-        from analyzer.reports.tests.test_real_trace import analysis_of
+    """``reports/demo.png``: the README's demo (``make demo``): the real H100 trace of a training loop
+    starved by its data loader, through the whole pipeline with the default pack."""
+    from analyzer.pipeline import analyze_trace
 
-        analyses = [analysis_of(CUDF)]
-        try:  # findings from the rule pipeline, once the default pack loads
-            from analyzer.pipeline import analyze_trace
-
-            analyses = [analyze_trace(CUDF)]
-        except Exception:  # noqa: BLE001, S110 - until the rule pack loads, the demo shows the overview only
-            pass
-    else:
-        analyses = [make_analysis()]
+    demo = REPO / "tests" / "data" / "dataloader_starved.sqlite.xz"
+    analyses = [analyze_trace(demo)]
+    assert {f.rule for f in analyses[0].findings} >= {"gpu-idle-gaps", "low-gpu-utilization"}
     html = tmp_path / "demo.html"
     html.write_text(render(build_report(analyses), "html"), encoding="utf-8")
     browser.navigate(html.as_uri())
     assert browser.problems() == []
+    anchor = analyses[0].findings[0].key
+    browser.navigate(html.as_uri() + "#" + anchor)  # the top finding's link scrolls to it
+    top = browser.evaluate(f"document.getElementById({json.dumps(anchor)}).getBoundingClientRect().top")
+    assert 0 <= top < 40  # at the top of the viewport (the stylesheet keeps a small scroll margin)
+    browser.navigate(html.as_uri())
     out = REPO / "reports" / "demo.png"
     browser.screenshot(out, max_height=3200)  # verdict, findings and the overview charts
     assert out.stat().st_size > 10_000
