@@ -238,3 +238,12 @@ def test_verdicts_agree_with_ncu_where_we_claim_it(capsys: pytest.CaptureFixture
               f"of {len(table)} (export x diagnosis)")
     differ = {(r.export, r.diagnosis) for r in table.itertuples() if r.result == "DIFFER"}
     assert differ == set(KNOWN_DIFFERENCES)
+
+
+def test_measured_softmax_replaces_the_trace_only_estimate() -> None:
+    """With ncu data for the softmax, memory-bound-softmax-measured speaks and the trace-only
+    memory-bound-softmax (an estimate by construction) stays silent; without it, the estimate fires."""
+    with_ncu = {f.rule for f in _analysis("naive_attention").findings}
+    assert "memory-bound-softmax-measured" in with_ncu and "memory-bound-softmax" not in with_ncu
+    plain = analyze_trace(real_trace("naive_attention"), options=AnalysisOptions(rules_file=PACK))
+    assert "memory-bound-softmax" in {f.rule for f in plain.findings}

@@ -38,7 +38,22 @@ SCALAR_DOCS: dict[str, str] = {
     "sync_time_ns": "summed blocking sync call time (ns)",
     "alloc_call_count": "allocation / free calls in the window",
     "alloc_time_ns": "summed allocation / free call time (ns)",
+    "ncu_softmax_launches": "Nsight Compute launches of softmax kernels joined to this trace (0 without ncu data);"
+    " trace-only softmax estimates defer to the measured rule when this is non-zero",
 }
+
+
+def _ncu_softmax_launches(store: FactStore) -> float:
+    ncu = store.trace.extras.get("ncu")
+    kernels = getattr(ncu, "kernels", None)
+    if kernels is None or not len(kernels):
+        return 0.0
+    from analyzer.facts.categories import classify_names, load_categories
+
+    matched = kernels["matched"].to_numpy(dtype=bool) if "matched" in kernels else np.ones(len(kernels), bool)
+    names = kernels["name"].astype(str)
+    categories = classify_names(names, names, load_categories(store.options.get("categories_file")))
+    return float((np.asarray(categories) == "softmax")[matched].sum())
 
 
 def trace_scalars(store: FactStore) -> dict[str, float]:
@@ -91,6 +106,7 @@ def trace_scalars(store: FactStore) -> dict[str, float]:
         "sync_time_ns": total(sync),
         "alloc_call_count": float(len(alloc)),
         "alloc_time_ns": total(alloc),
+        "ncu_softmax_launches": _ncu_softmax_launches(store),
     }
 
 
