@@ -185,8 +185,12 @@ def main(argv: list[str] | None = None) -> int:
     except click.exceptions.Abort:
         click.echo("error: aborted", err=True)
         return EXIT_USAGE
+    except click.UsageError as err:
+        hint = f" (see '{err.ctx.command_path} --help')" if err.ctx is not None else ""
+        click.echo(f"error: {err.format_message()}{hint}", err=True)
+        return EXIT_USAGE
     except click.ClickException as err:
-        err.show()
+        click.echo(f"error: {err.format_message()}", err=True)
         return EXIT_USAGE
     except SystemExit as exc:
         return int(exc.code or 0)
