@@ -83,10 +83,17 @@ def analyze_trace(
         window=window,
         findings=findings,
         facts=store,
-        rules_file=str(getattr(pack, "path", "")),
+        rules_file=_rules_label(getattr(pack, "path", "")),
         parameters={r.name: {p.name: p.value for p in r.parameters} for r in pack.rules},
         ncu=trace.extras.get("ncu"),
     )
+
+
+def _rules_label(path: object) -> str:
+    """How a report names the rule pack: the built-in one by its source-tree name, others as given."""
+    if path and Path(str(path)).resolve() == default_rules_path().resolve():
+        return "built-in default pack (rules/default.yaml)"
+    return str(path)
 
 
 def analyze_paths(

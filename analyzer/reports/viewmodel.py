@@ -548,7 +548,7 @@ def _verdict(findings: list[Finding], window_ns: int, busy_share: float | None) 
         return text, 0, None
     roots = [f for f in problems if not any(k in keys for k in f.explained_by)]
     impacts = [int(f.impact_ns) for f in roots if f.impact_ns is not None]
-    biggest = rank(problems)[0].title
+    biggest = rank(roots or problems)[0].title  # a cause, not the symptom it explains
     if not impacts:
         return f"{plural(len(problems), 'problem')} (impact not estimable); biggest: {biggest}", len(problems), None
     total = sum(impacts)
