@@ -35,7 +35,7 @@ ENV = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTH
 def subprocess_run(*args: object, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "analyzer.cli", *map(str, args)],
-        capture_output=True, text=True, cwd=cwd, timeout=300, env=ENV,
+        capture_output=True, text=True, cwd=cwd, timeout=300, env=ENV, check=False,
     )
 
 
@@ -156,7 +156,7 @@ def test_progress_is_shown_on_a_terminal_only(tmp_path: Path) -> None:
     try:
         proc = subprocess.run(
             [sys.executable, "-m", "analyzer.cli", HEALTHY, "-o", tmp_path / "r.html"],
-            stdout=subprocess.PIPE, stderr=follower, cwd=REPO, timeout=300, env=ENV,
+            stdout=subprocess.PIPE, stderr=follower, cwd=REPO, timeout=300, env=ENV, check=False,
         )
         os.close(follower)
         chunks = []

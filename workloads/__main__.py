@@ -23,9 +23,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Optional, Sequence
 
 from . import WORKLOADS
 from . import _tools as tools
@@ -79,8 +79,8 @@ def profile_cmd(tool: str, tool_path: Path | str, out_base: Path, module: Module
                                  ncu_extra_flags(module))
 
 
-def run_logged(cmd: Sequence[str], *, timeout: Optional[float], env: Optional[dict] = None,
-               stdout_path: Optional[Path] = None) -> int:
+def run_logged(cmd: Sequence[str], *, timeout: float | None, env: dict | None = None,
+               stdout_path: Path | None = None) -> int:
     """Run ``cmd`` in its own process group; kill the whole group on timeout (rc 124)."""
     out = open(stdout_path, "w") if stdout_path else None
     try:
@@ -235,7 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra and args.command != "profile":

@@ -15,7 +15,8 @@ import json
 import statistics
 import sys
 import time
-from typing import Callable, Optional, Sequence, TypeVar
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from . import _nvtx as nv
 
@@ -33,7 +34,7 @@ class RunConfig:
     name: str
     size: str
     fixed: bool
-    device: "object"  # torch.device; kept loose so this module imports without torch
+    device: object  # torch.device; kept loose so this module imports without torch
     steps: int
     warmup: int
     options: argparse.Namespace
@@ -56,7 +57,7 @@ class RunConfig:
 
 def make_parser(
     name: str,
-    description: Optional[str],
+    description: str | None,
     *,
     steps: tuple[int, int] = (2, 10),
     warmup: tuple[int, int] = (1, 2),
@@ -79,7 +80,7 @@ def make_parser(
     return parser
 
 
-def select_device(choice: str) -> "object":
+def select_device(choice: str) -> object:
     """``auto`` picks CUDA when available. Asking for ``cuda`` without a GPU exits with code 2."""
     import torch
 
@@ -90,7 +91,7 @@ def select_device(choice: str) -> "object":
     return torch.device(choice)
 
 
-def parse_config(name: str, parser: argparse.ArgumentParser, argv: Optional[Sequence[str]]) -> RunConfig:
+def parse_config(name: str, parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> RunConfig:
     """Parse ``argv`` and resolve size-dependent defaults and the device."""
     ns = parser.parse_args(argv)
     defaults = ns._defaults
@@ -103,7 +104,7 @@ def parse_config(name: str, parser: argparse.ArgumentParser, argv: Optional[Sequ
                      steps=steps, warmup=warmup, options=ns, has_twin=defaults["has_twin"])
 
 
-def synchronize(device: "object") -> None:
+def synchronize(device: object) -> None:
     """Wait for all queued work on ``device`` (no-op on CPU)."""
     if getattr(device, "type", None) == "cuda":
         import torch
@@ -147,11 +148,11 @@ def report(cfg: RunConfig, times: list[float], **extra: object) -> None:
 
 def run_workload(
     name: str,
-    description: Optional[str],
+    description: str | None,
     build: Callable[[RunConfig], Step],
-    argv: Optional[Sequence[str]] = None,
+    argv: Sequence[str] | None = None,
     *,
-    add_arguments: Optional[Callable[[argparse.ArgumentParser], None]] = None,
+    add_arguments: Callable[[argparse.ArgumentParser], None] | None = None,
     steps: tuple[int, int] = (2, 10),
     warmup: tuple[int, int] = (1, 2),
     has_twin: bool = True,

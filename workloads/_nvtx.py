@@ -7,7 +7,7 @@ produce NVTX ranges on a GPU machine even when the `nvtx` wheel was not installe
 from __future__ import annotations
 
 import contextlib
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 _push: Callable[[str], object]
 _pop: Callable[[], object]
@@ -22,9 +22,9 @@ def _noop(*_args: object) -> None:
 try:  # the real NVTX package (python bindings to libnvToolsExt / NVTX3)
     import nvtx as _nvtx_pkg
 
-    _push = lambda name: _nvtx_pkg.push_range(message=name)  # noqa: E731
-    _pop = lambda: _nvtx_pkg.pop_range()  # noqa: E731
-    _mark = lambda name: _nvtx_pkg.mark(message=name)  # noqa: E731
+    _push = lambda name: _nvtx_pkg.push_range(message=name)
+    _pop = lambda: _nvtx_pkg.pop_range()
+    _mark = lambda name: _nvtx_pkg.mark(message=name)
     BACKEND = "nvtx"
 except Exception:  # pragma: no cover - depends on the environment
     _push, _pop, _mark = _noop, _noop, _noop
@@ -56,7 +56,7 @@ def mark(name: str) -> None:
 
 
 @contextlib.contextmanager
-def range(name: str) -> Iterator[None]:  # noqa: A001 - mirrors nvtx naming
+def range(name: str) -> Iterator[None]:
     """Context manager: an NVTX range around the body (no-op without NVTX)."""
     _push(name)
     try:

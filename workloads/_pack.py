@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import re
 import subprocess
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 BINARY_SUFFIXES = (".nsys-rep", ".ncu-rep", ".qdstrm")
 _TRANSFORMER = re.compile(r"^(small|medium|large|xl|2\.7B)_")

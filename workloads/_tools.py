@@ -9,8 +9,8 @@ import glob
 import os
 import shutil
 import subprocess
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Iterable, Mapping, Optional, Sequence
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -55,8 +55,8 @@ def _version_key(path: str) -> tuple:
 def find_tool(
     tool: str,
     *,
-    env: Optional[Mapping[str, str]] = None,
-    globs: Optional[Sequence[str]] = None,
+    env: Mapping[str, str] | None = None,
+    globs: Sequence[str] | None = None,
 ) -> Path:
     """Locate ``nsys`` or ``ncu``: ``$NSYS``/``$NCU``, then ``PATH``, then NVIDIA's install dirs."""
     if tool not in SEARCH_GLOBS:
@@ -100,7 +100,7 @@ def _usable_libs(libs: Path) -> Path:
     return fixed
 
 
-def nsys_env(base: Optional[Mapping[str, str]] = None) -> dict[str, str]:
+def nsys_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
     """Environment for nsys: adds ``.devtools/libs`` (libdw/libelf for the importer) if present."""
     env = dict(os.environ if base is None else base)
     libs = REPO_ROOT / ".devtools" / "libs"
@@ -147,7 +147,7 @@ def ncu_import_cmd(ncu: Path | str, out_base: Path | str, page: str) -> list[str
     return [str(ncu), "--import", f"{out_base}.ncu-rep", "--csv", "--page", page]
 
 
-def tool_version(tool_path: Path | str, env: Optional[Mapping[str, str]] = None) -> str:
+def tool_version(tool_path: Path | str, env: Mapping[str, str] | None = None) -> str:
     """First line of ``TOOL --version`` (or ``unknown``)."""
     try:
         out = subprocess.run([str(tool_path), "--version"], capture_output=True, text=True,

@@ -40,7 +40,7 @@ def build(cfg: c.RunConfig) -> c.Step:
     def size_at(i: int) -> int:
         return base + (abs(i) * 7919 % 97) * (base // 97)  # varies every step, <= 2*base
 
-    def compute(bufs: "list[torch.Tensor]", staged: torch.Tensor) -> None:
+    def compute(bufs: list[torch.Tensor], staged: torch.Tensor) -> None:
         with nv.range("compute"):
             bufs[0].copy_(staged, non_blocking=True)
             for a, b in zip(bufs, bufs[1:]):
@@ -76,7 +76,7 @@ def build(cfg: c.RunConfig) -> c.Step:
     return step_reuse if cfg.fixed else step_churn
 
 
-def main(argv: "list[str] | None" = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     return c.run_workload("alloc_churn", __doc__, build, argv, steps=(2, 10), warmup=(1, 2))
 
 

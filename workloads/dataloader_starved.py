@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import collections
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Deque
 
 import numpy as np
 
@@ -44,7 +43,7 @@ def load_batch_cpu(index: int, batch: int, hw: int) -> np.ndarray:
     return np.ascontiguousarray(x)
 
 
-def _patchify(x: "object", patch: int) -> "object":
+def _patchify(x: object, patch: int) -> object:
     """(B, 3, H, W) -> (B * patches, 3 * patch * patch) tokens."""
     b, ch, h, w = x.shape
     x = x.reshape(b, ch, h // patch, patch, w // patch, patch).permute(0, 2, 4, 1, 3, 5)
@@ -86,7 +85,7 @@ def build(cfg: c.RunConfig) -> c.Step:
 
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="loader")
     pin = cfg.cuda
-    pending: Deque[Future] = collections.deque()
+    pending: collections.deque[Future] = collections.deque()
 
     def produce(index: int) -> torch.Tensor:
         t = torch.from_numpy(load_batch_cpu(index, batch, hw))
@@ -107,7 +106,7 @@ def build(cfg: c.RunConfig) -> c.Step:
     return step_fixed
 
 
-def main(argv: "list[str] | None" = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     return c.run_workload("dataloader_starved", __doc__, build, argv, steps=(2, 12), warmup=(1, 3))
 
 

@@ -38,15 +38,14 @@ def build(cfg: c.RunConfig) -> c.Step:
             loss = model(x).float().square().mean()
         with nv.range("backward"):
             loss.backward()
-        with nv.range("optimizer_step"):
-            with torch.no_grad():
-                for p in model.parameters():
-                    p.grad = None
+        with nv.range("optimizer_step"), torch.no_grad():
+            for p in model.parameters():
+                p.grad = None
 
     return step
 
 
-def main(argv: "list[str] | None" = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     return c.run_workload("fp32_gemm", __doc__, build, argv, steps=(2, 8), warmup=(1, 2))
 
 

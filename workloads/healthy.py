@@ -37,7 +37,7 @@ def build(cfg: c.RunConfig) -> c.Step:
     return step
 
 
-def main(argv: "list[str] | None" = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     return c.run_workload("healthy", __doc__, build, argv, steps=(2, 10), warmup=(1, 2),
                           has_twin=False)
 

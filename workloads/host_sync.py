@@ -37,7 +37,7 @@ def build(cfg: c.RunConfig) -> c.Step:
     ys = torch.randint(0, 10, (micro, batch), generator=gen).to(dev)
     loss_fn = torch.nn.CrossEntropyLoss()
 
-    def micro_step(k: int) -> "tuple[torch.Tensor, torch.Tensor]":
+    def micro_step(k: int) -> tuple[torch.Tensor, torch.Tensor]:
         with nv.range("forward"):
             logits = model(xs[k])
             loss = loss_fn(logits, ys[k])
@@ -73,7 +73,7 @@ def build(cfg: c.RunConfig) -> c.Step:
     return step_async if cfg.fixed else step_sync
 
 
-def main(argv: "list[str] | None" = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     return c.run_workload("host_sync", __doc__, build, argv, steps=(2, 10), warmup=(1, 2))
 
 

@@ -22,7 +22,7 @@ NCU_COUNT = 2
 HAS_TWIN = True
 
 
-def naive_attention(q: "object", k: "object", v: "object", mask: "object") -> "object":
+def naive_attention(q: object, k: object, v: object, mask: object) -> object:
     """Causal attention with the score matrix materialized (NVTX ranges per phase)."""
     import torch
 
@@ -56,7 +56,7 @@ def build(cfg: c.RunConfig) -> c.Step:
     return step_fused if cfg.fixed else step_naive
 
 
-def main(argv: "list[str] | None" = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     return c.run_workload("naive_attention", __doc__, build, argv, steps=(2, 10), warmup=(1, 2))
 
 

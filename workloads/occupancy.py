@@ -71,7 +71,7 @@ def stencil_numpy(x: np.ndarray) -> np.ndarray:
     return np.convolve(x, kernel, mode="same").astype(np.float32)
 
 
-def _cupy_or_none() -> "object | None":
+def _cupy_or_none() -> object | None:
     try:
         import cupy
 
@@ -115,7 +115,7 @@ def build(cfg: c.RunConfig) -> c.Step:
     return step_gpu
 
 
-def main(argv: "list[str] | None" = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     return c.run_workload("occupancy", __doc__, build, argv, steps=(2, 8), warmup=(1, 2))
 
 

@@ -74,7 +74,7 @@ def build(cfg: c.RunConfig) -> c.Step:
     return step_fixed
 
 
-def main(argv: "list[str] | None" = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     return c.run_workload("pageable_h2d", __doc__, build, argv, steps=(2, 10), warmup=(1, 2))
 
 

@@ -27,7 +27,7 @@ def build(cfg: c.RunConfig) -> c.Step:
     flat_p = torch.randn(n_tensors * side * side, device=dev)
     flat_g = torch.randn_like(flat_p)
     flat_m = torch.zeros_like(flat_p)
-    views = lambda flat: list(flat.view(n_tensors, side, side).unbind(0))  # noqa: E731
+    views = lambda flat: list(flat.view(n_tensors, side, side).unbind(0))
     params, grads, moms = views(flat_p), views(flat_g), views(flat_m)
     beta, lr, wd = 0.9, 1e-3, 1e-2
 
@@ -49,7 +49,7 @@ def build(cfg: c.RunConfig) -> c.Step:
     return step_fused if cfg.fixed else step_loop
 
 
-def main(argv: "list[str] | None" = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     return c.run_workload("tiny_kernels", __doc__, build, argv, steps=(2, 10), warmup=(1, 2))
 
 

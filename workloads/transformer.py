@@ -19,7 +19,7 @@ import argparse
 import dataclasses
 import math
 import sys
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 from . import _common as c
 from . import _nvtx as nv
@@ -71,7 +71,7 @@ def trace_name(argv: Sequence[str]) -> str:
     return f"{ns.model}_{ns.mode}_ctx{ns.context}"
 
 
-def build_model(cfg: ModelConfig, context: int, attention: str) -> "object":
+def build_model(cfg: ModelConfig, context: int, attention: str) -> object:
     """Return an ``nn.Module`` LM; imported lazily so ``--help`` needs no torch."""
     import torch
     from torch import nn
@@ -186,7 +186,7 @@ def build(cfg: c.RunConfig) -> c.Step:
     return step
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = c.make_parser("transformer", __doc__, steps=(1, 3), warmup=(1, 2), has_twin=False)
     add_arguments(parser)
     cfg = c.parse_config("transformer", parser, argv)

@@ -11,9 +11,9 @@ import pytest
 
 pytest.importorskip("torch")
 
-from workloads import PATHOLOGIES, WORKLOADS  # noqa: E402
-from workloads import __main__ as driver  # noqa: E402
-from workloads import _tools as tools  # noqa: E402
+from workloads import PATHOLOGIES, WORKLOADS
+from workloads import __main__ as driver
+from workloads import _tools as tools
 
 REPO = Path(__file__).resolve().parents[2]
 
