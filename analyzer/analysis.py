@@ -17,6 +17,13 @@ so. Fact names and columns that reports rely on (all times ns, trace-relative):
 ``sync_calls``        api rows that synchronize host and device (+ nvtx attribution)
 ``alloc_calls``       api rows that allocate/free device or pinned memory
 ``copy_throughput``   memcpy rows + ``throughput`` (bytes/s)
+``phases``            per NVTX range name/path: count, CPU time stats, GPU time projected (see
+                      :mod:`analyzer.phases.table`)
+``ncu_kernels``       Nsight Compute launches joined to the timeline (empty without ``--ncu``), with
+                      ``ncu_stalls`` and ``ncu_rules``
+
+``python -c "from analyzer.facts import all_specs; print(list(all_specs()))"`` lists every fact; each
+declares its columns (``FactSpec.columns``).
 """
 from __future__ import annotations
 
