@@ -47,7 +47,7 @@ import pandas as pd
 
 from analyzer.analysis import Window
 from analyzer.errors import WindowError
-from analyzer.facts._util import column, text
+from analyzer.facts._util import column, factorize_objects, text
 from analyzer.facts.nvtx import parent_positions, ranges_only
 from analyzer.loading.model import Trace
 
@@ -98,8 +98,9 @@ def _ops(trace: Trace) -> pd.DataFrame:
             "start": frame["start"].to_numpy(dtype=np.int64),
             "end": frame["end"].to_numpy(dtype=np.int64),
             "api_start": column(frame, "api_start", -1).fillna(-1).to_numpy(dtype=np.int64),
-            "label": label.to_numpy(dtype=object),
-        }))
+            # an object Series: pandas 3 would copy every label into an Arrow string column
+            "label": pd.Series(label.to_numpy(dtype=object), dtype=object, copy=False),
+        }, copy=False))  # concat below copies once; no copy per part
     if not parts:
         return pd.DataFrame({"start": pd.Series(dtype="int64"), "end": pd.Series(dtype="int64"),
                              "api_start": pd.Series(dtype="int64"), "label": pd.Series(dtype=object)})
@@ -277,7 +278,7 @@ def _nvtx_steps(trace: Trace, ops: pd.DataFrame, exclude: tuple[str, ...]) -> tu
 
 
 def _periodic(trace: Trace, ops: pd.DataFrame, exclude: tuple[str, ...]) -> tuple[int, str] | None:
-    codes, _ = pd.factorize(ops["label"])
+    codes, _ = factorize_objects(ops["label"])
     n = len(codes)
     if n < 6:
         return None

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from pandas._libs import hashtable
 
 from analyzer.analysis import Window
 
@@ -45,13 +46,24 @@ def union_intervals(start: np.ndarray, end: np.ndarray, group: np.ndarray | None
     if n == 0:
         empty = np.empty(0, dtype=np.int64)
         return Union(empty, empty, empty, empty, empty)
-    order = np.lexsort((s_in, g_in))
-    g, s, e = g_in[order], s_in[order], np.maximum(e_in[order], s_in[order])
+    same_g = g_in[1:] == g_in[:-1]
+    if ((g_in[1:] > g_in[:-1]) | (same_g & (s_in[1:] >= s_in[:-1]))).all():
+        # already in (group, start) order (ops and API calls come sorted by start): the stable
+        # lexsort would return the identity, so skip it and the gathers
+        order = np.arange(n)
+        g, s, e = g_in, s_in, np.maximum(e_in, s_in)
+    else:
+        order = np.lexsort((s_in, g_in))
+        g, s, e = g_in[order], s_in[order], np.maximum(e_in[order], s_in[order])
     new_group = np.empty(n, dtype=bool)
     new_group[0] = True
     new_group[1:] = g[1:] != g[:-1]
-    # running maximum of the end within each group (pandas' grouped cummax is vectorized)
-    run_max = pd.Series(e).groupby(g, sort=False).cummax().to_numpy()
+    # running maximum of the end within each group (pandas' grouped cummax is vectorized; one group:
+    # numpy's accumulate gives the same values without the groupby)
+    if new_group[1:].any():
+        run_max = pd.Series(e).groupby(g, sort=False).cummax().to_numpy()
+    else:
+        run_max = np.maximum.accumulate(e)
     new_block = new_group.copy()
     new_block[1:] |= s[1:] > run_max[:-1]
     first = np.flatnonzero(new_block)
@@ -122,13 +134,17 @@ def new_frame(data: dict[str, object]) -> pd.DataFrame:
     copy of each value into Arrow, ~80 ms per million rows and column), and the fact code reads them
     back with ``to_numpy(dtype=object)`` (another copy) and takes rows from them (slower on Arrow
     strings than on object arrays). Facts with a million rows and five text columns spent seconds on
-    that churn; wrapping object arrays in object Series skips it. Values are unchanged."""
+    that churn; wrapping object arrays in object Series skips it. Values are unchanged.
+
+    ``copy=False``: the arrays become the frame's columns as they are (no consolidation into 2-D
+    blocks, which copied every integer column: 0.3 s and one extra copy of the frame per million
+    rows). Callers pass arrays they own and do not modify afterwards."""
     wrapped = {
         k: pd.Series(v, dtype=object, copy=False)
         if isinstance(v, np.ndarray) and v.dtype == object else v
         for k, v in data.items()
     }
-    return pd.DataFrame(wrapped)
+    return pd.DataFrame(wrapped, copy=False)
 
 
 def sorted_frame(data: dict[str, np.ndarray], by: str) -> pd.DataFrame:
@@ -136,7 +152,8 @@ def sorted_frame(data: dict[str, np.ndarray], by: str) -> pd.DataFrame:
     runs on the numpy array and the rows are taken before the frame is built (one copy, not two).
     For ``merge_asof`` inputs, which need sorted keys but not the original index."""
     order = np.argsort(np.asarray(data[by]), kind="stable")
-    return pd.DataFrame({k: np.asarray(v)[order] for k, v in data.items()})
+    # the taken arrays are new: no second copy (or 2-D consolidation) when building the frame
+    return pd.DataFrame({k: np.asarray(v)[order] for k, v in data.items()}, copy=False)
 
 
 def column(frame: pd.DataFrame, name: str, default: object) -> pd.Series:
@@ -146,19 +163,36 @@ def column(frame: pd.DataFrame, name: str, default: object) -> pd.Series:
     return pd.Series([default] * len(frame), index=frame.index)
 
 
+def factorize_objects(values: pd.Series | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``pd.factorize(values)`` (NA -> code -1) as ``(codes, uniques ndarray)``, faster on text.
+
+    For an object array whose values are all ``str``, pandas hashes every row's characters (its
+    string hash table): 0.25 s per million demangled kernel names of ~1 kB. Python's own ``str``
+    hash is cached on the (shared) string objects, so its object hash table takes a third of that.
+    Both tables group by equality and number uniques by first appearance: same codes, same uniques.
+    Non-object input goes to ``pd.factorize`` unchanged."""
+    arr = values.to_numpy() if isinstance(values, pd.Series) else np.asarray(values)
+    if arr.dtype != object:
+        codes, uniques = pd.factorize(values)
+        return codes, np.asarray(uniques)
+    table = hashtable.PyObjectHashTable(max(len(arr), 1))
+    uniques, codes = table.factorize(arr, na_sentinel=-1, na_value=None, mask=None, ignore_na=True)
+    return codes.astype(np.intp, copy=False), uniques
+
+
 def text(series: pd.Series) -> pd.Series:
     """A text column with missing values as ``""`` (object dtype, stable across pandas versions).
 
     Conversions run on the distinct values only (a million launches of a few hundred kernels)."""
     if series.dtype == object and not series.isna().any():
         return series
-    codes, uniques = pd.factorize(series, use_na_sentinel=True)
+    codes, uniques = factorize_objects(series)
     values = np.array([str(u) for u in uniques] + [""], dtype=object)  # distinct values only
     return pd.Series(values[codes], index=series.index, dtype=object)
 
 
 def map_distinct(series: pd.Series, fn: Callable[[str], object]) -> np.ndarray:
     """``fn`` applied to each distinct text value once, spread back to all rows (object array)."""
-    codes, uniques = pd.factorize(text(series))
+    codes, uniques = factorize_objects(text(series))
     values = np.array([fn(u) for u in uniques] + [None], dtype=object)  # distinct values only
     return values[codes]

@@ -11,7 +11,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from analyzer.facts._util import column, map_distinct, starts_in_window, text
+from analyzer.facts._util import column, factorize_objects, map_distinct, starts_in_window, text
 from analyzer.facts.registry import FactContext, FactStore, fact
 
 _VERSION = re.compile(r"_v\d+$")
@@ -98,7 +98,7 @@ def api_base_codes(store: FactStore) -> tuple[np.ndarray, np.ndarray]:
     instead of twice per fact saved about a second on a million-kernel trace."""
 
     def compute() -> tuple[np.ndarray, np.ndarray]:
-        codes, uniques = pd.factorize(text(store.trace.api["name"]))
+        codes, uniques = factorize_objects(text(store.trace.api["name"]))
         base = np.empty(len(uniques) + 1, dtype=object)  # + the missing-value slot, like map_distinct
         base[:] = [_base_name(u) for u in uniques] + [None]
         return codes, base

@@ -20,7 +20,7 @@ import pandas as pd
 import yaml
 
 from analyzer.errors import InputError
-from analyzer.facts._util import starts_in_window, text
+from analyzer.facts._util import factorize_objects, starts_in_window, text
 from analyzer.facts.registry import FactContext, fact
 from analyzer.loading.model import KERNEL_COLUMNS
 
@@ -67,7 +67,7 @@ def load_categories(path: str | Path | None = None) -> tuple[Category, ...]:
 
 def classify_names(names: pd.Series, short_names: pd.Series, table: tuple[Category, ...]) -> np.ndarray:
     """Category per row, matching each distinct (name, short name) pair once."""
-    name_codes, uniq_names = pd.factorize(text(names))
+    name_codes, uniq_names = factorize_objects(text(names))
     if len(name_codes) == 0:
         return np.empty(0, dtype=object)
     # the short name of each distinct demangled name (its first occurrence)
@@ -193,11 +193,21 @@ def top_kernels(ctx: FactContext) -> pd.DataFrame:
             "min_ns", "max_ns", "share"]
     if k.empty:
         return pd.DataFrame({c: pd.Series(dtype=object if c in cols[:4] else "float64") for c in cols})
-    out = k.groupby("name", sort=False).agg(
+    # group by integer name codes (first-appearance order, like ``groupby("name", sort=False)``, and
+    # missing names dropped like its ``dropna``): grouping a million ~1 kB names by their text cost
+    # 0.25 s of string hashing; the name index is rebuilt from the distinct names only
+    codes, uniques = factorize_objects(k["name"])
+    work = k[["short_name", "category", "duration"]]
+    keep = codes >= 0
+    if not keep.all():
+        work, codes = work[keep], codes[keep]
+    out = work.groupby(codes, sort=False).agg(
         short_name=("short_name", "first"), category=("category", "first"), count=("duration", "size"),
         total_ns=("duration", "sum"), mean_ns=("duration", "mean"), median_ns=("duration", "median"),
         min_ns=("duration", "min"), max_ns=("duration", "max"),
-    ).reset_index()
+    )
+    out.index = pd.Index(uniques[out.index.to_numpy()], name="name")
+    out = out.reset_index()
     total = float(k["duration"].sum())
     out["share"] = out["total_ns"] / total if total > 0 else 0.0
     out["display_name"] = [shorten_kernel_name(str(n)) for n in out["name"]]  # distinct names only

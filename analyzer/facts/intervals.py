@@ -27,7 +27,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analyzer.facts._util import column, covered_until, new_frame, sorted_frame, text, union_intervals
+from analyzer.facts._util import (
+    column,
+    covered_until,
+    new_frame,
+    sorted_frame,
+    text,
+    union_intervals,
+)
 from analyzer.facts.nvtx import innermost_open, main_threads, ranges_only
 from analyzer.facts.registry import FactContext, fact
 
@@ -155,7 +162,7 @@ def _device_blocks(ops: pd.DataFrame) -> pd.DataFrame:
         is_last = np.r_[blk_sorted[1:] != blk_sorted[:-1], True]
         last_pos[blk_sorted[is_last]] = ordered[by_end][is_last]
     return pd.DataFrame({"device": u.group, "start": u.start, "end": u.end,
-                         "first_op": first_pos, "last_op": last_pos})
+                         "first_op": first_pos, "last_op": last_pos}, copy=False)
 
 
 def api_open_at(api: pd.DataFrame, tid: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -171,13 +178,24 @@ def api_open_at(api: pd.DataFrame, tid: np.ndarray, t: np.ndarray) -> np.ndarray
     start = api["start"].to_numpy(dtype=np.int64)
     end = api["end"].to_numpy(dtype=np.int64)
     atid = api["tid"].to_numpy(dtype=np.int64)
-    order = np.lexsort((start, atid))
-    sorted_end = end[order]
-    run_max = pd.Series(sorted_end).groupby(atid[order], sort=False).cummax().to_numpy()
-    marker = np.where(sorted_end == run_max, np.arange(len(order)), -1)
-    holder = pd.Series(marker).groupby(atid[order], sort=False).cummax().to_numpy()
-    right = sorted_frame({"tid": atid[order], "t": start[order], "pos": order,
-                          "holder": order[np.maximum(holder, 0)]}, "t")
+    if len(start) < 2 or (start[1:] >= start[:-1]).all():
+        # already by start (the loader's order): each thread's rows are in (start, row) order, as the
+        # per-thread lexsort below would put them, and a stable sort by start is the identity; so the
+        # running maxima and the merge see the same sequences without sorting 2 M rows twice
+        rows = np.arange(len(start))
+        run_max = pd.Series(end).groupby(atid, sort=False).cummax().to_numpy()
+        marker = np.where(end == run_max, rows, -1)
+        holder = pd.Series(marker).groupby(atid, sort=False).cummax().to_numpy()
+        right = pd.DataFrame({"tid": atid, "t": start, "pos": rows, "holder": np.maximum(holder, 0)},
+                             copy=False)  # read only: merge_asof's right side
+    else:
+        order = np.lexsort((start, atid))
+        sorted_end = end[order]
+        run_max = pd.Series(sorted_end).groupby(atid[order], sort=False).cummax().to_numpy()
+        marker = np.where(sorted_end == run_max, np.arange(len(order)), -1)
+        holder = pd.Series(marker).groupby(atid[order], sort=False).cummax().to_numpy()
+        right = sorted_frame({"tid": atid[order], "t": start[order], "pos": order,
+                              "holder": order[np.maximum(holder, 0)]}, "t")
     left = sorted_frame({"tid": np.asarray(tid, dtype=np.int64), "t": np.asarray(t, dtype=np.int64),
                          "q": np.arange(n)}, "t")
     m = pd.merge_asof(left, right, on="t", by="tid", direction="backward")

@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analyzer.facts._util import column, starts_in_window, text
+from analyzer.facts._util import column, factorize_objects, starts_in_window, text
 from analyzer.facts.registry import FactContext, fact
 
 # (major, minor) -> max threads per SM, max blocks per SM, registers per SM, shared memory per SM (B),
@@ -204,7 +204,7 @@ def occupancy(ctx: FactContext) -> pd.DataFrame:
     if k.empty:
         return pd.DataFrame({c: pd.Series(dtype=object if c in ("name", "short_name", "limiter") else "int64")
                              for c in _OCC_COLUMNS})
-    name_codes, names = pd.factorize(text(k["name"]))
+    name_codes, names = factorize_objects(text(k["name"]))
     shorts = text(k["short_name"]).to_numpy()
     cfg = pd.DataFrame({
         "device": column(k, "device", 0).fillna(0).to_numpy(dtype=np.int64),

@@ -85,7 +85,8 @@ def evaluate_rule(rule: Rule, store: FactSource, window: Window, scalars: Mappin
 
     if rule.where is not None:
         mask = _per_row(run("where", rule.where), len(rows))
-        rows = rows[mask].reset_index(drop=True)
+        keep = _kept_columns(rule, rows)
+        rows = (rows[keep] if keep is not None else rows)[mask].reset_index(drop=True)
         env.rows = rows
     env.codes, env.keys = _groups(rows, rule)
     ngroups = env.ngroups
@@ -100,6 +101,28 @@ def evaluate_rule(rule: Rule, store: FactSource, window: Window, scalars: Mappin
     if rule.impact is not None:
         impact = pd.to_numeric(_per_group(run("impact", rule.impact), ngroups), errors="coerce").to_numpy(float)
     return _findings(rule, env, np.flatnonzero(fire), impact, window, fail)
+
+
+def _kept_columns(rule: Rule, rows: pd.DataFrame) -> list[str] | None:
+    """The columns of ``rows`` that the rule can still read after its ``where`` filter, or None (all).
+
+    Filtering copies every column of the kept rows (29 columns x 0.8 M kernels per rule on a
+    million-kernel trace: 0.1 s and 180 MB each). The loader records in ``rule.columns`` every
+    declared fact column that the rule's expressions, keys and evidence read; the engine also reads
+    ``start``/``end``/``duration`` (finding intervals). Columns the fact does not declare are kept, so
+    name lookups resolve exactly as on the full frame."""
+    if not rule.columns:
+        return None
+    from analyzer.facts.registry import get_spec  # lazy: the engine runs on any FactSource
+
+    try:
+        declared = set(get_spec(rule.source).columns)
+    except KeyError:  # not a registered fact: keep everything
+        return None
+    needed = {*rule.columns, *rule.key_columns, *rule.evidence.columns, *(c for c, _ in rule.evidence.sort),
+              "start", "end", "duration"}
+    keep = [c for c in rows.columns if c in needed or c not in declared]
+    return keep if len(keep) < len(rows.columns) else None
 
 
 def _per_row(value: Any, n: int) -> np.ndarray:

@@ -558,7 +558,9 @@ def _text_test(name: str, value: Any, text: str) -> Any:
         test = lambda s: text in s
     if not isinstance(value, pd.Series):
         return test(str(value))
-    codes, uniques = pd.factorize(value)  # test each distinct value once (kernel names repeat a lot)
+    from analyzer.facts._util import factorize_objects  # lazy: the expression layer stays fact-free
+
+    codes, uniques = factorize_objects(value)  # test each distinct value once (kernel names repeat a lot)
     hits = np.fromiter((test(str(u)) for u in uniques), dtype=bool, count=len(uniques))
     out = np.zeros(len(value), dtype=bool)
     known = codes >= 0
