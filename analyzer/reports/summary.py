@@ -1,15 +1,19 @@
 """The plain-text summary the CLI prints: one block per trace, findings ranked by impact."""
 from __future__ import annotations
 
+import shutil
+
 from analyzer.reports.format import fmt_ms, fmt_pct, fmt_share, truncate
 from analyzer.reports.viewmodel import ReportView
 
 _SEVERITY_MARK = {"error": "E", "warning": "W", "info": "i"}
 
 
-def summary_text(report: ReportView, *, max_findings: int = 20, width: int = 110) -> str:
+def summary_text(report: ReportView, *, max_findings: int = 20, width: int | None = None) -> str:
     """What a user reads in the terminal: per trace, the window, GPU busy share, verdict and the top
     findings (severity, id, rule, impact, message)."""
+    if width is None:  # the terminal's width, never narrower than 110 columns
+        width = max(110, shutil.get_terminal_size((110, 24)).columns)
     lines: list[str] = []
     for section in report.traces:
         h = section.header
