@@ -16,6 +16,10 @@ from pathlib import Path
 
 #: ``tests/data`` of the checkout; ``ANALYZER_TEST_DATA=/some/dir`` points the helpers elsewhere (e.g. at
 #: a freshly unpacked device-suite bundle, before it is committed).
+# Real exports from other people's projects, beside the checkout (not ours to copy into the repo).
+PUBLIC_DIR = Path(
+    os.environ.get("ANALYZER_PUBLIC_TRACES") or Path(__file__).resolve().parents[2] / "shared" / "traces-public"
+)
 DATA_DIR = Path(os.environ.get("ANALYZER_TEST_DATA") or Path(__file__).resolve().parents[1] / "tests" / "data")
 _CACHE: dict[str, Path] = {}
 _TMP: Path | None = None

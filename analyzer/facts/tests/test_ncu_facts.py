@@ -26,9 +26,10 @@ from analyzer.loading.model import (
     empty_frame,
 )
 from analyzer.loading.ncu import load_ncu
+from analyzer.testing import PUBLIC_DIR
 
 REPO = Path(__file__).resolve().parents[3]
-PUBLIC = REPO.parent / "shared" / "traces-public"
+PUBLIC = PUBLIC_DIR
 DETAILS_CSV = PUBLIC / "CodeGandee__llm-perf-opt__ncu.details.csv"
 NSYS_SQLITE = PUBLIC / "LeiWang1999__memfusion_artifact__report1.sqlite"
 needs_details = pytest.mark.skipif(not DETAILS_CSV.exists(), reason=f"public ncu CSV not found at {DETAILS_CSV}")

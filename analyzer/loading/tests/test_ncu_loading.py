@@ -45,9 +45,10 @@ from analyzer.loading.ncu import (
     parse_unit,
     parse_values,
 )
+from analyzer.testing import PUBLIC_DIR
 
 REPO = Path(__file__).resolve().parents[3]
-PUBLIC = REPO.parent / "shared" / "traces-public"
+PUBLIC = PUBLIC_DIR
 DETAILS_CSV = PUBLIC / "CodeGandee__llm-perf-opt__ncu.details.csv"
 NCU_REP = PUBLIC / "AveryClapp__ESMM-Research__profile.ncu-rep"
 NSYS_SQLITE = PUBLIC / "LeiWang1999__memfusion_artifact__report1.sqlite"

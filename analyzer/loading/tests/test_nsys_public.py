@@ -19,8 +19,9 @@ from analyzer.loading.model import (
     SYNC_COLUMNS,
     THREAD_COLUMNS,
 )
+from analyzer.testing import PUBLIC_DIR
 
-PUBLIC = Path(__file__).resolve().parents[3].parent / "shared" / "traces-public"
+PUBLIC = PUBLIC_DIR
 CUDF_2020 = PUBLIC / "quasiben__nvtx-examples__cudf.sqlite"
 MEMFUSION_2023 = PUBLIC / "LeiWang1999__memfusion_artifact__report1.sqlite"
 

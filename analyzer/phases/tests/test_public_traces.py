@@ -10,8 +10,9 @@ import pytest
 
 from analyzer.phases import phase_table, top_kernels
 from analyzer.phases.tests import sqlref
+from analyzer.testing import PUBLIC_DIR
 
-PUBLIC = Path(__file__).resolve().parents[3].parent / "shared" / "traces-public"
+PUBLIC = PUBLIC_DIR
 TRACES = ["LeiWang1999__memfusion_artifact__report1.sqlite", "quasiben__nvtx-examples__cudf.sqlite"]
 COLUMNS = ["count", "cpu_total_ns", "kernel_ns", "kernel_count", "gpu_ns", "op_count"]
 

@@ -5,8 +5,10 @@ import re
 from html.parser import HTMLParser
 from pathlib import Path
 
+from analyzer.testing import PUBLIC_DIR
+
 REPO = Path(__file__).resolve().parents[3]
-PUBLIC = REPO.parent / "shared" / "traces-public"
+PUBLIC = PUBLIC_DIR
 MEMFUSION = PUBLIC / "LeiWang1999__memfusion_artifact__report1.sqlite"
 CUDF = PUBLIC / "quasiben__nvtx-examples__cudf.sqlite"
 

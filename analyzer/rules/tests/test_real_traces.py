@@ -3,16 +3,15 @@
 The expected values are computed independently with pandas from the same fact frames."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from analyzer.analysis import Window
 from analyzer.rules import evaluate, load_pack
+from analyzer.testing import PUBLIC_DIR
 
 from .conftest import pack_text, rule
 
-TRACES = Path(__file__).resolve().parents[3].parent / "shared" / "traces-public"
+TRACES = PUBLIC_DIR
 CASES = ["quasiben__nvtx-examples__cudf.sqlite", "LeiWang1999__memfusion_artifact__report1.sqlite"]
 
 IDLE = rule(source="gpu_gaps", evidence={"columns": ["start", "duration", "host_nvtx_path"], "sort": "-duration",
