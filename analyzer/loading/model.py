@@ -183,6 +183,15 @@ class Trace:
     # Free-form extras a loader found (e.g. raw metadata rows); never required by rules.
     extras: dict[str, object] = field(default_factory=dict)
 
+    @classmethod
+    def from_frames(cls, info: TraceInfo, **frames: pd.DataFrame) -> Trace:
+        """A trace from the frames given; every other frame is an empty contract frame (for
+        synthetic inputs in tests and tools). Unknown frame names raise ``TypeError``."""
+        unknown = set(frames) - set(FRAME_COLUMNS)
+        if unknown:
+            raise TypeError(f"unknown trace frames {sorted(unknown)}; known: {sorted(FRAME_COLUMNS)}")
+        return cls(info=info, **{name: frames.get(name, empty_frame(cols)) for name, cols in FRAME_COLUMNS.items()})
+
     @property
     def name(self) -> str:
         return self.info.path.name
@@ -202,6 +211,19 @@ class Trace:
                 | {"op": pd.Series(dtype="object")}
             )
         return pd.concat(parts, ignore_index=True).sort_values("start", kind="stable", ignore_index=True)
+
+
+FRAME_COLUMNS: dict[str, tuple[str, ...]] = {
+    "kernels": KERNEL_COLUMNS,
+    "memcpy": MEMCPY_COLUMNS,
+    "memset": MEMSET_COLUMNS,
+    "api": API_COLUMNS,
+    "sync": SYNC_COLUMNS,
+    "nvtx": NVTX_COLUMNS,
+    "gpus": GPU_COLUMNS,
+    "processes": PROCESS_COLUMNS,
+    "threads": THREAD_COLUMNS,
+}
 
 
 def empty_frame(columns: tuple[str, ...]) -> pd.DataFrame:

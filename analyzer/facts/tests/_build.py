@@ -16,9 +16,6 @@ from analyzer.loading.model import (
     MEMCPY_COLUMNS,
     MEMSET_COLUMNS,
     NVTX_COLUMNS,
-    PROCESS_COLUMNS,
-    SYNC_COLUMNS,
-    THREAD_COLUMNS,
     Trace,
     TraceInfo,
     empty_frame,
@@ -66,14 +63,12 @@ def trace(kernels=None, memcpy=None, memset=None, api=None, nvtx=None, gpus=None
         "max_shared_per_sm": 233472, "max_threads_per_sm": 2048, "max_blocks_per_sm": 32,
         "threads_per_warp": 32,
     }]
-    return Trace(
-        info=TraceInfo(path=Path("synthetic.sqlite"), source_format="nsys-sqlite", nsys_version=None,
-                       schema_version=None, origin_ns=0, duration_ns=10**10),
+    return Trace.from_frames(
+        TraceInfo(path=Path("synthetic.sqlite"), source_format="nsys-sqlite", nsys_version=None,
+                  schema_version=None, origin_ns=0, duration_ns=10**10),
         kernels=frame(KERNEL_COLUMNS, kernels), memcpy=frame(MEMCPY_COLUMNS, memcpy),
         memset=frame(MEMSET_COLUMNS, memset), api=frame(API_COLUMNS, api),
-        sync=empty_frame(SYNC_COLUMNS), nvtx=frame(NVTX_COLUMNS, nvtx),
-        gpus=frame(GPU_COLUMNS, gpu_rows), processes=empty_frame(PROCESS_COLUMNS),
-        threads=empty_frame(THREAD_COLUMNS),
+        nvtx=frame(NVTX_COLUMNS, nvtx), gpus=frame(GPU_COLUMNS, gpu_rows),
     )
 
 

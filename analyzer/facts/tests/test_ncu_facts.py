@@ -12,18 +12,8 @@ from analyzer.analysis import Window
 from analyzer.facts import FactStore, get_spec
 from analyzer.facts.ncu import classify_bound, roofline
 from analyzer.loading.model import (
-    API_COLUMNS,
-    GPU_COLUMNS,
-    KERNEL_COLUMNS,
-    MEMCPY_COLUMNS,
-    MEMSET_COLUMNS,
-    NVTX_COLUMNS,
-    PROCESS_COLUMNS,
-    SYNC_COLUMNS,
-    THREAD_COLUMNS,
     Trace,
     TraceInfo,
-    empty_frame,
 )
 from analyzer.loading.ncu import load_ncu
 from analyzer.testing import PUBLIC_DIR
@@ -55,12 +45,7 @@ RULE_COLUMNS = {
 def _empty_trace() -> Trace:
     info = TraceInfo(path=Path("t.sqlite"), source_format="nsys-sqlite", nsys_version=None, schema_version=None,
                      origin_ns=0, duration_ns=0)
-    return Trace(
-        info=info, kernels=empty_frame(KERNEL_COLUMNS), memcpy=empty_frame(MEMCPY_COLUMNS),
-        memset=empty_frame(MEMSET_COLUMNS), api=empty_frame(API_COLUMNS), sync=empty_frame(SYNC_COLUMNS),
-        nvtx=empty_frame(NVTX_COLUMNS), gpus=empty_frame(GPU_COLUMNS), processes=empty_frame(PROCESS_COLUMNS),
-        threads=empty_frame(THREAD_COLUMNS),
-    )
+    return Trace.from_frames(info)
 
 
 WINDOW = Window(start_ns=0, end_ns=10**18, source="full", description="whole trace")

@@ -18,15 +18,7 @@ import pytest
 
 from analyzer.errors import InputError, UnsupportedFormatError
 from analyzer.loading.model import (
-    API_COLUMNS,
-    GPU_COLUMNS,
     KERNEL_COLUMNS,
-    MEMCPY_COLUMNS,
-    MEMSET_COLUMNS,
-    NVTX_COLUMNS,
-    PROCESS_COLUMNS,
-    SYNC_COLUMNS,
-    THREAD_COLUMNS,
     Trace,
     TraceInfo,
     empty_frame,
@@ -406,11 +398,7 @@ def test_merge_two_files_renumbers_ids(tmp_path: Path) -> None:
 def _trace(kernels: pd.DataFrame) -> Trace:
     info = TraceInfo(path=Path("t.sqlite"), source_format="nsys-sqlite", nsys_version=None, schema_version=None,
                      origin_ns=0, duration_ns=int(kernels["end"].max()) if len(kernels) else 0)
-    return Trace(
-        info=info, kernels=kernels, memcpy=empty_frame(MEMCPY_COLUMNS), memset=empty_frame(MEMSET_COLUMNS),
-        api=empty_frame(API_COLUMNS), sync=empty_frame(SYNC_COLUMNS), nvtx=empty_frame(NVTX_COLUMNS),
-        gpus=empty_frame(GPU_COLUMNS), processes=empty_frame(PROCESS_COLUMNS), threads=empty_frame(THREAD_COLUMNS),
-    )
+    return Trace.from_frames(info, kernels=kernels)
 
 
 def _nsys_kernels(rows: list[tuple[str, tuple[int, int, int], tuple[int, int, int], int, int]]) -> pd.DataFrame:

@@ -11,15 +11,10 @@ from pathlib import Path
 import pandas as pd
 
 from analyzer.loading.model import (
-    API_COLUMNS,
-    GPU_COLUMNS,
     KERNEL_COLUMNS,
     MEMCPY_COLUMNS,
     MEMSET_COLUMNS,
     NVTX_COLUMNS,
-    PROCESS_COLUMNS,
-    SYNC_COLUMNS,
-    THREAD_COLUMNS,
     Trace,
     TraceInfo,
     empty_frame,
@@ -75,10 +70,8 @@ def make_trace(ranges: list[tuple], ops: list[tuple], name: str = "synthetic.sql
     end = max([r[3] for r in ranges] + [o[3] for o in ops] + [1])
     info = TraceInfo(path=Path(name), source_format="nsys-sqlite", nsys_version=None,
                      schema_version=None, origin_ns=0, duration_ns=end)
-    return Trace(info=info, kernels=frame("kernel", KERNEL_COLUMNS), memcpy=frame("memcpy", MEMCPY_COLUMNS),
-                 memset=frame("memset", MEMSET_COLUMNS), api=empty_frame(API_COLUMNS),
-                 sync=empty_frame(SYNC_COLUMNS), nvtx=nvtx, gpus=empty_frame(GPU_COLUMNS),
-                 processes=empty_frame(PROCESS_COLUMNS), threads=empty_frame(THREAD_COLUMNS))
+    return Trace.from_frames(info, kernels=frame("kernel", KERNEL_COLUMNS), memcpy=frame("memcpy", MEMCPY_COLUMNS),
+                             memset=frame("memset", MEMSET_COLUMNS), nvtx=nvtx)
 
 
 def training_trace(name: str = "small_training_ctx128.sqlite", steps: int = 2) -> Trace:

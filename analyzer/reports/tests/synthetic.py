@@ -15,18 +15,13 @@ import pandas as pd
 from analyzer.analysis import Analysis, Window
 from analyzer.findings import Finding, Scope, Severity
 from analyzer.loading.model import (
-    API_COLUMNS,
     GPU_COLUMNS,
     KERNEL_COLUMNS,
-    MEMCPY_COLUMNS,
-    MEMSET_COLUMNS,
     NVTX_COLUMNS,
     PROCESS_COLUMNS,
-    SYNC_COLUMNS,
     THREAD_COLUMNS,
     Trace,
     TraceInfo,
-    empty_frame,
 )
 
 MS = 1_000_000
@@ -89,13 +84,9 @@ def _trace(name: str, kernel_names: list[str], nvtx_texts: list[str], process: s
         path=Path(name), source_format="nsys-sqlite", nsys_version="2025.3.1.90", schema_version="3.11.3",
         origin_ns=0, duration_ns=1_100 * MS, hostname="gpu-node-1", export_schema="2024+",
     )
-    return Trace(
-        info=info,
+    return Trace.from_frames(
+        info,
         kernels=kern,
-        memcpy=empty_frame(MEMCPY_COLUMNS),
-        memset=empty_frame(MEMSET_COLUMNS),
-        api=empty_frame(API_COLUMNS),
-        sync=empty_frame(SYNC_COLUMNS),
         nvtx=nvtx,
         gpus=gpus,
         processes=pd.DataFrame({"pid": [4242], "name": [process]})[list(PROCESS_COLUMNS)],
