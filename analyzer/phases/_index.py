@@ -133,13 +133,16 @@ def union_length(frame: pd.DataFrame, key: str) -> pd.Series:
     e = frame["end"].to_numpy(np.int64)
     order = np.lexsort((s, k))
     k, s, e = k[order], s[order], e[order]
+    del order
     first = np.ones(len(k), dtype=bool)
     first[1:] = k[1:] != k[:-1]
     running = pd.Series(e).groupby(np.cumsum(first)).cummax().to_numpy(np.int64)
-    prev = np.empty_like(running)
-    prev[0] = 0
-    prev[1:] = running[:-1]
-    seg = np.flatnonzero(first | (s > prev))
+    # a segment opens at a key's first row or where the start passes the running end before it
+    # (compared in place: no shifted copy of ``running``)
+    opens = first.copy()
+    opens[1:] |= s[1:] > running[:-1]
+    del running
+    seg = np.flatnonzero(opens)
     seg_len = np.maximum.reduceat(e, seg) - s[seg]
     seg_key = k[seg]
     bounds = np.flatnonzero(np.r_[True, seg_key[1:] != seg_key[:-1]])
