@@ -60,14 +60,12 @@ def analyze_trace(
     if pack is None:
         pack = load_rules(options)
     trace = load_trace(Path(path), progress=progress)
-    if ncu is not None:
-        from analyzer.loading.ncu import join_ncu
-
-        trace.extras["ncu"] = join_ncu(ncu, trace)
     if progress:
         progress(f"{trace.name}: choosing the analysis window")
     window = choose_window(trace, options.window_spec, exclude=options.exclude_ranges)
     if ncu is not None:  # timeline totals of the matched kernels over the analysis window, as rules see them
+        from analyzer.loading.ncu import join_ncu
+
         trace.extras["ncu"] = join_ncu(ncu, trace, window=(window.start_ns, window.end_ns))
     fact_options = {
         "exclude_ranges": options.exclude_ranges,
