@@ -1,15 +1,24 @@
 """Driver: ``python -m workloads list|profile|post|pack``.
 
     python -m workloads list
-    python -m workloads profile NAME... --tool nsys|ncu --out DIR [--size full|smoke]
+    python -m workloads profile NAME... --tool nsys|ncu|torch --out DIR [--size full|smoke]
                                 [--fixed | --both] [--timeout S] [--post inline|none]
-                                [--dry-run] [WORKLOAD ARGS...]
+                                [--backtrace] [--gpu-metrics [HZ]] [--power] [--gzip]
+                                [--suffix S] [--dry-run] [WORKLOAD ARGS...]
     python -m workloads post --out DIR TRACE...      # nsys: export/analyze/stats; ncu: CSVs
     python -m workloads pack --src DIR --dest DIR    # tar.xz bundles < 16 MiB each
 
 Unknown options after the names are passed to the workload, e.g.
 ``profile transformer --model small --context 128 --mode training`` (trace
 ``small_training_ctx128``). Each profiled trace appends one JSON line to ``DIR/manifest.jsonl``.
+
+``--tool torch`` records torch.profiler (Kineto) JSON instead of an nsys report (no external tool:
+see ``workloads/_torchprof.py``), as ``DIR/<trace>.pt.trace.json[.gz]`` (``--gzip``).
+nsys only: ``--backtrace`` (call stacks on CUDA calls, Python sampling, OS-runtime stacks),
+``--gpu-metrics [HZ]`` (GPU_METRICS samples). Any tool: ``--power`` samples GPU power beside the run
+(NVML: ``<trace>.power.csv``; nvidia-smi: ``<trace>.nvidia-smi.csv``). ``--suffix S`` appends ``S``
+to the trace name (e.g. ``_run2`` for a repeated run). Workloads that write a sidecar (the
+transformer's Python timings) get ``<trace>.pytime.json``.
 """
 from __future__ import annotations
 
@@ -59,6 +68,67 @@ def workload_cmd(name: str, size: str, fixed: bool, extra: Sequence[str]) -> lis
     return cmd + (["--fixed"] if fixed else []) + list(extra)
 
 
+def sidecar_args(module: ModuleType, base: Path) -> list[str]:
+    """Arguments asking the workload for its sidecar files next to the trace (``SIDECAR_ARGS``
+    in the module, ``{base}`` replaced), e.g. the transformer's ``--pytime <trace>.pytime.json``."""
+    return [a.replace("{base}", str(base)) for a in getattr(module, "SIDECAR_ARGS", ())]
+
+
+def torch_env(out_dir: Path, trace: str, gzip: bool) -> dict[str, str]:
+    """Environment that makes the common run loop record torch.profiler traces (``_torchprof``)."""
+    from . import _torchprof as tp
+
+    env = {tp.ENV_DIR: str(out_dir), tp.ENV_WORKER: trace}
+    if gzip:
+        env[tp.ENV_GZIP] = "1"
+    return env
+
+
+def collect_torch_traces(out_dir: Path, trace: str) -> list[Path]:
+    """Rename ``<trace>[_rankN].<ms>.pt.trace.json[.gz]`` (tensorboard_trace_handler's names) to
+    ``<trace>[_rankN].pt.trace.json[.gz]``; returns the final paths."""
+    import re
+
+    pat = re.compile(rf"^({re.escape(trace)}(?:_rank\d+)?)\.\d+\.pt\.trace\.json(\.gz)?$")
+    done = []
+    for p in sorted(out_dir.iterdir()):
+        m = pat.match(p.name)
+        if m:
+            target = out_dir / f"{m.group(1)}.pt.trace.json{m.group(2) or ''}"
+            p.replace(target)
+            done.append(target)
+    return done
+
+
+def start_power(base: Path) -> list[subprocess.Popen]:
+    """Start the NVML sampler and an nvidia-smi logger writing next to ``base``."""
+    procs = []
+    procs.append(subprocess.Popen(
+        [sys.executable, "-m", "workloads._power", "--out", f"{base}.power.csv", "--interval-ms", "20"],
+        start_new_session=True))
+    try:
+        fh = open(f"{base}.nvidia-smi.csv", "w")
+        procs.append(subprocess.Popen(tools.nvidia_smi_power_cmd(100), stdout=fh,
+                                      stderr=subprocess.DEVNULL, start_new_session=True))
+        fh.close()
+    except OSError as exc:
+        print(f"[driver] nvidia-smi power log not started: {exc}", file=sys.stderr)
+    time.sleep(0.5)  # a few samples of the idle GPU before the run
+    return procs
+
+
+def stop_power(procs: list[subprocess.Popen]) -> None:
+    time.sleep(0.5)
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
 def ncu_filter(module: ModuleType, fixed: bool) -> tuple[str, int]:
     filt = getattr(module, "NCU_KERNEL_FILTER_FIXED", None) if fixed else None
     return filt or module.NCU_KERNEL_FILTER, int(getattr(module, "NCU_COUNT", 2))
@@ -71,9 +141,13 @@ def ncu_extra_flags(module: ModuleType) -> list[str]:
 
 
 def profile_cmd(tool: str, tool_path: Path | str, out_base: Path, module: ModuleType,
-                fixed: bool, program: Sequence[str]) -> list[str]:
+                fixed: bool, program: Sequence[str], *, backtrace: bool = False,
+                gpu_metrics_hz: int | None = None) -> list[str]:
+    if tool == "torch":
+        return list(program)
     if tool == "nsys":
-        return tools.nsys_profile_cmd(tool_path, out_base, program)
+        return tools.nsys_profile_cmd(tool_path, out_base, program, backtrace=backtrace,
+                                      gpu_metrics_hz=gpu_metrics_hz)
     filt, count = ncu_filter(module, fixed)
     return tools.ncu_profile_cmd(tool_path, out_base, filt, count, program,
                                  ncu_extra_flags(module))
@@ -141,14 +215,27 @@ def cmd_list(_args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_profile(args: argparse.Namespace, extra: list[str]) -> int:
+def torch_version() -> str:
     try:
-        tool_path: Path | str = tools.find_tool(args.tool)
-    except tools.ToolNotFoundError as exc:
-        if not args.dry_run:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        tool_path = args.tool
+        out = subprocess.run([sys.executable, "-c", "import torch; print(torch.__version__)"],
+                             capture_output=True, text=True, timeout=120)
+        return f"torch {out.stdout.strip() or 'unknown'}"
+    except (OSError, subprocess.SubprocessError):
+        return "torch unknown"
+
+
+def cmd_profile(args: argparse.Namespace, extra: list[str]) -> int:
+    if args.tool != "nsys" and (args.backtrace or args.gpu_metrics):
+        print("error: --backtrace and --gpu-metrics need --tool nsys", file=sys.stderr)
+        return 2
+    tool_path: Path | str = args.tool
+    if args.tool != "torch":
+        try:
+            tool_path = tools.find_tool(args.tool)
+        except tools.ToolNotFoundError as exc:
+            if not args.dry_run:
+                print(f"error: {exc}", file=sys.stderr)
+                return 2
     out_dir = Path(args.out).resolve()
     if not args.dry_run:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -158,27 +245,41 @@ def cmd_profile(args: argparse.Namespace, extra: list[str]) -> int:
     for name in args.names:
         mod = load_workload(name)
         for fixed in variants(mod, args.fixed, args.both):
-            tname = trace_name(name, mod, fixed, extra)
+            tname = trace_name(name, mod, fixed, extra) + args.suffix
             base = out_dir / tname
-            program = workload_cmd(name, args.size, fixed, extra)
-            cmd = profile_cmd(args.tool, tool_path, base, mod, fixed, program)
+            program = workload_cmd(name, args.size, fixed, [*extra, *sidecar_args(mod, base)])
+            cmd = profile_cmd(args.tool, tool_path, base, mod, fixed, program,
+                              backtrace=args.backtrace, gpu_metrics_hz=args.gpu_metrics)
+            run_env = {**env, **torch_env(out_dir, tname, args.gzip)} if args.tool == "torch" else env
             print(f"[driver] {tname}: {shlex.join(cmd)}", flush=True)
             if args.dry_run:
                 continue
             if not info:
-                info = {**tools.gpu_info(), "tool_version": tools.tool_version(tool_path, env)}
+                version = torch_version() if args.tool == "torch" else tools.tool_version(tool_path, env)
+                info = {**tools.gpu_info(), "tool_version": version}
+            power = start_power(base) if args.power else []
             t0 = time.monotonic()
-            rc = run_logged(cmd, timeout=args.timeout, env=env)
-            wall = time.monotonic() - t0
-            if args.post == "inline":
+            try:
+                rc = run_logged(cmd, timeout=args.timeout, env=run_env)
+            finally:
+                wall = time.monotonic() - t0
+                stop_power(power)
+            outputs: list[str] = []
+            if args.tool == "torch":
+                outputs = [p.name for p in collect_torch_traces(out_dir, tname)]
+            elif args.post == "inline":
                 post = post_nsys if args.tool == "nsys" else post_ncu
                 post(tool_path, base)
+            flags = [f for f, on in (("backtrace", args.backtrace), ("power", args.power),
+                                     ("gzip", args.gzip and args.tool == "torch")) if on]
+            if args.gpu_metrics:
+                flags.append(f"gpu-metrics={args.gpu_metrics}Hz")
             manifest_line(out_dir, {
                 "name": tname, "workload": name, "variant": "fixed" if fixed else "pathology",
                 "tool": args.tool, "command": shlex.join(cmd), "program": shlex.join(program),
-                "exit_code": rc, "wall_s": round(wall, 2), "size": args.size,
+                "exit_code": rc, "wall_s": round(wall, 2), "size": args.size, "flags": flags,
                 "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                **info})
+                **({"outputs": outputs} if outputs else {}), **info})
             print(f"[driver] {tname}: exit {rc} in {wall:.1f}s", flush=True)
             worst = worst or rc
     return worst
@@ -209,8 +310,16 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("list", help="list workloads")
     p = sub.add_parser("profile", help="profile workloads with nsys or ncu")
     p.add_argument("names", nargs="+", metavar="NAME")
-    p.add_argument("--tool", choices=("nsys", "ncu"), default="nsys")
+    p.add_argument("--tool", choices=("nsys", "ncu", "torch"), default="nsys")
     p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--backtrace", action="store_true",
+                   help="nsys: call stacks on CUDA calls, Python sampling, OS-runtime stacks")
+    p.add_argument("--gpu-metrics", type=int, nargs="?", const=tools.GPU_METRICS_DEFAULT_HZ,
+                   default=None, metavar="HZ", help="nsys: sample GPU metrics (default %(const)s Hz)")
+    p.add_argument("--power", action="store_true",
+                   help="sample GPU power beside the run (NVML and nvidia-smi CSV logs)")
+    p.add_argument("--gzip", action="store_true", help="torch: write .pt.trace.json.gz")
+    p.add_argument("--suffix", default="", help="append this to each trace name (e.g. _run2)")
     p.add_argument("--size", choices=("smoke", "full"), default="full")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--fixed", action="store_true", help="profile the twin only")

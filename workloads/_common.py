@@ -114,21 +114,30 @@ def synchronize(device: object) -> None:
 
 def run_steps(cfg: RunConfig, step: Step, *, label: str = "step") -> list[float]:
     """Run ``cfg.warmup`` steps in a ``warmup`` range, then ``cfg.steps`` steps each in a
-    ``{label}_N`` range. Returns measured step times in milliseconds."""
-    if cfg.warmup:
-        with nv.range("warmup"):
-            for i in range(cfg.warmup):
-                step(-1 - i)
-            synchronize(cfg.device)
-    times: list[float] = []
-    for i in range(cfg.steps):
-        t0 = time.perf_counter()
-        with nv.range(f"{label}_{i}"):
-            step(i)
-            synchronize(cfg.device)
-        ms = (time.perf_counter() - t0) * 1e3
-        times.append(ms)
-        print(f"[{cfg.name}] {label} {i}: {ms:.3f} ms", flush=True)
+    ``{label}_N`` range. Returns measured step times in milliseconds.
+
+    With ``WORKLOADS_TORCH_TRACE_DIR`` set, torch.profiler records the measured steps (one
+    ``ProfilerStep#N`` each; the warmup steps are the profiler's warmup): see ``_torchprof``."""
+    from . import _torchprof
+
+    with _torchprof.recording(cfg.warmup, cfg.steps, cfg.cuda) as profiler_step:
+        if cfg.warmup:
+            with nv.range("warmup"):
+                for i in range(cfg.warmup):
+                    step(-1 - i)
+                synchronize(cfg.device)
+            for _ in range(cfg.warmup):
+                profiler_step()
+        times: list[float] = []
+        for i in range(cfg.steps):
+            t0 = time.perf_counter()
+            with nv.range(f"{label}_{i}"):
+                step(i)
+                synchronize(cfg.device)
+            ms = (time.perf_counter() - t0) * 1e3
+            profiler_step()
+            times.append(ms)
+            print(f"[{cfg.name}] {label} {i}: {ms:.3f} ms", flush=True)
     return times
 
 

@@ -7,6 +7,7 @@ produce NVTX ranges on a GPU machine even when the `nvtx` wheel was not installe
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Iterator
 
 _push: Callable[[str], object]
@@ -55,11 +56,22 @@ def mark(name: str) -> None:
     _mark(name)
 
 
+#: Mirror ranges as torch.profiler ``record_function`` ranges (see :mod:`workloads._torchprof`).
+_MIRROR_TORCH = bool(os.environ.get("WORKLOADS_TORCH_TRACE_DIR"))
+
+
 @contextlib.contextmanager
 def range(name: str) -> Iterator[None]:
-    """Context manager: an NVTX range around the body (no-op without NVTX)."""
+    """Context manager: an NVTX range around the body (no-op without NVTX); also a torch.profiler
+    ``record_function`` range when torch.profiler recording is switched on."""
     _push(name)
     try:
-        yield
+        if _MIRROR_TORCH:
+            import torch.profiler
+
+            with torch.profiler.record_function(name):
+                yield
+        else:
+            yield
     finally:
         _pop()

@@ -18,9 +18,22 @@ BINARY_SUFFIXES = (".nsys-rep", ".ncu-rep", ".qdstrm")
 _TRANSFORMER = re.compile(r"^(small|medium|large|xl|2\.7B)_")
 
 
+#: What follows a trace's name in the files written for it (longest first).
+_TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".nvidia-smi.csv", ".pytime.json",
+                   ".power.csv", ".analyze.txt", ".post.log", ".nsys-rep", ".ncu-rep", ".sqlite",
+                   ".qdstrm", ".csv", ".txt", ".log")
+
+
 def trace_of(path: Path) -> str:
-    """Trace a file belongs to: the name before the first '.' or a stats ``_<report>.csv``."""
-    stem = path.name.split(".", 1)[0]
+    """Trace a file belongs to: its name without the suffixes above (trace names may hold dots,
+    ``2.7B_forward_ctx128``) or a stats ``_<report>.csv``."""
+    stem = path.name
+    for suffix in _TRACE_SUFFIXES:
+        if stem.endswith(suffix):
+            stem = stem[: -len(suffix)]
+            break
+    else:
+        stem = stem.split(".", 1)[0]
     return re.sub(r"_(nvtx_sum|cuda_gpu_kern_sum|cuda_api_sum|cuda_gpu_mem_time_sum|"
                   r"cuda_gpu_mem_size_sum)$", "", stem)
 

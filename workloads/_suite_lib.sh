@@ -42,6 +42,7 @@ run_job() {
     timeout -k 10 "$t" python3 -m workloads profile "$@" --tool "$tool" --out "$WORK" \
         --post none --timeout "$((t - 5))" 2>&1 | tr '\r' '\n' | grep -v -E '^\[1/1\]|^\s*$'
     local rc=${PIPESTATUS[0]}; (( rc )) && echo "   ($trace: driver exit $rc)"
+    [[ $tool == torch ]] && return 0  # torch.profiler traces need no post-processing
     while (( $(jobs -rp | wc -l) >= 3 )); do sleep 0.5; done
     local pt=$(( $(remaining) + RESERVE_S - 45 )); (( pt < 30 )) && pt=30; (( pt > 240 )) && pt=240
     ( timeout -k 5 "$pt" python3 -m workloads post --tool "$tool" --out "$WORK" --timeout "$pt" \

@@ -35,6 +35,14 @@ ENV_OVERRIDE = {"nsys": "NSYS", "ncu": "NCU"}
 NSYS_TRACE_FLAGS: tuple[str, ...] = (
     "-t", "cuda,nvtx,osrt", "-s", "none", "--cpuctxsw=none", "--cuda-memory-usage=true",
 )
+#: ``--backtrace``: call stacks on CUDA API calls (C and Python: CUDA_CALLCHAINS), sampled CPU stacks
+#: with Python frames (SAMPLING_CALLCHAINS) and OS-runtime call stacks (OSRT_CALLCHAINS).
+NSYS_BACKTRACE_FLAGS: tuple[str, ...] = (
+    "-s", "process-tree", "--python-sampling=true", "--python-backtrace=cuda", "--cudabacktrace=all",
+)
+#: ``--gpu-metrics``: GPU_METRICS samples (SM active, tensor active, DRAM/PCIe bandwidth ...).
+GPU_METRICS_DEFAULT_HZ = 2000
+NVIDIA_SMI_POWER_QUERY = "timestamp,index,power.draw,clocks.sm,utilization.gpu"
 NSYS_STATS_REPORTS: tuple[str, ...] = (
     "nvtx_sum", "cuda_gpu_kern_sum", "cuda_api_sum", "cuda_gpu_mem_time_sum",
 )
@@ -112,10 +120,25 @@ def nsys_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 def nsys_profile_cmd(nsys: Path | str, out_base: Path | str, program: Sequence[str],
-                     extra_flags: Iterable[str] = ()) -> list[str]:
-    """``nsys profile`` writing ``out_base.nsys-rep``."""
-    return [str(nsys), "profile", *NSYS_TRACE_FLAGS, *extra_flags,
+                     extra_flags: Iterable[str] = (), *, backtrace: bool = False,
+                     gpu_metrics_hz: int | None = None) -> list[str]:
+    """``nsys profile`` writing ``out_base.nsys-rep``; ``backtrace`` swaps ``-s none`` for CPU
+    sampling with Python stacks and call stacks on CUDA calls, ``gpu_metrics_hz`` samples GPU metrics."""
+    flags = list(NSYS_TRACE_FLAGS)
+    if backtrace:
+        i = flags.index("-s")
+        del flags[i:i + 2]
+        flags += NSYS_BACKTRACE_FLAGS
+    if gpu_metrics_hz:
+        flags += ["--gpu-metrics-devices=all", f"--gpu-metrics-frequency={int(gpu_metrics_hz)}"]
+    return [str(nsys), "profile", *flags, *extra_flags,
             "-f", "true", "-o", str(out_base), *program]
+
+
+def nvidia_smi_power_cmd(interval_ms: int = 100) -> list[str]:
+    """``nvidia-smi`` logging power, SM clock and utilization every ``interval_ms`` (CSV on stdout)."""
+    return ["nvidia-smi", f"--query-gpu={NVIDIA_SMI_POWER_QUERY}", "--format=csv",
+            "-lms", str(int(interval_ms))]
 
 
 def nsys_export_cmd(nsys: Path | str, out_base: Path | str) -> list[str]:

@@ -11,15 +11,29 @@ Not a pathology workload: no twin (``--fixed`` is ignored). What the traces show
 GEMMs run without Tensor Cores (TF32 off); at small sizes / short contexts elementwise kernels
 and launch overhead rival GEMM time; the optimizer step is a large share of a training step.
 NVTX: ``warmup`` then ``step_N`` each containing ``forward``, ``backward``, ``optimizer_step``.
-A run that does not fit in GPU memory prints one line to stderr and exits with code 3.
+The phase ranges end without a synchronization (as in the seeds' profiling script), so on a large
+model they time the kernel launches, not the GPU work; each ``step_N`` ends with one.
+
+Python timings (the seeds' benchmarking script, question (a) "nsys vs Python"): after the measured
+steps, inside a ``python_timing`` range, ``--pytime-reps`` more steps are timed phase by phase the
+timeit way, ``torch.cuda.synchronize()`` before and after each phase, and written as JSON to
+``--pytime FILE`` (the profiling driver passes ``<trace>.pytime.json``): schema
+``workloads.pytime/1`` with ``config``, ``method`` and per phase (forward, backward,
+optimizer_step, step) ``n, mean_ms, std_ms, median_ms, min_ms, samples_ms``.
+A run that does not fit in GPU memory prints one line to stderr, writes ``{"status": "oom", ...}``
+to the ``--pytime`` file, and exits with code 3.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import math
+import statistics
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from . import _common as c
 from . import _nvtx as nv
@@ -29,6 +43,12 @@ NCU_COUNT = 2
 HAS_TWIN = False
 MODES = ("forward", "forward_backward", "training")
 DTYPES = ("fp32", "bf16", "fp16")
+PYTIME_SCHEMA = "workloads.pytime/1"
+#: The profiling driver asks for the Python timings next to the trace (``{base}`` = trace path stem).
+SIDECAR_ARGS = ("--pytime", "{base}.pytime.json")
+PYTIME_METHOD = ("timeit-style: after the NVTX-annotated steps, each phase of --pytime-reps more steps "
+                 "timed with time.perf_counter() between torch.cuda.synchronize() calls placed before "
+                 "and after the phase")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,6 +81,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", choices=DTYPES, default="fp32",
                         help="parameter/activation dtype (default fp32, TF32 off)")
     parser.add_argument("--attention", choices=("naive", "sdpa"), default="naive")
+    parser.add_argument("--pytime", default=None, metavar="FILE",
+                        help="write the synchronized Python phase timings here (JSON)")
+    parser.add_argument("--pytime-reps", type=int, default=None,
+                        help="steps timed for --pytime (default 1 smoke / 5 full; 0 = none)")
 
 
 def trace_name(argv: Sequence[str]) -> str:
@@ -160,30 +184,81 @@ def build(cfg: c.RunConfig) -> c.Step:
     n_params_note = f"d_model={mcfg.d_model} layers={mcfg.num_layers} heads={mcfg.num_heads}"
     print(f"[transformer] model={opts.model}{' (smoke config)' if cfg.smoke else ''} {n_params_note}"
           f" context={context} batch={opts.batch} mode={opts.mode} dtype={opts.dtype}", flush=True)
-    model = build_model(mcfg, context, opts.attention).to(device=cfg.device, dtype=dtype)
+    with torch.device(cfg.device):  # initialise on the GPU: a 2.7B model is slow to init on a CPU
+        model = build_model(mcfg, context, opts.attention).to(dtype=dtype)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"[transformer] parameters: {n_params / 1e6:.1f} M", flush=True)
     ids = torch.randint(0, mcfg.vocab_size, (opts.batch, context), device=cfg.device)
     targets = torch.randint(0, mcfg.vocab_size, (opts.batch, context), device=cfg.device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4) if opts.mode == "training" else None
 
-    def step(_i: int) -> None:
+    def forward() -> object:
         if opts.mode == "forward":
-            with nv.range("forward"), torch.no_grad():
-                model(ids)
-            return
-        with nv.range("forward"):
-            logits = model(ids)
-            loss = torch.nn.functional.cross_entropy(
-                logits.view(-1, mcfg.vocab_size).float(), targets.view(-1))
-        with nv.range("backward"):
-            loss.backward()
-        if opt is not None:
-            with nv.range("optimizer_step"):
-                opt.step()
+            with torch.no_grad():
+                return model(ids)
+        logits = model(ids)
+        return torch.nn.functional.cross_entropy(
+            logits.view(-1, mcfg.vocab_size).float(), targets.view(-1))
+
+    phases: list[tuple[str, Callable[[dict], None]]] = [
+        ("forward", lambda st: st.__setitem__("loss", forward()))]
+    if opts.mode != "forward":
+        phases.append(("backward", lambda st: st["loss"].backward()))
+    if opt is not None:
+        phases.append(("optimizer_step", lambda st: opt.step()))
+
+    def step(_i: int) -> None:
+        state: dict = {}
+        for name, run in phases:
+            with nv.range(name):
+                run(state)
         model.zero_grad(set_to_none=True)
 
+    def timed_step() -> dict[str, float]:
+        """One step, each phase between two synchronizations; milliseconds per phase and in all."""
+        state: dict = {}
+        out: dict[str, float] = {}
+        c.synchronize(cfg.device)
+        begin = time.perf_counter()
+        for name, run in phases:
+            t0 = time.perf_counter()
+            run(state)
+            c.synchronize(cfg.device)
+            out[name] = (time.perf_counter() - t0) * 1e3
+        out["step"] = (time.perf_counter() - begin) * 1e3
+        model.zero_grad(set_to_none=True)
+        return out
+
+    step.timed = timed_step  # type: ignore[attr-defined]
     return step
+
+
+def python_timings(cfg: c.RunConfig, step: c.Step, reps: int) -> dict[str, dict]:
+    """Time ``reps`` more steps phase by phase (synchronized); summary per phase."""
+    samples: dict[str, list[float]] = {}
+    with nv.range("python_timing"):
+        for _ in range(reps):
+            for name, ms in step.timed().items():  # type: ignore[attr-defined]
+                samples.setdefault(name, []).append(ms)
+    return {
+        name: {"n": len(v), "mean_ms": round(statistics.fmean(v), 4),
+               "std_ms": round(statistics.stdev(v), 4) if len(v) > 1 else 0.0,
+               "median_ms": round(statistics.median(v), 4), "min_ms": round(min(v), 4),
+               "samples_ms": [round(x, 4) for x in v]}
+        for name, v in samples.items()
+    }
+
+
+def write_pytime(path: str | None, cfg: c.RunConfig, **fields: object) -> None:
+    if not path:
+        return
+    opts = cfg.options
+    record = {"schema": PYTIME_SCHEMA, "workload": "transformer",
+              "config": {"model": opts.model, "context": opts.context, "batch": opts.batch,
+                         "mode": opts.mode, "dtype": opts.dtype, "attention": opts.attention,
+                         "size": cfg.size, "device": str(cfg.device)},
+              "method": PYTIME_METHOD, **fields}
+    Path(path).write_text(json.dumps(record, indent=1) + "\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -194,20 +269,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--context and --batch must be positive")
     import torch
 
+    reps = cfg.options.pytime_reps
+    if reps is None:
+        reps = c.pick(cfg, 1, 5) if cfg.options.pytime else 0
     oom_types: tuple[type[BaseException], ...] = (torch.cuda.OutOfMemoryError,)
     try:
         with nv.range("setup"):
             step = build(cfg)
             c.synchronize(cfg.device)
         times = c.run_steps(cfg, step)
+        timings = python_timings(cfg, step, reps) if reps > 0 else {}
     except oom_types as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         print(f"transformer: out of GPU memory (model={cfg.options.model} "
               f"context={cfg.options.context} mode={cfg.options.mode} dtype={cfg.options.dtype}): "
               f"{first[:200]}", file=sys.stderr, flush=True)
+        write_pytime(cfg.options.pytime, cfg, status="oom", error=first[:500])
         return c.EXIT_OOM
+    write_pytime(cfg.options.pytime, cfg, status="ok", nvtx_step_ms=[round(t, 4) for t in times],
+                 phases=timings)
     c.report(cfg, times, model=cfg.options.model, context=cfg.options.context,
-             mode=cfg.options.mode, dtype=cfg.options.dtype)
+             mode=cfg.options.mode, dtype=cfg.options.dtype,
+             python_ms={k: v["mean_ms"] for k, v in timings.items()})
     return 0
 
 
