@@ -98,7 +98,7 @@ def ancestor_pairs(nvtx: pd.DataFrame) -> pd.DataFrame:
     if nvtx.empty:
         return pd.DataFrame({c: pd.Series(dtype="int64") for c in ("range_id", "ancestor_id", "distance")})
     ids = nvtx["range_id"].to_numpy(np.int64)
-    parent_of = pd.Series(nvtx["parent_id"].to_numpy(np.int64), index=ids)
+    parent_of = pd.Series(nvtx["parent_id"].fillna(-1).to_numpy(np.int64), index=ids)  # NaN: a root
     desc, anc = ids, ids
     parts = [(desc, anc, np.zeros(len(ids), np.int64))]
     anc = parent_of.to_numpy()
