@@ -17,7 +17,15 @@ PATHOLOGIES: tuple[str, ...] = (
     "fp32_gemm",
     "alloc_churn",
 )
+#: Multi-GPU jobs (``DISTRIBUTED = True``, run under torchrun: see ``_ddp`` and ``_distributed``),
+#: each a pathology with a ``--fixed`` twin; alone (no torchrun) each is the 1-GPU run.
+DISTRIBUTED: tuple[str, ...] = (
+    "ddp_straggler",
+    "ddp_exposed_comm",
+    "ddp_small_collectives",
+    "fsdp_train",
+)
 #: Every runnable workload module.
-WORKLOADS: tuple[str, ...] = PATHOLOGIES + ("healthy", "transformer")
+WORKLOADS: tuple[str, ...] = PATHOLOGIES + ("healthy", "transformer") + DISTRIBUTED
 
-__all__ = ["PATHOLOGIES", "WORKLOADS"]
+__all__ = ["DISTRIBUTED", "PATHOLOGIES", "WORKLOADS"]

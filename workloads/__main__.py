@@ -4,7 +4,8 @@
     python -m workloads profile NAME... --tool nsys|ncu|torch --out DIR [--size full|smoke]
                                 [--fixed | --both] [--timeout S] [--post inline|none]
                                 [--backtrace] [--gpu-metrics [HZ]] [--power] [--gzip]
-                                [--suffix S] [--dry-run] [WORKLOAD ARGS...]
+                                [--suffix S] [--dry-run] [--nproc N] [--layout single|per-rank]
+                                [WORKLOAD ARGS...]
     python -m workloads post --out DIR TRACE...      # nsys: export/analyze/stats; ncu: CSVs
     python -m workloads pack --src DIR --dest DIR    # tar.xz bundles < 16 MiB each
 
@@ -19,6 +20,11 @@ nsys only: ``--backtrace`` (call stacks on CUDA calls, Python sampling, OS-runti
 (NVML: ``<trace>.power.csv``; nvidia-smi: ``<trace>.nvidia-smi.csv``). ``--suffix S`` appends ``S``
 to the trace name (e.g. ``_run2`` for a repeated run). Workloads that write a sidecar (the
 transformer's Python timings) get ``<trace>.pytime.json``.
+
+Multi-GPU workloads (``ddp_*``, ``fsdp_*``) run as a torchrun job of ``--nproc`` processes (trace
+``NAME_2gpu``; ``--nproc 1``: alone, ``NAME_1gpu``), profiled into one report (``--layout single``)
+or one per rank (``--layout per-rank``: ``NAME_2gpu_rank0`` ...): see ``workloads/_distributed.py``.
+With ``--tool torch`` every rank writes ``NAME_2gpu_rank<R>.pt.trace.json``.
 """
 from __future__ import annotations
 
@@ -37,6 +43,7 @@ from pathlib import Path
 from types import ModuleType
 
 from . import WORKLOADS
+from . import _distributed
 from . import _tools as tools
 
 MANIFEST = "manifest.jsonl"
@@ -248,9 +255,21 @@ def cmd_profile(args: argparse.Namespace, extra: list[str]) -> int:
             tname = trace_name(name, mod, fixed, extra) + args.suffix
             base = out_dir / tname
             program = workload_cmd(name, args.size, fixed, [*extra, *sidecar_args(mod, base)])
-            cmd = profile_cmd(args.tool, tool_path, base, mod, fixed, program,
-                              backtrace=args.backtrace, gpu_metrics_hz=args.gpu_metrics)
+            nsys_opts = {"backtrace": args.backtrace, "gpu_metrics_hz": args.gpu_metrics}
+            job = None  # a multi-GPU job (workloads/_distributed.py)
+            if _distributed.is_distributed(mod):
+                try:
+                    job = _distributed.plan(args.tool, tool_path, out_dir, tname, program,
+                                            args.nproc, args.layout, **nsys_opts)
+                except ValueError as exc:
+                    print(f"error: {exc}", file=sys.stderr)
+                    return 2
+                tname, base, cmd = job.name, out_dir / job.name, job.cmd
+            else:
+                cmd = profile_cmd(args.tool, tool_path, base, mod, fixed, program, **nsys_opts)
             run_env = {**env, **torch_env(out_dir, tname, args.gzip)} if args.tool == "torch" else env
+            if job:
+                run_env = _distributed.job_env(run_env)
             print(f"[driver] {tname}: {shlex.join(cmd)}", flush=True)
             if args.dry_run:
                 continue
@@ -269,17 +288,21 @@ def cmd_profile(args: argparse.Namespace, extra: list[str]) -> int:
                 outputs = [p.name for p in collect_torch_traces(out_dir, tname)]
             elif args.post == "inline":
                 post = post_nsys if args.tool == "nsys" else post_ncu
-                post(tool_path, base)
+                for b in job.bases if job else [base]:
+                    post(tool_path, b)
             flags = [f for f, on in (("backtrace", args.backtrace), ("power", args.power),
                                      ("gzip", args.gzip and args.tool == "torch")) if on]
             if args.gpu_metrics:
                 flags.append(f"gpu-metrics={args.gpu_metrics}Hz")
-            manifest_line(out_dir, {
+            record = {
                 "name": tname, "workload": name, "variant": "fixed" if fixed else "pathology",
                 "tool": args.tool, "command": shlex.join(cmd), "program": shlex.join(program),
                 "exit_code": rc, "wall_s": round(wall, 2), "size": args.size, "flags": flags,
                 "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                **({"outputs": outputs} if outputs else {}), **info})
+                **({"outputs": outputs} if outputs else {}), **info}
+            for rec in (_distributed.manifest_records(record, job.nproc, job.layout) if job
+                        else [record]):
+                manifest_line(out_dir, rec)
             print(f"[driver] {tname}: exit {rc} in {wall:.1f}s", flush=True)
             worst = worst or rc
     return worst
@@ -292,8 +315,10 @@ def cmd_post(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     post = post_nsys if args.tool == "nsys" else post_ncu
-    return max((post(tool_path, Path(args.out).resolve() / t, args.timeout) for t in args.traces),
-               default=0)
+    out = Path(args.out).resolve()
+    suffix = ".nsys-rep" if args.tool == "nsys" else ".ncu-rep"
+    traces = _distributed.post_targets(out, args.traces, suffix)  # a job -> its rank reports
+    return max((post(tool_path, out / t, args.timeout) for t in traces), default=0)
 
 
 def cmd_pack(args: argparse.Namespace) -> int:
@@ -328,6 +353,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--post", choices=("inline", "none"), default="inline",
                    help="post-process right away (default) or leave it to `post`")
     p.add_argument("--dry-run", action="store_true", help="print the commands only")
+    p.add_argument("--nproc", type=int, default=2,
+                   help="multi-GPU workloads: processes (GPUs) of the job, 1 = alone (default 2)")
+    p.add_argument("--layout", choices=_distributed.LAYOUTS, default="single",
+                   help="multi-GPU workloads under nsys: one report for the job (single, "
+                        "default) or one per rank (per-rank)")
     q = sub.add_parser("post", help="post-process traces already recorded in --out")
     q.add_argument("traces", nargs="+", metavar="TRACE")
     q.add_argument("--tool", choices=("nsys", "ncu"), default="nsys")
