@@ -72,7 +72,17 @@ def render_case(case: Case) -> dict[str, str]:
     options = AnalysisOptions(window_spec=case.window, sets=case.sets, ncu_files=case.ncu,
                               only_ranges=case.only_ranges)
     report = build_report(analyze_paths(list(case.traces), options), created=CREATED)
-    return {fmt: render(report, fmt) for fmt in FORMATS}  # type: ignore[arg-type]
+    return {fmt: _portable(render(report, fmt)) for fmt in FORMATS}  # type: ignore[arg-type]
+
+
+def _portable(text: str) -> str:
+    """The rendering with the checkout's location replaced (reports name their input paths), so the
+    references hold in any clone: ``/work/main/tests/data/x.sqlite.xz`` -> ``<repo>/tests/data/x.sqlite.xz``."""
+    from analyzer.testing import PUBLIC_DIR
+
+    for root, label in ((PUBLIC_DIR.resolve(), "<public>"), (REPO, "<repo>")):
+        text = text.replace(str(root), label)
+    return text
 
 
 def digest(text: str) -> str:
