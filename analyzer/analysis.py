@@ -11,14 +11,16 @@ so. Fact names and columns that reports rely on (all times ns, trace-relative):
 ``kernel_categories`` one row per kernel: the kernels frame + ``category``
 ``category_summary``  category, count, total_ns, share (of kernel time in window)
 ``top_kernels``       name, category, count, total_ns, mean_ns, median_ns, share
-``nvtx_projection``   name, path, count, cpu_ns, gpu_ns, kernel_count   (GPU time of ops launched inside)
+``nvtx_projection``   name, path, count, cpu_ns, gpu_ns, kernel_count   (GPU time of ops launched inside),
+                      gpu_span_ns, waited, measure, phase_ns          (did the range time its work or only
+                      its launches; ``nvtx_instances`` per instance; both from the phases' index)
 ``occupancy``         one row per kernel launch config: name, block_size, registers, smem,
                       theoretical_occupancy (0..1), limiter, blocks_per_sm, waves
 ``sync_calls``        api rows that synchronize host and device (+ nvtx attribution)
 ``alloc_calls``       api rows that allocate/free device or pinned memory
 ``copy_throughput``   memcpy rows + ``throughput`` (bytes/s)
-``phases``            per NVTX range name/path: count, CPU time stats, GPU time projected (see
-                      :mod:`analyzer.phases.table`)
+``phases``            per NVTX range name/path: count, CPU time stats, GPU time projected, GPU span,
+                      waited, which number measures the phase (see :mod:`analyzer.phases.table`)
 ``ncu_kernels``       Nsight Compute launches joined to the timeline (empty without ``--ncu``), with
                       ``ncu_stalls`` and ``ncu_rules``
 

@@ -161,10 +161,42 @@ _API_ROW = {
 def sync_calls(ctx: FactContext) -> pd.DataFrame:
     """CUDA API calls in the window that make the host wait for the device: explicit synchronization,
     synchronous copies/memsets, and asynchronous copies that pageable memory makes synchronous."""
-    api, labels = _api_rows(ctx, _sync_kind)
+    codes, base = api_base_codes(ctx.store)
+    return sync_call_rows(ctx.trace.api, ctx.trace.memcpy, codes, base,
+                          window=(ctx.window.start_ns, ctx.window.end_ns))
+
+
+def sync_call_rows(
+    api: pd.DataFrame,
+    memcpy: pd.DataFrame,
+    codes: np.ndarray | None = None,
+    base: np.ndarray | None = None,
+    *,
+    window: tuple[int, int] | None = None,
+) -> pd.DataFrame:
+    """The rows of the ``sync_calls`` fact from an API and a memcpy frame: calls whose start lies in
+    ``window`` (all when ``None``) and that synchronize host and device. ``codes``/``base`` are
+    :func:`api_base_codes` of ``api`` (computed here when not given). Shared by the fact and the
+    phase index (which counts the blocking calls inside each NVTX range)."""
+    if api.empty:
+        rows = api.iloc[0:0].copy()
+        labels = np.empty(0, dtype=object)
+    else:
+        if codes is None or base is None:
+            codes, uniques = factorize_objects(text(api["name"]))
+            base = np.array([_base_name(u) for u in uniques] + [None], dtype=object)
+        label = np.array([_sync_kind(b) for b in base[:-1]] + [None], dtype=object)[codes]
+        keep = pd.notna(label)
+        if window is not None:
+            st = api["start"].to_numpy()
+            keep &= (st >= window[0]) & (st < window[1])
+        rows = api.loc[keep].reset_index(drop=True)
+        rows["name"] = base[codes][keep]
+        labels = label[keep]
+    api = rows
     kind = pd.Series(labels, index=api.index, dtype=object)
     # async copies touching pageable host memory are staged synchronously by the driver
-    mc = ctx.trace.memcpy
+    mc = memcpy
     direction = pd.Series("", index=api.index, dtype=object)
     nbytes = pd.Series(-1, index=api.index, dtype=np.int64)
     if len(mc) and len(api):

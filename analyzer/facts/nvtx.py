@@ -15,7 +15,14 @@ import numpy as np
 import pandas as pd
 
 from analyzer.facts._util import column, sorted_frame, starts_in_window, text
-from analyzer.facts.registry import FactContext, fact
+from analyzer.facts.registry import FACTS, FactContext, fact
+from analyzer.phases._index import (
+    AGGREGATE_TIMING_COLUMNS,
+    TIMING_COLUMNS,
+    aggregate_timing,
+    phase_index,
+    range_timing,
+)
 
 
 def ranges_only(nvtx: pd.DataFrame) -> pd.DataFrame:
@@ -86,6 +93,9 @@ def _gpu_ops_in_window(ctx: FactContext) -> pd.DataFrame:
     return starts_in_window(ctx.get("gpu_ops"), ctx.window)
 
 
+_TEXT = {"name", "path", "domain", "measure"}
+
+
 @fact(
     "nvtx_instances",
     columns={
@@ -106,52 +116,28 @@ def _gpu_ops_in_window(ctx: FactContext) -> pd.DataFrame:
         "op_count": "GPU ops launched inside the range or a nested range",
         "gpu_start": "start of the first GPU op launched inside (ns, -1 if none)",
         "gpu_end": "end of the last GPU op launched inside (ns, -1 if none)",
+        "sync_count": "blocking synchronizing CUDA calls made inside the range or a nested range",
+        **TIMING_COLUMNS,
     },
-    requires=("gpu_ops",),
     scope_keys=("path", "name"),
 )
 def nvtx_instances(ctx: FactContext) -> pd.DataFrame:
-    """One row per NVTX range instance overlapping the window, with the GPU work it launched."""
+    """One row per NVTX range instance overlapping the window (or whose GPU work starts in it), with
+    the GPU work launched inside it (ops starting in the window; nested ranges included), its GPU
+    span, and whether the range waited for that work or only timed its launches. Computed from the
+    phase index the ``phases`` fact uses (:mod:`analyzer.phases._index`)."""
     w = ctx.window
     nv = ranges_only(ctx.trace.nvtx)
-    n = len(nv)
     cols = list(nvtx_instances_columns())
-    if n == 0:
-        return pd.DataFrame({c: pd.Series(dtype="object" if c in {"name", "path", "domain"} else "int64")
-                             for c in cols})
-    ops = _gpu_ops_in_window(ctx)
-    parent = parent_positions(nv)
-    pos = positions_of(nv, ops["nvtx_id"].to_numpy(dtype=np.int64)) if len(ops) else np.empty(0, np.int64)
-    keep = pos >= 0
-    cur = pos[keep]
-    dur = ops["duration"].to_numpy(dtype=np.int64)[keep].astype(np.float64)
-    is_kernel = (ops["op"].to_numpy()[keep] == "kernel").astype(np.float64)
-    ostart = ops["start"].to_numpy(dtype=np.int64)[keep]
-    oend = ops["end"].to_numpy(dtype=np.int64)[keep]
-
-    excl = np.bincount(cur, weights=dur, minlength=n)
-    incl = np.zeros(n)
-    kcount = np.zeros(n)
-    ocount = np.zeros(n)
-    gstart = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
-    gend = np.full(n, -1, dtype=np.int64)
-    for _ in range(int(column(nv, "depth", 0).max()) + 66):
-        if len(cur) == 0:
-            break
-        incl += np.bincount(cur, weights=dur, minlength=n)
-        kcount += np.bincount(cur, weights=is_kernel, minlength=n)
-        ocount += np.bincount(cur, minlength=n)
-        np.minimum.at(gstart, cur, ostart)
-        np.maximum.at(gend, cur, oend)
-        cur = parent[cur]
-        up = cur >= 0
-        cur, dur, is_kernel, ostart, oend = cur[up], dur[up], is_kernel[up], ostart[up], oend[up]
-    gstart[gstart == np.iinfo(np.int64).max] = -1
-
+    if len(nv) == 0:
+        return pd.DataFrame({c: pd.Series(dtype="object" if c in _TEXT else "bool" if c == "waited"
+                                          else "int64") for c in cols})
+    ids = nv["range_id"].to_numpy(dtype=np.int64)
+    gpu = phase_index(ctx.store).instance_gpu(ids, op_window=(w.start_ns, w.end_ns), busy=False)
     start = nv["start"].to_numpy(dtype=np.int64)
     end = nv["end"].to_numpy(dtype=np.int64)
     frame = pd.DataFrame({
-        "range_id": nv["range_id"].to_numpy(dtype=np.int64),
+        "range_id": ids,
         "name": text(nv["text"]).to_numpy(),
         "path": text(column(nv, "path", "")).to_numpy(),
         "depth": column(nv, "depth", 0).fillna(0).to_numpy(dtype=np.int64),
@@ -162,15 +148,14 @@ def nvtx_instances(ctx: FactContext) -> pd.DataFrame:
         "end": end,
         "duration": end - start,
         "cpu_ns": np.maximum(0, np.minimum(end, w.end_ns) - np.maximum(start, w.start_ns)),
-        "gpu_ns": incl.astype(np.int64),
-        "gpu_ns_exclusive": excl.astype(np.int64),
-        "kernel_count": kcount.astype(np.int64),
-        "op_count": ocount.astype(np.int64),
-        "gpu_start": gstart,
-        "gpu_end": gend,
+        **{c: gpu[c].to_numpy(dtype=np.int64) for c in ("gpu_ns", "gpu_ns_exclusive", "kernel_count",
+                                                          "op_count", "sync_count")},
+        "gpu_start": gpu["first_op_start"].to_numpy(dtype=np.int64),
+        "gpu_end": gpu["last_op_end"].to_numpy(dtype=np.int64),
+        **range_timing(start, end, gpu),
     })
     overlaps = (end > w.start_ns) & (start < w.end_ns)
-    return frame.loc[overlaps | (frame["op_count"].to_numpy() > 0)].reset_index(drop=True)
+    return frame.loc[overlaps | (frame["op_count"].to_numpy() > 0), cols].reset_index(drop=True)
 
 
 def nvtx_instances_columns() -> tuple[str, ...]:
@@ -193,18 +178,19 @@ def nvtx_instances_columns() -> tuple[str, ...]:
         "kernel_count": "kernels launched inside the range or nested ranges",
         "op_count": "GPU ops (kernels, copies, memsets) launched inside, inclusive",
         "gpu_share": "gpu_ns / GPU op time in the window (0..1)",
+        **AGGREGATE_TIMING_COLUMNS,
     },
     requires=("nvtx_instances", "gpu_ops"),
     scope_keys=("path", "name"),
 )
 def nvtx_projection(ctx: FactContext) -> pd.DataFrame:
-    """Per NVTX range name and path: instance count, CPU time, and the GPU time of ops launched inside
-    (inclusive of nested ranges, and exclusive)."""
+    """Per NVTX range name and path: instance count, CPU time, the GPU time of ops launched inside
+    (inclusive of nested ranges, and exclusive), the GPU span of that work, whether the instances
+    waited for it, and which number measures the range."""
     inst = ctx.get("nvtx_instances")
-    cols = ["name", "path", "depth", "count", "cpu_ns", "cpu_mean_ns", "gpu_ns", "gpu_ns_exclusive",
-            "kernel_count", "op_count", "gpu_share"]
+    cols = list(FACTS["nvtx_projection"].columns)
     if inst.empty:
-        return pd.DataFrame({c: pd.Series(dtype="object" if c in {"name", "path"} else "int64")
+        return pd.DataFrame({c: pd.Series(dtype="object" if c in _TEXT | {"waited"} else "int64")
                              for c in cols})
     g = inst.groupby(["name", "path"], sort=False)
     out = g.agg(
@@ -219,4 +205,6 @@ def nvtx_projection(ctx: FactContext) -> pd.DataFrame:
     ).reset_index()
     total = float(_gpu_ops_in_window(ctx)["duration"].sum())
     out["gpu_share"] = out["gpu_ns"] / total if total > 0 else 0.0
+    timing = aggregate_timing(inst, ["name", "path"], cpu="duration")
+    out = out.merge(timing, on=["name", "path"], how="left", sort=False)
     return out.sort_values(["gpu_ns", "cpu_ns"], ascending=False, ignore_index=True)[cols]

@@ -1,6 +1,7 @@
 """Phase analysis over NVTX ranges, and sweep tables over many traces.
 
-- :func:`phase_table`     per range name/path: CPU time, GPU time launched inside, busy share, top kernels
+- :func:`phase_table`     per range name/path: CPU time, GPU time launched inside, busy share, top kernels,
+                          GPU span, waited, which number measures the phase (:func:`range_timing`)
 - :func:`step_split`      per training step: forward / backward / optimizer_step CPU and GPU time
 - :func:`category_mix`    kernel category mix inside a phase
 - :func:`attention_split` softmax vs matmul time (exact) and FLOPs (from a model config) in attention
@@ -8,7 +9,7 @@
 """
 from __future__ import annotations
 
-from analyzer.phases._index import DEFAULT_EXCLUDE, PhaseIndex, RangePattern
+from analyzer.phases._index import DEFAULT_EXCLUDE, PhaseIndex, RangePattern, range_timing
 from analyzer.phases.table import (
     ModelConfig,
     attention_split,
@@ -21,5 +22,5 @@ from analyzer.phases.table import (
 
 __all__ = [
     "DEFAULT_EXCLUDE", "ModelConfig", "PhaseIndex", "RangePattern", "attention_split", "category_mix",
-    "kernel_categories", "phase_table", "step_split", "top_kernels",
+    "kernel_categories", "phase_table", "range_timing", "step_split", "top_kernels",
 ]

@@ -98,7 +98,7 @@ def ancestor_pairs(nvtx: pd.DataFrame) -> pd.DataFrame:
     if nvtx.empty:
         return pd.DataFrame({c: pd.Series(dtype="int64") for c in ("range_id", "ancestor_id", "distance")})
     ids = nvtx["range_id"].to_numpy(np.int64)
-    parent_of = pd.Series(nvtx["parent_id"].to_numpy(np.int64), index=ids)
+    parent_of = pd.Series(nvtx["parent_id"].fillna(-1).to_numpy(np.int64), index=ids)  # NaN: a root
     desc, anc = ids, ids
     parts = [(desc, anc, np.zeros(len(ids), np.int64))]
     anc = parent_of.to_numpy()
@@ -149,12 +149,14 @@ def union_length(frame: pd.DataFrame, key: str) -> pd.Series:
     return pd.Series(np.add.reduceat(seg_len, bounds), index=seg_key[bounds], name="union_ns")
 
 
-def _expand_to_ancestors(flat: dict[str, np.ndarray], pairs: pd.DataFrame) -> pd.DataFrame:
-    """``flat`` (op columns; ops with ``nvtx_id`` -1 have no ancestors and yield no rows) repeated once per enclosing range instance: the rows of
-    ``flat.merge(pairs, left_on="nvtx_id", right_on="range_id", how="inner", sort=False)`` (ops in
-    their order, each op's ancestors in ``pairs`` order) as ``instance, op, row, start, end,
-    duration``. Built with a searchsorted + repeat on numpy arrays: the merge's intermediate frames
-    cost 1.7 GB of peak memory on 5 M kernels."""
+def _expand_to_ancestors(flat: dict[str, np.ndarray], pairs: pd.DataFrame,
+                         columns: Sequence[str] = ("op", "row", "start", "end", "duration")) -> pd.DataFrame:
+    """``flat`` (op columns; ops with ``nvtx_id`` -1 have no ancestors and yield no rows) repeated
+    once per enclosing range instance: the rows of ``flat.merge(pairs, left_on="nvtx_id",
+    right_on="range_id", how="inner", sort=False)`` (ops in their order, each op's ancestors in
+    ``pairs`` order) as ``instance, own`` (True for the op's innermost range itself) and ``columns``.
+    Built with a searchsorted + repeat on numpy arrays: the merge's intermediate frames cost 1.7 GB
+    of peak memory on 5 M kernels."""
     pr = pairs["range_id"].to_numpy(np.int64)
     porder = np.argsort(pr, kind="stable")
     pr_sorted = pr[porder]
@@ -165,10 +167,181 @@ def _expand_to_ancestors(flat: dict[str, np.ndarray], pairs: pd.DataFrame) -> pd
     src = np.repeat(np.arange(len(nid)), cnt)  # the op row of each output row
     first_out = np.cumsum(cnt) - cnt  # output position of each op's first ancestor
     pos = np.repeat(lo - first_out, cnt) + np.arange(len(src))  # pairs position (sorted order)
+    own = pairs["distance"].to_numpy(np.int64)[porder][pos] == 0
     return pd.DataFrame({
         "instance": anc_sorted[pos],
-        **{c: flat[c][src] for c in ("op", "row", "start", "end", "duration")},
+        "own": own,
+        **{c: flat[c][src] for c in columns},
     }, copy=False)
+
+
+#: Columns of :meth:`PhaseIndex.instance_gpu`, with units.
+INSTANCE_GPU_COLUMNS: dict[str, str] = {
+    "gpu_ns": "kernel+memcpy+memset time launched inside the range, nested ranges included (ns)",
+    "gpu_ns_exclusive": "the same for ops whose innermost range is this one (ns)",
+    "kernel_ns": "kernel time launched inside, nested ranges included (ns)",
+    "kernel_count": "kernels launched inside, nested ranges included",
+    "op_count": "kernels+memcpy+memset launched inside, nested ranges included",
+    "busy_ns": "union of those ops' intervals, all devices together (ns)",
+    "first_op_start": "start of the first op launched inside (ns, -1 if none)",
+    "last_op_end": "end of the last op launched inside (ns, -1 if none)",
+    "sync_count": "blocking synchronizing CUDA calls made inside, nested ranges included",
+    "last_sync_end": "end of the last of them (ns, -1 if none)",
+}
+
+#: Columns of :func:`range_timing`: which number measures a range instance.
+TIMING_COLUMNS: dict[str, str] = {
+    "gpu_span_ns": "last op end - first op start of the GPU work launched inside (ns, 0 if none)",
+    "tail_ns": "how long that work kept running after the range closed (ns, 0 if none)",
+    "waited": "the range ended at or after the end of its GPU work (True when it launched none)",
+    "phase_ns": "what the range costs: the larger of its CPU wall time and its GPU span (ns)",
+    "measure": "which number that is: 'cpu_wall' or 'gpu_span' (the range timed only the launches)",
+}
+
+
+def range_timing(start: np.ndarray, end: np.ndarray, gpu: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Per range instance, whether its CPU wall time measures its work (see :data:`TIMING_COLUMNS`).
+
+    CUDA launches are asynchronous: a range that returns before its kernels finish measures how long
+    the host took to *queue* the work. The GPU span (first op start to last op end, ops launched
+    inside the range or a nested one) is then the work's own duration. A range *waited* when it
+    ended at or after its last op ended (typically a synchronizing call inside it, counted in
+    ``sync_count``: a sync in the middle of a range does not make it wait for what it launches
+    afterwards, so the end is the test). A launch-bound range (the GPU keeps up with the host and
+    finishes shortly after the range) has a span no longer than its wall time: the wall time measures
+    it. ``phase_ns`` = max(CPU wall, GPU span); ``measure`` names the larger one.
+
+    ``start``/``end``: the instances' CPU bounds; ``gpu``: :meth:`PhaseIndex.instance_gpu` rows of
+    the same instances in the same order."""
+    start = np.asarray(start, dtype=np.int64)
+    end = np.asarray(end, dtype=np.int64)
+    has = gpu["op_count"].to_numpy() > 0
+    first = gpu["first_op_start"].to_numpy(np.int64)
+    last = gpu["last_op_end"].to_numpy(np.int64)
+    span = np.where(has, last - first, 0)
+    cpu = end - start
+    measure = np.where(span > cpu, "gpu_span", "cpu_wall").astype(object)
+    return {
+        "gpu_span_ns": span,
+        "tail_ns": np.where(has, np.maximum(0, last - end), 0),
+        "waited": ~has | (end >= last),
+        "phase_ns": np.maximum(cpu, span),
+        "measure": measure,
+    }
+
+
+#: Per name/path aggregates of :data:`TIMING_COLUMNS` (:func:`aggregate_timing`).
+AGGREGATE_TIMING_COLUMNS: dict[str, str] = {
+    "gpu_span_ns": "per instance, last op end - first op start of the GPU work launched inside, summed (ns)",
+    "tail_ns": "per instance, how long that work kept running after the range closed, summed (ns)",
+    "sync_count": "blocking synchronizing CUDA calls made inside (nested ranges included)",
+    "gpu_instances": "instances that launched GPU work",
+    "waited_count": "of those, instances that ended at or after the end of their GPU work",
+    "async_count": "instances whose GPU span exceeded their CPU wall time (they timed the launches)",
+    "waited": "'yes' (every instance with GPU work waited for it), 'no' (none did), 'K of N', '' (no GPU work)",
+    "phase_ns": "per instance, the larger of CPU wall time and GPU span, summed: what the range costs (ns)",
+    "measure": "which number measures the range: 'cpu_wall', 'gpu_span' (every instance timed only its "
+               "launches) or 'mixed' (some did: phase_ns takes the larger per instance)",
+}
+
+
+def aggregate_timing(inst: pd.DataFrame, keys: str | Sequence[str], *, cpu: str = "duration") -> pd.DataFrame:
+    """Per group of range instances: :data:`AGGREGATE_TIMING_COLUMNS`, with the group keys as columns.
+
+    ``inst`` holds one row per instance with ``keys``, ``cpu`` (its wall time), ``op_count`` and the
+    :data:`TIMING_COLUMNS` of :func:`range_timing`, plus ``sync_count``."""
+    keys = [keys] if isinstance(keys, str) else list(keys)
+    has = inst["op_count"].to_numpy() > 0
+    work = pd.DataFrame({
+        **{k: inst[k].to_numpy() for k in keys},
+        "gpu_span_ns": inst["gpu_span_ns"].to_numpy(np.int64),
+        "tail_ns": inst["tail_ns"].to_numpy(np.int64),
+        "sync_count": inst["sync_count"].to_numpy(np.int64),
+        "gpu_instances": has.astype(np.int64),
+        "waited_count": (has & inst["waited"].to_numpy(bool)).astype(np.int64),
+        "async_count": (inst["gpu_span_ns"].to_numpy(np.int64) > inst[cpu].to_numpy(np.int64)).astype(np.int64),
+        "phase_ns": inst["phase_ns"].to_numpy(np.int64),
+        "count": np.ones(len(inst), np.int64),
+    })
+    out = work.groupby(keys, sort=False).sum().reset_index()
+    n, w = out["gpu_instances"].to_numpy(), out["waited_count"].to_numpy()
+    out["waited"] = _waited_text(w, n)
+    a, c = out["async_count"].to_numpy(), out.pop("count").to_numpy()
+    out["measure"] = np.where(a == 0, "cpu_wall", np.where(a == c, "gpu_span", "mixed")).astype(object)
+    return out[keys + list(AGGREGATE_TIMING_COLUMNS)]
+
+
+def _waited_text(waited: np.ndarray, with_work: np.ndarray) -> np.ndarray:
+    text = np.array([f"{w} of {n}" for w, n in zip(waited.tolist(), with_work.tolist())], dtype=object)
+    text[waited == with_work] = "yes"
+    text[(waited == 0) & (with_work > 0)] = "no"
+    text[with_work == 0] = ""
+    return text
+
+
+def _selection(inst: np.ndarray, ids: np.ndarray | None, starts: np.ndarray,
+               window: tuple[int, int] | None) -> slice | np.ndarray:
+    """Rows of an expanded frame whose ``instance`` is in ``ids`` (all when None) and whose start lies
+    in ``window`` (all when None): a slice when that is every row."""
+    mask: np.ndarray | None = None
+    if ids is not None:
+        mask = pd.Series(inst).isin(ids).to_numpy()
+    if window is not None:
+        inside = (starts >= window[0]) & (starts < window[1])
+        mask = inside if mask is None else mask & inside
+    if mask is None:
+        return slice(None)
+    sel = np.flatnonzero(mask)
+    return slice(None) if len(sel) == len(inst) else sel
+
+
+def blocking_syncs(trace: Trace, ranges: pd.DataFrame | None = None,
+                   api_codes: tuple[np.ndarray, np.ndarray] | None = None) -> pd.DataFrame:
+    """Calls that made a host thread wait for the device: ``start, end, pid, tid, nvtx_id, kind``.
+
+    The blocking rows of the ``sync_calls`` fact over the whole trace (explicit synchronization,
+    synchronous copies and memsets, async copies that pageable memory makes synchronous), plus the
+    trace's ``sync`` activity records that no API call of the same process and correlation id
+    explains (a loader may fill only those), attributed to the innermost range open on their thread.
+    ``ranges``: the trace's ranges without marks (for that attribution)."""
+    from analyzer.facts.api import sync_call_rows
+
+    codes, base = api_codes if api_codes is not None else (None, None)
+    calls = sync_call_rows(trace.api, trace.memcpy, codes, base)
+    calls = calls.loc[calls["blocking"].to_numpy(bool)]
+    cols = ("start", "end", "pid", "tid", "nvtx_id")
+    parts = [pd.DataFrame({**{c: calls[c].to_numpy(np.int64) for c in cols},
+                           "kind": calls["sync_kind"].to_numpy(object)})]
+    sy = trace.sync
+    if len(sy):
+        api = trace.api
+        known = pd.MultiIndex.from_arrays([api["pid"].to_numpy(np.int64),
+                                           api["correlation_id"].to_numpy(np.int64)]) if len(api) else None
+        mine = pd.MultiIndex.from_arrays([sy["pid"].fillna(-1).to_numpy(np.int64),
+                                          sy["correlation_id"].fillna(-1).to_numpy(np.int64)])
+        kinds = sy["sync_type"].astype(object).fillna("").to_numpy(object)
+        keep = (kinds != "stream_wait_event") & (~mine.isin(known) if known is not None else True)
+        if keep.any():
+            from analyzer.facts.nvtx import innermost_open, ranges_only
+
+            rest = sy.loc[keep]
+            rg = ranges_only(trace.nvtx if ranges is None else ranges).reset_index(drop=True)
+            pos = innermost_open(rg, rest["tid"].fillna(-1).to_numpy(np.int64), rest["start"].to_numpy(np.int64))
+            ids = np.where(pos >= 0, rg["range_id"].to_numpy(np.int64)[np.maximum(pos, 0)], -1)
+            parts.append(pd.DataFrame({
+                "start": rest["start"].to_numpy(np.int64), "end": rest["end"].to_numpy(np.int64),
+                "pid": rest["pid"].fillna(-1).to_numpy(np.int64), "tid": rest["tid"].fillna(-1).to_numpy(np.int64),
+                "nvtx_id": ids, "kind": kinds[keep]}))
+    out = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+    return out.sort_values("start", kind="stable", ignore_index=True)
+
+
+def phase_index(store: Any) -> PhaseIndex:
+    """The :class:`PhaseIndex` of a fact store's trace, built once per store and shared by the facts
+    that project GPU time onto NVTX ranges (``nvtx_instances``, ``nvtx_projection``, ``phases``)."""
+    from analyzer.facts.api import api_base_codes
+
+    return store.memo("phase_index", lambda: PhaseIndex.build(store.trace, api_codes=api_base_codes(store)))
 
 
 @dataclass
@@ -178,8 +351,11 @@ class PhaseIndex:
     ``ranges``: the trace's NVTX ranges without marks (``range_id`` index kept as a column).
     ``pairs``: :func:`ancestor_pairs` of all ranges.
     ``ops``: one row per (op, enclosing range instance): ``instance`` (the enclosing ``range_id``),
-    ``op`` (0 kernel, 1 memcpy, 2 memset), ``row`` (position in its source frame), ``start``, ``end``,
-    ``duration``. Ops launched outside any range are absent here (see ``unattributed``).
+    ``own`` (True when that instance is the op's innermost range), ``op`` (0 kernel, 1 memcpy,
+    2 memset), ``row`` (position in its source frame), ``start``, ``end``, ``duration``. Ops launched
+    outside any range are absent here (see ``unattributed``).
+    ``syncs``: one row per (blocking synchronizing call, enclosing range instance): ``instance``,
+    ``own``, ``start``, ``end`` (see :func:`blocking_syncs`).
     """
 
     trace: Trace
@@ -187,11 +363,15 @@ class PhaseIndex:
     pairs: pd.DataFrame
     ops: pd.DataFrame
     unattributed: pd.DataFrame  # op, row, start, end, duration of ops with nvtx_id == -1
+    syncs: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(
+        {c: pd.Series(dtype="int64") for c in ("instance", "start", "end")}))
     _excluded: dict[tuple[str, ...], np.ndarray] = field(default_factory=dict, repr=False)
     _cache: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def build(cls, trace: Trace) -> PhaseIndex:
+    def build(cls, trace: Trace, *, api_codes: tuple[np.ndarray, np.ndarray] | None = None) -> PhaseIndex:
+        """Index ``trace``. ``api_codes``: :func:`analyzer.facts.api.api_base_codes` of the trace's API
+        frame when the caller already has them (the fact store does), to classify sync calls."""
         nvtx = trace.nvtx
         ranges = nvtx[nvtx["kind"].astype(object) != "mark"] if len(nvtx) else nvtx
         ranges = ranges.reset_index(drop=True)
@@ -215,7 +395,11 @@ class PhaseIndex:
         rest = np.flatnonzero(flat["nvtx_id"] < 0)
         unattributed = pd.DataFrame({c: flat[c][rest] for c in ("op", "row", "start", "end", "duration")})
         del flat
-        return cls(trace=trace, ranges=ranges, pairs=pairs, ops=ops, unattributed=unattributed)
+        sync = blocking_syncs(trace, ranges, api_codes)
+        syncs = _expand_to_ancestors({c: sync[c].to_numpy(np.int64) for c in ("nvtx_id", "start", "end")},
+                                     pairs, ("start", "end"))
+        return cls(trace=trace, ranges=ranges, pairs=pairs, ops=ops, unattributed=unattributed,
+                   syncs=syncs)
 
     @property
     def kernel_name_codes(self) -> tuple[np.ndarray, np.ndarray]:
@@ -266,28 +450,36 @@ class PhaseIndex:
         return frame[_match_any(parsed, frame["text"], frame["path"])]
 
     # -- per instance ----------------------------------------------------------------------------
-    def instance_gpu(self, instance_ids: Iterable[int] | None = None) -> pd.DataFrame:
+    def instance_gpu(
+        self,
+        instance_ids: Iterable[int] | None = None,
+        *,
+        op_window: tuple[int, int] | None = None,
+        busy: bool = True,
+    ) -> pd.DataFrame:
         """Per range instance (index ``range_id``): ``gpu_ns`` (sum of kernel+memcpy+memset durations
-        launched inside, nested ranges included), ``kernel_ns``, ``kernel_count``, ``op_count``,
-        ``busy_ns`` (union of those ops' intervals, all devices), ``first_op_start``, ``last_op_end``.
-        Instances without ops get zeros (and -1 for the op bounds)."""
+        launched inside, nested ranges included), ``gpu_ns_exclusive`` (ops whose innermost range is
+        the instance itself), ``kernel_ns``, ``kernel_count``, ``op_count``, ``busy_ns`` (union of
+        those ops' intervals, all devices; 0 when ``busy`` is False), ``first_op_start``,
+        ``last_op_end``, ``sync_count`` (blocking synchronizing calls made inside, nested ranges
+        included) and ``last_sync_end``. Instances without ops get zeros (and -1 for the bounds).
+
+        ``op_window``: count only ops (and sync calls) whose start lies in ``[start, end)``."""
         ops = self.ops
         inst = ops["instance"].to_numpy()
         if instance_ids is not None:
             ids = np.asarray(list(instance_ids) if not isinstance(instance_ids, (np.ndarray, pd.Series))
                              else instance_ids, dtype=np.int64)
-            sel = np.flatnonzero(pd.Series(inst).isin(ids).to_numpy())
-            if len(sel) == len(inst):
-                sel = slice(None)
         else:
             ids = self.ranges["range_id"].to_numpy(np.int64)
-            sel = slice(None)
+        sel = _selection(inst, ids if instance_ids is not None else None, ops["start"].to_numpy(), op_window)
         # one gather per needed column (not a filtered copy of ``ops`` and then a frame copy of it)
         duration = ops["duration"].to_numpy()[sel]
         is_k = ops["op"].to_numpy()[sel] == OP_KERNEL
         work = pd.DataFrame({
             "instance": inst[sel],
             "duration": duration,
+            "own_dur": np.where(ops["own"].to_numpy()[sel], duration, 0),
             "kdur": np.where(is_k, duration, 0),
             "isk": is_k.astype(np.int64),
             "start": ops["start"].to_numpy()[sel],
@@ -295,13 +487,20 @@ class PhaseIndex:
         }, copy=False)
         del is_k, duration
         agg = work.groupby("instance").agg(
-            gpu_ns=("duration", "sum"), kernel_ns=("kdur", "sum"), kernel_count=("isk", "sum"),
-            op_count=("duration", "size"), first_op_start=("start", "min"), last_op_end=("end", "max"))
-        agg["busy_ns"] = union_length(work, "instance")
-        out = agg.reindex(pd.Index(ids, name="range_id"))
-        fill = {"gpu_ns": 0, "kernel_ns": 0, "kernel_count": 0, "op_count": 0, "busy_ns": 0,
-                "first_op_start": -1, "last_op_end": -1}
-        return out.fillna(fill).astype("int64")
+            gpu_ns=("duration", "sum"), gpu_ns_exclusive=("own_dur", "sum"), kernel_ns=("kdur", "sum"),
+            kernel_count=("isk", "sum"), op_count=("duration", "size"), first_op_start=("start", "min"),
+            last_op_end=("end", "max"))
+        agg["busy_ns"] = union_length(work, "instance") if busy else 0
+        del work
+        syncs = self.syncs
+        sinst = syncs["instance"].to_numpy()
+        ssel = _selection(sinst, ids if instance_ids is not None else None, syncs["start"].to_numpy(), op_window)
+        sagg = pd.DataFrame({"instance": sinst[ssel], "end": syncs["end"].to_numpy()[ssel]}).groupby(
+            "instance")["end"].agg(sync_count="size", last_sync_end="max")
+        out = agg.join(sagg, how="outer").reindex(pd.Index(ids, name="range_id"))
+        fill = {"gpu_ns": 0, "gpu_ns_exclusive": 0, "kernel_ns": 0, "kernel_count": 0, "op_count": 0,
+                "busy_ns": 0, "first_op_start": -1, "last_op_end": -1, "sync_count": 0, "last_sync_end": -1}
+        return out.fillna(fill).astype("int64")[list(INSTANCE_GPU_COLUMNS)]
 
     def kernel_rows(self, instance_ids: Iterable[int]) -> pd.DataFrame:
         """``instance`` + kernel ``row`` for kernels launched inside the given instances."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pandas as pd
 
 from analyzer.facts.registry import FactContext, fact
-from analyzer.phases._index import DEFAULT_EXCLUDE
+from analyzer.phases._index import DEFAULT_EXCLUDE, phase_index
 from analyzer.phases.table import PHASE_COLUMNS, phase_table
 
 
@@ -21,7 +21,9 @@ def phases(ctx: FactContext) -> pd.DataFrame:
     """Per NVTX range name: instances, CPU wall time (total, mean, std, min, max, p50, p95), the GPU
     time of the kernels, copies and memsets launched inside it (nested ranges and other threads of
     the process included, from the loader's attribution), kernel time and count, GPU busy share
-    (union of the instances' op intervals over their wall time) and the top three kernels. Warmup
+    (union of the instances' op intervals over their wall time), the top three kernels, the GPU span
+    of the work (first op start to last op end), whether each instance waited for it (or timed only
+    its launches) and which number measures the phase (``measure``, ``phase_ns``). Warmup
     ranges and everything nested in them are excluded by default. Instances intersecting the analysis
     window only."""
     opts = ctx.options
@@ -29,4 +31,5 @@ def phases(ctx: FactContext) -> pd.DataFrame:
     include = opts["phase_include"] if "phase_include" in opts else opts.get("only_ranges")
     by = ctx.options.get("phase_by", "name")
     window = (ctx.window.start_ns, ctx.window.end_ns)
-    return phase_table(ctx.trace, exclude=exclude, include=include, by=by, window=window)
+    return phase_table(ctx.trace, exclude=exclude, include=include, by=by, window=window,
+                       index=phase_index(ctx.store))

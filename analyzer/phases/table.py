@@ -19,6 +19,11 @@ Definitions used by every table here (all times integer ns unless the column say
                work; above 1 when the GPU kept running the range's work after the CPU left it
 ``gpu_span``   per instance, from its first op's start to its last op's end (what nsys' NVTX GPU
                projection recipes report as the projected duration), summed over instances
+``waited``     an instance waited for its work when it ended at or after its last op ended (e.g. a
+               ``torch.cuda.synchronize()`` inside it); otherwise its wall time measured the launches
+``phase_ns``   per instance max(CPU wall, GPU span), summed: the phase's time; ``measure`` says which
+               of the two it is (``cpu_wall``, ``gpu_span``, or ``mixed`` across instances); see
+               :func:`analyzer.phases._index.range_timing`
 
 Warmup is excluded by default: ranges matching ``warmup*`` and everything nested inside them
 (``exclude=()`` keeps them). Enclosing ranges stay inclusive of everything launched inside them.
@@ -37,7 +42,13 @@ import pandas as pd
 
 from analyzer.errors import ParameterError
 from analyzer.loading.model import Trace
-from analyzer.phases._index import DEFAULT_EXCLUDE, PhaseIndex
+from analyzer.phases._index import (
+    AGGREGATE_TIMING_COLUMNS,
+    DEFAULT_EXCLUDE,
+    PhaseIndex,
+    aggregate_timing,
+    range_timing,
+)
 
 __all__ = [
     "PHASE_COLUMNS", "ModelConfig", "attention_split", "category_mix", "kernel_categories",
@@ -70,6 +81,9 @@ PHASE_COLUMNS: dict[str, str] = {
     "top_kernel_count": "its launches inside the range",
     "top_kernel_mean_ns": "its mean duration inside the range (ns)",
     "top_kernels": "top 3 kernels by time: 'name (n=COUNT, mean=US us)' joined by ' | '",
+    **{c: d for c, d in AGGREGATE_TIMING_COLUMNS.items() if c != "gpu_span_ns"},
+    "gpu_span_mean_ns": "gpu_span_ns per instance (ns)",
+    "phase_mean_ns": "phase_ns per instance (ns): the phase's time per instance, by the number that measures it",
 }
 
 def _index(trace: Trace, index: PhaseIndex | None) -> PhaseIndex:
@@ -140,18 +154,19 @@ def phase_table(
     if ranges.empty:
         return _typed_empty(columns)
     key = "text" if by == "name" else "path"
-    inst = ranges[["range_id", "text", "path", "start", "duration"]].sort_values("start", kind="stable")
+    inst = ranges[["range_id", "text", "path", "start", "end", "duration"]].sort_values("start", kind="stable")
     gcode = pd.factorize(inst[key].astype(object).to_numpy(object))[0]
     pcode = pd.factorize(inst["path"].astype(object).to_numpy(object))[0]
     gpu = idx.instance_gpu(inst["range_id"].to_numpy())
+    timing = range_timing(inst["start"].to_numpy(np.int64), inst["end"].to_numpy(np.int64), gpu)
     work = pd.DataFrame({
         "g": gcode, "pcode": pcode, "pos": np.arange(len(inst)),
         "duration": inst["duration"].to_numpy(np.int64),
         **{c: gpu[c].to_numpy(np.int64) for c in ("gpu_ns", "kernel_ns", "kernel_count", "op_count",
-                                                  "busy_ns")},
-        "span": np.where(gpu["op_count"].to_numpy() > 0,
-                         gpu["last_op_end"].to_numpy(np.int64) - gpu["first_op_start"].to_numpy(np.int64), 0),
+                                                  "busy_ns", "sync_count")},
+        "span": timing["gpu_span_ns"],
     })
+    timed = aggregate_timing(work.assign(**timing), "g").set_index("g")
     g = work.groupby("g", sort=True)
     out = g.agg(
         first=("pos", "min"), paths=("pcode", "nunique"),
@@ -185,15 +200,20 @@ def phase_table(
     out["top_kernel_count"] = best["count"].fillna(0).astype("int64")
     out["top_kernel_mean_ns"] = best["total"] / best["count"]
     out["top_kernels"] = _fmt_top(top, names).reindex(out.index).fillna("").astype(object)
+    timed = timed.drop(columns="gpu_span_ns").reindex(out.index)
+    for c in timed.columns:
+        out[c] = timed[c].to_numpy()
+    out["gpu_span_mean_ns"] = out["gpu_span_ns"] / out["count"]
+    out["phase_mean_ns"] = out["phase_ns"] / out["count"]
     out = out.reset_index(drop=True)[columns]
     return out.sort_values(["cpu_total_ns", "name"], ascending=[False, True], kind="stable",
                            ignore_index=True)
 
 
 def _typed_empty(columns: list[str]) -> pd.DataFrame:
-    text = {"name", "path", "top_kernel", "top_kernels"}
+    text = {"name", "path", "top_kernel", "top_kernels", "waited", "measure"}
     floats = {"cpu_mean_ns", "cpu_std_ns", "cpu_p50_ns", "cpu_p95_ns", "gpu_mean_ns", "busy_share",
-              "top_kernel_mean_ns"}
+              "top_kernel_mean_ns", "gpu_span_mean_ns", "phase_mean_ns"}
     return pd.DataFrame({c: pd.Series(dtype=object if c in text else "float64" if c in floats else "int64")
                          for c in columns})
 

@@ -61,8 +61,11 @@ def explain(name_or_id: str, rules_file: Path | None) -> None:
         return
     click.echo(f"{rule.id} {rule.name}: {rule.title}")
     click.echo(f"severity {rule.severity}, category {rule.category}, scope {rule.scope}, reads {', '.join(rule.requires)}")
-    for heading, text in (("What it detects", rule.what), ("Why it matters", rule.why), ("How to fix it", rule.fix)):
-        click.echo(f"\n{heading}\n  " + text.strip().replace("\n", "\n  "))
+    sections = (("What it detects", rule.what), ("Why it matters", rule.why), ("How to fix it", rule.fix),
+                ("How it was calibrated", rule.calibration))
+    for heading, text in sections:
+        if text.strip():
+            click.echo(f"\n{heading}\n  " + text.strip().replace("\n", "\n  "))
     click.echo(f"\nCondition\n  {rule.condition.source.strip()}")
     if rule.parameters:
         click.echo("\nParameters (change with --set " + rule.name + ".PARAM=VALUE)")

@@ -73,6 +73,10 @@ def _rule_section(rule: Rule) -> list[str]:
         "",
         rule.fix.strip(),
         "",
+    ]
+    if rule.calibration.strip():
+        out += ["### How it was calibrated", "", rule.calibration.strip(), ""]
+    out += [
         "### When it fires",
         "",
         "```yaml",

@@ -46,7 +46,7 @@ VERSION = 1
 DEFAULT_PACK = Path(__file__).parent / "packs" / "default.yaml"
 REQUIRED = ("id", "name", "title", "severity", "source", "condition", "message", "what", "why", "fix")
 OPTIONAL = ("category", "scope", "group_by", "parameters", "where", "let", "impact", "evidence",
-            "references", "explains", "tests")
+            "references", "explains", "tests", "calibration")
 TOP_KEYS = ("version", "rules")
 PARAM_KEYS = ("default", "unit", "doc", "min", "max")
 EVIDENCE_KEYS = ("columns", "sort", "limit")
@@ -272,6 +272,7 @@ class _Loader:
                 self.problem(f'reference "{ref}" in {rid} must be an http(s) URL', file,
                              data.line_of("references"), rid)
         explains = self.string_list(data, "explains", file, rid)
+        calibration = self.text(data, "calibration", where, file, rid, required=False) or ""
         tests = self.tests(data, file, rid)
         regex_params = {p for _, e in [("", where_expr), *lets, ("", condition), ("", impact)] if e
                         for p in e.regex_params}
@@ -285,7 +286,7 @@ class _Loader:
             severity=severity, scope=scope, source=source, key_columns=key_columns,
             parameters=tuple(params), where=where_expr, lets=tuple(lets), condition=condition,
             impact=impact, evidence=evidence, message=fields["message"], what=fields["what"],
-            why=fields["why"], fix=fields["fix"], references=tuple(references),
+            why=fields["why"], fix=fields["fix"], calibration=calibration, references=tuple(references),
             explains=tuple(explains), tests=tuple(tests), file=file, line=data.line,
             columns=tuple(sorted(read & columns)), template=template,
         )

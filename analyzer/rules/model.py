@@ -128,8 +128,11 @@ class Rule:
     evidence: Evidence
     message: str
     what: str
-    why: str
+    why: str  # speaks to the reader about their trace (rendered in every report)
     fix: str
+    #: how the rule was calibrated: which real traces, what they measured (docs/rules.md and
+    #: ``analyze rules explain`` only, never a report)
+    calibration: str = ""
     references: tuple[str, ...] = ()
     explains: tuple[str, ...] = ()  # rule names
     tests: tuple[RuleTest, ...] = ()

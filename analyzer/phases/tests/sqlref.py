@@ -35,7 +35,8 @@ def _launch_sql(con: sqlite3.Connection) -> str:
         if table in tables:
             parts.append(
                 f"SELECT a.start AS api_start, {PID.format(col='a.globalTid')} AS pid, "
-                f"o.\"end\" - o.start AS dur, '{op}' AS op FROM {table} o JOIN ({api}) a "
+                f"o.\"end\" - o.start AS dur, '{op}' AS op, o.start AS op_start, o.\"end\" AS op_end "
+                f"FROM {table} o JOIN ({api}) a "
                 f"ON a.correlationId = o.correlationId "
                 f"AND {PID.format(col='a.globalTid')} = {PID.format(col='o.globalPid')}")
     return " UNION ALL ".join(parts)
@@ -108,5 +109,35 @@ def kernel_totals(path: Path) -> pd.DataFrame:
         GROUP BY 1 ORDER BY 1
         """
         return pd.read_sql_query(sql, con)
+    finally:
+        con.close()
+
+
+def range_timing(path: Path, text: str) -> pd.DataFrame:
+    """Per instance of ranges called ``text`` (ordered by start): ``start, end, first_op_start,
+    last_op_end`` (ops launched inside, any thread of the process; NULL when none) and ``syncs``:
+    runtime calls on the range's own thread, started inside it, named ``cuda*Synchronize`` (device,
+    stream, event, thread) or a synchronous ``cudaMemcpy``/``cudaMemset`` (no ``Async``)."""
+    con = connect(path)
+    try:
+        con.execute("CREATE TEMP TABLE launches AS " + _launch_sql(con))
+        con.execute("CREATE INDEX temp.launches_pid_start ON launches(pid, api_start)")
+        con.execute(
+            "CREATE TEMP TABLE syncs AS SELECT a.start, a.globalTid AS tid FROM CUPTI_ACTIVITY_KIND_RUNTIME a "
+            "JOIN StringIds s ON s.id = a.nameId WHERE (s.value LIKE 'cuda%Synchronize%' "
+            "OR ((s.value LIKE 'cudaMemcpy%' OR s.value LIKE 'cudaMemset%') AND s.value NOT LIKE '%Async%'))")
+        sql = f"""
+        WITH r AS (
+            SELECT n.rowid AS rid, n.start, n."end", n.globalTid AS tid, {PID.format(col='n.globalTid')} AS pid
+            FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId
+            WHERE n.eventType IN {RANGE_TYPES} AND COALESCE(n.text, s.value) = ?
+              AND n."end" IS NOT NULL)
+        SELECT r.start, r."end", MIN(l.op_start) AS first_op_start, MAX(l.op_end) AS last_op_end,
+               (SELECT COUNT(*) FROM syncs y WHERE y.tid = r.tid AND y.start >= r.start
+                AND y.start < r."end") AS syncs
+        FROM r LEFT JOIN launches l ON l.pid = r.pid AND l.api_start >= r.start AND l.api_start < r."end"
+        GROUP BY r.rid ORDER BY r.start
+        """
+        return pd.read_sql_query(sql, con, params=(text,))
     finally:
         con.close()

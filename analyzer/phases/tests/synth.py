@@ -6,11 +6,13 @@ the attribution columns are filled in from the parent links, as the loader would
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
 
 from analyzer.loading.model import (
+    API_COLUMNS,
     KERNEL_COLUMNS,
     MEMCPY_COLUMNS,
     MEMSET_COLUMNS,
@@ -43,7 +45,9 @@ def _nvtx(ranges: list[tuple]) -> pd.DataFrame:
     return frame.set_index(frame["range_id"].rename(None)) if rows else frame
 
 
-def make_trace(ranges: list[tuple], ops: list[tuple], name: str = "synthetic.sqlite") -> Trace:
+def make_trace(ranges: list[tuple], ops: list[tuple], name: str = "synthetic.sqlite",
+               api: Sequence[tuple] = ()) -> Trace:
+    """``api``: extra CUDA API calls ``(name, start, end, nvtx_id, tid)`` (e.g. synchronizations)."""
     nvtx = _nvtx(ranges)
     paths = dict(zip(nvtx["range_id"], nvtx["path"])) if len(nvtx) else {}
     texts = dict(zip(nvtx["range_id"], nvtx["text"])) if len(nvtx) else {}
@@ -70,8 +74,13 @@ def make_trace(ranges: list[tuple], ops: list[tuple], name: str = "synthetic.sql
     end = max([r[3] for r in ranges] + [o[3] for o in ops] + [1])
     info = TraceInfo(path=Path(name), source_format="nsys-sqlite", nsys_version=None,
                      schema_version=None, origin_ns=0, duration_ns=end)
+    calls = [{"start": s, "end": e, "duration": e - s, "name": n, "kind": "runtime", "pid": PID, "tid": tid,
+              "correlation_id": 10_000 + i, "return_value": 0, "nvtx_id": rid,
+              "nvtx_range": texts.get(rid, ""), "nvtx_path": paths.get(rid, "")}
+             for i, (n, s, e, rid, tid) in enumerate(api)]
+    api_frame = pd.DataFrame(calls, columns=list(API_COLUMNS)) if calls else empty_frame(API_COLUMNS)
     return Trace.from_frames(info, kernels=frame("kernel", KERNEL_COLUMNS), memcpy=frame("memcpy", MEMCPY_COLUMNS),
-                             memset=frame("memset", MEMSET_COLUMNS), nvtx=nvtx)
+                             memset=frame("memset", MEMSET_COLUMNS), nvtx=nvtx, api=api_frame)
 
 
 def training_trace(name: str = "small_training_ctx128.sqlite", steps: int = 2) -> Trace:
