@@ -18,6 +18,8 @@ from typing import Any
 import click
 
 from analyzer import __version__
+from analyzer.config.cli import ConfigGroup
+from analyzer.config.options import pack_options, rule_settings
 from analyzer.errors import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, AnalyzerError
 
 FORMATS = ("html", "md", "json")
@@ -33,7 +35,7 @@ Examples:
 """
 
 
-class _DefaultGroup(click.Group):
+class _DefaultGroup(ConfigGroup):
     """A group whose unknown first argument is a TRACE for the default ``run`` command."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
@@ -67,14 +69,11 @@ def cli() -> None:
 
 @cli.command("run", epilog=EPILOG)
 @click.argument("traces", nargs=-1, required=True, type=click.Path(dir_okay=True, path_type=Path))
-@click.option("--rules", "rules_file", type=click.Path(path_type=Path), default=None,
-              help="Rule pack (YAML). Default: the built-in pack (rules/default.yaml).")
+@pack_options
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
               help="Report format. Default: from --output's extension, else html.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
               help="Report path ('-' for stdout). Default: reports/<trace>.<format>.")
-@click.option("--set", "sets", multiple=True, metavar="RULE.PARAM=VALUE",
-              help="Override a rule parameter, e.g. gpu-idle-gaps.min_gap=2ms (repeatable).")
 @click.option("--fail-on", type=click.Choice(["info", "warning", "error"]), default=None,
               help="Exit with code 1 when a finding at or above this severity fires.")
 @click.option("--ncu", "ncu_files", multiple=True, type=click.Path(path_type=Path),
@@ -82,20 +81,26 @@ def cli() -> None:
 @click.option("--window", "window_spec", default=None, metavar="SPEC",
               help="Analysis window: an NVTX glob ('step_*'), a time span ('2.5s:7s') or 'full'. "
                    "Default: the repeated NVTX ranges with warmup excluded, else the part after setup.")
-@click.option("--exclude-ranges", default="warmup*", show_default=True,
-              help="NVTX ranges (glob) left out of the window and of phase tables.")
+@click.option("--exclude-ranges", multiple=True, default=("warmup*",), show_default=True,
+              help="NVTX ranges (globs, comma-separated or repeated) left out of the window and of phase "
+                   "tables; '' for none.")
 @click.option("--only-ranges", default=None, help="Phase tables keep only NVTX ranges matching this glob.")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
+@click.pass_context
 def run_cmd(
+    ctx: click.Context,
     traces: tuple[Path, ...],
-    rules_file: Path | None,
+    rules_files: tuple[str, ...],
+    sets: tuple[str, ...],
+    select: tuple[str, ...],
+    extend_select: tuple[str, ...],
+    ignore: tuple[str, ...],
     fmt: str | None,
     output: Path | None,
-    sets: tuple[str, ...],
     fail_on: str | None,
     ncu_files: tuple[Path, ...],
     window_spec: str | None,
-    exclude_ranges: str,
+    exclude_ranges: tuple[str, ...],
     only_ranges: str | None,
     quiet: bool,
 ) -> None:
@@ -107,11 +112,11 @@ def run_cmd(
     fmt = fmt or _format_from_output(output)
     progress = _progress_printer(sys.stderr.isatty() and not quiet)
     options = AnalysisOptions(
-        rules_file=rules_file,
-        sets=tuple(sets),
+        rules_files=tuple(rules_files),
+        rule_settings=rule_settings(ctx),
         window_spec=window_spec,
         ncu_files=tuple(ncu_files),
-        exclude_ranges=tuple(p for p in exclude_ranges.split(",") if p),
+        exclude_ranges=tuple(p.strip() for item in exclude_ranges for p in item.split(",") if p.strip()),
         only_ranges=only_ranges,
     )
     analyses = analyze_paths(list(traces), options, progress=progress)
@@ -164,6 +169,9 @@ def _mount_subcommands() -> None:
         cli.add_command(rules_group, "rules")
     except ImportError:  # pragma: no cover - layer not present
         pass
+    from analyzer.config.show import config_command
+
+    cli.add_command(config_command(run_cmd), "config")
     try:
         from analyzer.phases.cli import sweep as sweep_cmd
 

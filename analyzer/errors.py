@@ -61,3 +61,15 @@ class ParameterError(AnalyzerError):
 
 class WindowError(AnalyzerError):
     """A ``--window`` specification is malformed or selects nothing."""
+
+
+class ConfigError(AnalyzerError):
+    """A project configuration file (``pyproject.toml``'s ``[tool.gpu-trace-analyzer]``, a standalone
+    ``gpu-trace-analyzer.toml``, ``--config FILE``) or an accepted-findings file is invalid: names the
+    file and line."""
+
+    def __init__(self, message: str, *, file: str | None = None, line: int | None = None,
+                 hint: str | None = None) -> None:
+        self.file, self.line = file, line
+        where = f"{file}:{line}: " if file and line else (f"{file}: " if file else "")
+        super().__init__(f"{where}{message}", hint=hint)

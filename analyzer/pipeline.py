@@ -11,6 +11,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from analyzer._paths import shown_path
 from analyzer.analysis import Analysis
 from analyzer.errors import InputError
 
@@ -24,20 +25,35 @@ def default_rules_path() -> Path:
 
 @dataclass(frozen=True)
 class AnalysisOptions:
-    rules_file: Path | None = None
-    sets: tuple[str, ...] = ()
+    rules_file: Path | None = None  # one pack; ``rules_files`` composes several (wins when given)
+    sets: tuple[str, ...] = ()  # --set values, applied after ``rule_settings``
     window_spec: str | None = None
     ncu_files: tuple[Path, ...] = ()
     exclude_ranges: tuple[str, ...] = ("warmup*",)
     only_ranges: str | None = None
     fact_options: dict[str, Any] = field(default_factory=dict)
+    #: packs composed in order (``default`` is the built-in pack), e.g. ("default", "team.yaml")
+    rules_files: tuple[str | Path, ...] = ()
+    #: parameter values and rule selection, layer by layer (project configuration, command line);
+    #: analyzer.rules.selection.RuleSettings
+    rule_settings: tuple[Any, ...] = ()
+
+    @property
+    def packs(self) -> tuple[str | Path, ...]:
+        """The pack references to compose: ``rules_files``, else ``rules_file``, else the built-in."""
+        if self.rules_files:
+            return self.rules_files
+        return (self.rules_file,) if self.rules_file is not None else ("default",)
 
 
 def load_rules(options: AnalysisOptions) -> Any:
-    """Load, validate and override the rule pack before any trace is read."""
+    """Load, validate, override and select the rule pack before any trace is read."""
     from analyzer.rules import apply_overrides, load_pack
+    from analyzer.rules.selection import apply_settings
 
-    pack = load_pack(options.rules_file or default_rules_path())
+    pack = load_pack(options.packs)
+    if options.rule_settings:
+        pack = apply_settings(pack, options.rule_settings)
     return apply_overrides(pack, list(options.sets)) if options.sets else pack
 
 
@@ -81,17 +97,28 @@ def analyze_trace(
         window=window,
         findings=findings,
         facts=store,
-        rules_file=_rules_label(getattr(pack, "path", "")),
+        rules_file=_rules_label(pack),
         parameters={r.name: {p.name: p.value for p in r.parameters} for r in pack.rules},
         ncu=trace.extras.get("ncu"),
     )
 
 
-def _rules_label(path: object) -> str:
-    """How a report names the rule pack: the built-in one by its source-tree name, others as given."""
-    if path and Path(str(path)).resolve() == default_rules_path().resolve():
-        return "built-in default pack (rules/default.yaml)"
-    return str(path)
+def _rules_label(pack: Any) -> str:
+    """How a report names the rule pack: the files it was read from in load order (the built-in one by
+    its source-tree name), and the rules switched off, if any."""
+    builtin = default_rules_path().resolve()
+    parts = []
+    for ref in getattr(pack, "files", ()) or (str(getattr(pack, "path", "")),):
+        if ref and (ref == "default" or Path(ref).resolve() == builtin):
+            parts.append("built-in default pack (rules/default.yaml)")
+        elif ref:
+            parts.append(shown_path(ref))
+    label = " + ".join(parts)
+    disabled = getattr(pack, "disabled", ())
+    if disabled:
+        names = ", ".join(r.name for r in disabled[:8]) + (", ..." if len(disabled) > 8 else "")
+        label += f"; {len(disabled)} rule{'s' if len(disabled) != 1 else ''} switched off: {names}"
+    return label
 
 
 def analyze_paths(

@@ -7,23 +7,31 @@ from pathlib import Path
 
 import click
 
+from analyzer.config.cli import ConfigGroup
+from analyzer.config.options import PackRef, pack_options, rule_settings
 from analyzer.errors import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, AnalyzerError
-from analyzer.rules.loader import DEFAULT_PACK, load_pack, validate_pack
+from analyzer.rules.loader import load_pack, resolve_pack_ref, validate_pack
 from analyzer.rules.model import RulePack
 from analyzer.rules.units import format_quantity
 
 rules_file_option = click.option(
     "--rules",
-    "rules_file",
-    type=click.Path(exists=True, dir_okay=True, path_type=Path),
-    default=None,
-    help="Rule pack (YAML file or folder of them). Default: the built-in pack.",
+    "rules_files",
+    type=PackRef(),
+    multiple=True,
+    default=("default",),
+    metavar="PACK",
+    help="Rule pack: 'default' (the built-in pack), a YAML file or a folder of them; repeatable, composed "
+         "in order. Default: the built-in pack.",
 )
 
 
-def _load(rules_file: Path | None) -> RulePack:
+def _load(rules_files: Sequence[str], ctx: click.Context | None = None) -> RulePack:
+    from analyzer.rules.selection import apply_settings
+
     try:
-        return load_pack(rules_file or DEFAULT_PACK)
+        pack = load_pack(list(rules_files) or ["default"])
+        return apply_settings(pack, rule_settings(ctx)) if ctx is not None else pack
     except AnalyzerError as err:
         _fail(err)
         raise  # unreachable
@@ -34,26 +42,29 @@ def _fail(err: AnalyzerError) -> None:
     sys.exit(err.exit_code)
 
 
-@click.group("rules")
+@click.group("rules", cls=ConfigGroup)
 def rules() -> None:
     """Inspect, validate and test rule packs."""
 
 
 @rules.command("list")
-@rules_file_option
-def list_rules(rules_file: Path | None) -> None:
-    """List the rules of a pack."""
-    pack = _load(rules_file)
-    rows = [(r.id, r.name, str(r.severity), r.category, r.scope, r.title) for r in pack.rules]
-    _table(("ID", "NAME", "SEVERITY", "CATEGORY", "SCOPE", "TITLE"), rows)
+@pack_options
+@click.pass_context
+def list_rules(ctx: click.Context, rules_files: tuple[str, ...], **_: object) -> None:
+    """List the rules of a pack, with those switched off (by the pack, the configuration, --select or
+    --ignore) marked `off`."""
+    pack = _load(rules_files, ctx)
+    rows = [(r.id, r.name, "on" if r in pack.rules else "off", str(r.severity), r.category, r.scope, r.title)
+            for r in pack.all_rules]
+    _table(("ID", "NAME", "STATE", "SEVERITY", "CATEGORY", "SCOPE", "TITLE"), rows)
 
 
 @rules.command("explain")
 @click.argument("name_or_id")
 @rules_file_option
-def explain(name_or_id: str, rules_file: Path | None) -> None:
+def explain(name_or_id: str, rules_files: tuple[str, ...]) -> None:
     """Explain one rule: what it detects, why it matters, how to fix it, its parameters."""
-    pack = _load(rules_file)
+    pack = _load(rules_files)
     try:
         rule = pack.get(name_or_id)
     except AnalyzerError as err:
@@ -88,21 +99,35 @@ def validate(files: tuple[Path, ...]) -> None:
                 click.echo(f"error: {problem}", err=True)
         else:
             assert pack is not None
-            click.echo(f"{file}: OK ({len(pack)} rules)")
+            extra = ""
+            if pack.disabled:
+                extra += f", {len(pack.disabled)} switched off"
+            if len(pack.files) > 1:
+                extra += f"; read {len(pack.files)} files"
+            click.echo(f"{file}: OK ({len(pack) + len(pack.disabled)} rules{extra})")
     sys.exit(EXIT_USAGE if failed else EXIT_OK)
 
 
 @rules.command("test")
 @click.argument("names", nargs=-1)
 @rules_file_option
-def test(names: tuple[str, ...], rules_file: Path | None) -> None:
-    """Run the rules' `tests:` cases (trace + expected fire/silent); exit 1 on any failure.
+@click.option("--all", "all_rules", is_flag=True,
+              help="Also run the cases of rules the named packs only extend (e.g. the built-in pack's).")
+def test(names: tuple[str, ...], rules_files: tuple[str, ...], all_rules: bool) -> None:
+    """Run the rules' `tests:` cases (trace + expected fire/silent); exit 1 on any failure. With --rules,
+    the cases of the rules those files define (not of the packs they extend, unless --all).
 
     Example: analyze rules test --rules my_rules.yaml too-many-stream-syncs
     """
     from analyzer.rules.testing import run_rule_tests
 
-    pack = _load(rules_file)
+    pack = _load(rules_files)
+    if not names and rules_files and not all_rules:
+        own = _own_files(rules_files)
+        names = tuple(r.id for r in pack.all_rules if str(Path(r.file).resolve()) in own)
+        if not names:
+            click.echo("no rules defined in the named packs (they only extend others: use --all)")
+            return
     try:
         results = run_rule_tests(pack, names)
     except AnalyzerError as err:
@@ -116,6 +141,16 @@ def test(names: tuple[str, ...], rules_file: Path | None) -> None:
     failed = sum(not r.ok for r in results)
     click.echo(f"\n{len(results) - failed} passed, {failed} failed")
     sys.exit(EXIT_FINDINGS if failed else EXIT_OK)
+
+
+def _own_files(refs: Sequence[str]) -> set[str]:
+    """The files the given pack references name themselves (folders: their YAML files)."""
+    out: set[str] = set()
+    for ref in refs:
+        path = resolve_pack_ref(ref)
+        files = [*path.glob("*.yaml"), *path.glob("*.yml")] if path.is_dir() else [path]
+        out |= {str(f.resolve()) for f in files}
+    return out
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:

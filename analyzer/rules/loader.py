@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import keyword
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from analyzer._paths import shown_path
 from analyzer.errors import ParameterError, RuleError, UnsafeRuleError
 from analyzer.facts.registry import FactSpec, all_specs
 from analyzer.findings import Severity
@@ -47,7 +49,8 @@ DEFAULT_PACK = Path(__file__).parent / "packs" / "default.yaml"
 REQUIRED = ("id", "name", "title", "severity", "source", "condition", "message", "what", "why", "fix")
 OPTIONAL = ("category", "scope", "group_by", "parameters", "where", "let", "impact", "evidence",
             "references", "explains", "tests", "calibration")
-TOP_KEYS = ("version", "rules")
+TOP_KEYS = ("version", "extends", "rules", "disable", "enable", "override")
+OVERRIDE_KEYS = ("severity", "parameters")
 PARAM_KEYS = ("default", "unit", "doc", "min", "max")
 EVIDENCE_KEYS = ("columns", "sort", "limit")
 TEST_KEYS = ("trace", "expect", "set", "window", "note", "ncu")
@@ -58,52 +61,226 @@ IDENT_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 _FUNCTION_NAMES = {*AGGREGATES, "abs", "sqrt", "log10", "clip", *TEXT_FUNCTIONS, *FACT_FUNCTIONS}
 
 
+#: the name ``--rules`` and ``extends:`` give the built-in pack
+BUILTIN_PACKS: dict[str, Path] = {"default": DEFAULT_PACK}
+
+
 def load_pack(
-    path: str | Path,
+    path: str | Path | Sequence[str | Path],
     *,
     facts: Mapping[str, FactSpec] | None = None,
     scalars: Iterable[str] | None = None,
 ) -> RulePack:
-    """Load a pack (a YAML file, or a folder of them); raise the first problem found.
+    """Load a pack (a YAML file, a folder of them, ``default``, or several of these composed in order);
+    raise the first problem found.
 
     ``facts`` defaults to the registered facts, ``scalars`` to :func:`known_scalars`."""
     pack, problems = validate_pack(path, facts=facts, scalars=scalars)
     if problems:
         first = problems[0]
         if len(problems) > 1:
-            more = f"{len(problems) - 1} more problem(s): run `analyze rules validate {path}`"
+            named = " ".join(str(p) for p in _refs(path))
+            more = f"{len(problems) - 1} more problem(s): run `analyze rules validate {named}`"
             first.args = (f"{first.args[0]} ({more})",)
         raise first
     assert pack is not None
     return pack
 
 
+def _refs(path: str | Path | Sequence[str | Path]) -> list[str | Path]:
+    return [path] if isinstance(path, (str, Path)) else list(path)
+
+
+def resolve_pack_ref(ref: str | Path, base: Path | None = None) -> Path:
+    """``default`` -> the built-in pack; a relative path -> under ``base`` (else the working directory)."""
+    text = str(ref)
+    if text in BUILTIN_PACKS:
+        return BUILTIN_PACKS[text]
+    path = Path(text).expanduser()
+    return path if path.is_absolute() or base is None else base / path
+
+
 def validate_pack(
-    path: str | Path,
+    path: str | Path | Sequence[str | Path],
     *,
     facts: Mapping[str, FactSpec] | None = None,
     scalars: Iterable[str] | None = None,
 ) -> tuple[RulePack | None, list[RuleError]]:
-    """(pack or None, every problem found). Unsafe content stops at the first problem."""
-    path = Path(path)
-    files = sorted([*path.glob("*.yaml"), *path.glob("*.yml")]) if path.is_dir() else [path]
-    if not files:
-        return None, [RuleError("no *.yaml rule files in this folder", file=str(path))]
+    """(pack or None, every problem found). Unsafe content stops at the first problem.
+
+    ``path`` is one pack reference or several, composed in order: each is ``default`` (the built-in
+    pack), a YAML file or a folder of them. A file may ``extends:`` other packs, add ``rules:``,
+    ``disable:`` / ``enable:`` rules and ``override:`` their parameters and severity (see
+    docs/writing-rules.md, "Composing packs"); a file reached twice is read once."""
+    refs = _refs(path)
+    if not refs:
+        return None, [RuleError("no rule pack given")]
     loader = _Loader(all_specs() if facts is None else dict(facts),
                      frozenset(known_scalars() if scalars is None else scalars))
-    rules: list[Rule] = []
-    for file in files:
-        try:
-            rules += loader.load_file(file)
-        except UnsafeRuleError as err:
-            return None, [err]
+    composer = _Composer(loader)
+    try:
+        for ref in refs:
+            composer.include(resolve_pack_ref(ref), chain=())
+    except UnsafeRuleError as err:
+        return None, [err]
+    rules = composer.rules
     loader.check_pack(rules)
     if any(isinstance(p, UnsafeRuleError) for p in loader.problems):
         return None, [next(p for p in loader.problems if isinstance(p, UnsafeRuleError))]
-    pack = RulePack(rules=tuple(rules), path=str(path), version=VERSION)
+    label = ", ".join(str(r) for r in refs)
+    pack = RulePack(rules=tuple(rules), path=label, version=VERSION, files=tuple(composer.files))
+    if composer.disabled:
+        pack = pack.with_enabled({r.id for r in rules} - set(composer.disabled), composer.disabled)
     if not loader.problems:
         loader.check_test_overrides(pack)
     return (pack if not loader.problems else None), loader.problems
+
+
+class _Composer:
+    """Reads pack files in order, following ``extends:`` depth first, each file once."""
+
+    def __init__(self, loader: _Loader) -> None:
+        self.loader = loader
+        self.rules: list[Rule] = []
+        self.disabled: dict[str, str] = {}  # rule id -> reason
+        self.files: list[str] = []
+        self.seen: set[Path] = set()
+        self.broken: set[str] = set()  # names/ids of rules that failed to load: no follow-up errors
+
+    def include(self, path: Path, chain: tuple[Path, ...], line_from: tuple[str, int] | None = None) -> None:
+        if path.is_dir():
+            files = sorted([*path.glob("*.yaml"), *path.glob("*.yml")])
+            if not files:
+                self.loader.problems.append(RuleError("no *.yaml rule files in this folder", file=str(path)))
+            for member in files:
+                self.include(member, chain, line_from)
+            return
+        key = path.resolve()
+        if key in chain:
+            cycle = " -> ".join(str(p) for p in (*chain[chain.index(key):], key))
+            where_file: str | None
+            where_line: int | None
+            where_file, where_line = line_from or (str(path), None)
+            self.loader.problems.append(RuleError(f"packs extend each other in a cycle: {cycle}",
+                                                  file=where_file, line=where_line,
+                                                  hint="remove one of the extends:"))
+            return
+        if key in self.seen:
+            return
+        if not path.exists():
+            where_file, where_line = line_from or (None, None)  # type: ignore[assignment]
+            what = f'rule pack "{path}" does not exist'
+            how = ("paths in extends: are relative to the file that names them" if line_from
+                   else "check the path")
+            self.loader.problems.append(RuleError(
+                what, file=where_file, line=where_line,
+                hint=f"{how}; built-in packs: {', '.join(BUILTIN_PACKS)}"))
+            return
+        self.seen.add(key)
+        file = str(path)
+        doc = self.loader.read(path)
+        if doc is None:
+            return
+        extends = self.loader.string_list(doc, "extends", file, None) if "extends" in doc else []
+        for ref in extends:
+            self.include(resolve_pack_ref(ref, path.parent), (*chain, key), (file, doc.line_of("extends")))
+        self.files.append(file)
+        own = self.loader.rules_of(doc, file, required=not extends and not self._edits(doc))
+        self.broken |= {str(v) for data in (doc.get("rules") or []) if isinstance(data, LineDict)
+                        for v in (data.get("name"), data.get("id")) if isinstance(v, str)}
+        self.broken -= {k for r in own for k in (r.name, r.id)}
+        self.rules += own
+        for key_name, switch_on in (("disable", False), ("enable", True)):
+            if key_name in doc:
+                self.switch(doc, key_name, switch_on, file)
+        if "override" in doc:
+            self.override(doc, file)
+
+    @staticmethod
+    def _edits(doc: LineDict) -> bool:
+        return any(k in doc for k in ("disable", "enable", "override"))
+
+    def switch(self, doc: LineDict, key: str, on: bool, file: str) -> None:
+        from analyzer.rules.selection import SelectorError, resolve
+
+        line = doc.line_of(key)
+        selectors = self.loader.string_list(doc, key, file, None)
+        for selector in selectors:
+            if selector in self.broken:
+                continue
+            try:
+                ids = resolve((selector,), self.rules, f"{key}")
+            except SelectorError as err:
+                self.loader.problems.append(RuleError(err.message, file=file, line=line, hint=err.hint))
+                continue
+            for rid in ids:
+                if on:
+                    self.disabled.pop(rid, None)
+                else:
+                    self.disabled[rid] = f"disable {selector} ({shown_path(file)}:{line})"
+
+    def override(self, doc: LineDict, file: str) -> None:
+        raw = doc["override"]
+        if not isinstance(raw, LineDict):
+            self.loader.problem("override: must map rule names to {severity, parameters}", file,
+                                doc.line_of("override"))
+            return
+        for ref, spec in raw.items():
+            line = raw.line_of(ref)
+            if str(ref) in self.broken:
+                continue
+            index = next((i for i, r in enumerate(self.rules)
+                          if str(ref) in (r.name, r.id) or str(ref).upper() == r.id), None)
+            if index is None:
+                known = [r.name for r in self.rules] + [r.id for r in self.rules]
+                self.loader.problem(f'override names unknown rule "{ref}"', file, line,
+                                    hint=did_you_mean(str(ref), known) or "override a rule of an extended pack "
+                                    "or of this file")
+                continue
+            if not isinstance(spec, LineDict):
+                self.loader.problem(f"override.{ref} must be a mapping with severity and/or parameters",
+                                    file, line)
+                continue
+            rule = self.rules[index]
+            self.loader.unknown_keys(spec, OVERRIDE_KEYS, f"override.{ref}", file, rule.id)
+            if "severity" in spec:
+                try:
+                    rule = replace(rule, severity=Severity.parse(str(spec["severity"])))
+                except ValueError as err:
+                    self.loader.problem(str(err), file, spec.line_of("severity"), rule.id)
+            params = spec.get("parameters")
+            if params is not None and not isinstance(params, LineDict):
+                self.loader.problem(f"override.{ref}.parameters must map parameter names to values", file,
+                                    spec.line_of("parameters"), rule.id)
+            elif params is not None:
+                for name, value in params.items():
+                    pline = params.line_of(name)
+                    try:
+                        rule = rule.with_parameter(set_parameter(rule, str(name), value))
+                    except ParameterError as err:
+                        self.loader.problem(f"override.{ref}.parameters.{name}: {err.message}", file, pline,
+                                            rule.id, err.hint)
+            self.rules[index] = rule
+
+
+def set_parameter(rule: Rule, name: str, raw: Any) -> Parameter:
+    """``rule``'s parameter ``name`` set to ``raw`` (text such as ``2ms``, or a YAML/TOML number),
+    checked against its unit, its min/max and, for regex parameters, the pattern guard. Raises
+    :class:`ParameterError` (with did-you-mean for unknown names)."""
+    param = rule.parameter(name)
+    try:
+        value = parse_quantity(raw, param.unit)
+    except UnitError as err:
+        raise ParameterError(str(err)) from None
+    problem = check_bounds(param, value)
+    if problem:
+        raise ParameterError(problem)
+    if param.regex:
+        try:
+            check_pattern(str(value))
+        except ExprError as err:
+            raise ParameterError(err.message, hint=err.hint) from None
+    return replace(param, value=value, text=str(raw))
 
 
 class _Loader:
@@ -141,7 +318,8 @@ class _Loader:
         return value.strip()
 
     # -- files ---------------------------------------------------------------------------------
-    def load_file(self, path: Path) -> list[Rule]:
+    def read(self, path: Path) -> LineDict | None:
+        """The file's top-level mapping with its keys and version checked (None after a problem)."""
         file = str(path)
         try:
             doc = load_yaml(path)
@@ -149,10 +327,10 @@ class _Loader:
             raise
         except RuleError as err:
             self.problems.append(err)
-            return []
+            return None
         if not isinstance(doc, LineDict):
-            self.problem("a rule file is a mapping with `version: 1` and `rules:`", file, 1)
-            return []
+            self.problem("a rule file is a mapping with `version: 1` and `rules:` (or `extends:`)", file, 1)
+            return None
         self.unknown_keys(doc, TOP_KEYS, "the rule file", file, None)
         version = doc.get("version")
         if version is None:
@@ -160,10 +338,18 @@ class _Loader:
         elif version != VERSION or isinstance(version, bool):
             self.problem(f"unsupported rule file version {version!r}; this analyzer reads version {VERSION}",
                          file, doc.line_of("version"), hint=f"write `version: {VERSION}`")
-            return []
+            return None
+        return doc
+
+    def rules_of(self, doc: LineDict, file: str, *, required: bool = True) -> list[Rule]:
+        """The rules defined in ``doc`` (``rules:`` may be absent or empty when ``required`` is False:
+        a file that only extends and adjusts other packs)."""
         rules = doc.get("rules")
-        if not isinstance(rules, LineList) or not rules:
-            self.problem("`rules:` must be a non-empty list of rules", file, doc.line_of("rules"))
+        if rules is None and not required:
+            return []
+        if not isinstance(rules, LineList) or (required and not rules):
+            self.problem("`rules:` must be a non-empty list of rules (or the file `extends:` another pack)",
+                         file, doc.line_of("rules"))
             return []
         out = []
         for index, data in enumerate(rules):
@@ -405,7 +591,7 @@ class _Loader:
         if isinstance(raw, str):
             raw = [raw]
         if not isinstance(raw, list) or not all(isinstance(v, str) for v in raw):
-            self.problem(f"{rid}.{key} must be a list of text", file, data.line_of(key), rid)
+            self.problem(f"{f'{rid}.' if rid else ''}{key} must be a list of text", file, data.line_of(key), rid)
             return []
         return list(raw)
 
@@ -454,13 +640,21 @@ class _Loader:
         seen_ids: dict[str, Rule] = {}
         seen_names: dict[str, Rule] = {}
         for rule in rules:
-            for key, seen in ((rule.id, seen_ids), (rule.name, seen_names)):
-                if key in seen:
-                    first = seen[key]
-                    self.problem(f'duplicate rule {"id" if seen is seen_ids else "name"} "{key}" '
-                                 f"(first defined at {first.file}:{first.line})", rule.file, rule.line, rule.id,
-                                 "ids and names identify a rule in reports and --set; make them unique")
-                seen[key] = rule
+            same_id, same_name = seen_ids.get(rule.id), seen_names.get(rule.name)
+            if same_id is not None and same_id is same_name:  # the same rule, defined again
+                self.problem(f'rule "{rule.name}" ({rule.id}) is defined twice (first at {same_id.file}:'
+                             f"{same_id.line})", rule.file, rule.line, rule.id,
+                             "to change a rule of another pack use override: (parameters, severity); "
+                             "else give this one its own id and name")
+            else:
+                for key, first in ((rule.id, same_id), (rule.name, same_name)):
+                    if first is not None:
+                        self.problem(f'duplicate rule {"id" if key == rule.id else "name"} "{key}" '
+                                     f"(first defined at {first.file}:{first.line})", rule.file, rule.line,
+                                     rule.id, "ids and names identify a rule in reports and --set; make them "
+                                     "unique")
+            seen_ids.setdefault(rule.id, rule)
+            seen_names.setdefault(rule.name, rule)
         names = {r.name for r in rules} | {r.id for r in rules}
         for rule in rules:
             for target in rule.explains:

@@ -177,9 +177,19 @@ class Rule:
 
 @dataclass(frozen=True)
 class RulePack:
+    """The rules one analysis evaluates (``rules``), composed from one or more pack files.
+
+    ``disabled`` holds rules that are defined but switched off (a pack's ``disable:``, ``--ignore``,
+    or not picked by ``--select``); ``--set`` and ``--select`` still reach them, the engine never
+    runs them. ``reasons`` says, per disabled rule id, what switched it off. ``files`` are the pack
+    files read, in load order (extended packs first)."""
+
     rules: tuple[Rule, ...]
     path: str = ""
     version: int = 1
+    disabled: tuple[Rule, ...] = ()
+    files: tuple[str, ...] = ()
+    reasons: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     def __iter__(self) -> Any:
         return iter(self.rules)
@@ -187,24 +197,51 @@ class RulePack:
     def __len__(self) -> int:
         return len(self.rules)
 
+    @property
+    def all_rules(self) -> tuple[Rule, ...]:
+        """Enabled and disabled rules, in definition order (files in load order, then line)."""
+        order = {f: i for i, f in enumerate(self.files)}
+        both = (*self.rules, *self.disabled)
+        return tuple(sorted(both, key=lambda r: (order.get(r.file, len(order)), r.line)))
+
     def get(self, name_or_id: str) -> Rule:
-        """A rule by name or id (case-insensitive id); ParameterError with did-you-mean otherwise."""
-        for rule in self.rules:
+        """A rule by name or id (case-insensitive id), enabled or not; ParameterError with did-you-mean
+        otherwise."""
+        for rule in (*self.rules, *self.disabled):
             if name_or_id in (rule.name, rule.id) or name_or_id.upper() == rule.id:
                 return rule
-        known = [r.name for r in self.rules] + [r.id for r in self.rules]
+        every = (*self.rules, *self.disabled)
+        known = [r.name for r in every] + [r.id for r in every]
         raise ParameterError(
             f'unknown rule "{name_or_id}"',
-            hint=did_you_mean(name_or_id, known) or f"rules: {', '.join(r.name for r in self.rules)}",
+            hint=did_you_mean(name_or_id, known) or f"rules: {', '.join(r.name for r in every)}",
         )
 
+    def is_enabled(self, name_or_id: str) -> bool:
+        return self.get(name_or_id) in self.rules
+
     def select(self, names_or_ids: Iterable[str]) -> RulePack:
-        """The pack restricted to the given rules (pack order kept)."""
+        """The pack restricted to the given rules (definition order kept; disabled ones may be named)."""
         wanted = {self.get(n).id for n in names_or_ids}
-        return replace(self, rules=tuple(r for r in self.rules if r.id in wanted))
+        return replace(self, rules=tuple(r for r in self.all_rules if r.id in wanted), disabled=())
 
     def replace_rule(self, rule: Rule) -> RulePack:
-        return replace(self, rules=tuple(rule if r.id == rule.id else r for r in self.rules))
+        return replace(
+            self,
+            rules=tuple(rule if r.id == rule.id else r for r in self.rules),
+            disabled=tuple(rule if r.id == rule.id else r for r in self.disabled),
+        )
+
+    def with_enabled(self, ids: Iterable[str], reasons: Mapping[str, str] | None = None) -> RulePack:
+        """The same rules with exactly ``ids`` enabled (definition order); ``reasons`` for the others."""
+        keep = set(ids)
+        every = self.all_rules
+        return replace(
+            self,
+            rules=tuple(r for r in every if r.id in keep),
+            disabled=tuple(r for r in every if r.id not in keep),
+            reasons={k: v for k, v in {**self.reasons, **(reasons or {})}.items() if k not in keep},
+        )
 
     @property
     def requires(self) -> tuple[str, ...]:

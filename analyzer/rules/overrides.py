@@ -2,13 +2,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import replace
 
 from analyzer.errors import ParameterError
-from analyzer.rules.expr import ExprError, check_pattern
-from analyzer.rules.loader import check_bounds
+from analyzer.rules.loader import set_parameter
 from analyzer.rules.model import RulePack
-from analyzer.rules.units import UnitError, parse_quantity
 
 
 def parse_set(text: str) -> tuple[str, str, str]:
@@ -20,27 +17,23 @@ def parse_set(text: str) -> tuple[str, str, str]:
     return rule, param.strip(), value.strip()
 
 
-def apply_overrides(pack: RulePack, sets: Iterable[str]) -> RulePack:
-    """A new pack with each ``RULE.PARAM=VALUE`` applied (RULE: name or id). Raises ParameterError
-    naming the known rules/parameters (with did-you-mean) or the expected unit."""
+def apply_overrides(pack: RulePack, sets: Iterable[str], *, origin: str = "--set") -> RulePack:
+    """A new pack with each ``RULE.PARAM=VALUE`` applied (RULE: name or id, enabled or not). Raises
+    ParameterError naming the known rules/parameters (with did-you-mean) or the expected unit;
+    ``origin`` names where the values were written (``--set``, ``pyproject.toml:9``)."""
     for text in sets:
-        rule_name, param_name, raw = parse_set(text)
+        try:
+            rule_name, param_name, raw = parse_set(text)
+        except ParameterError as err:
+            if origin == "--set":
+                raise
+            raise ParameterError(f"{origin}: set {text!r}: expected RULE.PARAM=VALUE, e.g. "
+                                 "gpu-idle-gaps.min_gap=2ms") from err
         try:
             rule = pack.get(rule_name)
-            param = rule.parameter(param_name)
+            param = set_parameter(rule, param_name, raw)
         except ParameterError as err:
-            raise ParameterError(f"--set {text}: {err.message}", hint=err.hint) from None
-        try:
-            value = parse_quantity(raw, param.unit)
-        except UnitError as err:
-            raise ParameterError(f"--set {text}: {err}") from None
-        problem = check_bounds(param, value)
-        if problem:
-            raise ParameterError(f"--set {text}: {problem}")
-        if param.regex:
-            try:
-                check_pattern(str(value))
-            except ExprError as err:
-                raise ParameterError(f"--set {text}: {err.message}", hint=err.hint) from None
-        pack = pack.replace_rule(rule.with_parameter(replace(param, value=value, text=raw)))
+            where = f"{origin} {text}" if origin == "--set" else f"{origin}: set {text}"
+            raise ParameterError(f"{where}: {err.message}", hint=err.hint) from None
+        pack = pack.replace_rule(rule.with_parameter(param))
     return pack

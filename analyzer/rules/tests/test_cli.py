@@ -32,7 +32,7 @@ def test_list_and_explain(write):
     path = write(pack_text(rule()))
     result = invoke("list", "--rules", str(path))
     assert result.exit_code == 0
-    assert "GPU001  gpu-idle-gaps  warning   utilization  device  GPU idle between operations" in result.output
+    assert "GPU001  gpu-idle-gaps  on     warning   utilization  device  GPU idle between operations" in result.output
     result = invoke("explain", "GPU001", "--rules", str(path))
     assert result.exit_code == 0
     assert "min_gap = 1ms (duration): shorter gaps are launch latency" in result.output

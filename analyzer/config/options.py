@@ -1,0 +1,91 @@
+"""Option groups shared by the commands that analyze traces (``analyze``, ``analyze config``, ``analyze
+diff``...): one definition each, so every command spells, documents and configures them the same way.
+
+    @cli.command("diff")
+    @pack_options
+    def diff(..., rules_files, sets, select, extend_select, ignore): ...
+        options = AnalysisOptions(rules_files=rules_files or ("default",),
+                                  rule_settings=rule_settings(click.get_current_context()))
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from analyzer.config.cli import LayeredOption, layers
+from analyzer.rules.loader import BUILTIN_PACKS
+from analyzer.rules.selection import RuleSettings, split_selectors
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class PackRef(click.ParamType):
+    """A rule pack: ``default`` (the built-in pack), a YAML file or a folder of them. In a configuration
+    file a relative path is relative to the file's folder; built-in names stay names."""
+
+    name = "PACK"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = str(value)
+        if not text:
+            self.fail("a rule pack is a name (default) or a path", param, ctx)
+        return text
+
+    def from_config(self, value: str, base: Path) -> str:
+        if value in BUILTIN_PACKS:
+            return value
+        path = Path(value).expanduser()
+        return str(path if path.is_absolute() else base / path)
+
+
+def pack_options(function: F) -> F:
+    """``--rules`` (repeatable, composed in order), ``--set``, ``--select``, ``--extend-select``,
+    ``--ignore``. The command receives ``rules_files``, ``sets``, ``select``, ``extend_select`` and
+    ``ignore``; :func:`rule_settings` turns the last four into layers (file first, then command line)."""
+    decorators = [
+        click.option("--rules", "rules_files", type=PackRef(), multiple=True, default=("default",), metavar="PACK",
+                     help="Rule pack: 'default' (the built-in pack), a YAML file or a folder of them; "
+                          "repeatable, composed in order (a pack may say 'extends: default'). "
+                          "Default: the built-in pack."),
+        click.option("--set", "sets", cls=LayeredOption, multiple=True, metavar="RULE.PARAM=VALUE",
+                     help="Override a rule parameter, e.g. gpu-idle-gaps.min_gap=2ms (repeatable; after "
+                          "the configuration file's)."),
+        click.option("--select", "select", cls=LayeredOption, multiple=True, metavar="RULE|ID|CATEGORY",
+                     help="Run only these rules: names, ids (or id prefixes like NCU), categories or globs "
+                          "('ncu-*'); repeatable or comma-separated. Replaces the configuration's selection."),
+        click.option("--extend-select", "extend_select", cls=LayeredOption, multiple=True,
+                     metavar="RULE|ID|CATEGORY", help="Add rules to the selection (e.g. one a pack disables)."),
+        click.option("--ignore", "ignore", cls=LayeredOption, multiple=True, metavar="RULE|ID|CATEGORY",
+                     help="Switch rules off (names, ids, id prefixes, categories or globs); adds to the "
+                          "configuration's ignore."),
+    ]
+    for decorator in reversed(decorators):
+        function = decorator(function)
+    return function
+
+
+def rule_settings(ctx: click.Context) -> tuple[RuleSettings, ...]:
+    """The ``--set`` / ``--select`` / ``--extend-select`` / ``--ignore`` layers of this invocation:
+    the configuration file's, then the command line's (see :mod:`analyzer.rules.selection`)."""
+    out = []
+    for index in (0, 1):  # 0: configuration file, 1: command line
+        values: dict[str, Any] = {}
+        origins: dict[str, str] = {}
+        for name in ("sets", "select", "extend_select", "ignore"):
+            layer = layers(ctx, name)[index]
+            if not layer.given:
+                continue
+            items = tuple(str(v) for v in layer.values)
+            values[name] = items if name == "sets" else split_selectors(items)
+            if index == 0:
+                origins[name] = layer.origin
+        if values:
+            out.append(RuleSettings(
+                sets=values.get("sets", ()), select=values.get("select"),
+                extend_select=values.get("extend_select", ()), ignore=values.get("ignore", ()),
+                origin=origins,
+            ))
+    return tuple(out)

@@ -1,0 +1,59 @@
+"""``analyze config``: the effective settings of ``analyze`` and where each came from, the rule pack they
+give (files, rules switched off and why, parameters changed) and the accepted findings in use. It
+loads and checks everything a run would (the pack, ``--set`` values, selectors, the accepted-findings
+file) without reading a trace, so it is also the way to check a configuration in CI."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import click
+
+from analyzer.config.cli import ConfigCommand, describe_settings, effective
+
+
+def config_command(target: click.Command) -> click.Command:
+    """``analyze config`` taking ``target``'s options (so it shows what ``target`` would use)."""
+    options = [p for p in target.params if isinstance(p, click.Option) and p.name not in ("config_file", "isolated")]
+    return ConfigCommand(
+        "config",
+        params=list(options),
+        callback=click.pass_context(_show),
+        help="Show the effective settings (command line, configuration file, defaults) and where each "
+             "came from, the rule pack they give and the accepted findings; checks them all without "
+             "reading a trace (exit 2 on any problem).",
+        short_help="Show the effective settings and where each came from.",
+    )
+
+
+def _show(ctx: click.Context, **params: Any) -> None:
+    from analyzer.config.options import rule_settings
+    from analyzer.pipeline import AnalysisOptions, _rules_label, load_rules
+    from analyzer.rules.units import format_quantity
+
+    echo = click.echo
+    echo(f"configuration: {describe_settings(ctx)}")
+    rows = effective(ctx)
+    echo("")
+    _table(("setting", "value", "from"), rows)
+    rules_files = tuple(params.get("rules_files") or ())
+    pack = load_rules(AnalysisOptions(rules_files=rules_files, rule_settings=rule_settings(ctx)))
+    total = len(pack.rules) + len(pack.disabled)
+    echo("")
+    echo(f"rule pack: {_rules_label(pack).split(';')[0]}")
+    echo(f"  {total} rules, {len(pack.rules)} enabled")
+    for rule in pack.disabled:
+        echo(f"  off  {rule.id:<8} {rule.name:<32} {pack.reasons.get(rule.id, '')}")
+    changed = [(r, p) for r in pack.all_rules for p in r.parameters if p.value != p.default]
+    if changed:
+        echo("  parameters changed from their defaults:")
+        for rule, param in changed:
+            echo(f"    {rule.name}.{param.name} = {format_quantity(param.value, param.unit)} "
+                 f"(default {format_quantity(param.default, param.unit)})")
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    widths = [min(48, max(len(str(c)) for c in col)) for col in zip(header, *rows)]
+    for row in (header, *rows):
+        cells = [str(c) for c in row]
+        click.echo("  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip())
