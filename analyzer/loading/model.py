@@ -5,6 +5,28 @@ stored as ``int64``. Frames are pandas DataFrames with exactly the columns liste
 tuples below (a loader may add more, never fewer). A table that the export lacks is an empty frame with
 these columns, never ``None``.
 
+Dtypes (what code reading the frames must accept)
+-------------------------------------------------
+A million-kernel trace is ~1 M kernel rows and ~2 M API rows, so the nsys loader stores the big frames
+(kernels, memcpy, memset, api, sync) compactly:
+
+* **times** (``start``, ``end``, ``duration``, ``api_start``) and ``bytes``: ``int64``, always;
+* **id-like integers** (:data:`COMPACT_INT_COLUMNS`: device, context, stream, correlation id, launch
+  dimensions, registers, shared memory, launch type, graph node, pid, tid, nvtx_id, return value):
+  ``int32`` when the trace's values fit, else ``int64``. Multiply them in ``int64``
+  (``k["grid_x"].astype("int64") * k["grid_y"] * k["grid_z"]``): an int32 product can wrap;
+* **text** (``name``, ``short_name``, ``api_name``, ``nvtx_range``, ``nvtx_path``, ``attribution``,
+  ``kind``, ``direction``, ``src_kind``, ``dst_kind``, ``mem_kind``, ``sync_type``): pandas
+  ``category`` with ``object`` categories: the distinct texts in use, sorted (so sorting by the column
+  is lexical); missing text is ``""``, never NaN. ``==``, ``isin``, ``.str.*``, ``groupby`` and
+  ``sort_values`` behave as on strings. Unlike ``object`` text: assigning a text that is not yet a
+  category raises (``col.astype(object)`` first), ``s + "x"`` raises, ``value_counts()`` of a
+  filtered subset lists the unused categories with count 0, ``unique()`` returns a Categorical.
+  ``analyzer.facts._util.factorize_objects`` and ``text`` take both and use the codes directly.
+
+The small frames (nvtx, gpus, processes, threads), :func:`empty_frame` and frames other loaders or
+tests build keep ``object`` text and ``int64`` integers: code must accept both forms.
+
 Attribution columns (shared by kernels, memcpy, memset):
 
 ``api_name``        CUDA API call that launched the operation (joined on correlation id), or ``""``
@@ -126,6 +148,13 @@ NVTX_COLUMNS: tuple[str, ...] = (
     "parent_id",  # range_id of the enclosing range on the same thread, -1 for roots
     "path",  # "/"-joined texts from the outermost range down to this one
 )
+
+#: id-like integer columns of the big frames stored as int32 when the trace's values fit
+COMPACT_INT_COLUMNS: frozenset[str] = frozenset({
+    "device", "context", "stream", "correlation_id", "grid_x", "grid_y", "grid_z", "block_x", "block_y",
+    "block_z", "registers_per_thread", "static_smem", "dynamic_smem", "launch_type", "graph_node_id",
+    "pid", "tid", "nvtx_id", "return_value",
+})
 
 GPU_COLUMNS: tuple[str, ...] = (
     "device",

@@ -35,6 +35,7 @@ from analyzer.errors import InputError
 from analyzer.loading import attribution as attr
 from analyzer.loading.model import (
     API_COLUMNS,
+    COMPACT_INT_COLUMNS,
     GPU_COLUMNS,
     KERNEL_COLUMNS,
     MEMCPY_COLUMNS,
@@ -47,6 +48,7 @@ from analyzer.loading.model import (
     TraceInfo,
     empty_frame,
 )
+from analyzer.loading.columns import TextCodes, narrow_int
 from analyzer.loading.sqlite_reader import SqliteReader, release_free_memory
 
 Progress = Callable[[str], None]
@@ -128,6 +130,12 @@ API_FETCH = {"start": "start", "end": "end", "global_tid": "globalTid", "correla
              "name_id": "nameId", "return_value": "returnValue", "event_class": "eventClass"}
 NVTX_FETCH = {"start": "start", "end": "end", "event_type": "eventType", "global_tid": "globalTid",
               "text_id": "textId", "domain_id": "domainId"}
+# fetched columns stored in 32 bits when the trace's values fit (ids, enums, launch dimensions)
+NARROW_FETCH = frozenset({
+    "device", "context", "stream", "correlation_id", "short_id", "name_id", "grid_x", "grid_y", "grid_z",
+    "block_x", "block_y", "block_z", "registers_per_thread", "static_smem", "dynamic_smem", "launch_type",
+    "graph_node_id", "copy_kind", "src_kind", "dst_kind", "mem_kind", "sync_type", "return_value",
+    "event_class", "event_type", "text_id", "domain_id"})
 NVTX_WANTED = f"eventType IN ({NVTX_MARK}, {NVTX_PUSHPOP}, {NVTX_STARTEND}, {NVTX_DOMAIN_CREATE})"
 
 _API_SUFFIX = re.compile(r"(?:_v\d+|_ptsz|_ptds|_spt)+$")
@@ -207,11 +215,34 @@ class StringTable:
                 ids = ids[keep]
             self._values[ids] = [r[1] if isinstance(r[1], str) else "" for r in rows]
         self._default = size - 1  # always ""
+        self._empty: np.ndarray | None = None
 
     def lookup(self, ids: np.ndarray) -> np.ndarray:
         """Text for each id (``""`` for -1/NULL or unknown ids)."""
         bad = (ids < 0) | (ids >= len(self._values))
         return self._values[np.where(bad, self._default, ids)]
+
+    def codes(self, ids: np.ndarray, fn: Callable[[str], str] | None = None) -> TextCodes:
+        """The text of each id as :class:`TextCodes` over the distinct ids used (``fn`` applied once
+        per distinct id, e.g. API suffix stripping); no per-row string is touched."""
+        size = len(self._values)
+        safe = np.where((ids < 0) | (ids >= size), self._default, ids)
+        present = np.zeros(size, dtype=bool)
+        present[safe] = True
+        used = np.flatnonzero(present)
+        labels = self._values[used]
+        if fn is not None:
+            labels = np.array([fn(t) for t in labels], dtype=object)
+        dense = np.full(size, -1, dtype=np.int32)
+        dense[used] = np.arange(len(used), dtype=np.int32)
+        return TextCodes(dense[safe], labels)
+
+    def is_empty(self, ids: np.ndarray) -> np.ndarray:
+        """Per id: its text is ``""`` (or the id is -1/NULL/unknown)."""
+        if self._empty is None:
+            self._empty = self._values == ""
+        size = len(self._values)
+        return self._empty[np.where((ids < 0) | (ids >= size), self._default, ids)]
 
     def mapped(self, ids: np.ndarray, fn: Callable[[str], str]) -> np.ndarray:
         """``fn`` applied once per distinct id, then broadcast (e.g. API suffix stripping)."""
@@ -287,11 +318,25 @@ def _tid(global_tid: np.ndarray) -> np.ndarray:
     return np.where(global_tid >= 0, global_tid & 0xFFFFFF, -1)
 
 
-def _frame(columns: tuple[str, ...], data: dict[str, np.ndarray]) -> pd.DataFrame:
-    """A contract frame from arrays (missing contract columns are an error in the loader)."""
+def _frame(columns: tuple[str, ...], data: Mapping[str, Any], *, compact: bool = False) -> pd.DataFrame:
+    """A contract frame from arrays (missing contract columns are an error in the loader). ``compact``:
+    text as categorical, id-like integers in 32 bits where they fit (the big frames; see model.py)."""
     if not data or len(next(iter(data.values()))) == 0:
         return empty_frame(columns)
-    return pd.DataFrame({c: _column(data[c]) for c in columns}, copy=False)
+    if not compact:
+        return pd.DataFrame({c: _column(data[c]) for c in columns}, copy=False)
+    out: dict[str, Any] = {}
+    for c in columns:
+        v = data[c]
+        if isinstance(v, TextCodes):
+            out[c] = v.categorical()
+        elif isinstance(v, np.ndarray) and v.dtype == object:
+            out[c] = TextCodes.of(v).categorical()
+        elif c in COMPACT_INT_COLUMNS:
+            out[c] = narrow_int(v)
+        else:
+            out[c] = v
+    return pd.DataFrame(out, copy=False)
 
 
 def _by_start(frame: pd.DataFrame) -> pd.DataFrame:
@@ -355,7 +400,7 @@ class _Loader:
             r.columns(table)  # schema lookups on this thread; workers only fetch
             if n:
                 self.say(f"reading {label} ({n:,} rows)")
-            jobs[name] = lambda: r.fetch_ints(table, cols, where=where)
+            jobs[name] = lambda: r.fetch_ints(table, cols, where=where, narrow=NARROW_FETCH)
 
         add("k", KERNEL_TABLE, KERNEL_FETCH, "kernels")
         add("rt", RUNTIME_TABLE, API_FETCH, "CUDA runtime API calls")
@@ -386,26 +431,29 @@ class _Loader:
 
         self.say(f"attributing NVTX ranges ({len(nv['start']):,} events)")
         nvtx, timeline = self._build_nvtx(nv, origin, trace_end)
+        self._nvtx_text = TextCodes.of(nvtx["text"])
+        self._nvtx_path = TextCodes.of(nvtx["path"])
         del nv
         release_free_memory()
 
-        api_name = strings.mapped(api["name_id"], strip_api_suffix)
+        api_name = strings.codes(api["name_id"], strip_api_suffix)
         api["pid"] = _pid(api["global_tid"])
         api["tid"] = _tid(api["global_tid"])
         api_thread_nvtx = timeline.thread_at(api["global_tid"], api["start"])
-        api_frame_data = {
+        api_frame_data: dict[str, Any] = {
             "start": api["start"], "end": api["end"], "duration": api["duration"],
-            "name": api_name, "kind": np.array(["runtime", "driver"], dtype=object)[api["is_driver"]],
+            "name": api_name, "kind": TextCodes(api["is_driver"], np.array(["runtime", "driver"], dtype=object)),
             "pid": api["pid"], "tid": api["tid"], "correlation_id": api["correlation_id"],
             "return_value": api["return_value"],
         }
-        api_frame_data.update(self._nvtx_columns(nvtx, api_thread_nvtx))
+        api_frame_data.update(self._nvtx_columns(api_thread_nvtx))
 
         self.say("joining GPU work to launching API calls")
         launch = _Launches(api, api_name, api_thread_nvtx, timeline, nvtx)
         kernels = self._gpu_frame(KERNEL_COLUMNS, k, launch, {
-            "short_name": strings.lookup(k["short_id"]),
-            "name": _fallback_text(strings.lookup(k["name_id"]), strings.lookup(k["short_id"])),
+            "short_name": strings.codes(k["short_id"]),
+            # the demangled name, else the short name (exports without demangled names)
+            "name": strings.codes(np.where(strings.is_empty(k["name_id"]), k["short_id"], k["name_id"])),
         })
         del k
         copy_kinds = _enum(r, "ENUM_CUDA_MEMCPY_OPER", MEMCPY_KIND_NAMES)
@@ -421,7 +469,7 @@ class _Loader:
             "mem_kind": _map_codes(ms["mem_kind"], mem_labels, "unknown"),
         })
         sync = self._sync_frame(sy, launch)
-        api_frame = _frame(API_COLUMNS, api_frame_data).pipe(_by_start)
+        api_frame = _frame(API_COLUMNS, api_frame_data, compact=True).pipe(_by_start)
 
         self.say("reading GPUs, processes and threads")
         gpus = self._gpus()
@@ -556,17 +604,14 @@ class _Loader:
         timeline = attr.NvtxTimeline(gtid, pid, start, end, depth, parent, crossed)
         return frame, timeline
 
-    @staticmethod
-    def _nvtx_columns(nvtx: pd.DataFrame, ids: np.ndarray) -> dict[str, np.ndarray]:
-        """nvtx_id / nvtx_range / nvtx_path for rows whose innermost range is ``ids`` (-1: none). The
-        text tables get a trailing ``""`` so that id -1 indexes it: one gather, no masks."""
-        texts = np.append(nvtx["text"].to_numpy(dtype=object), "")
-        paths = np.append(nvtx["path"].to_numpy(dtype=object), "")
-        return {"nvtx_id": ids, "nvtx_range": texts[ids], "nvtx_path": paths[ids]}
+    def _nvtx_columns(self, ids: np.ndarray) -> dict[str, Any]:
+        """nvtx_id / nvtx_range / nvtx_path for rows whose innermost range is ``ids`` (-1: none), the
+        texts as codes into the ranges' distinct texts and paths (one gather, no string touched)."""
+        return {"nvtx_id": ids, "nvtx_range": self._nvtx_text.take(ids), "nvtx_path": self._nvtx_path.take(ids)}
 
     # -- GPU operations ---------------------------------------------------------------------------------
     def _gpu_frame(self, columns: tuple[str, ...], d: dict[str, np.ndarray], launch: _Launches,
-                   extra: dict[str, np.ndarray]) -> pd.DataFrame:
+                   extra: dict[str, Any]) -> pd.DataFrame:
         n = len(d["start"])
         if n == 0:
             return empty_frame(columns)
@@ -579,17 +624,17 @@ class _Loader:
         how = np.zeros(n, dtype=np.int8)
         how[proc_id >= 0] = 1
         how[thread_id >= 0] = 2
-        data = dict(d)
+        data: dict[str, Any] = dict(d)
         data.update(extra)
         data.update({
-            "api_name": launch.name[idx],
+            "api_name": launch.name.take(idx),
             "api_start": launch.start[idx],
             "pid": np.where(idx >= 0, launch.pid[idx], op_pid),
             "tid": launch.tid[idx],
-            "attribution": np.array(["none", "process", "thread"], dtype=object)[how],
+            "attribution": TextCodes(how, np.array(["none", "process", "thread"], dtype=object)),
         })
-        data.update(self._nvtx_columns(launch.nvtx, nvtx_id))
-        return _frame(columns, data).pipe(_by_start)
+        data.update(self._nvtx_columns(nvtx_id))
+        return _frame(columns, data, compact=True).pipe(_by_start)
 
     def _sync_frame(self, d: dict[str, np.ndarray], launch: _Launches) -> pd.DataFrame:
         if len(d["start"]) == 0:
@@ -601,7 +646,7 @@ class _Loader:
         data["sync_type"] = _map_codes(d["sync_type"], {i: _sync_label(n) for i, n in names.items()}, "unknown")
         data["pid"] = np.where(idx >= 0, launch.pid[idx], op_pid)
         data["tid"] = launch.tid[idx]
-        return _frame(SYNC_COLUMNS, data).pipe(_by_start)
+        return _frame(SYNC_COLUMNS, data, compact=True).pipe(_by_start)
 
     # -- GPUs -------------------------------------------------------------------------------------------
     def _gpus(self) -> pd.DataFrame:
@@ -725,10 +770,10 @@ class _Launches:
     """The API calls as a join target: the correlation index plus per-call columns, each with one
     trailing "unknown" entry so that a failed join (row index -1) gathers the default without masks."""
 
-    def __init__(self, api: dict[str, np.ndarray], name: np.ndarray, thread_nvtx: np.ndarray,
+    def __init__(self, api: dict[str, np.ndarray], name: TextCodes, thread_nvtx: np.ndarray,
                  timeline: attr.NvtxTimeline, nvtx: pd.DataFrame) -> None:
         self.index = attr.CorrelationIndex(api["pid"], api["correlation_id"], api["is_driver"])
-        self.name = np.append(name, "").astype(object, copy=False)
+        self.name = name
         self.start = np.append(api["start"], -1)
         self.pid = np.append(api["pid"], -1)
         self.tid = np.append(api["tid"], -1)
@@ -746,15 +791,6 @@ class _Launches:
                 out[need] = self._timeline.process_at(self.pid[need], self.start[need])
             self._process = out
         return self._process
-
-
-def _fallback_text(primary: np.ndarray, fallback: np.ndarray) -> np.ndarray:
-    empty = primary == ""
-    if not empty.any():
-        return primary
-    out = primary.copy()
-    out[empty] = fallback[empty]
-    return out
 
 
 def _fill_cc_limits(rec: dict[str, Any]) -> None:

@@ -29,7 +29,7 @@ import os
 import sqlite3
 import struct
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -38,6 +38,7 @@ from urllib.parse import quote
 import numpy as np
 
 from analyzer.errors import InputError
+from analyzer.loading.columns import narrow_int
 
 T = TypeVar("T")
 
@@ -169,40 +170,51 @@ class SqliteReader:
         *,
         where: str | None = None,
         default: int = NULL_INT,
+        narrow: Collection[str] = (),
     ) -> dict[str, np.ndarray]:
-        """Fetch integer columns of ``table`` as ``int64`` arrays, one per key of ``columns``.
+        """Fetch integer columns of ``table`` as integer arrays, one per key of ``columns``.
 
         ``columns`` maps an output name to a SQL column of ``table``; ``None`` or a column the table lacks
         yields a constant ``default`` array, so callers select only present columns without branching.
-        SQL NULL becomes ``default``."""
+        SQL NULL becomes ``default``. Columns named in ``narrow`` are ``int32`` when every value fits
+        (:func:`narrow_int`), the others ``int64``.
+
+        The plain columns are selected (``SELECT "a", "b"``: 10-15% cheaper for SQLite than a
+        ``coalesce(CAST(...))`` per value); a column holding something other than integers (text or
+        real values in a damaged export) makes the query run again with the casts."""
         real = self.table(table)
         names = list(columns)
         if real is None:
-            return {n: np.empty(0, dtype=np.int64) for n in names}
+            return {n: np.empty(0, dtype=np.int32 if n in narrow else np.int64) for n in names}
         present = set(self.columns(real))
-        exprs: list[str] = []
+        cols: list[str] = []
         fetched: list[str] = []
         for n in names:
             col = columns[n]
             if col is None or col not in present:
                 continue
-            exprs.append(f'coalesce(CAST("{col}" AS INTEGER), {int(default)})')
+            cols.append(col)
             fetched.append(n)
-        if not exprs:
-            exprs, fetched = ["0"], []  # still need the row count
-        sql = f'SELECT {", ".join(exprs)} FROM "{real}"' + (f" WHERE {where}" if where else "")
-        arrays = self._fetch_int_matrix(sql, len(exprs))
+        tail = f' FROM "{real}"' + (f" WHERE {where}" if where else "")
+        plain_cols = ", ".join(f'"{c}"' for c in cols) or "0"
+        cast_cols = ", ".join(f'coalesce(CAST("{c}" AS INTEGER), {int(default)})' for c in cols) or "0"
+        plain, cast = f"SELECT {plain_cols}{tail}", f"SELECT {cast_cols}{tail}"
+        small = [n in narrow for n in fetched] or [False]
+        if self.backend == "adbc":
+            try:
+                arrays = self._adbc_ints(plain, small, default)
+            except _NotIntegers:
+                arrays = self._adbc_ints(cast, small, default)
+        else:
+            arrays = [narrow_int(a) if s else a for a, s in zip(self._sqlite3_ints(cast, len(small)), small)]
         n_rows = len(arrays[0])
         out = dict(zip(fetched, arrays))
         for n in names:
             if n not in out:
-                out[n] = np.full(n_rows, default, dtype=np.int64)
+                out[n] = np.full(n_rows, default, dtype=np.int32 if n in narrow else np.int64)
         return out
 
-    def _fetch_int_matrix(self, sql: str, width: int) -> list[np.ndarray]:
-        if self.backend == "adbc":
-            table = self._adbc_query(sql)
-            return [_arrow_to_int64(table.column(i)) for i in range(width)]
+    def _sqlite3_ints(self, sql: str, width: int) -> list[np.ndarray]:
         cur = self.conn.execute(sql)
         try:
             flat = np.fromiter(itertools.chain.from_iterable(cur), dtype=np.int64)
@@ -211,6 +223,38 @@ class SqliteReader:
                              hint="the export may be corrupt; export it again") from exc
         matrix = flat.reshape(-1, width)
         return [np.ascontiguousarray(matrix[:, i]) for i in range(width)]
+
+    def _adbc_ints(self, sql: str, small: list[bool], default: int) -> list[np.ndarray]:
+        """Stream the query's record batches into one preallocated array per column (int32 for the
+        ``small`` ones while their values fit, widened to int64 on the first that does not), so the
+        loader never holds the whole result as int64 Arrow columns plus its converted copy."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        counted = self._adbc_query("SELECT count(*) FROM (" + sql + ")").column(0)
+        total = int(counted[0].as_py() or 0) if len(counted) else 0
+        out = [np.empty(total, dtype=np.int32 if s else np.int64) for s in small]
+        pos = 0
+        for batch in self._adbc_batches(sql):
+            n = batch.num_rows
+            if pos + n > total:  # cannot happen on an immutable file; stay correct anyway
+                out = [np.concatenate([o, np.empty(pos + n - total, dtype=o.dtype)]) for o in out]
+                total = pos + n
+            for i in range(len(out)):
+                col = batch.column(i)
+                if not pa.types.is_integer(col.type):
+                    if pa.types.is_null(col.type):
+                        out[i][pos:pos + n] = default
+                        continue
+                    raise _NotIntegers(str(col.type))
+                if col.null_count:
+                    col = pc.fill_null(col, default)
+                values = col.to_numpy(zero_copy_only=False)
+                if out[i].dtype == np.int32 and narrow_int(values).dtype != np.int32:
+                    out[i] = out[i].astype(np.int64)
+                out[i][pos:pos + n] = values
+            pos += n
+        return [o[:pos] if pos < len(o) else o for o in out]
 
     def fetch_text(self, table: str, column: str, *, where: str | None = None) -> np.ndarray:
         """One text column as an object array (``""`` for NULL); equal texts share one Python string."""
@@ -251,7 +295,7 @@ class SqliteReader:
             self._backend = choose_backend()
         return self._backend
 
-    def _adbc_query(self, sql: str):  # -> pyarrow.Table
+    def _adbc_cursor(self):  # -> adbc cursor on this thread's connection
         import adbc_driver_sqlite.dbapi as adbc
 
         conn = getattr(self._local, "adbc", None)
@@ -261,8 +305,14 @@ class SqliteReader:
             with self._lock:
                 self._adbc_conns.append(conn)
         cur = conn.cursor()
+        cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": "65536"})
+        return cur
+
+    def _adbc_query(self, sql: str):  # -> pyarrow.Table
+        import adbc_driver_sqlite.dbapi as adbc
+
+        cur = self._adbc_cursor()
         try:
-            cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": "65536"})
             cur.execute(sql)
             return cur.fetch_arrow_table()
         except adbc.ProgrammingError:
@@ -272,6 +322,33 @@ class SqliteReader:
         finally:
             cur.close()
 
+    def _adbc_batches(self, sql: str) -> Iterator[Any]:  # yields pyarrow.RecordBatch
+        import adbc_driver_sqlite.dbapi as adbc
+
+        cur = self._adbc_cursor()
+        try:
+            cur.execute(sql)
+            reader = cur.fetch_record_batch()
+            while True:
+                try:
+                    batch = reader.read_next_batch()
+                except StopIteration:
+                    break
+                yield batch
+        except adbc.ProgrammingError:
+            raise
+        except (adbc.Error, OSError) as exc:
+            msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            if "Type mismatch" in msg:  # a column changed type mid-table (text in an integer column)
+                raise _NotIntegers(msg) from exc
+            raise sqlite3.DatabaseError(msg) from exc
+        finally:
+            cur.close()
+
+
+class _NotIntegers(Exception):
+    """A fetched column holds values other than integers (the query is retried with casts)."""
+
 
 def choose_backend() -> str:
     """``adbc`` when the ADBC SQLite driver is installed, else ``sqlite3`` (``$ANALYZER_SQLITE_BACKEND``
@@ -280,21 +357,6 @@ def choose_backend() -> str:
     if forced in ("sqlite3", "adbc"):
         return forced
     return "adbc" if importlib.util.find_spec("adbc_driver_sqlite") is not None else "sqlite3"
-
-
-def _arrow_to_int64(col) -> np.ndarray:  # col: pyarrow.ChunkedArray
-    import pyarrow as pa
-
-    if col.type != pa.int64():
-        try:
-            col = col.cast(pa.int64())
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            col = col.cast(pa.float64()).cast(pa.int64(), safe=False)
-    if col.null_count:
-        col = col.fill_null(NULL_INT)
-    if col.num_chunks == 1:
-        return col.chunk(0).to_numpy(zero_copy_only=False)
-    return col.to_numpy()
 
 
 _libc: Any = None

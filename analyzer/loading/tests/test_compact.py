@@ -1,0 +1,116 @@
+"""The trace model's compact dtypes (model.py, "Dtypes"): what they are, that the values are the export's,
+and the reader's fallbacks (text in an integer column, values beyond 32 bits)."""
+from __future__ import annotations
+
+import sqlite3
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analyzer.loading import load_trace
+from analyzer.loading.columns import TextCodes, categorical, narrow_int
+from analyzer.loading.model import COMPACT_INT_COLUMNS, FRAME_COLUMNS
+from analyzer.loading.sqlite_reader import SqliteReader
+
+TIMES = {"start", "end", "duration", "api_start", "bytes"}
+BIG = ("kernels", "memcpy", "memset", "api", "sync")
+
+
+@pytest.fixture(scope="module")
+def trace():
+    from analyzer.testing import real_trace
+
+    return load_trace(real_trace("small_training_ctx128"))
+
+
+@pytest.mark.parametrize("frame", BIG)
+def test_big_frames_are_compact(trace, frame):
+    f = getattr(trace, frame)
+    assert len(f)
+    assert list(f.columns) == list(FRAME_COLUMNS[frame])
+    assert isinstance(f.index, pd.RangeIndex)
+    for c in f.columns:
+        dtype = f[c].dtype
+        if c in TIMES:
+            assert dtype == np.int64, c
+        elif c in COMPACT_INT_COLUMNS:
+            assert dtype == np.int32, c  # every id of this trace fits
+        else:
+            assert isinstance(dtype, pd.CategoricalDtype), c
+            cats = list(dtype.categories)
+            assert dtype.categories.dtype == object and cats == sorted(cats) and len(set(cats)) == len(cats), c
+            assert not f[c].isna().any(), c
+            assert (f[c].value_counts() > 0).all(), f"{c}: unused categories"
+
+
+def test_text_columns_behave_as_strings(trace):
+    k = trace.kernels
+    obj = k["name"].astype(object)
+    name = obj.iloc[0]
+    assert ((k["name"] == name) == (obj == name)).all()
+    assert (k["name"].str.contains("gemm") == obj.str.contains("gemm")).all()
+    assert k.sort_values("name", kind="stable")["name"].astype(object).tolist() == sorted(obj.tolist())
+    assert set(k["attribution"].unique()) <= {"none", "process", "thread"}
+    assert set(trace.api["kind"].unique()) <= {"runtime", "driver"}
+
+
+def test_kernel_names_are_the_exports(trace):
+    """Every kernel's name and short name equal the StringIds texts of its row (by start time)."""
+    from analyzer.testing import real_trace
+
+    conn = sqlite3.connect(f"file:{real_trace('small_training_ctx128')}?mode=ro&immutable=1", uri=True)
+    rows = conn.execute("""
+        SELECT k.start, coalesce(nullif(d.value, ''), s.value), s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k
+        JOIN StringIds s ON s.id = k.shortName LEFT JOIN StringIds d ON d.id = k.demangledName
+        ORDER BY k.start""").fetchall()
+    conn.close()
+    k = trace.kernels.sort_values("start", kind="stable")
+    assert k["name"].astype(object).tolist() == [r[1] for r in rows]
+    assert k["short_name"].astype(object).tolist() == [r[2] for r in rows]
+
+
+def test_categorical_helper():
+    labels = np.array(["b", "", "a", "b", "zz"], dtype=object)  # a repeated text, an empty one, an unused one
+    cat = categorical(np.array([0, 3, -1, 2, 1, 0]), labels)
+    assert list(cat.categories) == ["", "a", "b"]
+    assert list(cat) == ["b", "b", "", "a", "", "b"]
+    assert cat.categories.dtype == object
+    assert len(categorical(np.empty(0, dtype=np.int64), labels)) == 0
+    codes = TextCodes.of(np.array(["x", "y", "x"], dtype=object)).take(np.array([2, -1, 1]))
+    assert list(codes.categorical()) == ["x", "", "y"]
+
+
+def test_narrow_int():
+    assert narrow_int(np.array([1, -1, 2**31 - 1])).dtype == np.int32
+    assert narrow_int(np.array([1, 2**31])).dtype == np.int64
+    assert narrow_int(np.array([-(2**31) - 1])).dtype == np.int64
+    assert narrow_int(np.empty(0, dtype=np.int64)).dtype == np.int32
+
+
+@pytest.mark.parametrize("backend", ["adbc", "sqlite3"])
+def test_fetch_ints_fallbacks(tmp_path, monkeypatch, backend):
+    """Plain columns, NULLs, a column beyond 32 bits, and text in an integer column (damaged export):
+    the text is read as SQLite's CAST reads it, on both backends."""
+    monkeypatch.setenv("ANALYZER_SQLITE_BACKEND", backend)
+    db = tmp_path / "t.sqlite"
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE t (a INTEGER, b INTEGER, c INTEGER)")
+    n = 70_000  # more than one record batch
+    conn.executemany("INSERT INTO t VALUES (?, ?, ?)",
+                     [(i, None if i < 66_000 else i, 2**40 + i) for i in range(n)])
+    conn.commit()
+    reader = SqliteReader(db)
+    got = reader.fetch_ints("t", {"a": "a", "b": "b", "c": "c", "d": "missing"}, narrow={"a", "b", "c", "d"})
+    assert got["a"].dtype == np.int32 and got["a"].tolist() == list(range(n))
+    assert got["b"].dtype == np.int32 and (got["b"][:66_000] == -1).all() and got["b"][-1] == n - 1
+    assert got["c"].dtype == np.int64 and got["c"][-1] == 2**40 + n - 1
+    assert got["d"].dtype == np.int32 and (got["d"] == -1).all()
+    reader.close()
+    conn.execute("INSERT INTO t VALUES ('12', 'x', 3)")
+    conn.commit()
+    conn.close()
+    reader = SqliteReader(db)
+    got = reader.fetch_ints("t", {"a": "a", "b": "b"}, narrow={"a"})
+    assert got["a"][-1] == 12 and got["b"][-1] == 0 and len(got["a"]) == n + 1
+    reader.close()
