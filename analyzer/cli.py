@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import sys
 import traceback
+import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,7 @@ from analyzer import __version__
 from analyzer.config.cli import ConfigGroup
 from analyzer.config.options import pack_options, rule_settings
 from analyzer.errors import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, AnalyzerError
+from analyzer.watchdog import stage
 
 FORMATS = ("html", "md", "json")
 EPILOG = """\b
@@ -85,6 +88,9 @@ def cli() -> None:
               help="NVTX ranges (globs, comma-separated or repeated) left out of the window and of phase "
                    "tables; '' for none.")
 @click.option("--only-ranges", default=None, help="Phase tables keep only NVTX ranges matching this glob.")
+@click.option("--timeout", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+              envvar="ANALYZER_TIMEOUT",
+              help="Stop a trace's analysis after SECONDS and name the stage that ran away (default: none).")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
 @click.pass_context
 def run_cmd(
@@ -102,6 +108,7 @@ def run_cmd(
     window_spec: str | None,
     exclude_ranges: tuple[str, ...],
     only_ranges: str | None,
+    timeout: float | None,
     quiet: bool,
 ) -> None:
     """Analyze TRACE... (nsys .sqlite / .nsys-rep; ncu files among them are joined to the traces)."""
@@ -118,18 +125,22 @@ def run_cmd(
         ncu_files=tuple(ncu_files),
         exclude_ranges=tuple(p.strip() for item in exclude_ranges for p in item.split(",") if p.strip()),
         only_ranges=only_ranges,
+        timeout=timeout,
     )
     analyses = analyze_paths(list(traces), options, progress=progress)
     if progress:
         sys.stderr.write("\r\x1b[2K")
-    report = build_report(analyses)
-    text = render(report, fmt)  # type: ignore[arg-type]
+    with stage("building the report"):
+        report = build_report(analyses)
+        text = render(report, fmt)  # type: ignore[arg-type]
     target = output or Path("reports") / f"{_stem(traces[0])}{'-and-more' if len(traces) > 1 else ''}.{fmt}"
     if str(target) == "-":
         sys.stdout.write(text)
     else:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text, encoding="utf-8")
+        from analyzer.fileio import atomic_write
+
+        with stage("writing the report"):
+            atomic_write(target, text)
     if not quiet:
         from analyzer.reports.summary import summary_text
 
@@ -185,38 +196,59 @@ _mount_subcommands()
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: maps typed errors to one-line messages and exit codes (never a traceback)."""
+    return guarded(lambda: cli.main(args=argv, prog_name="analyze", standalone_mode=False))
+
+
+def guarded(run: Callable[[], object]) -> int:
+    """Run ``run`` the way the ``analyze`` command does: every error becomes one ``error: ...`` line on
+    stderr and an exit code (0 done, 1 findings at ``--fail-on``, 2 bad input or usage, 3 a bug of ours,
+    130 interrupted). Python warnings (numpy's "invalid value" and the like) are not shown to users;
+    ``ANALYZER_DEBUG=1`` shows them and the traceback of internal errors. The fuzz harnesses call this
+    too, so what they check is what a user gets."""
+    debug = bool(os.environ.get("ANALYZER_DEBUG"))
     try:
-        cli.main(args=argv, prog_name="analyze", standalone_mode=False)
+        with warnings.catch_warnings():
+            if not debug:
+                warnings.simplefilter("ignore")
+            run()
     except AnalyzerError as err:
-        click.echo(f"error: {err}", err=True)
+        click.echo(f"error: {one_line(str(err))}", err=True)
         return err.exit_code
     except click.exceptions.Abort:
         click.echo("error: aborted", err=True)
         return EXIT_USAGE
     except click.UsageError as err:
         hint = f" (see '{err.ctx.command_path} --help')" if err.ctx is not None else ""
-        click.echo(f"error: {err.format_message()}{hint}", err=True)
+        click.echo(f"error: {one_line(err.format_message())}{hint}", err=True)
         return EXIT_USAGE
     except click.ClickException as err:
-        click.echo(f"error: {err.format_message()}", err=True)
+        click.echo(f"error: {one_line(err.format_message())}", err=True)
         return EXIT_USAGE
     except SystemExit as exc:
-        return int(exc.code or 0)
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
     except KeyboardInterrupt:
         click.echo("error: interrupted", err=True)
         return 130
     except BrokenPipeError:
         return EXIT_OK
-    except MemoryError:
-        click.echo("error: out of memory; analyze a shorter window (--window) or fewer traces", err=True)
+    except (MemoryError, RecursionError) as exc:
+        what = "out of memory" if isinstance(exc, MemoryError) else "input nested too deeply"
+        click.echo(f"error: {what}; analyze a shorter window (--window) or fewer traces", err=True)
         return EXIT_USAGE
     except Exception as exc:  # a bug of ours: one line, the traceback only on request
-        if os.environ.get("ANALYZER_DEBUG"):
+        if debug:
             traceback.print_exc()
-        click.echo(f"internal error: {type(exc).__name__}: {exc} (set ANALYZER_DEBUG=1 for the traceback "
-                   "and please report it)", err=True)
+        click.echo(f"internal error: {type(exc).__name__}: {one_line(str(exc))} (set ANALYZER_DEBUG=1 for "
+                   "the traceback and please report it)", err=True)
         return 3
     return EXIT_OK
+
+
+def one_line(text: str, limit: int = 2000) -> str:
+    """``text`` on one line (newlines and control characters as spaces), at most ``limit`` characters:
+    messages quote names from traces, which may hold anything."""
+    flat = " ".join("".join(ch if ch.isprintable() else " " for ch in text).split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -73,3 +73,16 @@ class ConfigError(AnalyzerError):
         self.file, self.line = file, line
         where = f"{file}:{line}: " if file and line else (f"{file}: " if file else "")
         super().__init__(f"{where}{message}", hint=hint)
+
+
+class OutputError(AnalyzerError):
+    """A report or cache file cannot be written (full disk, read-only folder, no permission). The
+    previous file at that path, if any, is left as it was."""
+
+    def __init__(self, path: object, message: str, *, hint: str | None = None) -> None:
+        self.path = str(path)
+        super().__init__(f"{self.path}: {message}", hint=hint)
+
+
+class StageTimeoutError(AnalyzerError):
+    """The analysis of one trace ran past its time limit (``--timeout``); names the stage it was in."""

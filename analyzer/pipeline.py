@@ -14,6 +14,7 @@ from typing import Any
 from analyzer._paths import shown_path
 from analyzer.analysis import Analysis
 from analyzer.errors import InputError
+from analyzer.watchdog import Watchdog, note, stage
 
 Progress = Callable[[str], None] | None
 
@@ -31,6 +32,7 @@ class AnalysisOptions:
     ncu_files: tuple[Path, ...] = ()
     exclude_ranges: tuple[str, ...] = ("warmup*",)
     only_ranges: str | None = None
+    timeout: float | None = None  # seconds per trace (None: no limit); see analyzer.watchdog
     fact_options: dict[str, Any] = field(default_factory=dict)
     #: packs composed in order (``default`` is the built-in pack), e.g. ("default", "team.yaml")
     rules_files: tuple[str | Path, ...] = ()
@@ -75,23 +77,26 @@ def analyze_trace(
     options = options or AnalysisOptions()
     if pack is None:
         pack = load_rules(options)
-    trace = load_trace(Path(path), progress=progress)
-    if progress:
-        progress(f"{trace.name}: choosing the analysis window")
-    window = choose_window(trace, options.window_spec, exclude=options.exclude_ranges)
+    progress = _noting(progress)
+    with stage("loading"):
+        trace = load_trace(Path(path), progress=progress)
+    progress(f"{trace.name}: choosing the analysis window")
+    with stage("choosing the window"):
+        window = choose_window(trace, options.window_spec, exclude=options.exclude_ranges)
     if ncu is not None:  # timeline totals of the matched kernels over the analysis window, as rules see them
         from analyzer.loading.ncu import join_ncu
 
-        trace.extras["ncu"] = join_ncu(ncu, trace, window=(window.start_ns, window.end_ns))
+        with stage("joining ncu metrics"):
+            trace.extras["ncu"] = join_ncu(ncu, trace, window=(window.start_ns, window.end_ns))
     fact_options = {
         "exclude_ranges": options.exclude_ranges,
         "only_ranges": options.only_ranges,
         **options.fact_options,
     }
     store = FactStore(trace, window, fact_options)
-    if progress:
-        progress(f"{trace.name}: evaluating {len(pack.rules)} rules")
-    findings = evaluate(pack, store, window, trace_scalars(store))
+    progress(f"{trace.name}: evaluating {len(pack.rules)} rules")
+    with stage("rules"):
+        findings = evaluate(pack, store, window, trace_scalars(store))
     return Analysis(
         trace=trace,
         window=window,
@@ -101,6 +106,17 @@ def analyze_trace(
         parameters={r.name: {p.name: p.value for p in r.parameters} for r in pack.rules},
         ncu=trace.extras.get("ncu"),
     )
+
+
+def _noting(progress: Progress) -> Callable[[str], None]:
+    """``progress`` that also tells the watchdog where we are."""
+
+    def say(message: str) -> None:
+        note(message)
+        if progress:
+            progress(message)
+
+    return say
 
 
 def _rules_label(pack: Any) -> str:
@@ -122,13 +138,17 @@ def _rules_label(pack: Any) -> str:
 
 
 def analyze_paths(
-    paths: Sequence[Path], options: AnalysisOptions, *, progress: Progress = None
+    paths: Sequence[Path], options: AnalysisOptions, *, progress: Progress = None, pack: Any = None,
 ) -> list[Analysis]:
     """Analyze every nsys trace in ``paths``; ncu files among them (by content) and ``options.ncu_files``
-    are loaded once and joined to each trace."""
+    are loaded once and joined to each trace. ``pack``: an already loaded rule pack (else from
+    ``options``). Each trace's analysis runs under a :class:`~analyzer.watchdog.Watchdog` of
+    ``options.timeout`` seconds."""
     from analyzer.loading.ncu import detect_ncu, load_ncu
 
-    pack = load_rules(options)  # rules fail before any trace is read
+    if pack is None:
+        with stage("loading the rules"):
+            pack = load_rules(options)  # rules fail before any trace is read
     traces: list[Path] = []
     ncu_paths: list[Path] = list(options.ncu_files)
     for path in paths:
@@ -143,5 +163,10 @@ def analyze_paths(
             paths[0], "no Nsight Systems trace among the inputs",
             hint="give a .sqlite or .nsys-rep next to the ncu files",
         )
-    ncu = load_ncu(ncu_paths) if ncu_paths else None
-    return [analyze_trace(p, pack, options=options, ncu=ncu, progress=progress) for p in traces]
+    with stage("loading ncu metrics"):
+        ncu = load_ncu(ncu_paths) if ncu_paths else None
+    analyses = []
+    for p in traces:
+        with Watchdog(options.timeout, str(p)):
+            analyses.append(analyze_trace(p, pack, options=options, ncu=ncu, progress=progress))
+    return analyses

@@ -38,7 +38,6 @@ of an NVTX-based window is extended to the end of the GPU work launched inside t
 """
 from __future__ import annotations
 
-import fnmatch
 import re
 from collections.abc import Sequence
 
@@ -50,6 +49,7 @@ from analyzer.errors import WindowError
 from analyzer.facts._util import column, factorize_objects, text
 from analyzer.facts.nvtx import parent_positions, ranges_only
 from analyzer.loading.model import Trace
+from analyzer.saferegex import PatternError, UserPattern, compile_glob
 
 KNOWN_STEP_STEMS = frozenset({
     "step", "steps", "iter", "iters", "iteration", "batch", "epoch", "train_step", "training_step",
@@ -141,7 +141,8 @@ def _excluded(nv: pd.DataFrame, patterns: tuple[str, ...]) -> tuple[np.ndarray, 
     """(own match, own match or nested in a matching range) per range row."""
     texts = text(nv["text"])
     uniq = texts.unique()
-    hit = {t: any(fnmatch.fnmatchcase(t, p) for p in patterns) for t in uniq}  # distinct texts only
+    globs = [_glob(p, "--exclude-ranges") for p in patterns]
+    hit = {t: any(g.search(t) for g in globs) for t in uniq}  # distinct texts only
     own = texts.map(hit).to_numpy(dtype=bool)
     inherited = own.copy()
     parent = parent_positions(nv)
@@ -153,6 +154,14 @@ def _excluded(nv: pd.DataFrame, patterns: tuple[str, ...]) -> tuple[np.ndarray, 
         inherited[valid] |= own[cur[valid]]
         cur[valid] = parent[cur[valid]]
     return own, inherited
+
+
+def _glob(pattern: str, option: str) -> UserPattern:
+    """A user glob, matched in linear time (:mod:`analyzer.saferegex`)."""
+    try:
+        return compile_glob(pattern, what=f"{option} glob")
+    except PatternError as err:
+        raise WindowError(str(err), hint=err.hint) from None
 
 
 def _launch_times(ops: pd.DataFrame) -> np.ndarray:
@@ -179,7 +188,8 @@ def _glob_window(trace: Trace, ops: pd.DataFrame, raw: str, first: int, exclude:
                           "use a time span such as 2.5s:7s, 'full' or 'auto'")
     texts = text(nv["text"])
     uniq = texts.unique()
-    hit = {t: fnmatch.fnmatchcase(t, raw) for t in uniq}
+    glob = _glob(raw, "--window")
+    hit = {t: glob.search(t) for t in uniq}
     match = texts.map(hit).to_numpy(dtype=bool)
     if not match.any():
         common = ", ".join(texts.value_counts().index[:5])

@@ -137,8 +137,11 @@ class FactStore:
         return self._memo[key]
 
     def _compute(self, spec: FactSpec) -> pd.DataFrame:
+        from analyzer.watchdog import stage
+
         ctx = FactContext(trace=self.trace, window=self.window, store=self, options=self.options)
-        frame = spec.compute(ctx)
+        with stage(f"fact {spec.name}"):
+            frame = spec.compute(ctx)
         missing = [c for c in spec.columns if c not in frame.columns]
         if missing:
             raise RuntimeError(f"fact {spec.name!r} did not produce declared columns {missing}")

@@ -11,8 +11,6 @@ Built once per trace (:class:`PhaseIndex`) and shared by ``phase_table``, ``step
 """
 from __future__ import annotations
 
-import fnmatch
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +21,7 @@ import pandas as pd
 from analyzer.errors import ParameterError
 from analyzer.facts._util import factorize_objects
 from analyzer.loading.model import Trace
+from analyzer.saferegex import PatternError, UserPattern, compile_glob, compile_regex
 
 #: Ranges excluded by default: the ``warmup`` range and everything nested inside it.
 DEFAULT_EXCLUDE: tuple[str, ...] = ("warmup*",)
@@ -35,13 +34,14 @@ _REGEX_PREFIXES = ("re:", "regex:")
 class RangePattern:
     """A range selector as the user wrote it.
 
-    A glob (``fnmatch``, case-sensitive) unless prefixed ``re:`` or ``regex:`` (Python regex, searched).
-    A pattern containing ``/`` is matched against the range's path (``step_3/forward``), otherwise
-    against its name. Globs must match the whole name; regexes may match anywhere (anchor with ``^$``).
+    A glob (``fnmatch`` syntax, case-sensitive) unless prefixed ``re:`` or ``regex:`` (RE2 syntax,
+    searched). A pattern containing ``/`` is matched against the range's path (``step_3/forward``),
+    otherwise against its name. Globs must match the whole name; regexes may match anywhere (anchor
+    with ``^$``). Both run in linear time (:mod:`analyzer.saferegex`).
     """
 
     raw: str
-    regex: re.Pattern[str]
+    regex: UserPattern
     on_path: bool
 
     @classmethod
@@ -54,15 +54,18 @@ class RangePattern:
             if text.startswith(prefix):
                 body = text[len(prefix):]
                 try:
-                    regex = re.compile(body)
-                except re.error as err:
-                    raise ParameterError(f"invalid NVTX range regex {body!r}: {err}") from None
+                    regex = compile_regex(body, what="NVTX range regex")
+                except PatternError as err:
+                    raise ParameterError(str(err), hint=err.hint) from None
                 return cls(raw=text, regex=regex, on_path="/" in body)
-        return cls(raw=text, regex=re.compile(fnmatch.translate(text)), on_path="/" in text)
+        try:
+            return cls(raw=text, regex=compile_glob(text, what="NVTX range glob"), on_path="/" in text)
+        except PatternError as err:
+            raise ParameterError(str(err), hint=err.hint) from None
 
     def mask(self, names: pd.Series, paths: pd.Series) -> np.ndarray:
         target = paths if self.on_path else names
-        return target.astype(object).map(lambda s: self.regex.search(str(s)) is not None).to_numpy(bool)
+        return target.astype(object).map(lambda s: self.regex.search(str(s))).to_numpy(bool)
 
 
 def parse_patterns(patterns: str | Iterable[str] | None) -> tuple[RangePattern, ...]:

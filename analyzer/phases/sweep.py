@@ -37,6 +37,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -52,6 +53,7 @@ from analyzer.phases.table import (
     step_split,
     top_kernels,
 )
+from analyzer.saferegex import PatternError, compile_regex
 
 DEFAULT_KEY_PATTERN = r"(?P<model>[^_]+)_(?P<mode>forward_backward|forward|training)_ctx(?P<context>\d+)"
 MODES: tuple[str, ...] = ("forward", "forward_backward", "training")
@@ -95,12 +97,13 @@ def trace_stem(path: Path | str) -> str:
     return name
 
 
-def compile_key_pattern(pattern: str) -> re.Pattern[str]:
+def compile_key_pattern(pattern: str) -> Any:
+    """The user's ``--key-pattern``, compiled for linear-time matching (RE2, :mod:`analyzer.saferegex`)."""
     try:
-        rx = re.compile(pattern)
-    except re.error as err:
-        raise ParameterError(f"invalid --key-pattern {pattern!r}: {err}",
-                             hint="use named groups, e.g. (?P<model>[^_]+)_ctx(?P<context>\\d+)") from None
+        rx = compile_regex(pattern, what="--key-pattern").compiled
+    except PatternError as err:
+        raise ParameterError(str(err),
+                             hint=err.hint or "use named groups, e.g. (?P<model>[^_]+)_ctx(?P<context>\\d+)") from None
     if not rx.groupindex:
         raise ParameterError(f"--key-pattern {pattern!r} has no named groups",
                              hint="name the parts: (?P<model>...), (?P<mode>...), (?P<context>...)")
@@ -113,9 +116,13 @@ def _coerce(value: str | None) -> object:
     return int(value) if value.isdigit() else value
 
 
-def key_from_name(path: Path | str, rx: re.Pattern[str]) -> dict[str, object] | None:
+def key_from_name(path: Path | str, rx: Any) -> dict[str, object] | None:
     """Named groups of ``rx`` searched in the file name (suffixes stripped); ``None`` when no match."""
-    m = rx.search(trace_stem(path))
+    stem = trace_stem(path)
+    try:
+        m = rx.search(stem)
+    except UnicodeEncodeError:  # an undecodable byte in the file name
+        m = rx.search(stem.encode("utf-8", "replace").decode("utf-8"))
     if not m:
         return None
     return {k: _coerce(v) for k, v in m.groupdict().items() if v is not None}

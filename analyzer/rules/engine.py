@@ -48,9 +48,12 @@ def builtins_for(window: Window, scalars: Mapping[str, float]) -> dict[str, Any]
 def evaluate(pack: RulePack, store: FactSource, window: Window, scalars: Mapping[str, float]) -> list[Finding]:
     """Findings of every rule in ``pack``, linked and ranked. Raises :class:`RuleEvaluationError`
     naming the rule when a rule cannot be evaluated on this trace."""
+    from analyzer.watchdog import stage
+
     fired: list[_Fired] = []
     for rule in pack.rules:
-        fired += evaluate_rule(rule, store, window, scalars)
+        with stage(f"rule {rule.id} ({rule.name})"):
+            fired += evaluate_rule(rule, store, window, scalars)
     return rank(_link(pack, fired))
 
 

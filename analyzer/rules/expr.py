@@ -7,7 +7,8 @@ Safety argument (the whole file is the audit surface):
    ``_ALLOWED_NODES`` (no attributes, subscripts, lambdas, comprehensions, f-strings, keywords...),
    every name that is not a known column / parameter / built-in / let, every function that is not in
    the tables below, names starting with ``_``, ``**`` with anything but a small literal exponent,
-   regexes that can backtrack catastrophically, and trees that are too big or too deep.
+   regexes with back-references (all regexes run on RE2, in linear time), and trees that are too big
+   or too deep.
 3. :func:`evaluate` walks the same tree again and maps each allowed node to a numpy/pandas operation;
    it raises on anything else (defense in depth), and refuses arithmetic on text.
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 import ast
 import builtins
 import difflib
+import functools
 import math
 import operator
 import re
@@ -31,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from analyzer.rules.units import BYTE_UNITS, DURATION_UNITS, literal_value
+from analyzer.saferegex import PatternError, UserPattern, compile_regex
 
 MAX_SOURCE_CHARS = 2000
 MAX_NODES = 400
@@ -79,7 +82,7 @@ FUNCTION_DOCS: dict[str, str] = {
     "first(x)": "x on the group's first row (the fact's order)",
     "abs(x), sqrt(x), log10(x)": "element-wise math",
     "min(a, b), max(a, b), clip(x, lo, hi)": "element-wise minimum / maximum / clamp",
-    'matches(x, "regex")': "x contains a match of the regex (length-limited, no nested repeats)",
+    'matches(x, "regex")': "x contains a match of the regex (RE2 syntax: linear time, no back-references)",
     'startswith(x, "text"), contains(x, "text")': "plain text tests",
     'fact_count("fact")': "rows of another fact in this group (same scope keys) or in the whole fact",
     'fact_sum("fact", "col")': "likewise fact_min, fact_max, fact_mean: a column of another fact",
@@ -167,51 +170,20 @@ def rewrite_units(source: str) -> str:
     return _LITERALS.sub(replace, source)
 
 
-def check_pattern(pattern: str) -> re.Pattern[str]:
-    """Compile a user regex after refusing what can backtrack catastrophically: long patterns,
-    back-references and a repeated group that itself contains a repeat or an alternation
-    (``(a+)+``, ``(a|aa)*``)."""
+def check_pattern(pattern: str) -> UserPattern:
+    """Compile a user regex for linear-time matching (RE2, see :mod:`analyzer.saferegex`): no pattern
+    can backtrack catastrophically; back-references and look-around are refused."""
     if len(pattern) > MAX_PATTERN_CHARS:
         raise ExprError(f"regex is {len(pattern)} characters, over the limit of {MAX_PATTERN_CHARS}")
-    if re.search(r"\\[1-9]|\(\?P=", pattern):
-        raise ExprError("back-references are not allowed in rule regexes", unsafe=True)
-    stack = [[False]]  # per open group: does it contain a repeat or an alternation?
-    i = 0
-    while i < len(pattern):
-        ch = pattern[i]
-        if ch == "\\":
-            i += 2
-            continue
-        if ch == "[":  # character class: skip to its closing bracket
-            j = i + 1
-            if j < len(pattern) and pattern[j] == "^":
-                j += 1
-            if j < len(pattern) and pattern[j] == "]":
-                j += 1
-            while j < len(pattern) and pattern[j] != "]":
-                j += 2 if pattern[j] == "\\" else 1
-            i = j + 1
-            continue
-        if ch == "(":
-            stack.append([False])
-        elif ch == ")" and len(stack) > 1:
-            inner = stack.pop()[0]
-            repeated = i + 1 < len(pattern) and pattern[i + 1] in "*+{"
-            if inner and repeated:
-                raise ExprError(
-                    f"regex {pattern!r} repeats a group that contains a repeat or alternation "
-                    "(catastrophic backtracking)",
-                    "rewrite it without nested repeats, e.g. (ab)+ instead of (a+b)+",
-                    unsafe=True,
-                )
-            stack[-1][0] = stack[-1][0] or inner or repeated
-        elif ch in "*+{|":
-            stack[-1][0] = True
-        i += 1
     try:
-        return re.compile(pattern)
-    except re.error as err:
-        raise ExprError(f"invalid regex {pattern!r}: {err}") from None
+        return _compiled_pattern(pattern)
+    except PatternError as err:
+        raise ExprError(str(err), err.hint, unsafe=err.unsafe) from None
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled_pattern(pattern: str) -> UserPattern:
+    return compile_regex(pattern, what="regex")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -551,7 +523,7 @@ def _aggregate(name: str, values: Any, q: float, env: Env) -> pd.Series:
 def _text_test(name: str, value: Any, text: str) -> Any:
     if name == "matches":
         pattern = check_pattern(text)
-        test: Callable[[str], bool] = lambda s: pattern.search(s) is not None
+        test: Callable[[str], bool] = pattern.search
     elif name == "startswith":
         test = lambda s: s.startswith(text)
     else:

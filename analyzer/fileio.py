@@ -1,0 +1,84 @@
+"""Atomic file output: a report (or a cache entry) appears whole or not at all.
+
+Everything the analyzer writes goes through :func:`atomic_write` (or :func:`atomic_output` for writers
+that stream): the bytes go to a temporary file in the target's own folder (``.NAME.XXXX.tmp``), are
+flushed and fsync'ed, and only then renamed over the target (``os.replace``, atomic on POSIX). A crash,
+Ctrl-C, a full disk (``ENOSPC``) or a quota error therefore never leaves a half-written report where an
+old one was: the old file stays, the temporary file is removed, and the user gets one
+:class:`~analyzer.errors.OutputError` line. The new file gets the permissions a plain ``open(path,
+"w")`` would give it (the old file's mode when it replaces one, else ``0o666`` minus the umask), not
+``mkstemp``'s ``0o600``.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from analyzer.errors import OutputError
+
+_HINTS = {
+    errno.ENOSPC: "free some disk space or write elsewhere (--output)",
+    errno.EDQUOT: "free some of your disk quota or write elsewhere (--output)",
+    errno.EROFS: "the file system is read-only; write elsewhere (--output)",
+    errno.EACCES: "no permission to write there; write elsewhere (--output)",
+    errno.EPERM: "no permission to write there; write elsewhere (--output)",
+}
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def output_error(path: Path, exc: OSError, *, kept_old: bool) -> OutputError:
+    """The one-line error for a failed write of ``path``."""
+    reason = exc.strerror or type(exc).__name__
+    note = "; the previous file is unchanged" if kept_old else ""
+    return OutputError(path, f"cannot write the file ({reason}){note}",
+                       hint=_HINTS.get(exc.errno or 0, "write elsewhere (--output)"))
+
+
+@contextlib.contextmanager
+def atomic_output(path: str | Path, mode: str = "w", *, encoding: str | None = "utf-8",
+                  make_parents: bool = True) -> Iterator[IO[Any]]:
+    """A file object to write ``path`` through; the target is replaced only when the block ends
+    without an exception. ``mode`` is ``"w"`` (text) or ``"wb"``."""
+    if mode not in ("w", "wb"):
+        raise ValueError(f"mode must be 'w' or 'wb', not {mode!r}")
+    target = Path(path)
+    existed = target.exists()
+    try:
+        if make_parents:
+            target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    except OSError as exc:
+        raise output_error(target, exc, kept_old=existed) from None
+    tmp = Path(tmp_name)
+    try:
+        try:
+            os.fchmod(fd, (target.stat().st_mode & 0o7777) if existed else (0o666 & ~_umask()))
+        except OSError:
+            pass
+        with os.fdopen(fd, mode, encoding=None if "b" in mode else encoding) as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise output_error(target, exc, kept_old=existed) from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def atomic_write(path: str | Path, data: str | bytes, *, encoding: str = "utf-8") -> None:
+    """Write ``data`` to ``path`` atomically (see the module docstring)."""
+    with atomic_output(path, "wb" if isinstance(data, bytes) else "w", encoding=encoding) as fh:
+        fh.write(data)

@@ -1,0 +1,100 @@
+"""Stages and the per-trace watchdog: when an analysis runs past its time limit, say which stage ran away.
+
+The pipeline marks what it is doing with :func:`stage` (``loading``, ``fact gpu_gaps``, ``rule GPU001``,
+``report``); progress messages refine it (``reading kernels (1,023,456 rows)``). :class:`Watchdog` runs a
+timer beside one trace's analysis. When the limit passes it interrupts the main thread, and the
+analysis ends with one :class:`~analyzer.errors.StageTimeoutError` line naming the trace, the limit and
+the stage (``trace.sqlite: analysis ran past 60 s in stage 'fact gpu_gaps' ...``). A stage stuck inside C
+code that never returns to Python cannot be interrupted: after a grace period the watchdog prints the
+same line itself and ends the process (exit 2), so the user still learns where it hung.
+"""
+from __future__ import annotations
+
+import _thread
+import contextlib
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from types import TracebackType
+
+from analyzer.errors import EXIT_USAGE, StageTimeoutError
+
+#: seconds the watchdog waits, after interrupting, before it ends a process stuck in C code
+GRACE_SECONDS = 15.0
+
+_lock = threading.Lock()
+_stages: list[str] = []
+_detail: list[str] = [""]
+
+
+@contextlib.contextmanager
+def stage(name: str) -> Iterator[None]:
+    """Mark the main thread as being in stage ``name`` (nested stages read ``outer > inner``)."""
+    with _lock:
+        _stages.append(name)
+        _detail[0] = ""
+    try:
+        yield
+    finally:
+        with _lock:
+            if _stages and _stages[-1] == name:
+                _stages.pop()
+            _detail[0] = ""
+
+
+def note(message: str) -> None:
+    """A finer-grained position inside the current stage (the last progress message)."""
+    with _lock:
+        _detail[0] = message
+
+
+def current_stage() -> str:
+    with _lock:
+        where = " > ".join(_stages) or "starting"
+        return f"{where} ({_detail[0]})" if _detail[0] else where
+
+
+class Watchdog:
+    """``with Watchdog(seconds, label):`` bounds one analysis; ``seconds`` None or <= 0: no limit."""
+
+    def __init__(self, seconds: float | None, label: str, *, grace: float = GRACE_SECONDS) -> None:
+        self.seconds = seconds if seconds and seconds > 0 else None
+        self.label = label
+        self.grace = grace
+        self.fired_in: str | None = None
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._started = 0.0
+
+    def message(self) -> str:
+        return (f"{self.label}: analysis ran past {self.seconds:g} s in stage '{self.fired_in}'; "
+                "analyze a shorter window (--window), raise --timeout, or report the trace if it is small")
+
+    def _watch(self) -> None:
+        assert self.seconds is not None
+        if self._done.wait(self.seconds):
+            return
+        self.fired_in = current_stage()
+        _thread.interrupt_main()
+        if self._done.wait(self.grace):
+            return
+        sys.stderr.write(f"error: {self.message()} (it did not stop; ended)\n")
+        sys.stderr.flush()
+        os._exit(EXIT_USAGE)
+
+    def __enter__(self) -> Watchdog:
+        if self.seconds is not None and threading.current_thread() is threading.main_thread():
+            self._started = time.monotonic()
+            self._thread = threading.Thread(target=self._watch, name="analyzer-watchdog", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> bool:
+        self._done.set()
+        # the interrupt may also arrive late, after the block finished: absorbed here too
+        if self.fired_in is not None and (exc_type is None or issubclass(exc_type, KeyboardInterrupt)):
+            raise StageTimeoutError(self.message()) from None
+        return False
