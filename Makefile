@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN = $(VENV)/bin
 DEMO_TRACE ?= tests/data/dataloader_starved.sqlite.xz
 
-.PHONY: demo test lint docs bench clean
+.PHONY: demo test lint docs bench fuzz clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -32,6 +32,12 @@ lint: $(VENV)/.dev
 
 docs: $(VENV)/.core
 	$(BIN)/python -m analyzer.rules.docgen analyzer/rules/packs/default.yaml > docs/rules.md
+
+# Long fuzz runs (docs/robustness.md): FUZZ_CASES per harness, seeded by FUZZ_SEED; results in fuzz-results/
+FUZZ_CASES ?= 2000
+FUZZ_SEED ?= 1
+fuzz: $(VENV)/.dev
+	$(BIN)/python -m analyzer.fuzz --cases $(FUZZ_CASES) --seed $(FUZZ_SEED) --out fuzz-results
 
 bench: $(VENV)/.core
 	$(BIN)/python benchmarks/run.py

@@ -214,7 +214,10 @@ def guarded(run: Callable[[], object]) -> int:
     except AnalyzerError as err:
         click.echo(f"error: {one_line(str(err))}", err=True)
         return err.exit_code
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as err:
+        if isinstance(err.__context__, KeyboardInterrupt):  # click turns Ctrl-C into Abort
+            click.echo("error: interrupted", err=True)
+            return 130
         click.echo("error: aborted", err=True)
         return EXIT_USAGE
     except click.UsageError as err:

@@ -92,9 +92,8 @@ class Watchdog:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> bool:
+                 tb: TracebackType | None) -> None:
         self._done.set()
         # the interrupt may also arrive late, after the block finished: absorbed here too
         if self.fired_in is not None and (exc_type is None or issubclass(exc_type, KeyboardInterrupt)):
             raise StageTimeoutError(self.message()) from None
-        return False

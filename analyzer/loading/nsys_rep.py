@@ -89,7 +89,8 @@ def cached_sqlite_for_report(report: Path, *, cache_dir: Path | None = None,
             hint=f"export it where nsys is installed and pass the .sqlite file: "
                  f"{export_command(report)}",
         )
-    cache.mkdir(parents=True, exist_ok=True)
+    cache = writable_cache(cache)
+    target = cache / target.name
     fd, tmp_name = tempfile.mkstemp(prefix=".export-", suffix=".sqlite", dir=cache)
     os.close(fd)
     tmp = Path(tmp_name)
@@ -121,7 +122,10 @@ def cached_decompressed(path: Path, *, cache_dir: Path | None = None, progress: 
     target = cache / f"{cache_key(path)}-{stem}"
     if target.is_file():
         return target
-    cache.mkdir(parents=True, exist_ok=True)
+    cache = writable_cache(cache)
+    target = cache / target.name
+    if target.is_file():
+        return target
     say(f"decompressing {path.name} (once; cached in {cache})")
     fd, tmp_name = tempfile.mkstemp(prefix=".xz-", dir=cache)
     try:
@@ -130,8 +134,37 @@ def cached_decompressed(path: Path, *, cache_dir: Path | None = None, progress: 
     except (lzma.LZMAError, EOFError) as exc:
         Path(tmp_name).unlink(missing_ok=True)
         raise InputError(path, f"cannot decompress the .xz file ({exc})", hint="download it again") from exc
+    except OSError as exc:  # full disk while decompressing: nothing half-written stays in the cache
+        Path(tmp_name).unlink(missing_ok=True)
+        raise InputError(path, f"cannot decompress the .xz file into {cache} ({exc.strerror or exc})",
+                         hint="free disk space there, set XDG_CACHE_HOME elsewhere, or pass the "
+                              "decompressed .sqlite") from exc
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
     os.replace(tmp_name, target)
     return target
+
+
+_FALLBACK_CACHE: Path | None = None
+
+
+def writable_cache(cache: Path) -> Path:
+    """``cache`` (created), or a private temporary folder removed at exit when it cannot be written
+    (a read-only home directory, a full disk)."""
+    global _FALLBACK_CACHE
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        if os.access(cache, os.W_OK | os.X_OK):
+            return cache
+    except OSError:
+        pass
+    if _FALLBACK_CACHE is None:
+        import atexit
+
+        _FALLBACK_CACHE = Path(tempfile.mkdtemp(prefix="gpu-trace-analyzer-"))
+        atexit.register(shutil.rmtree, _FALLBACK_CACHE, True)
+    return _FALLBACK_CACHE
 
 
 def _last_line(text: str | None) -> str:

@@ -375,7 +375,11 @@ class _Loader:
         try:
             return self._load()
         except sqlite3.DatabaseError as exc:
-            raise InputError(self.display_path, f"SQLite file is corrupt or truncated ({exc})",
+            text = str(exc)
+            if "no such column" in text or "no such table" in text or "mismatch" in text:
+                raise InputError(self.display_path, f"the export's tables are not laid out as nsys writes them "
+                                 f"({text[:300]})", hint="export it again with nsys export --type sqlite") from exc
+            raise InputError(self.display_path, f"SQLite file is corrupt or truncated ({text[:300]})",
                              hint="copy or export it again") from exc
         finally:
             self.r.close()
@@ -406,9 +410,11 @@ class _Loader:
         add("rt", RUNTIME_TABLE, API_FETCH, "CUDA runtime API calls")
         if r.has(DRIVER_TABLE):
             add("dr", DRIVER_TABLE, API_FETCH, "CUDA driver API calls")
-        add("nv", NVTX_TABLE, NVTX_FETCH, "NVTX events", where=NVTX_WANTED)
+        # without an eventType column (not an export nsys writes) every row reads as a push/pop range
+        nv_where = NVTX_WANTED if r.has_column(NVTX_TABLE, "eventType") else None
+        add("nv", NVTX_TABLE, NVTX_FETCH, "NVTX events", where=nv_where)
         if r.count(NVTX_TABLE) and r.has_column(NVTX_TABLE, "text"):
-            jobs["nv_text"] = lambda: r.fetch_text(NVTX_TABLE, "text", where=NVTX_WANTED)
+            jobs["nv_text"] = lambda: r.fetch_text(NVTX_TABLE, "text", where=nv_where)
         add("mc", MEMCPY_TABLE, MEMCPY_FETCH, "memcpy")
         add("ms", MEMSET_TABLE, MEMSET_FETCH, "memset")
         add("sy", SYNC_TABLE, SYNC_FETCH, "synchronization")
@@ -541,7 +547,7 @@ class _Loader:
         d["text"] = np.where(d["text_id"] >= 0, strings.lookup(d["text_id"]), inline)
         et = d["event_type"]
         kind = np.full(len(et), "", dtype=object)
-        kind[et == NVTX_PUSHPOP] = "pushpop"
+        kind[(et == NVTX_PUSHPOP) | (et == -1)] = "pushpop"  # -1: no eventType column (or NULL)
         kind[et == NVTX_STARTEND] = "startend"
         kind[et == NVTX_MARK] = "mark"
         d["kind"] = kind

@@ -315,10 +315,8 @@ class SqliteReader:
         try:
             cur.execute(sql)
             return cur.fetch_arrow_table()
-        except adbc.ProgrammingError:
-            raise
-        except adbc.Error as exc:  # the data, not our SQL: report it like sqlite3 does
-            raise sqlite3.DatabaseError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from exc
+        except adbc.Error as exc:  # report it like sqlite3 does (a damaged schema fails to prepare too)
+            raise sqlite3.OperationalError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from exc
         finally:
             cur.close()
 

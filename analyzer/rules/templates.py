@@ -21,8 +21,47 @@ from analyzer.rules.expr import ExprError, did_you_mean
 MAX_TEMPLATE_CHARS = 2000
 
 
+class _Missing:
+    """A value the trace could not give (None, NaN): prints ``n/a``, is false, and every comparison
+    with it is false, so ``{% if gain_ns > 0 %}`` reads "no" instead of failing the whole analysis
+    when a damaged or partial input leaves ``gain_ns`` undefined."""
+
+    __slots__ = ()
+
+    def __str__(self) -> str:
+        return "n/a"
+
+    __repr__ = __str__
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __eq__(self, other: object) -> bool:
+        return other is None or isinstance(other, _Missing)
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    def __lt__(self, other: object) -> bool:
+        return False
+
+    __le__ = __gt__ = __ge__ = __lt__
+
+    def __hash__(self) -> int:
+        return 0
+
+
+MISSING = _Missing()
+
+
+def _template_value(value: Any) -> Any:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return MISSING
+    return value
+
+
 def _number(value: Any) -> float | None:
-    if value is None or isinstance(value, str):
+    if value is None or isinstance(value, (str, _Missing)):
         return None
     try:
         number = float(value)
@@ -151,6 +190,6 @@ def _forbidden(node: nodes.Node) -> str:
 def render(template: jinja2.Template, values: Mapping[str, Any]) -> str:
     """Render with plain Python values; raises ExprError on a failure (missing value...)."""
     try:
-        return template.render(dict(values)).strip()
+        return template.render({k: _template_value(v) for k, v in values.items()}).strip()
     except (jinja2.TemplateError, TypeError, ValueError) as err:
         raise ExprError(f"message failed to render: {err}") from None

@@ -1,0 +1,60 @@
+"""``python -m analyzer.fuzz [--harness NAME]... [--cases N] [--seed S] [--out DIR]`` (``make fuzz``).
+
+Runs each harness for ``--cases`` hypothesis-generated cases (seeded, so a run is reproducible),
+prints a summary and writes ``DIR/fuzz-<harness>.json`` (cases, exit codes, kinds of one-line errors,
+slowest case, peak memory, failures). A failure stops its harness after hypothesis has shrunk it to a
+minimal case, printed with the ``@reproduce_failure`` blob to replay it; the exit code is 1 then.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+HARNESSES = ("nsys", "ncu", "rules")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m analyzer.fuzz", description=__doc__.splitlines()[0])
+    parser.add_argument("--harness", action="append", choices=HARNESSES + ("all",), default=None)
+    parser.add_argument("--cases", type=int, default=1000, help="cases per harness (default 1000)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=Path("fuzz-results"))
+    args = parser.parse_args(argv)
+    names = HARNESSES if not args.harness or "all" in args.harness else tuple(args.harness)
+    from analyzer.fuzz.harness import Stats
+
+    failed = False
+    for name in names:
+        module = importlib.import_module(f"analyzer.fuzz.{name}")
+        stats = Stats(name, seed=args.seed)
+        started = time.perf_counter()
+        with tempfile.TemporaryDirectory(prefix=f"fuzz-{name}-") as work:
+            try:
+                module.run_cases(args.cases, args.seed, Path(work), stats=stats)
+            except Exception as exc:  # noqa: BLE001 - a failure found: report it, go on with the next harness
+                failed = True
+                stats.failures.append(f"{type(exc).__name__}: {exc}")
+                traceback.print_exc()
+        stats.extra["wall_s"] = round(time.perf_counter() - started, 1)
+        stats.dump(args.out / f"fuzz-{name}-seed{args.seed}.json")
+        summary = stats.as_dict()
+        print(f"{name}: {summary['cases']} cases, exit codes {summary['exit_codes']}, "
+              f"{summary['distinct_errors']} kinds of one-line error, slowest {summary['slowest_case_s']} s, "
+              f"peak {summary['peak_rss_mb']} MiB, failures {len(summary['failures'])}, "
+              f"{summary['wall_s']} s", flush=True)
+    totals: dict[str, int] = {}
+    for path in sorted(args.out.glob("fuzz-*-seed*.json")):
+        data = json.loads(path.read_text())
+        totals[data["harness"]] = totals.get(data["harness"], 0) + data["cases"]
+    print("cases so far in", args.out, json.dumps(totals))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

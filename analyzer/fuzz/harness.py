@@ -1,0 +1,157 @@
+"""Running one fuzz case the way the CLI would, and judging its outcome."""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import resource
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from analyzer.cli import guarded
+
+#: wall-clock limit of one case, enforced by the pipeline's watchdog (a hang is a failure); generous,
+#: because this shared machine stalls at times
+CASE_TIMEOUT_S = 300.0
+#: CPU seconds one case may use (these inputs take 0.1-3 s): more is a runaway stage
+CASE_CPU_S = 30.0
+#: peak resident memory (MiB) no case on these small inputs may reach
+MAX_RSS_MB = 3072
+
+
+class FuzzFailure(AssertionError):
+    """A case ended in a way the product promises never happens."""
+
+
+@dataclass
+class Outcome:
+    rc: int
+    stderr: str
+    stdout: str
+    seconds: float
+    rss_mb: float
+    rss_grew: bool = False
+    cpu_s: float = 0.0
+
+    @property
+    def message(self) -> str:
+        return self.stderr.strip()
+
+
+def run_guarded(run: Callable[[], object]) -> Outcome:
+    """``run`` under :func:`analyzer.cli.guarded` with stdout/stderr captured."""
+    out, err = io.StringIO(), io.StringIO()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    started, cpu = time.perf_counter(), time.process_time()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = guarded(run)
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return Outcome(rc, err.getvalue(), out.getvalue(), seconds, after / 1024, after > before, cpu)
+
+
+def check_outcome(outcome: Outcome, *, names: Iterable[str], quiet: bool = True,
+                  time_limit: float = CASE_TIMEOUT_S, cpu_limit: float = CASE_CPU_S) -> None:
+    """Raise :class:`FuzzFailure` unless ``outcome`` is one the product allows: exit 0/1 (with nothing on
+    stderr when ``quiet``), or exit 2 with one ``error:`` line naming one of ``names`` (the damaged
+    input's path or file name)."""
+    text = outcome.stderr
+    if "Traceback (most recent call last)" in text:
+        raise FuzzFailure(f"traceback on stderr: {text[-2000:]}")
+    if outcome.rc not in (0, 1, 2):
+        raise FuzzFailure(f"exit {outcome.rc}: {text.strip()[:2000]}")
+    if outcome.seconds > time_limit:
+        raise FuzzFailure(f"took {outcome.seconds:.1f} s (limit {time_limit:g} s)")
+    if outcome.cpu_s > cpu_limit:
+        raise FuzzFailure(f"used {outcome.cpu_s:.1f} CPU seconds (limit {cpu_limit:g} s)")
+    if outcome.rss_grew and outcome.rss_mb > MAX_RSS_MB:
+        raise FuzzFailure(f"peak memory {outcome.rss_mb:.0f} MiB (limit {MAX_RSS_MB} MiB)")
+    if outcome.rc == 2:
+        lines = text.splitlines()
+        if len(lines) != 1:
+            raise FuzzFailure(f"exit 2 with {len(lines)} lines on stderr: {text[:2000]!r}")
+        line = lines[0]
+        if not line.startswith("error: "):
+            raise FuzzFailure(f"exit 2 without an 'error: ' line: {line[:2000]!r}")
+        wanted = [n for n in names if n]
+        if wanted and not any(n in line for n in wanted):
+            raise FuzzFailure(f"exit 2 but the message does not name the input ({wanted[0]}): {line[:2000]!r}")
+        if "out of memory" in line or "ran past" in line:
+            raise FuzzFailure(f"resource limit hit on a small input: {line[:2000]!r}")
+    elif quiet and text.strip():
+        raise FuzzFailure(f"exit {outcome.rc} but stderr is not empty: {text[:2000]!r}")
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def folder_listing(folder: Path) -> list[tuple[str, int, int]]:
+    """(name, size, mtime_ns) of every entry of ``folder``: a reader must not add -journal/-wal files."""
+    return sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in folder.iterdir())
+
+
+def error_kind(message: str, names: Iterable[str] = ()) -> str:
+    """An error line with the file names, numbers and quoted values taken out (for counting kinds)."""
+    import re
+
+    text = message.removeprefix("error: ")
+    for n in names:
+        if n:
+            text = text.replace(n, "FILE")
+    text = re.sub(r"'[^']*'|\"[^\"]*\"|\([^()]*\)", "…", text)
+    text = re.sub(r"\d[\d,._]*", "N", text)
+    return text[:160]
+
+
+@dataclass
+class Stats:
+    """What one harness run did: cases, exit codes, kinds of errors, failures, time."""
+
+    harness: str
+    seed: int = 0
+    cases: int = 0
+    exit_codes: Counter[int] = field(default_factory=Counter)
+    error_kinds: Counter[str] = field(default_factory=Counter)
+    failures: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    slowest_case_s: float = 0.0
+    max_case_cpu_s: float = 0.0
+    peak_rss_mb: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def record(self, outcome: Outcome, names: Iterable[str] = ()) -> None:
+        self.cases += 1
+        self.exit_codes[outcome.rc] += 1
+        self.seconds += outcome.seconds
+        self.slowest_case_s = max(self.slowest_case_s, outcome.seconds)
+        self.max_case_cpu_s = max(self.max_case_cpu_s, outcome.cpu_s)
+        self.peak_rss_mb = max(self.peak_rss_mb, outcome.rss_mb)
+        if outcome.rc == 2:
+            self.error_kinds[error_kind(outcome.message, names)] += 1
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "harness": self.harness, "seed": self.seed, "cases": self.cases,
+            "exit_codes": {str(k): v for k, v in sorted(self.exit_codes.items())},
+            "distinct_errors": len(self.error_kinds),
+            "top_errors": self.error_kinds.most_common(12),
+            "failures": self.failures, "seconds": round(self.seconds, 1),
+            "slowest_case_s": round(self.slowest_case_s, 2), "max_case_cpu_s": round(self.max_case_cpu_s, 2),
+            "peak_rss_mb": round(self.peak_rss_mb),
+            **self.extra,
+        }
+
+    def dump(self, path: Path) -> None:
+        from analyzer.fileio import atomic_write
+
+        atomic_write(path, json.dumps(self.as_dict(), indent=2) + "\n")

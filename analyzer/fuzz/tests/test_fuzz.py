@@ -1,0 +1,64 @@
+"""Bounded, seeded runs of every fuzz harness (``make fuzz`` runs many more, see docs/robustness.md),
+and the cases the long runs found, kept as regression tests."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("hypothesis")
+
+from analyzer.fuzz import ncu, nsys, rules  # noqa: E402
+from analyzer.fuzz.harness import Stats  # noqa: E402
+
+# cases per harness in `make test`: about a minute in all on one core
+CASES = {"nsys": 12, "ncu": 20, "rules": 40}
+
+
+@pytest.mark.parametrize("harness", [nsys, ncu, rules], ids=["nsys", "ncu", "rules"])
+def test_seeded_fuzz_cases(harness, tmp_path):
+    name = harness.__name__.rsplit(".", 1)[-1]
+    if name in ("nsys",) and not nsys.base_traces():
+        pytest.skip("no real nsys export to start from")
+    stats = harness.run_cases(CASES[name], 0, tmp_path, stats=Stats(name), derandomize=True)
+    assert stats.cases >= CASES[name]
+    assert not stats.failures
+
+
+# ---------------------------------------------------------------------------------------------------
+# regressions found by the long runs (each was a failure before its fix)
+
+
+@pytest.fixture(scope="module")
+def ncu_runner(tmp_path_factory):
+    return ncu.Runner(tmp_path_factory.mktemp("ncu"))
+
+
+NCU_DATA = Path(__file__).resolve().parents[3] / "tests" / "data" / "ncu"
+
+
+@pytest.mark.parametrize("mutations", [
+    # a details row cut to nothing: a kernel without timeline time made NCU006's message compare None > 0
+    [ncu.CsvMutation("ragged-row", 0.0, 0.0)],
+], ids=["details-row-emptied"])
+def test_ncu_regressions(ncu_runner, mutations):
+    outcome = ncu_runner.case(NCU_DATA / "naive_attention_fixed.details.csv", mutations)
+    assert outcome.rc in (0, 1)
+
+
+@pytest.fixture(scope="module")
+def nsys_runner(tmp_path_factory):
+    return nsys.Runner(tmp_path_factory.mktemp("nsys"))
+
+
+@pytest.mark.parametrize("mutations", [
+    # NVTX_EVENTS without eventType: the loader's WHERE named the missing column (internal error, exit 3)
+    [nsys.Mutation("rename-column", "NVTX_EVENTS", "eventType", "renamed")],
+    [nsys.Mutation("drop-column", "NVTX_EVENTS", "eventType")],
+], ids=["nvtx-eventType-renamed", "nvtx-eventType-dropped"])
+def test_nsys_regressions(nsys_runner, mutations):
+    from analyzer.testing import real_trace
+
+    outcome, applied = nsys_runner.case(real_trace("alloc_churn_fixed"), mutations)
+    assert len(applied) == len(mutations)
+    assert outcome.rc in (0, 1)

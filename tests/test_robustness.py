@@ -1,0 +1,245 @@
+"""Outputs are atomic, inputs never change, runaway stages are named (issue 17; docs/robustness.md).
+
+- a report replaces the old one whole or not at all: a full disk (a real 64 KiB tmpfs where this
+  machine lets us mount one, else a write that raises ENOSPC), Ctrl-C mid-write and a read-only folder
+  each leave the old report byte-identical and no temporary file behind, with one error line;
+- every reader leaves every committed trace and export byte-identical, creates nothing beside it,
+  and works from a read-only mount;
+- ``--timeout`` ends an analysis with one line naming the stage it was in.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from analyzer.cli import main
+from analyzer.testing import DATA_DIR, PUBLIC_DIR, real_trace
+
+TRACE = "alloc_churn_fixed"
+
+
+def _run(capsys, *argv: str) -> tuple[int, str]:
+    rc = main([*argv])
+    err = capsys.readouterr().err
+    return rc, err
+
+
+def _one_error_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    return lines[0]
+
+
+def _leftovers(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".tmp"))
+
+
+@contextlib.contextmanager
+def _tmpfs(path: Path, size: str):
+    """A small tmpfs at ``path`` (skips where mounting is not allowed)."""
+    path.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a tmpfs needs root")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                          capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def _remount_ro(path: Path) -> None:
+    done = subprocess.run(["mount", "-o", "remount,ro", str(path)], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        pytest.skip(f"cannot remount read-only: {done.stderr.strip()}")
+
+
+# ---------------------------------------------------------------------------------------------- outputs
+def test_enospc_mid_write_keeps_the_old_report(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "report.html"
+    out.write_text("OLD REPORT")
+    import analyzer.fileio as fileio
+
+    def full(_fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(fileio.os, "fsync", full)
+    rc, err = _run(capsys, str(real_trace(TRACE)), "-o", str(out), "-q")
+    line = _one_error_line(err)
+    assert rc == 2
+    assert str(out) in line and "No space left on device" in line and "previous file is unchanged" in line
+    assert out.read_text() == "OLD REPORT"
+    assert _leftovers(tmp_path) == []
+
+
+def test_ctrl_c_mid_write_keeps_the_old_report(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "report.md"
+    out.write_text("OLD")
+    import analyzer.fileio as fileio
+
+    def interrupted(_fd):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(fileio.os, "fsync", interrupted)
+    rc, err = _run(capsys, str(real_trace(TRACE)), "-o", str(out), "-q")
+    assert rc == 130 and _one_error_line(err) == "error: interrupted"
+    assert out.read_text() == "OLD"
+    assert _leftovers(tmp_path) == []
+
+
+def test_real_full_disk(tmp_path, capsys):
+    """A 64 KiB file system cannot hold the ~130 KB HTML report: the write fails with ENOSPC."""
+    with _tmpfs(tmp_path / "small", "64k") as disk:
+        old = disk / "report.html"
+        old.write_text("OLD REPORT")
+        rc, err = _run(capsys, str(real_trace(TRACE)), "-o", str(old), "-q")
+        line = _one_error_line(err)
+        assert rc == 2 and "No space left on device" in line
+        assert old.read_text() == "OLD REPORT"
+        assert sorted(p.name for p in disk.iterdir()) == ["report.html"]
+
+
+def test_read_only_output_folder(tmp_path, capsys):
+    with _tmpfs(tmp_path / "ro", "1m") as disk:
+        (disk / "report.json").write_text("{}")
+        _remount_ro(disk)
+        rc, err = _run(capsys, str(real_trace(TRACE)), "-o", str(disk / "report.json"), "-q")
+        line = _one_error_line(err)
+        assert rc == 2 and "read-only" in line.lower()
+        assert (disk / "report.json").read_text() == "{}"
+
+
+def test_new_report_gets_ordinary_permissions(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    old_mask = os.umask(0o022)
+    try:
+        rc, _ = _run(capsys, str(real_trace(TRACE)), "-o", str(out), "-q")
+    finally:
+        os.umask(old_mask)
+    assert rc == 0 and (out.stat().st_mode & 0o777) == 0o644
+
+
+def test_atomic_write_replaces_whole(tmp_path):
+    from analyzer.fileio import atomic_write
+
+    target = tmp_path / "x.txt"
+    target.write_text("old")
+    target.chmod(0o600)
+    atomic_write(target, "new" * 1000)
+    assert target.read_text() == "new" * 1000 and (target.stat().st_mode & 0o777) == 0o600
+    assert _leftovers(tmp_path) == []
+
+
+# ----------------------------------------------------------------------------------------------- inputs
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _committed_inputs() -> list[Path]:
+    files = sorted(DATA_DIR.glob("*.sqlite.xz")) + sorted(DATA_DIR.glob("*.nsys-rep"))
+    files += sorted((DATA_DIR / "ncu").glob("*.csv"))
+    if PUBLIC_DIR.is_dir():
+        files += sorted(p for p in PUBLIC_DIR.iterdir() if p.suffix in (".sqlite", ".qdrep", ".csv", ".ncu-rep"))
+    return files
+
+
+def _read_with_every_reader(path: Path) -> None:
+    from analyzer.errors import AnalyzerError
+    from analyzer.loading import detect_format, load_trace
+    from analyzer.loading.ncu import detect_ncu, load_ncu
+
+    detect_format(path)
+    if detect_ncu(path) is not None:
+        with contextlib.suppress(AnalyzerError):  # a .ncu-rep without the ncu extra is a clean error
+            load_ncu(path)
+    else:
+        with contextlib.suppress(AnalyzerError):  # a .nsys-rep without nsys is a clean error
+            load_trace(path)
+
+
+@pytest.mark.slow
+def test_readers_never_change_an_input():
+    """Every committed trace and export (and the public ones): same bytes, same mtime, same folder
+    listing after every reader has read it."""
+    inputs = _committed_inputs()
+    assert len(inputs) >= 40
+    for path in inputs:
+        folder = sorted(os.listdir(path.parent))
+        before = (_digest(path), path.stat().st_mtime_ns)
+        _read_with_every_reader(path)
+        assert (_digest(path), path.stat().st_mtime_ns) == before, path
+        assert sorted(os.listdir(path.parent)) == folder, path
+
+
+def test_analyze_from_a_read_only_mount(tmp_path, capsys):
+    """A trace and an ncu export on a read-only file system (as root, so permissions alone prove
+    nothing) analyze normally; nothing is written beside them."""
+    with _tmpfs(tmp_path / "media", "16m") as disk:
+        trace = disk / "trace.sqlite"
+        shutil.copyfile(real_trace("tiny_kernels"), trace)
+        ncu = disk / "tiny_kernels.raw.csv"
+        shutil.copyfile(DATA_DIR / "ncu" / "tiny_kernels.raw.csv", ncu)
+        _remount_ro(disk)
+        before = {p.name: _digest(p) for p in disk.iterdir()}
+        rc, err = _run(capsys, str(trace), "--ncu", str(ncu), "-o", str(tmp_path / "r.json"), "-q")
+        assert rc == 0, err
+        assert {p.name: _digest(p) for p in disk.iterdir()} == before
+
+
+def test_xz_cache_on_a_read_only_home(tmp_path, capsys, monkeypatch):
+    """An unwritable cache folder (read-only home) falls back to a private temporary folder."""
+    with _tmpfs(tmp_path / "home", "1m") as home:
+        _remount_ro(home)
+        monkeypatch.setenv("XDG_CACHE_HOME", str(home / ".cache"))
+        rc, err = _run(capsys, str(DATA_DIR / f"{TRACE}.sqlite.xz"), "-o", str(tmp_path / "r.json"), "-q")
+        assert rc == 0, err
+
+
+def test_xz_cache_full_disk(tmp_path, capsys, monkeypatch):
+    with _tmpfs(tmp_path / "cache", "64k") as cache:
+        monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+        rc, err = _run(capsys, str(DATA_DIR / f"{TRACE}.sqlite.xz"), "-o", str(tmp_path / "r.json"), "-q")
+        line = _one_error_line(err)
+        assert rc == 2 and "No space left on device" in line and f"{TRACE}.sqlite.xz" in line
+        leftovers = [p for p in cache.rglob("*") if p.is_file()]
+        assert leftovers == []
+
+
+# --------------------------------------------------------------------------------------------- watchdog
+def test_timeout_names_the_stage(tmp_path, capsys):
+    rc, err = _run(capsys, str(real_trace(TRACE)), "--timeout", "0.001", "-o", str(tmp_path / "r.json"), "-q")
+    line = _one_error_line(err)
+    assert rc == 2
+    assert "analysis ran past 0.001 s in stage '" in line and TRACE in line
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_watchdog_interrupts_a_python_loop():
+    import time
+
+    from analyzer.errors import StageTimeoutError
+    from analyzer.watchdog import Watchdog, stage
+
+    started = time.monotonic()
+    with pytest.raises(StageTimeoutError, match=r"ran past 0.2 s in stage 'outer > spin'"):
+        with Watchdog(0.2, "x.sqlite"), stage("outer"), stage("spin"):
+            while time.monotonic() - started < 30:
+                pass
+    assert time.monotonic() - started < 10
+
+
+def test_watchdog_off_by_default():
+    from analyzer.watchdog import Watchdog
+
+    with Watchdog(None, "x") as dog:
+        pass
+    assert dog.fired_in is None
