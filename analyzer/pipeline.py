@@ -66,8 +66,10 @@ def analyze_trace(
     options: AnalysisOptions | None = None,
     ncu: Any = None,
     progress: Progress = None,
+    trace: Any = None,
 ) -> Analysis:
-    """Analyze one nsys trace with ``pack`` (loaded from ``options`` when None)."""
+    """Analyze one nsys trace with ``pack`` (loaded from ``options`` when None). ``trace``: the trace
+    already loaded from ``path`` (the fuzz harness loads first to recognise repeated cases)."""
     from analyzer.facts import FactStore
     from analyzer.facts.scalars import trace_scalars
     from analyzer.loading import load_trace
@@ -78,8 +80,9 @@ def analyze_trace(
     if pack is None:
         pack = load_rules(options)
     progress = _noting(progress)
-    with stage("loading"):
-        trace = load_trace(Path(path), progress=progress)
+    if trace is None:
+        with stage("loading"):
+            trace = load_trace(Path(path), progress=progress)
     progress(f"{trace.name}: choosing the analysis window")
     with stage("choosing the window"):
         window = choose_window(trace, options.window_spec, exclude=options.exclude_ranges)
