@@ -10,7 +10,6 @@ Window: kernels whose start lies in the window.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -23,6 +22,7 @@ from analyzer.errors import InputError
 from analyzer.facts._util import factorize_objects, starts_in_window, text
 from analyzer.facts.registry import FactContext, fact
 from analyzer.loading.model import KERNEL_COLUMNS
+from analyzer.saferegex import PatternError, UserPattern, compile_regex
 
 DEFAULT_CATEGORIES_FILE = Path(__file__).with_name("categories.yaml")
 OTHER = "other"
@@ -31,7 +31,7 @@ OTHER = "other"
 @dataclass(frozen=True)
 class Category:
     name: str
-    patterns: tuple[re.Pattern[str], ...]
+    patterns: tuple[UserPattern, ...]  # linear-time (RE2): a categories file may come from a user
 
 
 @lru_cache(maxsize=8)
@@ -58,9 +58,9 @@ def load_categories(path: str | Path | None = None) -> tuple[Category, ...]:
         compiled = []
         for pat in pats:
             try:
-                compiled.append(re.compile(str(pat)))
-            except re.error as err:
-                raise InputError(file, f"category {entry['name']!r}: bad pattern {pat!r} ({err})") from None
+                compiled.append(compile_regex(str(pat), what="category pattern"))
+            except PatternError as err:
+                raise InputError(file, f"category {entry['name']!r}: bad pattern ({err})", hint=err.hint) from None
         out.append(Category(entry["name"], tuple(compiled)))
     return tuple(out)
 

@@ -105,9 +105,9 @@ def sweep(paths: tuple[Path, ...], fmt: str, output: Path | None, key_pattern: s
             render_sweep(result, fmt, output)
             click.echo(str(output / f"sweep.{fmt}"))
         else:
-            text = render_sweep(result, fmt)
-            output.parent.mkdir(parents=True, exist_ok=True)
-            output.write_text(text, encoding="utf-8")
+            from analyzer.fileio import atomic_write
+
+            atomic_write(output, render_sweep(result, fmt))
             click.echo(str(output))
     except AnalyzerError as err:
         raise _CliError(err) from None

@@ -17,6 +17,7 @@ import jinja2
 import pandas as pd
 
 from analyzer.errors import ParameterError
+from analyzer.fileio import atomic_output, atomic_write
 from analyzer.phases.table import FLOPS_CONVENTION_SEP
 
 if TYPE_CHECKING:
@@ -233,10 +234,11 @@ def render_sweep(result: SweepResult, fmt: Literal["md", "csv", "html"] = "md",
         written = []
         for name, frame in result.tables().items():
             path = folder / f"{name}.csv"
-            frame.to_csv(path, index=False)
+            with atomic_output(path) as fh:
+                frame.to_csv(fh, index=False)
             written.append(str(path))
         return "\n".join(written) + "\n"
     text = to_markdown(views(result)) if fmt == "md" else to_html(views(result, name_width=None))
     if folder is not None:
-        (folder / f"sweep.{fmt}").write_text(text, encoding="utf-8")
+        atomic_write(folder / f"sweep.{fmt}", text)
     return text

@@ -13,17 +13,27 @@ line): a layer's ``select`` replaces the set of enabled rules, ``extend_select``
 """
 from __future__ import annotations
 
-import fnmatch
+import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from analyzer.errors import RuleError
+from analyzer.errors import ParameterError, RuleError
 from analyzer.rules.expr import did_you_mean
 from analyzer.rules.model import CATEGORIES, Rule, RulePack
+from analyzer.saferegex import PatternError, UserPattern, compile_glob
 
 _GLOB = re.compile(r"[*?\[]")
 _ID_PREFIX = re.compile(r"^[A-Za-z]{2,5}[0-9]{0,2}$")
+
+
+@functools.lru_cache(maxsize=256)
+def _glob(selector: str) -> UserPattern:
+    """A selector glob, matched in linear time (RE2, :mod:`analyzer.saferegex`)."""
+    try:
+        return compile_glob(selector, what="rule selector")
+    except PatternError as err:
+        raise ParameterError(str(err), hint=err.hint) from None
 
 
 def split_selectors(values: Iterable[str]) -> tuple[str, ...]:
@@ -34,8 +44,8 @@ def split_selectors(values: Iterable[str]) -> tuple[str, ...]:
 def matches(selector: str, rule: Rule) -> bool:
     """True when ``selector`` (name, id, category, id prefix or glob) picks ``rule``."""
     if _GLOB.search(selector):
-        return (fnmatch.fnmatchcase(rule.name, selector) or fnmatch.fnmatchcase(rule.id, selector.upper())
-                or fnmatch.fnmatchcase(rule.category, selector))
+        return (_glob(selector).search(rule.name) or _glob(selector.upper()).search(rule.id)
+                or _glob(selector).search(rule.category))
     if selector in (rule.name, rule.category) or selector.upper() == rule.id:
         return True
     return bool(_ID_PREFIX.match(selector)) and rule.id.startswith(selector.upper())
