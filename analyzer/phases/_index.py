@@ -243,6 +243,7 @@ AGGREGATE_TIMING_COLUMNS: dict[str, str] = {
     "async_count": "instances whose GPU span exceeded their CPU wall time (they timed the launches)",
     "waited": "'yes' (every instance with GPU work waited for it), 'no' (none did), 'K of N', '' (no GPU work)",
     "phase_ns": "per instance, the larger of CPU wall time and GPU span, summed: what the range costs (ns)",
+    "untimed_ns": "phase_ns minus the summed CPU wall time: GPU time the ranges' own timing misses (ns)",
     "measure": "which number measures the range: 'cpu_wall', 'gpu_span' (every instance timed only its "
                "launches) or 'mixed' (some did: phase_ns takes the larger per instance)",
 }
@@ -264,6 +265,7 @@ def aggregate_timing(inst: pd.DataFrame, keys: str | Sequence[str], *, cpu: str 
         "waited_count": (has & inst["waited"].to_numpy(bool)).astype(np.int64),
         "async_count": (inst["gpu_span_ns"].to_numpy(np.int64) > inst[cpu].to_numpy(np.int64)).astype(np.int64),
         "phase_ns": inst["phase_ns"].to_numpy(np.int64),
+        "untimed_ns": inst["phase_ns"].to_numpy(np.int64) - inst[cpu].to_numpy(np.int64),
         "count": np.ones(len(inst), np.int64),
     })
     out = work.groupby(keys, sort=False).sum().reset_index()

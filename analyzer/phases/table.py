@@ -83,6 +83,7 @@ PHASE_COLUMNS: dict[str, str] = {
     "top_kernels": "top 3 kernels by time: 'name (n=COUNT, mean=US us)' joined by ' | '",
     **{c: d for c, d in AGGREGATE_TIMING_COLUMNS.items() if c != "gpu_span_ns"},
     "gpu_span_mean_ns": "gpu_span_ns per instance (ns)",
+    "tail_mean_ns": "tail_ns per instance (ns)",
     "phase_mean_ns": "phase_ns per instance (ns): the phase's time per instance, by the number that measures it",
 }
 
@@ -204,6 +205,7 @@ def phase_table(
     for c in timed.columns:
         out[c] = timed[c].to_numpy()
     out["gpu_span_mean_ns"] = out["gpu_span_ns"] / out["count"]
+    out["tail_mean_ns"] = out["tail_ns"] / out["count"]
     out["phase_mean_ns"] = out["phase_ns"] / out["count"]
     out = out.reset_index(drop=True)[columns]
     return out.sort_values(["cpu_total_ns", "name"], ascending=[False, True], kind="stable",
@@ -213,7 +215,7 @@ def phase_table(
 def _typed_empty(columns: list[str]) -> pd.DataFrame:
     text = {"name", "path", "top_kernel", "top_kernels", "waited", "measure"}
     floats = {"cpu_mean_ns", "cpu_std_ns", "cpu_p50_ns", "cpu_p95_ns", "gpu_mean_ns", "busy_share",
-              "top_kernel_mean_ns", "gpu_span_mean_ns", "phase_mean_ns"}
+              "top_kernel_mean_ns", "gpu_span_mean_ns", "tail_mean_ns", "phase_mean_ns"}
     return pd.DataFrame({c: pd.Series(dtype=object if c in text else "float64" if c in floats else "int64")
                          for c in columns})
 

@@ -94,7 +94,7 @@ def _section(s: TraceSection) -> dict[str, Any]:
         "gaps": _gaps(s.gaps),
     }
     if s.phases is not None:
-        overview["phases"] = _records(s.phases)
+        overview["phases"] = {**(_records(s.phases) or {}), "caption": s.phases.caption}
     if s.ncu is not None:
         overview["ncu"] = _records(s.ncu)
         if s.roofline is not None:

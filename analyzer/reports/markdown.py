@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 
 from analyzer.reports.format import DASH, fmt_cell, fmt_duration, fmt_share, fmt_time, plural, truncate
-from analyzer.reports.viewmodel import FindingView, Link, ReportView, Table, TraceSection
+from analyzer.reports.viewmodel import PHASE_CORE_COLUMNS, FindingView, Link, ReportView, Table, TraceSection
 
 MAX_CHARS = 65_000
 
@@ -97,6 +97,15 @@ def _table(t: Table, rows: int) -> list[str]:
     return lines
 
 
+def _narrow(t: Table, keys: tuple[str, ...]) -> Table:
+    """``t`` with only the columns in ``keys`` (all of them when none is)."""
+    keep = [i for i, c in enumerate(t.columns) if c.key in keys]
+    if not keep:
+        return t
+    return Table(tuple(t.columns[i] for i in keep), tuple(tuple(r[i] for i in keep) for r in t.rows),
+                 t.total_rows, t.caption)
+
+
 def _finding_details(f: FindingView, level: _Level) -> list[str]:
     summary = (
         f"<b>{f.rank}. {html_text(f.severity.upper())} {html_text(f.id)}: {html_text(f.title, 200)}</b>"
@@ -169,6 +178,11 @@ def _section(s: TraceSection, level: _Level, multi: bool) -> list[str]:
         if s.top_kernels:
             lines += ["<details>", "<summary>Top kernels</summary>", ""]
             lines += _table(s.top_kernels, level.overview_rows) + ["", "</details>", ""]
+        if s.phases and s.phases.rows:
+            lines += ["<details>", "<summary>Phases (NVTX ranges): CPU wall, GPU time, GPU span</summary>", ""]
+            if s.phases.caption:
+                lines += [md_text(s.phases.caption, 1200), ""]
+            lines += _table(_narrow(s.phases, PHASE_CORE_COLUMNS), level.overview_rows) + ["", "</details>", ""]
     return lines
 
 

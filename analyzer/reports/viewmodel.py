@@ -789,17 +789,25 @@ def _gaps(analysis: Analysis, devices: int, limits: Limits) -> GapSummary:
 
 _PHASE_KNOWN: tuple[Column, ...] = (
     Column("name", "Phase", "text"), Column("path", "Path", "code"), Column("count", "Count", "int"),
-    Column("cpu_ns", "CPU time", "ns"), Column("cpu_total_ns", "CPU time", "ns"),
+    Column("cpu_ns", "CPU wall", "ns"), Column("cpu_total_ns", "CPU wall", "ns"),
     Column("cpu_mean_ns", "CPU mean", "ns"), Column("cpu_p95_ns", "CPU p95", "ns"),
-    Column("gpu_ns", "GPU time", "ns"), Column("busy_share", "GPU busy", "share"),
+    Column("gpu_ns", "GPU time", "ns"), Column("gpu_span_ns", "GPU span", "ns"),
+    Column("waited", "Waited", "text"), Column("measure", "Measured by", "text"),
+    Column("phase_ns", "Phase time", "ns"), Column("busy_share", "GPU busy", "share"),
     Column("kernel_count", "Kernels", "int"), Column("top_kernel", "Top kernel", "code"),
 )
-_PHASE_MAX_COLUMNS = 10
+_PHASE_MAX_COLUMNS = 14
+#: ``measure`` codes of the phases fact as the reports print them.
+MEASURE_LABELS = {"cpu_wall": "CPU wall", "gpu_span": "GPU span", "mixed": "mixed"}
+#: The columns a narrow rendering (Markdown) keeps: the numbers that say which one measures a phase.
+PHASE_CORE_COLUMNS = ("name", "count", "cpu_ns", "cpu_total_ns", "gpu_ns", "gpu_span_ns", "waited", "measure",
+                      "phase_ns")
 
 
 def _phases(frame: pd.DataFrame, limits: Limits) -> Table:
     """The optional ``phases`` fact: the known columns that are present (in a fixed order), then other
-    columns formatted by their names, up to a readable width (the JSON report has the same columns)."""
+    columns formatted by their names, up to a readable width (the JSON report has the same columns).
+    The caption says which number measures the phases (see :func:`phase_caption`)."""
     cols = [c for c in _PHASE_KNOWN if c.key in frame.columns]
     known = {c.key for c in _PHASE_KNOWN}
     if len(cols) < 4:  # an unfamiliar phases table: show what it has
@@ -807,7 +815,39 @@ def _phases(frame: pd.DataFrame, limits: Limits) -> Table:
             Column(str(c), _labelize(str(c)), _evidence_kind(str(c), frame[c].head(limits.phase_rows).tolist()))
             for c in frame.columns if c not in known
         ]
-    return _table(frame, cols[:_PHASE_MAX_COLUMNS], limits.phase_rows, limits.cell_chars)
+    shown = frame
+    if "measure" in frame.columns:
+        shown = frame.assign(measure=frame["measure"].map(lambda m: MEASURE_LABELS.get(m, m)))
+    return _table(shown, cols[:_PHASE_MAX_COLUMNS], limits.phase_rows, limits.cell_chars, phase_caption(frame))
+
+
+def phase_caption(frame: pd.DataFrame, names: int = 3) -> str:
+    """One or two sentences: which number measures the phases of ``frame`` (a ``phases`` fact), naming
+    the phases whose ranges ended before their GPU work did (they timed the kernel launches)."""
+    if "measure" not in frame.columns or "gpu_span_ns" not in frame.columns or frame.empty:
+        return ""
+    cpu_col = "cpu_total_ns" if "cpu_total_ns" in frame.columns else "cpu_ns"
+    if cpu_col not in frame.columns:
+        return ""
+    rule = ("Phase time is what a phase costs: its CPU wall time when the range waited for its GPU work "
+            "(or the GPU kept up with the launches), its GPU span (first op start to last op end) when the "
+            "range ended before its work did and so timed only the kernel launches.")
+    early = frame[frame["measure"].isin(("gpu_span", "mixed"))]
+    if early.empty:
+        return rule + " Every phase here waited for its GPU work or was launch-bound: CPU wall measures it."
+    count = early["count"].clip(lower=1).astype("float64")
+    untimed = (early["phase_ns"] - early[cpu_col]).astype("float64")
+    top = early.assign(_u=untimed.to_numpy(), _cpu=(early[cpu_col] / count).to_numpy(),
+                       _span=(early["gpu_span_ns"] / count).to_numpy())
+    top = top.sort_values(["_u", "name"], ascending=[False, True], kind="stable").head(names)
+    listed = "; ".join(
+        f"{truncate(str(n), 60)}: CPU wall {fmt_ms(c)}, GPU span {fmt_ms(g)} per instance"
+        for n, c, g in zip(top["name"].tolist(), top["_cpu"].tolist(), top["_span"].tolist()))
+    more = len(early) - len(top)
+    tail = f"; {more:,} more" if more > 0 else ""
+    return (f"{rule} {plural(len(early), 'phase')} ended before {'its' if len(early) == 1 else 'their'} GPU "
+            f"work ({listed}{tail}): {'its' if len(early) == 1 else 'their'} CPU wall time measures the "
+            "launches; time them with torch.cuda.synchronize() or CUDA events, or read the GPU span.")
 
 
 def _ncu(ncu: Any, limits: Limits) -> tuple[Table, RooflineChart | None]:

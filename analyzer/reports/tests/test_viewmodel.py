@@ -10,7 +10,7 @@ import pytest
 from analyzer.findings import Finding, Scope, Severity
 from analyzer.reports import Limits, build_report, render
 from analyzer.reports.tests.synthetic import MS, make_analysis
-from analyzer.reports.viewmodel import EvidenceTable, Link
+from analyzer.reports.viewmodel import EvidenceTable, Link, phase_caption
 
 CREATED = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
@@ -101,7 +101,24 @@ def test_ncu_without_required_columns_is_a_note():
 
 def test_phases_known_columns_in_fixed_order():
     s = build_report([make_analysis()], created=CREATED).traces[0]
-    assert [c.key for c in s.phases.columns] == ["name", "path", "count", "cpu_ns", "gpu_ns"]
+    assert [c.key for c in s.phases.columns] == ["name", "path", "count", "cpu_ns", "gpu_ns", "gpu_span_ns",
+                                                 "waited", "measure", "phase_ns"]
+    assert [c.label for c in s.phases.columns][3:] == ["CPU wall", "GPU time", "GPU span", "Waited", "Measured by",
+                                                       "Phase time"]
+    assert [r[7] for r in s.phases.rows] == ["GPU span", "CPU wall", "CPU wall"]
+
+
+def test_phase_caption_names_the_phases_that_timed_launches():
+    frame = pd.DataFrame({"name": ["fwd", "opt", "bwd"], "count": [2, 2, 2], "cpu_total_ns": [60e6, 10e6, 80e6],
+                          "gpu_span_ns": [1400e6, 30e6, 70e6], "measure": ["gpu_span", "mixed", "cpu_wall"],
+                          "phase_ns": [1400e6, 32e6, 80e6]})
+    text = phase_caption(frame)
+    assert "2 phases ended before their GPU work (fwd: CPU wall 30.0 ms, GPU span 700 ms per instance; " \
+           "opt: CPU wall 5.00 ms, GPU span 15.0 ms per instance)" in text
+    assert "bwd" not in text
+    calm = phase_caption(frame.assign(measure="cpu_wall"))
+    assert calm.endswith("Every phase here waited for its GPU work or was launch-bound: CPU wall measures it.")
+    assert phase_caption(frame.drop(columns="measure")) == ""
 
 
 def test_phases_unfamiliar_table_shows_its_columns():
