@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     failed = False
     for name in names:
         module = importlib.import_module(f"analyzer.fuzz.{name}")
-        stats = Stats(name, seed=args.seed)
+        stats = Stats(name, seed=args.seed, checkpoint=args.out / f"fuzz-{name}-seed{args.seed}.json")
         started = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix=f"fuzz-{name}-") as work:
             try:
@@ -42,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
                 stats.failures.append(f"{type(exc).__name__}: {exc}")
                 traceback.print_exc()
         stats.extra["wall_s"] = round(time.perf_counter() - started, 1)
+        stats.extra["finished"] = True
         stats.dump(args.out / f"fuzz-{name}-seed{args.seed}.json")
         summary = stats.as_dict()
         print(f"{name}: {summary['cases']} cases, exit codes {summary['exit_codes']}, "

@@ -128,6 +128,8 @@ class Stats:
     max_case_cpu_s: float = 0.0
     peak_rss_mb: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
+    #: where to write the numbers every 100 cases (a long run that is stopped still leaves them)
+    checkpoint: Path | None = None
 
     def record(self, outcome: Outcome, names: Iterable[str] = ()) -> None:
         self.cases += 1
@@ -138,6 +140,8 @@ class Stats:
         self.peak_rss_mb = max(self.peak_rss_mb, outcome.rss_mb)
         if outcome.rc == 2:
             self.error_kinds[error_kind(outcome.message, names)] += 1
+        if self.checkpoint is not None and self.cases % 100 == 0:
+            self.dump(self.checkpoint)
 
     def as_dict(self) -> dict[str, Any]:
         return {
