@@ -33,11 +33,13 @@ lint: $(VENV)/.dev
 docs: $(VENV)/.core
 	$(BIN)/python -m analyzer.rules.docgen analyzer/rules/packs/default.yaml > docs/rules.md
 
-# Long fuzz runs (docs/robustness.md): FUZZ_CASES per harness, seeded by FUZZ_SEED; results in fuzz-results/
-FUZZ_CASES ?= 2000
+# Long fuzz runs (docs/robustness.md): FUZZ_CASES per harness over FUZZ_JOBS processes (seeds FUZZ_SEED..),
+# results in fuzz-results/ (one JSON per harness and seed; the last line sums every run kept there)
+FUZZ_CASES ?= 10000
 FUZZ_SEED ?= 1
+FUZZ_JOBS ?= $(shell nproc 2>/dev/null || echo 1)
 fuzz: $(VENV)/.dev
-	$(BIN)/python -m analyzer.fuzz --cases $(FUZZ_CASES) --seed $(FUZZ_SEED) --out fuzz-results
+	$(BIN)/python -m analyzer.fuzz --cases $(FUZZ_CASES) --seed $(FUZZ_SEED) --jobs $(FUZZ_JOBS) --out fuzz-results
 
 bench: $(VENV)/.core
 	$(BIN)/python benchmarks/run.py

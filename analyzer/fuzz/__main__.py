@@ -16,7 +16,7 @@ import time
 import traceback
 from pathlib import Path
 
-HARNESSES = ("nsys", "ncu", "rules")
+HARNESSES = ("nsys", "ncu", "rules", "kineto")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,8 +25,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", type=int, default=1000, help="cases per harness (default 1000)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("fuzz-results"))
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="processes per harness, seeds SEED..SEED+JOBS-1, cases split between them")
     args = parser.parse_args(argv)
     names = HARNESSES if not args.harness or "all" in args.harness else tuple(args.harness)
+    if args.jobs > 1:
+        return _parallel(names, args)
     from analyzer.fuzz.harness import Stats
 
     failed = False
@@ -49,12 +53,33 @@ def main(argv: list[str] | None = None) -> int:
               f"{summary['distinct_errors']} kinds of one-line error, slowest {summary['slowest_case_s']} s, "
               f"peak {summary['peak_rss_mb']} MiB, failures {len(summary['failures'])}, "
               f"{summary['wall_s']} s", flush=True)
+    _totals(args.out)
+    return 1 if failed else 0
+
+
+def _parallel(names: tuple[str, ...], args: argparse.Namespace) -> int:
+    """One process per seed and harness, ``args.jobs`` at a time."""
+    import subprocess
+
+    per_job = -(-args.cases // args.jobs)
+    failed = False
+    for name in names:
+        procs = [subprocess.Popen([sys.executable, "-m", "analyzer.fuzz", "--harness", name, "--cases",
+                                   str(per_job), "--seed", str(args.seed + i), "--out", str(args.out)])
+                 for i in range(args.jobs)]
+        failed |= any(p.wait() != 0 for p in procs)
+    _totals(args.out)
+    return 1 if failed else 0
+
+
+def _totals(out: Path) -> dict[str, int]:
+    """Cases per harness over every result file in ``out`` (all seeds, all runs)."""
     totals: dict[str, int] = {}
-    for path in sorted(args.out.glob("fuzz-*-seed*.json")):
+    for path in sorted(out.glob("fuzz-*-seed*.json")):
         data = json.loads(path.read_text())
         totals[data["harness"]] = totals.get(data["harness"], 0) + data["cases"]
-    print("cases so far in", args.out, json.dumps(totals))
-    return 1 if failed else 0
+    print("cases so far in", out, json.dumps(totals), flush=True)
+    return totals
 
 
 if __name__ == "__main__":

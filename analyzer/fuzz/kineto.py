@@ -1,0 +1,233 @@
+"""Fuzzing the torch.profiler (Kineto) JSON reader with damaged copies of real traces.
+
+A case is a real Kineto trace from ``tests/data/kineto`` (the smallest ones) with one to four
+mutations of the parsed document -- on events of a chosen category (``kernel``, ``cuda_runtime``,
+``cpu_op``, ``user_annotation``, ``gpu_memcpy``, flow events ``ac2g``...): keys dropped, values set to
+null, text, negative, huge, NaN-like strings, nested lists, 100 kB or unpaired-surrogate strings;
+``ts``/``dur`` negated, swapped, shifted; correlation and flow ids dangling or duplicated; events
+dropped or duplicated; top-level keys (``traceEvents``, ``deviceProperties``, ``baseTimeNanoseconds``,
+``distributedInfo``) removed or retyped -- then written as JSON (sometimes truncated, with bytes
+flipped, as invalid UTF-8 or 10,000-deep nesting) and analyzed through the whole pipeline like any
+trace. Runs only where the Kineto loader (issue 13) is installed; before that a JSON file is simply
+"not a trace" and there is nothing to fuzz.
+"""
+from __future__ import annotations
+
+import copy
+import gzip
+import json
+import lzma
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from analyzer.fuzz.harness import CASE_TIMEOUT_S, FuzzFailure, Outcome, check_outcome, run_guarded, sha256
+
+CATEGORIES = ("kernel", "cuda_runtime", "cuda_driver", "cpu_op", "user_annotation", "gpu_user_annotation",
+              "gpu_memcpy", "gpu_memset", "ac2g", "python_function", None)
+KEYS = ("ts", "dur", "name", "ph", "pid", "tid", "cat", "id", "args")
+ARG_KEYS = ("correlation", "External id", "device", "stream", "grid", "block", "registers per thread",
+            "shared memory", "Python id", "Python parent id", "bytes", "Memcpy Kind")
+VALUES: dict[str, Any] = {
+    "null": None, "text": "abc", "numeric-text": "123.5", "negative": -5, "zero": 0, "huge": 1e308,
+    "bigint": 2**70, "minus-bigint": -(2**70), "float": 0.5, "list": [1, 2], "dict": {"a": 1},
+    "bool": True, "empty": "", "long-text": "k" * 100_000, "surrogate": "x\udcff", "nan-text": "NaN",
+}
+
+
+def is_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("analyzer.loading.kineto") is not None
+
+
+@dataclass(frozen=True)
+class JsonMutation:
+    op: str
+    category: str | None = None
+    key: str = ""
+    arg: Any = None
+    stride: int = 1
+
+    def __str__(self) -> str:
+        return f"{self.op}:{self.category}:{self.key}:{self.arg!r}/{self.stride}"
+
+
+def _events(doc: dict[str, Any], m: JsonMutation) -> list[dict[str, Any]]:
+    events = doc.get("traceEvents")
+    if not isinstance(events, list):
+        return []
+    chosen = [e for e in events if isinstance(e, dict) and (m.category is None or e.get("cat") == m.category)]
+    return chosen[:: max(1, m.stride)]
+
+
+def apply(doc: dict[str, Any], m: JsonMutation) -> dict[str, Any]:
+    if m.op == "drop-key":
+        for e in _events(doc, m):
+            e.pop(m.key, None)
+    elif m.op == "set-key":
+        for e in _events(doc, m):
+            e[m.key] = copy.deepcopy(VALUES[m.arg])
+    elif m.op == "set-arg":
+        for e in _events(doc, m):
+            if isinstance(e.get("args"), dict):
+                e["args"][m.key] = copy.deepcopy(VALUES[m.arg])
+    elif m.op == "drop-arg":
+        for e in _events(doc, m):
+            if isinstance(e.get("args"), dict):
+                e["args"].pop(m.key, None)
+    elif m.op == "shift":
+        for e in _events(doc, m):
+            if isinstance(e.get(m.key), (int, float)):
+                e[m.key] = e[m.key] + m.arg
+    elif m.op == "negate":
+        for e in _events(doc, m):
+            if isinstance(e.get(m.key), (int, float)):
+                e[m.key] = -e[m.key]
+    elif m.op == "same-arg":  # duplicated correlation / flow ids
+        for e in _events(doc, m):
+            if isinstance(e.get("args"), dict):
+                e["args"][m.key] = 1
+            if m.key == "id":
+                e["id"] = 1
+    elif m.op == "drop-events":
+        chosen = {id(e) for e in _events(doc, m)}
+        doc["traceEvents"] = [e for e in doc.get("traceEvents", []) if id(e) not in chosen]
+    elif m.op == "duplicate-events":
+        doc["traceEvents"] = list(doc.get("traceEvents", [])) + copy.deepcopy(_events(doc, m))
+    elif m.op == "top-key":
+        if m.arg == "drop":
+            doc.pop(m.key, None)
+        else:
+            doc[m.key] = copy.deepcopy(VALUES[m.arg])
+    return doc
+
+
+def serialize(doc: Any, damage: tuple[str, float] | None) -> bytes:
+    data = json.dumps(doc, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    if damage is None:
+        return data
+    kind, where = damage
+    at = int(len(data) * where)
+    if kind == "truncate":
+        return data[:at]
+    if kind == "flip":
+        return data[:at] + bytes(b ^ 0x20 for b in data[at:at + 16]) + data[at + 16:]
+    if kind == "invalid-utf8":
+        return data[:at] + b"\xff\xfe\xc3" + data[at:]
+    if kind == "deep-nesting":
+        return data[:-1] + b', "deep": ' + b"[" * 10_000 + b"]" * 10_000 + b"}"
+    if kind == "trailing-garbage":
+        return data + b"\n{not json"
+    return data
+
+
+def mutation_strategy() -> Any:
+    from hypothesis import strategies as st
+
+    cats = st.sampled_from(CATEGORIES)
+    strides = st.sampled_from([1, 1, 2, 3, 7, 50])
+    values = st.sampled_from(list(VALUES))
+    return st.one_of(
+        st.builds(JsonMutation, st.just("set-key"), cats, st.sampled_from(KEYS), values, strides),
+        st.builds(JsonMutation, st.just("set-arg"), cats, st.sampled_from(ARG_KEYS), values, strides),
+        st.builds(JsonMutation, st.sampled_from(["drop-key"]), cats, st.sampled_from(KEYS), stride=strides),
+        st.builds(JsonMutation, st.just("drop-arg"), cats, st.sampled_from(ARG_KEYS), stride=strides),
+        st.builds(JsonMutation, st.just("shift"), cats, st.sampled_from(["ts", "dur"]),
+                  st.sampled_from([-1e12, -1e6, -1.0, 1e6, 1e15, 0.5]), strides),
+        st.builds(JsonMutation, st.just("negate"), cats, st.sampled_from(["ts", "dur"]), stride=strides),
+        st.builds(JsonMutation, st.just("same-arg"), cats, st.sampled_from(["correlation", "External id", "id"]),
+                  stride=strides),
+        st.builds(JsonMutation, st.sampled_from(["drop-events", "duplicate-events"]), cats, stride=strides),
+        st.builds(JsonMutation, st.just("top-key"), key=st.sampled_from(
+            ["traceEvents", "deviceProperties", "baseTimeNanoseconds", "distributedInfo", "schemaVersion",
+             "displayTimeUnit"]), arg=st.sampled_from(["drop", *VALUES])),
+    )
+
+
+def base_traces() -> list[Path]:
+    from analyzer.testing import DATA_DIR
+
+    folder = DATA_DIR / "kineto"
+    files = sorted(folder.glob("*.json*"), key=lambda p: p.stat().st_size) if folder.is_dir() else []
+    return files[:3]
+
+
+def _read(path: Path) -> Any:
+    opener = gzip.open if path.suffix == ".gz" else lzma.open if path.suffix == ".xz" else open
+    with opener(path, "rb") as fh:
+        return json.loads(fh.read())
+
+
+class Runner:
+    def __init__(self, workdir: Path, timeout: float = CASE_TIMEOUT_S) -> None:
+        from analyzer.pipeline import AnalysisOptions, load_rules
+
+        self.workdir = workdir
+        self.options = AnalysisOptions(timeout=timeout)
+        self.pack = load_rules(self.options)
+        self.docs: dict[Path, Any] = {}
+
+    def analyze(self, trace: Path, output: Path) -> Outcome:
+        from analyzer.fileio import atomic_write
+        from analyzer.pipeline import analyze_paths
+        from analyzer.reports import build_report, render
+
+        def run() -> None:
+            analyses = analyze_paths([trace], self.options, pack=self.pack)
+            atomic_write(output, render(build_report(analyses), "json"))
+
+        return run_guarded(run)
+
+    def case(self, base: Path, mutations: list[JsonMutation], damage: tuple[str, float] | None,
+             index: int = 0) -> Outcome:
+        if base not in self.docs:
+            self.docs[base] = _read(base)
+        doc = copy.deepcopy(self.docs[base])
+        for m in mutations:
+            doc = apply(doc, m)
+        folder = self.workdir / f"kineto{index % 4}"
+        folder.mkdir(parents=True, exist_ok=True)
+        trace = folder / "damaged.pt.trace.json"
+        trace.write_bytes(serialize(doc, damage))
+        before, listing = sha256(trace), sorted(os.listdir(folder))
+        outcome = self.analyze(trace, self.workdir / "kineto-report.json")
+        try:
+            check_outcome(outcome, names=[str(trace), trace.name])
+            if sha256(trace) != before or sorted(os.listdir(folder)) != listing:
+                raise FuzzFailure("the input file or its folder changed")
+        except FuzzFailure as err:
+            raise FuzzFailure(f"{err} [base {base.name}; mutations {[str(m) for m in mutations]}; "
+                              f"damage {damage}]") from None
+        return outcome
+
+
+def run_cases(n: int, seed: int, workdir: Path, *, stats: Any = None, derandomize: bool = False) -> Any:
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import seed as hseed
+    from hypothesis import strategies as st
+
+    from analyzer.fuzz.harness import Stats
+
+    stats = stats or Stats("kineto", seed=seed)
+    bases = base_traces()
+    if not is_available() or not bases:
+        stats.extra["skipped"] = "no Kineto loader (issue 13) or no Kineto trace in tests/data/kineto"
+        return stats
+    runner = Runner(workdir)
+    damage = st.one_of(st.none(), st.none(), st.none(), st.tuples(
+        st.sampled_from(["truncate", "flip", "invalid-utf8", "deep-nesting", "trailing-garbage"]),
+        st.floats(0, 0.999)))
+
+    @settings(max_examples=n, deadline=None, derandomize=derandomize, database=None, print_blob=True,
+              suppress_health_check=list(HealthCheck))
+    @given(st.sampled_from(bases), st.lists(mutation_strategy(), min_size=1, max_size=4), damage)
+    def one(base: Path, mutations: list[JsonMutation], dmg: tuple[str, float] | None) -> None:
+        outcome = runner.case(base, mutations, dmg, stats.cases)
+        stats.record(outcome, names=["damaged.pt.trace.json"])
+
+    if not derandomize:
+        one = hseed(seed)(one)
+    one()
+    return stats
