@@ -90,3 +90,17 @@ def test_shorten_kernel_name():
         == "at::native::cunn_SoftMaxForward<4, float>"
     assert shorten_kernel_name("ampere_sgemm_128x64_nn") == "ampere_sgemm_128x64_nn"
     assert len(shorten_kernel_name("x" * 200)) == 80
+
+
+def test_category_table_alias_bomb_is_refused(tmp_path):
+    """A user's category table is read like a rule file: aliases (billion laughs) are refused."""
+    from analyzer.errors import InputError
+    from analyzer.facts.categories import load_categories
+
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("a: &a [x, x, x, x, x, x, x, x, x]\n"
+                    + "".join(f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 9)}]\n"
+                              for i in range(8))
+                    + "categories: *i\n")
+    with pytest.raises(InputError, match="alias"):
+        load_categories(bomb)
