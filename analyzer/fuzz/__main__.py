@@ -14,6 +14,8 @@ import sys
 import tempfile
 import time
 import traceback
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 HARNESSES = ("nsys", "ncu", "rules", "kineto")
@@ -25,10 +27,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", type=int, default=1000, help="cases per harness (default 1000)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("fuzz-results"))
+    parser.add_argument("--summary", action="store_true",
+                        help="print the Markdown table of every run kept in --out (for docs/robustness.md)")
     parser.add_argument("--jobs", type=int, default=1,
                         help="processes per harness, seeds SEED..SEED+JOBS-1, cases split between them")
     args = parser.parse_args(argv)
     names = HARNESSES if not args.harness or "all" in args.harness else tuple(args.harness)
+    if args.summary:
+        print(summary_table(args.out))
+        return 0
     if args.jobs > 1:
         return _parallel(names, args)
     from analyzer.fuzz.harness import Stats
@@ -70,6 +77,44 @@ def _parallel(names: tuple[str, ...], args: argparse.Namespace) -> int:
         failed |= any(p.wait() != 0 for p in procs)
     _totals(args.out)
     return 1 if failed else 0
+
+
+@dataclass
+class _Row:
+    seeds: list[str] = field(default_factory=list)
+    cases: int = 0
+    codes: Counter[str] = field(default_factory=Counter)
+    kinds: int = 0
+    failures: int = 0
+    cpu: float = 0.0
+    rss: int = 0
+    seconds: float = 0.0
+
+
+def summary_table(out: Path) -> str:
+    """Per harness: seeds, cases, exit codes, kinds of one-line errors, failures, time, memory."""
+    rows: dict[str, _Row] = {}
+    for path in sorted(out.glob("fuzz-*-seed*.json")):
+        data = json.loads(path.read_text())
+        if not data["cases"]:
+            continue
+        row = rows.setdefault(data["harness"], _Row())
+        row.seeds.append(str(data["seed"]))
+        row.cases += data["cases"]
+        row.codes.update(data["exit_codes"])
+        row.kinds = max(row.kinds, data["distinct_errors"])
+        row.failures += len(data["failures"])
+        row.cpu = max(row.cpu, data.get("max_case_cpu_s", 0.0))
+        row.rss = max(row.rss, data["peak_rss_mb"])
+        row.seconds += data["seconds"]
+    lines = ["| harness | seeds | cases | exit 0 / 1 / 2 | kinds of one-line error (largest run) | failures | "
+             "mean case (wall) | most CPU in one case | peak memory |",
+             "|---|---|---:|---|---:|---:|---:|---:|---:|"]
+    for name, r in rows.items():
+        lines.append(f"| {name} | {', '.join(r.seeds)} | {r.cases:,} | {r.codes['0']:,} / {r.codes['1']:,} / "
+                     f"{r.codes['2']:,} | {r.kinds} | {r.failures} | {r.seconds / max(1, r.cases):.2f} s | "
+                     f"{r.cpu:.1f} s | {r.rss} MiB |")
+    return "\n".join(lines)
 
 
 def _totals(out: Path) -> dict[str, int]:

@@ -313,6 +313,9 @@ def run_cases(n: int, seed: int, workdir: Path, *, stats: Any = None, derandomiz
     stats = stats or Stats("rules", seed=seed)
     runner = Runner(workdir)
     rules = default_rules()
+    # strategies built once per rule (building them per case cost more than running the case)
+    changes = [st.lists(rule_mutation(r, runner.columns.get(str(r.get("source")), [])), min_size=1, max_size=2)
+               for r in rules]
 
     @settings(max_examples=n, deadline=None, derandomize=derandomize, database=None, print_blob=True,
               suppress_health_check=list(HealthCheck))
@@ -329,8 +332,7 @@ def run_cases(n: int, seed: int, workdir: Path, *, stats: Any = None, derandomiz
                     rule[key] = [x for x in rule[key] if str(x) in kept]
                     if not rule[key]:
                         del rule[key]
-            cols = runner.columns.get(str(rule.get("source")), [])
-            for change in data.draw(st.lists(rule_mutation(rule, cols), min_size=1, max_size=2), label="changes"):
+            for change in data.draw(changes[i], label="changes"):
                 change(rule)
             pack_rules.append(rule)
         text = yaml.safe_dump({"version": 1, "rules": pack_rules}, sort_keys=False, allow_unicode=True)
