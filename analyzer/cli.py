@@ -130,7 +130,9 @@ def run_cmd(
     analyses = analyze_paths(list(traces), options, progress=progress)
     if progress:
         sys.stderr.write("\r\x1b[2K")
-    with stage("building the report"):
+    from analyzer.watchdog import Watchdog
+
+    with Watchdog(timeout, str(traces[0])), stage("building the report"):
         report = build_report(analyses)
         text = render(report, fmt)  # type: ignore[arg-type]
     target = output or Path("reports") / f"{_stem(traces[0])}{'-and-more' if len(traces) > 1 else ''}.{fmt}"
