@@ -205,20 +205,42 @@ class StringTable:
 
     def __init__(self, reader: SqliteReader) -> None:
         rows = reader.query("SELECT id, value FROM StringIds") if reader.has("StringIds") else []
-        ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+        try:
+            ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise InputError(reader.path, f"StringIds holds a non-integer id ({exc})",
+                             hint="the export is damaged; export it again") from None
+        if len(ids) and (ids < 0).any():
+            keep = ids >= 0
+            rows = [r for r, k in zip(rows, keep) if k]
+            ids = ids[keep]
+        # nsys numbers strings 0..n-1; ids far beyond the row count (a damaged export) would make the
+        # id-indexed table huge, so such a table is indexed by the sorted ids instead
+        self._remap: np.ndarray | None = None
+        if len(ids) and int(ids.max()) > 4 * len(ids) + (1 << 20):
+            order = np.argsort(ids, kind="stable")
+            self._remap = ids[order]
+            rows = [rows[i] for i in order.tolist()]
+            ids = np.arange(len(ids), dtype=np.int64)
         size = int(ids.max()) + 2 if len(ids) else 1
         self._values = np.full(size, "", dtype=object)
         if len(ids):
-            if (ids < 0).any():
-                keep = ids >= 0
-                rows = [r for r, k in zip(rows, keep) if k]
-                ids = ids[keep]
             self._values[ids] = [r[1] if isinstance(r[1], str) else "" for r in rows]
         self._default = size - 1  # always ""
         self._empty: np.ndarray | None = None
 
+    def _dense(self, ids: np.ndarray) -> np.ndarray:
+        """``ids`` as indexes of ``_values`` (-1 where unknown) when the table is remapped."""
+        if self._remap is None:
+            return ids
+        pos = np.searchsorted(self._remap, ids)
+        found = pos < len(self._remap)
+        found[found] = self._remap[pos[found]] == ids[found]
+        return np.where(found, pos, -1)
+
     def lookup(self, ids: np.ndarray) -> np.ndarray:
         """Text for each id (``""`` for -1/NULL or unknown ids)."""
+        ids = self._dense(ids)
         bad = (ids < 0) | (ids >= len(self._values))
         return self._values[np.where(bad, self._default, ids)]
 
@@ -226,6 +248,7 @@ class StringTable:
         """The text of each id as :class:`TextCodes` over the distinct ids used (``fn`` applied once
         per distinct id, e.g. API suffix stripping); no per-row string is touched."""
         size = len(self._values)
+        ids = self._dense(ids)
         safe = np.where((ids < 0) | (ids >= size), self._default, ids)
         present = np.zeros(size, dtype=bool)
         present[safe] = True
@@ -242,11 +265,13 @@ class StringTable:
         if self._empty is None:
             self._empty = self._values == ""
         size = len(self._values)
+        ids = self._dense(ids)
         return self._empty[np.where((ids < 0) | (ids >= size), self._default, ids)]
 
     def mapped(self, ids: np.ndarray, fn: Callable[[str], str]) -> np.ndarray:
         """``fn`` applied once per distinct id, then broadcast (e.g. API suffix stripping)."""
         size = len(self._values)
+        ids = self._dense(ids)
         safe = np.where((ids < 0) | (ids >= size), self._default, ids)
         present = np.zeros(size, dtype=bool)
         present[safe] = True

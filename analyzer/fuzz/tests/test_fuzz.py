@@ -64,3 +64,14 @@ def test_nsys_regressions(nsys_runner, mutations):
     outcome, applied = nsys_runner.case(real_trace("alloc_churn_fixed"), mutations)
     assert len(applied) == len(mutations)
     assert outcome.rc in (0, 1)
+
+
+@pytest.mark.parametrize("value", ["big", "max-int"])
+def test_string_ids_far_beyond_the_row_count(nsys_runner, value):
+    """A StringIds id of 2^32+1 (or 2^63-1) made the id-indexed string table 34 GB ("out of memory")
+    or raised "Maximum allowed dimension exceeded" (exit 3): such tables are now indexed by sorted ids."""
+    from analyzer.testing import real_trace
+
+    outcome, _ = nsys_runner.case(real_trace("alloc_churn_fixed"), [nsys.Mutation("set", "StringIds", "id", value,
+                                                                                   "last")])
+    assert outcome.rc in (0, 1) and outcome.rss_mb < 2048
