@@ -35,6 +35,10 @@ KEY_TABLES = (
     "ENUM_CUDA_MEMCPY_OPER", "ENUM_CUDA_MEM_KIND", "ENUM_CUPTI_SYNC_TYPE", "TARGET_INFO_SYSTEM_ENV",
     "TARGET_INFO_SESSION_START_TIME", "DomainStrings",
 )
+# columns whose values are ids or counts the loader might index or size arrays by
+ID_COLUMNS = ("id", "correlationId", "globalTid", "globalPid", "deviceId", "contextId", "streamId", "textId",
+              "nameId", "shortName", "demangledName", "domainId", "eventType", "copyKind", "srcKind", "dstKind",
+              "memKind", "syncType", "gpuId", "cudaId", "cuDevice", "eventClass", "gridX", "blockX")
 TIME_TABLES = tuple(t for t in KEY_TABLES if t.startswith("CUPTI_ACTIVITY") or t == "NVTX_EVENTS")
 
 # SQL value expressions a damaged export may hold where an integer belongs
@@ -260,7 +264,12 @@ def mutation_strategy(schema: dict[str, list[str]]) -> Any:
         st.builds(Mutation, st.just("same-value"), st.sampled_from(timed), st.sampled_from(["start", "end"]),
                   rows=rows),
     ) if timed else st.nothing()
+    id_cols = [(t, c) for t in present for c in schema[t] if c in ID_COLUMNS]
+    extreme = st.sampled_from(["big", "max-int", "min-int", "minus-one", "zero", "null"])
     id_ops = st.one_of(
+        st.sampled_from(id_cols).flatmap(lambda tc: st.builds(Mutation, st.just("set"), st.just(tc[0]),
+                                                              st.just(tc[1]), extreme, rows))
+        if id_cols else st.nothing(),
         on_column(("add", "negate", "same-value"), big),
         st.builds(Mutation, st.sampled_from(["duplicate-rows", "delete-rows"]), st.sampled_from(present),
                   rows=rows),
