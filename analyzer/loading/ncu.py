@@ -494,6 +494,17 @@ def _load_one(path: Path) -> NcuReport:
     return _build(path, fmt, ident, long, rules)
 
 
+def _unique_names(header: list[str]) -> list[str]:
+    """Column names made unique: a repeated name (an edited or concatenated export) keeps its first
+    column under the name and the later ones as ``NAME#2``, ``NAME#3``..., which nothing reads."""
+    seen: dict[str, int] = {}
+    out = []
+    for name in header:
+        seen[name] = seen.get(name, 0) + 1
+        out.append(name if seen[name] == 1 else f"{name}#{seen[name]}")
+    return out
+
+
 def _read_csv_frame(path: Path) -> pd.DataFrame:
     """The CSV as a frame of strings with the header's columns. Console noise before the header,
     ``==PROF==`` lines and repeated headers (one per profiled process) are dropped; rows shorter than the
@@ -514,6 +525,7 @@ def _read_csv_frame(path: Path) -> pd.DataFrame:
     header = _split_header(header_line)
     while header and header[-1] == "":  # trailing comma on the header line
         header.pop()
+    header = _unique_names(header)
     if not body:
         raise InputError(path, "ncu CSV has a header but no rows (no kernel was profiled?)")
     spare = [f"__extra{i}" for i in range(4)]  # room for trailing commas

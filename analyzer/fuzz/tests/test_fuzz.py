@@ -42,7 +42,10 @@ NCU_DATA = Path(__file__).resolve().parents[3] / "tests" / "data" / "ncu"
 @pytest.mark.parametrize("mutations", [
     # a details row cut to nothing: a kernel without timeline time made NCU006's message compare None > 0
     [ncu.CsvMutation("ragged-row", 0.0, 0.0)],
-], ids=["details-row-emptied"])
+    # a column renamed to "ID": two "ID" columns made frame["ID"] a DataFrame (internal error, exit 3)
+    [ncu.CsvMutation("rename-column", "ID", 0.5)],
+    [ncu.CsvMutation("duplicate-column", None, 0.3)],
+], ids=["details-row-emptied", "column-renamed-to-ID", "column-duplicated"])
 def test_ncu_regressions(ncu_runner, mutations):
     outcome = ncu_runner.case(NCU_DATA / "naive_attention_fixed.details.csv", mutations)
     assert outcome.rc in (0, 1)
