@@ -21,7 +21,7 @@ import click
 
 from analyzer import __version__
 from analyzer.config.cli import ConfigGroup
-from analyzer.config.options import pack_options, rule_settings
+from analyzer.config.options import accepted_options, pack_options, rule_settings
 from analyzer.errors import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, AnalyzerError
 from analyzer.watchdog import stage
 
@@ -91,6 +91,7 @@ def cli() -> None:
 @click.option("--timeout", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
               envvar="ANALYZER_TIMEOUT",
               help="Stop a trace's analysis after SECONDS and name the stage that ran away (default: none).")
+@accepted_options
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
 @click.pass_context
 def run_cmd(
@@ -109,6 +110,9 @@ def run_cmd(
     exclude_ranges: tuple[str, ...],
     only_ranges: str | None,
     timeout: float | None,
+    accepted_file: Path | None,
+    accepted_growth: float | None,
+    write_accepted: Path | None,
     quiet: bool,
 ) -> None:
     """Analyze TRACE... (nsys .sqlite / .nsys-rep; ncu files among them are joined to the traces)."""
@@ -126,8 +130,14 @@ def run_cmd(
         exclude_ranges=tuple(p.strip() for item in exclude_ranges for p in item.split(",") if p.strip()),
         only_ranges=only_ranges,
         timeout=timeout,
+        accepted_file=accepted_file,
+        accepted_growth=accepted_growth,
     )
+    previous = _previous_accepted(write_accepted, options)
     analyses = analyze_paths(list(traces), options, progress=progress)
+    recorded = None
+    if write_accepted is not None:
+        analyses, recorded = _record_accepted(write_accepted, analyses, previous)
     if progress:
         sys.stderr.write("\r\x1b[2K")
     from analyzer.watchdog import Watchdog
@@ -148,12 +158,55 @@ def run_cmd(
 
         out = sys.stderr if str(target) == "-" else sys.stdout
         out.write(summary_text(report))
+        if recorded is not None:
+            out.write(f"accepted: wrote {recorded} finding{'s' if recorded != 1 else ''} to {write_accepted}\n")
+        elif accepted_file is not None:
+            out.write(_accepted_line(analyses, accepted_file))
         if str(target) != "-":
             out.write(f"report: {target}\n")
     if fail_on is not None:
         threshold = Severity.parse(fail_on)
-        if any(f.severity >= threshold for a in analyses for f in a.findings):
+        if any(f.severity >= threshold and f.counts for a in analyses for f in a.findings):
             raise SystemExit(EXIT_FINDINGS)
+
+
+def _accepted_line(analyses: list[Any], path: Path) -> str:
+    """How the accepted-findings file matched: accepted, grown past it, entries that no longer fire."""
+    from analyzer.accepted import load_accepted, unmatched
+
+    findings = [f for a in analyses for f in a.findings]
+    held = sum(1 for f in findings if f.acceptance is not None and not f.acceptance.counts)
+    grown = sum(1 for f in findings if f.acceptance is not None and f.acceptance.counts)
+    line = f"accepted: {held} finding{'s' if held != 1 else ''} accepted by {path}"
+    if grown:
+        line += f", {grown} grew past {'its' if grown == 1 else 'their'} acceptance and count{'s' if grown == 1 else ''}"
+    gone = unmatched(load_accepted(path), findings)
+    if gone:
+        names = ", ".join(sorted({e.rule for e in gone})[:5])
+        line += (f"; {len(gone)} entr{'y' if len(gone) == 1 else 'ies'} no longer fire ({names}): "
+                 "fixed? rerun with --write-accepted to drop them")
+    return line + "\n"
+
+
+def _previous_accepted(path: Path | None, options: Any) -> Any:
+    """The accepted-findings file about to be rewritten (its reasons are kept), checked before any trace
+    is read; None when there is none yet."""
+    if path is None or not path.exists():
+        return None
+    from analyzer.accepted import load_accepted
+
+    return load_accepted(path)
+
+
+def _record_accepted(path: Path, analyses: list[Any], previous: Any) -> tuple[list[Any], int]:
+    """Write ``--write-accepted`` and mark this run's findings as accepted by it (they are, now)."""
+    from dataclasses import replace
+
+    from analyzer.accepted import apply_accepted, load_accepted, write_accepted
+
+    count = write_accepted(path, analyses, previous)
+    accepted = load_accepted(path)
+    return [replace(a, findings=apply_accepted(a.findings, accepted, a.window)) for a in analyses], count
 
 
 def _format_from_output(output: Path | None) -> str:

@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import enum
+import hashlib
+import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +50,72 @@ class Scope:
         return " / ".join(parts)
 
 
+_HEX = re.compile(r"0x[0-9a-fA-F]+")
+_LONG_NUMBER = re.compile(r"[0-9]{5,}")
+_NUMBER = re.compile(r"[0-9]+")
+
+
+def stable_scope(scope: Scope) -> dict[str, Any]:
+    """The parts of a scope that stay the same when the same program runs again: numbers in NVTX
+    paths are counters (``step_3/forward`` -> ``step_#/forward``), hexadecimal addresses and numbers of
+    five or more digits (process ids, timestamps, pointers) are dropped from any text; devices, streams
+    and short numbers in kernel names (template arguments, tile sizes) are kept."""
+    out: dict[str, Any] = {}
+    for key, value in sorted(vars(scope).items()):
+        if value is None:
+            continue
+        if isinstance(value, str):
+            value = _LONG_NUMBER.sub("#", _HEX.sub("0x#", value))
+            if key == "nvtx_path":
+                value = _NUMBER.sub("#", value)
+            value = " ".join(value.split())
+        out[key] = value
+    return out
+
+
+def fingerprint(rule: str, scope: Scope) -> str:
+    """16 hex digits naming a finding across reruns of the same program: its rule and the stable part of
+    its scope (:func:`stable_scope`); never its message, impact, evidence or any time."""
+    text = json.dumps({"rule": rule, "scope": stable_scope(scope)}, sort_keys=True, separators=(",", ":"),
+                      default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """A finding matched an entry of an accepted-findings file (:mod:`analyzer.accepted`).
+    ``counts``: its impact grew past ``max_growth`` since it was accepted, so it counts again."""
+
+    file: str
+    reason: str
+    recorded_impact_ns: int | None
+    growth: float | None  # impact now / impact when accepted (per step when step counts differ)
+    max_growth: float
+    counts: bool = False
+
+    def note(self) -> str:
+        """One line for reports: why the finding is (or is no longer) accepted."""
+        then = f" at {self.recorded_impact_ns / 1e6:,.1f} ms" if self.recorded_impact_ns is not None else ""
+        if self.counts and self.growth is not None:
+            return (f"accepted in {self.file}{then}; its impact is now {self.growth:.1f}x that, more than the "
+                    f"{self.max_growth:g}x allowed, so it counts again")
+        why = f": {self.reason}" if self.reason else ""
+        moved = ""
+        if self.growth is not None and abs(self.growth - 1.0) >= 0.05:
+            moved = f" (impact now {self.growth:.2f}x what it was{then.replace(' at', ',')})"
+        return f"accepted in {self.file}{why}{moved}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "file": self.file,
+            "reason": self.reason,
+            "recorded_impact_ns": self.recorded_impact_ns,
+            "growth": None if self.growth is None else round(self.growth, 4),
+            "max_growth": self.max_growth,
+            "counts": self.counts,
+        }
+
+
 @dataclass(frozen=True)
 class Finding:
     """One diagnosis. ``impact_ns`` is the estimated time a fix would recover (None: not estimable);
@@ -71,6 +140,17 @@ class Finding:
     explains: tuple[str, ...] = ()  # anchors (``key``) of findings this one explains
     explained_by: tuple[str, ...] = ()
     metrics: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    acceptance: Acceptance | None = field(default=None, compare=False)
+
+    @property
+    def fingerprint(self) -> str:
+        """Stable across reruns of the same program (see :func:`fingerprint`)."""
+        return fingerprint(self.rule, self.scope)
+
+    @property
+    def counts(self) -> bool:
+        """True unless accepted (an accepted finding whose impact grew past its limit counts again)."""
+        return self.acceptance is None or self.acceptance.counts
 
     @property
     def key(self) -> str:
@@ -106,6 +186,8 @@ class Finding:
             "explains": list(self.explains),
             "explained_by": list(self.explained_by),
             "metrics": dict(self.metrics),
+            "fingerprint": self.fingerprint,
+            "accepted": None if self.acceptance is None else self.acceptance.to_dict(),
         }
 
 

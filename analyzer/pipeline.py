@@ -39,6 +39,9 @@ class AnalysisOptions:
     #: parameter values and rule selection, layer by layer (project configuration, command line);
     #: analyzer.rules.selection.RuleSettings
     rule_settings: tuple[Any, ...] = ()
+    #: findings the project accepts (analyzer.accepted): marked in reports, not counted by --fail-on
+    accepted_file: Path | None = None
+    accepted_growth: float | None = None  # None: analyzer.accepted.DEFAULT_MAX_GROWTH
 
     @property
     def packs(self) -> tuple[str | Path, ...]:
@@ -59,6 +62,16 @@ def load_rules(options: AnalysisOptions) -> Any:
     return apply_overrides(pack, list(options.sets)) if options.sets else pack
 
 
+def load_accepted_findings(options: AnalysisOptions) -> Any:
+    """The accepted-findings file of ``options`` (None without one), checked before any trace is read."""
+    if options.accepted_file is None:
+        return None
+    from analyzer.accepted import DEFAULT_MAX_GROWTH, load_accepted
+
+    growth = options.accepted_growth if options.accepted_growth is not None else DEFAULT_MAX_GROWTH
+    return load_accepted(options.accepted_file, max_growth=growth)
+
+
 def analyze_trace(
     path: Path | str,
     pack: Any = None,
@@ -67,9 +80,12 @@ def analyze_trace(
     ncu: Any = None,
     progress: Progress = None,
     trace: Any = None,
+    accepted: Any = None,
 ) -> Analysis:
     """Analyze one nsys trace with ``pack`` (loaded from ``options`` when None). ``trace``: the trace
-    already loaded from ``path`` (the fuzz harness loads first to recognise repeated cases)."""
+    already loaded from ``path`` (the fuzz harness loads first to recognise repeated cases). Findings
+    matching ``accepted`` (an :class:`analyzer.accepted.AcceptedFindings`, else ``options.accepted_file``)
+    are marked accepted."""
     from analyzer.facts import FactStore
     from analyzer.facts.scalars import trace_scalars
     from analyzer.loading import load_trace
@@ -79,6 +95,8 @@ def analyze_trace(
     options = options or AnalysisOptions()
     if pack is None:
         pack = load_rules(options)
+    if accepted is None:
+        accepted = load_accepted_findings(options)
     progress = _noting(progress)
     if trace is None:
         with stage("loading"):
@@ -100,6 +118,10 @@ def analyze_trace(
     progress(f"{trace.name}: evaluating {len(pack.rules)} rules")
     with stage("rules"):
         findings = evaluate(pack, store, window, trace_scalars(store))
+    if accepted is not None:
+        from analyzer.accepted import apply_accepted
+
+        findings = apply_accepted(findings, accepted, window)
     return Analysis(
         trace=trace,
         window=window,
@@ -152,6 +174,7 @@ def analyze_paths(
     if pack is None:
         with stage("loading the rules"):
             pack = load_rules(options)  # rules fail before any trace is read
+    accepted = load_accepted_findings(options)  # and so does the accepted-findings file
     traces: list[Path] = []
     ncu_paths: list[Path] = list(options.ncu_files)
     for path in paths:
@@ -171,5 +194,6 @@ def analyze_paths(
     analyses = []
     for p in traces:
         with Watchdog(options.timeout, str(p)):
-            analyses.append(analyze_trace(p, pack, options=options, ncu=ncu, progress=progress))
+            analyses.append(analyze_trace(p, pack, options=options, ncu=ncu, progress=progress,
+                                          accepted=accepted))
     return analyses

@@ -80,7 +80,8 @@ def _portable(text: str) -> str:
     references hold in any clone: ``/work/main/tests/data/x.sqlite.xz`` -> ``<repo>/tests/data/x.sqlite.xz``."""
     from analyzer.testing import PUBLIC_DIR
 
-    for root, label in ((PUBLIC_DIR.resolve(), "<public>"), (REPO, "<repo>")):
+    # the public folder as reports name it and as it resolves (a worktree may reach it through a link)
+    for root, label in ((PUBLIC_DIR, "<public>"), (PUBLIC_DIR.resolve(), "<public>"), (REPO, "<repo>")):
         text = text.replace(str(root), label)
     return text
 

@@ -190,6 +190,7 @@ def convert(param: click.Parameter, key: str, value: Any, config: ProjectConfig,
         for item in items:
             if isinstance(item, (dict, list)):
                 raise config.error(key, f"{key}: each value must be text or a number, not {_toml_kind(item)}")
+            _check_scalar(param, key, item, config)
         value = [_relative(param, item, config.base) for item in items]
     else:
         if isinstance(value, (dict, list)):
@@ -197,12 +198,24 @@ def convert(param: click.Parameter, key: str, value: Any, config: ProjectConfig,
                                f"write {key} = \"...\"" if not param.is_flag else f"write {key} = true")
         if param.is_flag and not isinstance(value, bool):
             raise config.error(key, f"{key} is a switch: write {key} = true or false, not {value!r}")
+        if not param.is_flag:
+            _check_scalar(param, key, value, config)
         value = _relative(param, value, config.base)
     try:
         param.type_cast_value(ctx, value)
     except click.BadParameter as err:
         raise config.error(key, f"{key}: {err.message.rstrip('.')}") from None
+    except (TypeError, ValueError) as err:  # a type that expects command-line text
+        raise config.error(key, f"{key}: {value!r} is not a valid value ({err})") from None
     return value
+
+
+def _check_scalar(param: click.Option, key: str, value: Any, config: ProjectConfig) -> None:
+    """Values are text or numbers, as on a command line; paths are text."""
+    if _is_path(param) and not isinstance(value, str):
+        raise config.error(key, f"{key}: expected a path (text in quotes), not {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise config.error(key, f"{key}: expected text or a number, not {value!r}")
 
 
 def _toml_kind(value: Any) -> str:

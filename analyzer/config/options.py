@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import click
 
-from analyzer.config.cli import LayeredOption, layers
+from analyzer.config.cli import CliOnlyOption, LayeredOption, layers
 from analyzer.rules.loader import BUILTIN_PACKS
 from analyzer.rules.selection import RuleSettings, split_selectors
 
@@ -89,3 +89,24 @@ def rule_settings(ctx: click.Context) -> tuple[RuleSettings, ...]:
                 origin=origins,
             ))
     return tuple(out)
+
+
+def accepted_options(function: F) -> F:
+    """``--accepted FILE``, ``--accepted-growth FACTOR`` and ``--write-accepted FILE`` (command line only).
+    The command receives ``accepted_file``, ``accepted_growth`` and ``write_accepted``."""
+    decorators = [
+        click.option("--accepted", "accepted_file", type=click.Path(path_type=Path), default=None, metavar="FILE",
+                     help="Accepted findings (written by --write-accepted): shown as accepted, not counted by "
+                          "--fail-on, unless their impact grew past --accepted-growth."),
+        click.option("--accepted-growth", "accepted_growth", type=click.FloatRange(min=1.0), default=None,
+                     metavar="FACTOR",
+                     help="An accepted finding counts again when its impact grew by more than this factor "
+                          "(default 1.5; an entry's own max-growth wins)."),
+        click.option("--write-accepted", "write_accepted", cls=CliOnlyOption, type=click.Path(path_type=Path),
+                     default=None, metavar="FILE",
+                     help="Record every finding of this run in FILE as accepted (reasons of entries that still "
+                          "fire are kept)."),
+    ]
+    for decorator in reversed(decorators):
+        function = decorator(function)
+    return function

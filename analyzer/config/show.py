@@ -50,6 +50,23 @@ def _show(ctx: click.Context, **params: Any) -> None:
         for rule, param in changed:
             echo(f"    {rule.name}.{param.name} = {format_quantity(param.value, param.unit)} "
                  f"(default {format_quantity(param.default, param.unit)})")
+    accepted_file = params.get("accepted_file")
+    if accepted_file is not None:
+        from analyzer.pipeline import load_accepted_findings
+
+        accepted = load_accepted_findings(AnalysisOptions(accepted_file=accepted_file,
+                                                          accepted_growth=params.get("accepted_growth")))
+        echo("")
+        echo(f"accepted findings: {accepted.path}: {len(accepted)} entr{'y' if len(accepted) == 1 else 'ies'}; "
+             f"one counts again when its impact grows more than {accepted.max_growth:g}x")
+        names = {r.name for r in pack.all_rules}
+        for entry in accepted.entries.values():
+            state = "" if entry.rule in names else "  (no such rule in this pack: it never matches)"
+            if entry.rule in names and not pack.is_enabled(entry.rule):
+                state = "  (rule switched off)"
+            scope = ", ".join(f"{k} {v}" for k, v in entry.scope.items() if k != "kind") or entry.scope.get("kind", "")
+            reason = f": {entry.reason}" if entry.reason else ""
+            echo(f"  {entry.fingerprint}  {entry.rule} [{scope}]{reason}{state}")
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:

@@ -62,6 +62,8 @@ def _header(h: Header) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         "problems": h.problems,
         "problem_impact_ns": h.problem_impact_ns,
         "findings_by_severity": dict(h.counts),
+        "accepted": h.accepted,
+        "accepted_file": h.accepted_file or None,
     }
     return info, window, summary
 

@@ -111,8 +111,13 @@ def _finding_details(f: FindingView, level: _Level) -> list[str]:
         f"<b>{f.rank}. {html_text(f.severity.upper())} {html_text(f.id)}: {html_text(f.title, 200)}</b>"
         f" &mdash; {html_text(f.impact_text)} ({html_text(f.impact_pct_text)})"
     )
+    if f.accepted:
+        summary += " &mdash; " + ("accepted" if f.accepted == "accepted" else "<b>grew past its acceptance</b>")
     lines = ["<details>", f"<summary>{summary}</summary>", ""]
     lines += [md_text(f.message, level.text_chars, block=True), ""]
+    if f.accepted:
+        note = f.accepted_note[:1].upper() + f.accepted_note[1:]
+        lines += [f"**{md_text(note, 400)}**" if f.accepted == "grown" else f"_{md_text(note, 400)}_", ""]
     lines += [f"Scope: {md_text(f.scope, 300)} · category: {md_text(f.category)} · rule: {md_text(f.rule)}", ""]
     if f.evidence.columns:
         if level.evidence_rows > 0:
@@ -158,8 +163,13 @@ def _section(s: TraceSection, level: _Level, multi: bool) -> list[str]:
         for f in s.findings[: level.table_rows]:
             ms = DASH if f.impact_ns is None else f"{f.impact_ns / 1e6:,.1f}"
             pct = DASH if f.impact_pct is None else f"{f.impact_pct:.1f}%"
+            severity = f"**{md_text(f.severity)}**"
+            if f.accepted == "accepted":
+                severity = f"{md_text(f.severity)} (accepted)"
+            elif f.accepted == "grown":
+                severity += " (grew past acceptance)"
             lines.append(
-                f"| {f.rank} | **{md_text(f.severity)}** | {md_text(f.id)} {md_text(f.rule, 60)} | {ms} | {pct} | "
+                f"| {f.rank} | {severity} | {md_text(f.id)} {md_text(f.rule, 60)} | {ms} | {pct} | "
                 f"{md_text(f.message, min(level.text_chars, 300))} |"
             )
         left = s.findings_total - min(level.table_rows, len(s.findings))

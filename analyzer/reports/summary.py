@@ -27,7 +27,10 @@ def summary_text(report: ReportView, *, max_findings: int = 20, width: int | Non
         for fv in section.findings[:max_findings]:
             impact = f"{fv.impact_text:>10} {fv.impact_pct_text:>6}" if fv.impact_ns is not None else f"{'':>17}"
             mark = _SEVERITY_MARK.get(fv.severity, "?")
-            lines.append(truncate(f"  {mark} {fv.id:<7} {fv.rule:<26} {impact}  {fv.message}", width))
+            tag = {"accepted": "[accepted] ", "grown": "[grew past acceptance] "}.get(fv.accepted, "")
+            if fv.accepted == "accepted":
+                mark = "a"
+            lines.append(truncate(f"  {mark} {fv.id:<7} {fv.rule:<26} {impact}  {tag}{fv.message}", width))
         hidden = section.findings_total - min(len(section.findings), max_findings)
         if hidden > 0:
             lines.append(f"  ... {hidden} more finding(s) in the report")

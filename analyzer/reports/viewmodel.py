@@ -233,6 +233,11 @@ class FindingView:
     explains: tuple[Link, ...]
     explained_by: tuple[Link, ...]
     record: dict[str, Any] = field(compare=False, hash=False, repr=False)
+    fingerprint: str = ""
+    #: "" (not in the accepted-findings file), "accepted" (not counted by --fail-on) or "grown" (accepted,
+    #: but its impact grew past the allowed factor: counts again)
+    accepted: str = ""
+    accepted_note: str = ""
 
     @property
     def impact_text(self) -> str:
@@ -269,6 +274,8 @@ class Header:
     counts: tuple[tuple[str, int], ...]  # (severity, count), error first
     rules_file: str
     parameters: tuple[tuple[str, str], ...]
+    accepted: int = 0  # findings accepted (not counted); they are not in ``problems``
+    accepted_file: str = ""
 
 
 @dataclass(frozen=True)
@@ -528,6 +535,9 @@ def _finding_views(
                     Link(titles.get(k, k), anchors.get(k, f"{prefix}{k}")) for k in f.explained_by
                 ),
                 record=record,
+                fingerprint=f.fingerprint,
+                accepted="" if f.acceptance is None else ("grown" if f.acceptance.counts else "accepted"),
+                accepted_note="" if f.acceptance is None else f.acceptance.note(),
             )
         )
     return tuple(views), anchors
@@ -536,26 +546,36 @@ def _finding_views(
 def _verdict(findings: list[Finding], window_ns: int, busy_share: float | None) -> tuple[str, int, int | None]:
     """One line: what is wrong and what it is worth. Impacts of findings explained by another finding
     are not added (they are the same lost time seen from another angle)."""
-    problems = [f for f in findings if f.severity >= Severity.WARNING]
-    notes = len(findings) - len(problems)
-    keys = {f.key for f in findings} | {f.rule for f in findings}
+    accepted = sum(1 for f in findings if f.severity >= Severity.WARNING and not f.counts)
+    problems = [f for f in findings if f.severity >= Severity.WARNING and f.counts]
+    notes = sum(1 for f in findings if f.severity < Severity.WARNING)
+    keys = {f.key for f in findings if f.counts} | {f.rule for f in findings if f.counts}
     if not problems:
-        text = f"No problems found in {fmt_duration(window_ns)} analyzed"
+        text = f"No {'new ' if accepted else ''}problems found in {fmt_duration(window_ns)} analyzed"
         if busy_share is not None:
             text += f"; GPU busy {fmt_share(busy_share)}"
+        if accepted:
+            text += f"; {plural(accepted, 'accepted finding')}"
         if notes:
             text += f"; {plural(notes, 'note')}"
         return text, 0, None
     roots = [f for f in problems if not any(k in keys for k in f.explained_by)]
     impacts = [int(f.impact_ns) for f in roots if f.impact_ns is not None]
     biggest = rank(roots or problems)[0].title  # a cause, not the symptom it explains
+    grown = sum(1 for f in problems if f.acceptance is not None)
+    kind = "new problem" if accepted and not grown else "problem"
+    extra = [f"{grown} grew past {'its' if grown == 1 else 'their'} acceptance"] if grown else []
+    if accepted:
+        extra.append(f"{plural(accepted, 'accepted finding')} not counted")
+    also = "; " + ", ".join(extra) if extra else ""
     if not impacts:
-        return f"{plural(len(problems), 'problem')} (impact not estimable); biggest: {biggest}", len(problems), None
+        return (f"{plural(len(problems), kind)} (impact not estimable); biggest: {biggest}{also}", len(problems),
+                None)
     total = sum(impacts)
     if window_ns > 0:
         total = min(total, window_ns)
     pct = f" ({fmt_pct(100.0 * total / window_ns)} of the analyzed time)" if window_ns > 0 else ""
-    text = f"{plural(len(problems), 'problem')} worth {fmt_ms(total)}{pct}; biggest: {biggest}"
+    text = f"{plural(len(problems), kind)} worth {fmt_ms(total)}{pct}; biggest: {biggest}{also}"
     return text, len(problems), total
 
 
@@ -943,6 +963,8 @@ def _section(analysis: Analysis, index: int, multi: bool, limits: Limits) -> Tra
         counts=tuple((s, counts[s]) for s in _SEVERITY_ORDER),
         rules_file=analysis.rules_file,
         parameters=_flat_parameters(analysis.parameters),
+        accepted=sum(1 for f in analysis.findings if not f.counts),
+        accepted_file=next((f.acceptance.file for f in analysis.findings if f.acceptance is not None), ""),
     )
     parts: dict[str, Any] = {}
 

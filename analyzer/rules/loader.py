@@ -186,7 +186,9 @@ class _Composer:
             self.include(resolve_pack_ref(ref, path.parent), (*chain, key), (file, doc.line_of("extends")))
         self.files.append(file)
         own = self.loader.rules_of(doc, file, required=not extends and not self._edits(doc))
-        self.broken |= {str(v) for data in (doc.get("rules") or []) if isinstance(data, LineDict)
+        raw_rules = doc.get("rules")
+        self.broken |= {str(v) for data in (raw_rules if isinstance(raw_rules, list) else [])
+                        if isinstance(data, LineDict)
                         for v in (data.get("name"), data.get("id")) if isinstance(v, str)}
         self.broken -= {k for r in own for k in (r.name, r.id)}
         self.rules += own

@@ -46,7 +46,7 @@ class _Loader(yaml.SafeLoader):
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
             raise _Refused(
-                f"YAML alias *{event.anchor} is not allowed in rule files; repeat the value instead",
+                f"YAML alias *{event.anchor} is not allowed here; repeat the value instead",
                 event.start_mark.line + 1,
             )
         return super().compose_node(parent, index)
@@ -89,28 +89,29 @@ _Loader.add_constructor("tag:yaml.org,2002:map", _construct_mapping)
 _Loader.add_constructor("tag:yaml.org,2002:seq", _construct_sequence)
 
 
-def load_yaml(path: Path) -> Any:
-    """Read one YAML document safely. Raises :class:`UnsafeRuleError` / :class:`RuleError`."""
+def load_yaml(path: Path, kind: str = "rule file") -> Any:
+    """Read one YAML document safely. Raises :class:`UnsafeRuleError` / :class:`RuleError`; ``kind``
+    names the file in messages (``rule file``, ``accepted-findings file``)."""
     file = str(path)
     try:
         size = path.stat().st_size
     except OSError as err:
-        raise RuleError(f"cannot read rule file: {err.strerror or err}", file=file) from None
+        raise RuleError(f"cannot read {kind}: {err.strerror or err}", file=file) from None
     if size > MAX_DOCUMENT_BYTES:
         raise UnsafeRuleError(
-            f"rule file is {size} bytes, over the {MAX_DOCUMENT_BYTES} byte limit", file=file
+            f"{kind} is {size} bytes, over the {MAX_DOCUMENT_BYTES} byte limit", file=file
         )
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
-        raise RuleError(f"cannot read rule file: {err}", file=file) from None
-    return load_yaml_text(text, file)
+        raise RuleError(f"cannot read {kind}: {err}", file=file) from None
+    return load_yaml_text(text, file, kind)
 
 
-def load_yaml_text(text: str, file: str) -> Any:
+def load_yaml_text(text: str, file: str, kind: str = "rule file") -> Any:
     """Parse ``text`` (named ``file`` in errors) with the safe, line-recording loader."""
     if len(text.encode("utf-8")) > MAX_DOCUMENT_BYTES:
-        raise UnsafeRuleError(f"rule file is over the {MAX_DOCUMENT_BYTES} byte limit", file=file)
+        raise UnsafeRuleError(f"{kind} is over the {MAX_DOCUMENT_BYTES} byte limit", file=file)
     loader = _Loader(text)
     try:
         documents = []
@@ -123,10 +124,10 @@ def load_yaml_text(text: str, file: str) -> Any:
     except yaml.constructor.ConstructorError as err:
         line = err.problem_mark.line + 1 if err.problem_mark else None
         raise UnsafeRuleError(
-            f"YAML tag not allowed in rule files ({(err.problem or '').strip()})",
+            f"YAML tag not allowed in a {kind} ({(err.problem or '').strip()})",
             file=file,
             line=line,
-            hint="rule files are plain data: mappings, lists, strings and numbers",
+            hint=f"a {kind} is plain data: mappings, lists, strings and numbers",
         ) from None
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark

@@ -152,6 +152,9 @@ def test_an_option_added_later_is_a_key_at_once(project: Path) -> None:
     ('quiet = "yes"\n', ["gpu-trace-analyzer.toml:1: quiet is a switch"]),
     ('\n\nfail-on = ["warning"]\n', ["gpu-trace-analyzer.toml:3: fail-on takes one value, not a list"]),
     ('ignore = [{a = 1}]\n', ["ignore: each value must be text or a number, not a table"]),
+    ('output = 5\n', ["gpu-trace-analyzer.toml:1: output: expected a path (text in quotes), not 5"]),
+    ('fail-on = 2024-01-01\n', ["fail-on: expected text or a number, not datetime.date(2024, 1, 1)"]),
+    ('ignore = [true]\n', ["ignore: expected text or a number, not True"]),
 ])
 def test_bad_values_name_file_line_and_suggest(project: Path, text: str, words: list[str]) -> None:
     (project / "gpu-trace-analyzer.toml").write_text(text)
