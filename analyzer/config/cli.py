@@ -75,9 +75,12 @@ def iter_commands(command: click.Command, path: tuple[str, ...] = ()) -> Iterato
 
 
 def known_keys(root: click.Command) -> dict[str, list[str]]:
-    """Configuration key -> the commands that read it (``analyze``, ``analyze rules list``...)."""
+    """Configuration key -> the commands that read it (``analyze``, ``analyze rules list``...): the
+    options of every :class:`ConfigCommand` at or below ``root``."""
     keys: dict[str, list[str]] = {}
     for path, command in iter_commands(root):
+        if not isinstance(command, ConfigCommand):
+            continue
         for param in command.params:
             key = config_key(param)
             if key:
@@ -88,7 +91,10 @@ def known_keys(root: click.Command) -> dict[str, list[str]]:
 class ConfigCommand(click.Command):
     """A command whose option defaults come from the project configuration (see the module
     docstring). Adds ``--config FILE`` and ``--isolated`` (read before parsing; the callback does not
-    receive them)."""
+    receive them). ``config_section``: the per-command table it reads (default: its own name under
+    ``analyze``; ``analyze config`` reads ``run``'s, as it shows what a run would use)."""
+
+    config_section: str | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -154,14 +160,52 @@ def load_settings(ctx: click.Context, command: click.Command, args: Sequence[str
         if found is None:
             return Settings(None, "none", cwd)
         config, how = read_config(found), "found"
-    check_keys(config, ctx.find_root().command)
-    return Settings(config, how, cwd)
+    root = ctx.find_root().command
+    check_keys(config, root)
+    section = getattr(command, "config_section", None) or _top_command(ctx)
+    return Settings(for_command(config, root, section), how, cwd)
+
+
+def _sections(root: click.Command) -> dict[str, click.Command]:
+    """Per-command tables a configuration may hold: one per subcommand of ``analyze``."""
+    return dict(root.commands) if isinstance(root, click.Group) else {}
+
+
+def _top_command(ctx: click.Context) -> str | None:
+    """The name of the ``analyze`` subcommand this context runs (``rules`` for ``analyze rules list``)."""
+    current = ctx
+    while current.parent is not None and current.parent.parent is not None:
+        current = current.parent
+    return current.info_name if current.parent is not None else None
+
+
+def for_command(config: ProjectConfig, root: click.Command, name: str | None) -> ProjectConfig:
+    """``config`` as command ``name`` reads it: the shared keys, overlaid by its own table
+    (``[tool.gpu-trace-analyzer.diff]``), without the other commands' tables."""
+    sections = _sections(root)
+    own = config.section(name) if name in sections else None
+    empty = ProjectConfig(path=config.path, table=config.table)
+    return config.merged(own or empty, [s for s in sections if isinstance(config.values.get(s), dict)])
 
 
 def check_keys(config: ProjectConfig, root: click.Command) -> None:
-    """Every key must be some command's option (error: file, line, did-you-mean)."""
+    """Every key must be some command's option, or a table of options of one command (``[...diff]``);
+    errors name file, line and a did-you-mean."""
     keys = known_keys(root)
-    for key in config.values:
+    sections = _sections(root)
+    for key, value in config.values.items():
+        if key in sections:
+            section = config.section(str(key))
+            if section is None:
+                raise config.error(str(key), f'"{key}" names the {key} command: its settings are a table',
+                                   f"write [{'.'.join((*config.table, str(key)))}] with {key}'s options")
+            own = known_keys(sections[str(key)])
+            for sub in section.values:
+                if sub not in own:
+                    hint = did_you_mean(str(sub), own) or (
+                        f"{key} reads: {', '.join(sorted(own))}" if own else f"{key} reads no configuration")
+                    raise section.error(str(sub), f'unknown key "{sub}" for analyze {key}', hint)
+            continue
         if key not in keys:
             hint = did_you_mean(str(key), keys) or f"keys: {', '.join(sorted(keys))}"
             raise config.error(str(key), f'unknown key "{key}"', hint)

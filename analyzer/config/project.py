@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,7 @@ class ProjectConfig:
     values: Mapping[str, Any] = field(default_factory=dict)
     lines: Mapping[str, int] = field(default_factory=dict)
     table_line: int = 1
+    text: str = field(default="", compare=False, repr=False)
 
     @property
     def base(self) -> Path:
@@ -67,6 +68,23 @@ class ProjectConfig:
     def origin(self, key: str) -> str:
         """``pyproject.toml:12``: where ``key`` was written."""
         return f"{self.display}:{self.line(key)}"
+
+    def section(self, name: str) -> ProjectConfig | None:
+        """The per-command table ``[tool.gpu-trace-analyzer.NAME]`` (or ``NAME = {...}``), or None."""
+        raw = self.values.get(name)
+        if not isinstance(raw, dict):
+            return None
+        lines, line = key_lines(self.text, (*self.table, name))
+        return replace(self, table=(*self.table, name), values=dict(raw),
+                       lines={k: lines.get(k, line or self.line(name)) for k in raw},
+                       table_line=line or self.line(name))
+
+    def merged(self, section: ProjectConfig, sections: Iterable[str]) -> ProjectConfig:
+        """These settings without the per-command tables, overlaid by ``section``'s (which win)."""
+        skip = set(sections)
+        values = {k: v for k, v in self.values.items() if k not in skip}
+        lines = {k: v for k, v in self.lines.items() if k not in skip}
+        return replace(self, values={**values, **section.values}, lines={**lines, **section.lines})
 
     def error(self, key: str | None, message: str, hint: str | None = None) -> ConfigError:
         return ConfigError(message, file=self.display, line=self.line(key) if key else self.table_line, hint=hint)
@@ -137,7 +155,7 @@ def read_config(path: Path) -> ProjectConfig:
                           f"[tool.{TOOL}]", file=shown, line=lines.get("tool", 1),
                           hint="remove the table header, or name the file pyproject.toml")
     return ProjectConfig(path=path.resolve(), table=table, values=dict(values), lines=lines,
-                         table_line=table_line)
+                         table_line=table_line or 1, text=text)
 
 
 _TOML_AT = re.compile(r"\s*\(at line (\d+), column \d+\)\s*$")
@@ -165,13 +183,14 @@ def _split_dotted(name: str) -> tuple[str, ...]:
 
 
 def key_lines(text: str, table: tuple[str, ...]) -> tuple[dict[str, int], int]:
-    """The 1-based line of each key of ``table`` (``()``: the top level) and of the table header.
+    """The 1-based line of each key of ``table`` (``()``: the top level) and of the table header (0 when
+    ``table`` has no header line of its own).
 
     A light scan, not a parser (the file has been parsed already): table headers and ``key =`` lines;
     a sub-table ``[table.key]`` gives ``key`` its header's line. Lines inside multi-line strings and
     arrays are skipped."""
     lines: dict[str, int] = {}
-    table_line = 1
+    table_line = 0 if table else 1  # 0: no header for ``table`` (an inline table, or a dotted key)
     current: tuple[str, ...] = ()
     in_string: str | None = None
     depth = 0  # open brackets of a multi-line array or inline table

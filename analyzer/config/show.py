@@ -15,7 +15,7 @@ from analyzer.config.cli import ConfigCommand, describe_settings, effective
 def config_command(target: click.Command) -> click.Command:
     """``analyze config`` taking ``target``'s options (so it shows what ``target`` would use)."""
     options = [p for p in target.params if isinstance(p, click.Option) and p.name not in ("config_file", "isolated")]
-    return ConfigCommand(
+    command = ConfigCommand(
         "config",
         params=list(options),
         callback=click.pass_context(_show),
@@ -24,6 +24,8 @@ def config_command(target: click.Command) -> click.Command:
              "reading a trace (exit 2 on any problem).",
         short_help="Show the effective settings and where each came from.",
     )
+    command.config_section = target.name  # what a run would read: its table too
+    return command
 
 
 def _show(ctx: click.Context, **params: Any) -> None:

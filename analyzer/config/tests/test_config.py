@@ -105,6 +105,13 @@ def make_cli(extra: list[click.Option] | None = None) -> click.Group:
             if name not in ("fail_on", "output", "ignore", "quiet"):
                 click.echo(f"{name}={value} from {origin(ctx, name)}")
 
+    @root.command("diff")
+    @click.option("--output", "-o", type=click.Path())
+    @click.option("--fail-on-regression")
+    @click.pass_context
+    def diff(ctx: click.Context, output: str | None, fail_on_regression: str | None) -> None:
+        click.echo(f"diff output={output} from {origin(ctx, 'output')}; regression={fail_on_regression}")
+
     for option in extra or []:
         run.params.append(option)
     return root
@@ -176,3 +183,24 @@ def test_config_flag_isolated_and_help(project: Path) -> None:
     assert code == 0 and "--isolated" in out and "--config FILE" in out
     code, out = invoke(make_cli(), "run")
     assert code == 2 and "pyproject.toml:2: fail-on:" in out
+
+
+def test_per_command_tables(project: Path) -> None:
+    (project / "pyproject.toml").write_text(
+        '[tool.gpu-trace-analyzer]\noutput = "reports/gpu.md"\nfail-on-regression = "5%"\n\n'
+        '[tool.gpu-trace-analyzer.diff]\noutput = "reports/diff.md"\n')
+    code, out = invoke(make_cli(), "run")
+    assert code == 0 and f"output={project / 'reports' / 'gpu.md'}" in out
+    code, out = invoke(make_cli(), "diff")
+    assert code == 0, out
+    assert f"diff output={project / 'reports' / 'diff.md'} from pyproject.toml:6; regression=5%" in out
+    # a key of the table that the command does not have, and a table that is not one
+    (project / "pyproject.toml").write_text('[tool.gpu-trace-analyzer.diff]\n\nouptut = "x"\n')
+    code, out = invoke(make_cli(), "run")
+    assert code == 2 and 'pyproject.toml:3: unknown key "ouptut" for analyze diff; did you mean "output"?' in out
+    (project / "pyproject.toml").write_text('[tool.gpu-trace-analyzer]\ndiff = "x"\n')
+    code, out = invoke(make_cli(), "run")
+    assert code == 2 and 'pyproject.toml:2: "diff" names the diff command: its settings are a table' in out
+    (project / "pyproject.toml").write_text('[tool.gpu-trace-analyzer]\ndiff = {output = "inline.md"}\n')
+    code, out = invoke(make_cli(), "diff")
+    assert code == 0 and "inline.md from pyproject.toml:2" in out
