@@ -92,6 +92,9 @@ def cli() -> None:
               envvar="ANALYZER_TIMEOUT",
               help="Stop a trace's analysis after SECONDS and name the stage that ran away (default: none).")
 @accepted_options
+@click.option("--no-cache", is_flag=True,
+              help="Neither read nor write the columnar trace cache (kept in the user's cache directory; "
+                   "ANALYZER_CACHE_DIR / ANALYZER_CACHE_MAX / ANALYZER_NO_CACHE=1).")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
 @click.pass_context
 def run_cmd(
@@ -113,6 +116,7 @@ def run_cmd(
     accepted_file: Path | None,
     accepted_growth: float | None,
     write_accepted: Path | None,
+    no_cache: bool,
     quiet: bool,
 ) -> None:
     """Analyze TRACE... (nsys .sqlite / .nsys-rep; ncu files among them are joined to the traces)."""
@@ -132,6 +136,7 @@ def run_cmd(
         timeout=timeout,
         accepted_file=accepted_file,
         accepted_growth=accepted_growth,
+        cache=not no_cache,
     )
     previous = _previous_accepted(write_accepted, options)
     analyses = analyze_paths(list(traces), options, progress=progress)

@@ -42,6 +42,8 @@ class AnalysisOptions:
     #: findings the project accepts (analyzer.accepted): marked in reports, not counted by --fail-on
     accepted_file: Path | None = None
     accepted_growth: float | None = None  # None: analyzer.accepted.DEFAULT_MAX_GROWTH
+    # read/write the columnar trace cache (analyzer.loading.cache); the CLI turns it on (--no-cache off)
+    cache: bool = False
 
     @property
     def packs(self) -> tuple[str | Path, ...]:
@@ -100,7 +102,7 @@ def analyze_trace(
     progress = _noting(progress)
     if trace is None:
         with stage("loading"):
-            trace = load_trace(Path(path), progress=progress)
+            trace = load_trace(Path(path), progress=progress, cache=_trace_cache(options))
     progress(f"{trace.name}: choosing the analysis window")
     with stage("choosing the window"):
         window = choose_window(trace, options.window_spec, exclude=options.exclude_ranges)
@@ -142,6 +144,12 @@ def _noting(progress: Progress) -> Callable[[str], None]:
             progress(message)
 
     return say
+
+
+def _trace_cache(options: AnalysisOptions) -> Any:
+    from analyzer.loading.cache import TraceCache, enabled_by_env
+
+    return TraceCache() if options.cache and enabled_by_env() else None
 
 
 def _rules_label(pack: Any) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -171,6 +172,19 @@ def factorize_objects(values: pd.Series | np.ndarray) -> tuple[np.ndarray, np.nd
     hash is cached on the (shared) string objects, so its object hash table takes a third of that.
     Both tables group by equality and number uniques by first appearance: same codes, same uniques.
     Non-object input goes to ``pd.factorize`` unchanged."""
+    if isinstance(getattr(values, "dtype", None), pd.CategoricalDtype):
+        # dictionary-coded text (the loader's compact columns): factorize the small integer codes,
+        # then name each by its category; same codes and uniques as factorizing the texts
+        cat: Any = values.array if isinstance(values, pd.Series) else values
+        int_codes, first = pd.factorize(np.asarray(cat.codes))
+        if (first < 0).any():  # a missing value (code -1) is not a unique: renumber without it
+            keep = first >= 0
+            renum = np.full(len(first), -1, dtype=np.intp)
+            renum[keep] = np.arange(int(keep.sum()))
+            int_codes = np.where(int_codes >= 0, renum[int_codes], -1)
+            first = first[keep]
+        uniques = np.array(cat.categories, dtype=object)[first]
+        return np.asarray(int_codes, dtype=np.intp), uniques
     arr = values.to_numpy() if isinstance(values, pd.Series) else np.asarray(values)
     if arr.dtype != object:
         codes, uniques = pd.factorize(values)
@@ -189,6 +203,29 @@ def text(series: pd.Series) -> pd.Series:
     codes, uniques = factorize_objects(series)
     values = np.array([str(u) for u in uniques] + [""], dtype=object)  # distinct values only
     return pd.Series(values[codes], index=series.index, dtype=object)
+
+
+def text_codes(series: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """A text column as ``(codes, labels)`` with ``labels[codes]`` equal to ``text(series)`` (missing
+    -> ``""``): a categorical column's own codes (nothing hashed), else its factorization."""
+    if isinstance(series.dtype, pd.CategoricalDtype):
+        codes = series.cat.codes.to_numpy()
+        labels = np.array([str(c) for c in series.cat.categories] + [""], dtype=object)
+    else:
+        codes, uniques = factorize_objects(series)
+        labels = np.array([str(u) for u in uniques] + [""], dtype=object)
+    if len(codes) and codes.min() < 0:
+        codes = np.where(codes < 0, len(labels) - 1, codes)
+    return codes, labels
+
+
+def concat_codes(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """``(codes, labels)`` pairs stacked into one (codes shifted into the concatenated labels)."""
+    if len(parts) == 1:
+        return parts[0]
+    offsets = np.cumsum([0] + [len(labels) for _, labels in parts[:-1]])
+    codes = np.concatenate([c.astype(np.int64) + off for (c, _), off in zip(parts, offsets)])
+    return codes, np.concatenate([labels for _, labels in parts])
 
 
 def map_distinct(series: pd.Series, fn: Callable[[str], object]) -> np.ndarray:

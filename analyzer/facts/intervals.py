@@ -29,14 +29,17 @@ import pandas as pd
 
 from analyzer.facts._util import (
     column,
+    concat_codes,
     covered_until,
     new_frame,
     sorted_frame,
     text,
+    text_codes,
     union_intervals,
 )
 from analyzer.facts.nvtx import innermost_open, main_threads, ranges_only
 from analyzer.facts.registry import FactContext, fact
+from analyzer.loading.columns import categorical, narrow_int
 
 _OP_COLUMNS = {
     "start": "op start (ns)",
@@ -60,43 +63,81 @@ _OP_COLUMNS = {
 @fact("gpu_ops", columns=_OP_COLUMNS, scope_keys=("device", "stream", "nvtx_path"))
 def gpu_ops(ctx: FactContext) -> pd.DataFrame:
     """Every kernel, copy and memset of the whole trace (not windowed), with launch attribution,
-    ordered by start. The building block of the interval facts."""
+    ordered by start. The building block of the interval facts.
+
+    Dtypes follow the trace model's compact ones: times int64, ids int32 where they fit, text as
+    categoricals (built from the frames' codes: no string is copied per row)."""
     t = ctx.trace
-    parts: list[dict[str, np.ndarray]] = []
+    ints: list[dict[str, np.ndarray]] = []
+    texts: list[dict[str, tuple[np.ndarray, np.ndarray]]] = []
     for op, frame in (("kernel", t.kernels), ("memcpy", t.memcpy), ("memset", t.memset)):
         if frame.empty:
             continue
+        n = len(frame)
         if op == "kernel":
-            label = text(column(frame, "short_name", "")).to_numpy(dtype=object)
+            label = _text(frame, "short_name", "")
         elif op == "memcpy":
-            label = ("memcpy " + text(column(frame, "direction", "other"))).to_numpy(dtype=object)
+            codes, labels = _text(frame, "direction", "other")
+            label = codes, np.array(["memcpy " + x for x in labels], dtype=object)
         else:
-            label = np.full(len(frame), "memset", dtype=object)
-        parts.append({
-            "start": frame["start"].to_numpy(dtype=np.int64),
-            "end": frame["end"].to_numpy(dtype=np.int64),
-            "duration": (frame["end"] - frame["start"]).to_numpy(dtype=np.int64),
-            "device": column(frame, "device", 0).fillna(0).to_numpy(dtype=np.int64),
-            "stream": column(frame, "stream", -1).fillna(-1).to_numpy(dtype=np.int64),
-            "op": np.full(len(frame), op, dtype=object),
-            "label": label,
-            "correlation_id": column(frame, "correlation_id", -1).fillna(-1).to_numpy(dtype=np.int64),
-            "pid": column(frame, "pid", -1).fillna(-1).to_numpy(dtype=np.int64),
-            "tid": column(frame, "tid", -1).fillna(-1).to_numpy(dtype=np.int64),
-            "api_name": text(column(frame, "api_name", "")).to_numpy(dtype=object),
-            "api_start": column(frame, "api_start", -1).fillna(-1).to_numpy(dtype=np.int64),
-            "nvtx_id": column(frame, "nvtx_id", -1).fillna(-1).to_numpy(dtype=np.int64),
-            "nvtx_range": text(column(frame, "nvtx_range", "")).to_numpy(dtype=object),
-            "nvtx_path": text(column(frame, "nvtx_path", "")).to_numpy(dtype=object),
+            label = np.zeros(n, dtype=np.int8), np.array(["memset"], dtype=object)
+        start = frame["start"].to_numpy(dtype=np.int64)
+        end = frame["end"].to_numpy(dtype=np.int64)
+        ints.append({
+            "start": start,
+            "end": end,
+            "duration": end - start,
+            "device": _int(frame, "device", 0),
+            "stream": _int(frame, "stream", -1),
+            "correlation_id": _int(frame, "correlation_id", -1),
+            "pid": _int(frame, "pid", -1),
+            "tid": _int(frame, "tid", -1),
+            "api_start": _int(frame, "api_start", -1),
+            "nvtx_id": _int(frame, "nvtx_id", -1),
         })
-    if not parts:
+        texts.append({
+            "op": (np.zeros(n, dtype=np.int8), np.array([op], dtype=object)),
+            "label": label,
+            "api_name": _text(frame, "api_name", ""),
+            "nvtx_range": _text(frame, "nvtx_range", ""),
+            "nvtx_path": _text(frame, "nvtx_path", ""),
+        })
+    if not ints:
         return pd.DataFrame({c: pd.Series(dtype="int64") for c in _OP_COLUMNS}).astype(
-            {c: object for c in ("op", "label", "api_name", "nvtx_range", "nvtx_path")})
-    # concatenate and order by (start, end) on the numpy arrays (stable, like a stable sort_values),
-    # then build the frame once with object text columns (see new_frame)
-    cols = {c: np.concatenate([p[c] for p in parts]) if len(parts) > 1 else parts[0][c] for c in _OP_COLUMNS}
-    order = np.lexsort((cols["end"], cols["start"]))
-    return new_frame({c: v[order] for c, v in cols.items()})
+            {c: object for c in _TEXT_OP_COLUMNS})
+    # concatenate and order by (start, end) (stable, like a stable sort_values), then build the frame
+    cols: dict[str, np.ndarray] = {
+        c: np.concatenate([p[c] for p in ints]) if len(ints) > 1 else ints[0][c] for c in ints[0]}
+    sort = np.lexsort((cols["end"], cols["start"]))
+    # already in order (a kernels-only trace): no gathers
+    order = None if np.array_equal(sort, np.arange(len(sort))) else sort
+    out: dict[str, object] = {}
+    for c in _OP_COLUMNS:
+        if c in _TEXT_OP_COLUMNS:
+            codes, labels = concat_codes([p[c] for p in texts])
+            out[c] = categorical(codes if order is None else codes[order], labels)
+        else:
+            values = cols[c] if order is None else cols[c][order]
+            out[c] = values if c in ("start", "end", "duration", "api_start") else narrow_int(values)
+    return pd.DataFrame(out, copy=False)
+
+
+_TEXT_OP_COLUMNS = ("op", "label", "api_name", "nvtx_range", "nvtx_path")
+
+
+def _text(frame: pd.DataFrame, name: str, default: str) -> tuple[np.ndarray, np.ndarray]:
+    if name in frame.columns:
+        return text_codes(frame[name])
+    return np.zeros(len(frame), dtype=np.int8), np.array([default], dtype=object)
+
+
+def _int(frame: pd.DataFrame, name: str, default: int) -> np.ndarray:
+    if name not in frame.columns:
+        return np.full(len(frame), default, dtype=np.int64)
+    col = frame[name]
+    if col.hasnans:
+        col = col.fillna(default)
+    return col.to_numpy(dtype=np.int64)
 
 
 @fact(

@@ -195,6 +195,13 @@ _OCC_COLUMNS = {
 }
 
 
+def _product(frame: pd.DataFrame, *columns: str) -> np.ndarray:
+    out = np.ones(len(frame), dtype=np.int64)
+    for c in columns:
+        out *= frame[c].to_numpy(dtype=np.int64)
+    return out
+
+
 @fact("occupancy", columns=_OCC_COLUMNS, scope_keys=("device", "name"))
 def occupancy(ctx: FactContext) -> pd.DataFrame:
     """Theoretical occupancy, its limiter and the wave count per kernel launch configuration."""
@@ -209,8 +216,9 @@ def occupancy(ctx: FactContext) -> pd.DataFrame:
     cfg = pd.DataFrame({
         "device": column(k, "device", 0).fillna(0).to_numpy(dtype=np.int64),
         "name_code": name_codes,
-        "grid_blocks": (k["grid_x"] * k["grid_y"] * k["grid_z"]).to_numpy(dtype=np.int64),
-        "block_size": (k["block_x"] * k["block_y"] * k["block_z"]).to_numpy(dtype=np.int64),
+        # products in int64: the trace keeps launch dimensions in int32, where they could wrap
+        "grid_blocks": _product(k, "grid_x", "grid_y", "grid_z"),
+        "block_size": _product(k, "block_x", "block_y", "block_z"),
         "registers": k["registers_per_thread"].fillna(0).to_numpy(dtype=np.int64),
         "static_smem": k["static_smem"].fillna(0).to_numpy(dtype=np.int64),
         "dynamic_smem": k["dynamic_smem"].fillna(0).to_numpy(dtype=np.int64),

@@ -1,8 +1,8 @@
 """The fact registry: derived tables declared with their inputs and columns.
 
 A fact is a pure function of the trace, the analysis window, parameters and other facts. Each is
-declared once with :func:`fact`; the :class:`FactStore` builds the dependency graph (networkx), checks
-it is acyclic, and computes a fact (and what it needs) on first ``get``, once.
+declared once with :func:`fact`; the :class:`FactStore` orders the dependencies (depth first), checks
+they are acyclic, and computes a fact (and what it needs) on first ``get``, once.
 
 Columns are declared statically so that rules can be validated before any trace is read
 (``unknown column "durration" in GPU001.condition; did you mean "duration"?``).
@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import networkx as nx
 import pandas as pd
 
 if TYPE_CHECKING:
@@ -87,24 +86,30 @@ def all_specs() -> dict[str, FactSpec]:
     return dict(FACTS)
 
 
-def dependency_graph(names: Iterable[str] | None = None) -> "nx.DiGraph":
-    """Edges ``dependency -> dependent`` for ``names`` and everything they need (all facts if None)."""
+def dependency_order(names: Iterable[str] | None = None) -> list[str]:
+    """``names`` and every fact they need (all facts if None), each after its dependencies (a
+    depth-first topological order). Raises ``ValueError`` naming the cycle if the declarations have one."""
     _ensure_loaded()
-    graph: nx.DiGraph = nx.DiGraph()
-    todo = list(FACTS if names is None else names)
-    while todo:
-        name = todo.pop()
-        if name in graph and graph.nodes[name].get("seen"):
-            continue
-        spec = get_spec(name)
-        graph.add_node(name, seen=True)
-        for dep in spec.requires:
-            graph.add_edge(dep, name)
-            todo.append(dep)
-    if not nx.is_directed_acyclic_graph(graph):
-        cycle = nx.find_cycle(graph)
-        raise ValueError(f"fact dependency cycle: {cycle}")
-    return graph
+    order: list[str] = []
+    done: set[str] = set()
+    path: list[str] = []
+
+    def visit(name: str) -> None:
+        if name in done:
+            return
+        if name in path:
+            cycle = path[path.index(name):] + [name]
+            raise ValueError(f"fact dependency cycle: {' -> '.join(cycle)}")
+        path.append(name)
+        for dep in get_spec(name).requires:
+            visit(dep)
+        path.pop()
+        done.add(name)
+        order.append(name)
+
+    for name in (FACTS if names is None else names):
+        visit(name)
+    return order
 
 
 @dataclass
@@ -120,7 +125,7 @@ class FactStore:
     def get(self, name: str) -> pd.DataFrame:
         if name not in self._cache:
             spec = get_spec(name)
-            for dep in nx.topological_sort(dependency_graph([name])):
+            for dep in dependency_order([name]):
                 if dep != name and dep not in self._cache:
                     self._cache[dep] = self._compute(get_spec(dep))
             self._cache[name] = self._compute(spec)

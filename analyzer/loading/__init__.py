@@ -10,10 +10,14 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from analyzer.errors import InputError, UnsupportedFormatError
 from analyzer.loading.model import Trace, TraceInfo, empty_frame
 from analyzer.loading.sqlite_reader import SQLITE_MAGIC, sqlite_uri
+
+if TYPE_CHECKING:
+    from analyzer.loading.cache import TraceCache
 
 __all__ = ["Trace", "TraceInfo", "detect_format", "empty_frame", "load_trace"]
 
@@ -75,17 +79,26 @@ def load_trace(
     *,
     progress: Callable[[str], None] | None = None,
     cache_dir: Path | None = None,
+    cache: TraceCache | None = None,
 ) -> Trace:
     """Load a trace file into the normalized :class:`Trace` model.
 
     ``progress`` receives short stage messages (``"reading kernels (1,023,456 rows)"``); ``cache_dir``
     holds SQLite exports of ``.nsys-rep`` reports and decompressed ``.xz`` files (default
-    ``~/.cache/gpu-trace-analyzer``)."""
+    ``~/.cache/gpu-trace-analyzer``). With ``cache`` (a :class:`~analyzer.loading.cache.TraceCache`; the
+    ``analyze`` command passes one unless ``--no-cache``), a file loaded before is read back from the
+    columnar cache instead, and a new one is stored there."""
+    p = Path(path)
+    fmt = detect_format(p)
+    if cache is not None and fmt in ("xz", "nsys-sqlite", "sqlite", "nsys-rep"):
+        return cache.load(p, lambda: _load(p, fmt, progress, cache_dir), progress)
+    return _load(p, fmt, progress, cache_dir)
+
+
+def _load(p: Path, fmt: str, progress: Callable[[str], None] | None, cache_dir: Path | None) -> Trace:
     from analyzer.loading import nsys_rep
     from analyzer.loading.nsys_sqlite import load_nsys_sqlite
 
-    p = Path(path)
-    fmt = detect_format(p)
     if fmt == "xz":
         inner = nsys_rep.cached_decompressed(p, cache_dir=cache_dir, progress=progress)
         inner_fmt = detect_format(inner)

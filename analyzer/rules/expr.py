@@ -460,9 +460,9 @@ def _lookup(name: str, env: Env, row: bool) -> Any:
     if name.startswith("_"):
         raise EvalError(f"name {name!r} is not allowed")
     if row and name in env.rows.columns:
-        return env.rows[name]
+        return _wide(env.rows[name])
     if not row and env.keys is not None and name in env.keys.columns:
-        return env.keys[name]
+        return _wide(env.keys[name])
     if name in env.lets:
         value = env.lets[name]
         if row and isinstance(value, pd.Series):  # a group value read inside an aggregate
@@ -471,6 +471,14 @@ def _lookup(name: str, env: Env, row: bool) -> Any:
     if name in env.consts:
         return env.consts[name]
     raise EvalError(f"no value for {name!r} (a per-trace scalar the analysis did not provide?)")
+
+
+def _wide(column: pd.Series) -> pd.Series:
+    """Integer columns in 64 bits: facts keep ids and launch dimensions in int32 (the trace model's
+    compact dtypes), where a rule's ``grid_x * grid_y * grid_z * block_x`` would wrap around."""
+    if column.dtype.kind in "iu" and column.dtype.itemsize < 8:
+        return column.astype(np.int64)
+    return column
 
 
 def _numeric(value: Any) -> Any:

@@ -88,6 +88,34 @@ class _DuplicateKey(_Refused):
 _Loader.add_constructor("tag:yaml.org,2002:map", _construct_mapping)
 _Loader.add_constructor("tag:yaml.org,2002:seq", _construct_sequence)
 
+_FastLoader: Any = None
+if getattr(yaml, "__with_libyaml__", False):
+    class _CLoader(yaml.CSafeLoader):  # type: ignore[misc,name-defined]
+        """libyaml's parser and composer (5-10x faster than PyYAML's) with the same constructors."""
+
+    _CLoader.add_constructor("tag:yaml.org,2002:map", _construct_mapping)
+    _CLoader.add_constructor("tag:yaml.org,2002:seq", _construct_sequence)
+    _FastLoader = _CLoader
+
+
+def _load_fast(text: str) -> Any:
+    """The document through libyaml when that is certainly what the careful loader would return, else
+    None. Without an ``&`` the text has no anchor, so no alias can resolve (the one check libyaml's
+    composer does not let us make); constructors, tags, duplicate keys and line numbers are the same
+    code. Any problem at all goes to the careful loader, which reports it exactly."""
+    if _FastLoader is None or "&" in text:
+        return None
+    loader = _FastLoader(text)
+    try:
+        documents = []
+        while loader.check_data():
+            documents.append(loader.get_data())
+    except Exception:  # noqa: BLE001 - re-parsed by the careful loader for the exact error
+        return None
+    finally:
+        loader.dispose()
+    return documents[0] if len(documents) == 1 else None
+
 
 def load_yaml(path: Path, kind: str = "rule file") -> Any:
     """Read one YAML document safely. Raises :class:`UnsafeRuleError` / :class:`RuleError`; ``kind``
@@ -112,6 +140,9 @@ def load_yaml_text(text: str, file: str, kind: str = "rule file") -> Any:
     """Parse ``text`` (named ``file`` in errors) with the safe, line-recording loader."""
     if len(text.encode("utf-8")) > MAX_DOCUMENT_BYTES:
         raise UnsafeRuleError(f"{kind} is over the {MAX_DOCUMENT_BYTES} byte limit", file=file)
+    fast = _load_fast(text)
+    if fast is not None:
+        return fast
     loader = _Loader(text)
     try:
         documents = []

@@ -1,0 +1,472 @@
+"""A columnar cache of loaded traces, so that analysing the same file again skips the loader.
+
+A user re-runs ``analyze`` on one capture many times (another ``--window``, ``--set``, rule file). The
+loader's work (SQLite scan, attribution, joins) does not depend on any of that, so its result, the
+:class:`~analyzer.loading.model.Trace`, is written once as Arrow IPC files (LZ4-compressed, one per
+frame, text columns dictionary-coded) and read back on the next run in a fraction of the time.
+
+Where: ``$ANALYZER_CACHE_DIR/traces``, else ``$XDG_CACHE_HOME/gpu-trace-analyzer/traces``, else
+``~/.cache/gpu-trace-analyzer/traces``: the user's cache directory, never beside the input.
+
+Keys, and why an entry is never stale:
+
+* An entry is named by the SHA-256 of the input file's **content** (the file the user gave: the
+  ``.sqlite``, ``.sqlite.xz`` or ``.nsys-rep``) and stamped with the loader's **code signature** (a hash
+  of the ``analyzer.loading`` sources and the cache format), so a changed file or a changed loader
+  never reads an old entry, while a copied or moved file still finds its entry.
+* Hashing a 10 M-kernel export takes seconds, so a small **identity index** maps the file's identity
+  (resolved path, device, inode, size, mtime and ctime in ns) to the content hash. Any write to the file
+  or any replacement changes its ctime or inode, which the user cannot set back. The index only records
+  files whose last change is more than :data:`RACY_SECONDS` old: a file written twice within one
+  timestamp tick would otherwise look unchanged (git's "racily clean" problem); such files are hashed
+  every time instead.
+* On a first run the content hash is computed while the loader runs (in a thread; hashlib releases
+  the GIL), unless an entry of the same file size exists, in which case it is computed first to look
+  for that entry.
+
+Limits: the cache keeps at most ``$ANALYZER_CACHE_MAX`` bytes (default 5 GB, e.g. ``ANALYZER_CACHE_MAX=
+20GB``; ``0`` disables writing); after each write the least recently used entries are evicted. An entry
+larger than the limit is not written.
+
+Never required: ``--no-cache`` (or ``ANALYZER_NO_CACHE=1``) skips it; an unreadable, partial or
+corrupt entry, a read-only or full cache directory, a frame whose columns cannot be stored exactly
+(anything but integers, floats, booleans and text) all fall back to the loader silently
+(``ANALYZER_DEBUG=1`` says why on stderr). Entries are written to a temporary directory and renamed
+into place, so a concurrent or interrupted run never leaves a half entry under a real name.
+
+Exactness: a cached trace has the same frames (columns, dtypes incl. categorical categories and int
+widths, values, index), :class:`~analyzer.loading.model.TraceInfo` (with the path the user gave this
+time) and extras as the loaded one; tests compare both and the reports built from them byte for byte.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analyzer.loading.model import FRAME_COLUMNS, Trace, TraceInfo
+
+FORMAT = 1  # bump when the entry layout changes
+RACY_SECONDS = 3.0
+DEFAULT_MAX_BYTES = 5 * 10**9
+_HASH_CHUNK = 1 << 22
+_SUPPORTED_KINDS = "iufb"
+_ENTRY_RE = re.compile(r"^[0-9a-f]{64}$")
+
+Progress = Callable[[str], None]
+
+
+def _debug(message: str) -> None:
+    if os.environ.get("ANALYZER_DEBUG"):
+        sys.stderr.write(f"trace cache: {message}\n")
+
+
+def cache_root() -> Path:
+    """The cache directory for traces (see the module docstring)."""
+    env = os.environ.get("ANALYZER_CACHE_DIR")
+    if env:
+        return Path(env).expanduser() / "traces"
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "gpu-trace-analyzer" / "traces"
+
+
+def parse_size(text: str) -> int:
+    """``"5GB"`` -> 5e9, ``"500MB"``, ``"2GiB"``, ``"123"`` (bytes); raises ValueError."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kmgt]?)(i?)b?\s*", text.lower())
+    if not m:
+        raise ValueError(f"bad size {text!r}; write e.g. 5GB, 500MB or 0")
+    base = 1024 if m.group(3) else 1000
+    return int(float(m.group(1)) * base ** " kmgt".index(m.group(2) or " "))
+
+
+def max_bytes() -> int:
+    env = os.environ.get("ANALYZER_CACHE_MAX")
+    if env:
+        try:
+            return parse_size(env)
+        except ValueError as err:
+            _debug(f"ignoring ANALYZER_CACHE_MAX: {err}")
+    return DEFAULT_MAX_BYTES
+
+
+def enabled_by_env() -> bool:
+    return os.environ.get("ANALYZER_NO_CACHE", "").strip().lower() in ("", "0", "false", "no")
+
+
+_SIGNATURE: str | None = None
+
+
+def code_signature() -> str:
+    """Hash of the cache format, the loader sources and the pandas/pyarrow major versions: entries
+    written by another loader are never read."""
+    global _SIGNATURE
+    if _SIGNATURE is None:
+        import pyarrow as pa
+
+        h = hashlib.sha256(f"format {FORMAT} pandas {pd.__version__.split('.')[0]} "
+                           f"pyarrow {pa.__version__.split('.')[0]}".encode())
+        here = Path(__file__).resolve().parent
+        for src in sorted(here.glob("*.py")):
+            try:
+                h.update(src.name.encode() + b"\0" + src.read_bytes())
+            except OSError:
+                h.update(src.name.encode())
+        _SIGNATURE = h.hexdigest()
+    return _SIGNATURE
+
+
+def file_digest(path: Path) -> str:
+    """SHA-256 of the file's bytes."""
+    h = hashlib.sha256()
+    buf = bytearray(_HASH_CHUNK)
+    view = memoryview(buf)
+    with open(path, "rb", buffering=0) as fh:
+        while True:
+            n = fh.readinto(buf)
+            if not n:
+                break
+            h.update(view[:n])
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class Identity:
+    path: str
+    dev: int
+    ino: int
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+
+    @classmethod
+    def of(cls, path: Path) -> Identity:
+        st = os.stat(path)
+        return cls(str(path.resolve()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+    def key(self) -> str:
+        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:40]
+
+    def settled(self, now_ns: int) -> bool:
+        """Changed long enough ago that a later change must show in mtime/ctime."""
+        return now_ns - max(self.mtime_ns, self.ctime_ns) > RACY_SECONDS * 1e9
+
+
+# ---------------------------------------------------------------------------------------------------
+# frames <-> Arrow
+# ---------------------------------------------------------------------------------------------------
+class _Unstorable(Exception):
+    pass
+
+
+def _frame_to_table(frame: pd.DataFrame):  # -> pyarrow.Table
+    import pyarrow as pa
+
+    if not isinstance(frame.index, pd.RangeIndex) or frame.index.start != 0 or frame.index.step != 1:
+        raise _Unstorable("frame index is not 0..n-1")
+    arrays, fields = [], []
+    for name in frame.columns:
+        if not isinstance(name, str):
+            raise _Unstorable(f"column name {name!r}")
+        col = frame[name]
+        dtype = col.dtype
+        if isinstance(dtype, pd.CategoricalDtype):
+            cats = dtype.categories
+            if cats.dtype != object or dtype.ordered or not all(isinstance(c, str) for c in cats):
+                raise _Unstorable(f"{name}: categorical of {cats.dtype}")
+            codes = col.cat.codes.to_numpy()
+            kind = f"category:{codes.dtype.str}"
+            arr = pa.DictionaryArray.from_arrays(pa.array(codes), pa.array(list(cats), type=pa.string()))
+        elif isinstance(dtype, np.dtype) and dtype.kind == "O":
+            from analyzer.facts._util import factorize_objects
+
+            codes, uniques = factorize_objects(col)
+            if (codes < 0).any() or not all(isinstance(u, str) for u in uniques):
+                raise _Unstorable(f"{name}: object column with non-text values")
+            kind = "object"
+            arr = pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int32)),
+                                                 pa.array(list(uniques), type=pa.string()))
+        elif isinstance(dtype, np.dtype) and dtype.kind in _SUPPORTED_KINDS:
+            kind = dtype.str
+            arr = pa.array(col.to_numpy())
+        else:
+            raise _Unstorable(f"{name}: dtype {dtype}")
+        arrays.append(arr)
+        fields.append(pa.field(name, arr.type, metadata={"kind": kind}))
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def _table_to_frame(table) -> pd.DataFrame:  # table: pyarrow.Table
+    import pyarrow as pa
+
+    out: dict[str, Any] = {}
+    for i, field in enumerate(table.schema):
+        kind = (field.metadata or {}).get(b"kind", b"").decode()
+        col = table.column(i)
+        arr = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+        if kind.startswith("category:") or kind == "object":
+            if not pa.types.is_dictionary(arr.type):
+                raise _Unstorable(f"{field.name}: expected dictionary data")
+            labels = np.empty(len(arr.dictionary), dtype=object)
+            labels[:] = arr.dictionary.to_pylist()
+            codes = arr.indices.to_numpy(zero_copy_only=False)
+            if kind == "object":
+                out[field.name] = pd.Series(labels[codes] if len(codes) else np.empty(0, dtype=object),
+                                            dtype=object, copy=False)
+            else:
+                codes = codes.astype(np.dtype(kind.split(":", 1)[1]), copy=False)
+                out[field.name] = pd.Categorical.from_codes(codes, categories=pd.Index(labels, dtype=object))
+        elif kind and np.dtype(kind).kind in _SUPPORTED_KINDS:
+            # a writable copy in the exact dtype: loaded frames are writable, so cached ones are too
+            out[field.name] = np.array(arr.to_numpy(zero_copy_only=False), dtype=np.dtype(kind), copy=True)
+        else:
+            raise _Unstorable(f"{field.name}: unknown column kind {kind!r}")
+    return pd.DataFrame(out, copy=False) if out else pd.DataFrame(index=pd.RangeIndex(table.num_rows))
+
+
+def _info_to_json(info: TraceInfo) -> dict[str, Any]:
+    d = asdict(info)
+    d["path"] = str(info.path)
+    return d
+
+
+# ---------------------------------------------------------------------------------------------------
+# the cache
+# ---------------------------------------------------------------------------------------------------
+class TraceCache:
+    """Entries under ``root`` (default :func:`cache_root`), at most ``limit`` bytes in all."""
+
+    def __init__(self, root: Path | None = None, limit: int | None = None) -> None:
+        self.root = root or cache_root()
+        self.limit = max_bytes() if limit is None else limit
+        self.hits = 0  # traces served from the cache by this object
+
+    # -- public -----------------------------------------------------------------------------------------
+    def load(self, path: Path, load: Callable[[], Trace], progress: Progress | None = None) -> Trace:
+        """The trace of ``path`` from the cache, else ``load()`` (and stored for next time)."""
+        say = progress or (lambda _m: None)
+        try:
+            ident = Identity.of(path)
+        except OSError:
+            return load()
+        digest = self._digest_from_index(ident)
+        if digest is None and self._same_size_entry(ident.size):
+            say(f"hashing {path.name} to look it up in the trace cache")
+            digest = self._safe_digest(path)
+        if digest is not None:
+            trace = self._read(digest, path, say)
+            if trace is not None:
+                self.hits += 1
+                self._remember(ident, digest)
+                return trace
+        hasher = None
+        if digest is None:  # hash while the loader runs
+            hasher = _Hasher(path)
+        trace = load()
+        if hasher is not None:
+            digest = hasher.result()
+        try:
+            unchanged = Identity.of(path) == ident  # not written to while we read and hashed it
+        except OSError:
+            unchanged = False
+        if digest is not None and unchanged:
+            self._write(digest, ident, trace, say)
+        return trace
+
+    # -- lookup -----------------------------------------------------------------------------------------
+    def _index_file(self, ident: Identity) -> Path:
+        return self.root / "ident" / ident.key()
+
+    def _digest_from_index(self, ident: Identity) -> str | None:
+        try:
+            digest = self._index_file(ident).read_text().strip()
+        except OSError:
+            return None
+        return digest if _ENTRY_RE.match(digest) else None
+
+    def _remember(self, ident: Identity, digest: str) -> None:
+        if not ident.settled(time.time_ns()):
+            return  # racily clean: hash it next time
+        try:
+            target = self._index_file(ident)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+            tmp.write_text(digest)
+            os.replace(tmp, target)
+        except OSError as err:
+            _debug(f"cannot write the identity index: {err}")
+
+    def _same_size_entry(self, size: int) -> bool:
+        for meta in self._metas():
+            try:
+                if json.loads(meta.read_text()).get("source_size") == size:
+                    return True
+            except (OSError, ValueError):
+                continue
+        return False
+
+    def _metas(self) -> list[Path]:
+        try:
+            return [p / "meta.json" for p in self.root.iterdir() if _ENTRY_RE.match(p.name)]
+        except OSError:
+            return []
+
+    @staticmethod
+    def _safe_digest(path: Path) -> str | None:
+        try:
+            return file_digest(path)
+        except OSError as err:
+            _debug(f"cannot hash {path}: {err}")
+            return None
+
+    # -- read -------------------------------------------------------------------------------------------
+    def _read(self, digest: str, path: Path, say: Progress) -> Trace | None:
+        entry = self.root / digest
+        try:
+            meta = json.loads((entry / "meta.json").read_text())
+        except (OSError, ValueError):
+            return None
+        if meta.get("signature") != code_signature() or meta.get("digest") != digest:
+            _debug(f"{entry.name}: written by another loader version; ignored")
+            return None
+        say(f"reading {path.name} from the trace cache")
+        try:
+            import pyarrow as pa
+
+            frames = {}
+            for name in FRAME_COLUMNS:
+                with pa.OSFile(str(entry / f"{name}.arrow"), "rb") as fh:
+                    table = pa.ipc.open_file(fh).read_all()
+                frames[name] = _table_to_frame(table)
+                if list(frames[name].columns) != meta["columns"][name]:
+                    raise _Unstorable(f"{name}: columns differ from meta.json")
+            info_d = dict(meta["info"])
+            info_d["path"] = path  # the name the user gave this time
+            info = TraceInfo(**info_d)
+            extras = meta.get("extras") or {}
+        except Exception as err:  # a damaged entry is a miss, never an error  # noqa: BLE001
+            _debug(f"{entry.name}: unreadable ({type(err).__name__}: {err}); ignored")
+            return None
+        try:
+            os.utime(entry / "meta.json")  # last use, for eviction
+        except OSError:
+            pass
+        return Trace(info=info, extras=extras, **frames)
+
+    # -- write ------------------------------------------------------------------------------------------
+    def _write(self, digest: str, ident: Identity, trace: Trace, say: Progress) -> None:
+        if self.limit <= 0:
+            return
+        try:
+            import pyarrow as pa
+
+            tables = {name: _frame_to_table(getattr(trace, name)) for name in FRAME_COLUMNS}
+            meta_text = json.dumps({
+                "format": FORMAT, "signature": code_signature(), "digest": digest,
+                "source": ident.path, "source_size": ident.size, "created": time.time(),
+                "info": _info_to_json(trace.info),
+                "extras": trace.extras,  # JSON only; a trace with other extras is not cached
+                "columns": {name: list(getattr(trace, name).columns) for name in FRAME_COLUMNS},
+            })
+        except (_Unstorable, TypeError, ValueError) as err:
+            _debug(f"not caching {ident.path}: {err}")
+            return
+        estimate = sum(t.nbytes for t in tables.values())
+        if estimate // 2 > self.limit:  # LZ4 halves it at best on timestamps
+            _debug(f"not caching {ident.path}: about {estimate / 1e9:.1f} GB, over the limit")
+            return
+        say("writing the trace cache")
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=f".{digest[:12]}-", dir=self.root))
+        except OSError as err:
+            _debug(f"cannot write under {self.root}: {err}")
+            return
+        try:
+            options = pa.ipc.IpcWriteOptions(compression="lz4")
+            for name, table in tables.items():
+                with pa.OSFile(str(tmp / f"{name}.arrow"), "wb") as fh:
+                    with pa.ipc.new_file(fh, table.schema, options=options) as writer:
+                        writer.write_table(table)
+            (tmp / "meta.json").write_text(meta_text)
+            final = self.root / digest
+            try:
+                os.rename(tmp, final)
+            except OSError:  # an entry appeared meanwhile (another run), or an old one is in the way
+                shutil.rmtree(final, ignore_errors=True)
+                os.rename(tmp, final)
+        except OSError as err:
+            _debug(f"cannot write the entry: {err}")
+            shutil.rmtree(tmp, ignore_errors=True)
+            return
+        self._remember(ident, digest)
+        self.evict()
+
+    # -- eviction ---------------------------------------------------------------------------------------
+    def entries(self) -> list[tuple[float, int, Path]]:
+        """(last use, bytes, directory) of every entry, oldest first."""
+        out = []
+        for meta in self._metas():
+            entry = meta.parent
+            try:
+                used = meta.stat().st_mtime
+                size = sum(f.stat().st_size for f in entry.iterdir())
+            except OSError:
+                continue
+            out.append((used, size, entry))
+        return sorted(out)
+
+    def evict(self) -> None:
+        """Remove least recently used entries until the total fits the limit; drop stale leftovers
+        (temporary directories of interrupted runs, index files of evicted entries)."""
+        entries = self.entries()
+        total = sum(size for _, size, _ in entries)
+        for _, size, entry in entries:
+            if total <= self.limit:
+                break
+            shutil.rmtree(entry, ignore_errors=True)
+            total -= size
+        now = time.time()
+        try:
+            for p in self.root.iterdir():
+                if p.name.startswith(".") and p.is_dir() and now - p.stat().st_mtime > 3600:
+                    shutil.rmtree(p, ignore_errors=True)
+            index = self.root / "ident"
+            if index.is_dir():
+                live = {p.name for p in self.root.iterdir() if _ENTRY_RE.match(p.name)}
+                for f in index.iterdir():
+                    try:
+                        if f.read_text().strip() not in live:
+                            f.unlink()
+                    except OSError:
+                        continue
+        except OSError:
+            pass
+
+
+class _Hasher:
+    """The file's SHA-256, computed in a thread (hashlib releases the GIL on large updates)."""
+
+    def __init__(self, path: Path) -> None:
+        self._digest: str | None = None
+        self._thread = threading.Thread(target=self._run, args=(path,), name="trace-cache-hash", daemon=True)
+        self._thread.start()
+
+    def _run(self, path: Path) -> None:
+        self._digest = TraceCache._safe_digest(path)
+
+    def result(self) -> str | None:
+        self._thread.join()
+        return self._digest

@@ -1,0 +1,226 @@
+"""The columnar trace cache (analyzer/loading/cache.py): exact, never stale, never required, bounded."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from analyzer.loading import cache as cache_mod
+from analyzer.loading import load_trace
+from analyzer.loading.cache import TraceCache, parse_size
+from analyzer.loading.model import FRAME_COLUMNS
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture
+def trace_file(tmp_path) -> Path:
+    """A private copy of a small real trace (tests change it)."""
+    from analyzer.testing import real_trace
+
+    dst = tmp_path / "input" / "healthy.sqlite"
+    dst.parent.mkdir()
+    shutil.copyfile(real_trace("healthy"), dst)
+    return dst
+
+
+@pytest.fixture
+def cache(tmp_path) -> TraceCache:
+    return TraceCache(tmp_path / "cache", limit=10**9)
+
+
+class Counting:
+    """Counts the loader runs and digests behind a cache's back."""
+
+    def __init__(self, monkeypatch) -> None:
+        self.hashes = 0
+        real = cache_mod.file_digest
+
+        def digest(path):
+            self.hashes += 1
+            return real(path)
+
+        monkeypatch.setattr(cache_mod, "file_digest", digest)
+
+    def load(self, path: Path, cache: TraceCache):
+        hits = cache.hits
+        trace = load_trace(path, cache=cache)
+        return trace, cache.hits > hits
+
+
+def assert_same_trace(a, b) -> None:
+    for name in FRAME_COLUMNS:
+        pd.testing.assert_frame_equal(getattr(a, name), getattr(b, name), check_exact=True,
+                                      check_categorical=True, obj=name)
+    assert a.info == b.info
+    assert a.extras == b.extras
+
+
+def test_cached_trace_is_exactly_the_loaded_one(trace_file, cache, monkeypatch):
+    count = Counting(monkeypatch)
+    fresh = load_trace(trace_file)
+    first, hit1 = count.load(trace_file, cache)
+    second, hit2 = count.load(trace_file, cache)
+    assert (hit1, hit2) == (False, True)
+    assert_same_trace(fresh, first)
+    assert_same_trace(fresh, second)
+    for name in FRAME_COLUMNS:  # writable in place like loaded frames (pandas refuses read-only arrays)
+        frame = getattr(second, name)
+        for col in frame.columns:
+            if len(frame) and not isinstance(frame[col].dtype, pd.CategoricalDtype):
+                frame.loc[frame.index[0], col] = frame[col].iloc[0]
+
+
+def test_reports_identical_through_the_cache(tmp_path, monkeypatch):
+    """The reference cases' reports, analysed from cache hits, equal the references (two traces)."""
+    sys.path.insert(0, str(REPO / "tests"))
+    import reference_reports as refs
+
+    monkeypatch.setenv("ANALYZER_CACHE_DIR", str(tmp_path / "c"))
+    index = refs.load_index()
+    from analyzer.pipeline import AnalysisOptions, analyze_paths
+    from analyzer.reports import build_report, render
+
+    for case in [c for c in refs.cases() if c.name in ("small_training_ctx128", "dataloader_starved")]:
+        for _ in range(2):  # write, then read
+            options = AnalysisOptions(cache=True)
+            report = build_report(analyze_paths(list(case.traces), options), created=refs.CREATED)
+            got = {fmt: refs._portable(render(report, fmt)) for fmt in refs.FORMATS}
+            assert not list(refs.compare(case, got, index))
+    assert len(list((tmp_path / "c" / "traces").glob("*/meta.json"))) == 2
+
+
+def _set_times_back(path: Path, st: os.stat_result) -> None:
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_changed_file_is_never_served_stale(trace_file, cache, monkeypatch):
+    """Same size, same mtime, other content: the ctime (and the content hash) tell."""
+    monkeypatch.setattr(cache_mod, "RACY_SECONDS", 0.0)  # let the identity index record this fresh file
+    count = Counting(monkeypatch)
+    trace, _ = count.load(trace_file, cache)
+    assert count.hashes == 1 and len(list((cache.root / "ident").iterdir())) == 1
+    _, hit = count.load(trace_file, cache)
+    assert hit and count.hashes == 1  # served through the identity index, no hashing
+    st = trace_file.stat()
+    conn = sqlite3.connect(trace_file)
+    conn.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET gridX = gridX + 1")  # same size in place
+    conn.commit()
+    conn.close()
+    _set_times_back(trace_file, st)
+    assert trace_file.stat().st_size == st.st_size and trace_file.stat().st_mtime_ns == st.st_mtime_ns
+    changed, hit = count.load(trace_file, cache)
+    assert not hit and count.hashes == 2
+    assert (changed.kernels["grid_x"].to_numpy() == trace.kernels["grid_x"].to_numpy() + 1).all()
+
+
+def test_replaced_file_is_never_served_stale(trace_file, cache, tmp_path, monkeypatch):
+    from analyzer.testing import real_trace
+
+    count = Counting(monkeypatch)
+    first, _ = count.load(trace_file, cache)
+    other = tmp_path / "other.sqlite"
+    shutil.copyfile(real_trace("tiny_kernels_fixed"), other)
+    os.replace(other, trace_file)
+    replaced, hit = count.load(trace_file, cache)
+    assert not hit
+    assert len(replaced.kernels) != len(first.kernels)
+
+
+def test_racily_clean_files_are_hashed_every_time(trace_file, cache, monkeypatch):
+    """A file changed a moment ago could change again within one timestamp tick: no identity shortcut."""
+    count = Counting(monkeypatch)
+    count.load(trace_file, cache)
+    _, hit = count.load(trace_file, cache)
+    assert hit and count.hashes == 2
+    assert not (cache.root / "ident").exists() or not list((cache.root / "ident").iterdir())
+
+
+def test_copied_file_finds_its_entry_by_content(trace_file, cache, tmp_path, monkeypatch):
+    count = Counting(monkeypatch)
+    count.load(trace_file, cache)
+    copy = tmp_path / "elsewhere" / "renamed.sqlite"
+    copy.parent.mkdir()
+    shutil.copyfile(trace_file, copy)
+    trace, hit = count.load(copy, cache)
+    assert hit and trace.info.path == copy and trace.name == "renamed.sqlite"
+
+
+def test_damaged_entries_fall_back_to_the_loader(trace_file, cache, monkeypatch):
+    count = Counting(monkeypatch)
+    fresh, _ = count.load(trace_file, cache)
+    (entry,) = [p for p in cache.root.iterdir() if len(p.name) == 64]
+    data = (entry / "kernels.arrow").read_bytes()
+    (entry / "kernels.arrow").write_bytes(data[: len(data) // 2])
+    again, hit = count.load(trace_file, cache)
+    assert not hit
+    assert_same_trace(fresh, again)
+    meta = json.loads((entry / "meta.json").read_text())  # rewritten by the miss
+    meta["signature"] = "another loader"
+    (entry / "meta.json").write_text(json.dumps(meta))
+    _, hit = count.load(trace_file, cache)
+    assert not hit
+
+
+def test_unwritable_cache_is_not_required(trace_file, tmp_path):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the cache directory would be")
+    trace = load_trace(trace_file, cache=TraceCache(blocker / "traces"))
+    assert len(trace.kernels)
+
+
+def test_eviction_keeps_the_cache_under_its_limit(trace_file, tmp_path):
+    from analyzer.testing import real_trace
+
+    other = tmp_path / "input" / "tiny.sqlite"
+    shutil.copyfile(real_trace("tiny_kernels_fixed"), other)
+    big = TraceCache(tmp_path / "c", limit=10**9)
+    load_trace(trace_file, cache=big)
+    load_trace(other, cache=big)
+    sizes = [size for _, size, _ in big.entries()]
+    assert len(sizes) == 2
+    small = TraceCache(tmp_path / "c", limit=max(sizes) + 1)  # room for one entry
+    small.evict()
+    (left,) = small.entries()
+    assert json.loads((left[2] / "meta.json").read_text())["source"] == str(other.resolve())  # newest kept
+    load_trace(trace_file, cache=TraceCache(tmp_path / "c", limit=0))  # 0: never written
+    assert len(small.entries()) == 1
+
+
+def test_cli_cache_lives_in_the_cache_dir_only(trace_file, tmp_path):
+    """The second run reads the cache; nothing is written beside the input; --no-cache touches nothing."""
+    env = dict(os.environ, ANALYZER_CACHE_DIR=str(tmp_path / "user-cache"))
+    env.pop("ANALYZER_NO_CACHE", None)
+    before = sorted(os.listdir(trace_file.parent))
+    out = tmp_path / "out"
+    out.mkdir()
+
+    def run(*extra: str) -> None:
+        subprocess.run([sys.executable, "-m", "analyzer.cli", str(trace_file), "-o", str(out / "r.json"), "-q",
+                        *extra], check=True, env=env, cwd=tmp_path)
+
+    run()
+    first = (out / "r.json").read_text()
+    run()
+    assert (out / "r.json").read_text().split('"created"')[0] == first.split('"created"')[0]
+    assert sorted(os.listdir(trace_file.parent)) == before
+    assert len(list((tmp_path / "user-cache" / "traces").glob("*/meta.json"))) == 1
+    shutil.rmtree(tmp_path / "user-cache")
+    run("--no-cache")
+    assert not (tmp_path / "user-cache").exists()
+
+
+def test_parse_size():
+    assert parse_size("5GB") == 5 * 10**9
+    assert parse_size("2GiB") == 2 * 2**30
+    assert parse_size("500mb") == 5 * 10**8
+    assert parse_size("0") == 0
+    with pytest.raises(ValueError):
+        parse_size("lots")
