@@ -155,7 +155,8 @@ def test_progress_is_shown_on_a_terminal_only(tmp_path: Path) -> None:
     leader, follower = pty.openpty()
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "analyzer.cli", HEALTHY, "-o", tmp_path / "r.html"],
+            # --no-cache: the loader's own progress (a cached trace is read in one step)
+            [sys.executable, "-m", "analyzer.cli", HEALTHY, "-o", tmp_path / "r.html", "--no-cache"],
             stdout=subprocess.PIPE, stderr=follower, cwd=REPO, timeout=300, env=ENV, check=False,
         )
         os.close(follower)

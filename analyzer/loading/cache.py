@@ -74,13 +74,19 @@ def _debug(message: str) -> None:
         sys.stderr.write(f"trace cache: {message}\n")
 
 
-def cache_root() -> Path:
-    """The cache directory for traces (see the module docstring)."""
+def cache_home() -> Path:
+    """The analyzer's directory in the user's cache: ``$ANALYZER_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/gpu-trace-analyzer``, else ``~/.cache/gpu-trace-analyzer``."""
     env = os.environ.get("ANALYZER_CACHE_DIR")
     if env:
-        return Path(env).expanduser() / "traces"
+        return Path(env).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "gpu-trace-analyzer" / "traces"
+    return Path(base) / "gpu-trace-analyzer"
+
+
+def cache_root() -> Path:
+    """The cache directory for traces (see the module docstring)."""
+    return cache_home() / "traces"
 
 
 def parse_size(text: str) -> int:

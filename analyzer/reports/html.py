@@ -7,9 +7,10 @@ Autoescape is on for every template; the only values marked safe are the SVG cha
 from __future__ import annotations
 
 import functools
+import os
 from typing import Any
 
-from jinja2 import Environment, PackageLoader, StrictUndefined
+from jinja2 import BytecodeCache, Environment, FileSystemBytecodeCache, PackageLoader, StrictUndefined
 from markupsafe import Markup, escape
 
 from analyzer.reports import svg
@@ -49,10 +50,25 @@ def reference(ref: str) -> Markup:
     return escape(ref)
 
 
+def _bytecode_cache() -> BytecodeCache | None:
+    """Compiled templates kept in the user's cache directory (``<cache>/jinja``): compiling the report
+    templates costs more than rendering a big report. Jinja checks each entry against the template's
+    source, so an edited template is compiled again; without a writable directory, none."""
+    from analyzer.loading.cache import cache_home
+
+    folder = cache_home() / "jinja"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    return FileSystemBytecodeCache(str(folder)) if os.access(folder, os.W_OK) else None
+
+
 @functools.lru_cache(maxsize=1)
 def environment() -> Environment:
     env = Environment(
         loader=PackageLoader("analyzer.reports", "templates"),
+        bytecode_cache=_bytecode_cache(),
         autoescape=True,
         undefined=StrictUndefined,
         trim_blocks=True,
