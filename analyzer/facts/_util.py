@@ -94,6 +94,45 @@ def covered_until(us: np.ndarray, ue: np.ndarray, t: np.ndarray) -> np.ndarray:
     return out
 
 
+def key_groups(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(order, starts, ends)``: a stable order of ``keys`` grouping equal keys, and each group's
+    ``[start, end)`` in that order (one sort for any number of keys, then slices)."""
+    keys = np.asarray(keys)
+    order = np.argsort(keys, kind="stable")
+    sk = keys[order]
+    cut = np.flatnonzero(sk[1:] != sk[:-1]) + 1
+    return order, np.r_[0, cut], np.r_[cut, len(sk)]
+
+
+def asof_backward(right_key: np.ndarray, right_t: np.ndarray, left_key: np.ndarray,
+                  left_t: np.ndarray) -> np.ndarray:
+    """For each left row, the position of the right row with the same key whose ``right_t`` is the
+    latest at or before ``left_t`` (ties: the last in the right rows' order), or -1: what
+    ``pd.merge_asof(left, right, on=t, by=key, direction="backward")`` picks, by one sort per side and
+    a ``searchsorted`` per key instead of a merge of the whole frames."""
+    n = len(left_t)
+    out = np.full(n, -1, dtype=np.int64)
+    if n == 0 or len(right_t) == 0:
+        return out
+    right_t = np.asarray(right_t, dtype=np.int64)
+    left_t = np.asarray(left_t, dtype=np.int64)
+    r_order = np.lexsort((right_t, np.asarray(right_key, dtype=np.int64)))  # by key, then t, stable
+    rk = np.asarray(right_key, dtype=np.int64)[r_order]
+    r_cut = np.r_[0, np.flatnonzero(rk[1:] != rk[:-1]) + 1, len(rk)]
+    r_keys = rk[r_cut[:-1]]
+    l_order, l_start, l_end = key_groups(np.asarray(left_key, dtype=np.int64))
+    lk = np.asarray(left_key, dtype=np.int64)[l_order]
+    for a, b in zip(l_start.tolist(), l_end.tolist()):
+        g = int(np.searchsorted(r_keys, lk[a]))
+        if g == len(r_keys) or r_keys[g] != lk[a]:
+            continue
+        rows = r_order[r_cut[g]:r_cut[g + 1]]
+        q = l_order[a:b]
+        k = np.searchsorted(right_t[rows], left_t[q], side="right") - 1
+        out[q] = np.where(k >= 0, rows[np.maximum(k, 0)], -1)
+    return out
+
+
 def clip_to_window(frame: pd.DataFrame, window: Window) -> pd.DataFrame:
     """Rows of an interval frame overlapping the window, with ``start``/``end`` clipped to it."""
     if frame.empty:

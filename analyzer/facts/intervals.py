@@ -31,9 +31,8 @@ from analyzer.facts._util import (
     column,
     concat_codes,
     covered_until,
+    key_groups,
     new_frame,
-    sorted_frame,
-    text,
     text_codes,
     union_intervals,
 )
@@ -211,6 +210,8 @@ def api_open_at(api: pd.DataFrame, tid: np.ndarray, t: np.ndarray) -> np.ndarray
 
     Prefers the call that started last (the innermost when driver calls nest in runtime calls);
     falls back to the longest-running earlier call on the thread (a running maximum of end times).
+    Per thread (one sort groups the calls and the queries by thread): the last call starting at or
+    before ``t`` by ``searchsorted``, and the call holding the running maximum of end times up to it.
     """
     n = len(t)
     out = np.full(n, -1, dtype=np.int64)
@@ -220,38 +221,35 @@ def api_open_at(api: pd.DataFrame, tid: np.ndarray, t: np.ndarray) -> np.ndarray
     end = api["end"].to_numpy(dtype=np.int64)
     atid = api["tid"].to_numpy(dtype=np.int64)
     if len(start) < 2 or (start[1:] >= start[:-1]).all():
-        # already by start (the loader's order): each thread's rows are in (start, row) order, as the
-        # per-thread lexsort below would put them, and a stable sort by start is the identity; so the
-        # running maxima and the merge see the same sequences without sorting 2 M rows twice
-        rows = np.arange(len(start))
-        run_max = pd.Series(end).groupby(atid, sort=False).cummax().to_numpy()
-        marker = np.where(end == run_max, rows, -1)
-        del run_max
-        holder = pd.Series(marker).groupby(atid, sort=False).cummax().to_numpy()
-        del marker
-        holder = np.maximum(holder, 0)
-        right = pd.DataFrame({"tid": atid, "t": start, "pos": rows, "holder": holder},
-                             copy=False)  # read only: merge_asof's right side
-        del rows, holder
+        # by start already (the loader's order): a stable grouping by thread keeps each thread's calls
+        # in (start, row) order without sorting two million start times again
+        a_order, a_from, a_to = key_groups(atid)
     else:
-        order = np.lexsort((start, atid))
-        sorted_end = end[order]
-        run_max = pd.Series(sorted_end).groupby(atid[order], sort=False).cummax().to_numpy()
-        marker = np.where(sorted_end == run_max, np.arange(len(order)), -1)
-        holder = pd.Series(marker).groupby(atid[order], sort=False).cummax().to_numpy()
-        right = sorted_frame({"tid": atid[order], "t": start[order], "pos": order,
-                              "holder": order[np.maximum(holder, 0)]}, "t")
-    left = sorted_frame({"tid": np.asarray(tid, dtype=np.int64), "t": np.asarray(t, dtype=np.int64),
-                         "q": np.arange(n)}, "t")
-    m = pd.merge_asof(left, right, on="t", by="tid", direction="backward")
-    del left, right
-    q = m["q"].to_numpy()
-    tt = m["t"].to_numpy(dtype=np.int64)
-    pos = m["pos"].fillna(-1).to_numpy(dtype=np.int64)
-    hold = m["holder"].fillna(-1).to_numpy(dtype=np.int64)
-    own_open = (pos >= 0) & (end[np.maximum(pos, 0)] > tt)
-    hold_open = (hold >= 0) & (end[np.maximum(hold, 0)] > tt)
-    out[q] = np.where(own_open, pos, np.where(hold_open, hold, -1))
+        a_order = np.lexsort((start, atid))
+        ak = atid[a_order]
+        cut = np.flatnonzero(ak[1:] != ak[:-1]) + 1
+        a_from, a_to = np.r_[0, cut], np.r_[cut, len(ak)]
+    thread_of = atid[a_order[a_from]]
+    tid = np.asarray(tid, dtype=np.int64)
+    t = np.asarray(t, dtype=np.int64)
+    q_order, q_from, q_to = key_groups(tid)
+    for qa, qb in zip(q_from.tolist(), q_to.tolist()):
+        q = q_order[qa:qb]
+        g = int(np.searchsorted(thread_of, tid[q[0]]))
+        if g == len(thread_of) or thread_of[g] != tid[q[0]]:
+            continue
+        rows = a_order[a_from[g]:a_to[g]]  # this thread's calls by start
+        ends = end[rows]
+        run_max = np.maximum.accumulate(ends)
+        holder = np.maximum.accumulate(np.where(ends == run_max, np.arange(len(rows)), -1))
+        tq = t[q]
+        k = np.searchsorted(start[rows], tq, side="right") - 1
+        found = k >= 0
+        kk = np.maximum(k, 0)
+        own_open = found & (ends[kk] > tq)
+        hold = holder[kk]
+        hold_open = found & (ends[hold] > tq)
+        out[q] = np.where(own_open, rows[kk], np.where(hold_open, rows[hold], -1))
     return out
 
 
@@ -336,7 +334,6 @@ def gpu_gaps(ctx: FactContext) -> pd.DataFrame:
     order = np.lexsort((cs, gdev))
     gdev, cs, ce, prev_pos, next_pos, edge = (a[order] for a in (gdev, cs, ce, prev_pos, next_pos, edge))
 
-    labels = ops["label"].to_numpy(dtype=object)
     otid = ops["tid"].to_numpy(dtype=np.int64)
     opid = ops["pid"].to_numpy(dtype=np.int64)
 
@@ -346,8 +343,13 @@ def gpu_gaps(ctx: FactContext) -> pd.DataFrame:
         out[has] = values[pos[has]]
         return out
 
-    prev_label = pick(labels, prev_pos, "")
-    next_label = pick(labels, next_pos, "")
+    def pick_text(column: pd.Series, pos: np.ndarray) -> pd.Categorical:
+        """The text at ``pos`` (``""`` where -1) as a categorical, gathered as codes."""
+        codes, labels = text_codes(column)
+        return categorical(np.where(pos >= 0, codes[np.maximum(pos, 0)] if len(codes) else -1, -1), labels)
+
+    prev_label = pick_text(ops["label"], prev_pos)
+    next_label = pick_text(ops["label"], next_pos)
     host_tid = pick(otid, next_pos, -1)
     host_pid = pick(opid, next_pos, -1)
     fallback = host_tid < 0
@@ -357,7 +359,7 @@ def gpu_gaps(ctx: FactContext) -> pd.DataFrame:
     mid = cs + (ce - cs) // 2
     nv = ranges_only(ctx.trace.nvtx)
     rpos = innermost_open(nv, host_tid, mid)
-    source = np.where(rpos >= 0, "thread", "none").astype(object)
+    source = np.where(rpos >= 0, 2, 1).astype(np.int8)  # codes into ("main", "none", "thread")
     missing = rpos < 0
     if missing.any() and not nv.empty:
         mains = main_threads(nv)
@@ -368,15 +370,12 @@ def gpu_gaps(ctx: FactContext) -> pd.DataFrame:
         sub[found] = retry[found]
         rpos[missing] = sub
         src = source[missing]
-        src[found] = "main"
+        src[found] = 0
         source[missing] = src
-    nv_text = text(nv["text"]).to_numpy() if len(nv) else np.empty(0, dtype=object)
-    nv_path = text(column(nv, "path", "")).to_numpy() if len(nv) else np.empty(0, dtype=object)
     nv_id = nv["range_id"].to_numpy(dtype=np.int64) if len(nv) else np.empty(0, dtype=np.int64)
 
     api = ctx.trace.api
     apos = api_open_at(api, host_tid, mid)
-    api_names = text(api["name"]).to_numpy() if len(api) else np.empty(0, dtype=object)
 
     return new_frame({
         "device": gdev,
@@ -385,15 +384,15 @@ def gpu_gaps(ctx: FactContext) -> pd.DataFrame:
         "duration": ce - cs,
         "prev_op": prev_label,
         "next_op": next_label,
-        "next_api": pick(ops["api_name"].to_numpy(dtype=object), next_pos, ""),
-        "next_nvtx_path": pick(ops["nvtx_path"].to_numpy(dtype=object), next_pos, ""),
+        "next_api": pick_text(ops["api_name"], next_pos),
+        "next_nvtx_path": pick_text(ops["nvtx_path"], next_pos),
         "host_tid": host_tid,
         "host_pid": host_pid,
         "host_nvtx_id": pick(nv_id, rpos, -1),
-        "host_nvtx_range": pick(nv_text, rpos, ""),
-        "host_nvtx_path": pick(nv_path, rpos, ""),
-        "host_nvtx_source": source,
-        "host_api": pick(api_names, apos, ""),
+        "host_nvtx_range": pick_text(nv["text"], rpos),
+        "host_nvtx_path": pick_text(column(nv, "path", ""), rpos),
+        "host_nvtx_source": categorical(source, np.array(["main", "none", "thread"], dtype=object)),
+        "host_api": pick_text(api["name"], apos),
         "host_api_overlap_ns": _api_overlap(api, host_tid, cs, ce),
         "edge": edge,
     })

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analyzer.facts._util import column, sorted_frame, starts_in_window, text
+from analyzer.facts._util import asof_backward, column, starts_in_window, text
 from analyzer.facts.registry import FACTS, FactContext, fact
 from analyzer.phases._index import (
     AGGREGATE_TIMING_COLUMNS,
@@ -50,7 +50,7 @@ def innermost_open(nvtx: pd.DataFrame, tid: np.ndarray, t: np.ndarray) -> np.nda
 
     ``nvtx`` must hold ranges only (see :func:`ranges_only`). For properly nested ranges, the range
     latest to start at or before ``t`` on the thread is either open at ``t`` or nested inside the
-    innermost open one, so one ``merge_asof`` plus a walk up the parents finds it.
+    innermost open one, so one as-of lookup per thread plus a walk up the parents finds it.
     """
     n = len(t)
     out = np.full(n, -1, dtype=np.int64)
@@ -59,13 +59,7 @@ def innermost_open(nvtx: pd.DataFrame, tid: np.ndarray, t: np.ndarray) -> np.nda
     starts = nvtx["start"].to_numpy(dtype=np.int64)
     ends = nvtx["end"].to_numpy(dtype=np.int64)
     parent = parent_positions(nvtx)
-    right = sorted_frame(
-        {"tid": nvtx["tid"].to_numpy(dtype=np.int64), "t": starts, "pos": np.arange(len(nvtx))}, "t")
-    left = sorted_frame({"tid": np.asarray(tid, dtype=np.int64), "t": np.asarray(t, dtype=np.int64),
-                         "q": np.arange(n)}, "t")
-    merged = pd.merge_asof(left, right, on="t", by="tid", direction="backward")
-    cand = np.full(n, -1, dtype=np.int64)
-    cand[merged["q"].to_numpy()] = merged["pos"].fillna(-1).to_numpy(dtype=np.int64)
+    cand = asof_backward(nvtx["tid"].to_numpy(dtype=np.int64), starts, tid, t)
     tt = np.asarray(t, dtype=np.int64)
     max_depth = int(column(nvtx, "depth", 0).max()) + 2 if len(nvtx) else 1
     for _ in range(max(max_depth, 1) + 64):  # bounded walk; depth is small in practice

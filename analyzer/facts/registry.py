@@ -86,6 +86,20 @@ def all_specs() -> dict[str, FactSpec]:
     return dict(FACTS)
 
 
+def dependency_graph(names: Iterable[str] | None = None) -> Any:
+    """A ``networkx.DiGraph`` with edges ``dependency -> dependent`` for ``names`` and everything they
+    need (all facts if None); for tools that walk the graph (networkx is imported only here, not on
+    the analysis path, which uses :func:`dependency_order`)."""
+    import networkx as nx
+
+    graph = nx.DiGraph()
+    for name in dependency_order(names):
+        graph.add_node(name)
+        for dep in get_spec(name).requires:
+            graph.add_edge(dep, name)
+    return graph
+
+
 def dependency_order(names: Iterable[str] | None = None) -> list[str]:
     """``names`` and every fact they need (all facts if None), each after its dependencies (a
     depth-first topological order). Raises ``ValueError`` naming the cycle if the declarations have one."""
