@@ -682,8 +682,8 @@ def _utilization(analysis: Analysis, names: dict[int, str], limits: Limits) -> U
             # order the two key columns only, then take the few rows shown (a million-row gaps
             # frame was filtered and sorted whole: ~0.5 s)
             keys = gaps.loc[gaps["device"].to_numpy() == dev, ["duration", "start"]]
-            top = keys.sort_values(["duration", "start"], ascending=[False, True], kind="stable").head(limits.chart_gaps)
-            g = gaps.loc[top.index].sort_values("start", kind="stable")
+            top = _longest(keys, ["duration", "start"], [False, True], limits.chart_gaps)
+            g = gaps.loc[top].sort_values("start", kind="stable")
             dev_gaps = tuple(
                 Span(int(a), int(b), f"idle {fmt_duration(int(d))}")
                 for a, b, d in zip(g["start"].tolist(), g["end"].tolist(), g["duration"].tolist())
@@ -706,6 +706,17 @@ def _utilization(analysis: Analysis, names: dict[int, str], limits: Limits) -> U
         devices_total=len(devices),
         gaps_total=0 if gaps is None else len(gaps),
     )
+
+
+def _longest(keys: pd.DataFrame, by: list[str], ascending: list[bool], k: int) -> pd.Index:
+    """Index of the first ``k`` rows of ``keys.sort_values(by, ascending, kind="stable")``, where
+    ``by[0]`` is ``duration`` sorted descending: only rows at least as long as the k-th longest can be
+    among them, so only those are sorted (a million gaps, a few dozen shown)."""
+    d = keys["duration"].to_numpy()
+    if 0 < k < len(d) // 4:
+        threshold = np.partition(d, len(d) - k)[len(d) - k]  # the k-th longest
+        keys = keys.iloc[np.flatnonzero(d >= threshold)]  # ties included, original order kept
+    return keys.sort_values(by, ascending=ascending, kind="stable").index[:k]
 
 
 def _nvtx_lanes(analysis: Analysis, limits: Limits) -> tuple[NvtxLane, ...]:
@@ -793,8 +804,7 @@ def _gaps(analysis: Analysis, devices: int, limits: Limits) -> GapSummary:
     )
     gaps = _fact(analysis, "gpu_gaps", ("device", "start", "end", "duration"))
     keys = ["duration", "start", "device"]  # sort the keys only, take the rows shown (see _utilization)
-    order = gaps[keys].sort_values(keys, ascending=[False, True, True], kind="stable").index
-    ordered = gaps.loc[order[: max(0, limits.gap_rows)]]
+    ordered = gaps.loc[_longest(gaps[keys], keys, [False, True, True], max(0, limits.gap_rows))]
     dur = gaps["duration"].to_numpy(dtype="float64")
     window = analysis.window.duration_ns * max(1, devices)
     return GapSummary(
