@@ -116,20 +116,25 @@ _SIGNATURE: str | None = None
 
 
 def code_signature() -> str:
-    """Hash of the cache format, the loader sources and the pandas/pyarrow major versions: entries
-    written by another loader are never read."""
+    """Hash of the cache format, the loader sources (``analyzer/loading`` and the helpers it calls in
+    ``analyzer/facts/_util.py``) and the pandas, numpy and pyarrow versions: entries written by another
+    loader are never read."""
     global _SIGNATURE
     if _SIGNATURE is None:
         import pyarrow as pa
 
-        h = hashlib.sha256(f"format {FORMAT} pandas {pd.__version__.split('.')[0]} "
-                           f"pyarrow {pa.__version__.split('.')[0]}".encode())
+        h = hashlib.sha256(f"format {FORMAT} pandas {pd.__version__} numpy {np.__version__} "
+                           f"pyarrow {pa.__version__}".encode())
         here = Path(__file__).resolve().parent
-        for src in sorted(here.glob("*.py")):
+        # every loader source (subpackages too, tests not), and the shared helpers the loader calls
+        sources = [s for s in here.rglob("*.py") if "tests" not in s.relative_to(here).parts]
+        sources += [here.parent / "facts" / "_util.py"]
+        for src in sorted(sources):
+            name = str(src.relative_to(here.parent)).encode()
             try:
-                h.update(src.name.encode() + b"\0" + src.read_bytes())
+                h.update(name + b"\0" + src.read_bytes())
             except OSError:
-                h.update(src.name.encode())
+                h.update(name)
         _SIGNATURE = h.hexdigest()
     return _SIGNATURE
 

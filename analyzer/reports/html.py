@@ -11,6 +11,7 @@ import os
 from typing import Any
 
 from jinja2 import BytecodeCache, Environment, FileSystemBytecodeCache, PackageLoader, StrictUndefined
+from jinja2.bccache import Bucket
 from markupsafe import Markup, escape
 
 from analyzer.reports import svg
@@ -61,7 +62,24 @@ def _bytecode_cache() -> BytecodeCache | None:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError:
         return None
-    return FileSystemBytecodeCache(str(folder)) if os.access(folder, os.W_OK) else None
+    return _TolerantBytecodeCache(str(folder)) if os.access(folder, os.W_OK) else None
+
+
+class _TolerantBytecodeCache(FileSystemBytecodeCache):
+    """The cache is never required: a damaged entry is compiled again, a full or vanished directory
+    is not written to, and neither stops the report."""
+
+    def load_bytecode(self, bucket: Bucket) -> None:
+        try:
+            super().load_bytecode(bucket)
+        except Exception:  # noqa: BLE001 - unpickling a damaged entry can raise anything
+            bucket.reset()
+
+    def dump_bytecode(self, bucket: Bucket) -> None:
+        try:
+            super().dump_bytecode(bucket)
+        except OSError:
+            pass
 
 
 @functools.lru_cache(maxsize=1)

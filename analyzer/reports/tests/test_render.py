@@ -199,3 +199,30 @@ def test_json_keeps_hostile_strings_verbatim():
     a = make_analysis(kernel_names=[HOSTILE[0]])
     doc = json.loads(render(build_report([a], created=CREATED), "json"))
     assert doc["traces"][0]["overview"]["top_kernels"]["rows"][0]["name"] == HOSTILE[0]
+
+
+def test_template_bytecode_cache_is_never_required(tmp_path):
+    """Compiled templates in the user's cache: damaged entries are compiled again, and a directory
+    that cannot be written to (full disk, removed) does not stop the report."""
+    from jinja2 import DictLoader, Environment
+
+    from analyzer.reports.html import _TolerantBytecodeCache
+
+    folder = tmp_path / "jinja"
+    folder.mkdir()
+    templates = {"t.html": "{{ x }} and {{ y }}"}
+
+    def rendered() -> str:
+        env = Environment(loader=DictLoader(templates), bytecode_cache=_TolerantBytecodeCache(str(folder)))
+        return env.get_template("t.html").render(x=1, y=2)
+
+    assert rendered() == "1 and 2"
+    (entry,) = list(folder.iterdir())
+    data = entry.read_bytes()
+    for damaged in (data[: len(data) // 2], data[:12] + b"\x00" * 40, b""):
+        entry.write_bytes(damaged)
+        assert rendered() == "1 and 2"
+    for child in folder.iterdir():
+        child.unlink()
+    folder.rmdir()  # nowhere to write any more
+    assert rendered() == "1 and 2"
