@@ -11,8 +11,15 @@
    RSS is that contender's alone, children it waited for included; a small launcher process starts
    each one, so the benchmark's own memory does not leak into the number). Contenders:
 
-   ``analyze``        the real CLI with the rule pack and HTML output:
+   ``analyze``        the real CLI with the rule pack and HTML output, a first run (the columnar
+                      trace cache emptied before it, so it loads the file and writes the cache):
                       ``python -m analyzer.cli BIG.sqlite -o out.html -q [--rules PACK]``
+   ``analyze cached`` a re-analysis with other settings (``--window full``): the same command run
+                      again, served from the trace cache that ``analyze`` wrote (written first,
+                      unmeasured, when ``analyze`` is not run)
+   ``analyze no-cache`` the same first run with ``--no-cache`` (what the cache costs a first run)
+   ``load cached``    ``load_trace`` served from that cache alone (imports included): the part of a
+                      re-analysis that replaces the loader
    ``load_trace``     our loader alone (full :class:`~analyzer.loading.model.Trace`, attribution included)
    ``sqlite3 fetch``  the floor: Python's ``sqlite3`` fetching just the tables and columns the loader
                       reads (streamed with ``fetchmany`` and dropped, so it measures the fetch, not a
@@ -49,7 +56,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent
-CONTENDERS = ("analyze", "load_trace", "sqlite3 fetch", "nsys analyze")
+CONTENDERS = ("analyze", "analyze cached", "analyze no-cache", "load cached", "load_trace", "sqlite3 fetch",
+              "nsys analyze")
 DEFAULT_SOURCE = "tests/data/small_training_ctx128.sqlite.xz"
 
 
@@ -163,6 +171,19 @@ def child_load_trace(path: str) -> None:
     print(json.dumps({"kernels": len(trace.kernels), "api": len(trace.api)}))
 
 
+def child_load_cached(path: str) -> None:
+    """``load_trace`` through the trace cache (``$ANALYZER_CACHE_DIR``); fails unless it was a hit."""
+    sys.path.insert(0, str(REPO))
+    from analyzer.loading import load_trace
+    from analyzer.loading.cache import TraceCache
+
+    cache = TraceCache()
+    trace = load_trace(path, cache=cache)
+    if not cache.hits:
+        raise SystemExit("not served from the trace cache")
+    print(json.dumps({"kernels": len(trace.kernels), "api": len(trace.api)}))
+
+
 def child_sqlite3_fetch(path: str) -> None:
     """Fetch every value our loader reads through Python's ``sqlite3`` and drop it (the floor)."""
     sys.path.insert(0, str(REPO))
@@ -194,12 +215,14 @@ json.dump({"wall": time.perf_counter() - t0, "cpu": ru.ru_utime + ru.ru_stime, "
 """
 
 
-def measure(cmd: list[str], timeout: float, cwd: Path = REPO) -> tuple[float, float, int, int, str]:
+def measure(cmd: list[str], timeout: float, cwd: Path = REPO,
+            env: dict[str, str] | None = None) -> tuple[float, float, int, int, str]:
     """Run ``cmd``; return (wall s, user+sys CPU s, peak RSS KB, exit status, last output line)."""
     with tempfile.TemporaryFile() as log, tempfile.NamedTemporaryFile(suffix=".json") as stats:
         cmd = [sys.executable, "-c", _LAUNCHER, stats.name, *cmd]
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                env=env)
         deadline = t0 + timeout
         while True:
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
@@ -230,11 +253,24 @@ def run_contender(name: str, big: Path, kernels: int, size: str, args: argparse.
     res = Result(name, size, kernels)
     copy: Path | None = None
     html = workdir / f"big_{size}.html"
+    cache_dir = workdir / f"cache_{size}"  # this size's own trace cache, never the user's
+    env = dict(os.environ, ANALYZER_CACHE_DIR=str(cache_dir))
+    env.pop("ANALYZER_NO_CACHE", None)
+    fresh_cache = False  # empty the cache before each run
+    analyze = [sys.executable, "-m", "analyzer.cli", str(big), "-q", *(["--rules", str(args.rules)] if args.rules else [])]
     if name == "analyze":
-        cmd = [sys.executable, "-m", "analyzer.cli", str(big), "-o", str(html), "-q"]
-        if args.rules:
-            cmd += ["--rules", str(args.rules)]
+        cmd = [*analyze, "-o", str(html)]
+        fresh_cache = True
         html.unlink(missing_ok=True)
+    elif name == "analyze no-cache":
+        cmd = [*analyze, "-o", str(workdir / f"big_{size}_nocache.html"), "--no-cache"]
+    elif name in ("analyze cached", "load cached"):
+        if not list(cache_dir.glob("traces/*/meta.json")):  # not written by an `analyze` run: write it now
+            measure([*analyze, "-o", str(workdir / f"big_{size}_warmup.json")], args.timeout, env=env)
+        if name == "analyze cached":
+            cmd = [*analyze, "-o", str(workdir / f"big_{size}_cached.html"), "--window", "full"]
+        else:
+            cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "load_cached", str(big)]
     elif name == "load_trace":
         cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "load_trace", str(big)]
     elif name == "sqlite3 fetch":
@@ -258,7 +294,9 @@ def run_contender(name: str, big: Path, kernels: int, size: str, args: argparse.
     best: tuple[float, float, int, int, str] | None = None
     try:
         for _ in range(max(1, args.repeat)):
-            got = measure(cmd, args.timeout)
+            if fresh_cache:
+                shutil.rmtree(cache_dir, ignore_errors=True)
+            got = measure(cmd, args.timeout, env=env)
             if got[3] != 0:
                 best = got
                 break
@@ -275,6 +313,10 @@ def run_contender(name: str, big: Path, kernels: int, size: str, args: argparse.
         res.note = f"exit {res.rc}: {tail[:100]}"
     if name == "analyze" and html.exists():
         res.html_bytes = html.stat().st_size
+    if name == "analyze" and res.ok:
+        entries = list(cache_dir.glob("traces/*/meta.json"))
+        cached = sum(f.stat().st_size for e in entries for f in e.parent.iterdir())
+        res.note = f"cache entry {cached / 1e6:,.0f} MB" if entries else "no cache entry written"
     return res
 
 
@@ -310,14 +352,14 @@ def machine() -> str:
 
 
 def table_lines(results: list[Result]) -> list[str]:
-    head = (f"| {'size':>4} | {'contender':<13} | {'wall s':>7} | {'CPU s':>7} | {'peak MB':>7} | "
+    head = (f"| {'size':>4} | {'contender':<16} | {'wall s':>7} | {'CPU s':>7} | {'peak MB':>7} | "
             f"{'kernels/s':>10} | {'time/analyze':>12} | {'mem/analyze':>11} | {'HTML':>8} | notes |")
     lines = [head, "|" + "|".join("-" * (len(c)) for c in head.split("|")[1:-1]) + "|"]
     by_size: dict[str, Result] = {r.size: r for r in results if r.contender == "analyze" and r.ok}
     for r in results:
         ours = by_size.get(r.size)
         if not r.ok:
-            lines.append(f"| {r.size:>4} | {r.contender:<13} | {'-':>7} | {'-':>7} | {'-':>7} | {'-':>10} | "
+            lines.append(f"| {r.size:>4} | {r.contender:<16} | {'-':>7} | {'-':>7} | {'-':>7} | {'-':>10} | "
                          f"{'':>12} | {'':>11} | {'':>8} | {r.note} |")
             continue
         tr = f"{r.wall_s / ours.wall_s:.2f}" if ours else "-"
@@ -327,7 +369,7 @@ def table_lines(results: list[Result]) -> list[str]:
         if r.contender == "sqlite3 fetch":
             note = note or "streamed, RSS not comparable"
         lines.append(
-            f"| {r.size:>4} | {r.contender:<13} | {r.wall_s:7.2f} | {r.cpu_s:7.2f} | {r.maxrss_kb / 1024:7.0f} | "
+            f"| {r.size:>4} | {r.contender:<16} | {r.wall_s:7.2f} | {r.cpu_s:7.2f} | {r.maxrss_kb / 1024:7.0f} | "
             f"{r.kernels / r.wall_s:10,.0f} | {tr:>12} | {mr:>11} | {html:>8} | {note} |")
     return lines
 
@@ -408,7 +450,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     args.argv = argv
     if args.child:
-        {"load_trace": child_load_trace, "sqlite3": child_sqlite3_fetch}[args.child[0]](args.child[1])
+        children = {"load_trace": child_load_trace, "load_cached": child_load_cached, "sqlite3": child_sqlite3_fetch}
+        children[args.child[0]](args.child[1])
         return 0
     sizes = sorted({parse_size(s) for s in args.sizes.split(",") if s.strip()})
     args.workdir.mkdir(parents=True, exist_ok=True)
