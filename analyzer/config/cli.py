@@ -194,7 +194,9 @@ def check_keys(config: ProjectConfig, root: click.Command) -> None:
     keys = known_keys(root)
     sections = _sections(root)
     for key, value in config.values.items():
-        if key in sections:
+        # a command's name is its table, unless the same word is also an option given a plain value
+        # (``rules = ["default", ...]`` is the --rules option, not the ``analyze rules`` command)
+        if key in sections and (isinstance(value, dict) or key not in keys):
             section = config.section(str(key))
             if section is None:
                 raise config.error(str(key), f'"{key}" names the {key} command: its settings are a table',
