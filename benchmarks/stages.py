@@ -1,0 +1,86 @@
+"""Where one ``analyze`` run spends its time, stage by stage (wall and CPU seconds).
+
+    python benchmarks/stages.py TRACE [analyze options...]      e.g. big_1M.sqlite --window full
+
+Runs the real CLI in this process (``-o`` defaults to a temporary HTML file, ``-q`` is added) with
+every :func:`analyzer.watchdog.stage` timed: the top-level stages (loading, choosing the window,
+rules, building and writing the report), the facts and rules inside them (a fact is computed inside
+the first rule or report section that reads it, so it is also counted there), and what is left:
+interpreter start-up and imports before the first stage. CPU time is the process's (all threads),
+steadier than wall time on a shared machine. Run it twice to see a re-analysis served from the trace
+cache (``--no-cache`` to see the loader every time).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+
+T0_WALL, T0_CPU = time.perf_counter(), time.process_time()  # as early as we can, before the imports
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import analyzer.watchdog as watchdog  # noqa: E402
+
+_real_stage = watchdog.stage
+_depth = [0]
+_totals: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0])  # name -> wall, cpu, count
+_first = [None]  # (wall, cpu) when the first stage began
+
+
+@contextlib.contextmanager
+def _timed_stage(name: str) -> Iterator[None]:
+    if _first[0] is None:
+        _first[0] = (time.perf_counter(), time.process_time())  # type: ignore[assignment]
+    key = name if _depth[0] == 0 else ("  fact " if name.startswith("fact ") else "  rule ") + name.split(" ", 1)[1]
+    w, c = time.perf_counter(), time.process_time()
+    _depth[0] += 1
+    try:
+        with _real_stage(name):
+            yield
+    finally:
+        _depth[0] -= 1
+        t = _totals[key]
+        t[0] += time.perf_counter() - w
+        t[1] += time.process_time() - c
+        t[2] += 1
+
+
+watchdog.stage = _timed_stage  # type: ignore[assignment]  # before the modules that import it
+
+
+def main(argv: list[str]) -> int:
+    from analyzer.cli import cli
+
+    if not argv:
+        print(__doc__, file=sys.stderr)
+        return 2
+    args = list(argv)
+    if "-o" not in args and "--output" not in args:
+        args += ["-o", os.path.join(tempfile.mkdtemp(prefix="stages-"), "report.html")]
+    try:
+        cli.main(args=[*args, "-q"], prog_name="analyze", standalone_mode=False)
+    except SystemExit as exc:  # --fail-on and friends
+        if exc.code not in (0, 1, None):
+            raise
+    wall, cpu = time.perf_counter() - T0_WALL, time.process_time() - T0_CPU
+    print(f"{'stage':<44} {'wall s':>8} {'CPU s':>8}")
+    if _first[0] is not None:
+        fw, fc = _first[0]
+        print(f"{'start-up and imports (before the first stage)':<44} {fw - T0_WALL:8.2f} {fc - T0_CPU:8.2f}")
+    top = [(k, v) for k, v in _totals.items() if not k.startswith(" ")]
+    for name, (w, c, _) in top:
+        print(f"{name:<44} {w:8.2f} {c:8.2f}")
+    inner = sorted(((k, v) for k, v in _totals.items() if k.startswith(" ")), key=lambda kv: -kv[1][0])
+    for name, (w, c, n) in inner[:12]:
+        print(f"{(name + (f' (x{n})' if n > 1 else ''))[:44]:<44} {w:8.2f} {c:8.2f}")
+    print(f"{'whole process':<44} {wall:8.2f} {cpu:8.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
