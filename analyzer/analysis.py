@@ -39,6 +39,29 @@ from analyzer.loading.model import Trace
 
 
 @dataclass(frozen=True)
+class StepSpans:
+    """The iterations of the program's loop inside the window, as the window chooser found them.
+
+    ``source`` ``"nvtx"``: the user's repeated NVTX step ranges (``range_ids`` are their NVTX row ids,
+    so the GPU work each one launched is known by attribution); ``"periodic"``: no usable NVTX, the
+    GPU op sequence repeats every ``period`` ops and each span is one period (from the start of its
+    first op to the start of the next period's first op). The ``steps`` fact turns them into per-step
+    durations.
+    """
+
+    source: str  # "nvtx" | "periodic"
+    description: str  # e.g. "12 NVTX steps step_0..step_11" or "GPU op sequence period of 40 ops"
+    names: tuple[str, ...]
+    starts: tuple[int, ...]
+    ends: tuple[int, ...]
+    range_ids: tuple[int, ...] = ()  # NVTX row ids ("nvtx" only)
+    period: int = 0  # ops per period ("periodic" only)
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+
+@dataclass(frozen=True)
 class Window:
     """The span analyzed for steady-state rules, and how it was chosen."""
 
@@ -47,6 +70,7 @@ class Window:
     source: str  # "nvtx" | "auto" | "user" | "full"
     description: str  # human text, e.g. "steps step_2..step_9 (NVTX), warmup excluded"
     setup_ns: int = 0  # time before the window that is one-time setup (reported as info)
+    steps: StepSpans | None = field(default=None, compare=False, repr=False)  # loop iterations inside
 
     @property
     def duration_ns(self) -> int:

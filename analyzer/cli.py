@@ -4,6 +4,7 @@
                      [--set RULE.PARAM=VALUE]... [--fail-on info|warning|error]
     analyze rules list|explain|validate|test
     analyze sweep TRACE...
+    analyze diff BASE HEAD [--fail-on-regression PCT]
 
 Exit codes: 0 done, 1 findings at or above ``--fail-on``, 2 bad input or usage.
 """
@@ -35,6 +36,7 @@ Examples:
   analyze trace.sqlite --ncu kernels.ncu-rep --window 'step_*'
   analyze rules list
   analyze sweep results/*.sqlite --format md
+  analyze diff main.json pr.sqlite --format md --fail-on-regression 5%
 """
 
 
@@ -247,6 +249,12 @@ def _mount_subcommands() -> None:
         from analyzer.phases.cli import sweep as sweep_cmd
 
         cli.add_command(sweep_cmd, "sweep")
+    except ImportError:  # pragma: no cover
+        pass
+    try:
+        from analyzer.diff.cli import diff as diff_cmd
+
+        cli.add_command(diff_cmd, "diff")
     except ImportError:  # pragma: no cover
         pass
 

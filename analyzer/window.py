@@ -35,16 +35,22 @@ units ns/us/ms/s, either side may be empty), or a glob on NVTX range text (``"st
 
 ``Window.setup_ns`` is the time from the first GPU op to the window start (reported as info). The end
 of an NVTX-based window is extended to the end of the GPU work launched inside the selected ranges.
+
+``Window.steps`` records the loop iterations found on the way (:class:`analyzer.analysis.StepSpans`):
+the NVTX step ranges of 1. (or the ranges an NVTX glob selected, outermost only), else the periods of 2.
+For a time span or ``full`` window the same detection runs and keeps the iterations inside the window.
+The ``steps`` fact turns them into per-step durations (what ``analyze diff`` compares).
 """
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 
-from analyzer.analysis import Window
+from analyzer.analysis import StepSpans, Window
 from analyzer.errors import WindowError
 from analyzer.facts._util import column, factorize_objects, text
 from analyzer.facts.nvtx import parent_positions, ranges_only
@@ -75,11 +81,38 @@ def choose_window(trace: Trace, spec: str | None = None, *, exclude: Sequence[st
     if raw.lower() in ("", "auto"):
         return _auto(trace, ops, first, last, tuple(exclude))
     if raw.lower() == "full":
-        return Window(first, max(last, first), "full", "whole GPU activity span", 0)
+        window = Window(first, max(last, first), "full", "whole GPU activity span", 0)
+        return _with_steps_inside(window, trace, ops, tuple(exclude))
     m = _TIME_SPEC.match(raw)
     if m and (m.group("a") or m.group("b")):
-        return _time_window(trace, ops, raw, m, first, last)
+        return _with_steps_inside(_time_window(trace, ops, raw, m, first, last), trace, ops, tuple(exclude))
     return _glob_window(trace, ops, raw, first, tuple(exclude))
+
+
+def _with_steps_inside(window: Window, trace: Trace, ops: pd.DataFrame, exclude: tuple[str, ...]) -> Window:
+    """``window`` with the automatically detected iterations that lie inside it."""
+    if not len(ops):
+        return window
+    found = _nvtx_steps(trace, ops, exclude)
+    steps = found[3] if found is not None else None
+    if steps is None:
+        periodic = _periodic(trace, ops, exclude)
+        steps = periodic[2] if periodic is not None else None
+    if steps is None:
+        return window
+    keep = [i for i, (a, b) in enumerate(zip(steps.starts, steps.ends))
+            if a >= window.start_ns and b <= window.end_ns]
+    if not keep:
+        return window
+    inside = replace(
+        steps,
+        names=tuple(steps.names[i] for i in keep),
+        starts=tuple(steps.starts[i] for i in keep),
+        ends=tuple(steps.ends[i] for i in keep),
+        range_ids=tuple(steps.range_ids[i] for i in keep) if steps.range_ids else (),
+        description=f"{steps.description} ({len(keep)} inside the window)",
+    )
+    return replace(window, steps=inside)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -202,7 +235,30 @@ def _glob_window(trace: Trace, ops: pd.DataFrame, raw: str, first: int, exclude:
         selected, note = match, ""
     start, end = _span_window(ops, nv["start"].to_numpy()[selected], nv["end"].to_numpy()[selected])
     n = int(selected.sum())
-    return Window(start, end, "nvtx", f"{n} NVTX ranges matching {raw!r}{note}", max(0, start - first))
+    desc = f"{n} NVTX ranges matching {raw!r}{note}"
+    return Window(start, end, "nvtx", desc, max(0, start - first),
+                  steps=_outermost_spans(nv.loc[selected], desc))
+
+
+def _outermost_spans(rows: pd.DataFrame, description: str) -> StepSpans:
+    """Ranges as steps, in start order, dropping any that starts inside an earlier one (nested or
+    overlapping instances would count the same time twice)."""
+    rows = rows.sort_values(["start", "end"], ascending=[True, False], kind="stable")
+    names: list[str] = []
+    starts: list[int] = []
+    ends: list[int] = []
+    ids: list[int] = []
+    last_end = None
+    for rid, t, a, b in zip(column(rows, "range_id", -1).tolist(), text(rows["text"]).tolist(),
+                            rows["start"].tolist(), rows["end"].tolist()):
+        if last_end is not None and a < last_end:
+            continue
+        names.append(str(t))
+        starts.append(int(a))
+        ends.append(int(b))
+        ids.append(int(rid))
+        last_end = int(b)
+    return StepSpans("nvtx", description, tuple(names), tuple(starts), tuple(ends), tuple(ids))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -211,17 +267,19 @@ def _auto(trace: Trace, ops: pd.DataFrame, first: int, last: int, exclude: tuple
         return Window(0, int(trace.info.duration_ns), "auto", "whole trace (no GPU activity)", 0)
     steps = _nvtx_steps(trace, ops, exclude)
     if steps is not None:
-        start, end, desc = steps
-        return Window(start, end, "nvtx", desc, max(0, start - first))
+        start, end, desc, spans = steps
+        return Window(start, end, "nvtx", desc, max(0, start - first), steps=spans)
     periodic = _periodic(trace, ops, exclude)
     if periodic is not None:
-        start, desc = periodic
-        return Window(start, last, "auto", desc, max(0, start - first))
+        start, desc, spans = periodic
+        return Window(start, last, "auto", desc, max(0, start - first), steps=spans)
     return Window(first, last, "auto",
                   "whole GPU activity span (no repeated NVTX step ranges, no repeating GPU op sequence)", 0)
 
 
-def _nvtx_steps(trace: Trace, ops: pd.DataFrame, exclude: tuple[str, ...]) -> tuple[int, int, str] | None:
+def _nvtx_steps(
+    trace: Trace, ops: pd.DataFrame, exclude: tuple[str, ...]
+) -> tuple[int, int, str, StepSpans] | None:
     nv = ranges_only(trace.nvtx).reset_index(drop=True)
     if nv.empty:
         return None
@@ -239,6 +297,7 @@ def _nvtx_steps(trace: Trace, ops: pd.DataFrame, exclude: tuple[str, ...]) -> tu
         "stem": stem.to_numpy(), "key": stem.str.lower().to_numpy(), "num": num.to_numpy(),
         "start": cand["start"].to_numpy(dtype=np.int64), "end": cand["end"].to_numpy(dtype=np.int64),
         "depth": column(cand, "depth", 0).fillna(0).to_numpy(dtype=np.int64), "text": texts.to_numpy(),
+        "range_id": column(cand, "range_id", -1).fillna(-1).to_numpy(dtype=np.int64),
     }).sort_values(["stem", "start"], kind="stable", ignore_index=True)
     df["known"] = df["key"].str.replace(r"[\s#:.\-]+$", "", regex=True).isin(KNOWN_STEP_STEMS)
     g = df.groupby("stem", sort=False)
@@ -284,11 +343,15 @@ def _nvtx_steps(trace: Trace, ops: pd.DataFrame, exclude: tuple[str, ...]) -> tu
     first_t, last_t = rows["text"].iat[0], rows["text"].iat[-1]
     span = f"{first_t}..{last_t}" if len(rows) > 1 else first_t
     warm = ", warmup excluded" if warmup_found else ""
-    return start, end, f"{len(rows)} NVTX steps {span}{warm}{skipped}"
+    desc = f"{len(rows)} NVTX steps {span}{warm}{skipped}"
+    spans = StepSpans("nvtx", desc, tuple(str(t) for t in rows["text"].tolist()),
+                      tuple(int(v) for v in rows["start"].tolist()), tuple(int(v) for v in rows["end"].tolist()),
+                      tuple(int(v) for v in rows["range_id"].tolist()))
+    return start, end, desc, spans
 
 
-def _periodic(trace: Trace, ops: pd.DataFrame, exclude: tuple[str, ...]) -> tuple[int, str] | None:
-    codes, _ = factorize_objects(ops["label"])
+def _periodic(trace: Trace, ops: pd.DataFrame, exclude: tuple[str, ...]) -> tuple[int, str, StepSpans] | None:
+    codes, uniques = factorize_objects(ops["label"])
     n = len(codes)
     if n < 6:
         return None
@@ -329,5 +392,52 @@ def _periodic(trace: Trace, ops: pd.DataFrame, exclude: tuple[str, ...]) -> tupl
             if len(later) and int(later.iat[0]) > start:
                 start, note = int(later.min()), ", after the warmup ranges"
     rate = float(np.mean(match[split:]))
-    return start, (f"steady state: the GPU op sequence repeats every {period} ops ({rate:.0%} match) "
-                   f"from op {first_op} of {n}{note}")
+    desc = (f"steady state: the GPU op sequence repeats every {period} ops ({rate:.0%} match) "
+            f"from op {first_op} of {n}{note}")
+    iteration, head, label = _iteration(codes, first_op, period, rate)
+    what = (f"iterations of {iteration} GPU ops, each from a {uniques[label]!r}" if label is not None
+            else f"periods of {iteration} GPU ops")
+    return start, desc, _period_spans(ops, head, iteration, start, what)
+
+
+def _iteration(codes: np.ndarray, first_op: int, period: int, rate: float) -> tuple[int, int, int | None]:
+    """The loop iteration in ops, which the smallest repeating period often is not: a training step's
+    op sequence repeats per layer too (the chooser above may find one layer, 9 ops, in a 234-op
+    step). The op label that occurs fewest times in the steady state (the batch's host-to-device copy,
+    the loss, the optimizer) marks iterations: when it recurs at a regular spacing ``L`` (a multiple
+    of ``period``, at least 3 times) and the sequence repeats with ``L`` at least as well as with
+    ``period``, the iteration is ``L`` ops starting at that label's first occurrence. Returns
+    ``(ops per iteration, index of the first iteration's first op, the marking label's code or None)``."""
+    n = len(codes)
+    tail = codes[first_op:]
+    if len(tail) < 3 * period:
+        return period, first_op, None
+    counts = np.bincount(tail)
+    for lab in [int(c) for c in np.argsort(counts, kind="stable") if counts[c] >= 3][:8]:
+        pos = np.flatnonzero(tail == lab)
+        spacing = np.diff(pos)
+        size = int(np.median(spacing))
+        if size <= period:
+            break  # the rarest label repeats every period: the period is the iteration
+        head = first_op + int(pos[0])
+        if size % period or float(np.mean(spacing == size)) < 0.8 or (n - head) // size < 3:
+            continue
+        h = max(size, head)
+        if float(np.mean(codes[h:] == codes[h - size: n - size])) >= rate - 0.02:
+            return size, head, lab
+    return period, first_op, None
+
+
+def _period_spans(ops: pd.DataFrame, first_op: int, period: int, start: int, what: str) -> StepSpans:
+    """Whole periods of ``period`` ops from ``first_op`` on, those starting at or after ``start``: each
+    from its first op's start to the next period's first op's start (the last one: to its last op's
+    start, so the span holds exactly its own ops)."""
+    starts_all = ops["start"].to_numpy(dtype=np.int64)
+    heads = np.arange(first_op, len(ops) - period + 1, period)
+    begin = starts_all[heads]
+    nxt = np.append(starts_all[heads[1:]], starts_all[heads[-1] + period - 1] + 1) if len(heads) else begin
+    keep = begin >= start
+    begin, nxt = begin[keep], nxt[keep]
+    names = tuple(f"iteration {i}" for i in range(len(begin)))
+    return StepSpans("periodic", f"{len(begin)} {what} (no NVTX steps)", names,
+                     tuple(int(v) for v in begin), tuple(int(v) for v in nxt), (), period)

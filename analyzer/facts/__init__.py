@@ -19,6 +19,7 @@ _MODULES: tuple[str, ...] = (
     "analyzer.facts.api",
     "analyzer.phases.facts",
     "analyzer.facts.ncu",
+    "analyzer.facts.steps",
 )
 
 

@@ -18,7 +18,7 @@ from analyzer.reports.viewmodel import (
     _py,
 )
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
 
 
 def _records(table: Table | None) -> dict[str, Any] | None:
@@ -113,6 +113,7 @@ def _section(s: TraceSection) -> dict[str, Any]:
         "findings_total": s.findings_total,
         "overview": overview,
         "notes": list(s.notes),
+        "baseline": s.baseline,
     }
 
 

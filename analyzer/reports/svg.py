@@ -245,3 +245,90 @@ def roofline_svg(chart: RooflineChart, width: float = 640.0, height: float = 400
         body.append(f'<circle class="dot" cx="{_n(X(p.intensity))}" cy="{_n(Y(p.flops))}" r="{_n(r)}" '
                     f'fill="{BLUE}" fill-opacity="0.7" stroke="#fff" stroke-width="1"><title>{esc(tip)}</title></circle>')
     return _svg(width, height, "Roofline: achieved FLOP/s against arithmetic intensity", body, "roofline")
+
+
+def steps_svg(step: object, width: float = 960.0, height: float = 300.0) -> Markup:
+    """Step times of BASE (blue) and HEAD (orange): each step in run order on the left, and each run's
+    distribution on the right (box from the 25th to the 75th percentile, median line, whiskers to the
+    extremes). A log time axis when the runs differ by more than 10x."""
+    base = [float(v) for v in getattr(step, "base_durations_ns", ())]
+    head = [float(v) for v in getattr(step, "head_durations_ns", ())]
+    runs = [(label, values, color) for label, values, color in (("BASE", base, BLUE), ("HEAD", head, ORANGE)) if values]
+    label = "Step times of BASE and HEAD, per step and as distributions"
+    if not runs:
+        return _svg(width, 40.0, label, [_text(10, 24, "No step times to draw.", fill=MUTED)], "steps")
+    left, right, top, bottom = 70.0, 16.0, 26.0, 40.0
+    dist_w = 220.0
+    series_w = width - left - right - dist_w - 30.0
+    ph = height - top - bottom
+    values = [v for _, vs, _ in runs for v in vs if v > 0]
+    lo_v, hi_v = (min(values), max(values)) if values else (1.0, 2.0)
+    log = hi_v / max(lo_v, 1.0) > 10.0
+    if log:
+        y_lo, y_hi = math.floor(math.log10(max(lo_v, 1.0))), math.ceil(math.log10(hi_v))
+        y_hi = max(y_hi, y_lo + 1)
+
+        def Y(v: float) -> float:
+            return top + ph * (1 - (math.log10(max(v, 1.0)) - y_lo) / (y_hi - y_lo))
+
+        ticks = [10.0 ** k for k in range(y_lo, y_hi + 1)]
+    else:
+        step_v = nice_step(hi_v, 5)
+        top_v = step_v * math.ceil(hi_v * 1.05 / step_v)
+
+        def Y(v: float) -> float:
+            return top + ph * (1 - v / top_v)
+
+        ticks = [i * step_v for i in range(round(top_v / step_v) + 1)]
+    body: list[str] = []
+    for t in ticks:
+        y = Y(t)
+        body.append(f'<line x1="{_n(left)}" x2="{_n(width - right)}" y1="{_n(y)}" y2="{_n(y)}" stroke="{GRID}" '
+                    'stroke-width="0.6"/>')
+        body.append(_text(left - 6, y + 4, fmt_duration(t) if t else "0", anchor="end", fill=MUTED, size=10))
+    body.append(_text(left, top - 10, "time per step" + (" (log scale)" if log else ""), fill=MUTED, size=10))
+    # legend
+    lx = left + 190
+    for name, _vs, color in runs:
+        body.append(_rect(lx, top - 19, 10, 10, color))
+        body.append(_text(lx + 14, top - 10, name, size=10, weight="600"))
+        lx += 70
+    # per-step series
+    longest = max(len(vs) for _, vs, _ in runs)
+    for name, vs, color in runs:
+        def X(i: int) -> float:
+            return left + 8 + (series_w - 16) * (i / max(1, longest - 1) if longest > 1 else 0.5)
+
+        pts = " ".join(f"{_n(X(i))},{_n(Y(v))}" for i, v in enumerate(vs))
+        body.append(f'<polyline class="series" fill="none" stroke="{color}" stroke-width="1.5" stroke-opacity="0.6" '
+                    f'points="{pts}"/>')
+        for i, v in enumerate(vs[:2000]):
+            body.append(f'<circle class="step" cx="{_n(X(i))}" cy="{_n(Y(v))}" r="2.6" fill="{color}">'
+                        f"<title>{esc(f'{name} step {i + 1}: {fmt_duration(v)}')}</title></circle>")
+    body.append(_text(left + series_w / 2, height - 10, f"steps in run order ({longest:,} at most)", anchor="middle",
+                      fill=MUTED, size=10))
+    # distributions
+    dx = left + series_w + 30.0
+    body.append(f'<line x1="{_n(dx - 15)}" x2="{_n(dx - 15)}" y1="{_n(top)}" y2="{_n(top + ph)}" stroke="{GRID}"/>')
+    slot = dist_w / len(runs)
+    for k, (name, vs, color) in enumerate(runs):
+        s = sorted(vs)
+
+        def q(p: float, s: list[float] = s) -> float:
+            pos = p * (len(s) - 1)
+            i = math.floor(pos)
+            j = min(i + 1, len(s) - 1)
+            return s[i] + (s[j] - s[i]) * (pos - i)
+
+        cx = dx + slot * (k + 0.5)
+        q1, med, q3 = q(0.25), q(0.5), q(0.75)
+        body.append(f'<line x1="{_n(cx)}" x2="{_n(cx)}" y1="{_n(Y(s[-1]))}" y2="{_n(Y(s[0]))}" stroke="{color}"/>')
+        tip = f"{name}: median {fmt_duration(med)}, 25-75% {fmt_duration(q1)} .. {fmt_duration(q3)}, " \
+              f"range {fmt_duration(s[0])} .. {fmt_duration(s[-1])}, {len(s):,} steps"
+        body.append(_rect(cx - 22, Y(q3), 44, max(Y(q1) - Y(q3), 1.5), color, cls="box", title=tip,
+                          extra='fill-opacity="0.35" stroke="' + color + '"'))
+        body.append(f'<line class="median" x1="{_n(cx - 24)}" x2="{_n(cx + 24)}" y1="{_n(Y(med))}" '
+                    f'y2="{_n(Y(med))}" stroke="{INK}" stroke-width="2"/>')
+        body.append(_text(cx, min(Y(q3), Y(med)) - 6, fmt_duration(med), anchor="middle", size=10, weight="600"))
+        body.append(_text(cx, height - 10, f"{name} ({len(s):,})", anchor="middle", fill=MUTED, size=10))
+    return _svg(width, height, label, body, "steps")

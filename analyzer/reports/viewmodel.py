@@ -306,6 +306,7 @@ class TraceSection:
     ncu: Table | None = None
     roofline: RooflineChart | None = None
     notes: tuple[str, ...] = ()  # sections omitted and why
+    baseline: dict[str, Any] | None = field(default=None, compare=False, repr=False)  # what a diff reads (JSON)
 
 
 @dataclass(frozen=True)
@@ -1012,6 +1013,7 @@ def _section(analysis: Analysis, index: int, multi: bool, limits: Limits) -> Tra
             parts["ncu"], parts["roofline"] = _ncu(analysis.ncu, limits)
 
         attempt("Nsight Compute metrics", ncu)
+    parts["baseline"] = _baseline(analysis, notes)
     return TraceSection(
         index=index,
         anchor=f"trace-{index}",
@@ -1021,6 +1023,17 @@ def _section(analysis: Analysis, index: int, multi: bool, limits: Limits) -> Tra
         notes=tuple(notes),
         **parts,
     )
+
+
+def _baseline(analysis: Analysis, notes: list[str]) -> dict[str, Any] | None:
+    """The per-step and per-phase/kernel summary ``analyze diff`` reads back from a JSON report."""
+    from analyzer.diff.summary import summarize
+
+    try:
+        return summarize(analysis).baseline_dict()
+    except (KeyError, ValueError) as err:  # a fact a synthetic or partial analysis lacks
+        notes.append(f"diff baseline not written: {truncate(str(err), 160)}")
+        return None
 
 
 def _comparison(sections: Sequence[TraceSection]) -> ComparisonTable:

@@ -185,9 +185,10 @@ def test_html_template_autoescape_is_on():
 def test_json_shape():
     doc = json.loads(render(build_report([make_analysis()], created=CREATED), "json"))
     assert list(doc) == ["schema_version", "tool", "created", "title", "verdict", "traces"]
-    assert doc["schema_version"] == "1.0"
+    assert doc["schema_version"] == "1.1"
     t = doc["traces"][0]
-    assert list(t) == ["info", "window", "summary", "findings", "findings_total", "overview", "notes"]
+    assert list(t) == ["info", "window", "summary", "findings", "findings_total", "overview", "notes", "baseline"]
+    assert list(t["baseline"]) == ["steps", "totals", "phases", "kernels", "categories", "copies", "rules"]
     assert list(t["overview"]) == ["categories", "top_kernels", "nvtx", "gaps", "phases", "ncu", "roofline"]
     f = t["findings"][0]
     assert f["key"] == "gpu-idle-gaps-0" and f["severity"] == "error"

@@ -1,0 +1,109 @@
+"""``analyze diff BASE HEAD``: did HEAD make the step faster or slower, by how much, is it noise, and why.
+
+Exit codes: 0 done (whatever the verdict), 1 a significant step-time regression of at least
+``--fail-on-regression``, 2 bad input or usage.
+"""
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import click
+
+from analyzer.errors import EXIT_FINDINGS, ParameterError
+
+FORMATS = ("html", "md", "json")
+_PCT = re.compile(r"^\s*\+?([0-9]*\.?[0-9]+)\s*%?\s*$")
+
+EPILOG = """\b
+BASE and HEAD are traces (anything 'analyze' reads) or JSON reports written by
+'analyze TRACE --format json' (a small baseline artifact to keep from the main branch).
+\b
+Examples:
+  analyze diff main.sqlite pr.sqlite                       # HTML report in reports/
+  analyze diff baseline.json pr.nsys-rep --format md -o comment.md
+  analyze diff main.json pr.sqlite --fail-on-regression 5%  # CI gate: exit 1 on a 5% slower step
+"""
+
+
+def _percent(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+    if value is None:
+        return None
+    m = _PCT.match(value)
+    if not m:
+        raise click.BadParameter(f"{value!r} is not a percentage (e.g. 5 or 5%)")
+    return float(m.group(1))
+
+
+@click.command("diff", epilog=EPILOG)
+@click.argument("base", type=click.Path(dir_okay=True, path_type=Path))
+@click.argument("head", type=click.Path(dir_okay=True, path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
+              help="Report format. Default: from --output's extension, else html.")
+@click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
+              help="Report path ('-' for stdout). Default: reports/diff-<base>-<head>.<format>.")
+@click.option("--fail-on-regression", "fail_pct", default=None, metavar="PCT", callback=_percent,
+              help="Exit with code 1 when HEAD's step time is significantly slower by at least PCT (e.g. 5%).")
+@click.option("--min-effect", "min_effect", default="3%", show_default=True, metavar="PCT", callback=_percent,
+              help="The smallest step-time change called significant (raised to the drift a run shows "
+                   "within itself).")
+@click.option("--rules", "rules_file", type=click.Path(path_type=Path), default=None,
+              help="Rule pack for the traces (JSON reports keep the findings they were written with).")
+@click.option("--set", "sets", multiple=True, metavar="RULE.PARAM=VALUE",
+              help="Override a rule parameter for both traces (repeatable).")
+@click.option("--window", "window_spec", default=None, metavar="SPEC",
+              help="Analysis window for both traces; an NVTX glob ('step_*') also picks the steps compared.")
+@click.option("--exclude-ranges", default="warmup*", show_default=True,
+              help="NVTX ranges (glob) left out of the window and of phase tables.")
+@click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
+def diff(base: Path, head: Path, fmt: str | None, output: Path | None, fail_pct: float | None,
+         min_effect: float | None, rules_file: Path | None, sets: tuple[str, ...], window_spec: str | None,
+         exclude_ranges: str, quiet: bool) -> None:
+    """Compare BASE and HEAD: step time with its significance, where the time moved (NVTX phases,
+    kernels, copies) and which findings are new, resolved or changed."""
+    from analyzer.cli import _format_from_output, _progress_printer, _stem
+    from analyzer.diff.compare import DEFAULT_MIN_EFFECT_PCT, DiffSettings, diff_runs
+    from analyzer.diff.inputs import load_run
+    from analyzer.pipeline import AnalysisOptions, load_rules
+    from analyzer.reports.diff import render_diff
+
+    if min_effect is not None and min_effect > 1000:
+        raise ParameterError(f"--min-effect {min_effect:g}% is not a plausible effect size")
+    fmt = fmt or _format_from_output(output)
+    progress = _progress_printer(sys.stderr.isatty() and not quiet)
+    options = AnalysisOptions(
+        rules_file=rules_file,
+        sets=tuple(sets),
+        window_spec=window_spec,
+        exclude_ranges=tuple(p for p in exclude_ranges.split(",") if p),
+    )
+    load_rules(options)  # a bad rule pack or --set fails before any trace is read
+    runs = []
+    for label, path in (("BASE", base), ("HEAD", head)):
+        if progress:
+            progress(f"{label}: {path.name}")
+        runs.append(load_run(path, options, progress=progress))
+    if progress:
+        sys.stderr.write("\r\x1b[2K")
+    settings = DiffSettings(
+        min_effect_pct=DEFAULT_MIN_EFFECT_PCT if min_effect is None else min_effect,
+        fail_on_regression_pct=fail_pct,
+    )
+    result = diff_runs(runs[0], runs[1], settings)
+    text = render_diff(result, fmt)  # type: ignore[arg-type]
+    target = output or Path("reports") / f"diff-{_stem(base)}-{_stem(head)}.{fmt}"
+    if str(target) == "-":
+        sys.stdout.write(text)
+    else:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+    if not quiet:
+        out = sys.stderr if str(target) == "-" else sys.stdout
+        out.write(f"{result.verdict}\n")
+        for note in result.notes:
+            out.write(f"note: {note}\n")
+        if str(target) != "-":
+            out.write(f"report: {target}\n")
+    if result.regression:
+        raise SystemExit(EXIT_FINDINGS)

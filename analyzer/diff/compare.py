@@ -1,0 +1,546 @@
+"""Two :class:`~analyzer.diff.summary.RunSummary` in, one :class:`DiffResult` out: the step-time verdict
+with its significance, where the time moved (phases, kernels, categories, copies), and which findings
+appeared, disappeared or changed.
+
+Per-step normalization: phase, kernel, category and copy totals are divided by each run's number of
+steps, so a run of 10 steps compares with one of 12. Without steps in both runs they are compared per
+analysis window, and the report says so.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+
+from analyzer.diff import stats
+from analyzer.diff.summary import RunSummary, Table
+from analyzer.reports.format import fmt_ms, fmt_pct, plural
+
+DEFAULT_MIN_EFFECT_PCT = 3.0
+SHALLOW_OVERLAP = 0.2  # below this share of common kernel time, the two runs look like different programs
+WORSE_PCT = 25.0  # a persisting finding whose impact per step grew this much is named in the verdict
+CHANGED_PCT = 10.0  # a finding in both runs is "changed" when its impact per step moved this much
+NEGLIGIBLE_STEP_SHARE = 0.005  # a row moved less than this share of the median step ...
+NEGLIGIBLE_PCT = 5.0  # ... and less than this much of itself counts as "same"
+_SEVERITY_RANK = {"info": 0, "warning": 1, "error": 2}
+
+
+@dataclass(frozen=True)
+class DiffSettings:
+    min_effect_pct: float = DEFAULT_MIN_EFFECT_PCT  # the smallest step-time change worth calling one
+    confidence: float = 0.95
+    fail_on_regression_pct: float | None = None  # exit 1 at a significant slowdown of at least this
+    rows: int = 15  # rows per "where the time moved" table
+    accepted: frozenset[str] = frozenset()  # rules accepted by the user: not new/resolved problems
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    name: str
+    path: str
+    input_kind: str  # "trace" | "report"
+    gpus: str
+    window_description: str
+    steps_source: str
+    steps_description: str
+    step_count: int
+    analyzed_ns: int
+    rules_file: str
+
+
+@dataclass(frozen=True)
+class StepComparison:
+    """The step-time verdict. ``status``: ``faster`` | ``slower`` (significant), ``unchanged`` (no
+    significant change), ``inconclusive`` (too few steps), ``not-comparable`` (no common notion of a
+    step)."""
+
+    status: str
+    significant: bool
+    n_base: int
+    n_head: int
+    base_median_ns: float | None
+    head_median_ns: float | None
+    change_pct: float | None
+    ci_low_pct: float | None
+    ci_high_pct: float | None
+    p_value: float | None
+    noise_floor_pct: float
+    drift_base_pct: float | None
+    drift_head_pct: float | None
+    reason: str  # one sentence: why this status
+    method: str
+    base_durations_ns: tuple[int, ...] = ()
+    head_durations_ns: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class ChangeRow:
+    """One phase, kernel family, category or copy kind: BASE and HEAD per step (or per window)."""
+
+    key: str
+    label: str
+    detail: str  # kernels: category; phases: "" ; copies: bytes text
+    base_ns: float | None  # None: unknown (below BASE's cap)
+    head_ns: float | None
+    base_count: float | None
+    head_count: float | None
+    status: str  # "new" | "gone" | "changed" | "same"
+    base_cpu_ns: float | None = None  # phases: CPU time per step
+    head_cpu_ns: float | None = None
+
+    @property
+    def delta_ns(self) -> float:
+        return (self.head_ns or 0.0) - (self.base_ns or 0.0)
+
+    @property
+    def delta_cpu_ns(self) -> float:
+        return (self.head_cpu_ns or 0.0) - (self.base_cpu_ns or 0.0)
+
+    @property
+    def change_pct(self) -> float | None:
+        if not self.base_ns or self.head_ns is None:
+            return None
+        return 100.0 * (self.head_ns / self.base_ns - 1.0)
+
+    @property
+    def weight(self) -> float:
+        return max(abs(self.delta_ns), abs(self.delta_cpu_ns))
+
+
+@dataclass(frozen=True)
+class ChangeTable:
+    rows: tuple[ChangeRow, ...]  # the biggest changes, largest first
+    total_rows: int  # keys compared
+    new: tuple[str, ...] = ()  # labels only in HEAD (largest first)
+    gone: tuple[str, ...] = ()  # labels only in BASE
+
+
+@dataclass(frozen=True)
+class FindingChange:
+    rule: str
+    id: str
+    title: str
+    severity: str  # the higher of both runs
+    status: str  # "new" | "resolved" | "changed" | "unchanged"
+    base_count: int
+    head_count: int
+    base_impact_ns: int | None
+    head_impact_ns: int | None
+    base_impact_per_step_ns: float | None
+    head_impact_per_step_ns: float | None
+    message: str  # HEAD's when it has the rule, else BASE's
+    accepted: bool = False
+
+    @property
+    def problem(self) -> bool:
+        return _SEVERITY_RANK.get(self.severity, 0) >= 1 and not self.accepted
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A whole-run number, BASE and HEAD (per step when ``per_step``)."""
+
+    key: str
+    label: str
+    kind: str  # "ns" | "share" | "count" | "bytes"
+    base: float | None
+    head: float | None
+
+
+@dataclass(frozen=True)
+class DiffResult:
+    base: RunInfo
+    head: RunInfo
+    step: StepComparison
+    per_step: bool
+    metrics: tuple[Metric, ...]
+    phases: ChangeTable
+    kernels: ChangeTable
+    categories: ChangeTable
+    copies: ChangeTable
+    findings: tuple[FindingChange, ...]
+    verdict: str
+    regression: bool
+    notes: tuple[str, ...]
+    settings: DiffSettings
+    created: datetime
+    tool_version: str
+    kernel_overlap: float | None = None  # share of kernel time in families both runs have (0..1)
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+# ---------------------------------------------------------------------------------------------------
+
+
+def diff_runs(
+    base: RunSummary, head: RunSummary, settings: DiffSettings = DiffSettings(), *,
+    created: datetime | None = None,
+) -> DiffResult:
+    """Compare two runs (see the module docstring)."""
+    from analyzer import __version__
+
+    notes: list[str] = []
+    step = _compare_steps(base, head, settings, notes)
+    per_step = base.steps.total > 0 and head.steps.total > 0
+    nb = base.steps.total if per_step else 1
+    nh = head.steps.total if per_step else 1
+    if not per_step:
+        notes.append("phases, kernels and copies are compared as totals over each analysis window "
+                      f"({fmt_ms(base.analyzed_ns)} vs {fmt_ms(head.analyzed_ns)}), not per step: "
+                      "a longer window has more of everything")
+    step_ns = max(step.base_median_ns or 0.0, step.head_median_ns or 0.0) if per_step else \
+        float(max(base.analyzed_ns, head.analyzed_ns))
+    tiny = NEGLIGIBLE_STEP_SHARE * step_ns
+    phases = _phase_changes(base.phases, head.phases, nb, nh, settings.rows, tiny)
+    kernels = _changes(base.kernels, head.kernels, nb, nh, settings.rows,
+                       key=lambda r: r.key, label=lambda r: r.name, ns=lambda r: r.total_ns,
+                       count=lambda r: r.count, detail=lambda r: r.category, tiny=tiny)
+    categories = _changes(base.categories, head.categories, nb, nh, settings.rows,
+                          key=lambda r: r.category, label=lambda r: r.category, ns=lambda r: r.total_ns,
+                          count=lambda r: r.count, detail=lambda r: "", tiny=tiny)
+    copies = _changes(base.copies, head.copies, nb, nh, settings.rows,
+                      key=lambda r: r.kind, label=lambda r: r.kind, ns=lambda r: r.total_ns,
+                      count=lambda r: r.count, detail=lambda r: "", tiny=tiny)
+    findings = _finding_changes(base, head, nb, nh, settings.accepted)
+    overlap = _kernel_overlap(base, head)
+    _context_notes(base, head, overlap, phases, notes)
+    regression = (
+        settings.fail_on_regression_pct is not None and step.status == "slower" and step.significant
+        and step.change_pct is not None and step.change_pct >= settings.fail_on_regression_pct
+    )
+    verdict = _verdict(step, findings, settings)
+    when = (created or datetime.now(timezone.utc)).replace(microsecond=0)
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return DiffResult(
+        base=_info(base), head=_info(head), step=step, per_step=per_step,
+        metrics=_metrics(base, head, nb, nh), phases=phases, kernels=kernels, categories=categories,
+        copies=copies, findings=findings, verdict=verdict, regression=regression, notes=tuple(notes),
+        settings=settings, created=when, tool_version=__version__, kernel_overlap=overlap,
+    )
+
+
+def _info(run: RunSummary) -> RunInfo:
+    return RunInfo(run.name, run.path, run.input_kind, run.gpus, run.window_description, run.steps.source,
+                   run.steps.description, run.steps.total, run.analyzed_ns, run.rules_file)
+
+
+# -- steps -------------------------------------------------------------------------------------------
+
+
+def _method(settings: DiffSettings, exact: bool | None) -> str:
+    dist = "exact null distribution" if exact else "normal approximation" if exact is False else "exact or normal"
+    return stats.METHOD.format(conf=settings.confidence, dist=dist, min_steps=stats.MIN_STEPS,
+                               alpha=1 - settings.confidence,
+                               floor=f"at least {fmt_pct(settings.min_effect_pct)}, raised to the drift "
+                                     "either run shows within itself")
+
+
+def _compare_steps(base: RunSummary, head: RunSummary, settings: DiffSettings, notes: list[str]) -> StepComparison:
+    b = np.asarray(base.steps.durations_ns, dtype=np.float64)
+    h = np.asarray(head.steps.durations_ns, dtype=np.float64)
+    dropped = int((b <= 0).sum() + (h <= 0).sum())
+    b, h = b[b > 0], h[h > 0]
+    if dropped:
+        notes.append(f"{plural(dropped, 'step')} of zero duration left out of the step comparison")
+    drift_b, drift_h = stats.drift(b), stats.drift(h)
+    floor = max([settings.min_effect_pct, *(abs(d) * 100.0 for d in (drift_b, drift_h) if d is not None)])
+    drift_base = None if drift_b is None else 100.0 * drift_b
+    drift_head = None if drift_h is None else 100.0 * drift_h
+
+    def make(status: str, reason: str, est: stats.ShiftEstimate | None = None) -> StepComparison:
+        high = None if est is None or not math.isfinite(est.ci_high_pct) else est.ci_high_pct
+        has_interval = est is not None and est.ci_low > 0
+        return StepComparison(
+            status=status, significant=status in ("faster", "slower"), n_base=len(b), n_head=len(h),
+            base_median_ns=stats.median(b) if len(b) else None, head_median_ns=stats.median(h) if len(h) else None,
+            change_pct=None if est is None else est.change_pct,
+            ci_low_pct=est.ci_low_pct if est is not None and has_interval else None,
+            ci_high_pct=high if has_interval else None,
+            p_value=None if est is None else est.p_value, noise_floor_pct=floor,
+            drift_base_pct=drift_base, drift_head_pct=drift_head, reason=reason,
+            method=_method(settings, None if est is None else est.exact),
+            base_durations_ns=tuple(int(v) for v in b), head_durations_ns=tuple(int(v) for v in h),
+        )
+
+    missing = [label for label, arr in (("BASE", b), ("HEAD", h)) if not len(arr)]
+    if missing:
+        why = " and ".join(missing) + (" has" if len(missing) == 1 else " have") + \
+            " no loop iterations (no repeated NVTX step ranges, no repeating GPU op sequence)"
+        return make("not-comparable", why + "; annotate each training step with an NVTX range (e.g. step_N) to get "
+                    "a step-time comparison")
+    sb, sh = base.steps, head.steps
+    if sb.source != sh.source:
+        return make("not-comparable", f"BASE's steps are {_step_kind(sb.source)} and HEAD's {_step_kind(sh.source)}: "
+                    "not the same unit of work; annotate the steps with NVTX ranges in both")
+    if sb.source == "periodic" and sb.ops_per_step != sh.ops_per_step:
+        return make("not-comparable", f"without NVTX steps, iterations were found as repeating GPU op sequences of "
+                    f"{sb.ops_per_step} ops in BASE and {sh.ops_per_step} in HEAD: not the same unit of work; "
+                    "annotate the steps with NVTX ranges")
+    if sb.source == "nvtx" and sb.stem != sh.stem:
+        notes.append(f"the steps are named differently ({sb.stem!r} in BASE, {sh.stem!r} in HEAD); "
+                     "they are compared as the same unit of work")
+    est = stats.compare_steps(b, h, settings.confidence)
+    if len(b) < stats.MIN_STEPS or len(h) < stats.MIN_STEPS:
+        return make("inconclusive", f"too few steps to tell a change from noise ({len(b)} vs {len(h)}; at least "
+                    f"{stats.MIN_STEPS} per run are needed); profile more steps", est)
+    if not est.rejects:
+        return make("unchanged", f"the {est.confidence:.0%} interval of the change ({_signed(est.ci_low_pct)} .. "
+                    f"{_pct_or_open(est.ci_high_pct)}) includes no change (p = {est.p_value:.2g})", est)
+    if abs(est.change_pct) < floor:
+        if floor > settings.min_effect_pct + 1e-9:
+            which = "BASE" if drift_base is not None and abs(drift_base) == floor else "HEAD"
+            source = f"{which}'s own steps drifted {fmt_pct(floor)} during its run"
+        else:
+            source = "the minimum effect (--min-effect)"
+        return make("unchanged", f"the change ({_signed(est.change_pct)}) is statistically detectable "
+                    f"(p = {est.p_value:.2g}) but smaller than the noise floor of {fmt_pct(floor)} ({source}); "
+                    "runs of one program differ this much", est)
+    return make("faster" if est.change_pct < 0 else "slower",
+                f"the {est.confidence:.0%} interval of the change is {_signed(est.ci_low_pct)} .. "
+                f"{_signed(est.ci_high_pct)} (p = {est.p_value:.2g}) and the change exceeds the noise floor of "
+                f"{fmt_pct(floor)}", est)
+
+
+def _step_kind(source: str) -> str:
+    return {"nvtx": "NVTX ranges", "periodic": "repeating GPU op sequences (no NVTX steps)"}.get(source, source)
+
+
+def _signed(pct: float | None) -> str:
+    if pct is None or not math.isfinite(pct):
+        return "open"
+    text = fmt_pct(pct)
+    return text if text.startswith("-") else f"+{text}"
+
+
+def _pct_or_open(pct: float) -> str:
+    return _signed(pct) if math.isfinite(pct) else "unbounded"
+
+
+# -- where the time moved ---------------------------------------------------------------------------
+
+
+def _negligible(row: ChangeRow, tiny: float) -> bool:
+    """Moved less than a small share of a step and less than a few percent of itself: noise."""
+    if row.status != "changed" or row.base_ns is None or row.head_ns is None:
+        return False
+    for b, h in ((row.base_ns, row.head_ns), (row.base_cpu_ns or 0.0, row.head_cpu_ns or 0.0)):
+        if abs(h - b) >= tiny and abs(h - b) >= NEGLIGIBLE_PCT / 100.0 * max(abs(b), 1.0):
+            return False
+    return True
+
+
+def _changes(base: Table, head: Table, nb: int, nh: int, limit: int, *, key: Any, label: Any, ns: Any,
+             count: Any, detail: Any, tiny: float) -> ChangeTable:
+    brows = {key(r): r for r in base.rows}
+    hrows = {key(r): r for r in head.rows}
+    b_floor = min((ns(r) for r in base.rows), default=0) if base.total_rows > len(base.rows) else None
+    h_floor = min((ns(r) for r in head.rows), default=0) if head.total_rows > len(head.rows) else None
+    rows = []
+    for k in list(brows) + [k for k in hrows if k not in brows]:
+        br, hr = brows.get(k), hrows.get(k)
+        if br is not None and hr is not None:
+            status = "changed"
+        elif br is None:
+            # not listed in BASE: absent, unless BASE's list was capped above this kernel's time
+            status = "new" if b_floor is None or ns(hr) * nb / max(nh, 1) > b_floor else "unlisted"
+        else:
+            status = "gone" if h_floor is None or ns(br) * nh / max(nb, 1) > h_floor else "unlisted"
+        unknown_b = br is None and status == "unlisted"
+        unknown_h = hr is None and status == "unlisted"
+        row = ChangeRow(
+            key=str(k), label=str(label(hr if hr is not None else br)), detail=str(detail(hr if hr is not None else br)),
+            base_ns=None if unknown_b else (ns(br) / nb if br is not None else 0.0),
+            head_ns=None if unknown_h else (ns(hr) / nh if hr is not None else 0.0),
+            base_count=None if unknown_b else (count(br) / nb if br is not None else 0.0),
+            head_count=None if unknown_h else (count(hr) / nh if hr is not None else 0.0),
+            status=status,
+        )
+        if _negligible(row, tiny):
+            row = _replace_status(row, "same")
+        rows.append(row)
+    ordered = sorted(rows, key=lambda r: (-r.weight, r.key))
+    new = tuple(r.label for r in sorted(rows, key=lambda r: (-(r.head_ns or 0), r.key)) if r.status == "new")
+    gone = tuple(r.label for r in sorted(rows, key=lambda r: (-(r.base_ns or 0), r.key)) if r.status == "gone")
+    return ChangeTable(tuple(ordered[:limit]), len(rows), new, gone)
+
+
+def _replace_status(row: ChangeRow, status: str) -> ChangeRow:
+    from dataclasses import replace
+
+    return replace(row, status=status)
+
+
+def _phase_changes(base: Table, head: Table, nb: int, nh: int, limit: int, tiny: float) -> ChangeTable:
+    brows = {r.path: r for r in base.rows}
+    hrows = {r.path: r for r in head.rows}
+    rows = []
+    for k in list(brows) + [k for k in hrows if k not in brows]:
+        br, hr = brows.get(k), hrows.get(k)
+        status = "changed" if br is not None and hr is not None else "new" if br is None else "gone"
+        row = ChangeRow(
+            key=k, label=k, detail="",
+            base_ns=br.gpu_ns / nb if br is not None else 0.0, head_ns=hr.gpu_ns / nh if hr is not None else 0.0,
+            base_count=br.count / nb if br is not None else 0.0, head_count=hr.count / nh if hr is not None else 0.0,
+            status=status,
+            base_cpu_ns=br.cpu_ns / nb if br is not None else 0.0, head_cpu_ns=hr.cpu_ns / nh if hr is not None else 0.0,
+        )
+        rows.append(_replace_status(row, "same") if _negligible(row, tiny) else row)
+    ordered = sorted(rows, key=lambda r: (-r.weight, r.key))
+    new = tuple(r.label for r in rows if r.status == "new")
+    gone = tuple(r.label for r in rows if r.status == "gone")
+    return ChangeTable(tuple(ordered[:limit]), len(rows), new, gone)
+
+
+def _kernel_overlap(base: RunSummary, head: RunSummary) -> float | None:
+    """Share of kernel time (each run's distribution over families) that both runs have in common:
+    ``sum(min(share_base, share_head))``; 1 for identical mixes, 0 for disjoint kernel sets."""
+    tb = sum(r.total_ns for r in base.kernels.rows) + base.kernels.other_ns
+    th = sum(r.total_ns for r in head.kernels.rows) + head.kernels.other_ns
+    if tb <= 0 or th <= 0:
+        return None
+    sb = {r.key: r.total_ns / tb for r in base.kernels.rows}
+    sh = {r.key: r.total_ns / th for r in head.kernels.rows}
+    return float(sum(min(v, sh[k]) for k, v in sb.items() if k in sh))
+
+
+def _context_notes(base: RunSummary, head: RunSummary, overlap: float | None, phases: ChangeTable,
+                   notes: list[str]) -> None:
+    common_phases = sum(1 for r in phases.rows if r.status in ("changed", "same"))
+    if overlap is not None and overlap < SHALLOW_OVERLAP:
+        extra = " and no NVTX range in common" if phases.total_rows and not common_phases else ""
+        notes.append(f"BASE and HEAD have little in common: only {fmt_pct(100 * overlap)} of their kernel time is "
+                     f"in kernel families both ran{extra}; they may be different programs, so the tables "
+                     "below are a shallow comparison (the step-time comparison still holds)")
+    elif overlap is None and not common_phases:
+        notes.append("BASE and HEAD share no kernels and no NVTX ranges: the comparison is shallow")
+    if base.gpus != head.gpus:
+        notes.append(f"different GPUs: BASE ran on {base.gpus}, HEAD on {head.gpus}; the step time compares the "
+                     "hardware too")
+    if base.rules_file != head.rules_file or base.parameters != head.parameters:
+        changed = sorted({k for k, _ in set(base.parameters) ^ set(head.parameters)})
+        what = f" (parameters differ: {', '.join(changed[:5])})" if changed else ""
+        notes.append(f"the two analyses used different rules{what}: new or resolved findings may come from the "
+                     "rules, not the code")
+    if base.window_source != head.window_source:
+        notes.append(f"the analysis windows were chosen differently (BASE: {base.window_description}; "
+                     f"HEAD: {head.window_description})")
+    for label, run in (("BASE", base), ("HEAD", head)):
+        for note in run.notes:
+            notes.append(f"{label}: {note}")
+
+
+def _metrics(base: RunSummary, head: RunSummary, nb: int, nh: int) -> tuple[Metric, ...]:
+    def per(v: float | None, n: int) -> float | None:
+        return None if v is None else v / n
+
+    def share(run: RunSummary) -> float | None:
+        if run.gpu_busy_ns is None or run.analyzed_ns <= 0:
+            return None
+        return run.gpu_busy_ns / (run.analyzed_ns * max(1, run.device_count))
+
+    copy_b = sum(r.total_ns for r in base.copies.rows if r.kind.startswith("memcpy"))
+    copy_h = sum(r.total_ns for r in head.copies.rows if r.kind.startswith("memcpy"))
+    bytes_b = sum(r.bytes for r in base.copies.rows)
+    bytes_h = sum(r.bytes for r in head.copies.rows)
+    unit = "per step" if nb > 1 or nh > 1 or (base.steps.total and head.steps.total) else "per window"
+    return (
+        Metric("gpu_busy_ns", f"GPU busy {unit}", "ns", per(base.gpu_busy_ns, nb), per(head.gpu_busy_ns, nh)),
+        Metric("gpu_busy_share", "GPU busy share of the window", "share", share(base), share(head)),
+        Metric("kernel_ns", f"Kernel time {unit}", "ns", base.kernel_ns / nb, head.kernel_ns / nh),
+        Metric("kernel_count", f"Kernels {unit}", "count", base.kernel_count / nb, head.kernel_count / nh),
+        Metric("copy_ns", f"Memcpy time {unit}", "ns", copy_b / nb, copy_h / nh),
+        Metric("copy_bytes", f"Bytes copied {unit}", "bytes", bytes_b / nb, bytes_h / nh),
+    )
+
+
+# -- findings ----------------------------------------------------------------------------------------
+
+
+def _finding_changes(base: RunSummary, head: RunSummary, nb: int, nh: int,
+                     accepted: frozenset[str]) -> tuple[FindingChange, ...]:
+    brules = {r.rule: r for r in base.rules.rows}
+    hrules = {r.rule: r for r in head.rules.rows}
+    out = []
+    for rule in list(hrules) + [r for r in brules if r not in hrules]:
+        br, hr = brules.get(rule), hrules.get(rule)
+        top = hr if hr is not None else br
+        assert top is not None
+        sev = max((r.severity for r in (br, hr) if r is not None), key=lambda s: _SEVERITY_RANK.get(s, 0))
+        if br is None:
+            status = "new"
+        elif hr is None:
+            status = "resolved"
+        else:
+            status = "changed" if _impact_moved(br.impact_ns, hr.impact_ns, nb, nh) else "unchanged"
+        out.append(FindingChange(
+            rule=rule, id=top.id, title=top.title, severity=sev, status=status,
+            base_count=br.count if br else 0, head_count=hr.count if hr else 0,
+            base_impact_ns=br.impact_ns if br else None, head_impact_ns=hr.impact_ns if hr else None,
+            base_impact_per_step_ns=(br.impact_ns / nb) if br and br.impact_ns is not None else None,
+            head_impact_per_step_ns=(hr.impact_ns / nh) if hr and hr.impact_ns is not None else None,
+            message=top.message, accepted=rule in accepted or top.id in accepted,
+        ))
+    order = {"new": 0, "resolved": 1, "changed": 2, "unchanged": 3}
+    return tuple(sorted(out, key=lambda f: (order[f.status], -_SEVERITY_RANK.get(f.severity, 0),
+                                            -(f.head_impact_ns or f.base_impact_ns or 0), f.rule)))
+
+
+def _impact_moved(base: int | None, head: int | None, nb: int, nh: int) -> bool:
+    if base is None or head is None:
+        return (base is None) != (head is None)
+    b, h = base / nb, head / nh
+    return abs(h - b) >= CHANGED_PCT / 100.0 * max(abs(b), 1.0)
+
+
+def worse(f: FindingChange) -> bool:
+    """A persisting problem whose impact per step grew by at least :data:`WORSE_PCT`."""
+    b, h = f.base_impact_per_step_ns, f.head_impact_per_step_ns
+    return f.status == "changed" and b is not None and h is not None and b > 0 and h >= b * (1 + WORSE_PCT / 100)
+
+
+# -- verdict -----------------------------------------------------------------------------------------
+
+
+def _ms_pair(a: float | None, b: float | None) -> str:
+    if a is None or b is None:
+        return "n/a"
+    small = min(abs(a), abs(b)) / 1e6
+    digits = 1 if small >= 10 else 2 if small >= 1 else 3
+    return f"{a / 1e6:,.{digits}f} -> {b / 1e6:,.{digits}f} ms"
+
+
+def _verdict(step: StepComparison, findings: tuple[FindingChange, ...], settings: DiffSettings) -> str:
+    counts = f"{step.n_base} vs {step.n_head} steps"
+    pair = _ms_pair(step.base_median_ns, step.head_median_ns)
+    if step.status in ("faster", "slower") and step.change_pct is not None:
+        pct = abs(step.change_pct)
+        ratio = 1.0 + step.change_pct / 100.0
+        if ratio >= 2:  # "1306% slower" reads badly: say how many times
+            text = f"HEAD is {ratio:.1f}x slower per step ({pair}, {_signed(step.change_pct)}, {counts}, significant)"
+        else:
+            factor = f", {1 / ratio:.1f}x" if ratio <= 0.5 else ""
+            text = f"HEAD is {fmt_pct(pct)} {step.status} per step ({pair}{factor}, {counts}, significant)"
+    elif step.status == "unchanged":
+        change = f", {_signed(step.change_pct)}" if step.change_pct is not None else ""
+        text = f"No significant change in step time ({pair}{change}, {counts})"
+    elif step.status == "inconclusive":
+        change = f", {_signed(step.change_pct)}" if step.change_pct is not None else ""
+        text = (f"Too few steps to call a change ({counts}, at least {stats.MIN_STEPS} per run needed; "
+                f"median {pair}{change}, not significant)")
+    else:
+        text = f"Step times not comparable: {step.reason}"
+    new = [f.rule for f in findings if f.status == "new" and f.problem]
+    resolved = [f.rule for f in findings if f.status == "resolved" and f.problem]
+    grown = [f.rule for f in findings if worse(f) and f.problem]
+    parts = []
+    if new:
+        parts.append("new: " + ", ".join(new))
+    if resolved:
+        parts.append("resolved: " + ", ".join(resolved))
+    if grown:
+        parts.append("worse: " + ", ".join(grown))
+    return "; ".join([text, *parts])
