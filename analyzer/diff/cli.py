@@ -27,6 +27,26 @@ Examples:
 """
 
 
+def _targets(outputs: tuple[Path, ...], fmt: str | None, base: Path, head: Path) -> list[tuple[Path, str]]:
+    """(path, format) per ``-o``: the format from the extension, else ``--format``, else html."""
+    from analyzer.cli import _stem
+
+    if not outputs:
+        chosen = fmt or "html"
+        return [(Path("reports") / f"diff-{_stem(base)}-{_stem(head)}.{chosen}", chosen)]
+    if sum(1 for o in outputs if str(o) == "-") > 1:
+        raise click.UsageError("-o - (stdout) can be given once")
+    out = []
+    for o in outputs:
+        suffix = o.suffix.lower().lstrip(".")
+        by_ext = "md" if suffix in ("md", "markdown") else suffix if suffix in FORMATS else None
+        if len(outputs) == 1 and fmt:
+            out.append((o, fmt))
+        else:
+            out.append((o, by_ext or fmt or "html"))
+    return out
+
+
 def _percent(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
     if value is None:
         return None
@@ -41,8 +61,9 @@ def _percent(ctx: click.Context, param: click.Parameter, value: str | None) -> f
 @click.argument("head", type=click.Path(dir_okay=True, path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
               help="Report format. Default: from --output's extension, else html.")
-@click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
-              help="Report path ('-' for stdout). Default: reports/diff-<base>-<head>.<format>.")
+@click.option("-o", "--output", "outputs", type=click.Path(path_type=Path), multiple=True,
+              help="Report path ('-' for stdout); repeat it for several formats at once (-o d.md -o d.html), each "
+                   "by its extension. Default: reports/diff-<base>-<head>.<format>.")
 @click.option("--fail-on-regression", "fail_pct", default=None, metavar="PCT", callback=_percent,
               help="Exit with code 1 when HEAD's step time is significantly slower by at least PCT (e.g. 5%).")
 @click.option("--min-effect", "min_effect", default="3%", show_default=True, metavar="PCT", callback=_percent,
@@ -57,12 +78,12 @@ def _percent(ctx: click.Context, param: click.Parameter, value: str | None) -> f
 @click.option("--exclude-ranges", default="warmup*", show_default=True,
               help="NVTX ranges (glob) left out of the window and of phase tables.")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
-def diff(base: Path, head: Path, fmt: str | None, output: Path | None, fail_pct: float | None,
+def diff(base: Path, head: Path, fmt: str | None, outputs: tuple[Path, ...], fail_pct: float | None,
          min_effect: float | None, rules_file: Path | None, sets: tuple[str, ...], window_spec: str | None,
          exclude_ranges: str, quiet: bool) -> None:
     """Compare BASE and HEAD: step time with its significance, where the time moved (NVTX phases,
     kernels, copies) and which findings are new, resolved or changed."""
-    from analyzer.cli import _format_from_output, _progress_printer, _stem
+    from analyzer.cli import _progress_printer
     from analyzer.diff.compare import DEFAULT_MIN_EFFECT_PCT, DiffSettings, diff_runs
     from analyzer.diff.inputs import load_run
     from analyzer.pipeline import AnalysisOptions, load_rules
@@ -70,7 +91,7 @@ def diff(base: Path, head: Path, fmt: str | None, output: Path | None, fail_pct:
 
     if min_effect is not None and min_effect > 1000:
         raise ParameterError(f"--min-effect {min_effect:g}% is not a plausible effect size")
-    fmt = fmt or _format_from_output(output)
+    targets = _targets(outputs, fmt, base, head)
     progress = _progress_printer(sys.stderr.isatty() and not quiet)
     options = AnalysisOptions(
         rules_file=rules_file,
@@ -91,19 +112,21 @@ def diff(base: Path, head: Path, fmt: str | None, output: Path | None, fail_pct:
         fail_on_regression_pct=fail_pct,
     )
     result = diff_runs(runs[0], runs[1], settings)
-    text = render_diff(result, fmt)  # type: ignore[arg-type]
-    target = output or Path("reports") / f"diff-{_stem(base)}-{_stem(head)}.{fmt}"
-    if str(target) == "-":
-        sys.stdout.write(text)
-    else:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text, encoding="utf-8")
+    to_stdout = any(str(t) == "-" for t, _ in targets)
+    for target, target_fmt in targets:
+        text = render_diff(result, target_fmt)  # type: ignore[arg-type]
+        if str(target) == "-":
+            sys.stdout.write(text)
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text, encoding="utf-8")
     if not quiet:
-        out = sys.stderr if str(target) == "-" else sys.stdout
+        out = sys.stderr if to_stdout else sys.stdout
         out.write(f"{result.verdict}\n")
         for note in result.notes:
             out.write(f"note: {note}\n")
-        if str(target) != "-":
-            out.write(f"report: {target}\n")
+        for target, _ in targets:
+            if str(target) != "-":
+                out.write(f"report: {target}\n")
     if result.regression:
         raise SystemExit(EXIT_FINDINGS)

@@ -28,7 +28,7 @@ def is_report(path: Path) -> bool:
     text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
     if not text.startswith(b"{"):
         return False
-    return b'"schema_version"' in text and b'"gpu-trace-analyzer"' in text or b'"kind": "diff"' in text
+    return (b'"schema_version"' in text and b'"gpu-trace-analyzer"' in text) or b'"kind": "diff"' in text
 
 
 def read_report(path: Path) -> Any:
