@@ -46,7 +46,7 @@ class FakeGitHub:
     def url(self) -> str:
         assert self.server is not None
         host, port = self.server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host.decode() if isinstance(host, bytes) else host}:{port}"
 
     def writes(self) -> list[Recorded]:
         return [r for r in self.requests if r.method in ("POST", "PATCH", "DELETE")]
