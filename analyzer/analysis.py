@@ -23,6 +23,9 @@ so. Fact names and columns that reports rely on (all times ns, trace-relative):
                       waited, which number measures the phase (see :mod:`analyzer.phases.table`)
 ``ncu_kernels``       Nsight Compute launches joined to the timeline (empty without ``--ncu``), with
                       ``ncu_stalls`` and ``ncu_rules``
+``steps``             step, start, end, gpu_end, done, duration, cpu_ns, gpu_ns, kernel_count: one row
+                      per loop iteration in the window (``Window.steps``), ``duration`` from the previous
+                      step's completion to this one's (see :mod:`analyzer.facts.steps`)
 
 ``python -c "from analyzer.facts import all_specs; print(list(all_specs()))"`` lists every fact; each
 declares its columns (``FactSpec.columns``).
