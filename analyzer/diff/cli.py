@@ -11,6 +11,8 @@ from pathlib import Path
 
 import click
 
+from analyzer.config.cli import ConfigCommand
+from analyzer.config.options import pack_options, rule_settings
 from analyzer.errors import EXIT_FINDINGS, ParameterError
 
 FORMATS = ("html", "md", "json")
@@ -56,9 +58,10 @@ def _percent(ctx: click.Context, param: click.Parameter, value: str | None) -> f
     return float(m.group(1))
 
 
-@click.command("diff", epilog=EPILOG)
+@click.command("diff", cls=ConfigCommand, epilog=EPILOG)
 @click.argument("base", type=click.Path(dir_okay=True, path_type=Path))
 @click.argument("head", type=click.Path(dir_okay=True, path_type=Path))
+@pack_options
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
               help="Report format. Default: from --output's extension, else html.")
 @click.option("-o", "--output", "outputs", type=click.Path(path_type=Path), multiple=True,
@@ -68,24 +71,28 @@ def _percent(ctx: click.Context, param: click.Parameter, value: str | None) -> f
               help="Exit with code 1 when HEAD's step time is significantly slower by at least PCT (e.g. 5%).")
 @click.option("--min-effect", "min_effect", default="3%", show_default=True, metavar="PCT", callback=_percent,
               help="The smallest step-time change called significant (raised to the drift a run shows "
-                   "within itself).")
-@click.option("--rules", "rules_file", type=click.Path(path_type=Path), default=None,
-              help="Rule pack for the traces (JSON reports keep the findings they were written with).")
-@click.option("--set", "sets", multiple=True, metavar="RULE.PARAM=VALUE",
-              help="Override a rule parameter for both traces (repeatable).")
+                   "within itself and to twice a run's step-time spread).")
 @click.option("--window", "window_spec", default=None, metavar="SPEC",
               help="Analysis window for both traces; an NVTX glob ('step_*') also picks the steps compared.")
-@click.option("--exclude-ranges", default="warmup*", show_default=True,
-              help="NVTX ranges (glob) left out of the window and of phase tables.")
+@click.option("--exclude-ranges", multiple=True, default=("warmup*",), show_default=True,
+              help="NVTX ranges (globs, comma-separated or repeated) left out of the window and of phase "
+                   "tables; '' for none.")
+@click.option("--timeout", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+              envvar="ANALYZER_TIMEOUT",
+              help="Stop a trace's analysis after SECONDS and name the stage that ran away (default: none).")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
-def diff(base: Path, head: Path, fmt: str | None, outputs: tuple[Path, ...], fail_pct: float | None,
-         min_effect: float | None, rules_file: Path | None, sets: tuple[str, ...], window_spec: str | None,
-         exclude_ranges: str, quiet: bool) -> None:
+@click.pass_context
+def diff(ctx: click.Context, base: Path, head: Path, rules_files: tuple[str, ...], sets: tuple[str, ...],
+         select: tuple[str, ...], extend_select: tuple[str, ...], ignore: tuple[str, ...], fmt: str | None,
+         outputs: tuple[Path, ...], fail_pct: float | None, min_effect: float | None, window_spec: str | None,
+         exclude_ranges: tuple[str, ...], timeout: float | None, quiet: bool) -> None:
     """Compare BASE and HEAD: step time with its significance, where the time moved (NVTX phases,
-    kernels, copies) and which findings are new, resolved or changed."""
+    kernels, copies) and which findings are new, resolved or changed. The rule options apply to traces;
+    a JSON report keeps the findings it was written with."""
     from analyzer.cli import _progress_printer
     from analyzer.diff.compare import DEFAULT_MIN_EFFECT_PCT, DiffSettings, diff_runs
     from analyzer.diff.inputs import load_run
+    from analyzer.fileio import atomic_write
     from analyzer.pipeline import AnalysisOptions, load_rules
     from analyzer.reports.diff import render_diff
 
@@ -94,17 +101,18 @@ def diff(base: Path, head: Path, fmt: str | None, outputs: tuple[Path, ...], fai
     targets = _targets(outputs, fmt, base, head)
     progress = _progress_printer(sys.stderr.isatty() and not quiet)
     options = AnalysisOptions(
-        rules_file=rules_file,
-        sets=tuple(sets),
+        rules_files=tuple(rules_files),
+        rule_settings=rule_settings(ctx),
         window_spec=window_spec,
-        exclude_ranges=tuple(p for p in exclude_ranges.split(",") if p),
+        exclude_ranges=tuple(p.strip() for item in exclude_ranges for p in item.split(",") if p.strip()),
+        timeout=timeout,
     )
-    load_rules(options)  # a bad rule pack or --set fails before any trace is read
+    pack = load_rules(options)  # a bad rule pack or --set fails before any trace is read
     runs = []
     for label, path in (("BASE", base), ("HEAD", head)):
         if progress:
             progress(f"{label}: {path.name}")
-        runs.append(load_run(path, options, progress=progress))
+        runs.append(load_run(path, options, pack=pack, progress=progress))
     if progress:
         sys.stderr.write("\r\x1b[2K")
     settings = DiffSettings(
@@ -118,8 +126,7 @@ def diff(base: Path, head: Path, fmt: str | None, outputs: tuple[Path, ...], fai
         if str(target) == "-":
             sys.stdout.write(text)
         else:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(text, encoding="utf-8")
+            atomic_write(target, text)
     if not quiet:
         out = sys.stderr if to_stdout else sys.stdout
         out.write(f"{result.verdict}\n")

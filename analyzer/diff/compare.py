@@ -70,6 +70,8 @@ class StepComparison:
     noise_floor_pct: float
     drift_base_pct: float | None
     drift_head_pct: float | None
+    spread_base_pct: float | None  # interquartile range over median, percent
+    spread_head_pct: float | None
     reason: str  # one sentence: why this status
     method: str
     base_durations_ns: tuple[int, ...] = ()
@@ -235,8 +237,9 @@ def _method(settings: DiffSettings, exact: bool | None) -> str:
     dist = "exact null distribution" if exact else "normal approximation" if exact is False else "exact or normal"
     return stats.METHOD.format(conf=settings.confidence, dist=dist, min_steps=stats.MIN_STEPS,
                                alpha=1 - settings.confidence,
-                               floor=f"at least {fmt_pct(settings.min_effect_pct)}, raised to the drift "
-                                     "either run shows within itself")
+                               floor=f"the largest of {fmt_pct(settings.min_effect_pct)}, the drift either run "
+                                     f"shows within itself and {stats.SPREAD_FACTOR:g}x either run's step-time "
+                                     "spread")
 
 
 def _compare_steps(base: RunSummary, head: RunSummary, settings: DiffSettings, notes: list[str]) -> StepComparison:
@@ -247,9 +250,19 @@ def _compare_steps(base: RunSummary, head: RunSummary, settings: DiffSettings, n
     if dropped:
         notes.append(f"{plural(dropped, 'step')} of zero duration left out of the step comparison")
     drift_b, drift_h = stats.drift(b), stats.drift(h)
-    floor = max([settings.min_effect_pct, *(abs(d) * 100.0 for d in (drift_b, drift_h) if d is not None)])
+    spread_b, spread_h = stats.spread(b), stats.spread(h)
     drift_base = None if drift_b is None else 100.0 * drift_b
     drift_head = None if drift_h is None else 100.0 * drift_h
+    # what sets the noise floor, largest first: (percent, why)
+    sources = [(settings.min_effect_pct, "the minimum effect (--min-effect)")]
+    for label, d, sp in (("BASE", drift_b, spread_b), ("HEAD", drift_h, spread_h)):
+        if d is not None:
+            sources.append((abs(d) * 100.0, f"{label}'s own steps drifted {fmt_pct(abs(d) * 100.0)} during its run"))
+        if sp is not None:
+            sources.append((stats.SPREAD_FACTOR * sp * 100.0,
+                            f"{stats.SPREAD_FACTOR:g}x the {fmt_pct(sp * 100.0)} spread of {label}'s steps "
+                            "(interquartile range over median)"))
+    floor, floor_source = max(sources, key=lambda s: s[0])
 
     def make(status: str, reason: str, est: stats.ShiftEstimate | None = None) -> StepComparison:
         high = None if est is None or not math.isfinite(est.ci_high_pct) else est.ci_high_pct
@@ -261,7 +274,9 @@ def _compare_steps(base: RunSummary, head: RunSummary, settings: DiffSettings, n
             ci_low_pct=est.ci_low_pct if est is not None and has_interval else None,
             ci_high_pct=high if has_interval else None,
             p_value=None if est is None else est.p_value, noise_floor_pct=floor,
-            drift_base_pct=drift_base, drift_head_pct=drift_head, reason=reason,
+            drift_base_pct=drift_base, drift_head_pct=drift_head,
+            spread_base_pct=None if spread_b is None else 100.0 * spread_b,
+            spread_head_pct=None if spread_h is None else 100.0 * spread_h, reason=reason,
             method=_method(settings, None if est is None else est.exact),
             base_durations_ns=tuple(int(v) for v in b), head_durations_ns=tuple(int(v) for v in h),
         )
@@ -291,14 +306,9 @@ def _compare_steps(base: RunSummary, head: RunSummary, settings: DiffSettings, n
         return make("unchanged", f"the {est.confidence:.0%} interval of the change ({_signed(est.ci_low_pct)} .. "
                     f"{_pct_or_open(est.ci_high_pct)}) includes no change (p = {est.p_value:.2g})", est)
     if abs(est.change_pct) < floor:
-        if floor > settings.min_effect_pct + 1e-9:
-            which = "BASE" if drift_base is not None and abs(drift_base) == floor else "HEAD"
-            source = f"{which}'s own steps drifted {fmt_pct(floor)} during its run"
-        else:
-            source = "the minimum effect (--min-effect)"
         return make("unchanged", f"the change ({_signed(est.change_pct)}) is statistically detectable "
-                    f"(p = {est.p_value:.2g}) but smaller than the noise floor of {fmt_pct(floor)} ({source}); "
-                    "runs of one program differ this much", est)
+                    f"(p = {est.p_value:.2g}) but smaller than the noise floor of {fmt_pct(floor)} ({floor_source}); "
+                    "two runs of one program can differ this much", est)
     return make("faster" if est.change_pct < 0 else "slower",
                 f"the {est.confidence:.0%} interval of the change is {_signed(est.ci_low_pct)} .. "
                 f"{_signed(est.ci_high_pct)} (p = {est.p_value:.2g}) and the change exceeds the noise floor of "
@@ -526,6 +536,9 @@ def _verdict(step: StepComparison, findings: tuple[FindingChange, ...], settings
             text = f"HEAD is {fmt_pct(pct)} {step.status} per step ({pair}{factor}, {counts}, significant)"
     elif step.status == "unchanged":
         change = f", {_signed(step.change_pct)}" if step.change_pct is not None else ""
+        if step.change_pct is not None and step.p_value is not None and step.ci_low_pct is not None and (
+                step.ci_low_pct > 0 or (step.ci_high_pct is not None and step.ci_high_pct < 0)):
+            change += f", within the {fmt_pct(step.noise_floor_pct)} noise of these runs"
         text = f"No significant change in step time ({pair}{change}, {counts})"
     elif step.status == "inconclusive":
         change = f", {_signed(step.change_pct)}" if step.change_pct is not None else ""

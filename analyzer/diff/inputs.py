@@ -60,7 +60,7 @@ def load_run(path: Path, options: AnalysisOptions, *, pack: Any = None, progress
         raise InputError(path, "no such file", hint="check the path")
     if path.is_file() and is_report(path):
         return from_report(read_report(path), str(path))
-    analyses = analyze_paths([path], options, progress=progress)
+    analyses = analyze_paths([path], options, pack=pack, progress=progress)
     if len(analyses) != 1:
         raise InputError(path, f"gave {len(analyses)} analyses; a diff compares one run with one run",
                          hint="give one trace (or one JSON report) per side")

@@ -79,6 +79,8 @@ def _step(s: StepComparison, confidence: float) -> dict[str, Any]:
         "noise_floor_pct": _py(s.noise_floor_pct),
         "drift_base_pct": _py(s.drift_base_pct),
         "drift_head_pct": _py(s.drift_head_pct),
+        "spread_base_pct": _py(s.spread_base_pct),
+        "spread_head_pct": _py(s.spread_head_pct),
         "reason": s.reason,
         "method": s.method,
         "base_durations_ns": list(s.base_durations_ns),

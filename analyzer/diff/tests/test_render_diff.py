@@ -107,7 +107,7 @@ def test_baseline_round_trip() -> None:
 
 
 def test_noise_floor_from_drift_and_min_effect() -> None:
-    """A run whose own steps drift 20% cannot show a 15% change; with a steady base a 10% one shows."""
+    """A run whose own steps moved 20% cannot show a 15% change; with a steady base a 10% one shows."""
     steady = run_summary(1.0, steps=20)
     drifting = replace(steady, steps=replace(steady.steps, durations_ns=tuple(
         int(10e6 * (1.0 if i < 10 else 1.2)) + i for i in range(20))))
@@ -115,7 +115,8 @@ def test_noise_floor_from_drift_and_min_effect() -> None:
     r = diff_runs(drifting, above_all, DiffSettings(), created=CREATED)
     assert r.step.p_value is not None and r.step.change_pct is not None
     assert r.step.p_value < 0.001 and 10 < r.step.change_pct < 20
-    assert r.step.status == "unchanged" and r.step.noise_floor_pct >= 19 and "drifted" in r.step.reason
+    assert r.step.status == "unchanged" and r.step.noise_floor_pct >= 19 and "spread of BASE" in r.step.reason
+    assert r.step.drift_base_pct is not None and r.step.drift_base_pct > 19
     ten_pct = run_summary(1.1, steps=20, seed=5)
     r = diff_runs(steady, ten_pct, DiffSettings(), created=CREATED)
     assert r.step.status == "slower" and r.step.significant
