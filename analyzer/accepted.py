@@ -217,14 +217,23 @@ def apply_accepted(findings: Iterable[Finding], accepted: AcceptedFindings, wind
         if entry is None:
             out.append(finding)
             continue
-        limit = entry.max_growth or accepted.max_growth
-        growth, extra_ns = _growth(entry, finding.impact_ns, steps_now)
-        counts = growth is not None and growth > limit and extra_ns >= MIN_GROWTH_SHARE * window_ns
+        growth, limit, counts = judge(entry, accepted, finding.impact_ns, steps_now, window_ns)
         out.append(replace(finding, acceptance=Acceptance(
             file=accepted.path, reason=entry.reason, recorded_impact_ns=entry.impact_ns, growth=growth,
             max_growth=limit, counts=counts,
         )))
     return out
+
+
+def judge(entry: AcceptedEntry, accepted: AcceptedFindings, impact_ns: int | None, steps_now: int | None,
+          window_ns: int) -> tuple[float | None, float, bool]:
+    """(growth, limit, counts) of a finding matching ``entry``: its impact now over the recorded one
+    (scaled to this run's step count), the entry's limit, and whether it counts again (grew past the
+    limit by at least :data:`MIN_GROWTH_SHARE` of the window ``window_ns``)."""
+    limit = entry.max_growth or accepted.max_growth
+    growth, extra_ns = _growth(entry, impact_ns, steps_now)
+    counts = growth is not None and growth > limit and extra_ns >= MIN_GROWTH_SHARE * window_ns
+    return growth, limit, counts
 
 
 def _growth(entry: AcceptedEntry, impact_ns: int | None, steps_now: int | None) -> tuple[float | None, float]:

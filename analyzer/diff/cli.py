@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -26,6 +27,7 @@ Examples:
   analyze diff main.sqlite pr.sqlite                       # HTML report in reports/
   analyze diff baseline.json pr.nsys-rep --format md -o comment.md
   analyze diff main.json pr.sqlite --fail-on-regression 5%  # CI gate: exit 1 on a 5% slower step
+  analyze diff main.json pr.sqlite --accepted .gpu/accepted.yaml   # known findings are not news
 """
 
 
@@ -72,6 +74,14 @@ def _percent(ctx: click.Context, param: click.Parameter, value: str | None) -> f
 @click.option("--min-effect", "min_effect", default="3%", show_default=True, metavar="PCT", callback=_percent,
               help="The smallest step-time change called significant (raised to the drift a run shows "
                    "within itself and to twice a run's step-time spread).")
+@click.option("--accepted", "accepted_file", type=click.Path(path_type=Path), default=None, metavar="FILE",
+              help="Accepted findings (written by 'analyze TRACE --write-accepted FILE'): a rule whose findings "
+                   "all match it is marked accepted and left out of the verdict's new/resolved/worse, unless "
+                   "a finding's impact grew past --accepted-growth.")
+@click.option("--accepted-growth", "accepted_growth", type=click.FloatRange(min=1.0), default=None,
+              metavar="FACTOR",
+              help="An accepted finding counts again when its impact grew by more than this factor "
+                   "(default 1.5; an entry's own max-growth wins).")
 @click.option("--window", "window_spec", default=None, metavar="SPEC",
               help="Analysis window for both traces; an NVTX glob ('step_*') also picks the steps compared.")
 @click.option("--exclude-ranges", multiple=True, default=("warmup*",), show_default=True,
@@ -84,7 +94,8 @@ def _percent(ctx: click.Context, param: click.Parameter, value: str | None) -> f
 @click.pass_context
 def diff(ctx: click.Context, base: Path, head: Path, rules_files: tuple[str, ...], sets: tuple[str, ...],
          select: tuple[str, ...], extend_select: tuple[str, ...], ignore: tuple[str, ...], fmt: str | None,
-         outputs: tuple[Path, ...], fail_pct: float | None, min_effect: float | None, window_spec: str | None,
+         outputs: tuple[Path, ...], fail_pct: float | None, min_effect: float | None,
+         accepted_file: Path | None, accepted_growth: float | None, window_spec: str | None,
          exclude_ranges: tuple[str, ...], timeout: float | None, quiet: bool) -> None:
     """Compare BASE and HEAD: step time with its significance, where the time moved (NVTX phases,
     kernels, copies) and which findings are new, resolved or changed. The rule options apply to traces;
@@ -93,7 +104,7 @@ def diff(ctx: click.Context, base: Path, head: Path, rules_files: tuple[str, ...
     from analyzer.diff.compare import DEFAULT_MIN_EFFECT_PCT, DiffSettings, diff_runs
     from analyzer.diff.inputs import load_run
     from analyzer.fileio import atomic_write
-    from analyzer.pipeline import AnalysisOptions, load_rules
+    from analyzer.pipeline import AnalysisOptions, load_accepted_findings, load_rules
     from analyzer.reports.diff import render_diff
 
     if min_effect is not None and min_effect > 1000:
@@ -108,6 +119,8 @@ def diff(ctx: click.Context, base: Path, head: Path, rules_files: tuple[str, ...
         timeout=timeout,
     )
     pack = load_rules(options)  # a bad rule pack or --set fails before any trace is read
+    accepted = load_accepted_findings(replace(options, accepted_file=accepted_file,
+                                              accepted_growth=accepted_growth))  # and a bad accepted file
     runs = []
     for label, path in (("BASE", base), ("HEAD", head)):
         if progress:
@@ -118,6 +131,7 @@ def diff(ctx: click.Context, base: Path, head: Path, rules_files: tuple[str, ...
     settings = DiffSettings(
         min_effect_pct=DEFAULT_MIN_EFFECT_PCT if min_effect is None else min_effect,
         fail_on_regression_pct=fail_pct,
+        accepted_file=accepted,
     )
     result = diff_runs(runs[0], runs[1], settings)
     to_stdout = any(str(t) == "-" for t, _ in targets)

@@ -35,6 +35,9 @@ class DiffSettings:
     fail_on_regression_pct: float | None = None  # exit 1 at a significant slowdown of at least this
     rows: int = 15  # rows per "where the time moved" table
     accepted: frozenset[str] = frozenset()  # rules accepted by the user: not new/resolved problems
+    #: an accepted-findings file (analyzer.accepted.AcceptedFindings, ``--accepted FILE``): a rule whose
+    #: findings all match entries that did not grow past their limit is accepted, like the rules above
+    accepted_file: Any = None
 
 
 @dataclass(frozen=True)
@@ -135,6 +138,10 @@ class FindingChange:
     head_impact_per_step_ns: float | None
     message: str  # HEAD's when it has the rule, else BASE's
     accepted: bool = False
+    #: with an accepted-findings file: findings of this rule (HEAD's, BASE's when resolved) it accepts,
+    #: and those of them that grew past their limit (these count again; the rule is then not accepted)
+    accepted_count: int = 0
+    grown_count: int = 0
 
     @property
     def problem(self) -> bool:
@@ -206,7 +213,9 @@ def diff_runs(
     copies = _changes(base.copies, head.copies, nb, nh, settings.rows,
                       key=lambda r: r.kind, label=lambda r: r.kind, ns=lambda r: r.total_ns,
                       count=lambda r: r.count, detail=lambda r: "", tiny=tiny)
-    findings = _finding_changes(base, head, nb, nh, settings.accepted)
+    findings = _finding_changes(base, head, nb, nh, settings.accepted, settings.accepted_file)
+    if settings.accepted_file is not None:
+        notes.append(_accepted_note(findings, settings.accepted_file))
     overlap = _kernel_overlap(base, head)
     _context_notes(base, head, overlap, phases, notes)
     regression = (
@@ -470,10 +479,29 @@ def _metrics(base: RunSummary, head: RunSummary, nb: int, nh: int) -> tuple[Metr
 # -- findings ----------------------------------------------------------------------------------------
 
 
-def _finding_changes(base: RunSummary, head: RunSummary, nb: int, nh: int,
-                     accepted: frozenset[str]) -> tuple[FindingChange, ...]:
+def _by_file(run: RunSummary, accepted_file: Any) -> dict[str, tuple[int, int, int]]:
+    """Per rule of ``run``: (findings, accepted by the file, accepted but grown past the limit)."""
+    from analyzer.accepted import judge
+
+    window_ns = max(0, run.window_end_ns - run.window_start_ns)
+    steps_now = run.steps.total or None
+    out: dict[str, tuple[int, int, int]] = {}
+    for row in run.findings.rows:
+        total, held, grown = out.get(row.rule, (0, 0, 0))
+        entry = accepted_file.entries.get(row.fingerprint)
+        if entry is not None:
+            held += 1
+            grown += int(judge(entry, accepted_file, row.impact_ns, steps_now, window_ns)[2])
+        out[row.rule] = (total + 1, held, grown)
+    return out
+
+
+def _finding_changes(base: RunSummary, head: RunSummary, nb: int, nh: int, accepted: frozenset[str],
+                     accepted_file: Any = None) -> tuple[FindingChange, ...]:
     brules = {r.rule: r for r in base.rules.rows}
     hrules = {r.rule: r for r in head.rules.rows}
+    by_file_b = _by_file(base, accepted_file) if accepted_file is not None else {}
+    by_file_h = _by_file(head, accepted_file) if accepted_file is not None else {}
     out = []
     for rule in list(hrules) + [r for r in brules if r not in hrules]:
         br, hr = brules.get(rule), hrules.get(rule)
@@ -486,17 +514,33 @@ def _finding_changes(base: RunSummary, head: RunSummary, nb: int, nh: int,
             status = "resolved"
         else:
             status = "changed" if _impact_moved(br.impact_ns, hr.impact_ns, nb, nh) else "unchanged"
+        # the file judges HEAD's findings of the rule (BASE's when it is gone); every one must be held
+        total, held, grown = (by_file_h if hr is not None else by_file_b).get(rule, (0, 0, 0))
+        by_file = total > 0 and held == total and grown == 0
         out.append(FindingChange(
             rule=rule, id=top.id, title=top.title, severity=sev, status=status,
             base_count=br.count if br else 0, head_count=hr.count if hr else 0,
             base_impact_ns=br.impact_ns if br else None, head_impact_ns=hr.impact_ns if hr else None,
             base_impact_per_step_ns=(br.impact_ns / nb) if br and br.impact_ns is not None else None,
             head_impact_per_step_ns=(hr.impact_ns / nh) if hr and hr.impact_ns is not None else None,
-            message=top.message, accepted=rule in accepted or top.id in accepted,
+            message=top.message, accepted=rule in accepted or top.id in accepted or by_file,
+            accepted_count=held, grown_count=grown,
         ))
     order = {"new": 0, "resolved": 1, "changed": 2, "unchanged": 3}
     return tuple(sorted(out, key=lambda f: (order[f.status], -_SEVERITY_RANK.get(f.severity, 0),
                                             -(f.head_impact_ns or f.base_impact_ns or 0), f.rule)))
+
+
+def _accepted_note(findings: tuple[FindingChange, ...], accepted_file: Any) -> str:
+    held = [f.rule for f in findings if f.accepted and f.accepted_count]
+    grown = [f.rule for f in findings if f.grown_count]
+    partly = [f.rule for f in findings if f.accepted_count and not f.accepted and not f.grown_count]
+    parts = [f"{plural(len(held), 'rule')} accepted ({', '.join(held)})" if held else "no rule accepted"]
+    if grown:
+        parts.append(f"grown past the accepted impact, so counted again: {', '.join(grown)}")
+    if partly:
+        parts.append(f"accepted in part (other findings of the rule are not in the file): {', '.join(partly)}")
+    return f"accepted findings from {accepted_file.path}: " + "; ".join(parts)
 
 
 def _impact_moved(base: int | None, head: int | None, nb: int, nh: int) -> bool:

@@ -111,6 +111,15 @@ class RuleRow:
 
 
 @dataclass(frozen=True)
+class FindingRow:
+    """One finding, as an accepted-findings file matches it (:mod:`analyzer.accepted`)."""
+
+    rule: str
+    fingerprint: str  # analyzer.findings.fingerprint: rule + stable scope
+    impact_ns: int | None
+
+
+@dataclass(frozen=True)
 class Table:
     """Rows of one kind plus how many there were and the time of those cut by the cap."""
 
@@ -145,6 +154,7 @@ class RunSummary:
     categories: Table
     copies: Table
     rules: Table
+    findings: Table = field(default_factory=lambda: Table((), 0))  # FindingRow per finding
     notes: tuple[str, ...] = field(default=())
 
     # -- JSON --------------------------------------------------------------------------------------
@@ -173,6 +183,7 @@ class RunSummary:
             "categories": _table_dict(self.categories, CATEGORY_FIELDS),
             "copies": _table_dict(self.copies, COPY_FIELDS),
             "rules": _table_dict(self.rules, RULE_FIELDS),
+            "findings": _table_dict(self.findings, FINDING_FIELDS),
         }
 
 
@@ -181,6 +192,7 @@ KERNEL_FIELDS = ("key", "name", "category", "count", "total_ns", "variants")
 CATEGORY_FIELDS = ("category", "count", "total_ns")
 COPY_FIELDS = ("kind", "count", "bytes", "total_ns")
 RULE_FIELDS = ("rule", "id", "title", "severity", "count", "impact_ns", "message")
+FINDING_FIELDS = ("rule", "fingerprint", "impact_ns")
 
 
 def _table_dict(table: Table, fields: Sequence[str]) -> dict[str, Any]:
@@ -285,6 +297,7 @@ def summarize(analysis: Analysis) -> RunSummary:
         categories=_categories(get("category_summary")),
         copies=_copies(get("gpu_ops"), get("copy_throughput"), window.start_ns, window.end_ns),
         rules=_rules(analysis.findings),
+        findings=_findings(analysis.findings),
         notes=tuple(notes),
     )
 
@@ -399,6 +412,12 @@ def _rules(findings: Sequence[Any]) -> Table:
     return Table(tuple(rows), len(rows))
 
 
+def _findings(findings: Sequence[Any]) -> Table:
+    rows = [FindingRow(f.rule, f.fingerprint, None if f.impact_ns is None else int(f.impact_ns))
+            for f in findings]
+    return Table(tuple(rows), len(rows))
+
+
 # ---------------------------------------------------------------------------------------------------
 # From a JSON report
 
@@ -486,6 +505,7 @@ def from_report(doc: Any, path: str, *, trace_index: int | None = None) -> RunSu
         categories=r.table(base, "categories", CATEGORY_FIELDS, CategoryRow, (str, int, int)),
         copies=r.table(base, "copies", COPY_FIELDS, CopyRow, (str, int, int, int)),
         rules=r.table(base, "rules", RULE_FIELDS, RuleRow, (str, str, str, str, int, (int, None), str)),
+        findings=r.table(base, "findings", FINDING_FIELDS, FindingRow, (str, str, (int, None))),
     )
 
 

@@ -106,7 +106,8 @@ def _change_rows(t: ChangeTable, label_key: str, detail_key: str | None, cpu: bo
 def _finding(f: FindingChange) -> dict[str, Any]:
     return {
         "rule": f.rule, "id": f.id, "title": f.title, "severity": f.severity, "status": f.status,
-        "accepted": f.accepted, "base_count": f.base_count, "head_count": f.head_count,
+        "accepted": f.accepted, "accepted_count": f.accepted_count, "grown_count": f.grown_count,
+        "base_count": f.base_count, "head_count": f.head_count,
         "base_impact_ns": f.base_impact_ns, "head_impact_ns": f.head_impact_ns,
         "base_impact_per_step_ns": _py(f.base_impact_per_step_ns),
         "head_impact_per_step_ns": _py(f.head_impact_per_step_ns), "message": f.message,
@@ -148,6 +149,7 @@ def diff_dict(r: DiffResult) -> dict[str, Any]:
             "confidence": r.settings.confidence,
             "fail_on_regression_pct": r.settings.fail_on_regression_pct,
             "accepted": sorted(r.settings.accepted),
+            "accepted_file": r.settings.accepted_file.path if r.settings.accepted_file is not None else None,
         },
     }
 

@@ -122,3 +122,88 @@ def test_inputs_are_not_modified(reports: dict[str, Path], tmp_path: Path, capsy
     run(["diff", base, DATA / "dataloader_starved_fixed.sqlite.xz", "-o", tmp_path / "x.json"], capsys)
     after = (base.read_bytes(), os.stat(base).st_mtime_ns, sorted(p.name for p in base.parent.iterdir()))
     assert before == after
+
+
+@pytest.fixture(scope="module")
+def accepted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The accepted-findings file a team writes on main (here: from the starved loader's trace)."""
+    out = tmp_path_factory.mktemp("accepted")
+    path = out / "accepted.yaml"
+    code = main([str(real_trace("dataloader_starved")), "--write-accepted", str(path), "--format", "json",
+                 "-o", str(out / "x.json"), "-q"])
+    assert code == 0 and path.exists()
+    return path
+
+
+def test_accepted_findings_file(reports: dict[str, Path], accepted: Path, tmp_path: Path,
+                                capsys: pytest.CaptureFixture[str]) -> None:
+    """``--accepted FILE`` (issue 19's format): findings the team accepted are not news in the verdict;
+    a slower step still fails the gate; one grown past its limit counts again."""
+    import yaml
+
+    fast, slow = reports["dataloader_starved_fixed"], reports["dataloader_starved"]
+    code, out, _ = run(["diff", fast, slow, "-o", tmp_path / "plain.json"], capsys)
+    plain = json.loads((tmp_path / "plain.json").read_text())
+    assert {"gpu-idle-gaps", "pageable-memcpy"} <= set(plain["findings"]["new"]) and "new: " in plain["verdict"]
+
+    code, out, _ = run(["diff", fast, slow, "-o", tmp_path / "d.json", "--accepted", accepted,
+                        "--fail-on-regression", "5"], capsys)
+    assert code == 1  # accepting findings never hides a slower step
+    doc = json.loads((tmp_path / "d.json").read_text())
+    details = {d["rule"]: d for d in doc["findings"]["details"]}
+    for rule in ("gpu-idle-gaps", "pageable-memcpy", "low-gpu-utilization"):
+        assert details[rule]["status"] == "new" and details[rule]["accepted"], details[rule]
+        assert details[rule]["accepted_count"] == details[rule]["head_count"] and details[rule]["grown_count"] == 0
+    assert doc["verdict"].startswith("HEAD is 2.2x slower per step") and "new: " not in doc["verdict"]
+    assert doc["settings"]["accepted_file"] == str(accepted)
+    assert any(n.startswith(f"accepted findings from {accepted}: ") and "gpu-idle-gaps" in n for n in doc["notes"])
+    assert f"note: accepted findings from {accepted}" in out
+    run(["diff", fast, slow, "-o", tmp_path / "d.md", "--accepted", accepted], capsys)
+    assert "new (accepted)" in (tmp_path / "d.md").read_text()
+
+    # an entry recorded with a tenth of today's impact: the finding grew 10x, past 1.5x, and counts again
+    data = yaml.safe_load(accepted.read_text())
+    for entry in data["accepted"]:
+        if entry["rule"] == "gpu-idle-gaps":
+            entry["impact_ms"] = round(entry["impact_ms"] / 10, 3)
+    grown = tmp_path / "grown.yaml"
+    grown.write_text(yaml.safe_dump(data, sort_keys=False))
+    run(["diff", fast, slow, "-o", tmp_path / "g.json", "--accepted", grown], capsys)
+    doc = json.loads((tmp_path / "g.json").read_text())
+    gaps = next(d for d in doc["findings"]["details"] if d["rule"] == "gpu-idle-gaps")
+    assert not gaps["accepted"] and gaps["grown_count"] >= 1
+    assert "new: gpu-idle-gaps" in doc["verdict"] and "pageable-memcpy" not in doc["verdict"]
+    assert any("counted again: gpu-idle-gaps" in n for n in doc["notes"])
+    # ... unless the growth allowed is larger
+    run(["diff", fast, slow, "-o", tmp_path / "g2.json", "--accepted", grown, "--accepted-growth", "20"], capsys)
+    assert "new: " not in json.loads((tmp_path / "g2.json").read_text())["verdict"]
+
+
+def test_accepted_file_from_the_project_configuration(reports: dict[str, Path], accepted: Path, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """``accepted`` in ``[tool.gpu-trace-analyzer.diff]`` (or the shared table) is diff's --accepted."""
+    project = tmp_path / "project"
+    (project / ".gpu").mkdir(parents=True)
+    (project / ".gpu" / "accepted.yaml").write_text(accepted.read_text())
+    (project / "pyproject.toml").write_text('[tool.gpu-trace-analyzer.diff]\naccepted = ".gpu/accepted.yaml"\n')
+    monkeypatch.chdir(project)
+    fast, slow = reports["dataloader_starved_fixed"], reports["dataloader_starved"]
+    run(["diff", fast, slow, "-o", tmp_path / "c.json"], capsys)
+    doc = json.loads((tmp_path / "c.json").read_text())
+    assert doc["settings"]["accepted_file"] and "new: " not in doc["verdict"]
+    run(["diff", fast, slow, "-o", tmp_path / "i.json", "--isolated"], capsys)
+    verdict = json.loads((tmp_path / "i.json").read_text())["verdict"]
+    assert "new: " in verdict and "gpu-idle-gaps" in verdict.split("new: ")[1]
+
+
+def test_bad_accepted_file_is_a_one_line_error_before_any_trace_is_read(
+        reports: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "accepted.yaml"
+    bad.write_text("version: 1\naccepted:\n  - rule: gpu-idle-gaps\n    scope: {kind: trace}\n    fingerprint: 0123\n")
+    missing_trace = tmp_path / "nope.sqlite"  # never reached: the file is checked first
+    line = _one_line_error(*run(["diff", reports["dataloader_starved"], missing_trace, "--accepted", bad], capsys)[::2])
+    assert "accepted.yaml:5" in line and "fingerprint" in line, line
+    line = _one_line_error(*run(["diff", reports["dataloader_starved"], missing_trace, "--accepted",
+                                 tmp_path / "none.yaml"], capsys)[::2])
+    assert "no such accepted-findings file" in line, line

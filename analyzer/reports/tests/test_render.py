@@ -188,7 +188,8 @@ def test_json_shape():
     assert doc["schema_version"] == "1.1"
     t = doc["traces"][0]
     assert list(t) == ["info", "window", "summary", "findings", "findings_total", "overview", "notes", "baseline"]
-    assert list(t["baseline"]) == ["steps", "totals", "phases", "kernels", "categories", "copies", "rules"]
+    assert list(t["baseline"]) == ["steps", "totals", "phases", "kernels", "categories", "copies", "rules",
+                                  "findings"]
     assert list(t["overview"]) == ["categories", "top_kernels", "nvtx", "gaps", "phases", "ncu", "roofline"]
     f = t["findings"][0]
     assert f["key"] == "gpu-idle-gaps-0" and f["severity"] == "error"
