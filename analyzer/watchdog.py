@@ -13,6 +13,7 @@ from __future__ import annotations
 import _thread
 import contextlib
 import os
+import signal
 import sys
 import threading
 import time
@@ -67,6 +68,7 @@ class Watchdog:
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
         self._started = 0.0
+        self._old_sigint: object = None
 
     def message(self) -> str:
         return (f"{self.label}: analysis ran past {self.seconds:g} s in stage '{self.fired_in}'; "
@@ -87,6 +89,12 @@ class Watchdog:
     def __enter__(self) -> Watchdog:
         if self.seconds is not None and threading.current_thread() is threading.main_thread():
             self._started = time.monotonic()
+            # interrupt_main() does nothing while SIGINT is ignored or left to the OS (pytest-xdist
+            # workers, some launchers): Python's own handler is installed for the watched block
+            handler = signal.getsignal(signal.SIGINT)
+            if handler in (signal.SIG_IGN, signal.SIG_DFL, None):
+                self._old_sigint = handler
+                signal.signal(signal.SIGINT, signal.default_int_handler)
             self._thread = threading.Thread(target=self._watch, name="analyzer-watchdog", daemon=True)
             self._thread.start()
         return self
@@ -94,6 +102,9 @@ class Watchdog:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self._done.set()
+        if self._old_sigint is not None:
+            signal.signal(signal.SIGINT, self._old_sigint)  # type: ignore[arg-type]
+            self._old_sigint = None
         # the interrupt may also arrive late, after the block finished: absorbed here too
         if self.fired_in is not None and (exc_type is None or issubclass(exc_type, KeyboardInterrupt)):
             raise StageTimeoutError(self.message()) from None

@@ -245,3 +245,25 @@ def test_watchdog_off_by_default():
     with Watchdog(None, "x") as dog:
         pass
     assert dog.fired_in is None
+
+
+def test_watchdog_interrupts_even_where_sigint_is_ignored():
+    """pytest-xdist workers and some launchers ignore SIGINT: interrupt_main() alone would do nothing
+    there and the grace period would end the process."""
+    import signal
+    import time
+
+    from analyzer.errors import StageTimeoutError
+    from analyzer.watchdog import Watchdog
+
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        started = time.monotonic()
+        with pytest.raises(StageTimeoutError):
+            with Watchdog(0.2, "x.sqlite"):
+                while time.monotonic() - started < 30:
+                    pass
+        assert time.monotonic() - started < 10
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # restored
+    finally:
+        signal.signal(signal.SIGINT, old)
