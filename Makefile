@@ -17,7 +17,7 @@ $(VENV)/.core: setup.cfg pyproject.toml | $(BIN)/python
 # torch==2.13.0 first: a local CPU build; letting the `workloads` extra pick torch would download CUDA.
 $(VENV)/.dev: setup.cfg pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e '.[dev,workloads,ncu]'
+	$(BIN)/python -m pip install -q -e '.[dev,workloads,ncu,hta]'
 	touch $@
 
 demo: $(VENV)/.core

@@ -37,7 +37,7 @@ from typing import Any, Protocol
 
 import pandas as pd
 
-from analyzer.findings import Finding
+from analyzer.findings import Finding, NotChecked
 from analyzer.loading.model import Trace
 
 
@@ -93,3 +93,5 @@ class Analysis:
     rules_file: str = ""
     parameters: dict[str, Any] = field(default_factory=dict)
     ncu: Any = None  # analyzer.loading.ncu.NcuReport | None, joined to kernels when present
+    # rules not run because the trace lacks data they need (see analyzer.loading.capabilities)
+    not_checked: list[NotChecked] = field(default_factory=list)

@@ -68,8 +68,8 @@ def _progress_printer(enabled: bool) -> Any:
 @click.group(cls=_DefaultGroup, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="analyze")
 def cli() -> None:
-    """Diagnose Nsight Systems traces (and Nsight Compute metrics): what is wrong, where, how much
-    time a fix would buy, and what to do."""
+    """Diagnose Nsight Systems and torch.profiler traces (and Nsight Compute metrics): what is wrong,
+    where, how much time a fix would buy, and what to do."""
 
 
 @cli.command("run", epilog=EPILOG)
@@ -121,7 +121,8 @@ def run_cmd(
     no_cache: bool,
     quiet: bool,
 ) -> None:
-    """Analyze TRACE... (nsys .sqlite / .nsys-rep; ncu files among them are joined to the traces)."""
+    """Analyze TRACE... (nsys .sqlite / .nsys-rep, torch.profiler .json / .json.gz, or a directory of
+    them such as one trace per rank; ncu files among them are joined to the traces)."""
     from analyzer.findings import Severity
     from analyzer.pipeline import AnalysisOptions, analyze_paths
     from analyzer.reports import build_report, render

@@ -191,6 +191,31 @@ class Finding:
         }
 
 
+@dataclass(frozen=True)
+class NotChecked:
+    """A rule that was not run because the trace lacks data it needs (e.g. whether copies used pinned
+    memory, in a torch.profiler trace from ROCm): the report says so instead of passing silently."""
+
+    rule: str
+    id: str
+    title: str
+    severity: Severity
+    missing: tuple[tuple[str, str], ...]  # (capability, why the trace lacks it)
+
+    @property
+    def reason(self) -> str:
+        return "; ".join(why for _, why in self.missing)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rule": self.rule,
+            "id": self.id,
+            "title": self.title,
+            "severity": str(self.severity),
+            "missing": [{"capability": c, "reason": why} for c, why in self.missing],
+        }
+
+
 def rank(findings: list[Finding]) -> list[Finding]:
     """Rank by impact (largest first; unknown impact after known), then severity, then id."""
     return sorted(

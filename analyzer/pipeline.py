@@ -5,8 +5,9 @@ test checks is what a user gets.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 from analyzer._paths import shown_path
 from analyzer.analysis import Analysis
 from analyzer.errors import InputError
+from analyzer.findings import NotChecked
 from analyzer.watchdog import Watchdog, note, stage
 
 Progress = Callable[[str], None] | None
@@ -117,9 +119,10 @@ def analyze_trace(
         **options.fact_options,
     }
     store = FactStore(trace, window, fact_options)
-    progress(f"{trace.name}: evaluating {len(pack.rules)} rules")
+    runnable, not_checked = split_by_capability(pack, trace.info.unavailable)
+    progress(f"{trace.name}: evaluating {len(runnable.rules)} rules")
     with stage("rules"):
-        findings = evaluate(pack, store, window, trace_scalars(store))
+        findings = evaluate(runnable, store, window, trace_scalars(store))
     if accepted is not None:
         from analyzer.accepted import apply_accepted
 
@@ -132,7 +135,24 @@ def analyze_trace(
         rules_file=_rules_label(pack),
         parameters={r.name: {p.name: p.value for p in r.parameters} for r in pack.rules},
         ncu=trace.extras.get("ncu"),
+        not_checked=not_checked,
     )
+
+
+def split_by_capability(pack: Any, unavailable: Mapping[str, str]) -> tuple[Any, list[NotChecked]]:
+    """The pack without the rules that need data the trace lacks, and those rules as
+    :class:`~analyzer.findings.NotChecked` (in pack order)."""
+    if not unavailable:
+        return pack, []
+    keep, skipped = [], []
+    for rule in pack.rules:
+        missing = rule.missing(unavailable)
+        if missing:
+            skipped.append(NotChecked(rule=rule.name, id=rule.id, title=rule.title, severity=rule.severity,
+                                      missing=missing))
+        else:
+            keep.append(rule)
+    return (replace(pack, rules=tuple(keep)) if skipped else pack), skipped
 
 
 def _noting(progress: Progress) -> Callable[[str], None]:
@@ -173,10 +193,12 @@ def _rules_label(pack: Any) -> str:
 def analyze_paths(
     paths: Sequence[Path], options: AnalysisOptions, *, progress: Progress = None, pack: Any = None,
 ) -> list[Analysis]:
-    """Analyze every nsys trace in ``paths``; ncu files among them (by content) and ``options.ncu_files``
-    are loaded once and joined to each trace. ``pack``: an already loaded rule pack (else from
-    ``options``). Each trace's analysis runs under a :class:`~analyzer.watchdog.Watchdog` of
-    ``options.timeout`` seconds."""
+    """Analyze every trace in ``paths``; ncu files among them (by content) and ``options.ncu_files``
+    are loaded once and joined to each trace. A directory stands for the trace files in it (HTA's
+    layout of a multi-process job: one torch.profiler trace per rank), in natural name order
+    (``rank2`` before ``rank10``).
+    ``pack``: an already loaded rule pack (else from ``options``). Each trace's analysis runs under a
+    :class:`~analyzer.watchdog.Watchdog` of ``options.timeout`` seconds."""
     from analyzer.loading.ncu import detect_ncu, load_ncu
 
     if pack is None:
@@ -188,14 +210,18 @@ def analyze_paths(
     for path in paths:
         if not path.exists():
             raise InputError(path, "no such file", hint="check the path")
-        if path.is_file() and detect_ncu(path) is not None:
+        if path.is_dir():
+            found, ncu_found = trace_files_in(path)
+            ncu_paths += ncu_found
+            traces += found
+        elif detect_ncu(path) is not None:
             ncu_paths.append(path)
         else:
             traces.append(path)
     if not traces:
         raise InputError(
-            paths[0], "no Nsight Systems trace among the inputs",
-            hint="give a .sqlite or .nsys-rep next to the ncu files",
+            paths[0], "no trace among the inputs (nsys .sqlite/.nsys-rep or torch.profiler .json)",
+            hint="give a .sqlite, .nsys-rep or .pt.trace.json next to the ncu files",
         )
     with stage("loading ncu metrics"):
         ncu = load_ncu(ncu_paths) if ncu_paths else None
@@ -205,3 +231,25 @@ def analyze_paths(
             analyses.append(analyze_trace(p, pack, options=options, ncu=ncu, progress=progress,
                                           accepted=accepted))
     return analyses
+
+
+def trace_files_in(folder: Path) -> tuple[list[Path], list[Path]]:
+    """The trace files (by content) and the Nsight Compute exports directly inside ``folder``, in natural
+    name order (numbers compared as numbers: ``rank2`` before ``rank10``). Other files (logs, images,
+    hidden files) are ignored; a folder without a trace is an error."""
+    from analyzer.loading import TRACE_FORMATS, detect_format
+    from analyzer.loading.ncu import detect_ncu
+
+    traces: list[Path] = []
+    ncu: list[Path] = []
+    for p in sorted(folder.iterdir(), key=lambda q: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", q.name)]):
+        if not p.is_file() or p.name.startswith("."):
+            continue
+        if detect_ncu(p) is not None:
+            ncu.append(p)
+        elif detect_format(p) in TRACE_FORMATS:
+            traces.append(p)
+    if not traces:
+        raise InputError(folder, "the directory holds no trace file (nsys .sqlite/.nsys-rep, torch.profiler "
+                         ".json/.json.gz)", hint="pass the trace files, or the directory that holds them")
+    return traces, ncu

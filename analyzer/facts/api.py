@@ -157,6 +157,7 @@ _API_ROW = {
         "bytes": "copy/memset size (B, -1 unknown)",
     },
     scope_keys=("nvtx_path", "name", "tid"),
+    needs=("api_calls",),
 )
 def sync_calls(ctx: FactContext) -> pd.DataFrame:
     """CUDA API calls in the window that make the host wait for the device: explicit synchronization,
@@ -234,6 +235,7 @@ def sync_call_rows(
         "bytes": "size (B) when the export records it, else -1",
     },
     scope_keys=("nvtx_path", "name", "tid"),
+    needs=("api_calls",),
 )
 def alloc_calls(ctx: FactContext) -> pd.DataFrame:
     """CUDA API calls in the window that allocate or free device, pinned or managed memory."""
@@ -261,6 +263,7 @@ _COPY_EXTRA = {
         "start", "end", "duration", "device", "stream", "bytes", "direction", "src_kind", "dst_kind",
         "api_name", "nvtx_path")} | _COPY_EXTRA,
     scope_keys=("device", "stream", "nvtx_path", "direction"),
+    column_needs={c: ("memcpy_memory_kind",) for c in ("src_kind", "dst_kind", "pageable")},
 )
 def copy_throughput(ctx: FactContext) -> pd.DataFrame:
     """Memcpy operations starting in the window, with their achieved throughput."""
@@ -289,6 +292,7 @@ def copy_throughput(ctx: FactContext) -> pd.DataFrame:
     },
     requires=("copy_throughput",),
     scope_keys=("direction",),
+    column_needs={c: ("memcpy_memory_kind",) for c in ("src_kind", "dst_kind")},
 )
 def memcpy_summary(ctx: FactContext) -> pd.DataFrame:
     """Copies in the window per direction and memory kinds."""
@@ -327,6 +331,8 @@ def memcpy_summary(ctx: FactContext) -> pd.DataFrame:
         "window_ns": "window length (ns)",
     },
     scope_keys=("device",),
+    column_needs={c: ("api_calls", "launch_correlation") for c in (
+        "launch_count", "launch_api_ns", "launch_api_median_ns", "launch_api_mean_ns", "launch_delay_median_ns")},
 )
 def launch_stats(ctx: FactContext) -> pd.DataFrame:
     """Per device: how many kernels, how short, and what launching them cost on the host."""

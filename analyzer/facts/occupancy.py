@@ -202,7 +202,14 @@ def _product(frame: pd.DataFrame, *columns: str) -> np.ndarray:
     return out
 
 
-@fact("occupancy", columns=_OCC_COLUMNS, scope_keys=("device", "name"))
+_RESOURCES = ("kernel_resources", "kernel_launch_config", "gpu_properties")
+_OCC_NEEDS = {c: _RESOURCES for c in (
+    "registers", "static_smem", "dynamic_smem", "smem", "blocks_per_sm", "warps_per_sm", "theoretical_occupancy",
+    "limiter", "limit_warps", "limit_blocks", "limit_registers", "limit_shared_memory", "waves")} | {
+    "grid_blocks": ("kernel_launch_config",), "block_size": ("kernel_launch_config",), "sm_count": ("gpu_properties",)}
+
+
+@fact("occupancy", columns=_OCC_COLUMNS, scope_keys=("device", "name"), column_needs=_OCC_NEEDS)
 def occupancy(ctx: FactContext) -> pd.DataFrame:
     """Theoretical occupancy, its limiter and the wave count per kernel launch configuration."""
     k = starts_in_window(ctx.trace.kernels, ctx.window, [

@@ -41,6 +41,17 @@ class FactSpec:
     requires: tuple[str, ...] = ()  # other facts
     doc: str = ""
     scope_keys: tuple[str, ...] = ()  # columns usable as rule scope keys (device, stream, nvtx_path, name)
+    # trace capabilities (analyzer.loading.capabilities) the whole fact needs, and those single columns
+    # need: a rule reading them on a trace that lacks one is reported "not available in this trace"
+    needs: tuple[str, ...] = ()
+    column_needs: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def needs_for(self, columns: Iterable[str]) -> set[str]:
+        """Capabilities needed to read ``columns`` of this fact (the fact's own needs included)."""
+        out = set(self.needs)
+        for c in columns:
+            out.update(self.column_needs.get(c, ()))
+        return out
 
 
 FACTS: dict[str, FactSpec] = {}
@@ -52,8 +63,20 @@ def fact(
     columns: Mapping[str, str],
     requires: Iterable[str] = (),
     scope_keys: Iterable[str] = (),
+    needs: Iterable[str] = (),
+    column_needs: Mapping[str, Iterable[str]] | None = None,
 ) -> Callable[[Callable[[FactContext], pd.DataFrame]], Callable[[FactContext], pd.DataFrame]]:
-    """Decorator registering ``fn`` as the fact ``name``. Its docstring becomes the fact's doc."""
+    """Decorator registering ``fn`` as the fact ``name``. Its docstring becomes the fact's doc.
+    ``needs`` / ``column_needs`` name the trace capabilities the fact / some of its columns rest on."""
+    from analyzer.loading.capabilities import CAPABILITIES
+
+    col_needs = {c: tuple(v) for c, v in (column_needs or {}).items()}
+    for cap in [*needs, *(x for v in col_needs.values() for x in v)]:
+        if cap not in CAPABILITIES:
+            raise ValueError(f"fact {name!r}: unknown capability {cap!r} (known: {', '.join(CAPABILITIES)})")
+    unknown_cols = set(col_needs) - set(columns)
+    if unknown_cols:
+        raise ValueError(f"fact {name!r}: column_needs names undeclared columns {sorted(unknown_cols)}")
 
     def register(fn: Callable[[FactContext], pd.DataFrame]) -> Callable[[FactContext], pd.DataFrame]:
         if name in FACTS:
@@ -65,6 +88,8 @@ def fact(
             requires=tuple(requires),
             doc=(fn.__doc__ or "").strip(),
             scope_keys=tuple(scope_keys),
+            needs=tuple(needs),
+            column_needs=col_needs,
         )
         return fn
 

@@ -1,16 +1,20 @@
 """Loading: any supported trace file -> one :class:`~analyzer.loading.model.Trace`.
 
 ``load_trace(path)`` accepts an Nsight Systems SQLite export (2020.3 through 2025.x schemas), an
-``.nsys-rep``/``.qdrep`` report (exported once with the installed ``nsys`` and cached) or an
-``.xz``-compressed SQLite export. Every problem with the input is an :class:`~analyzer.errors.InputError`
+``.nsys-rep``/``.qdrep`` report (exported once with the installed ``nsys`` and cached), an
+``.xz``-compressed SQLite export, or a torch.profiler (Kineto) Chrome-trace JSON file, plain, ``.gz`` or
+``.xz`` (:mod:`analyzer.loading.kineto`). The format is recognised by content, never by name. Every problem with the input is an :class:`~analyzer.errors.InputError`
 (or :class:`~analyzer.errors.UnsupportedFormatError`) with a one-line message saying what to do.
 """
 from __future__ import annotations
 
+import gzip
+import lzma
 import sqlite3
+import zlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from analyzer.errors import InputError, UnsupportedFormatError
 from analyzer.loading.model import Trace, TraceInfo, empty_frame
@@ -19,12 +23,15 @@ from analyzer.loading.sqlite_reader import SQLITE_MAGIC, sqlite_uri
 if TYPE_CHECKING:
     from analyzer.loading.cache import TraceCache
 
-__all__ = ["Trace", "TraceInfo", "detect_format", "empty_frame", "load_trace"]
+__all__ = ["TRACE_FORMATS", "Trace", "TraceInfo", "detect_format", "empty_frame", "load_trace"]
 
 QDREP_MAGIC = b"NVIDIA Tegra Profiler Report"
 NCU_MAGIC = b"NVR\x00"
 XZ_MAGIC = b"\xfd7zXZ\x00"
+GZIP_MAGIC = b"\x1f\x8b"
 REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
+#: what :func:`detect_format` calls a file that :func:`load_trace` may read
+TRACE_FORMATS = frozenset({"nsys-sqlite", "nsys-rep", "json", "xz"})
 
 
 def _check_path(path: Path) -> None:
@@ -38,7 +45,9 @@ def _check_path(path: Path) -> None:
 def detect_format(path: str | Path) -> str:
     """What kind of file ``path`` is, from its first bytes (and suffix for reports):
     ``"nsys-sqlite"`` (SQLite with nsys tables), ``"sqlite"`` (other SQLite), ``"nsys-rep"``,
-    ``"ncu-rep"``, ``"xz"``, ``"empty"`` or ``"unknown"``. Raises :class:`InputError` for a missing
+    ``"ncu-rep"``, ``"json"`` (a JSON document, plain, gzip- or xz-compressed: torch.profiler traces),
+    ``"xz"`` (anything else xz-compressed), ``"gzip"`` (anything else gzip-compressed), ``"empty"`` or
+    ``"unknown"``. Raises :class:`InputError` for a missing
     path or a directory."""
     p = Path(path)
     _check_path(p)
@@ -56,8 +65,27 @@ def detect_format(path: str | Path) -> str:
     if head.startswith(NCU_MAGIC) or p.suffix.lower() == ".ncu-rep":
         return "ncu-rep"
     if head.startswith(XZ_MAGIC):
-        return "xz"
+        return "json" if looks_like_json(_peek_decompressed(p, lzma.open)) else "xz"
+    if head.startswith(GZIP_MAGIC):
+        return "json" if looks_like_json(_peek_decompressed(p, gzip.open)) else "gzip"
+    if looks_like_json(head):
+        return "json"
     return "unknown"
+
+
+def looks_like_json(head: bytes) -> bool:
+    """Whether the first bytes of a (decompressed) file start a JSON document (after whitespace or a
+    UTF-8 byte-order mark)."""
+    return head.lstrip(b" \t\r\n\xef\xbb\xbf")[:1] in (b"{", b"[")
+
+
+def _peek_decompressed(path: Path, opener: Callable[..., Any]) -> bytes:
+    """The first bytes of a compressed file's content (``b""`` when it cannot be decompressed)."""
+    try:
+        with opener(path, "rb") as fh:
+            return bytes(fh.read(256))
+    except (OSError, EOFError, lzma.LZMAError, zlib.error):
+        return b""
 
 
 def _has_nsys_tables(path: Path) -> bool:
@@ -116,9 +144,16 @@ def _load(p: Path, fmt: str, progress: Callable[[str], None] | None, cache_dir: 
             p, "is an Nsight Compute report, not a timeline trace",
             hint="pass the Nsight Systems trace as the input and this file with --ncu",
         )
+    if fmt == "json":
+        from analyzer.loading.kineto import load_kineto
+
+        return load_kineto(p, progress=progress)
     if fmt == "empty":
         raise InputError(p, "file is empty", hint="export the trace again")
+    if fmt in ("gzip", "xz"):
+        raise InputError(p, f"a {fmt}-compressed file that holds neither a JSON trace nor an SQLite export",
+                         hint="pass an nsys export (.sqlite, .nsys-rep) or a torch.profiler trace (.json, .json.gz)")
     raise InputError(
-        p, "not an Nsight Systems trace (neither an SQLite export nor an .nsys-rep report)",
-        hint="pass OUT.sqlite from: nsys export --type sqlite -o OUT.sqlite IN.nsys-rep",
+        p, "not a trace this analyzer reads (neither an Nsight Systems export or report nor a torch.profiler JSON)",
+        hint="pass OUT.sqlite from: nsys export --type sqlite -o OUT.sqlite IN.nsys-rep, or a .pt.trace.json(.gz)",
     )

@@ -28,9 +28,12 @@ thread whose start/end ranges overlap without nesting falls back to a stack swee
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from analyzer.loading.columns import TextCodes
 
 NONE = -1
 
@@ -373,3 +376,73 @@ def join_correlation(op_pid: np.ndarray | None, op_corr: np.ndarray, api_pid: np
                      api_corr: np.ndarray, priority: np.ndarray | None = None) -> np.ndarray:
     """One-shot :meth:`CorrelationIndex.lookup` (first API row wins ties unless ``priority`` is given)."""
     return CorrelationIndex(api_pid, api_corr, priority).lookup(op_pid, op_corr)
+
+
+# ----------------------------------------------------------------------------------------------------
+# GPU operations -> launching call -> range (shared by every loader)
+# ----------------------------------------------------------------------------------------------------
+def range_columns(text: TextCodes, path: TextCodes, ids: np.ndarray) -> dict[str, Any]:
+    """nvtx_id / nvtx_range / nvtx_path for rows whose innermost range is ``ids`` (-1: none), the texts as
+    codes into the ranges' distinct texts and paths (one gather, no string touched)."""
+    return {"nvtx_id": ids, "nvtx_range": text.take(ids), "nvtx_path": path.take(ids)}
+
+
+class Launches:
+    """The API calls as a join target: the correlation index plus per-call columns, each with one
+    trailing "unknown" entry so that a failed join (row index -1) gathers the default without masks.
+
+    ``api`` holds int64 arrays ``start``, ``pid``, ``tid``, ``correlation_id`` and ``is_driver``
+    (driver calls lose correlation-id ties against runtime calls); ``thread_nvtx`` is the innermost
+    range open on each call's own thread at its start."""
+
+    def __init__(self, api: dict[str, np.ndarray], name: TextCodes, thread_nvtx: np.ndarray,
+                 timeline: NvtxTimeline, nvtx: pd.DataFrame) -> None:
+        self.index = CorrelationIndex(api["pid"], api["correlation_id"], api["is_driver"])
+        self.name = name
+        self.start = np.append(api["start"], -1)
+        self.pid = np.append(api["pid"], -1)
+        self.tid = np.append(api["tid"], -1)
+        self.thread_nvtx = np.append(thread_nvtx, NONE)
+        self.nvtx = nvtx
+        self._timeline = timeline
+        self._process: np.ndarray | None = None
+
+    def process_nvtx(self) -> np.ndarray:
+        """Process-fallback range per call (computed once, only for calls with no range on their thread)."""
+        if self._process is None:
+            out = np.full(len(self.thread_nvtx), NONE, dtype=np.int64)
+            need = np.flatnonzero(self.thread_nvtx[:-1] < 0)
+            if len(need):
+                out[need] = self._timeline.process_at(self.pid[need], self.start[need])
+            self._process = out
+        return self._process
+
+
+_HOW = np.array(["none", "process", "thread"], dtype=object)
+
+
+def launch_columns(launch: Launches, op_pid: np.ndarray | None, op_corr: np.ndarray,
+                   text: TextCodes, path: TextCodes) -> dict[str, Any]:
+    """The attribution columns (:data:`~analyzer.loading.model.ATTRIBUTION_COLUMNS`) of GPU operations:
+    their launching call joined on (pid, correlation id) (on the id alone when ``op_pid`` is None), the
+    range open on the call's thread, else the process fallback. ``text``/``path``: the ranges' texts
+    and paths as codes (see :func:`range_columns`)."""
+    n = len(op_corr)
+    idx = launch.index.lookup(op_pid, op_corr)
+    thread_id = launch.thread_nvtx[idx]  # idx -1 reads the trailing "none" entry of each table
+    proc_id = launch.process_nvtx()[idx]
+    proc_id[thread_id >= 0] = NONE
+    nvtx_id = np.where(thread_id >= 0, thread_id, proc_id)
+    how = np.zeros(n, dtype=np.int8)
+    how[proc_id >= 0] = 1
+    how[thread_id >= 0] = 2
+    own_pid = op_pid if op_pid is not None else np.full(n, NONE, dtype=np.int64)
+    out: dict[str, Any] = {
+        "api_name": launch.name.take(idx),
+        "api_start": launch.start[idx],
+        "pid": np.where(idx >= 0, launch.pid[idx], own_pid),
+        "tid": launch.tid[idx],
+        "attribution": TextCodes(how, _HOW),
+    }
+    out.update(range_columns(text, path, nvtx_id))
+    return out

@@ -41,6 +41,7 @@ Attribution columns (shared by kernels, memcpy, memset):
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -186,13 +187,22 @@ class TraceInfo:
     """What the export says about itself."""
 
     path: Path
-    source_format: str  # "nsys-sqlite" | "nsys-rep" | ...
-    nsys_version: str | None  # e.g. "2025.3.1.90"; None for old exports without metadata
-    schema_version: str | None  # e.g. "3.11.3"
-    origin_ns: int  # absolute timestamp that trace-relative times count from
+    source_format: str  # "nsys-sqlite" | "nsys-rep" | "kineto-json" (torch.profiler) | ...
+    nsys_version: str | None  # e.g. "2025.3.1.90"; None for old exports without metadata (and Kineto)
+    schema_version: str | None  # e.g. "3.11.3" (nsys), "1" (Kineto's schemaVersion)
+    origin_ns: int  # absolute timestamp that trace-relative times count from (Kineto: epoch ns)
     duration_ns: int  # span of the capture (session end - start) or of all events when unknown
     hostname: str | None = None
-    export_schema: str = "unknown"  # which generation the loader recognised: "2020", "2022", "2023", "2024+"
+    # which generation the loader recognised: nsys "2020", "2022", "2023", "2024+"; Kineto "2021"
+    # (Operator/Runtime/Kernel, us), "2022", "2022+", "2023" (ac2g flows), "2024+" (ns decimals)
+    export_schema: str = "unknown"
+    # the process's place in a multi-process job (torch.distributed rank and world size, from Kineto's
+    # distributedInfo), None when the trace does not say; a multi-GPU job analysis groups rank traces
+    rank: int | None = None
+    world_size: int | None = None
+    # capabilities the trace lacks -> why (see analyzer.loading.capabilities); rules that need one of
+    # them are reported "not available in this trace" instead of run
+    unavailable: Mapping[str, str] = field(default_factory=dict, hash=False, compare=False)
 
 
 @dataclass

@@ -33,9 +33,14 @@ import pandas as pd
 
 from analyzer.errors import InputError
 from analyzer.loading import attribution as attr
+from analyzer.loading.capabilities import missing_capabilities
+from analyzer.loading.common import CC_LIMITS, DEFAULT_SMEM_PER_BLOCK, strip_api_suffix  # noqa: F401 (re-exported)
+from analyzer.loading.common import by_start as _by_start
+from analyzer.loading.common import contract_frame as _frame
+from analyzer.loading.common import fill_cc_limits as _fill_cc_limits
+from analyzer.loading.common import text_as_object as _text_as_object
 from analyzer.loading.model import (
     API_COLUMNS,
-    COMPACT_INT_COLUMNS,
     GPU_COLUMNS,
     KERNEL_COLUMNS,
     MEMCPY_COLUMNS,
@@ -48,7 +53,7 @@ from analyzer.loading.model import (
     TraceInfo,
     empty_frame,
 )
-from analyzer.loading.columns import TextCodes, narrow_int
+from analyzer.loading.columns import TextCodes
 from analyzer.loading.sqlite_reader import SqliteReader, release_free_memory
 
 Progress = Callable[[str], None]
@@ -95,25 +100,6 @@ SYNC_TYPE_NAMES = {
     4: "CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_CONTEXT_SYNCHRONIZE",
 }
 
-# Per-SM limits by compute capability, for exports that lack them (2020.3 lacks opt-in smem and
-# threads/SM; 2022.4 exports of old reports lack everything but the name).
-# Source: CUDA C++ Programming Guide, "Compute Capabilities" / "Technical Specifications per Compute
-# Capability" table (CUDA 12.x/13.x). smem values in bytes; optin = max dynamic smem per block.
-#   cc: (threads/SM, regs/SM, smem/SM, smem/block opt-in, blocks/SM)
-CC_LIMITS: dict[tuple[int, int], tuple[int, int, int, int, int]] = {
-    (7, 0): (2048, 65536, 96 * 1024, 96 * 1024, 32),
-    (7, 2): (2048, 65536, 96 * 1024, 96 * 1024, 32),
-    (7, 5): (1024, 65536, 64 * 1024, 64 * 1024, 16),
-    (8, 0): (2048, 65536, 164 * 1024, 163 * 1024, 32),
-    (8, 6): (1536, 65536, 100 * 1024, 99 * 1024, 16),
-    (8, 7): (2048, 65536, 164 * 1024, 163 * 1024, 16),
-    (8, 9): (1536, 65536, 100 * 1024, 99 * 1024, 24),
-    (9, 0): (2048, 65536, 228 * 1024, 227 * 1024, 32),
-    (10, 0): (2048, 65536, 228 * 1024, 227 * 1024, 32),
-    (12, 0): (1536, 65536, 100 * 1024, 99 * 1024, 32),
-}
-DEFAULT_SMEM_PER_BLOCK = 48 * 1024
-
 # what the loader fetches: output name -> column (absent columns read as -1)
 _OP_FETCH = {"start": "start", "end": "end", "device": "deviceId", "context": "contextId",
              "stream": "streamId", "correlation_id": "correlationId", "global_pid": "globalPid"}
@@ -137,14 +123,6 @@ NARROW_FETCH = frozenset({
     "graph_node_id", "copy_kind", "src_kind", "dst_kind", "mem_kind", "sync_type", "return_value",
     "event_class", "event_type", "text_id", "domain_id"})
 NVTX_WANTED = f"eventType IN ({NVTX_MARK}, {NVTX_PUSHPOP}, {NVTX_STARTEND}, {NVTX_DOMAIN_CREATE})"
-
-_API_SUFFIX = re.compile(r"(?:_v\d+|_ptsz|_ptds|_spt)+$")
-
-
-def strip_api_suffix(name: str) -> str:
-    """``cudaLaunchKernel_v7000`` -> ``cudaLaunchKernel``; ``cudaMemcpyAsync_ptsz_v7000`` -> ``cudaMemcpyAsync``."""
-    return _API_SUFFIX.sub("", name)
-
 
 # ----------------------------------------------------------------------------------------------------
 # schema
@@ -343,50 +321,6 @@ def _tid(global_tid: np.ndarray) -> np.ndarray:
     return np.where(global_tid >= 0, global_tid & 0xFFFFFF, -1)
 
 
-def _frame(columns: tuple[str, ...], data: Mapping[str, Any], *, compact: bool = False) -> pd.DataFrame:
-    """A contract frame from arrays (missing contract columns are an error in the loader). ``compact``:
-    text as categorical, id-like integers in 32 bits where they fit (the big frames; see model.py)."""
-    if not data or len(next(iter(data.values()))) == 0:
-        return empty_frame(columns)
-    if not compact:
-        return pd.DataFrame({c: _column(data[c]) for c in columns}, copy=False)
-    out: dict[str, Any] = {}
-    for c in columns:
-        v = data[c]
-        if isinstance(v, TextCodes):
-            out[c] = v.categorical()
-        elif isinstance(v, np.ndarray) and v.dtype == object:
-            out[c] = TextCodes.of(v).categorical()
-        elif c in COMPACT_INT_COLUMNS:
-            out[c] = narrow_int(v)
-        else:
-            out[c] = v
-    return pd.DataFrame(out, copy=False)
-
-
-def _by_start(frame: pd.DataFrame) -> pd.DataFrame:
-    """Rows ordered by start (stable); no copy when the export already is (the usual case)."""
-    start = frame["start"].to_numpy()
-    if len(start) < 2 or (start[1:] >= start[:-1]).all():
-        return frame
-    return frame.take(np.argsort(start, kind="stable")).reset_index(drop=True)
-
-
-def _column(values: np.ndarray) -> np.ndarray | pd.Series:
-    """Text stays ``object`` (as in :func:`empty_frame`): rows share the Python string of their id, where
-    pandas' default string inference would copy every row's text into a new buffer."""
-    if values.dtype == object:
-        return pd.Series(values, dtype=object, copy=False)
-    return values
-
-
-def _text_as_object(frame: pd.DataFrame) -> pd.DataFrame:
-    for c in frame.columns:
-        if frame[c].dtype != object and not pd.api.types.is_numeric_dtype(frame[c].dtype):
-            frame[c] = frame[c].astype(object)
-    return frame
-
-
 class _Loader:
     def __init__(self, path: Path, progress: Progress | None, source_format: str,
                  display_path: Path | None) -> None:
@@ -477,10 +411,10 @@ class _Loader:
             "pid": api["pid"], "tid": api["tid"], "correlation_id": api["correlation_id"],
             "return_value": api["return_value"],
         }
-        api_frame_data.update(self._nvtx_columns(api_thread_nvtx))
+        api_frame_data.update(attr.range_columns(self._nvtx_text, self._nvtx_path, api_thread_nvtx))
 
         self.say("joining GPU work to launching API calls")
-        launch = _Launches(api, api_name, api_thread_nvtx, timeline, nvtx)
+        launch = attr.Launches(api, api_name, api_thread_nvtx, timeline, nvtx)
         kernels = self._gpu_frame(KERNEL_COLUMNS, k, launch, {
             "short_name": strings.codes(k["short_id"]),
             # the demangled name, else the short name (exports without demangled names)
@@ -514,6 +448,8 @@ class _Loader:
             duration_ns=int(duration),
             hostname=schema.hostname or schema.metadata.get("EXPORT_HOST") or None,
             export_schema=schema.generation,
+            unavailable=missing_capabilities(kernels=kernels, memcpy=memcpy, memset=memset, api=api_frame,
+                                             gpus=gpus),
         )
         extras: dict[str, Any] = {"metadata": dict(schema.metadata)}
         if self.path != self.display_path:
@@ -635,39 +571,18 @@ class _Loader:
         timeline = attr.NvtxTimeline(gtid, pid, start, end, depth, parent, crossed)
         return frame, timeline
 
-    def _nvtx_columns(self, ids: np.ndarray) -> dict[str, Any]:
-        """nvtx_id / nvtx_range / nvtx_path for rows whose innermost range is ``ids`` (-1: none), the
-        texts as codes into the ranges' distinct texts and paths (one gather, no string touched)."""
-        return {"nvtx_id": ids, "nvtx_range": self._nvtx_text.take(ids), "nvtx_path": self._nvtx_path.take(ids)}
-
     # -- GPU operations ---------------------------------------------------------------------------------
-    def _gpu_frame(self, columns: tuple[str, ...], d: dict[str, np.ndarray], launch: _Launches,
+    def _gpu_frame(self, columns: tuple[str, ...], d: dict[str, np.ndarray], launch: attr.Launches,
                    extra: dict[str, Any]) -> pd.DataFrame:
-        n = len(d["start"])
-        if n == 0:
+        if len(d["start"]) == 0:
             return empty_frame(columns)
-        op_pid = _pid(d["global_pid"])
-        idx = launch.index.lookup(op_pid, d["correlation_id"])
-        thread_id = launch.thread_nvtx[idx]  # idx -1 reads the trailing "none" entry of each table
-        proc_id = launch.process_nvtx()[idx]
-        proc_id[thread_id >= 0] = attr.NONE
-        nvtx_id = np.where(thread_id >= 0, thread_id, proc_id)
-        how = np.zeros(n, dtype=np.int8)
-        how[proc_id >= 0] = 1
-        how[thread_id >= 0] = 2
         data: dict[str, Any] = dict(d)
         data.update(extra)
-        data.update({
-            "api_name": launch.name.take(idx),
-            "api_start": launch.start[idx],
-            "pid": np.where(idx >= 0, launch.pid[idx], op_pid),
-            "tid": launch.tid[idx],
-            "attribution": TextCodes(how, np.array(["none", "process", "thread"], dtype=object)),
-        })
-        data.update(self._nvtx_columns(nvtx_id))
+        data.update(attr.launch_columns(launch, _pid(d["global_pid"]), d["correlation_id"], self._nvtx_text,
+                                        self._nvtx_path))
         return _frame(columns, data, compact=True).pipe(_by_start)
 
-    def _sync_frame(self, d: dict[str, np.ndarray], launch: _Launches) -> pd.DataFrame:
+    def _sync_frame(self, d: dict[str, np.ndarray], launch: attr.Launches) -> pd.DataFrame:
         if len(d["start"]) == 0:
             return empty_frame(SYNC_COLUMNS)
         names = _enum(self.r, "ENUM_CUPTI_SYNC_TYPE", SYNC_TYPE_NAMES)
@@ -795,49 +710,6 @@ class _Loader:
             processes = main[["pid", "name"]].reset_index(drop=True)
         processes = processes.drop_duplicates("pid", keep="first").sort_values("pid", ignore_index=True)
         return _text_as_object(processes), _text_as_object(threads)
-
-
-class _Launches:
-    """The API calls as a join target: the correlation index plus per-call columns, each with one
-    trailing "unknown" entry so that a failed join (row index -1) gathers the default without masks."""
-
-    def __init__(self, api: dict[str, np.ndarray], name: TextCodes, thread_nvtx: np.ndarray,
-                 timeline: attr.NvtxTimeline, nvtx: pd.DataFrame) -> None:
-        self.index = attr.CorrelationIndex(api["pid"], api["correlation_id"], api["is_driver"])
-        self.name = name
-        self.start = np.append(api["start"], -1)
-        self.pid = np.append(api["pid"], -1)
-        self.tid = np.append(api["tid"], -1)
-        self.thread_nvtx = np.append(thread_nvtx, attr.NONE)
-        self.nvtx = nvtx
-        self._timeline = timeline
-        self._process: np.ndarray | None = None
-
-    def process_nvtx(self) -> np.ndarray:
-        """Process-fallback range per call (computed once, only for calls with no range on their thread)."""
-        if self._process is None:
-            out = np.full(len(self.thread_nvtx), attr.NONE, dtype=np.int64)
-            need = np.flatnonzero(self.thread_nvtx[:-1] < 0)
-            if len(need):
-                out[need] = self._timeline.process_at(self.pid[need], self.start[need])
-            self._process = out
-        return self._process
-
-
-def _fill_cc_limits(rec: dict[str, Any]) -> None:
-    """Fill per-SM limits that the export lacks from the compute-capability table."""
-    cc = (int(rec["compute_major"] or 0), int(rec["compute_minor"] or 0))
-    limits = CC_LIMITS.get(cc)
-    if limits is None:
-        return
-    threads_sm, regs_sm, smem_sm, smem_optin, blocks_sm = limits
-    for key, value in (("max_threads_per_sm", threads_sm), ("max_registers_per_sm", regs_sm),
-                       ("max_shared_per_sm", smem_sm), ("max_shared_per_block_optin", smem_optin),
-                       ("max_blocks_per_sm", blocks_sm), ("max_shared_per_block", DEFAULT_SMEM_PER_BLOCK),
-                       ("max_threads_per_block", 1024), ("max_registers_per_block", 65536),
-                       ("threads_per_warp", 32)):
-        if not rec.get(key):
-            rec[key] = value
 
 
 def load_nsys_sqlite(path: Path, *, progress: Progress | None = None, source_format: str = "nsys-sqlite",

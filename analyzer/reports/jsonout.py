@@ -44,6 +44,10 @@ def _header(h: Header) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         "rules_file": h.rules_file,
         "parameters": dict(h.parameters),
     }
+    if h.rank is not None:
+        info["rank"] = h.rank
+    if h.world_size is not None:
+        info["world_size"] = h.world_size
     window = {
         "start_ns": h.window_start_ns,
         "end_ns": h.window_end_ns,
@@ -105,7 +109,7 @@ def _section(s: TraceSection) -> dict[str, Any]:
                 "peak_bandwidth": _py(s.roofline.peak_bandwidth),
                 "ridge_intensity": _py(s.roofline.ridge),
             }
-    return {
+    out = {
         "info": info,
         "window": window,
         "summary": summary,
@@ -115,6 +119,10 @@ def _section(s: TraceSection) -> dict[str, Any]:
         "notes": list(s.notes),
         "baseline": s.baseline,
     }
+    if s.not_checked:  # rules not run: the trace lacks data they need
+        out["not_checked"] = [{"id": n.id, "rule": n.rule, "title": n.title, "severity": n.severity,
+                               "reason": n.reason} for n in s.not_checked]
+    return out
 
 
 def report_dict(report: ReportView) -> dict[str, Any]:

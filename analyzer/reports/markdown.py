@@ -141,6 +141,7 @@ def _section(s: TraceSection, level: _Level, multi: bool) -> list[str]:
     lines = [f"## {md_text(h.trace_name, 200)}" if multi else f"**Trace:** {md_text(h.trace_name, 200)}", ""]
     facts = [
         f"GPU: {md_text(h.gpus, 200)}",
+        *([f"rank {h.rank}" + (f" of {h.world_size}" if h.world_size else "")] if h.rank is not None else []),
         (f"window: {fmt_time(h.window_start_ns)} – {fmt_time(h.window_end_ns)} ({md_text(h.window_source)}: "
         f"{md_text(h.window_description, 300)})"),
         f"analyzed: {fmt_duration(h.analyzed_ns)}",
@@ -153,7 +154,8 @@ def _section(s: TraceSection, level: _Level, multi: bool) -> list[str]:
     if s.notes:
         lines += ["> " + md_text(n, 300) for n in s.notes] + [""]
     if not s.findings:
-        lines += ["No findings: every rule passed on this window." if h.rules_file
+        every = "every rule that could be checked" if s.not_checked else "every rule"
+        lines += [f"No findings: {every} passed on this window." if h.rules_file
                   else "No findings (no rule pack was run).", ""]
     else:
         lines += [
@@ -181,6 +183,11 @@ def _section(s: TraceSection, level: _Level, multi: bool) -> list[str]:
         if level.details < len(s.findings):
             lines += [(f"_Details of {plural(len(s.findings) - level.details, 'finding')} left out to fit the "
                       "comment; see the HTML or JSON report._"), ""]
+    if s.not_checked:
+        lines += [f"**Not available in this trace** ({plural(len(s.not_checked), 'rule')} not run: the trace "
+                  "lacks data they need):", ""]
+        lines += [f"- {md_text(n.id)} {md_text(n.rule, 60)}: {md_text(n.reason, 300)}" for n in s.not_checked]
+        lines.append("")
     if level.overview_rows:
         if s.categories and s.category_table:
             lines += ["<details>", "<summary>GPU time by kernel category</summary>", ""]

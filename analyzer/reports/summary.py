@@ -18,7 +18,10 @@ def summary_text(report: ReportView, *, max_findings: int = 20, width: int | Non
     for section in report.traces:
         h = section.header
         busy = fmt_share(h.gpu_busy_share) if h.gpu_busy_share is not None else "n/a"
-        lines.append(f"{h.trace_name}  [{h.gpus}]")
+        rank = ""
+        if h.rank is not None:
+            rank = f"  rank {h.rank}" + (f" of {h.world_size}" if h.world_size else "")
+        lines.append(f"{h.trace_name}  [{h.gpus}]{rank}")
         lines.append(
             f"  window: {h.window_description} ({fmt_ms(h.analyzed_ns)}); GPU busy {busy}"
             + (f"; setup before it {fmt_ms(h.setup_ns)}" if h.setup_ns else "")
@@ -36,6 +39,9 @@ def summary_text(report: ReportView, *, max_findings: int = 20, width: int | Non
             lines.append(f"  ... {hidden} more finding(s) in the report")
         if not section.findings:
             lines.append("  no findings")
+        if section.not_checked:
+            names = ", ".join(f"{n.id} {n.rule}" for n in section.not_checked)
+            lines.append(truncate(f"  not available in this trace (not run): {names}", width))
         lines.append("")
     return "\n".join(lines)
 

@@ -276,6 +276,19 @@ class Header:
     parameters: tuple[tuple[str, str], ...]
     accepted: int = 0  # findings accepted (not counted); they are not in ``problems``
     accepted_file: str = ""
+    rank: int | None = None  # torch.distributed rank of the traced process, when the trace says
+    world_size: int | None = None
+
+
+@dataclass(frozen=True)
+class NotCheckedView:
+    """A rule not run on this trace: the trace lacks data it needs."""
+
+    id: str
+    rule: str
+    title: str
+    severity: str
+    reason: str  # why the trace lacks the data, e.g. "no copy says whether its host memory is ..."
 
 
 @dataclass(frozen=True)
@@ -307,6 +320,7 @@ class TraceSection:
     roofline: RooflineChart | None = None
     notes: tuple[str, ...] = ()  # sections omitted and why
     baseline: dict[str, Any] | None = field(default=None, compare=False, repr=False)  # what a diff reads (JSON)
+    not_checked: tuple[NotCheckedView, ...] = ()  # rules not run: the trace lacks data they need
 
 
 @dataclass(frozen=True)
@@ -976,6 +990,8 @@ def _section(analysis: Analysis, index: int, multi: bool, limits: Limits) -> Tra
         parameters=_flat_parameters(analysis.parameters),
         accepted=sum(1 for f in analysis.findings if not f.counts),
         accepted_file=next((f.acceptance.file for f in analysis.findings if f.acceptance is not None), ""),
+        rank=getattr(info, "rank", None),
+        world_size=getattr(info, "world_size", None),
     )
     parts: dict[str, Any] = {}
 
@@ -1021,6 +1037,8 @@ def _section(analysis: Analysis, index: int, multi: bool, limits: Limits) -> Tra
         findings=findings,
         findings_total=len(analysis.findings),
         notes=tuple(notes),
+        not_checked=tuple(NotCheckedView(n.id, n.rule, n.title, str(n.severity), n.reason)
+                          for n in getattr(analysis, "not_checked", ())),
         **parts,
     )
 

@@ -78,6 +78,12 @@ def explain(name_or_id: str, rules_files: tuple[str, ...]) -> None:
         if text.strip():
             click.echo(f"\n{heading}\n  " + text.strip().replace("\n", "\n  "))
     click.echo(f"\nCondition\n  {rule.condition.source.strip()}")
+    if rule.needs:
+        from analyzer.loading.capabilities import CAPABILITIES
+
+        click.echo("\nNeeds from the trace (without it: reported as not available in this trace)")
+        for cap in rule.needs:
+            click.echo(f"  {cap}: {CAPABILITIES.get(cap, cap)}")
     if rule.parameters:
         click.echo("\nParameters (change with --set " + rule.name + ".PARAM=VALUE)")
         for p in rule.parameters:

@@ -61,6 +61,7 @@ def _rule_section(rule: Rule) -> list[str]:
             f"**reads** {', '.join(f'`{f}`' for f in rule.requires)}"
         ),
         "",
+        *_needs(rule),
         "### What it detects",
         "",
         rule.what.strip(),
@@ -105,6 +106,17 @@ def _rule_section(rule: Rule) -> list[str]:
             out.append(f"- `{case.trace}`: {verb}{extra}{note}")
         out.append("")
     return out
+
+
+def _needs(rule: Rule) -> list[str]:
+    """A line naming the trace data the rule needs (it is reported "not available" without it)."""
+    if not rule.needs:
+        return []
+    from analyzer.loading.capabilities import CAPABILITIES
+
+    what = "; ".join(f"{CAPABILITIES.get(c, c)} (`{c}`)" for c in rule.needs)
+    return [f"**Needs from the trace** {what}. On a trace without it the rule is not run and the report "
+            "says it is not available in this trace.", ""]
 
 
 def main(argv: list[str] | None = None) -> int:

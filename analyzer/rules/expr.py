@@ -152,6 +152,7 @@ class Expr:
     names: frozenset[str] = frozenset()
     facts: frozenset[str] = frozenset()
     regex_params: frozenset[str] = frozenset()  # text parameters used as matches() patterns
+    fact_columns: frozenset[tuple[str, str]] = frozenset()  # (fact, column) read by fact_*() calls
 
 
 def rewrite_units(source: str) -> str:
@@ -212,7 +213,7 @@ def compile_expr(source: object, level: str, names: Names) -> Expr:
     checker.check(tree.body, row=level == "row", in_aggregate=False, depth=0)
     return Expr(source=source, text=text, tree=tree, level=level,
                 names=frozenset(checker.used), facts=frozenset(checker.facts),
-                regex_params=frozenset(checker.regex_params))
+                regex_params=frozenset(checker.regex_params), fact_columns=frozenset(checker.fact_columns))
 
 
 class _Checker:
@@ -221,6 +222,7 @@ class _Checker:
         self.used: set[str] = set()
         self.facts: set[str] = set()
         self.regex_params: set[str] = set()
+        self.fact_columns: set[tuple[str, str]] = set()
 
     def check(self, node: ast.AST, *, row: bool, in_aggregate: bool, depth: int) -> None:
         if depth > MAX_DEPTH:
@@ -323,6 +325,7 @@ class _Checker:
                 if column not in self.names.facts[fact_name]:
                     raise ExprError(f'fact "{fact_name}" has no column "{column}"',
                                     _did_you_mean(column, self.names.facts[fact_name]))
+                self.fact_columns.add((fact_name, column))
             self.facts.add(fact_name)
             return
         known = set(AGGREGATES) | set(_ELEMENTWISE) | set(TEXT_FUNCTIONS) | set(FACT_FUNCTIONS)

@@ -48,7 +48,7 @@ VERSION = 1
 DEFAULT_PACK = Path(__file__).parent / "packs" / "default.yaml"
 REQUIRED = ("id", "name", "title", "severity", "source", "condition", "message", "what", "why", "fix")
 OPTIONAL = ("category", "scope", "group_by", "parameters", "where", "let", "impact", "evidence",
-            "references", "explains", "tests", "calibration")
+            "references", "explains", "tests", "calibration", "needs")
 TOP_KEYS = ("version", "extends", "rules", "disable", "enable", "override")
 OVERRIDE_KEYS = ("severity", "parameters")
 PARAM_KEYS = ("default", "unit", "doc", "min", "max")
@@ -461,13 +461,20 @@ class _Loader:
                              data.line_of("references"), rid)
         explains = self.string_list(data, "explains", file, rid)
         calibration = self.text(data, "calibration", where, file, rid, required=False) or ""
+        declared_needs = self.capabilities(data, file, rid)
         tests = self.tests(data, file, rid)
         regex_params = {p for _, e in [("", where_expr), *lets, ("", condition), ("", impact)] if e
                         for p in e.regex_params}
         params = [self.check_regex_param(p, file, data, rid) if p.name in regex_params else p for p in params]
         if len(self.problems) > before or condition is None:
             return None
-        read = {n for e in (where_expr, condition, impact, *(e for _, e in lets)) if e for n in e.names}
+        exprs = [e for e in (where_expr, condition, impact, *(e for _, e in lets)) if e]
+        read = {n for e in exprs for n in e.names}
+        needs = set(declared_needs) | spec.needs_for(read & columns)  # evidence columns need nothing
+        for e in exprs:
+            for fact_name in e.facts:
+                other = self.facts[fact_name]
+                needs |= other.needs_for(c for f, c in e.fact_columns if f == fact_name)
         read |= {*key_columns, *evidence.columns, *(c for c, _ in evidence.sort)}
         return Rule(
             id=fields["id"], name=fields["name"], title=fields["title"], category=category,
@@ -476,7 +483,7 @@ class _Loader:
             impact=impact, evidence=evidence, message=fields["message"], what=fields["what"],
             why=fields["why"], fix=fields["fix"], calibration=calibration, references=tuple(references),
             explains=tuple(explains), tests=tuple(tests), file=file, line=data.line,
-            columns=tuple(sorted(read & columns)), template=template,
+            columns=tuple(sorted(read & columns)), template=template, needs=tuple(sorted(needs)),
         )
 
     def identifier(self, name: Any, where: str, taken: frozenset[str], file: str, line: int,
@@ -587,6 +594,17 @@ class _Loader:
                          raw.line_of("limit"), rid)
             limit = 10
         return Evidence(columns=tuple(cols), sort=tuple(sort), limit=limit)
+
+    def capabilities(self, data: LineDict, file: str, rid: str | None) -> list[str]:
+        """The rule's ``needs:`` list: trace capabilities it needs beyond those its facts declare."""
+        from analyzer.loading.capabilities import CAPABILITIES
+
+        names = self.string_list(data, "needs", file, rid)
+        for name in names:
+            if name not in CAPABILITIES:
+                self.problem(f'unknown capability "{name}" in {rid}.needs', file, data.line_of("needs"), rid,
+                             did_you_mean(name, CAPABILITIES) or f"capabilities: {', '.join(CAPABILITIES)}")
+        return names
 
     def string_list(self, data: LineDict, key: str, file: str, rid: str | None) -> list[str]:
         raw = data.get(key, [])

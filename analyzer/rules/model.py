@@ -140,6 +140,14 @@ class Rule:
     line: int = 0
     columns: tuple[str, ...] = ()  # source columns the rule reads (checked on the real frame)
     template: jinja2.Template | None = field(default=None, compare=False, repr=False)
+    # trace capabilities (analyzer.loading.capabilities.CAPABILITIES) the rule needs: those its `needs:`
+    # lists plus those the facts and columns its expressions read declare; on a trace lacking one the
+    # rule is not run and the report says it is not available in this trace
+    needs: tuple[str, ...] = ()
+
+    def missing(self, unavailable: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+        """(capability, why the trace lacks it) for each capability this rule needs that is unavailable."""
+        return tuple((c, unavailable[c]) for c in self.needs if c in unavailable)
 
     @property
     def expressions(self) -> list[tuple[str, Expr]]:

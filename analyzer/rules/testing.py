@@ -87,10 +87,15 @@ def run_rule_tests(pack: RulePack, names: Iterable[str] = (), analyze: Analyze |
                 result = run(trace, subset, sets, window, ncu) if ncu else run(trace, subset, sets, window)  # type: ignore[call-arg]
                 findings: Any = result.findings if hasattr(result, "findings") else result
                 fired = {f.rule for f in findings}
+                unchecked = {n.rule: n.reason for n in getattr(result, "not_checked", ())}
             except (AnalyzerError, OSError, lzma.LZMAError) as err:
                 results += [CaseResult(r.name, r.id, c.trace, c.expect, "error", str(err)) for r, c in cases]
                 continue
             for rule, case in cases:
+                if rule.name in unchecked:
+                    results.append(CaseResult(rule.name, rule.id, case.trace, case.expect, "fail",
+                                              f"not available in this trace: {unchecked[rule.name]}"))
+                    continue
                 did = "fire" if rule.name in fired else "silent"
                 outcome = "pass" if did == case.expect else "fail"
                 detail = "" if outcome == "pass" else f"expected {case.expect}, rule was {did}"

@@ -111,7 +111,7 @@ def test_bad_inputs_are_one_line_errors(reports: dict[str, Path], tmp_path: Path
     assert "no such file" in _one_line_error(*run(["diff", good, tmp_path / "nope.json"], capsys)[::2])
     text = tmp_path / "notes.txt"
     text.write_text("hello")
-    assert "not an Nsight Systems trace" in _one_line_error(*run(["diff", text, good], capsys)[::2])
+    assert "not a trace this analyzer reads" in _one_line_error(*run(["diff", text, good], capsys)[::2])
     bad_pct = _one_line_error(*run(["diff", good, good, "--fail-on-regression", "lots"], capsys)[::2])
     assert "not a percentage" in bad_pct
 

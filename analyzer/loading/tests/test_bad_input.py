@@ -43,7 +43,7 @@ def test_random_bytes(tmp_path):
     p = tmp_path / "random.sqlite"
     p.write_bytes(os.urandom(4096))
     err = _error(p)
-    assert "not an Nsight Systems trace" in str(err)
+    assert "not a trace this analyzer reads" in str(err)
     assert "nsys export --type sqlite" in str(err)
 
 

@@ -1,0 +1,72 @@
+"""What a trace records, so that a rule which needs something the trace lacks says so instead of
+silently passing.
+
+Every loader fills the same model, but not every file carries every field: torch.profiler on ROCm
+names copies ``Host -> Device`` (pageable or pinned unknown), a trace without CUDA API tracing has no
+synchronization calls to count, a trace without device properties has no SM count. A *capability* is
+one such kind of data, named here once. A loader lists the capabilities its file lacks, with the
+reason, in :attr:`TraceInfo.unavailable <analyzer.loading.model.TraceInfo.unavailable>`
+(:func:`missing_capabilities` derives them from the loaded frames, so every loader judges alike); facts
+declare which capabilities their columns need and rules may add their own (``needs:``). A rule whose
+needs the trace lacks is reported as *not available in this trace*, with the reason, and not run.
+
+A capability is missing only when the data it describes is absent from every row that should carry
+it (no copy says whether its host memory is pinned); a trace with no copies at all lacks nothing: a
+rule about copies is then rightly silent.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+#: capability -> what it is (shown in reports and ``analyze rules explain``)
+CAPABILITIES: dict[str, str] = {
+    "api_calls": "the CUDA runtime/driver API calls (synchronization, allocation, copy and launch calls)",
+    "launch_correlation": "which API call launched each GPU operation (correlation ids)",
+    "memcpy_memory_kind": "whether each copy's host memory is pageable or pinned",
+    "kernel_resources": "registers per thread and shared memory per block of each kernel",
+    "kernel_launch_config": "grid and block dimensions of each kernel",
+    "gpu_properties": "the GPU's SM count and per-SM limits",
+}
+
+_HOST_SIDE = {"H2D": "src_kind", "D2H": "dst_kind", "H2H": "src_kind"}
+
+
+def missing_capabilities(*, kernels: pd.DataFrame, memcpy: pd.DataFrame, memset: pd.DataFrame,
+                         api: pd.DataFrame, gpus: pd.DataFrame) -> dict[str, str]:
+    """Capabilities (see :data:`CAPABILITIES`) the loaded frames lack, each with a one-line reason."""
+    out: dict[str, str] = {}
+    ops = len(kernels) + len(memcpy) + len(memset)
+    if ops and api.empty:
+        out["api_calls"] = "the trace records no CUDA runtime or driver API calls"
+    elif ops:
+        joined = sum(int((f["api_name"].to_numpy(dtype=object) != "").sum())
+                     for f in (kernels, memcpy, memset) if len(f) and "api_name" in f.columns)
+        if joined == 0:
+            out["launch_correlation"] = ("no GPU operation could be joined to the API call that launched it "
+                                         "(the trace has no correlation ids or launch flows)")
+    if len(memcpy) and "direction" in memcpy.columns:
+        direction = memcpy["direction"].to_numpy(dtype=object)
+        host_rows = 0
+        known = 0
+        for d, col in _HOST_SIDE.items():
+            rows = direction == d
+            if rows.any() and col in memcpy.columns:
+                host_rows += int(rows.sum())
+                known += int((memcpy[col].to_numpy(dtype=object)[rows] != "unknown").sum())
+        if host_rows and not known:
+            out["memcpy_memory_kind"] = "no copy says whether its host memory is pageable or pinned"
+    if len(kernels):
+        if "registers_per_thread" in kernels.columns and not (kernels["registers_per_thread"].to_numpy() > 0).any():
+            out["kernel_resources"] = "the kernels carry no registers-per-thread or shared-memory figures"
+        if "block_x" in kernels.columns and not (kernels["block_x"].to_numpy() > 0).any():
+            out["kernel_launch_config"] = "the kernels carry no grid or block dimensions"
+        used = set(np.unique(kernels["device"].to_numpy(dtype=np.int64)).tolist()) if "device" in kernels else set()
+        described = set()
+        if len(gpus) and {"device", "sm_count"} <= set(gpus.columns):
+            described = set(gpus.loc[gpus["sm_count"].to_numpy() > 0, "device"].astype(int).tolist())
+        lacking = sorted(used - described)
+        if lacking:
+            which = ", ".join(str(d) for d in lacking[:8])
+            out["gpu_properties"] = f"the trace has no SM count or per-SM limits for GPU {which}"
+    return out

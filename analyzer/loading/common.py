@@ -1,0 +1,107 @@
+"""Helpers every loader shares: contract frames from arrays, API-name normalization and the
+per-compute-capability GPU limits that exports leave out.
+
+Each loader (:mod:`~analyzer.loading.nsys_sqlite`, :mod:`~analyzer.loading.kineto`) fills the same
+:class:`~analyzer.loading.model.Trace`; what they have in common lives here once.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analyzer.loading.columns import TextCodes, narrow_int
+from analyzer.loading.model import COMPACT_INT_COLUMNS, empty_frame
+
+# Per-SM limits by compute capability, for exports that lack them (2020.3 lacks opt-in smem and
+# threads/SM; 2022.4 exports of old reports lack everything but the name; torch.profiler's
+# deviceProperties have no blocks/SM).
+# Source: CUDA C++ Programming Guide, "Compute Capabilities" / "Technical Specifications per Compute
+# Capability" table (CUDA 12.x/13.x). smem values in bytes; optin = max dynamic smem per block.
+#   cc: (threads/SM, regs/SM, smem/SM, smem/block opt-in, blocks/SM)
+CC_LIMITS: dict[tuple[int, int], tuple[int, int, int, int, int]] = {
+    (7, 0): (2048, 65536, 96 * 1024, 96 * 1024, 32),
+    (7, 2): (2048, 65536, 96 * 1024, 96 * 1024, 32),
+    (7, 5): (1024, 65536, 64 * 1024, 64 * 1024, 16),
+    (8, 0): (2048, 65536, 164 * 1024, 163 * 1024, 32),
+    (8, 6): (1536, 65536, 100 * 1024, 99 * 1024, 16),
+    (8, 7): (2048, 65536, 164 * 1024, 163 * 1024, 16),
+    (8, 9): (1536, 65536, 100 * 1024, 99 * 1024, 24),
+    (9, 0): (2048, 65536, 228 * 1024, 227 * 1024, 32),
+    (10, 0): (2048, 65536, 228 * 1024, 227 * 1024, 32),
+    (12, 0): (1536, 65536, 100 * 1024, 99 * 1024, 32),
+}
+DEFAULT_SMEM_PER_BLOCK = 48 * 1024
+
+_API_SUFFIX = re.compile(r"(?:_v\d+|_ptsz|_ptds|_spt)+$")
+
+
+def strip_api_suffix(name: str) -> str:
+    """``cudaLaunchKernel_v7000`` -> ``cudaLaunchKernel``; ``cudaMemcpyAsync_ptsz_v7000`` -> ``cudaMemcpyAsync``."""
+    return _API_SUFFIX.sub("", name)
+
+
+def contract_frame(columns: tuple[str, ...], data: Mapping[str, Any], *, compact: bool = False) -> pd.DataFrame:
+    """A contract frame from arrays (missing contract columns are an error in the loader). ``compact``:
+    text as categorical, id-like integers in 32 bits where they fit (the big frames; see model.py).
+    Text may come as :class:`~analyzer.loading.columns.TextCodes` or as an ``object`` array."""
+    if not data or len(next(iter(data.values()))) == 0:
+        return empty_frame(columns)
+    if not compact:
+        return pd.DataFrame({c: _column(data[c]) for c in columns}, copy=False)
+    out: dict[str, Any] = {}
+    for c in columns:
+        v = data[c]
+        if isinstance(v, TextCodes):
+            out[c] = v.categorical()
+        elif isinstance(v, np.ndarray) and v.dtype == object:
+            out[c] = TextCodes.of(v).categorical()
+        elif c in COMPACT_INT_COLUMNS:
+            out[c] = narrow_int(v)
+        else:
+            out[c] = v
+    return pd.DataFrame(out, copy=False)
+
+
+def by_start(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows ordered by start (stable); no copy when the export already is (the usual case)."""
+    start = frame["start"].to_numpy()
+    if len(start) < 2 or (start[1:] >= start[:-1]).all():
+        return frame
+    return frame.take(np.argsort(start, kind="stable")).reset_index(drop=True)
+
+
+def _column(values: Any) -> np.ndarray | pd.Series:
+    """Text stays ``object`` (as in :func:`empty_frame`): rows share the Python string of their id, where
+    pandas' default string inference would copy every row's text into a new buffer."""
+    if isinstance(values, TextCodes):
+        values = np.append(values.labels, "").astype(object)[values.codes]
+    if values.dtype == object:
+        return pd.Series(values, dtype=object, copy=False)
+    return values
+
+
+def text_as_object(frame: pd.DataFrame) -> pd.DataFrame:
+    for c in frame.columns:
+        if frame[c].dtype != object and not pd.api.types.is_numeric_dtype(frame[c].dtype):
+            frame[c] = frame[c].astype(object)
+    return frame
+
+
+def fill_cc_limits(rec: dict[str, Any]) -> None:
+    """Fill per-SM limits that the export lacks from the compute-capability table."""
+    cc = (int(rec["compute_major"] or 0), int(rec["compute_minor"] or 0))
+    limits = CC_LIMITS.get(cc)
+    if limits is None:
+        return
+    threads_sm, regs_sm, smem_sm, smem_optin, blocks_sm = limits
+    for key, value in (("max_threads_per_sm", threads_sm), ("max_registers_per_sm", regs_sm),
+                       ("max_shared_per_sm", smem_sm), ("max_shared_per_block_optin", smem_optin),
+                       ("max_blocks_per_sm", blocks_sm), ("max_shared_per_block", DEFAULT_SMEM_PER_BLOCK),
+                       ("max_threads_per_block", 1024), ("max_registers_per_block", 65536),
+                       ("threads_per_warp", 32)):
+        if not rec.get(key):
+            rec[key] = value

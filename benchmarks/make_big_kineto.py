@@ -1,0 +1,82 @@
+"""Build a large torch.profiler trace from a real one by replaying its events back to back.
+
+    python benchmarks/make_big_kineto.py SRC.pt.trace.json[.gz] OUT.pt.trace.json --copies 50
+
+Copy k of every timed event (``X``, flows, instants) is shifted by k times the source's span, its
+correlation ids, flow ids and ``External id`` offset by k times the largest id, and ``ProfilerStep#N``
+renumbered, so the result is what a k-times longer recording of the same program would look like to a
+parser (same kernels, same nesting, same launch flows). Metadata (``M``) events and the document's
+header are kept once. Only for benchmarks: nothing here is evidence about a program.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import re
+import sys
+from decimal import Decimal
+from pathlib import Path
+
+import msgspec
+
+_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+
+
+def _load(path: Path) -> dict:
+    data = path.read_bytes()
+    if data[:2] == b"\x1f\x8b":
+        data = gzip.decompress(data)
+    return msgspec.json.decode(data, float_hook=Decimal)  # keep nanosecond decimals exact
+
+
+def replay(src: Path, out: Path, copies: int) -> Path:
+    doc = _load(src)
+    events = doc["traceEvents"]
+    timed = [e for e in events if e.get("ph") != "M" and "ts" in e]
+    meta = [e for e in events if e.get("ph") == "M" or "ts" not in e]
+    t0 = min(Decimal(e["ts"]) for e in timed)
+    t1 = max(Decimal(e["ts"]) + Decimal(e.get("dur", 0)) for e in timed)
+    span = t1 - t0 + 1
+    ids = [e.get("id") for e in timed if isinstance(e.get("id"), int)]
+    ids += [e["args"].get(k) for e in timed if isinstance(e.get("args"), dict)
+            for k in ("correlation", "External id", "external id") if isinstance(e["args"].get(k), int)]
+    id_step = max(ids, default=0) + 1
+    steps = [int(m.group(1)) for e in timed if (m := _STEP.match(str(e.get("name", ""))))]
+    step_step = (max(steps) - min(steps) + 1) if steps else 0
+    out_events = list(meta)
+    for k in range(copies):
+        shift = span * k
+        for e in timed:
+            c = dict(e)
+            c["ts"] = Decimal(e["ts"]) + shift
+            if k:
+                if isinstance(c.get("id"), int):
+                    c["id"] = c["id"] + id_step * k
+                if isinstance(c.get("args"), dict):
+                    a = dict(c["args"])
+                    for key in ("correlation", "External id", "external id"):
+                        if isinstance(a.get(key), int) and a[key] > 0:
+                            a[key] = a[key] + id_step * k
+                    c["args"] = a
+                m = _STEP.match(str(c.get("name", "")))
+                if m:
+                    c["name"] = f"ProfilerStep#{int(m.group(1)) + step_step * k}"
+            out_events.append(c)
+    doc["traceEvents"] = out_events
+    out.write_bytes(msgspec.json.encode(doc, decimal_format="number"))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("src", type=Path)
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--copies", type=int, default=10)
+    args = ap.parse_args(argv)
+    replay(args.src, args.out, args.copies)
+    print(f"{args.out}: {args.out.stat().st_size / 1e6:,.1f} MB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
