@@ -193,9 +193,33 @@ def read_json_bytes(path: Path, display: Path | None = None) -> bytes:
         raise InputError(shown, f"cannot read the file ({exc.strerror or exc})", hint="check its permissions") from exc
 
 
+# a \uD800-\uDBFF escape not followed by a \uDC00-\uDFFF one, or the second kind without the first
+_LONE_SURROGATE = re.compile(rb"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+                             rb"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}")
+
+
 def _decode(buf: bytes, shown: Path) -> _Document:
+    """The document in ``buf``. Text that is not valid Unicode (bytes that are not UTF-8, unpaired
+    surrogate escapes: Kineto copies kernel and Python names byte for byte) becomes U+FFFD, as Python's
+    and Chrome's readers show it, instead of failing the whole trace."""
     if buf[:3] == b"\xef\xbb\xbf":  # a UTF-8 byte-order mark (some editors and Windows tools write one)
         buf = buf[3:]
+    for _ in range(2):  # at most one repair of each kind
+        try:
+            return _decode_json(buf, shown)
+        except UnicodeDecodeError:
+            buf = buf.decode("utf-8", "replace").encode("utf-8")
+        except InputError:
+            if not _LONE_SURROGATE.search(buf):
+                raise
+            buf = _LONE_SURROGATE.sub(rb"\\ufffd", buf)
+    try:
+        return _decode_json(buf, shown)
+    except UnicodeDecodeError as exc:  # not reached: the text was made valid above
+        raise InputError(shown, "the JSON text is not valid UTF-8", hint="copy or record the trace again") from exc
+
+
+def _decode_json(buf: bytes, shown: Path) -> _Document:
     first = buf[:64].lstrip(b" \t\r\n")[:1]
     try:
         if first == b"[":  # Chrome's "JSON array format": a bare list of events
@@ -213,6 +237,9 @@ def _decode(buf: bytes, shown: Path) -> _Document:
             raise InputError(shown, "the JSON trace is truncated (the profiler did not finish writing it?)",
                              hint="record it again and let the profiler exit normally") from exc
         raise InputError(shown, f"not valid JSON ({msg})", hint="copy or record the trace again") from exc
+    except RecursionError as exc:  # a trace nests a few levels; thousands mean a damaged or foreign file
+        raise InputError(shown, "the JSON nests lists or objects thousands of levels deep, which no trace does",
+                         hint="pass a torch.profiler trace (.pt.trace.json or .json.gz)") from exc
 
 
 # ----------------------------------------------------------------------------------------------------
