@@ -33,6 +33,9 @@ What becomes what (the same model the nsys loader fills, so every fact and rule 
   nsys loader's process fallback attributes backward kernels to the main thread's ``backward`` range.
   ``python_function`` events (``with_stack=True``) are not ranges (one per Python call); they are
   counted in ``extras``.
+* A collective's NCCL kernel carries what c10d knows of it: the optional kernel columns ``comm_bytes``
+  (NCCL's message size: count x element size) and ``comm_group`` (process group name), present only
+  when some kernel of the trace has them (:func:`_comm_columns`).
 * ``cuda_sync`` -> synchronization rows; ``deviceProperties`` -> GPUs (per-SM limits Kineto leaves out
   come from the compute-capability table); ``process_name``/``thread_name`` metadata -> processes and
   threads; ``distributedInfo`` -> ``TraceInfo.rank`` / ``world_size``.
@@ -133,6 +136,11 @@ class _Args(msgspec.Struct):
     nbytes: Any = msgspec.field(default=None, name="bytes")
     graph_node: Any = msgspec.field(default=None, name="graph node id")
     sync_kind: Any = msgspec.field(default=None, name="cuda_sync_kind")
+    # what PyTorch's c10d puts on a collective's NCCL kernel (ParamCommsDebugInfo)
+    in_nelems: Any = msgspec.field(default=None, name="In msg nelems")
+    out_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
+    dtype: Any = None
+    pg_name: Any = msgspec.field(default=None, name="Process Group Name")
     name: Any = None  # process_name / thread_name metadata
     labels: Any = None  # process_labels metadata ("CPU", "GPU 0")
 
@@ -363,6 +371,41 @@ def _dims(values: Sequence[Any]) -> np.ndarray:
         if isinstance(v, list) and len(v) == 3:
             out[i] = [_int_or(x, -1) for x in v]
     return out
+
+
+# bytes per element of each c10 ScalarType by the name c10d writes in a kernel's ``dtype``
+_DTYPE_BYTES = {
+    "Bool": 1, "Byte": 1, "Char": 1, "QInt8": 1, "QUInt8": 1, "QUInt4x2": 1, "QUInt2x4": 1,
+    "Bits1x8": 1, "Bits2x4": 1, "Bits4x2": 1, "Bits8": 1, "Float8_e5m2": 1, "Float8_e4m3fn": 1,
+    "Float8_e5m2fnuz": 1, "Float8_e4m3fnuz": 1, "Float8_e8m0fnu": 1, "Float4_e2m1fn_x2": 1,
+    "Short": 2, "Half": 2, "BFloat16": 2, "UInt16": 2, "Bits16": 2,
+    "Int": 4, "Float": 4, "QInt32": 4, "UInt32": 4, "ComplexHalf": 4,
+    "Long": 8, "Double": 8, "UInt64": 8, "ComplexFloat": 8, "ComplexDouble": 16,
+}
+
+
+def _comm_columns(g: _Group) -> dict[str, np.ndarray]:
+    """The optional kernel columns ``comm_bytes`` and ``comm_group`` from what c10d records on a
+    collective's NCCL kernel (``In msg nelems``, ``Out msg nelems``, ``dtype``, ``Process Group Name``);
+    none when no kernel of the trace carries them (an older PyTorch, or no collective).
+
+    ``comm_bytes`` is NCCL's message size, the one its NVTX payload states for nsys traces: the element
+    count NCCL is called with times the element size. That count is the smaller of c10d's input and
+    output counts (all-gather: the input, reduce-scatter: the output; equal for all-reduce, broadcast,
+    send/recv); ``-1`` where unknown. ``comm_group``: the process group's name (``"0"`` for the default
+    group; ``""`` unknown)."""
+    groups, n_in = g.arg("pg_name"), g.arg("in_nelems")
+    if all(v is None for v in groups) and all(v is None for v in n_in):
+        return {}
+    count_in, count_out = _ints(n_in), _ints(g.arg("out_nelems"))
+    count = np.where((count_in >= 0) & (count_out >= 0), np.minimum(count_in, count_out),
+                     np.maximum(count_in, count_out))
+    codes, names = _factorize(g.arg("dtype"))
+    size = np.array([_DTYPE_BYTES.get(str(n), -1) for n in names], dtype=np.int64)[codes]
+    known = (count >= 0) & (count < 2**56) & (size > 0)
+    return {"comm_bytes": np.where(known, count * np.maximum(size, 0), -1),
+            "comm_group": _texts([v if isinstance(v, str | int) and not isinstance(v, bool) else None
+                                  for v in groups])}
 
 
 def _factorize(values: list[Any]) -> tuple[np.ndarray, np.ndarray]:
@@ -715,7 +758,10 @@ class _KinetoLoader:
             "launch_type": np.full(n, -1, dtype=np.int64),
             "graph_node_id": _ints(g.arg("graph_node")),
         })
-        return by_start(contract_frame(KERNEL_COLUMNS, data, compact=True))
+        frame = contract_frame(KERNEL_COLUMNS, data, compact=True)
+        for col, values in _comm_columns(g).items():  # optional columns: only where the trace has them
+            frame[col] = TextCodes.of(values).categorical() if values.dtype == object else values
+        return by_start(frame)
 
     def _memcpy(self, g: _Group, flow_ids: _FlowIds, launch: attr.Launches) -> pd.DataFrame:
         if not g.events:

@@ -273,3 +273,52 @@ def test_2021_cpu_trace_has_no_gpu_activity():
     if not CPU_2021.is_file():
         pytest.skip("no trace")
     assert "without GPU activity" in str(_error(CPU_2021))
+
+
+# ----------------------------------------------------------------------------------------------------
+# collectives: message size and process group on NCCL kernels
+# ----------------------------------------------------------------------------------------------------
+DDP_RANK0 = DATA_DIR / "ddp" / "kineto" / "ddp_straggler_2gpu_rank0.pt.trace.json.xz"
+
+
+def test_nccl_kernels_carry_message_size_and_process_group():
+    """The DDP straggler job recorded with torch.profiler on 2 H200s: every NCCL kernel gets NCCL's
+    message size from c10d's ``In msg nelems`` x ``dtype``. The sizes are exactly those NCCL's own NVTX
+    payloads state ("Message size [bytes]") for the AllReduces of the same workload exported by nsys
+    with JSON payloads (the DDP gradient buckets: 4227072, 16777216, 67112960, 67125248 bytes)."""
+    if not DDP_RANK0.is_file():
+        pytest.skip(f"{DDP_RANK0} is absent")
+    k = load_trace(DDP_RANK0).kernels
+    nccl = k["short_name"].astype(str).str.startswith("nccl").to_numpy()
+    assert nccl.sum() == 160
+    assert set(k["comm_bytes"][nccl]) == {4227072, 16777216, 67112960, 67125248}
+    assert set(k["comm_group"][nccl].astype(str)) == {"0"}  # the default process group
+    assert (k["comm_bytes"][~nccl] == -1).all() and set(k["comm_group"][~nccl].astype(str)) == {""}
+
+
+def test_no_collective_metadata_no_comm_columns():
+    k = load_trace(DATA_DIR / "kineto" / "occupancy.pt.trace.json.gz").kernels
+    assert "comm_bytes" not in k.columns and "comm_group" not in k.columns
+
+
+@pytest.mark.parametrize(("args", "nbytes", "group"), [
+    ({"In msg nelems": 1024, "Out msg nelems": 2048, "dtype": "BFloat16", "Process Group Name": "3"}, 2048, "3"),
+    ({"In msg nelems": 2048, "Out msg nelems": 1024, "dtype": "Float", "Process Group Name": "0"}, 4096, "0"),
+    ({"In msg nelems": 16, "dtype": "Long"}, 128, ""),
+    ({"In msg nelems": 16, "dtype": "NewType", "Process Group Name": 7}, -1, "7"),
+    ({"In msg nelems": "x", "Out msg nelems": None, "dtype": "Float"}, -1, ""),
+    ({"In msg nelems": 2**62, "dtype": "Double"}, -1, ""),
+])
+def test_message_size_is_nccls_count_times_element_size(tmp_path, args, nbytes, group):
+    """All-gather: NCCL is called with the input count, reduce-scatter with the output count (the
+    smaller of c10d's two); unknown types, counts or absurd values give -1."""
+    doc = {"traceEvents": [
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 1.0,
+         "dur": 2.0, "args": {"correlation": 5}},
+        {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+         "pid": 0, "tid": 7, "ts": 4.0, "dur": 10.0, "args": {"correlation": 5, "device": 0, "stream": 7, **args}},
+    ]}
+    p = tmp_path / "one.pt.trace.json"
+    p.write_text(json.dumps(doc))
+    k = load_trace(p).kernels
+    assert int(k["comm_bytes"].iat[0]) == nbytes and str(k["comm_group"].iat[0]) == group
