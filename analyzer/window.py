@@ -172,6 +172,8 @@ def _time_window(trace: Trace, ops: pd.DataFrame, raw: str, m: re.Match[str], fi
 
 def _excluded(nv: pd.DataFrame, patterns: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
     """(own match, own match or nested in a matching range) per range row."""
+    if nv.empty:  # e.g. a trace whose NVTX events are all marks or zero-length
+        return np.zeros(0, dtype=bool), np.zeros(0, dtype=bool)
     texts = text(nv["text"])
     uniq = texts.unique()
     globs = [_glob(p, "--exclude-ranges") for p in patterns]

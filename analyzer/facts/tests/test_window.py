@@ -61,6 +61,16 @@ def test_periodic_sequence_without_nvtx():
     assert w.start_ns == 1_010_500 and w.setup_ns == 1_010_500
 
 
+def test_periodic_sequence_with_only_zero_length_nvtx():
+    """NVTX events that are all instants (no range left after dropping marks) with the default warmup
+    exclusion: the periodic window as without NVTX (was an internal error; found by fuzzing a
+    torch.profiler trace whose events lost their durations)."""
+    t = _loop(warmup=False, n_steps=10)
+    t.nvtx["end"] = t.nvtx["start"]
+    w = choose_window(t, exclude=("warmup*",))
+    assert w.source == "auto" and "repeats every 3 ops" in w.description
+
+
 def test_no_pattern_means_whole_gpu_span():
     ks = [{"start": i * 1_000, "end": i * 1_000 + 10, "short_name": f"k{i}"} for i in range(10)]
     w = choose_window(trace(kernels=ks))
