@@ -46,3 +46,11 @@ bench: $(VENV)/.core
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
+
+# The transformer grid's result tables (docs/sweep-h100/): SWEEP_DIR holds the grid's traces and their
+# .pytime.json sidecars (SECTIONS=sweep bash workloads/device_round2.sh on an H100, unpacked).
+SWEEP_DIR ?=
+SWEEP_OUT ?= docs/sweep-h100
+sweep-tables: $(VENV)/.core
+	@test -n "$(SWEEP_DIR)" && test -d "$(SWEEP_DIR)" || { echo "usage: make sweep-tables SWEEP_DIR=<folder of the grid's traces and .pytime.json>" >&2; exit 2; }
+	cd "$(SWEEP_DIR)" && "$(CURDIR)/$(BIN)/analyze" sweep . --format all --output "$(CURDIR)/$(SWEEP_OUT)"

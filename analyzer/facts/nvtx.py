@@ -127,7 +127,8 @@ def nvtx_instances(ctx: FactContext) -> pd.DataFrame:
         return pd.DataFrame({c: pd.Series(dtype="object" if c in _TEXT else "bool" if c == "waited"
                                           else "int64") for c in cols})
     ids = nv["range_id"].to_numpy(dtype=np.int64)
-    gpu = phase_index(ctx.store).instance_gpu(ids, op_window=(w.start_ns, w.end_ns), busy=False)
+    idx = phase_index(ctx.store)
+    gpu = idx.instance_gpu(ids, op_window=(w.start_ns, w.end_ns), busy=False)
     start = nv["start"].to_numpy(dtype=np.int64)
     end = nv["end"].to_numpy(dtype=np.int64)
     frame = pd.DataFrame({
@@ -146,7 +147,7 @@ def nvtx_instances(ctx: FactContext) -> pd.DataFrame:
                                                           "op_count", "sync_count")},
         "gpu_start": gpu["first_op_start"].to_numpy(dtype=np.int64),
         "gpu_end": gpu["last_op_end"].to_numpy(dtype=np.int64),
-        **range_timing(start, end, gpu),
+        **range_timing(start, end, gpu, idx.prev_op_end(ids)),
     })
     overlaps = (end > w.start_ns) & (start < w.end_ns)
     return frame.loc[overlaps | (frame["op_count"].to_numpy() > 0), cols].reset_index(drop=True)

@@ -188,48 +188,71 @@ INSTANCE_GPU_COLUMNS: dict[str, str] = {
     "busy_ns": "union of those ops' intervals, all devices together (ns)",
     "first_op_start": "start of the first op launched inside (ns, -1 if none)",
     "last_op_end": "end of the last op launched inside (ns, -1 if none)",
+    "first_launch": "start of the first launch call of those ops (ns; the op's start when the export has "
+                    "no launch call; -1 if none)",
     "sync_count": "blocking synchronizing CUDA calls made inside, nested ranges included",
     "last_sync_end": "end of the last of them (ns, -1 if none)",
+    "sync_ns": "time the host spent in them (ns)",
 }
 
 #: Columns of :func:`range_timing`: which number measures a range instance.
 TIMING_COLUMNS: dict[str, str] = {
     "gpu_span_ns": "last op end - first op start of the GPU work launched inside (ns, 0 if none)",
     "tail_ns": "how long that work kept running after the range closed (ns, 0 if none)",
+    "queued_ns": "how long after the range began the GPU was still busy with work launched before it "
+                 "(ns, 0 if none or no GPU work of its own)",
     "waited": "the range ended at or after the end of its GPU work (True when it launched none)",
-    "phase_ns": "what the range costs: the larger of its CPU wall time and its GPU span (ns)",
-    "measure": "which number that is: 'cpu_wall' or 'gpu_span' (the range timed only the launches)",
+    "phase_ns": "what the range costs, as a timer synchronizing before and after it would measure: from "
+                "its start, or the end of earlier queued GPU work, to its end or its GPU work's end (ns)",
+    "measure": "'cpu_wall' when the range's own duration is phase_ns (within MEASURE_TOLERANCE), 'gpu' "
+               "when phase_ns comes from the GPU timeline (the range ended before its work, or began "
+               "behind earlier work)",
 }
+#: The CPU wall time still measures a range when it is within this share of the phase time.
+MEASURE_TOLERANCE = 0.05
 
 
-def range_timing(start: np.ndarray, end: np.ndarray, gpu: pd.DataFrame) -> dict[str, np.ndarray]:
+def range_timing(start: np.ndarray, end: np.ndarray, gpu: pd.DataFrame,
+                 prev_end: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Per range instance, whether its CPU wall time measures its work (see :data:`TIMING_COLUMNS`).
 
     CUDA launches are asynchronous: a range that returns before its kernels finish measures how long
-    the host took to *queue* the work. The GPU span (first op start to last op end, ops launched
-    inside the range or a nested one) is then the work's own duration. A range *waited* when it
-    ended at or after its last op ended (typically a synchronizing call inside it, counted in
-    ``sync_count``: a sync in the middle of a range does not make it wait for what it launches
-    afterwards, so the end is the test). A launch-bound range (the GPU keeps up with the host and
-    finishes shortly after the range) has a span no longer than its wall time: the wall time measures
-    it. ``phase_ns`` = max(CPU wall, GPU span); ``measure`` names the larger one.
+    the host took to *queue* the work, and a range that begins while the GPU still runs earlier work
+    may spend its time blocked behind that work (a full launch queue blocks ``cudaLaunchKernel``; a
+    synchronization waits for everything queued). The phase's own time is what a timer with
+    ``torch.cuda.synchronize()`` before and after it measures: it ends when both the host left the
+    range and the GPU finished the range's work, and it begins at the range's start, or, when earlier
+    work was still running then (``prev_end``, capped at the range's first op start: work on other
+    streams does not hold it back), at the end of that work minus the host's lead from the range's
+    start to its first launch (the host work a synchronized timer would see before the GPU work). A range *waited* when it ended at or after its last op
+    ended (typically a synchronizing call inside it, counted in ``sync_count``: a sync in the middle
+    of a range does not make it wait for what it launches afterwards, so the end is the test).
 
     ``start``/``end``: the instances' CPU bounds; ``gpu``: :meth:`PhaseIndex.instance_gpu` rows of
-    the same instances in the same order."""
+    the same instances in the same order; ``prev_end``: per instance the latest end of GPU ops its
+    process launched before it began (:meth:`PhaseIndex.prev_op_end`; ``None``: nothing queued)."""
     start = np.asarray(start, dtype=np.int64)
     end = np.asarray(end, dtype=np.int64)
     has = gpu["op_count"].to_numpy() > 0
     first = gpu["first_op_start"].to_numpy(np.int64)
     last = gpu["last_op_end"].to_numpy(np.int64)
+    prev = np.full(len(start), -1, np.int64) if prev_end is None else np.asarray(prev_end, dtype=np.int64)
     span = np.where(has, last - first, 0)
     cpu = end - start
-    measure = np.where(span > cpu, "gpu_span", "cpu_wall").astype(object)
+    # queued: the range's own work could start only when the earlier work ended (prev, capped at its
+    # first op's start); a synchronized timer would have seen the host's lead before its first launch
+    # and then the work, so the phase begins that lead before the earlier work ended
+    lead = np.maximum(0, gpu["first_launch"].to_numpy(np.int64) - start) if "first_launch" in gpu else 0
+    begin = np.where(has & (prev > start), np.maximum(start, np.minimum(prev, first) - lead), start)
+    phase = np.where(has, np.maximum(end, last) - begin, cpu)
     return {
         "gpu_span_ns": span,
         "tail_ns": np.where(has, np.maximum(0, last - end), 0),
+        "queued_ns": begin - start,
         "waited": ~has | (end >= last),
-        "phase_ns": np.maximum(cpu, span),
-        "measure": measure,
+        "phase_ns": phase,
+        "measure": np.where(np.abs(phase - cpu) <= MEASURE_TOLERANCE * np.maximum(phase, cpu), "cpu_wall",
+                            "gpu").astype(object),
     }
 
 
@@ -237,15 +260,18 @@ def range_timing(start: np.ndarray, end: np.ndarray, gpu: pd.DataFrame) -> dict[
 AGGREGATE_TIMING_COLUMNS: dict[str, str] = {
     "gpu_span_ns": "per instance, last op end - first op start of the GPU work launched inside, summed (ns)",
     "tail_ns": "per instance, how long that work kept running after the range closed, summed (ns)",
+    "queued_ns": "per instance, how long the GPU was still busy with earlier work after the range began, "
+                 "summed (ns)",
     "sync_count": "blocking synchronizing CUDA calls made inside (nested ranges included)",
     "gpu_instances": "instances that launched GPU work",
     "waited_count": "of those, instances that ended at or after the end of their GPU work",
     "async_count": "instances whose GPU span exceeded their CPU wall time (they timed the launches)",
     "waited": "'yes' (every instance with GPU work waited for it), 'no' (none did), 'K of N', '' (no GPU work)",
-    "phase_ns": "per instance, the larger of CPU wall time and GPU span, summed: what the range costs (ns)",
-    "untimed_ns": "phase_ns minus the summed CPU wall time: GPU time the ranges' own timing misses (ns)",
-    "measure": "which number measures the range: 'cpu_wall', 'gpu_span' (every instance timed only its "
-               "launches) or 'mixed' (some did: phase_ns takes the larger per instance)",
+    "phase_ns": "per instance the phase's own time (see TIMING_COLUMNS), summed: what the range costs (ns)",
+    "untimed_ns": "phase_ns minus the summed CPU wall time: positive when the ranges end before their GPU "
+                  "work, negative when they wait behind earlier work (ns)",
+    "measure": "which number measures the range: 'cpu_wall' (every instance's own duration), 'gpu' (every "
+               "instance's from the GPU timeline) or 'mixed'",
 }
 
 
@@ -260,19 +286,22 @@ def aggregate_timing(inst: pd.DataFrame, keys: str | Sequence[str], *, cpu: str 
         **{k: inst[k].to_numpy() for k in keys},
         "gpu_span_ns": inst["gpu_span_ns"].to_numpy(np.int64),
         "tail_ns": inst["tail_ns"].to_numpy(np.int64),
+        "queued_ns": inst["queued_ns"].to_numpy(np.int64),
         "sync_count": inst["sync_count"].to_numpy(np.int64),
         "gpu_instances": has.astype(np.int64),
         "waited_count": (has & inst["waited"].to_numpy(bool)).astype(np.int64),
         "async_count": (inst["gpu_span_ns"].to_numpy(np.int64) > inst[cpu].to_numpy(np.int64)).astype(np.int64),
         "phase_ns": inst["phase_ns"].to_numpy(np.int64),
         "untimed_ns": inst["phase_ns"].to_numpy(np.int64) - inst[cpu].to_numpy(np.int64),
+        "gpu_measured": (inst["measure"].to_numpy(object) != "cpu_wall").astype(np.int64),
         "count": np.ones(len(inst), np.int64),
     })
     out = work.groupby(keys, sort=False).sum().reset_index()
     n, w = out["gpu_instances"].to_numpy(), out["waited_count"].to_numpy()
     out["waited"] = _waited_text(w, n)
-    a, c = out["async_count"].to_numpy(), out.pop("count").to_numpy()
-    out["measure"] = np.where(a == 0, "cpu_wall", np.where(a == c, "gpu_span", "mixed")).astype(object)
+    c = out.pop("count").to_numpy()
+    g = out.pop("gpu_measured").to_numpy()
+    out["measure"] = np.where(g == 0, "cpu_wall", np.where(g == c, "gpu", "mixed")).astype(object)
     return out[keys + list(AGGREGATE_TIMING_COLUMNS)]
 
 
@@ -470,7 +499,8 @@ class PhaseIndex:
         the instance itself), ``kernel_ns``, ``kernel_count``, ``op_count``, ``busy_ns`` (union of
         those ops' intervals, all devices; 0 when ``busy`` is False), ``first_op_start``,
         ``last_op_end``, ``sync_count`` (blocking synchronizing calls made inside, nested ranges
-        included) and ``last_sync_end``. Instances without ops get zeros (and -1 for the bounds).
+        included), ``last_sync_end`` and ``sync_ns`` (the host's time in them). Instances without ops
+        get zeros (and -1 for the bounds).
 
         ``op_window``: count only ops (and sync calls) whose start lies in ``[start, end)``."""
         ops = self.ops
@@ -492,23 +522,81 @@ class PhaseIndex:
             "isk": is_k.astype(np.int64),
             "start": ops["start"].to_numpy()[sel],
             "end": ops["end"].to_numpy()[sel],
+            "launch": self._launch_of(ops["op"].to_numpy()[sel], ops["row"].to_numpy()[sel]),
         }, copy=False)
         del is_k, duration
         agg = work.groupby("instance").agg(
             gpu_ns=("duration", "sum"), gpu_ns_exclusive=("own_dur", "sum"), kernel_ns=("kdur", "sum"),
             kernel_count=("isk", "sum"), op_count=("duration", "size"), first_op_start=("start", "min"),
-            last_op_end=("end", "max"))
+            last_op_end=("end", "max"), first_launch=("launch", "min"))
         agg["busy_ns"] = union_length(work, "instance") if busy else 0
         del work
         syncs = self.syncs
         sinst = syncs["instance"].to_numpy()
         ssel = _selection(sinst, ids if instance_ids is not None else None, syncs["start"].to_numpy(), op_window)
-        sagg = pd.DataFrame({"instance": sinst[ssel], "end": syncs["end"].to_numpy()[ssel]}).groupby(
-            "instance")["end"].agg(sync_count="size", last_sync_end="max")
+        send = syncs["end"].to_numpy()[ssel]
+        sagg = pd.DataFrame({"instance": sinst[ssel], "end": send,
+                             "dur": send - syncs["start"].to_numpy()[ssel]}).groupby("instance").agg(
+            sync_count=("end", "size"), last_sync_end=("end", "max"), sync_ns=("dur", "sum"))
         out = agg.join(sagg, how="outer").reindex(pd.Index(ids, name="range_id"))
         fill = {"gpu_ns": 0, "gpu_ns_exclusive": 0, "kernel_ns": 0, "kernel_count": 0, "op_count": 0,
-                "busy_ns": 0, "first_op_start": -1, "last_op_end": -1, "sync_count": 0, "last_sync_end": -1}
+                "busy_ns": 0, "first_op_start": -1, "last_op_end": -1, "first_launch": -1, "sync_count": 0,
+                "last_sync_end": -1,
+                "sync_ns": 0}
         return out.fillna(fill).astype("int64")[list(INSTANCE_GPU_COLUMNS)]
+
+    def _launch_of(self, op: np.ndarray, row: np.ndarray) -> np.ndarray:
+        """Launch time (API call start; the op's start when unknown) of ops given by code and row."""
+        t = self.trace
+        out = np.empty(len(op), np.int64)
+        for code, frame in ((OP_KERNEL, t.kernels), (OP_MEMCPY, t.memcpy), (OP_MEMSET, t.memset)):
+            mine = op == code
+            if not mine.any():
+                continue
+            r = row[mine]
+            api = frame["api_start"].to_numpy(np.int64)[r]
+            out[mine] = np.where(api >= 0, api, frame["start"].to_numpy(np.int64)[r])
+        return out
+
+    def prev_op_end(self, range_ids: Iterable[int]) -> np.ndarray:
+        """Per range instance: the latest end of the GPU ops its process launched before the range
+        began (launch = the API call's start; the op's start when the export has no launch call), or
+        -1. Computed once for every range of the trace (the per-op arrays are freed at once)."""
+        if "prev_end" not in self._cache:
+            self._cache["prev_end"] = self._prev_end_all()
+        ids = np.asarray(list(range_ids) if not isinstance(range_ids, (np.ndarray, pd.Series)) else range_ids,
+                         dtype=np.int64)
+        return self._cache["prev_end"].reindex(ids).fillna(-1).to_numpy(np.int64)
+
+    def _prev_end_all(self) -> pd.Series:
+        t, ranges = self.trace, self.ranges
+        frames = [f for f in (t.kernels, t.memcpy, t.memset) if len(f)]
+        out = pd.Series(-1, index=ranges["range_id"].to_numpy(np.int64), dtype=np.int64)
+        if not frames or ranges.empty:
+            return out
+        launch = np.concatenate([np.where(f["api_start"].to_numpy(np.int64) >= 0, f["api_start"].to_numpy(np.int64),
+                                          f["start"].to_numpy(np.int64)) for f in frames])
+        op_end = np.concatenate([f["end"].to_numpy(np.int64) for f in frames])
+        op_pid = np.concatenate([f["pid"].to_numpy(np.int64) for f in frames])
+        r_pid = ranges["pid"].to_numpy(np.int64)
+        r_start = ranges["start"].to_numpy(np.int64)
+        values = np.full(len(ranges), -1, np.int64)
+        for pid in np.unique(r_pid):
+            mine = op_pid == pid if (op_pid != pid).any() else slice(None)
+            order = np.argsort(launch[mine], kind="stable")
+            when = launch[mine][order]
+            latest = np.maximum.accumulate(op_end[mine][order]) if len(order) else when
+            sel = np.flatnonzero(r_pid == pid)
+            pos = np.searchsorted(when, r_start[sel], side="left") - 1
+            values[sel] = np.where(pos >= 0, latest[np.maximum(pos, 0)] if len(latest) else -1, -1)
+        out[:] = values
+        return out
+
+    def timing(self, ranges: pd.DataFrame, gpu: pd.DataFrame) -> dict[str, np.ndarray]:
+        """:func:`range_timing` of ``ranges`` (``range_id``, ``start``, ``end``) with their
+        :meth:`instance_gpu` rows ``gpu`` (same order) and the work queued before each."""
+        return range_timing(ranges["start"].to_numpy(np.int64), ranges["end"].to_numpy(np.int64), gpu,
+                            self.prev_op_end(ranges["range_id"].to_numpy(np.int64)))
 
     def kernel_rows(self, instance_ids: Iterable[int]) -> pd.DataFrame:
         """``instance`` + kernel ``row`` for kernels launched inside the given instances."""

@@ -63,16 +63,20 @@ Examples:
   analyze sweep results/*.sqlite
   analyze sweep results/ --format html --output sweep.html
   analyze sweep results/*.sqlite.xz --format csv --output sweep_csv/
+  analyze sweep results/ --format json --output sweep.json
+  analyze sweep results/ --format all --output sweep_tables/     # md, html, json and csv/
   analyze sweep runs/*.sqlite --key-pattern '(?P<model>\\w+)-b(?P<batch>\\d+)-ctx(?P<context>\\d+)'
 """
 
 
 @click.command("sweep", epilog=EPILOG)
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(["md", "csv", "html"]), default="md", show_default=True,
-              help="Markdown (stdout by default), CSV files (one per table, needs --output DIR) or HTML.")
+@click.option("--format", "fmt", type=click.Choice(["md", "csv", "html", "json", "all"]), default="md",
+              show_default=True,
+              help="Markdown (stdout by default), CSV files (one per table, needs --output DIR), HTML, "
+                   "JSON (every table as records), or all of them into --output DIR.")
 @click.option("--output", "-o", type=click.Path(path_type=Path), default=None,
-              help="File for md/html (a directory gets sweep.md/sweep.html), directory for csv.")
+              help="File for md/html/json (a directory gets sweep.<format>), directory for csv.")
 @click.option("--key-pattern", default=None, metavar="REGEX",
               help="Regex with named groups (model, mode, context; d_model, heads, batch) searched in "
                    "file names. Default: <model>_<mode>_ctx<context>.")
@@ -83,8 +87,10 @@ Examples:
 def sweep(paths: tuple[Path, ...], fmt: str, output: Path | None, key_pattern: str | None,
           expected_steps: int | None, strict: bool, exclude_ranges: tuple[str, ...],
           only_ranges: str | None) -> None:
-    """Tables over a profiling sweep (model x context x mode): forward time, top kernel, step
-    breakdown, kernel mix, softmax vs matmul; rows that cannot be right are flagged."""
+    """Tables over a profiling sweep (model x context x mode): forward time (what a synchronized timer
+    measures, from the trace), nsys against the runs' own Python timings (<trace>.pytime.json), top
+    kernel, step breakdown, kernel mix, softmax vs matmul; rows that cannot be right are flagged with
+    the reason. A folder also brings the .pytime.json of configurations that ran out of GPU memory."""
     from analyzer.phases.sweep import DEFAULT_KEY_PATTERN, build_sweep, render_sweep
 
     try:
@@ -92,13 +98,20 @@ def sweep(paths: tuple[Path, ...], fmt: str, output: Path | None, key_pattern: s
         if only_ranges:
             click.echo("note: --only-ranges does not apply to sweep tables (they read fixed ranges)",
                        err=True)
+        if fmt in ("csv", "all") and output is None:
+            raise click.UsageError(f"--format {fmt} needs --output DIR")
         result = build_sweep(paths, key_pattern=key_pattern or DEFAULT_KEY_PATTERN,
                              exclude=settings["phase_exclude"], expected_steps=expected_steps,
                              strict=strict)
         if fmt == "csv":
-            if output is None:
-                raise click.UsageError("--format csv needs --output DIR")
+            assert output is not None
             click.echo(render_sweep(result, "csv", output), nl=False)
+        elif fmt == "all":  # one load of the traces, every format: sweep.md/.html/.json and csv/
+            assert output is not None
+            for one in ("md", "html", "json"):
+                render_sweep(result, one, output)
+                click.echo(str(output / f"sweep.{one}"))
+            click.echo(render_sweep(result, "csv", output / "csv"), nl=False)
         elif output is None:
             sys.stdout.write(render_sweep(result, fmt))
         elif output.is_dir():

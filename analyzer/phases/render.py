@@ -23,7 +23,8 @@ from analyzer.phases.table import FLOPS_CONVENTION_SEP
 if TYPE_CHECKING:
     from analyzer.phases.sweep import SweepResult
 
-FORMATS = ("md", "csv", "html")
+FORMATS = ("md", "csv", "html", "json")
+JSON_SCHEMA = "analyzer.sweep/1"
 MD_NAME_WIDTH = 60
 
 
@@ -71,6 +72,23 @@ def _pm(mean: object, std: object) -> str:
     return f"{MS(mean)} ± {MS(std)}"
 
 
+_BY = {"GPU timeline": "[gpu]", "CPU wall": "[wall]", "mixed": "[mixed]"}
+
+
+def _by(measured_by: object) -> str:
+    return _BY.get(str(measured_by), "")
+
+
+def _time_cell(ms: object, pct: object, measured_by: object) -> str:
+    return f"{MS(ms)} ({PCT(pct)}%) {_by(measured_by)}".strip()
+
+
+def _py(mean: object, std: object, n: object) -> str:
+    if MS(mean) == "n/a":
+        return "n/a"
+    return f"{_pm(mean, std)} (n={INT(n)})"
+
+
 def _pivot(frame: pd.DataFrame, value: Callable[[pd.Series], str], index: list[str],
            title: str, name: str, note: str = "") -> TableView:
     """Rows ``index`` (model, mode), columns ``ctx<N>`` in numeric order, cells ``value(row)``."""
@@ -94,15 +112,44 @@ def _pivot(frame: pd.DataFrame, value: Callable[[pd.Series], str], index: list[s
 
 def views(result: SweepResult, *, name_width: int | None = MD_NAME_WIDTH) -> list[TableView]:
     """Display tables for ``result`` (a SweepResult), in report order."""
+    from analyzer.phases.sweep import FLAG_CHECKS
+
     r = result
     out: list[TableView] = []
     fwd = r.forward
+    out.append(_pivot(fwd, lambda x: f"{_pm(x['forward_ms'], x['forward_std_ms'])} {_by(x['measured_by'])}",
+                      ["model", "mode"], "Forward pass time (ms per step, mean ± std)", "forward_time",
+                      "The answer: what a timer synchronizing before and after `forward` measures, from the "
+                      "trace. [wall]: the range's CPU wall time (it waited for its GPU work, or the GPU kept "
+                      "up with the launches); [gpu]: read from the GPU timeline, from the range's start (or "
+                      "the end of earlier work it queued behind) to the end of its GPU work, because the "
+                      "range ended before its work and timed only the kernel launches; [mixed]: some steps "
+                      "each way. The CPU wall, the GPU time and the synchronized Python time follow."))
     out.append(_pivot(fwd, lambda x: _pm(x["cpu_mean_ms"], x["cpu_std_ms"]), ["model", "mode"],
                       "Forward pass, CPU wall (ms per step, mean ± std)", "forward_cpu",
-                      "From the `forward` NVTX ranges of the measured steps (warmup excluded)."))
+                      "From the `forward` NVTX ranges of the measured steps (warmup excluded): context for the "
+                      "table above. Where the ranges end before their GPU work this is the time to launch the "
+                      "kernels, not to run them (flag `async_range`)."))
     out.append(_pivot(fwd, lambda x: _pm(x["gpu_mean_ms"], x["gpu_std_ms"]), ["model", "mode"],
                       "Forward pass, GPU time launched inside (ms per step, mean ± std)", "forward_gpu",
                       "Sum of kernel, memcpy and memset durations launched inside `forward`."))
+    tm = r.timing
+    has_python = bool(len(tm)) and tm["python_ms"].notna().any()
+    out.append(TableView(
+        "timing", "nsys against Python (ms per step)",
+        ("model", "mode", "ctx", "phase", "steps", "CPU wall", "GPU span", "phase time", "waited",
+         "Python (sync)", "Python / phase time", "Python / CPU wall", "flags"),
+        tuple((str(x.model), str(x.mode), _ctx(x.context), str(x.phase), INT(x.steps), MS(x.cpu_ms),
+               MS(x.span_ms), f"{MS(x.time_ms)} {_by(x.measured_by)}".strip(), str(x.waited),
+               _py(x.python_ms, x.python_std_ms, x.python_n), _num(".2f")(x.python_vs_time),
+               _num(".2f")(x.python_vs_cpu), str(x.flags))
+              for x in tm.itertuples(index=False)) if has_python else (),
+        "Per configuration and phase: the NVTX ranges' CPU wall time, the GPU span of their work, the "
+        "phase time (what a synchronized timer would measure, from the trace) and the run's own Python "
+        "timings (`<trace>.pytime.json`: "
+        "time.perf_counter() between torch.cuda.synchronize() calls before and after each phase, timed "
+        "after the profiled steps; mean ± std, n). `step` is the whole step (synchronized in both)."
+        if has_python else "No Python timings: no `<trace>.pytime.json` beside the traces."))
     t = r.top_kernel
     out.append(TableView(
         "top_kernel", "Top kernel per configuration (measured steps)",
@@ -126,7 +173,26 @@ def views(result: SweepResult, *, name_width: int | None = MD_NAME_WIDTH) -> lis
               for x in tr.itertuples(index=False)),
         "CPU: wall time of the ranges; GPU: kernel+copy+memset time launched inside them, from any "
         "thread of the process (backward kernels come from the autograd thread). Residual: step time "
-        "outside the three phases."))
+        "outside the three phases. A phase range that ends before its GPU work shows its launch time "
+        "here, and the step's final synchronization (in the residual) waits for its GPU work: see the "
+        "next table."))
+    out.append(TableView(
+        "training_time", "Step breakdown by phase time (ms per step, % of step)",
+        ("model", "mode", "ctx", "steps", "step", "forward", "backward", "optimizer", "residual",
+         "residual in syncs", "flags"),
+        tuple((str(x.model), str(x.mode), _ctx(x.context), INT(x.steps), MS(x.step_cpu_ms),
+               _time_cell(x.forward_time_ms, x.forward_time_pct, x.forward_measured_by),
+               _time_cell(x.backward_time_ms, x.backward_time_pct, x.backward_measured_by),
+               _time_cell(x.optimizer_time_ms, x.optimizer_time_pct, x.optimizer_measured_by),
+               f"{MS(x.residual_time_ms)} ({PCT(x.residual_time_pct)}%)",
+               f"{MS(x.residual_sync_ms)} ({PCT(x.residual_sync_pct)}%)", str(x.flags))
+              for x in tr.itertuples(index=False)),
+        "Each phase by what a synchronized timer would measure: its CPU wall time [wall], or read from "
+        "the GPU timeline [gpu] where the range ended before its GPU work (it timed the launches) or "
+        "began behind earlier work (its CPU wall time includes that wait). The step ranges end with a "
+        "synchronization, so the step is its CPU wall. Residual: step minus the three phase times; "
+        "residual in syncs: the step's time in synchronizing calls outside the phases (the host waiting "
+        "for the GPU to finish queued work)."))
     mix = r.kernel_mix
     if len(mix):
         cats = list(mix.groupby("category")["total_ms"].sum().sort_values(ascending=False).index)
@@ -160,12 +226,13 @@ def views(result: SweepResult, *, name_width: int | None = MD_NAME_WIDTH) -> lis
         ("model", "mode", "ctx", "check", "reason", "trace"),
         tuple((str(x.model), str(x.mode), _ctx(x.context), str(x.check), str(x.reason), Path(str(x.path)).name)
               for x in f.itertuples(index=False)),
-        "none" if f.empty else ""))
+        "none" if f.empty else "Checks: " + "; ".join(
+            f"`{k}`: {v}" for k, v in FLAG_CHECKS.items() if k in set(f["check"]))))
     ru = r.runs
     out.append(TableView(
-        "runs", "Runs", ("trace", "model", "mode", "ctx", "key from", "steps", "error"),
+        "runs", "Runs", ("trace", "model", "mode", "ctx", "key from", "steps", "Python timings", "error"),
         tuple((Path(str(x.path)).name, str(x.model), str(x.mode), _ctx(x.context), str(x.key_source),
-               INT(x.steps), str(x.error)) for x in ru.itertuples(index=False)),
+               INT(x.steps), str(x.python), str(x.error)) for x in ru.itertuples(index=False)),
         f"Keys from file names by `{r.key_pattern}`, else from NVTX texts and metadata."))
     return out
 
@@ -215,13 +282,28 @@ def to_html(tables: list[TableView]) -> str:
     return env.from_string(_HTML).render(tables=tables)
 
 
-def render_sweep(result: SweepResult, fmt: Literal["md", "csv", "html"] = "md",
+def to_json(result: SweepResult) -> str:
+    """Every raw table as records (times in ms, shares 0..1, NaN as null), the flag checks' meanings
+    and the key pattern: ``{"schema", "key_pattern", "checks", "tables": {name: [row, ...]}}``."""
+    import json
+
+    from analyzer.phases.sweep import FLAG_CHECKS
+
+    def records(frame: pd.DataFrame) -> list[dict[str, object]]:
+        return json.loads(frame.to_json(orient="records", double_precision=10))
+
+    doc = {"schema": JSON_SCHEMA, "key_pattern": result.key_pattern, "checks": FLAG_CHECKS,
+           "tables": {name: records(frame) for name, frame in result.tables().items()}}
+    return json.dumps(doc, indent=1, ensure_ascii=False) + "\n"
+
+
+def render_sweep(result: SweepResult, fmt: Literal["md", "csv", "html", "json"] = "md",
                  out_dir: Path | str | None = None) -> str:
-    """Render ``result``. Returns the Markdown or HTML text (also written to ``out_dir/sweep.md`` or
-    ``sweep.html`` when ``out_dir`` is given); for ``csv`` writes ``out_dir/<table>.csv`` per table
-    (``out_dir`` required) and returns the list of files written, one per line."""
+    """Render ``result``. Returns the Markdown, HTML or JSON text (also written to
+    ``out_dir/sweep.<fmt>`` when ``out_dir`` is given); for ``csv`` writes ``out_dir/<table>.csv`` per
+    table (``out_dir`` required) and returns the list of files written, one per line."""
     if fmt not in FORMATS:
-        raise ParameterError(f"unknown sweep format {fmt!r}", hint="use one of md, csv, html")
+        raise ParameterError(f"unknown sweep format {fmt!r}", hint="use one of md, csv, html, json")
     folder = Path(out_dir) if out_dir is not None else None
     if folder is not None:
         if folder.exists() and not folder.is_dir():
@@ -238,7 +320,8 @@ def render_sweep(result: SweepResult, fmt: Literal["md", "csv", "html"] = "md",
                 frame.to_csv(fh, index=False)
             written.append(str(path))
         return "\n".join(written) + "\n"
-    text = to_markdown(views(result)) if fmt == "md" else to_html(views(result, name_width=None))
+    text = (to_markdown(views(result)) if fmt == "md" else to_json(result) if fmt == "json"
+            else to_html(views(result, name_width=None)))
     if folder is not None:
         atomic_write(folder / f"sweep.{fmt}", text)
     return text

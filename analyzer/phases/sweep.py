@@ -6,13 +6,29 @@ configurable regex with named groups) or, failing that, from NVTX texts and meta
 tables a campaign report needs, all exact (kernels attributed to the range that launched them):
 
 ``runs``        one row per trace: key, where the key came from, measured steps, OOM evidence
-``forward``     forward pass per step: CPU wall and GPU time, mean and sample std over steps
+``forward``     forward pass per step: CPU wall, GPU time and GPU span, mean and sample std over
+                steps, whether the ranges waited for their GPU work, the forward time (``forward_ms``:
+                what a timer synchronizing before and after the phase measures, from the trace; see
+                :func:`~analyzer.phases.range_timing`) and what measures it, and the synchronized Python
+                time when the run has one
+``timing``      nsys against Python per configuration and phase (forward, backward, optimizer_step,
+                step): CPU wall, GPU span, phase time, the Python timings from the run's
+                ``<trace>.pytime.json`` sidecar and their ratios
 ``top_kernel``  the kernel with the most time per configuration (warmup excluded): count, mean, share
-``training``    forward / backward / optimizer_step / residual per step: CPU and GPU ms and % of step
+``training``    forward / backward / optimizer_step / residual per step: CPU and GPU ms and % of step,
+                and the same by phase time (GPU span for a phase that ended before its work), with the
+                residual's time in synchronizing calls (GPU catch-up at the step's final sync)
                 (runs labelled forward_backward/training or holding backward/optimizer_step ranges)
 ``kernel_mix``  kernel category mix inside ``forward`` (count, ms, share)
 ``attention``   softmax vs matmul kernel time in the attention ranges, FLOP ratio and its provenance
 ``flags``       rows that cannot be right, with the reason
+
+Python timings: a trace ``X.sqlite[.xz]`` may have ``X.pytime.json`` beside it (schema
+``workloads.pytime/1``, written by ``workloads/transformer.py --pytime``): per phase ``n``, ``mean_ms``,
+``std_ms``, ``median_ms`` of steps timed with ``torch.cuda.synchronize()`` before and after each
+phase. A sidecar with ``"status": "oom"`` and no trace is a configuration that did not fit in GPU
+memory: it becomes a run flagged ``stopped_early``, not a missing row. Ranges named
+``python_timing`` (where the workload takes those timings) are never measured steps.
 
 Rows that cannot be right carry the failed checks' names in every table's ``flags`` column, and one
 row per reason in the ``flags`` table:
@@ -20,10 +36,17 @@ row per reason in the ``flags`` table:
 the forward-only run of the same model and context), ``no_backward`` (forward_backward/training
 mode with no GPU work inside ``backward``), ``stopped_early`` (fewer measured steps than expected or
 than most runs, an OOM message in NVTX, a log beside the trace or the suite's ``manifest.jsonl``),
-``mode_mismatch`` (the mode label disagrees with the ranges present), ``load_error``.
+``mode_mismatch`` (the mode label disagrees with the ranges present), ``load_error``;
+``async_range`` (a forward/backward/optimizer_step range ends well before its GPU work: its CPU wall
+time measures the launches; thresholds of the ``async-range-timing`` rule), ``not_monotonic`` (a
+bigger model or a longer context has a shorter forward pass or step, with whether asynchronous timing
+explains it: the comparison by phase time holds), ``residual_catch_up`` (a step's residual is mostly
+the host waiting at the final synchronization for GPU work the phases queued), ``python_disagrees``
+(the synchronized Python time and the trace's phase time differ by more than a quarter), ``missing``
+(a configuration of the campaign's grid has neither a trace nor Python timings).
 
-``render_sweep(result, fmt)`` renders Markdown, CSV files (one per table) or one self-contained HTML
-page (Jinja2 with autoescape: every trace string is escaped).
+``render_sweep(result, fmt)`` renders Markdown, CSV files (one per table), one self-contained HTML
+page (Jinja2 with autoescape: every trace string is escaped) or JSON (every table as records).
 """
 from __future__ import annotations
 
@@ -44,7 +67,7 @@ import pandas as pd
 
 from analyzer.errors import AnalyzerError, InputError, ParameterError
 from analyzer.loading.model import Trace
-from analyzer.phases._index import DEFAULT_EXCLUDE, PhaseIndex
+from analyzer.phases._index import DEFAULT_EXCLUDE, MEASURE_TOLERANCE, PhaseIndex
 from analyzer.phases.table import (
     ModelConfig,
     attention_split,
@@ -79,7 +102,27 @@ FLAG_CHECKS: dict[str, str] = {
     "stopped_early": "fewer measured steps than expected or than the other runs, or an OOM message",
     "mode_mismatch": "the mode label disagrees with the NVTX ranges present",
     "load_error": "the trace could not be read",
+    "async_range": "a phase range ends well before its GPU work: its CPU wall time measures the launches",
+    "not_monotonic": "a bigger model or a longer context is faster than a smaller/shorter one",
+    "residual_catch_up": "most of a step's residual is the final sync waiting for the phases' GPU work",
+    "python_disagrees": "the synchronized Python time and the trace's phase time differ by over a quarter",
+    "missing": "a configuration of the sweep's grid has neither a trace nor Python timings",
 }
+#: Ranges the sweep never measures: the workload's Python timing reps (see ``workloads/transformer.py``).
+PYTHON_TIMING_RANGES: tuple[str, ...] = ("python_timing",)
+PYTIME_SCHEMA = "workloads.pytime/1"
+PYTIME_SUFFIX = ".pytime.json"
+#: Phases of the ``timing`` table and their keys in a pytime sidecar.
+TIMED_PHASES: tuple[str, ...] = ("forward", "backward", "optimizer_step", "step")
+#: A bigger model or longer context may be this much faster before ``not_monotonic`` flags it (noise:
+#: launch-bound configurations take the same time whatever their size).
+MONOTONIC_TOLERANCE = 0.10
+#: ``residual_catch_up``: the residual is at least this share of the step ...
+CATCH_UP_MIN_RESIDUAL = 0.20
+#: ... and at least this share of the residual is spent inside synchronizing calls.
+CATCH_UP_MIN_SYNC = 0.50
+#: ``python_disagrees``: |Python / phase time - 1| above this.
+PYTHON_TOLERANCE = 0.25
 
 
 # ------------------------------------------------------------------------------------------------
@@ -186,6 +229,13 @@ class RunSummary:
     split: pd.DataFrame | None = None
     forward_cpu: list[int] = field(default_factory=list)  # per step (ns)
     forward_gpu: list[int] = field(default_factory=list)
+    forward_span: list[int] = field(default_factory=list)  # per step: GPU span of forward's work (ns)
+    forward_time: list[int] = field(default_factory=list)  # per step: phase time (what a synchronized timer measures)
+    forward_count: list[int] = field(default_factory=list)  # per step: forward instances
+    forward_waited: list[int] = field(default_factory=list)  # per step: of those, instances that waited
+    pytime_path: Path | None = None  # the Python timings sidecar, when there is one
+    python: dict[str, dict] | None = None  # its per-phase timings (ms)
+    python_note: str = ""  # why a sidecar could not be used
     top: pd.DataFrame | None = None
     mix: pd.DataFrame | None = None
     attention: pd.DataFrame | None = None
@@ -230,6 +280,56 @@ def model_config_for(key: Mapping[str, object],
     if not merged:
         return None
     return ModelConfig.from_mapping(merged, source="; ".join(sources))
+
+
+def sweep_exclude(exclude: str | Iterable[str] | None) -> tuple[str, ...]:
+    """``exclude`` as a tuple, plus :data:`PYTHON_TIMING_RANGES`."""
+    base = () if exclude is None else (exclude,) if isinstance(exclude, str) else tuple(exclude)
+    return base + tuple(p for p in PYTHON_TIMING_RANGES if p not in base)
+
+
+def pytime_path(trace_path: Path | str) -> Path:
+    """Where the Python timings of the trace at ``trace_path`` would be: ``<stem>.pytime.json`` beside it."""
+    path = Path(trace_path)
+    return path.parent / f"{trace_stem(path)}{PYTIME_SUFFIX}"
+
+
+def read_pytime(path: Path) -> tuple[dict[str, object] | None, str]:
+    """A pytime sidecar's record, or ``None`` and why it cannot be used (absent files give ``""``)."""
+    if not path.is_file():
+        return None, ""
+    try:
+        if path.stat().st_size > 10_000_000:
+            return None, f"{path.name}: larger than 10 MB"
+        record = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, json.JSONDecodeError) as err:
+        return None, f"{path.name}: not readable JSON ({err})"
+    if not isinstance(record, dict) or record.get("schema") != PYTIME_SCHEMA:
+        return None, f"{path.name}: not a {PYTIME_SCHEMA} record"
+    return record, ""
+
+
+def _python_phases(record: Mapping[str, object]) -> dict[str, dict]:
+    """``{phase: {"n", "mean_ms", "std_ms", "median_ms"}}`` with numeric values only."""
+    phases = record.get("phases")
+    out: dict[str, dict] = {}
+    if not isinstance(phases, Mapping):
+        return out
+    for name, stats in phases.items():
+        if not isinstance(stats, Mapping):
+            continue
+        vals = {k: stats.get(k) for k in ("n", "mean_ms", "std_ms", "median_ms")}
+        if isinstance(vals["mean_ms"], (int, float)) and not isinstance(vals["mean_ms"], bool):
+            out[str(name)] = {k: float(v) if isinstance(v, (int, float)) else float("nan") for k, v in vals.items()}
+    return out
+
+
+def _pytime_key(record: Mapping[str, object]) -> dict[str, object]:
+    config = record.get("config")
+    if not isinstance(config, Mapping):
+        return {}
+    return {k: _coerce(str(config[k])) for k in ("model", "mode", "context", "batch", "dtype")
+            if config.get(k) not in (None, "")}
 
 
 def _oom_evidence(path: Path, trace: Trace | None, manifest: Mapping[str, Mapping[str, object]]) -> str | None:
@@ -280,7 +380,9 @@ def summarize_run(
     exclude: str | Iterable[str] | None = DEFAULT_EXCLUDE,
     model_configs: Mapping[str, Mapping[str, object]] | None = None,
 ) -> RunSummary:
-    """The per-trace part of the sweep (also usable alone)."""
+    """The per-trace part of the sweep (also usable alone). ``python_timing`` ranges are always
+    excluded, besides ``exclude``."""
+    exclude = sweep_exclude(exclude)
     idx = PhaseIndex.build(trace)
     cats = kernel_categories(trace)
     split = step_split(trace, exclude=exclude, index=idx)
@@ -290,12 +392,21 @@ def summarize_run(
         has = split[split["forward_count"] > 0]
         run.forward_cpu = has["forward_cpu_ns"].astype(int).tolist()
         run.forward_gpu = has["forward_gpu_ns"].astype(int).tolist()
+        run.forward_span = has["forward_span_ns"].astype(int).tolist()
+        run.forward_time = has["forward_phase_ns"].astype(int).tolist()
+        run.forward_count = has["forward_count"].astype(int).tolist()
+        run.forward_waited = has["forward_waited"].astype(int).tolist()
     else:  # forward ranges outside step_N ranges: one value per instance
         measured = idx.measured_ranges(exclude)
         fwd = measured[measured["text"].astype(object) == "forward"]
         gpu = idx.instance_gpu(fwd["range_id"].to_numpy())
+        timing = idx.timing(fwd, gpu)
         run.forward_cpu = fwd["duration"].astype(int).tolist()
         run.forward_gpu = gpu["gpu_ns"].astype(int).tolist()
+        run.forward_span = timing["gpu_span_ns"].astype(int).tolist()
+        run.forward_time = timing["phase_ns"].astype(int).tolist()
+        run.forward_count = [1] * len(fwd)
+        run.forward_waited = timing["waited"].astype(int).tolist()
     top = top_kernels(trace, exclude=exclude, n=1, index=idx)
     if len(top):
         codes, names = idx.kernel_name_codes
@@ -319,6 +430,7 @@ class SweepResult:
     runs: pd.DataFrame
     forward: pd.DataFrame
     top_kernel: pd.DataFrame
+    timing: pd.DataFrame
     training: pd.DataFrame
     kernel_mix: pd.DataFrame
     attention: pd.DataFrame
@@ -327,7 +439,7 @@ class SweepResult:
     summaries: list[RunSummary] = field(default_factory=list, repr=False)
 
     def tables(self) -> dict[str, pd.DataFrame]:
-        return {"runs": self.runs, "forward": self.forward, "top_kernel": self.top_kernel,
+        return {"runs": self.runs, "forward": self.forward, "timing": self.timing, "top_kernel": self.top_kernel,
                 "training": self.training, "kernel_mix": self.kernel_mix, "attention": self.attention,
                 "flags": self.flags}
 
@@ -359,14 +471,72 @@ def _default_loader() -> Callable[[Path], Trace]:
 
 
 def expand_paths(paths: Iterable[Path | str]) -> list[Path]:
-    """Files as given; a directory contributes its ``*.sqlite`` and ``*.sqlite.xz`` files."""
+    """Files as given; a directory contributes its ``*.sqlite``, ``*.sqlite.xz`` and ``*.pytime.json``
+    files (the sidecars of configurations that did not fit in GPU memory have no trace)."""
     out: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
-            out += sorted(q for q in p.iterdir() if q.name.endswith((".sqlite", ".sqlite.xz")))
+            out += sorted(q for q in p.iterdir() if q.name.endswith((".sqlite", ".sqlite.xz", PYTIME_SUFFIX)))
         else:
             out.append(p)
     return out
+
+
+#: ``missing``: report absent configurations only when the runs cover at least this share of the grid
+#: their models x contexts x modes span, and the grid has at least MISSING_MIN_GRID cells (a handful of
+#: unrelated traces is not a grid with holes).
+MISSING_MIN_COVERAGE = 0.75
+MISSING_MIN_GRID = 8
+
+
+def _missing_runs(runs: Sequence[RunSummary]) -> list[RunSummary]:
+    """Configurations of the campaign's grid (the models x contexts x modes the runs have) with neither
+    a trace nor a sidecar: a run the campaign lost (e.g. its export failed), flagged ``missing``."""
+    keyed = [r for r in runs if r.model in PRESETS and r.mode in MODES and r.context is not None]
+    have = {(r.model, r.mode, r.context) for r in keyed}
+    models = sorted({k[0] for k in have}, key=list(PRESETS).index)
+    modes = [m for m in MODES if m in {k[1] for k in have}]
+    contexts = sorted({int(k[2]) for k in have if k[2] is not None})
+    grid = [(m, mo, c) for m in models for mo in modes for c in contexts]
+    if len(grid) < MISSING_MIN_GRID or len(have) < MISSING_MIN_COVERAGE * len(grid):
+        return []
+    folder = keyed[0].path.parent if keyed else Path(".")
+    out = []
+    for model, mode, ctx in grid:
+        if (model, mode, ctx) in have:
+            continue
+        run = RunSummary(path=folder / f"{model}_{mode}_ctx{ctx}", key={"model": model, "mode": mode, "context": ctx},
+                         key_source="grid", error="no trace and no Python timings for this configuration")
+        run.flags.append(("missing", f"the sweep's grid ({len(models)} models x {len(contexts)} contexts x "
+                                     f"{len(modes)} modes) has no trace or .pytime.json for it"))
+        out.append(run)
+    return out
+
+
+def _sidecar_runs(sidecars: Sequence[Path], traces: Sequence[Path], rx: re.Pattern[str]) -> list[RunSummary]:
+    """Runs for pytime sidecars given without their trace: a configuration that did not fit in GPU
+    memory (``"status": "oom"``: flagged ``stopped_early``) or whose trace is missing (``load_error``)."""
+    have = {(t.parent.resolve(), trace_stem(t)) for t in traces}
+    runs = []
+    for side in sidecars:
+        stem = side.name[: -len(PYTIME_SUFFIX)]
+        if (side.parent.resolve(), stem) in have:
+            continue  # read beside its trace
+        record, problem = read_pytime(side)
+        named = key_from_name(stem, rx)
+        key = {**(_pytime_key(record) if record else {}), **(named or {})} or {"model": stem}
+        source = "file name" if named else "pytime sidecar" if record else "none"
+        if record is not None and record.get("status") == "oom":
+            error = str(record.get("error") or "out of memory")[:200]
+            run = RunSummary(path=side, key=key, key_source=source, pytime_path=side,
+                             oom=f"{side.name}: {error}", error="no trace: the run did not fit in GPU memory")
+            run.flags.append(("stopped_early", f"did not fit in GPU memory ({side.name}: {error})"))
+        else:
+            why = problem or f"{side.name} has no trace {stem}.sqlite[.xz] beside it"
+            run = RunSummary(path=side, key=key, key_source=source, pytime_path=side, error=why)
+            run.flags.append(("load_error", why))
+        runs.append(run)
+    return runs
 
 
 def build_sweep(
@@ -386,8 +556,10 @@ def build_sweep(
     a name that does not match is keyed from NVTX texts and metadata. ``expected_steps``: measured
     steps every run should have (default: the most common count). ``strict``: raise on the first
     unreadable trace instead of flagging it (``load_error``)."""
-    files = expand_paths(paths)
-    if not files:
+    given = expand_paths(paths)
+    sidecars = [p for p in given if p.name.endswith(PYTIME_SUFFIX)]
+    files = [p for p in given if not p.name.endswith(PYTIME_SUFFIX)]
+    if not files and not sidecars:
         raise ParameterError("sweep: no trace files given", hint="pass results/*.sqlite or a folder")
     if expected_steps is not None and expected_steps < 1:
         raise ParameterError(f"expected steps must be >= 1, not {expected_steps}")
@@ -416,10 +588,22 @@ def build_sweep(
                     source = f"file name + {how}"
             else:
                 key, source = key_from_trace(trace)
+            side = pytime_path(path)
+            record, problem = read_pytime(side)
+            if record is not None:
+                key = {**_pytime_key(record), **key}  # the file name wins where both say
             run = summarize_run(trace, path, key, source, exclude=exclude, model_configs=model_configs)
             run.oom = _oom_evidence(path, trace, manifest)
+            run.python_note = problem
+            if record is not None:
+                run.pytime_path = side
+                run.python = _python_phases(record)
+                if record.get("status") == "oom" and not run.oom:
+                    run.oom = f"{side.name}: {str(record.get('error') or 'out of memory')[:160]}"
             del trace
             runs.append(run)
+    runs += _sidecar_runs(sidecars, files, rx)
+    runs += _missing_runs(runs)
     _flag_runs(runs, expected_steps)
     return _assemble(runs, key_pattern)
 
@@ -430,6 +614,176 @@ def _mean(values: Sequence[int]) -> float:
 
 def _std(values: Sequence[int]) -> float:
     return float(statistics.stdev(values)) if len(values) > 1 else (0.0 if values else float("nan"))
+
+
+def async_thresholds(rules_path: Path | str | None = None) -> tuple[float, int]:
+    """``(min_ratio, min_untimed_ns)``: the ``async-range-timing`` rule's defaults in the pack at
+    ``rules_path`` (the built-in pack by default), so that the sweep flags the ranges the single-trace
+    report names. A pack without that rule gives the built-in values (1.25, 1 ms)."""
+    from analyzer.pipeline import default_rules_path
+    from analyzer.rules.loader import load_pack
+
+    try:
+        rule = load_pack(rules_path or default_rules_path()).get("async-range-timing")
+    except AnalyzerError:
+        return 1.25, 1_000_000
+    params = {p.name: p.default for p in rule.parameters}
+    return float(params.get("min_ratio", 1.25)), int(params.get("min_untimed", 1_000_000))
+
+
+def _measured_by(cpu: Sequence[int], time: Sequence[int]) -> str:
+    """``CPU wall`` when every step's CPU wall time is its phase time (within
+    :data:`~analyzer.phases._index.MEASURE_TOLERANCE`), ``GPU timeline`` when none is, else ``mixed``."""
+    off = [abs(t - c) > MEASURE_TOLERANCE * max(t, c) for c, t in zip(cpu, time)]
+    return "" if not off else "GPU timeline" if all(off) else "CPU wall" if not any(off) else "mixed"
+
+
+def _waited_text(waited: int, count: int) -> str:
+    return "" if count == 0 else "yes" if waited == count else "no" if waited == 0 else f"{waited} of {count}"
+
+
+def _waited_count(waited: int, count: int) -> str:
+    return (f"none of {count} instances waited" if waited == 0 else f"all {count} instances waited"
+            if waited == count else f"{waited} of {count} instances waited")
+
+
+def _phase_stats(r: RunSummary, phase: str) -> dict[str, list[int]] | None:
+    """Per step (steps that hold the phase) of a run: ``cpu``, ``gpu``, ``span``, ``time``, ``count``,
+    ``waited`` (ns / counts). ``phase`` is forward, backward, optimizer_step or step."""
+    s = r.split
+    if phase == "forward" and r.forward_cpu:
+        return {"cpu": r.forward_cpu, "gpu": r.forward_gpu, "span": r.forward_span, "time": r.forward_time,
+                "count": r.forward_count, "waited": r.forward_waited}
+    if s is None or not len(s):
+        return None
+    if phase == "step":
+        cpu, span = s["cpu_ns"].astype(int).tolist(), s["span_ns"].astype(int).tolist()
+        return {"cpu": cpu, "gpu": s["gpu_ns"].astype(int).tolist(), "span": span,
+                "time": [max(c, g) for c, g in zip(cpu, span)], "count": [1] * len(cpu),
+                "waited": s["waited"].astype(int).tolist()}
+    if f"{phase}_count" not in s.columns:
+        return None
+    has = s[s[f"{phase}_count"] > 0]
+    if not len(has):
+        return None
+    return {k: has[f"{phase}_{c}"].astype(int).tolist() for k, c in (
+        ("cpu", "cpu_ns"), ("gpu", "gpu_ns"), ("span", "span_ns"), ("time", "phase_ns"), ("count", "count"),
+        ("waited", "waited"))}
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:.2f} ms"
+
+
+def _flag_timing(r: RunSummary, min_ratio: float, min_untimed: int) -> None:
+    """``async_range``, ``residual_catch_up`` and ``python_disagrees`` for one run."""
+    late: list[str] = []
+    for phase in ("forward", "backward", "optimizer_step"):
+        st = _phase_stats(r, phase)
+        if st is None:
+            continue
+        cpu, span, time, n = sum(st["cpu"]), sum(st["span"]), sum(st["time"]), sum(st["count"])
+        if n and span >= min_ratio * cpu and (time - cpu) / n >= min_untimed:
+            late.append(phase)
+            r.flags.append(("async_range", (
+                f"{phase} ends before its GPU work: CPU wall {_ms(cpu / n)} per instance, GPU span "
+                f"{_ms(span / n)} ({span / max(cpu, 1):.1f}x; {_waited_count(sum(st['waited']), n)}): "
+                f"its CPU wall time measures the kernel launches; the tables' phase time, {_ms(time / n)}, "
+                "runs to the end of its GPU work")))
+    s = r.split
+    if s is not None and len(s) and r.mode in ("forward_backward", "training") and "residual_sync_ns" in s:
+        step, res, res_sync = s["cpu_ns"].mean(), s["residual_cpu_ns"].mean(), s["residual_sync_ns"].mean()
+        if step > 0 and res >= CATCH_UP_MIN_RESIDUAL * step and res_sync >= CATCH_UP_MIN_SYNC * res:
+            phases = [p for p in ("forward", "backward", "optimizer_step") if f"{p}_phase_ns" in s]
+            by_time = step - sum(s[f"{p}_phase_ns"].mean() for p in phases)
+            cause = (f"the phases that ended before their GPU work ({', '.join(late)}) leave it to the final "
+                     "synchronization" if late else "the GPU still runs queued work when the phases end")
+            r.flags.append(("residual_catch_up", (
+                f"the residual is {100 * res / step:.1f}% of the step ({_ms(res)}), {_ms(res_sync)} of it in "
+                f"synchronizing calls waiting for the GPU: {cause}; by phase time the residual is "
+                f"{_ms(by_time)} ({100 * by_time / step:.1f}%)")))
+    if r.python:
+        for phase in TIMED_PHASES:
+            st, py = _phase_stats(r, phase), r.python.get(phase)
+            if st is None or py is None or not st["time"]:
+                continue
+            t_ms = _mean(st["time"]) / 1e6
+            ratio = py["mean_ms"] / t_ms if t_ms > 0 else float("nan")
+            if not math.isnan(ratio) and abs(ratio - 1) > PYTHON_TOLERANCE:
+                n_text = f"n={int(py['n'])}" if not math.isnan(py["n"]) else "n=?"
+                samples: tuple[tuple[str, float, float], ...] = (
+                    ("the trace's steps", _std(st["time"]) / 1e6, t_ms), ("Python's", py["std_ms"], py["mean_ms"]))
+                spread = [f"{who} ± {sd:.2f} ms" for who, sd, mean in samples
+                          if mean > 0 and not math.isnan(sd) and sd > 0.2 * mean]
+                if spread:
+                    why = f"the samples vary ({', '.join(spread)}): a few slow steps decide the means"
+                elif _measured_by(st["cpu"], st["time"]) == "CPU wall":
+                    why = ("launch-bound here (the GPU keeps up with the launches), so both time the host, "
+                           "whose speed differs between the profiled steps and the timed ones")
+                else:
+                    why = "not noise or launch overhead: compare the two runs' GPU clocks and code paths"
+                r.flags.append(("python_disagrees", (
+                    f"{phase}: Python (synchronized, {n_text}) {py['mean_ms']:.2f} ms, the trace's phase time "
+                    f"{t_ms:.2f} ms ({ratio:.2f}x; CPU wall {_mean(st['cpu']) / 1e6:.2f} ms, GPU span "
+                    f"{_mean(st['span']) / 1e6:.2f} ms); {why}")))
+
+
+_SIZE_RANK = {m: i for i, m in enumerate(PRESETS)}
+
+
+def _flag_monotonic(runs: list[RunSummary], tolerance: float = MONOTONIC_TOLERANCE) -> None:
+    """``not_monotonic``: per mode, a bigger model (same context) or a longer context (same model)
+    whose forward pass (or synchronized step) is shorter than the smaller one's by more than
+    ``tolerance``, by CPU wall or by phase time; the reason says whether asynchronous timing explains
+    it (the phase time, GPU span where the range ended early, still grows)."""
+    entries: dict[tuple[str, str], dict[tuple[str, int], tuple[float, float, RunSummary, float, str]]] = {}
+    for r in runs:
+        if r.error is not None or r.context is None:
+            continue
+        for what in ("forward", "step"):
+            if what == "step" and r.mode not in ("forward_backward", "training"):
+                continue
+            st = _phase_stats(r, what)
+            if st is None or not st["cpu"]:
+                continue
+            entries.setdefault((r.mode, what), {})[(r.model, r.context)] = (
+                _mean(st["cpu"]), _mean(st["time"]), r, _std(st["time"]), _measured_by(st["cpu"], st["time"]))
+    for (mode, what), table in entries.items():
+        for (model, ctx), (cpu, time, run, std, by) in table.items():
+            smaller = [(m, c) for (m, c) in table if (c == ctx and m != model and model in _SIZE_RANK
+                                                     and _SIZE_RANK.get(m, 1 << 30) < _SIZE_RANK[model])
+                       or (m == model and c < ctx)]
+            worst = None
+            for key in smaller:
+                o_cpu, o_time = table[key][:2]
+                by_cpu, by_time = cpu < o_cpu * (1 - tolerance), time < o_time * (1 - tolerance)
+                if (by_cpu or by_time) and (worst is None or o_cpu / max(cpu, 1) > worst[1]):
+                    worst = (key, o_cpu / max(cpu, 1), by_cpu, by_time, o_cpu, o_time)
+            if worst is None:
+                continue
+            (o_model, o_ctx), _, by_cpu, by_time, o_cpu, o_time = worst
+            axis = f"ctx{o_ctx}" if o_model == model else f"{o_model} (a smaller model)"
+            label = "forward pass" if what == "forward" else "step"
+            if by_cpu and not by_time:
+                why = (f"explained by asynchronous timing: the forward ranges end before their GPU work, and by "
+                       f"phase time (read from the GPU timeline) it takes {_ms(time)} against {_ms(o_time)}"
+                       if what == "forward" else f"by phase time {_ms(time)} against {_ms(o_time)}")
+                text = f"{label} CPU wall {_ms(cpu)} is shorter than {_ms(o_cpu)} at {axis}; {why}"
+            else:
+                o_std, o_by = table[(o_model, o_ctx)][3:5]
+                noisy = [f"{where} ± {_ms(sd)} over its steps" for where, sd, mean in (
+                    (axis, o_std, o_time), ("this run", std, time)) if mean > 0 and sd > 0.2 * mean]
+                if noisy:
+                    cause = f"the steps vary ({'; '.join(noisy)}): a few slow steps, not the model"
+                elif by == o_by == "CPU wall":
+                    cause = ("both are launch-bound (the GPU keeps up with the host's launches), so both time "
+                             "the host, which does not grow with the model or context and varies between runs")
+                else:
+                    cause = "noise, clocks, a different code path, or a mislabelled run"
+                text = (f"{label} {'CPU wall ' + _ms(cpu) + ' and ' if by_cpu else ''}phase time {_ms(time)} "
+                        f"shorter than at {axis} ({_ms(o_time)}; CPU wall {_ms(o_cpu)}): not explained by "
+                        f"asynchronous timing; {cause}")
+            run.flags.append(("not_monotonic", text))
 
 
 def _flag_runs(runs: list[RunSummary], expected_steps: int | None) -> None:
@@ -490,6 +844,10 @@ def _flag_runs(runs: list[RunSummary], expected_steps: int | None) -> None:
                 reason = (f"step {step_ms:.2f} ms is shorter than the forward pass of "
                           f"{r.model} forward ctx{r.context} ({ref / 1e6:.2f} ms)")
                 r.flags.append(("step_shorter_than_forward", reason))
+    min_ratio, min_untimed = async_thresholds()
+    for r in ok:
+        _flag_timing(r, min_ratio, min_untimed)
+    _flag_monotonic(ok)
 
 
 def _order(frame: pd.DataFrame) -> pd.DataFrame:
@@ -518,20 +876,45 @@ def _flag_text(r: RunSummary) -> str:
 
 def _assemble(runs: list[RunSummary], key_pattern: str) -> SweepResult:
     run_rows, fwd_rows, top_rows, train_rows, mix_rows, att_rows, flag_rows = [], [], [], [], [], [], []
+    timing_rows: list[dict[str, object]] = []
+    nan = float("nan")
     for r in runs:
         base = _base(r)
         flags = _flag_text(r)
+        python = r.pytime_path.name if r.pytime_path is not None else r.python_note
         run_rows.append({**base, "path": str(r.path), "key_source": r.key_source, "steps": r.steps,
-                         "oom": r.oom or "", "error": r.error or "", "flags": flags})
+                         "oom": r.oom or "", "error": r.error or "", "python": python, "flags": flags})
         for check, reason in r.flags:
             flag_rows.append({**base, "path": str(r.path), "check": check, "reason": reason})
         if r.error is not None:
             continue
+        py = r.python or {}
         if r.forward_cpu:
+            pf = py.get("forward", {})
             fwd_rows.append({**base, "steps": len(r.forward_cpu),
                              "cpu_mean_ms": _mean(r.forward_cpu) / 1e6, "cpu_std_ms": _std(r.forward_cpu) / 1e6,
                              "gpu_mean_ms": _mean(r.forward_gpu) / 1e6, "gpu_std_ms": _std(r.forward_gpu) / 1e6,
-                             "flags": flags})
+                             "span_mean_ms": _mean(r.forward_span) / 1e6, "span_std_ms": _std(r.forward_span) / 1e6,
+                             "waited": _waited_text(sum(r.forward_waited), sum(r.forward_count)),
+                             "measured_by": _measured_by(r.forward_cpu, r.forward_time),
+                             "forward_ms": _mean(r.forward_time) / 1e6, "forward_std_ms": _std(r.forward_time) / 1e6,
+                             "python_ms": pf.get("mean_ms", nan), "python_std_ms": pf.get("std_ms", nan),
+                             "python_n": pf.get("n", nan), "flags": flags})
+        for phase in TIMED_PHASES:
+            st, pp = _phase_stats(r, phase), py.get(phase)
+            if st is None and pp is None:
+                continue
+            time = _mean(st["time"]) / 1e6 if st else nan
+            cpu = _mean(st["cpu"]) / 1e6 if st else nan
+            pm = pp["mean_ms"] if pp else nan
+            timing_rows.append({
+                **base, "phase": phase, "steps": len(st["cpu"]) if st else 0, "cpu_ms": cpu,
+                "span_ms": _mean(st["span"]) / 1e6 if st else nan, "time_ms": time,
+                "measured_by": _measured_by(st["cpu"], st["time"]) if st else "",
+                "waited": _waited_text(sum(st["waited"]), sum(st["count"])) if st else "",
+                "python_ms": pm, "python_std_ms": pp["std_ms"] if pp else nan, "python_n": pp["n"] if pp else nan,
+                "python_vs_time": pm / time if st and pp and time > 0 else nan,
+                "python_vs_cpu": pm / cpu if st and pp and cpu > 0 else nan, "flags": flags})
         if r.top is not None and len(r.top):
             t = r.top.iloc[0]
             top_rows.append({**base, "kernel": t["name"], "category": t.get("category", ""),
@@ -551,6 +934,19 @@ def _assemble(runs: list[RunSummary], key_pattern: str) -> SweepResult:
                 row[f"{label}_cpu_pct"] = 100.0 * cpu / step if step else float("nan")
                 row[f"{label}_gpu_ms"] = s[f"{p}_gpu_ns"].mean() / 1e6
                 row[f"{label}_gpu_pct"] = 100.0 * s[f"{p}_gpu_ns"].mean() / step_gpu if step_gpu else float("nan")
+            rest = step
+            for p, label in (("forward", "forward"), ("backward", "backward"), ("optimizer_step", "optimizer")):
+                time = s[f"{p}_phase_ns"].mean()
+                rest -= time
+                row[f"{label}_span_ms"] = s[f"{p}_span_ns"].mean() / 1e6
+                row[f"{label}_time_ms"] = time / 1e6
+                row[f"{label}_time_pct"] = 100.0 * time / step if step else nan
+                has = s[s[f"{p}_count"] > 0]
+                row[f"{label}_measured_by"] = _measured_by(has[f"{p}_cpu_ns"].tolist(), has[f"{p}_phase_ns"].tolist())
+            row["residual_time_ms"] = rest / 1e6
+            row["residual_time_pct"] = 100.0 * rest / step if step else nan
+            row["residual_sync_ms"] = s["residual_sync_ns"].mean() / 1e6
+            row["residual_sync_pct"] = 100.0 * s["residual_sync_ns"].mean() / step if step else nan
             row["flags"] = flags
             train_rows.append(row)
         if r.mix is not None and len(r.mix):
@@ -575,11 +971,19 @@ def _assemble(runs: list[RunSummary], key_pattern: str) -> SweepResult:
     base_cols = ["model", "mode", "context"]
     train_cols = base_cols + ["steps", "step_cpu_ms", "step_gpu_ms"] + [
         f"{label}_{kind}" for label in ("forward", "backward", "optimizer", "residual")
-        for kind in ("cpu_ms", "cpu_pct", "gpu_ms", "gpu_pct")] + ["flags"]
+        for kind in ("cpu_ms", "cpu_pct", "gpu_ms", "gpu_pct")] + [
+        f"{label}_{kind}" for label in ("forward", "backward", "optimizer")
+        for kind in ("span_ms", "time_ms", "time_pct", "measured_by")] + [
+        "residual_time_ms", "residual_time_pct", "residual_sync_ms", "residual_sync_pct", "flags"]
     return SweepResult(
-        runs=frame(run_rows, base_cols + ["path", "key_source", "steps", "oom", "error", "flags"]),
+        runs=frame(run_rows, base_cols + ["path", "key_source", "steps", "oom", "error", "python", "flags"]),
         forward=frame(fwd_rows, base_cols + ["steps", "cpu_mean_ms", "cpu_std_ms", "gpu_mean_ms",
-                                             "gpu_std_ms", "flags"]),
+                                             "gpu_std_ms", "span_mean_ms", "span_std_ms", "waited",
+                                             "measured_by", "forward_ms", "forward_std_ms", "python_ms",
+                                             "python_std_ms", "python_n", "flags"]),
+        timing=frame(timing_rows, base_cols + [  # a configuration's phases in TIMED_PHASES order (stable sort)
+            "phase", "steps", "cpu_ms", "span_ms", "time_ms", "measured_by", "waited", "python_ms",
+            "python_std_ms", "python_n", "python_vs_time", "python_vs_cpu", "flags"]),
         top_kernel=frame(top_rows, base_cols + ["kernel", "category", "count", "total_ms", "mean_us",
                                                 "share", "flags"]),
         training=frame(train_rows, train_cols),
@@ -594,7 +998,7 @@ def _assemble(runs: list[RunSummary], key_pattern: str) -> SweepResult:
 
 
 def render_sweep(result: SweepResult, fmt: str = "md", out_dir: Path | str | None = None) -> str:
-    """Markdown, CSV (one file per table in ``out_dir``) or self-contained HTML; see
+    """Markdown, CSV (one file per table in ``out_dir``), self-contained HTML or JSON; see
     :func:`analyzer.phases.render.render_sweep`."""
     from analyzer.phases.render import render_sweep as _render
 

@@ -21,9 +21,11 @@ Definitions used by every table here (all times integer ns unless the column say
                projection recipes report as the projected duration), summed over instances
 ``waited``     an instance waited for its work when it ended at or after its last op ended (e.g. a
                ``torch.cuda.synchronize()`` inside it); otherwise its wall time measured the launches
-``phase_ns``   per instance max(CPU wall, GPU span), summed: the phase's time; ``measure`` says which
-               of the two it is (``cpu_wall``, ``gpu_span``, or ``mixed`` across instances); see
-               :func:`analyzer.phases._index.range_timing`
+``phase_ns``   per instance what a timer synchronizing before and after the range would measure,
+               summed: from its start (or the end of earlier GPU work it queued behind) to its end
+               or its GPU work's end, whichever is later; ``measure`` says whether that is its CPU
+               wall time (``cpu_wall``), comes from the GPU timeline (``gpu``) or ``mixed`` across
+               instances; see :func:`analyzer.phases._index.range_timing`
 
 Warmup is excluded by default: ranges matching ``warmup*`` and everything nested inside them
 (``exclude=()`` keeps them). Enclosing ranges stay inclusive of everything launched inside them.
@@ -47,7 +49,6 @@ from analyzer.phases._index import (
     DEFAULT_EXCLUDE,
     PhaseIndex,
     aggregate_timing,
-    range_timing,
 )
 
 __all__ = [
@@ -159,7 +160,7 @@ def phase_table(
     gcode = pd.factorize(inst[key].astype(object).to_numpy(object))[0]
     pcode = pd.factorize(inst["path"].astype(object).to_numpy(object))[0]
     gpu = idx.instance_gpu(inst["range_id"].to_numpy())
-    timing = range_timing(inst["start"].to_numpy(np.int64), inst["end"].to_numpy(np.int64), gpu)
+    timing = idx.timing(inst, gpu)
     work = pd.DataFrame({
         "g": gcode, "pcode": pcode, "pos": np.arange(len(inst)),
         "duration": inst["duration"].to_numpy(np.int64),
@@ -290,6 +291,14 @@ def step_split(
     ``residual_cpu_ns`` / ``residual_gpu_ns`` (step minus the phases: time in the step outside them,
     e.g. ``zero_grad`` or the loss) and ``residual_kernel_ns``.
 
+    Timing (:func:`range_timing`): the step's ``span_ns``, ``waited`` (0/1), ``sync_count`` and
+    ``sync_ns`` (blocking synchronizing calls inside it and the host's time in them); per phase
+    ``P_span_ns`` (GPU span, summed over its instances in the step), ``P_phase_ns`` (per instance
+    what a synchronized timer would measure, summed), ``P_waited`` (instances that waited for their
+    GPU work, or launched none), ``P_tail_ns`` and ``P_sync_ns``; ``residual_sync_ns``: the step's sync time
+    outside the phases, i.e. the host waiting at the step's end for GPU work the phases queued (their
+    GPU catch-up when the phases ended before their work).
+
     GPU columns count work launched inside the (sub-)range from any thread of the process, per the
     loader's attribution (backward kernels launched by the autograd thread count for ``backward``).
     """
@@ -302,11 +311,16 @@ def step_split(
     ranges = idx.measured_ranges(exclude)
     texts = ranges["text"].astype(object).astype(str)
     is_step = texts.map(lambda s: rx.search(s) is not None).to_numpy(bool)
-    steps = ranges[is_step][["range_id", "text", "start", "duration"]].sort_values("start", kind="stable")
+    steps = ranges[is_step][["range_id", "text", "start", "end", "duration"]].sort_values(
+        "start", kind="stable")
     cols = ["step", "step_index", "start", "cpu_ns", "gpu_ns", "kernel_ns", "kernel_count"]
     for p in phases:
         cols += [f"{p}_count", f"{p}_cpu_ns", f"{p}_gpu_ns", f"{p}_kernel_ns", f"{p}_kernel_count"]
     cols += ["residual_cpu_ns", "residual_gpu_ns", "residual_kernel_ns"]
+    cols += ["span_ns", "waited", "sync_count", "sync_ns"]
+    for p in phases:
+        cols += [f"{p}_span_ns", f"{p}_phase_ns", f"{p}_waited", f"{p}_tail_ns", f"{p}_sync_ns"]
+    cols += ["residual_sync_ns"]
     if steps.empty:
         return pd.DataFrame({c: pd.Series(dtype=object if c == "step" else "int64") for c in cols})
     gpu = idx.instance_gpu(steps["range_id"].to_numpy())
@@ -317,31 +331,46 @@ def step_split(
         "start": steps["start"].to_numpy(np.int64),
         "cpu_ns": steps["duration"].to_numpy(np.int64),
     })
-    out = out.join(gpu[["gpu_ns", "kernel_ns", "kernel_count"]], on="range_id")
+    out = out.join(gpu[["gpu_ns", "kernel_ns", "kernel_count", "sync_count", "sync_ns"]], on="range_id")
+    step_timing = idx.timing(steps, gpu)
+    out["span_ns"] = step_timing["gpu_span_ns"]
+    out["waited"] = step_timing["waited"].astype(np.int64)
     res_cpu = out["cpu_ns"].copy()
     res_gpu = out["gpu_ns"].copy()
     res_k = out["kernel_ns"].copy()
-    dur = idx.ranges.set_index("range_id")["duration"]
+    res_sync = out["sync_ns"].copy()
+    bounds = idx.ranges.set_index("range_id")[["start", "end", "duration"]]
     for p in phases:
         inst = _phase_instances(idx, steps, p)
         pg = idx.instance_gpu(inst["range_id"].to_numpy())
         inst = inst.join(pg, on="range_id")
-        inst["cpu"] = dur.reindex(inst["range_id"]).to_numpy()
+        b = bounds.reindex(inst["range_id"])
+        inst["cpu"] = b["duration"].to_numpy()
+        timing = idx.timing(b.reset_index(), pg)
+        inst = inst.assign(span=timing["gpu_span_ns"], phase=timing["phase_ns"], tail=timing["tail_ns"],
+                           waited=timing["waited"].astype(np.int64))
         agg = inst.groupby("parent_id").agg(count=("range_id", "size"), cpu=("cpu", "sum"),
                                             gpu=("gpu_ns", "sum"), k=("kernel_ns", "sum"),
-                                            kc=("kernel_count", "sum"))
+                                            kc=("kernel_count", "sum"), span=("span", "sum"),
+                                            phase=("phase", "sum"), waited=("waited", "sum"),
+                                            tail=("tail", "sum"), sync=("sync_ns", "sum"))
         agg = agg.reindex(out["range_id"].to_numpy()).fillna(0).astype("int64")
         out[f"{p}_count"] = agg["count"].to_numpy()
         out[f"{p}_cpu_ns"] = agg["cpu"].to_numpy()
         out[f"{p}_gpu_ns"] = agg["gpu"].to_numpy()
         out[f"{p}_kernel_ns"] = agg["k"].to_numpy()
         out[f"{p}_kernel_count"] = agg["kc"].to_numpy()
+        for col, key in (("span_ns", "span"), ("phase_ns", "phase"), ("waited", "waited"), ("tail_ns", "tail"),
+                         ("sync_ns", "sync")):
+            out[f"{p}_{col}"] = agg[key].to_numpy()
         res_cpu -= agg["cpu"].to_numpy()
         res_gpu -= agg["gpu"].to_numpy()
         res_k -= agg["k"].to_numpy()
+        res_sync -= agg["sync"].to_numpy()
     out["residual_cpu_ns"] = res_cpu
     out["residual_gpu_ns"] = res_gpu
     out["residual_kernel_ns"] = res_k
+    out["residual_sync_ns"] = res_sync
     return out[cols].reset_index(drop=True)
 
 

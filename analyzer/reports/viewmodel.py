@@ -843,7 +843,7 @@ _PHASE_KNOWN: tuple[Column, ...] = (
 )
 _PHASE_MAX_COLUMNS = 14
 #: ``measure`` codes of the phases fact as the reports print them.
-MEASURE_LABELS = {"cpu_wall": "CPU wall", "gpu_span": "GPU span", "mixed": "mixed"}
+MEASURE_LABELS = {"cpu_wall": "CPU wall", "gpu": "GPU timeline", "mixed": "mixed"}
 #: The columns a narrow rendering (Markdown) keeps: the numbers that say which one measures a phase.
 PHASE_CORE_COLUMNS = ("name", "count", "cpu_ns", "cpu_total_ns", "gpu_ns", "gpu_span_ns", "waited", "measure",
                       "phase_ns")
@@ -867,32 +867,33 @@ def _phases(frame: pd.DataFrame, limits: Limits) -> Table:
 
 
 def phase_caption(frame: pd.DataFrame, names: int = 3) -> str:
-    """One or two sentences: which number measures the phases of ``frame`` (a ``phases`` fact), naming
-    the phases whose ranges ended before their GPU work did (they timed the kernel launches)."""
-    if "measure" not in frame.columns or "gpu_span_ns" not in frame.columns or frame.empty:
+    """Which number measures the phases of ``frame`` (a ``phases`` fact), naming the phases whose CPU
+    wall time does not (their ranges ended before their GPU work, or began behind earlier work)."""
+    if "measure" not in frame.columns or "phase_ns" not in frame.columns or frame.empty:
         return ""
     cpu_col = "cpu_total_ns" if "cpu_total_ns" in frame.columns else "cpu_ns"
     if cpu_col not in frame.columns:
         return ""
-    rule = ("Phase time is what a phase costs: its CPU wall time when the range waited for its GPU work "
-            "(or the GPU kept up with the launches), its GPU span (first op start to last op end) when the "
-            "range ended before its work did and so timed only the kernel launches.")
-    early = frame[frame["measure"].isin(("gpu_span", "mixed"))]
-    if early.empty:
-        return rule + " Every phase here waited for its GPU work or was launch-bound: CPU wall measures it."
-    count = early["count"].clip(lower=1).astype("float64")
-    untimed = (early["phase_ns"] - early[cpu_col]).astype("float64")
-    top = early.assign(_u=untimed.to_numpy(), _cpu=(early[cpu_col] / count).to_numpy(),
-                       _span=(early["gpu_span_ns"] / count).to_numpy())
-    top = top.sort_values(["_u", "name"], ascending=[False, True], kind="stable").head(names)
+    rule = ("Phase time is what a timer synchronizing before and after a phase measures: the range's CPU "
+            "wall time when the range waited for its GPU work and nothing was queued ahead of it, else read "
+            "from the GPU timeline, to the end of its GPU work (a range that ends before its work times only "
+            "the kernel launches) and from the end of earlier work it waited behind.")
+    off = frame[frame["measure"].isin(("gpu", "mixed"))]
+    if off.empty:
+        return rule + " Here every phase's CPU wall time measures it."
+    count = off["count"].clip(lower=1).astype("float64")
+    gap = (off["phase_ns"] - off[cpu_col]).abs().astype("float64")
+    top = off.assign(_g=gap.to_numpy(), _cpu=(off[cpu_col] / count).to_numpy(),
+                     _phase=(off["phase_ns"] / count).to_numpy())
+    top = top.sort_values(["_g", "name"], ascending=[False, True], kind="stable").head(names)
     listed = "; ".join(
-        f"{truncate(str(n), 60)}: CPU wall {fmt_ms(c)}, GPU span {fmt_ms(g)} per instance"
-        for n, c, g in zip(top["name"].tolist(), top["_cpu"].tolist(), top["_span"].tolist()))
-    more = len(early) - len(top)
+        f"{truncate(str(n), 60)}: CPU wall {fmt_ms(c)}, phase time {fmt_ms(g)} per instance"
+        for n, c, g in zip(top["name"].tolist(), top["_cpu"].tolist(), top["_phase"].tolist()))
+    more = len(off) - len(top)
     tail = f"; {more:,} more" if more > 0 else ""
-    return (f"{rule} {plural(len(early), 'phase')} ended before {'its' if len(early) == 1 else 'their'} GPU "
-            f"work ({listed}{tail}): {'its' if len(early) == 1 else 'their'} CPU wall time measures the "
-            "launches; time them with torch.cuda.synchronize() or CUDA events, or read the GPU span.")
+    verb = "is" if len(off) == 1 else "are"
+    return (f"{rule} {plural(len(off), 'phase')} {verb} measured on the GPU timeline ({listed}{tail}); to time "
+            "them in code, call torch.cuda.synchronize() before and after, or use CUDA events.")
 
 
 def _ncu(ncu: Any, limits: Limits) -> tuple[Table, RooflineChart | None]:

@@ -115,7 +115,9 @@ def kernel_totals(path: Path) -> pd.DataFrame:
 
 def range_timing(path: Path, text: str) -> pd.DataFrame:
     """Per instance of ranges called ``text`` (ordered by start): ``start, end, first_op_start,
-    last_op_end`` (ops launched inside, any thread of the process; NULL when none) and ``syncs``:
+    last_op_end`` (ops launched inside, any thread of the process; NULL when none), ``first_launch``
+    (the first launch call's start), ``prev_end`` (the
+    latest end of the ops the process launched before the range began) and ``syncs``:
     runtime calls on the range's own thread, started inside it, named ``cuda*Synchronize`` (device,
     stream, event, thread) or a synchronous ``cudaMemcpy``/``cudaMemset`` (no ``Async``)."""
     con = connect(path)
@@ -133,8 +135,10 @@ def range_timing(path: Path, text: str) -> pd.DataFrame:
             WHERE n.eventType IN {RANGE_TYPES} AND COALESCE(n.text, s.value) = ?
               AND n."end" IS NOT NULL)
         SELECT r.start, r."end", MIN(l.op_start) AS first_op_start, MAX(l.op_end) AS last_op_end,
+               MIN(l.api_start) AS first_launch,
                (SELECT COUNT(*) FROM syncs y WHERE y.tid = r.tid AND y.start >= r.start
-                AND y.start < r."end") AS syncs
+                AND y.start < r."end") AS syncs,
+               (SELECT MAX(p.op_end) FROM launches p WHERE p.pid = r.pid AND p.api_start < r.start) AS prev_end
         FROM r LEFT JOIN launches l ON l.pid = r.pid AND l.api_start >= r.start AND l.api_start < r."end"
         GROUP BY r.rid ORDER BY r.start
         """

@@ -1,7 +1,8 @@
 """Small hand-built trace models for logic tests (never evidence that a real trace works).
 
 ``make_trace(ranges, ops)``: ranges are ``(range_id, text, start, end, parent_id, tid)``; ops are
-``(kind, name, start, end, nvtx_id, tid)`` with kind ``kernel|memcpy|memset``. Paths, depths and
+``(kind, name, start, end, nvtx_id, tid[, launch])`` with kind ``kernel|memcpy|memset`` (launch: the
+API call's start, default ``start - 1``). Paths, depths and
 the attribution columns are filled in from the parent links, as the loader would.
 """
 from __future__ import annotations
@@ -52,10 +53,10 @@ def make_trace(ranges: list[tuple], ops: list[tuple], name: str = "synthetic.sql
     paths = dict(zip(nvtx["range_id"], nvtx["path"])) if len(nvtx) else {}
     texts = dict(zip(nvtx["range_id"], nvtx["text"])) if len(nvtx) else {}
     frames: dict[str, list[dict]] = {"kernel": [], "memcpy": [], "memset": []}
-    for i, (kind, kname, start, end, nvtx_id, tid) in enumerate(ops):
+    for i, (kind, kname, start, end, nvtx_id, tid, *launch) in enumerate(ops):
         row = {"start": start, "end": end, "duration": end - start, "device": 0, "context": 1,
                "stream": 7, "correlation_id": i + 1, "api_name": "cudaLaunchKernel",
-               "api_start": start - 1, "pid": PID, "tid": tid, "nvtx_id": nvtx_id,
+               "api_start": launch[0] if launch else start - 1, "pid": PID, "tid": tid, "nvtx_id": nvtx_id,
                "nvtx_range": texts.get(nvtx_id, ""), "nvtx_path": paths.get(nvtx_id, ""),
                "attribution": "none" if nvtx_id < 0 else "thread" if tid == 1 else "process"}
         if kind == "kernel":

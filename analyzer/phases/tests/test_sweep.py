@@ -191,6 +191,15 @@ def test_render_csv(result, tmp_path):
         render_sweep(result, "pdf")
 
 
+def test_render_json(result, tmp_path):
+    doc = json.loads(render_sweep(result, "json", tmp_path))
+    assert doc["schema"] == "analyzer.sweep/1" and set(doc["tables"]) == set(result.tables())
+    assert doc["checks"]["async_range"].startswith("a phase range ends well before its GPU work")
+    first = doc["tables"]["forward"][0]
+    assert first["model"] == "small" and first["cpu_mean_ms"] == pytest.approx(result.forward["cpu_mean_ms"].iloc[0])
+    assert (tmp_path / "sweep.json").is_file()
+
+
 def test_render_html_escapes_trace_strings(result, tmp_path):
     html = render_sweep(result, "html", tmp_path)
     assert "<script>alert" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
@@ -238,3 +247,151 @@ def test_unkeyed_run_without_context(tmp_path):
     assert r.flags.empty  # step counts are compared within the file-name keyed campaign only
     md = render_sweep(r, "md")
     assert "| model | mode | ctx128 | no ctx |" in md and "| mystery | forward | n/a |" in md
+
+
+# -- asynchronous timing, Python sidecars, lost configurations --------------------------------------
+MS_ = 1_000_000
+
+
+def timed_trace(name: str, *, fwd_cpu: float, fwd_gpu: float, bwd_cpu: float = 0, bwd_gpu: float = 0,
+                steps: int = 3):
+    """``steps`` step_N ranges (ms scale), each: forward [+1, +1+fwd_cpu) launching one kernel at +1.1
+    that runs fwd_gpu ms; optionally backward right after forward's range, launching one kernel at its
+    start that runs bwd_gpu ms (queued behind forward's); then a cudaDeviceSynchronize up to the end
+    of the GPU work and the step's end 0.5 ms later."""
+    from analyzer.phases.tests.synth import make_trace
+
+    ranges, ops, api = [(0, "warmup", 0, MS_, -1, 1)], [], []
+    rid = 1
+    for s in range(steps):
+        b = (s + 1) * 10_000 * MS_
+        f0, f1 = b + MS_, b + int((1 + fwd_cpu) * MS_)
+        k0 = b + int(1.2 * MS_)
+        k1 = k0 + int(fwd_gpu * MS_)
+        step, fwd = rid, rid + 1
+        rid += 2
+        ranges += [(fwd, "forward", f0, f1, step, 1)]
+        ops.append(("kernel", "gemm", k0, k1, fwd, 1, b + int(1.1 * MS_)))
+        gpu_end = k1
+        if bwd_cpu:
+            bwd = rid
+            rid += 1
+            b1 = f1 + int(bwd_cpu * MS_)
+            ranges.append((bwd, "backward", f1, b1, step, 1))
+            g0 = max(k1, f1 + MS_ // 10)
+            gpu_end = g0 + int(bwd_gpu * MS_)
+            ops.append(("kernel", "gemm_bwd", g0, gpu_end, bwd, 1, f1))
+            cpu_end = b1
+        else:
+            cpu_end = f1
+        sync_end = max(gpu_end, cpu_end) + MS_ // 100
+        api.append(("cudaDeviceSynchronize", cpu_end, sync_end, step, 1))
+        ranges.append((step, f"step_{s}", b, sync_end + MS_ // 2, -1, 1))
+    return make_trace(ranges, ops, name=name, api=api)
+
+
+def timed_sweep(tmp_path: Path, specs: dict[str, dict], sidecars: dict[str, dict] | None = None):
+    for name in specs:
+        (tmp_path / name).write_bytes(b"")
+    for stem, record in (sidecars or {}).items():
+        (tmp_path / f"{stem}.pytime.json").write_text(json.dumps(record))
+    loader = lambda p: timed_trace(p.name, **specs[p.name])
+    return build_sweep([tmp_path], loader=loader)
+
+
+def pytime(model, mode, ctx, **phases):
+    return {"schema": "workloads.pytime/1", "workload": "transformer", "status": "ok",
+            "config": {"model": model, "context": ctx, "mode": mode, "batch": 4, "dtype": "fp32"},
+            "phases": {p: {"n": 3, "mean_ms": v, "std_ms": 0.1, "median_ms": v} for p, v in phases.items()}}
+
+
+def test_async_forward_is_read_from_the_gpu_timeline_and_explains_non_monotonic_rows(tmp_path):
+    r = timed_sweep(tmp_path, {
+        "small_forward_ctx128.sqlite": {"fwd_cpu": 10, "fwd_gpu": 4},  # launch-bound
+        "small_forward_ctx256.sqlite": {"fwd_cpu": 6, "fwd_gpu": 30},  # the range times its launches
+        "medium_forward_ctx128.sqlite": {"fwd_cpu": 11, "fwd_gpu": 8},
+        "medium_forward_ctx256.sqlite": {"fwd_cpu": 12, "fwd_gpu": 20},  # slower than small ctx256 by GPU
+    }, {"small_forward_ctx256": pytime("small", "forward", 256, forward=30.3, step=30.4)})
+    fwd = r.forward.set_index(["model", "context"])
+    small256 = fwd.loc[("small", 256)]
+    assert small256["cpu_mean_ms"] == pytest.approx(6) and small256["span_mean_ms"] == pytest.approx(30)
+    assert small256["forward_ms"] == pytest.approx(30.2) and small256["measured_by"] == "GPU timeline"
+    assert small256["waited"] == "no" and small256["python_ms"] == pytest.approx(30.3)
+    assert fwd.loc[("small", 128), "measured_by"] == "CPU wall" and fwd.loc[("small", 128), "forward_ms"] == 10
+    flags = flags_of(r, "small", "forward", 256)
+    assert flags["async_range"].startswith("forward ends before its GPU work: CPU wall 6.00 ms per instance, "
+                                           "GPU span 30.00 ms (5.0x; none of 3 instances waited)")
+    assert flags["not_monotonic"] == (
+        "forward pass CPU wall 6.00 ms is shorter than 10.00 ms at ctx128; explained by asynchronous "
+        "timing: the forward ranges end before their GPU work, and by phase time (read from the GPU "
+        "timeline) it takes 30.20 ms against 10.00 ms")
+    # by model size: medium ctx256 (20.2 ms by phase time) is faster than small ctx256 (30.2 ms) by
+    # phase time too, so asynchronous timing does not explain it
+    medium = flags_of(r, "medium", "forward", 256)
+    assert "not explained by asynchronous timing" in medium["not_monotonic"]
+    assert "small (a smaller model)" in medium["not_monotonic"]
+    timing = r.timing.set_index(["model", "context", "phase"])
+    row = timing.loc[("small", 256, "forward")]
+    assert row["python_vs_time"] == pytest.approx(30.3 / 30.2) and row["python_vs_cpu"] == pytest.approx(30.3 / 6)
+    assert timing.loc[("small", 256, "step"), "python_ms"] == pytest.approx(30.4)
+    assert "python_disagrees" not in flags
+    md = render_sweep(r, "md")
+    assert "## Forward pass time (ms per step, mean ± std)" in md and "30.20 ± 0.00 [gpu]" in md
+    assert "## nsys against Python (ms per step)" in md and "30.30 ± 0.10 (n=3)" in md
+
+
+def test_residual_catch_up_and_python_disagreement(tmp_path):
+    r = timed_sweep(tmp_path, {
+        "small_forward_backward_ctx128.sqlite": {"fwd_cpu": 5, "fwd_gpu": 40, "bwd_cpu": 10, "bwd_gpu": 80},
+    }, {"small_forward_backward_ctx128": pytime("small", "forward_backward", 128, forward=40.2, backward=20.0)})
+    flags = flags_of(r, "small", "forward_backward", 128)
+    # the step: 1 ms, forward 5 ms, backward 10 ms, then the sync waits until 1.2 + 40 + 80 = 121.2 ms
+    assert "the residual is" in flags["residual_catch_up"] and "(forward, backward)" in flags["residual_catch_up"]
+    tr = r.training.iloc[0]
+    assert tr["forward_time_ms"] == pytest.approx(40.2) and tr["forward_measured_by"] == "GPU timeline"
+    # backward queued behind forward's work: its phase time starts when that work ended (41.2 ms)
+    assert tr["backward_time_ms"] == pytest.approx(80) and tr["residual_sync_ms"] == pytest.approx(105.21)
+    assert tr["residual_time_pct"] < 2
+    assert flags["python_disagrees"].startswith("backward: Python (synchronized, n=3) 20.00 ms, the trace's "
+                                                "phase time 80.00 ms (0.25x")
+
+
+def test_oom_sidecar_and_lost_configurations(tmp_path):
+    specs = {f"{m}_{mode}_ctx{c}.sqlite": {"fwd_cpu": 10, "fwd_gpu": 4 + i}
+             for i, (m, mode, c) in enumerate((m, mode, c) for m in ("small", "medium") for mode in ("forward",)
+                                              for c in (128, 256, 512, 1024))}
+    del specs["medium_forward_ctx1024.sqlite"]  # ran out of memory: only its sidecar
+    del specs["small_forward_ctx512.sqlite"]  # lost: neither trace nor sidecar
+    oom = {"schema": "workloads.pytime/1", "status": "oom", "error": "CUDA out of memory. Tried to allocate",
+           "config": {"model": "medium", "context": 1024, "mode": "forward"}}
+    r = timed_sweep(tmp_path, specs, {"medium_forward_ctx1024": oom})
+    runs = r.runs.set_index(["model", "context"])
+    assert "did not fit in GPU memory" in runs.loc[("medium", 1024), "error"]
+    assert flags_of(r, "medium", "forward", 1024)["stopped_early"].startswith("did not fit in GPU memory")
+    assert "has no trace or .pytime.json" in flags_of(r, "small", "forward", 512)["missing"]
+    assert set(r.forward["context"]) == {128, 256, 512, 1024} and len(r.forward) == 6
+    md = render_sweep(r, "md")
+    assert "medium_forward_ctx1024.pytime.json" in md
+
+
+def test_broken_sidecars_are_reported_not_fatal(tmp_path):
+    (tmp_path / "small_forward_ctx128.sqlite").write_bytes(b"")
+    (tmp_path / "small_forward_ctx128.pytime.json").write_text("{not json")
+    (tmp_path / "small_forward_ctx256.pytime.json").write_text(json.dumps(pytime("small", "forward", 256,
+                                                                                 forward=1.0)))
+    r = build_sweep([tmp_path], loader=lambda p: timed_trace(p.name, fwd_cpu=10, fwd_gpu=4))
+    runs = r.runs.set_index("context")
+    assert "not readable JSON" in runs.loc[128, "python"]
+    assert flags_of(r, "small", "forward", 256)["load_error"].endswith("has no trace small_forward_ctx256.sqlite[.xz] "
+                                                                        "beside it")
+
+
+def test_async_thresholds_come_from_the_rule_pack(tmp_path):
+    from analyzer.phases.sweep import async_thresholds
+    from analyzer.pipeline import default_rules_path
+
+    assert async_thresholds() == (1.25, 1_000_000)
+    text = default_rules_path().read_text()
+    custom = tmp_path / "pack.yaml"
+    custom.write_text(text.replace("        default: 1.25\n", "        default: 2.5\n", 1))
+    assert async_thresholds(custom) == (2.5, 1_000_000)

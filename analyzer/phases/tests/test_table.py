@@ -237,17 +237,19 @@ def test_phases_fact_reads_pipeline_options(trace):
 
 # -- GPU span, waiting, which number measures a range ---------------------------------------------
 def async_trace():
-    """step_0 [0, 1000) synchronizes at its end (cudaDeviceSynchronize [900, 960) after its work);
-    inside it: forward [10, 110) launches two kernels that run [100, 400) and [400, 700) (the range
-    timed only the launches); nested attention [20, 40) launches the first one; a loss range
-    [120, 200) calls cudaStreamSynchronize midway [130, 150) and then launches a kernel [150, 180) it
-    never waits for; optimizer_step [210, 800) is launch-bound (its kernel [300, 310) ends before it
-    does); `log` [850, 870) launches nothing."""
+    """One stream, one step_0 [0, 1000) that synchronizes at its end (cudaDeviceSynchronize [900, 960)).
+    forward [10, 110) launches gemm A at 20 (inside attention [20, 40)), which runs [30, 330), and
+    gemm B at 60, which runs [330, 630): the range timed the launches. loss [120, 700) launches ce at
+    125, queued behind forward's work to [630, 680), waits for it in cudaStreamSynchronize [130, 680),
+    then launches ce2 at 690, run [695, 705), which it does not wait for. optimizer_step [710, 800)
+    is launch-bound (adam launched at 720 runs [725, 735)). `log` [850, 870) launches nothing and
+    records a (non-blocking) cudaStreamWaitEvent."""
     ranges = [(0, "step_0", 0, 1000, -1, 1), (1, "forward", 10, 110, 0, 1), (2, "attention", 20, 40, 1, 1),
-              (3, "loss", 120, 200, 0, 1), (4, "optimizer_step", 210, 800, 0, 1), (5, "log", 850, 870, 0, 1)]
-    ops = [("kernel", "gemm", 100, 400, 2, 1), ("kernel", "gemm", 400, 700, 1, 1),
-           ("kernel", "ce", 150, 780, 3, 1), ("kernel", "adam", 300, 310, 4, 1)]
-    api = [("cudaStreamSynchronize_v3020", 130, 150, 3, 1), ("cudaDeviceSynchronize", 900, 960, 0, 1),
+              (3, "loss", 120, 700, 0, 1), (4, "optimizer_step", 710, 800, 0, 1), (5, "log", 850, 870, 0, 1)]
+    ops = [("kernel", "gemm", 30, 330, 2, 1, 20), ("kernel", "gemm", 330, 630, 1, 1, 60),
+           ("kernel", "ce", 630, 680, 3, 1, 125), ("kernel", "ce", 695, 705, 3, 1, 690),
+           ("kernel", "adam", 725, 735, 4, 1, 720)]
+    api = [("cudaStreamSynchronize_v3020", 130, 680, 3, 1), ("cudaDeviceSynchronize", 900, 960, 0, 1),
            ("cudaStreamWaitEvent", 860, 861, 5, 1)]
     return make_trace(ranges, ops, api=api)
 
@@ -256,19 +258,24 @@ def test_gpu_span_waited_and_measure():
     t = phase_table(async_trace(), exclude=())
     fwd, att, loss = row(t, "forward"), row(t, "attention"), row(t, "loss")
     opt, step, log = row(t, "optimizer_step"), row(t, "step_0"), row(t, "log")
-    assert fwd["gpu_span_ns"] == 600 and fwd["gpu_ns"] == 600 and fwd["tail_ns"] == 700 - 110
-    assert fwd["waited"] == "no" and fwd["measure"] == "gpu_span" and fwd["phase_ns"] == 600
+    # forward timed its launches: its work ends at 630, 520 after the range
+    assert fwd["gpu_span_ns"] == 600 and fwd["gpu_ns"] == 600 and fwd["tail_ns"] == 630 - 110
+    assert fwd["waited"] == "no" and fwd["measure"] == "gpu" and fwd["phase_ns"] == 630 - 10
     assert fwd["async_count"] == 1 and fwd["waited_count"] == 0 and fwd["gpu_instances"] == 1
-    assert att["gpu_span_ns"] == 300 and att["measure"] == "gpu_span" and att["phase_mean_ns"] == 300
-    # a sync in the middle of a range does not make it wait for what it launches afterwards
-    assert loss["sync_count"] == 1 and loss["waited"] == "no" and loss["tail_ns"] == 780 - 200
-    assert loss["measure"] == "gpu_span" and loss["phase_ns"] == 630
+    assert fwd["queued_ns"] == 0 and fwd["untimed_ns"] == 620 - 100
+    assert att["gpu_span_ns"] == 300 and att["measure"] == "gpu" and att["phase_mean_ns"] == 330 - 20
+    # loss waited behind forward's work and ended before its own last kernel: a sync in the middle of
+    # a range does not make it wait for what it launches afterwards. A synchronized timer would see its
+    # 5 ns lead to the first launch, then its work: it begins 5 before forward's work ended at 630
+    assert loss["sync_count"] == 1 and loss["waited"] == "no" and loss["tail_ns"] == 5
+    assert loss["queued_ns"] == 625 - 120 and loss["phase_ns"] == 705 - 625 and loss["measure"] == "gpu"
+    assert loss["untimed_ns"] == 80 - 580
     # launch-bound: the GPU finished before the range did; its wall time measures it
-    assert opt["waited"] == "yes" and opt["measure"] == "cpu_wall" and opt["phase_ns"] == 590
-    assert opt["tail_ns"] == 0 and opt["gpu_span_ns"] == 10
-    # the step synchronized at its end: the sync counts, stream-wait-event does not (non-blocking)
+    assert opt["waited"] == "yes" and opt["measure"] == "cpu_wall" and opt["phase_ns"] == 90
+    assert opt["tail_ns"] == 0 and opt["gpu_span_ns"] == 10 and opt["queued_ns"] == 0
+    # the step synchronized at its end: the syncs count, stream-wait-event does not (non-blocking)
     assert step["sync_count"] == 2 and step["waited"] == "yes" and step["measure"] == "cpu_wall"
-    assert step["gpu_span_ns"] == 780 - 100 and step["phase_ns"] == 1000
+    assert step["gpu_span_ns"] == 735 - 30 and step["phase_ns"] == 1000
     assert log["gpu_instances"] == 0 and log["waited"] == "" and log["measure"] == "cpu_wall"
     assert log["sync_count"] == 0 and log["phase_ns"] == 20
 
@@ -279,7 +286,7 @@ def test_waited_and_measure_aggregate_over_instances():
     out = row(phase_table(make_trace(ranges, ops)), "fwd")
     assert out["gpu_instances"] == 2 and out["waited_count"] == 1 and out["waited"] == "1 of 2"
     assert out["async_count"] == 1 and out["measure"] == "mixed"
-    assert out["phase_ns"] == 250 + 100 + 100 and out["gpu_span_mean_ns"] == pytest.approx((250 + 40) / 3)
+    assert out["phase_ns"] == 300 + 100 + 100 and out["gpu_span_mean_ns"] == pytest.approx((250 + 40) / 3)
 
 
 def test_nvtx_facts_and_phases_share_one_index(monkeypatch):
@@ -299,9 +306,10 @@ def test_nvtx_facts_and_phases_share_one_index(monkeypatch):
     proj = store.get("nvtx_projection").set_index("name")
     phases = store.get("phases").set_index("name")
     assert len(calls) == 1
-    for col in ("gpu_ns", "gpu_span_ns", "tail_ns", "sync_count", "waited_count", "async_count", "phase_ns",
-                "measure", "waited"):
+    for col in ("gpu_ns", "gpu_span_ns", "tail_ns", "queued_ns", "sync_count", "waited_count", "async_count",
+                "phase_ns", "measure", "waited"):
         assert (proj[col] == phases.loc[proj.index, col]).all(), col
-    assert inst.loc["forward", "gpu_start"] == 100 and inst.loc["forward", "gpu_end"] == 700
+    assert inst.loc["forward", "gpu_start"] == 30 and inst.loc["forward", "gpu_end"] == 630
     assert not inst.loc["forward", "waited"] and inst.loc["log", "waited"]
-    assert inst.loc["loss", "gpu_ns_exclusive"] == 630 and inst.loc["forward", "gpu_ns_exclusive"] == 300
+    assert inst.loc["loss", "gpu_ns_exclusive"] == 60 and inst.loc["forward", "gpu_ns_exclusive"] == 300
+    assert inst.loc["loss", "queued_ns"] == 505 and inst.loc["loss", "phase_ns"] == 80

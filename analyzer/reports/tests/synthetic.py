@@ -240,7 +240,7 @@ def make_analysis(
             "gpu_share": [0.41, 0.5, 0.07],
             # forward's ranges end before their GPU work (async); backward waits; optimizer is launch-bound
             "gpu_span_ns": np.array([600, 290, 45]) * MS, "waited": ["no", "yes", "3 of 8"],
-            "measure": ["gpu_span", "cpu_wall", "cpu_wall"], "phase_ns": np.array([600, 300, 60]) * MS,
+            "measure": ["gpu", "cpu_wall", "cpu_wall"], "phase_ns": np.array([600, 300, 60]) * MS,
         })
     for f in drop_facts:
         frames.pop(f, None)

@@ -102,8 +102,8 @@ def test_markdown_small_report_is_complete():
     assert "GitHub's size limit" not in md
     assert md.count("<details>") == 4 + 3  # four findings, categories, top kernels, phases
     # the phases table says which number measures each phase
-    assert "| forward | 8 | 280.0 ms | 190.0 ms | 600.0 ms | no | GPU span | 600.0 ms |" in md
-    assert "1 phase ended before its GPU work (forward: CPU wall 35.0 ms, GPU span 75.0 ms per instance)" in md
+    assert "| forward | 8 | 280.0 ms | 190.0 ms | 600.0 ms | no | GPU timeline | 600.0 ms |" in md
+    assert "1 phase is measured on the GPU timeline (forward: CPU wall 35.0 ms, phase time 75.0 ms per instance)" in md
     assert "| 1 | **error** | GPU001 gpu\\-idle\\-gaps | 212.0 | 21.2% |" not in md  # '-' is not escaped in cells
     assert "| 1 | **error** | GPU001 gpu-idle-gaps | 212.0 | 21.2% |" in md
     assert "20 more rows not shown" in md

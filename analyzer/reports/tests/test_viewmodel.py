@@ -105,19 +105,19 @@ def test_phases_known_columns_in_fixed_order():
                                                  "waited", "measure", "phase_ns"]
     assert [c.label for c in s.phases.columns][3:] == ["CPU wall", "GPU time", "GPU span", "Waited", "Measured by",
                                                        "Phase time"]
-    assert [r[7] for r in s.phases.rows] == ["GPU span", "CPU wall", "CPU wall"]
+    assert [r[7] for r in s.phases.rows] == ["GPU timeline", "CPU wall", "CPU wall"]
 
 
 def test_phase_caption_names_the_phases_that_timed_launches():
-    frame = pd.DataFrame({"name": ["fwd", "opt", "bwd"], "count": [2, 2, 2], "cpu_total_ns": [60e6, 10e6, 80e6],
-                          "gpu_span_ns": [1400e6, 30e6, 70e6], "measure": ["gpu_span", "mixed", "cpu_wall"],
-                          "phase_ns": [1400e6, 32e6, 80e6]})
+    frame = pd.DataFrame({"name": ["fwd", "opt", "bwd"], "count": [2, 2, 2], "cpu_total_ns": [60e6, 500e6, 80e6],
+                          "measure": ["gpu", "mixed", "cpu_wall"], "phase_ns": [1400e6, 120e6, 80e6]})
     text = phase_caption(frame)
-    assert "2 phases ended before their GPU work (fwd: CPU wall 30.0 ms, GPU span 700 ms per instance; " \
-           "opt: CPU wall 5.00 ms, GPU span 15.0 ms per instance)" in text
+    # ordered by how far the CPU wall is off: fwd ended before its work, opt waited behind earlier work
+    assert "2 phases are measured on the GPU timeline (fwd: CPU wall 30.0 ms, phase time 700 ms per instance; " \
+           "opt: CPU wall 250 ms, phase time 60.0 ms per instance)" in text
     assert "bwd" not in text
     calm = phase_caption(frame.assign(measure="cpu_wall"))
-    assert calm.endswith("Every phase here waited for its GPU work or was launch-bound: CPU wall measures it.")
+    assert calm.endswith("Here every phase's CPU wall time measures it.")
     assert phase_caption(frame.drop(columns="measure")) == ""
 
 
