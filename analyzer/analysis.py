@@ -95,3 +95,11 @@ class Analysis:
     ncu: Any = None  # analyzer.loading.ncu.NcuReport | None, joined to kernels when present
     # rules not run because the trace lacks data they need (see analyzer.loading.capabilities)
     not_checked: list[NotChecked] = field(default_factory=list)
+    #: (rule name, why) of the pack's rules that could not run on this input (e.g. timeline rules on an
+    #: Nsight Compute report alone)
+    not_applicable: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def ncu_only(self) -> bool:
+        """An Nsight Compute report analyzed without a timeline."""
+        return bool(self.trace.extras.get("ncu_only"))

@@ -34,6 +34,7 @@ Examples:
   analyze run1.sqlite run2.sqlite -o compare.html   # one report, a section per trace
   analyze trace.sqlite --set gpu-idle-gaps.min_gap=2ms --fail-on warning
   analyze trace.sqlite --ncu kernels.ncu-rep --window 'step_*'
+  analyze kernels.ncu-rep                           # an Nsight Compute report on its own
   analyze rules list
   analyze sweep results/*.sqlite --format md
   analyze diff main.json pr.sqlite --format md --fail-on-regression 5%
@@ -122,7 +123,8 @@ def run_cmd(
     quiet: bool,
 ) -> None:
     """Analyze TRACE... (nsys .sqlite / .nsys-rep, torch.profiler .json / .json.gz, or a directory of
-    them such as one trace per rank; ncu files among them are joined to the traces)."""
+    them such as one trace per rank; ncu files among them are joined to the traces; ncu files alone
+    give a kernel report)."""
     from analyzer.findings import Severity
     from analyzer.pipeline import AnalysisOptions, analyze_paths
     from analyzer.reports import build_report, render
@@ -229,7 +231,7 @@ def _format_from_output(output: Path | None) -> str:
 
 def _stem(path: Path) -> str:
     name = path.name
-    for suffix in (".xz", ".gz", ".sqlite", ".nsys-rep", ".qdrep"):
+    for suffix in (".xz", ".gz", ".sqlite", ".nsys-rep", ".qdrep", ".ncu-rep", ".csv"):
         if name.endswith(suffix):
             name = name[: -len(suffix)]
     return name or "report"

@@ -172,6 +172,56 @@ def _trace_cache(options: AnalysisOptions) -> Any:
     return TraceCache() if options.cache and enabled_by_env() else None
 
 
+#: facts an Nsight Compute report alone can fill; rules reading anything else need a timeline
+NCU_FACTS: frozenset[str] = frozenset({"ncu_kernels", "ncu_stalls", "ncu_rules"})
+NO_TIMELINE = "needs a timeline (an Nsight Systems trace)"
+
+
+def analyze_ncu(
+    path: Path | str, pack: Any = None, *, options: AnalysisOptions | None = None, progress: Progress = None,
+) -> Analysis:
+    """Analyze an Nsight Compute report on its own: the rules over ncu facts run on the profiled
+    launches (their impacts from the profiled durations, as their messages say); every other rule is
+    listed in ``Analysis.not_applicable`` instead of running on an empty timeline."""
+    from analyzer.analysis import Window
+    from analyzer.facts import FactStore
+    from analyzer.facts.scalars import trace_scalars
+    from analyzer.loading.ncu import load_ncu, ncu_trace
+    from analyzer.reports.format import plural
+    from analyzer.rules import evaluate
+
+    options = options or AnalysisOptions()
+    if pack is None:
+        pack = load_rules(options)
+    if progress:
+        progress(f"{Path(path).name}: loading the Nsight Compute report")
+    report = load_ncu(Path(path))
+    trace = ncu_trace(report)
+    kernels = report.kernels
+    window = Window(
+        start_ns=0, end_ns=int(trace.info.duration_ns), source="ncu",
+        description=(f"{plural(len(kernels), 'profiled launch', 'profiled launches')} of "
+                     f"{plural(kernels['name'].nunique(), 'kernel')}, back to back; no timeline"),
+    )
+    applicable = [r for r in pack.rules if set(r.requires) <= NCU_FACTS]
+    skipped = tuple((r.name, NO_TIMELINE) for r in pack.rules if not set(r.requires) <= NCU_FACTS)
+    ncu_pack = pack.select([r.id for r in applicable]) if len(applicable) != len(pack.rules) else pack
+    store = FactStore(trace, window, dict(options.fact_options))
+    if progress:
+        progress(f"{trace.name}: evaluating {len(ncu_pack.rules)} rules")
+    findings = evaluate(ncu_pack, store, window, trace_scalars(store)) if ncu_pack.rules else []
+    return Analysis(
+        trace=trace,
+        window=window,
+        findings=findings,
+        facts=store,
+        rules_file=_rules_label(pack),
+        parameters={r.name: {p.name: p.value for p in r.parameters} for r in ncu_pack.rules},
+        ncu=trace.extras["ncu"],
+        not_applicable=skipped,
+    )
+
+
 def _rules_label(pack: Any) -> str:
     """How a report names the rule pack: the files it was read from in load order (the built-in one by
     its source-tree name), and the rules switched off, if any."""
@@ -219,6 +269,8 @@ def analyze_paths(
         else:
             traces.append(path)
     if not traces:
+        if ncu_paths:  # Nsight Compute reports on their own: a kernel report per file
+            return [analyze_ncu(p, pack, options=options, progress=progress) for p in ncu_paths]
         raise InputError(
             paths[0], "no trace among the inputs (nsys .sqlite/.nsys-rep or torch.profiler .json)",
             hint="give a .sqlite, .nsys-rep or .pt.trace.json next to the ncu files",

@@ -31,6 +31,7 @@ from analyzer.loading.ncu import (
     NcuReport,
     empty_ncu_frame,
     join_ncu,
+    profiled_totals,
 )
 
 LATENCY_BOUND_PCT = 60.0  # ncu SOLBottleneck: both below -> latency bound
@@ -44,7 +45,12 @@ _DERIVED_COLUMN_DOCS: dict[str, str] = {
     "roofline_side": "'memory' when arithmetic_intensity < ridge_point, 'compute' when above, '' unknown",
     "attainable_flops": "min(peak_flops, arithmetic_intensity * peak_bandwidth), FLOP/s",
     "roofline_pct": "achieved_flops as % of attainable_flops (0..100)",
+    "time_label": "where matched_ns comes from, as messages print it after a time: 'on the timeline' "
+    "(nsys time of the configuration in the window) or 'in the profiled launches' (an ncu report analyzed "
+    "on its own: the summed ncu durations of the configuration's profiled launches)",
 }
+TIMELINE_LABEL = "on the timeline"
+PROFILED_LABEL = "in the profiled launches"
 
 NCU_KERNELS_COLUMNS: dict[str, str] = {
     **NCU_KERNEL_COLUMN_DOCS,
@@ -114,8 +120,14 @@ def ncu_kernels(ctx: FactContext) -> pd.DataFrame:
     report = _report(ctx)
     if report is None:
         return empty_ncu_frame(NCU_KERNELS_COLUMNS)
-    window = (ctx.window.start_ns, ctx.window.end_ns) if ctx.window is not None else None
-    kernels = join_ncu(report, ctx.trace, window=window).kernels
+    if ctx.trace.extras.get("ncu_only"):  # no timeline: the report carries its profiled totals
+        kernels = (report if report.joined else profiled_totals(report)).kernels
+        label = PROFILED_LABEL
+    else:
+        window = (ctx.window.start_ns, ctx.window.end_ns) if ctx.window is not None else None
+        kernels = join_ncu(report, ctx.trace, window=window).kernels
+        label = TIMELINE_LABEL
+    kernels = kernels.assign(time_label=label)
     kernels = kernels.assign(bound=classify_bound(kernels["sm_throughput_pct"], kernels["memory_throughput_pct"]))
     kernels = pd.concat([kernels, roofline(kernels)], axis=1)
     return kernels[list(NCU_KERNELS_COLUMNS)].reset_index(drop=True)

@@ -103,6 +103,8 @@ def _section(s: TraceSection) -> dict[str, Any]:
         overview["phases"] = {**(_records(s.phases) or {}), "caption": s.phases.caption}
     if s.ncu is not None:
         overview["ncu"] = _records(s.ncu)
+        if s.ncu_rules is not None:
+            overview["ncu_rules"] = _records(s.ncu_rules)
         if s.roofline is not None:
             overview["roofline"] = {
                 "peak_flops": _py(s.roofline.peak_flops),
@@ -118,6 +120,9 @@ def _section(s: TraceSection) -> dict[str, Any]:
         "overview": overview,
         "notes": list(s.notes),
         "baseline": s.baseline,
+        **({"kind": s.kind} if s.kind != "nsys" else {}),
+        **({"not_applicable": {"reason": s.not_applicable_reason, "rules": list(s.not_applicable)}}
+           if s.not_applicable else {}),
     }
     if s.not_checked:  # rules not run: the trace lacks data they need
         out["not_checked"] = [{"id": n.id, "rule": n.rule, "title": n.title, "severity": n.severity,

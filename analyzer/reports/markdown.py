@@ -138,25 +138,37 @@ def _finding_details(f: FindingView, level: _Level) -> list[str]:
 
 def _section(s: TraceSection, level: _Level, multi: bool) -> list[str]:
     h = s.header
-    lines = [f"## {md_text(h.trace_name, 200)}" if multi else f"**Trace:** {md_text(h.trace_name, 200)}", ""]
-    facts = [
-        f"GPU: {md_text(h.gpus, 200)}",
-        *([f"rank {h.rank}" + (f" of {h.world_size}" if h.world_size else "")] if h.rank is not None else []),
-        (f"window: {fmt_time(h.window_start_ns)} – {fmt_time(h.window_end_ns)} ({md_text(h.window_source)}: "
-        f"{md_text(h.window_description, 300)})"),
-        f"analyzed: {fmt_duration(h.analyzed_ns)}",
-        f"GPU busy: {fmt_share(h.gpu_busy_share)}",
-        f"kernel time: {fmt_duration(h.kernel_ns)}",
-    ]
+    label = "Nsight Compute report" if s.kind == "ncu" else "Trace"
+    lines = [f"## {md_text(h.trace_name, 200)}" if multi else f"**{label}:** {md_text(h.trace_name, 200)}", ""]
+    if s.kind == "ncu":
+        facts = [
+            f"GPU: {md_text(h.gpus, 200)}",
+            md_text(h.window_description, 300),
+            f"profiled kernel time: {fmt_duration(h.kernel_ns)}",
+        ]
+    else:
+        facts = [
+            f"GPU: {md_text(h.gpus, 200)}",
+            *([f"rank {h.rank}" + (f" of {h.world_size}" if h.world_size else "")] if h.rank is not None else []),
+            (f"window: {fmt_time(h.window_start_ns)} – {fmt_time(h.window_end_ns)} ({md_text(h.window_source)}: "
+             f"{md_text(h.window_description, 300)})"),
+            f"analyzed: {fmt_duration(h.analyzed_ns)}",
+            f"GPU busy: {fmt_share(h.gpu_busy_share)}",
+            f"kernel time: {fmt_duration(h.kernel_ns)}",
+        ]
     lines += [" · ".join(facts), ""]
     if multi:
         lines += [f"**Verdict:** {md_text(h.verdict, 400)}", ""]
     if s.notes:
         lines += ["> " + md_text(n, 300) for n in s.notes] + [""]
     if not s.findings:
-        every = "every rule that could be checked" if s.not_checked else "every rule"
-        lines += [f"No findings: {every} passed on this window." if h.rules_file
-                  else "No findings (no rule pack was run).", ""]
+        if not h.rules_file:
+            lines += ["No findings (no rule pack was run).", ""]
+        elif s.kind == "ncu":
+            lines += ["No findings: every rule that applies to an Nsight Compute report passed.", ""]
+        else:
+            every = "every rule that could be checked" if s.not_checked else "every rule"
+            lines += [f"No findings: {every} passed on this window.", ""]
     else:
         lines += [
             "| # | Severity | Rule | Impact (ms) | % of window | Finding |",
@@ -188,7 +200,17 @@ def _section(s: TraceSection, level: _Level, multi: bool) -> list[str]:
                   "lacks data they need):", ""]
         lines += [f"- {md_text(n.id)} {md_text(n.rule, 60)}: {md_text(n.reason, 300)}" for n in s.not_checked]
         lines.append("")
+    if s.not_applicable:
+        lines += [f"<details>\n<summary>{plural(len(s.not_applicable), 'rule')} not applicable: "
+                  f"{html_text(s.not_applicable_reason)}</summary>", "",
+                  ", ".join(md_text(r) for r in s.not_applicable), "", "</details>", ""]
     if level.overview_rows:
+        if s.ncu is not None and s.kind == "ncu":
+            lines += ["<details>", "<summary>Nsight Compute: per-kernel metrics</summary>", ""]
+            lines += _table(s.ncu, level.overview_rows) + ["", "</details>", ""]
+        if s.ncu_rules is not None:
+            lines += ["<details>", "<summary>What Nsight Compute's own rules said</summary>", ""]
+            lines += _table(s.ncu_rules, level.overview_rows) + ["", "</details>", ""]
         if s.categories and s.category_table:
             lines += ["<details>", "<summary>GPU time by kernel category</summary>", ""]
             lines += _table(s.category_table, level.overview_rows) + ["", "</details>", ""]

@@ -321,6 +321,10 @@ class TraceSection:
     notes: tuple[str, ...] = ()  # sections omitted and why
     baseline: dict[str, Any] | None = field(default=None, compare=False, repr=False)  # what a diff reads (JSON)
     not_checked: tuple[NotCheckedView, ...] = ()  # rules not run: the trace lacks data they need
+    ncu_rules: Table | None = None  # what Nsight Compute's own rules said (optimization advice first)
+    not_applicable: tuple[str, ...] = ()  # rules of the pack this input cannot feed, e.g. "gpu-idle-gaps"
+    not_applicable_reason: str = ""  # why, e.g. "needs a timeline (an Nsight Systems trace)"
+    kind: str = "nsys"  # "nsys": a timeline; "ncu": an Nsight Compute report on its own
 
 
 @dataclass(frozen=True)
@@ -617,13 +621,22 @@ def _gpu_label(trace: Any) -> tuple[str, dict[int, str], int]:
         return "unknown GPU", names, 0
     counts: dict[str, int] = {}
     for dev in sorted(devices):
-        label = names.get(dev, "unknown GPU")
+        label = names.get(dev) or _unnamed_gpu(gpus, dev)
         counts[label] = counts.get(label, 0) + 1
     text = ", ".join(f"{n} \u00d7 {name}" if n > 1 else name for name, n in sorted(counts.items()))
     known = set(names) | used
     if used and len(known) > len(used):
         text += f" ({len(used)} of {len(known)} used)"
     return text, names, len(used)
+
+
+def _unnamed_gpu(gpus: pd.DataFrame, dev: int) -> str:
+    """``unknown GPU (compute capability 12.0)`` when the trace recorded no name but a compute capability."""
+    if len(gpus) and {"device", "compute_major", "compute_minor"} <= set(gpus.columns):
+        row = gpus[gpus["device"] == dev]
+        if len(row) and int(row["compute_major"].iloc[0] or 0) > 0:
+            return f"unknown GPU (compute capability {int(row['compute_major'].iloc[0])}.{int(row['compute_minor'].iloc[0])})"
+    return "unknown GPU"
 
 
 def _busy(analysis: Analysis, notes: list[str]) -> tuple[int | None, int]:
@@ -896,7 +909,7 @@ def phase_caption(frame: pd.DataFrame, names: int = 3) -> str:
             "them in code, call torch.cuda.synchronize() before and after, or use CUDA events.")
 
 
-def _ncu(ncu: Any, limits: Limits) -> tuple[Table, RooflineChart | None]:
+def _ncu(ncu: Any, limits: Limits, timeline: bool = True) -> tuple[Table, RooflineChart | None]:
     frame = getattr(ncu, "kernels", None)
     if not isinstance(frame, pd.DataFrame):
         raise _Unavailable("Nsight Compute data has no 'kernels' table")
@@ -915,7 +928,7 @@ def _ncu(ncu: Any, limits: Limits) -> tuple[Table, RooflineChart | None]:
         Column("roof_share", "Of roofline", "share"), Column("sm_throughput_pct", "SM throughput", "pct"),
         Column("memory_throughput_pct", "Memory throughput", "pct"),
     ]
-    if "matched_ns" in frame.columns:
+    if "matched_ns" in frame.columns and timeline:
         cols.insert(2, Column("matched_ns", "Timeline time", "ns"))
     table = _table(frame, cols, limits.ncu_rows, limits.cell_chars, "Nsight Compute per-kernel metrics")
     ai = frame["arithmetic_intensity"].astype("float64")
@@ -935,6 +948,46 @@ def _ncu(ncu: Any, limits: Limits) -> tuple[Table, RooflineChart | None]:
     return table, RooflineChart(float(pf.max()), float(pb.max()), points, len(ok))
 
 
+#: ncu rule types that advise (shown first); INF/OK verdicts are counted, not listed
+_NCU_ADVICE = ("ERR", "WRN", "OPT")
+
+
+def _ncu_rules(ncu: Any, limits: Limits) -> Table | None:
+    """Nsight Compute's own rule verdicts per kernel, advice first (largest estimated speed-up first)."""
+    rules = getattr(ncu, "rules", None)
+    kernels = getattr(ncu, "kernels", None)
+    if not isinstance(rules, pd.DataFrame) or rules.empty or not {"id", "rule", "type", "description"} <= set(rules.columns):
+        return None
+    frame = rules.copy()
+    if isinstance(kernels, pd.DataFrame) and {"id", "short_name"} <= set(kernels.columns):
+        frame["kernel"] = frame["id"].map(kernels.drop_duplicates("id").set_index("id")["short_name"])
+    else:
+        frame["kernel"] = frame.get("name", "")
+    frame["type"] = frame["type"].astype(str)
+    frame = frame[frame["type"].isin(_NCU_ADVICE)]
+    if frame.empty:
+        return None
+    frame["_order"] = frame["type"].map({t: i for i, t in enumerate(_NCU_ADVICE)})
+    speed = pd.to_numeric(frame.get("speedup_pct"), errors="coerce") if "speedup_pct" in frame else None
+    frame["speedup_pct"] = speed if speed is not None else np.nan
+    frame = frame.sort_values(["speedup_pct", "_order", "kernel", "rule"], ascending=[False, True, True, True],
+                              na_position="last", kind="stable")
+    cols = [
+        Column("kernel", "Kernel", "code"), Column("rule", "ncu rule", "text"), Column("type", "Type", "text"),
+        Column("speedup_pct", "Est. speed-up", "pct"), Column("description", "What ncu said", "text"),
+    ]
+    return _table(frame, cols, limits.ncu_rows, max(limits.cell_chars, 400),
+                  "What Nsight Compute's own rules said")
+
+
+def _ncu_header(analysis: Analysis) -> tuple[int, int]:
+    """Profiled kernel time and launches of an Nsight Compute report analyzed on its own."""
+    kernels = getattr(analysis.ncu, "kernels", None)
+    if not isinstance(kernels, pd.DataFrame) or kernels.empty:
+        return 0, 0
+    return int(pd.to_numeric(kernels["duration_ns"], errors="coerce").fillna(0).sum()), len(kernels)
+
+
 def _flat_parameters(params: Any, prefix: str = "") -> tuple[tuple[str, str], ...]:
     """``{"rule": {"param": 1}}`` -> ``(("rule.param", "1"),)``, sorted; values as text."""
     out: list[tuple[str, str]] = []
@@ -951,12 +1004,20 @@ def _section(analysis: Analysis, index: int, multi: bool, limits: Limits) -> Tra
     trace, window = analysis.trace, analysis.window
     notes: list[str] = []
     gpus, names, used = _gpu_label(trace)
-    busy_ns, busy_devices = _busy(analysis, notes)
-    devices = max(busy_devices, used)
+    ncu_only = bool(getattr(analysis, "ncu_only", False))
     busy_share = None
-    if busy_ns is not None and window.duration_ns > 0 and devices > 0:
-        busy_share = busy_ns / (window.duration_ns * devices)
-    kernel_ns, kernel_count = _kernel_time(analysis)
+    busy_ns: int | None
+    kernel_ns: int | None
+    kernel_count: int | None
+    if ncu_only:  # no timeline: no busy time; kernel time is what ncu profiled
+        busy_ns, devices = None, max(len(names), 1)
+        kernel_ns, kernel_count = _ncu_header(analysis)
+    else:
+        busy_ns, busy_devices = _busy(analysis, notes)
+        devices = max(busy_devices, used)
+        if busy_ns is not None and window.duration_ns > 0 and devices > 0:
+            busy_share = busy_ns / (window.duration_ns * devices)
+        kernel_ns, kernel_count = _kernel_time(analysis)
     prefix = f"t{index}-" if multi else ""
     findings, _ = _finding_views(analysis.findings, window.duration_ns, prefix, limits)
     verdict, problems, impact = _verdict(analysis.findings, window.duration_ns, busy_share)
@@ -1017,21 +1078,32 @@ def _section(analysis: Analysis, index: int, multi: bool, limits: Limits) -> Tra
     def gaps() -> None:
         parts["gaps"] = _gaps(analysis, devices, limits)
 
-    attempt("GPU utilization chart", util)
-    attempt("Kernel categories", cats)
-    attempt("Top kernels", kernels)
-    attempt("NVTX ranges", nvtx)
-    attempt("Idle gaps", gaps)
-    phases = _optional_fact(analysis, "phases")
-    if phases is not None:
-        parts["phases"] = _phases(phases, limits)
+    if ncu_only:
+        notes.append("An Nsight Compute report on its own: the timeline sections (GPU utilization, kernel "
+                     "categories, NVTX ranges, idle gaps) need an Nsight Systems trace of the same program "
+                     "(analyze trace.nsys-rep --ncu FILE); times below are ncu's profiled durations.")
+    else:
+        attempt("GPU utilization chart", util)
+        attempt("Kernel categories", cats)
+        attempt("Top kernels", kernels)
+        attempt("NVTX ranges", nvtx)
+        attempt("Idle gaps", gaps)
+        phases = _optional_fact(analysis, "phases")
+        if phases is not None:
+            parts["phases"] = _phases(phases, limits)
     if analysis.ncu is not None:
         def ncu() -> None:
-            parts["ncu"], parts["roofline"] = _ncu(analysis.ncu, limits)
+            parts["ncu"], parts["roofline"] = _ncu(analysis.ncu, limits, timeline=not ncu_only)
+            parts["ncu_rules"] = _ncu_rules(analysis.ncu, limits)
 
         attempt("Nsight Compute metrics", ncu)
     parts["baseline"] = _baseline(analysis, notes)
+    skipped = tuple(getattr(analysis, "not_applicable", ()) or ())
+    if skipped:
+        parts["not_applicable"] = tuple(name for name, _ in skipped)
+        parts["not_applicable_reason"] = skipped[0][1]
     return TraceSection(
+        kind="ncu" if ncu_only else "nsys",
         index=index,
         anchor=f"trace-{index}",
         header=header,
@@ -1093,7 +1165,8 @@ def build_report(
     sections = tuple(_section(a, i, multi, limits) for i, a in enumerate(analyses, start=1))
     if title is None:
         title = (
-            f"GPU trace diagnosis: {sections[0].header.trace_name}" if not multi
+            f"GPU {'kernel' if sections[0].kind == 'ncu' else 'trace'} diagnosis: {sections[0].header.trace_name}"
+            if not multi
             else f"GPU trace diagnosis: {len(sections)} traces"
         )
     if multi:
