@@ -27,6 +27,8 @@ from analyzer.errors import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, AnalyzerError
 from analyzer.watchdog import stage
 
 FORMATS = ("html", "md", "json")
+#: from this many input files on, per-rank work runs on a local Dask cluster unless --scheduler says otherwise
+LOCAL_DASK_MIN_FILES = 8
 EPILOG = """\b
 Examples:
   analyze trace.sqlite                              # HTML report next to the trace's name in reports/
@@ -98,6 +100,15 @@ def cli() -> None:
 @click.option("--no-cache", is_flag=True,
               help="Neither read nor write the columnar trace cache (kept in the user's cache directory; "
                    "ANALYZER_CACHE_DIR / ANALYZER_CACHE_MAX / ANALYZER_NO_CACHE=1).")
+@click.option("--job/--no-job", "job", default=None,
+              help="Analyze the inputs as one multi-GPU job (per-rank analyses plus cross-rank facts), "
+                   "or never. Default: when they are one (several rank files of one run, or one report "
+                   "holding several ranks).")
+@click.option("--scheduler", default=None, metavar="ADDRESS",
+              help="Run per-rank work on Dask: a scheduler address (tcp://host:8786), 'local' for a local "
+                   "cluster, or 'none' for this process. Default: 'local' when 8 or more trace files are "
+                   "given and Dask's distributed is installed, else this process.")
+@click.option("--workers", type=int, default=None, help="Workers of a local Dask cluster (default: the cores).")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
 @click.pass_context
 def run_cmd(
@@ -120,13 +131,16 @@ def run_cmd(
     accepted_growth: float | None,
     write_accepted: Path | None,
     no_cache: bool,
+    job: bool | None,
+    scheduler: str | None,
+    workers: int | None,
     quiet: bool,
 ) -> None:
     """Analyze TRACE... (nsys .sqlite / .nsys-rep, torch.profiler .json / .json.gz, or a directory of
     them such as one trace per rank; ncu files among them are joined to the traces; ncu files alone
     give a kernel report)."""
     from analyzer.findings import Severity
-    from analyzer.pipeline import AnalysisOptions, analyze_paths
+    from analyzer.pipeline import AnalysisOptions, analyze_inputs
     from analyzer.reports import build_report, render
 
     fmt = fmt or _format_from_output(output)
@@ -144,16 +158,28 @@ def run_cmd(
         cache=not no_cache,
     )
     previous = _previous_accepted(write_accepted, options)
-    analyses = analyze_paths(list(traces), options, progress=progress)
+    if scheduler is None and len(traces) >= LOCAL_DASK_MIN_FILES and job is not False and _has_dask():
+        scheduler = "local"
+    if scheduler is not None and scheduler.strip().lower() == "none":
+        scheduler = None
+    outcome = analyze_inputs(list(traces), options, job=job, scheduler=scheduler, workers=workers,
+                             progress=progress)
     recorded = None
     if write_accepted is not None:
-        analyses, recorded = _record_accepted(write_accepted, analyses, previous)
+        recorded = _record_accepted(write_accepted, outcome, previous)
     if progress:
         sys.stderr.write("\r\x1b[2K")
     from analyzer.watchdog import Watchdog
 
     with Watchdog(timeout, str(traces[0])), stage("building the report"):
-        report = build_report(analyses)
+        if outcome.job is not None:
+            from analyzer.reports.jobview import build_job_report
+
+            report = build_job_report(outcome.job)
+        else:
+            if len(traces) > 1 and outcome.reason and not quiet and job is not False:
+                click.echo(f"note: analyzed separately, not as one multi-GPU job: {outcome.reason}", err=True)
+            report = build_report(outcome.analyses)
         text = render(report, fmt)  # type: ignore[arg-type]
     target = output or Path("reports") / f"{_stem(traces[0])}{'-and-more' if len(traces) > 1 else ''}.{fmt}"
     if str(target) == "-":
@@ -171,20 +197,25 @@ def run_cmd(
         if recorded is not None:
             out.write(f"accepted: wrote {recorded} finding{'s' if recorded != 1 else ''} to {write_accepted}\n")
         elif accepted_file is not None:
-            out.write(_accepted_line(analyses, accepted_file))
+            out.write(_accepted_line(outcome.findings, accepted_file))
         if str(target) != "-":
             out.write(f"report: {target}\n")
     if fail_on is not None:
         threshold = Severity.parse(fail_on)
-        if any(f.severity >= threshold and f.counts for a in analyses for f in a.findings):
+        if any(f.severity >= threshold and f.counts for f in outcome.findings):
             raise SystemExit(EXIT_FINDINGS)
 
 
-def _accepted_line(analyses: list[Any], path: Path) -> str:
+def _has_dask() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("distributed") is not None
+
+
+def _accepted_line(findings: list[Any], path: Path) -> str:
     """How the accepted-findings file matched: accepted, grown past it, entries that no longer fire."""
     from analyzer.accepted import load_accepted, unmatched
 
-    findings = [f for a in analyses for f in a.findings]
     held = sum(1 for f in findings if f.acceptance is not None and not f.acceptance.counts)
     grown = sum(1 for f in findings if f.acceptance is not None and f.acceptance.counts)
     line = f"accepted: {held} finding{'s' if held != 1 else ''} accepted by {path}"
@@ -208,15 +239,14 @@ def _previous_accepted(path: Path | None, options: Any) -> Any:
     return load_accepted(path)
 
 
-def _record_accepted(path: Path, analyses: list[Any], previous: Any) -> tuple[list[Any], int]:
-    """Write ``--write-accepted`` and mark this run's findings as accepted by it (they are, now)."""
-    from dataclasses import replace
+def _record_accepted(path: Path, outcome: Any, previous: Any) -> int:
+    """Write ``--write-accepted`` and mark this run's findings (``outcome``: an
+    :class:`analyzer.job.run.JobOutcome`) as accepted by it (they are, now)."""
+    from analyzer.accepted import load_accepted, write_accepted
 
-    from analyzer.accepted import apply_accepted, load_accepted, write_accepted
-
-    count = write_accepted(path, analyses, previous)
-    accepted = load_accepted(path)
-    return [replace(a, findings=apply_accepted(a.findings, accepted, a.window)) for a in analyses], count
+    count = write_accepted(path, outcome.finding_sources(), previous)
+    outcome.mark_accepted(load_accepted(path))
+    return count
 
 
 def _format_from_output(output: Path | None) -> str:

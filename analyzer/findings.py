@@ -29,16 +29,20 @@ class Severity(enum.IntEnum):
 
 @dataclass(frozen=True)
 class Scope:
-    """Where a finding applies: ``kind`` in trace|device|stream|nvtx_range|kernel, plus its key."""
+    """Where a finding applies: ``kind`` in trace|device|stream|nvtx_range|kernel|rank, plus its key
+    (``rank``: the rank of a multi-GPU job, set on every finding of a job's rank)."""
 
     kind: str
     device: int | None = None
     stream: int | None = None
     nvtx_path: str | None = None
     kernel: str | None = None
+    rank: int | None = None  # rank of a multi-GPU job the finding belongs to
 
     def label(self) -> str:
         parts = [self.kind]
+        if self.rank is not None:
+            parts.append(f"rank {self.rank}")
         if self.device is not None:
             parts.append(f"GPU {self.device}")
         if self.stream is not None:
@@ -156,7 +160,8 @@ class Finding:
     def key(self) -> str:
         """Stable anchor: rule name plus a scope suffix (used in HTML anchors and links)."""
         suffix = "-".join(
-            str(v) for v in (self.scope.device, self.scope.stream, self.scope.nvtx_path, self.scope.kernel)
+            str(v) for v in (self.scope.device, self.scope.stream, self.scope.nvtx_path, self.scope.kernel,
+                             None if self.scope.rank is None else f"r{self.scope.rank}")
             if v is not None
         )
         raw = f"{self.rule}-{suffix}" if suffix else self.rule

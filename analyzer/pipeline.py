@@ -90,21 +90,28 @@ def analyze_trace(
     already loaded from ``path`` (the fuzz harness loads first to recognise repeated cases). Findings
     matching ``accepted`` (an :class:`analyzer.accepted.AcceptedFindings`, else ``options.accepted_file``)
     are marked accepted."""
-    from analyzer.facts import FactStore
-    from analyzer.facts.scalars import trace_scalars
     from analyzer.loading import load_trace
-    from analyzer.rules import evaluate
-    from analyzer.window import choose_window
 
     options = options or AnalysisOptions()
     if pack is None:
         pack = load_rules(options)
     if accepted is None:
         accepted = load_accepted_findings(options)
-    progress = _noting(progress)
     if trace is None:
         with stage("loading"):
-            trace = load_trace(Path(path), progress=progress, cache=_trace_cache(options))
+            trace = load_trace(Path(path), progress=_noting(progress), cache=_trace_cache(options))
+    return analyze_loaded(trace, pack, options=options, ncu=ncu, progress=progress, accepted=accepted)
+
+
+def prepare(trace: Any, options: AnalysisOptions, *, ncu: Any = None, progress: Progress = None,
+            extra_fact_options: dict[str, Any] | None = None) -> Any:
+    """Window and fact store of a loaded trace: everything before the rules run. A multi-GPU job
+    prepares every rank this way, matches collectives across ranks, then finishes each rank with
+    :func:`finish` (its fact store then knows the rank's waits)."""
+    from analyzer.facts import FactStore
+    from analyzer.window import choose_window
+
+    progress = _noting(progress)
     progress(f"{trace.name}: choosing the analysis window")
     with stage("choosing the window"):
         window = choose_window(trace, options.window_spec, exclude=options.exclude_ranges)
@@ -117,10 +124,20 @@ def analyze_trace(
         "exclude_ranges": options.exclude_ranges,
         "only_ranges": options.only_ranges,
         **options.fact_options,
+        **(extra_fact_options or {}),
     }
-    store = FactStore(trace, window, fact_options)
+    return FactStore(trace, window, fact_options)
+
+
+def finish(store: Any, pack: Any, *, progress: Progress = None, accepted: Any = None) -> Analysis:
+    """Evaluate ``pack`` over a prepared fact store: the :class:`Analysis` of one trace; findings matching
+    ``accepted`` (an :class:`analyzer.accepted.AcceptedFindings`) are marked accepted."""
+    from analyzer.facts.scalars import trace_scalars
+    from analyzer.rules import evaluate
+
+    trace, window = store.trace, store.window
     runnable, not_checked = split_by_capability(pack, trace.info.unavailable)
-    progress(f"{trace.name}: evaluating {len(runnable.rules)} rules")
+    _noting(progress)(f"{trace.name}: evaluating {len(runnable.rules)} rules")
     with stage("rules"):
         findings = evaluate(runnable, store, window, trace_scalars(store))
     if accepted is not None:
@@ -137,6 +154,16 @@ def analyze_trace(
         ncu=trace.extras.get("ncu"),
         not_checked=not_checked,
     )
+
+
+def analyze_loaded(trace: Any, pack: Any = None, *, options: AnalysisOptions | None = None, ncu: Any = None,
+                   progress: Progress = None, accepted: Any = None) -> Analysis:
+    """Analyze an already loaded :class:`~analyzer.loading.model.Trace` (one rank of a multi-process
+    report, a synthetic trace): :func:`prepare` then :func:`finish`."""
+    options = options or AnalysisOptions()
+    if pack is None:
+        pack = load_rules(options)
+    return finish(prepare(trace, options, ncu=ncu, progress=progress), pack, progress=progress, accepted=accepted)
 
 
 def split_by_capability(pack: Any, unavailable: Mapping[str, str]) -> tuple[Any, list[NotChecked]]:
@@ -249,12 +276,28 @@ def analyze_paths(
     (``rank2`` before ``rank10``).
     ``pack``: an already loaded rule pack (else from ``options``). Each trace's analysis runs under a
     :class:`~analyzer.watchdog.Watchdog` of ``options.timeout`` seconds."""
-    from analyzer.loading.ncu import detect_ncu, load_ncu
-
     if pack is None:
         with stage("loading the rules"):
             pack = load_rules(options)  # rules fail before any trace is read
     accepted = load_accepted_findings(options)  # and so does the accepted-findings file
+    traces, ncu_paths = split_inputs(paths, options)
+    if not traces:  # Nsight Compute reports on their own: a kernel report per file
+        return [analyze_ncu(p, pack, options=options, progress=progress) for p in ncu_paths]
+    ncu = load_ncu_paths(ncu_paths)
+    analyses = []
+    for p in traces:
+        with Watchdog(options.timeout, str(p)):
+            analyses.append(analyze_trace(p, pack, options=options, ncu=ncu, progress=progress,
+                                          accepted=accepted))
+    return analyses
+
+
+def split_inputs(paths: Sequence[Path], options: AnalysisOptions) -> tuple[list[Path], list[Path]]:
+    """(traces, Nsight Compute files) among ``paths`` (ncu files by content, directories by the files
+    in them) and ``options.ncu_files``; no traces means ncu files on their own. Bad inputs raise
+    :class:`InputError`."""
+    from analyzer.loading.ncu import detect_ncu
+
     traces: list[Path] = []
     ncu_paths: list[Path] = list(options.ncu_files)
     for path in paths:
@@ -268,21 +311,20 @@ def analyze_paths(
             ncu_paths.append(path)
         else:
             traces.append(path)
-    if not traces:
-        if ncu_paths:  # Nsight Compute reports on their own: a kernel report per file
-            return [analyze_ncu(p, pack, options=options, progress=progress) for p in ncu_paths]
+    if not traces and not ncu_paths:
         raise InputError(
             paths[0], "no trace among the inputs (nsys .sqlite/.nsys-rep or torch.profiler .json)",
             hint="give a .sqlite, .nsys-rep or .pt.trace.json next to the ncu files",
         )
+    return traces, ncu_paths
+
+
+def load_ncu_paths(ncu_paths: Sequence[Path]) -> Any:
+    """The Nsight Compute data of ``ncu_paths`` loaded once (None without any)."""
+    from analyzer.loading.ncu import load_ncu
+
     with stage("loading ncu metrics"):
-        ncu = load_ncu(ncu_paths) if ncu_paths else None
-    analyses = []
-    for p in traces:
-        with Watchdog(options.timeout, str(p)):
-            analyses.append(analyze_trace(p, pack, options=options, ncu=ncu, progress=progress,
-                                          accepted=accepted))
-    return analyses
+        return load_ncu(list(ncu_paths)) if ncu_paths else None
 
 
 def trace_files_in(folder: Path) -> tuple[list[Path], list[Path]]:
@@ -305,3 +347,41 @@ def trace_files_in(folder: Path) -> tuple[list[Path], list[Path]]:
         raise InputError(folder, "the directory holds no trace file (nsys .sqlite/.nsys-rep, torch.profiler "
                          ".json/.json.gz)", hint="pass the trace files, or the directory that holds them")
     return traces, ncu
+
+
+def analyze_inputs(paths: Sequence[Path], options: AnalysisOptions, *, job: bool | None = None,
+                   scheduler: Any = None, workers: int | None = None, progress: Progress = None,
+                   pack: Any = None) -> Any:
+    """What ``analyze`` runs: the inputs as one multi-GPU job when they are one (several rank files,
+    or one report holding several ranks; ``job`` True/False forces it), else each on its own (as
+    :func:`analyze_paths`). Returns an :class:`analyzer.job.run.JobOutcome`."""
+    from analyzer.job.run import JobOutcome, analyze_job
+
+    if pack is None:
+        with stage("loading the rules"):
+            pack = load_rules(options)
+    accepted = load_accepted_findings(options)  # checked before any trace is read
+    if job is False:
+        return JobOutcome(None, analyze_paths(paths, options, progress=progress, pack=pack), "--no-job")
+    traces, ncu_paths = split_inputs(paths, options)
+    if not traces:  # Nsight Compute reports on their own
+        return JobOutcome(None, analyze_paths(paths, options, progress=progress, pack=pack), "")
+    ncu = load_ncu_paths(ncu_paths)
+    loaded = {}
+    if len(traces) == 1 and scheduler is None:
+        # one file: a job only if it holds several ranks; otherwise the plain single-trace path
+        from analyzer.job.ranks import gpu_processes
+        from analyzer.loading import load_trace
+
+        with Watchdog(options.timeout, str(traces[0])):
+            with stage("loading"):
+                trace = load_trace(traces[0], progress=_noting(progress), cache=_trace_cache(options))
+            if len(gpu_processes(trace)) < 2:
+                return JobOutcome(None, [analyze_loaded(trace, pack, options=options, ncu=ncu, progress=progress,
+                                                        accepted=accepted)], "a single process")
+        loaded[str(traces[0])] = trace
+    outcome = analyze_job(traces, options, pack=pack, scheduler=scheduler, workers=workers, force=job,
+                          ncu=ncu, progress=progress, loaded=loaded, accepted=accepted)
+    if outcome.job is None and outcome.analyses is None:
+        outcome.analyses = analyze_paths(traces, options, progress=progress, pack=pack)
+    return outcome

@@ -53,6 +53,7 @@ def real_trace(name: str) -> Path:
     if not packed.is_file():
         _skip(f"real trace {packed.name} not in {DATA_DIR} (see tests/data/MANIFEST.md)")
     target = _tmpdir() / f"{stem}.sqlite"
+    target.parent.mkdir(parents=True, exist_ok=True)  # stems may name a subfolder ("ddp/...")
     partial = target.with_suffix(".partial")
     with lzma.open(packed) as src, open(partial, "wb") as dst:
         shutil.copyfileobj(src, dst, length=1 << 20)

@@ -7,7 +7,8 @@ setup; calling that idle GPU time cries wolf. So rules look at a window, chosen 
 ``None`` / ``"auto"`` (default), in this order:
 
 1. **NVTX steps**: the user's repeated ranges. Ranges whose text matches an ``exclude`` glob
-   (default ``warmup*``), and everything nested in them, are dropped first. Texts are reduced to a
+   (default ``warmup*``), and everything nested in them, are dropped first, and so are ranges that
+   libraries open (domains NCCL, NVSHMEM, cuDNN ...: see :mod:`analyzer.facts.nccl_nvtx`). Texts are reduced to a
    stem by stripping a trailing number (``step_12`` -> ``step``, ``ProfilerStep#3`` ->
    ``ProfilerStep``). A stem qualifies when its instances do not overlap and either
 
@@ -53,6 +54,7 @@ import pandas as pd
 from analyzer.analysis import StepSpans, Window
 from analyzer.errors import WindowError
 from analyzer.facts._util import column, factorize_objects, text
+from analyzer.facts.nccl_nvtx import internal_ranges
 from analyzer.facts.nvtx import parent_positions, ranges_only
 from analyzer.loading.model import Trace
 from analyzer.saferegex import PatternError, UserPattern, compile_glob
@@ -287,7 +289,9 @@ def _nvtx_steps(
         return None
     own, inherited = _excluded(nv, exclude) if exclude else (np.zeros(len(nv), bool),) * 2
     warmup_found = bool(own.any())
-    cand = nv.loc[~inherited].reset_index(drop=True)
+    # ranges opened by libraries (NCCL's ncclAllReduce in domain NCCL, NVSHMEM, cuDNN ...) repeat as
+    # often as steps do but are never the user's training loop
+    cand = nv.loc[~inherited & ~internal_ranges(nv)].reset_index(drop=True)
     if cand.empty:
         return None
     texts = text(cand["text"])

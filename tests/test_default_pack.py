@@ -82,7 +82,10 @@ def mean_step_ns(name: str) -> float:
 
 # ncu rules whose condition no real export of ours meets yet (none of our workloads is DRAM-bound,
 # uncoalesced or tail-limited on the H100): proven silent on real data only. Keep this list honest.
-NO_REAL_FIRE_CASE_YET = {"memory-bound", "uncoalesced-access", "tail-effect"}
+NO_REAL_FIRE_CASE_YET = {"memory-bound", "uncoalesced-access", "tail-effect",
+                         # multi-GPU: no workload plants a compute imbalance yet, and nsys 2025.3 exports
+                         # no NCCL message sizes (bandwidth unknown): see their calibration text
+                         "rank-imbalance", "collective-bandwidth-low"}
 
 
 # --------------------------------------------------------------------------------------------------

@@ -20,6 +20,8 @@ _MODULES: tuple[str, ...] = (
     "analyzer.phases.facts",
     "analyzer.facts.ncu",
     "analyzer.facts.steps",
+    "analyzer.facts.comm",
+    "analyzer.job.facts",
 )
 
 

@@ -112,6 +112,20 @@ def _report(ctx: FactContext) -> NcuReport | None:
     return report if isinstance(report, NcuReport) and len(report.kernels) else None
 
 
+def _without_communication(ctx: FactContext, kernels: pd.DataFrame) -> pd.DataFrame:
+    """Profiled launches minus communication kernels (NCCL ...): their counters describe waiting
+    for other ranks, so no compute rule may judge them (the report's ncu table still lists them)."""
+    if kernels.empty:
+        return kernels
+    from analyzer.facts.categories import classify_names, load_categories
+    from analyzer.facts.comm import COMMUNICATION
+
+    names = kernels["name"].astype(str)
+    cats = classify_names(names, names, load_categories(ctx.options.get("categories_file") or None))
+    keep = np.asarray(cats != COMMUNICATION, dtype=bool)
+    return kernels if keep.all() else kernels.loc[keep]
+
+
 @fact("ncu_kernels", columns=NCU_KERNELS_COLUMNS, scope_keys=("device", "name", "nvtx_path"))
 def ncu_kernels(ctx: FactContext) -> pd.DataFrame:
     """One row per launch profiled by Nsight Compute: normalized metrics (SI units, percents 0..100),
@@ -128,6 +142,7 @@ def ncu_kernels(ctx: FactContext) -> pd.DataFrame:
         kernels = join_ncu(report, ctx.trace, window=window).kernels
         label = TIMELINE_LABEL
     kernels = kernels.assign(time_label=label)
+    kernels = _without_communication(ctx, kernels)
     kernels = kernels.assign(bound=classify_bound(kernels["sm_throughput_pct"], kernels["memory_throughput_pct"]))
     kernels = pd.concat([kernels, roofline(kernels)], axis=1)
     return kernels[list(NCU_KERNELS_COLUMNS)].reset_index(drop=True)

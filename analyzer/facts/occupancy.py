@@ -211,8 +211,15 @@ _OCC_NEEDS = {c: _RESOURCES for c in (
 
 @fact("occupancy", columns=_OCC_COLUMNS, scope_keys=("device", "name"), column_needs=_OCC_NEEDS)
 def occupancy(ctx: FactContext) -> pd.DataFrame:
-    """Theoretical occupancy, its limiter and the wave count per kernel launch configuration."""
-    k = starts_in_window(ctx.trace.kernels, ctx.window, [
+    """Theoretical occupancy, its limiter and the wave count per kernel launch configuration.
+    Communication kernels (NCCL ...) are left out: they use few blocks on purpose and mostly wait."""
+    from analyzer.facts.comm import compute_kernel_mask
+
+    kernels = ctx.trace.kernels
+    compute = compute_kernel_mask(ctx)
+    if len(compute) and not compute.all():
+        kernels = kernels.loc[compute]
+    k = starts_in_window(kernels, ctx.window, [
         "start", "device", "name", "short_name", "grid_x", "grid_y", "grid_z", "block_x", "block_y",
         "block_z", "registers_per_thread", "static_smem", "dynamic_smem", "duration"])
     if k.empty:

@@ -173,6 +173,17 @@ class FactStore:
     def computed(self) -> list[str]:
         return list(self._cache)
 
+    def update_options(self, extra: Mapping[str, Any], *, forget: Iterable[str] = ()) -> None:
+        """Add ``extra`` to the options and drop the cached facts in ``forget`` and every fact
+        depending on them, so that they are computed again with the new options (a multi-GPU job
+        tells each rank its waits after the first facts were computed)."""
+        self.options = {**self.options, **extra}
+        names = set(forget)
+        if names:
+            stale = names | {c for c in self._cache if names & set(dependency_order([c]))}
+            for name in stale:
+                self._cache.pop(name, None)
+
     def memo(self, key: str, compute: Callable[[], Any]) -> Any:
         """A value several facts of this store derive from the same trace columns (e.g. the distinct
         API names), computed once on first use instead of once per fact."""

@@ -24,6 +24,10 @@ SCALAR_DOCS: dict[str, str] = {
     "device_count": "GPUs with activity in the window",
     "kernel_count": "kernels starting in the window",
     "kernel_time_ns": "summed kernel duration (ns)",
+    "compute_kernel_count": "kernels starting in the window that are not communication (NCCL ...) kernels",
+    "compute_kernel_time_ns": "their summed duration (ns): what compute rules divide by",
+    "comm_kernel_count": "communication (NCCL ...) kernels starting in the window",
+    "comm_kernel_time_ns": "their summed duration (ns; transfer plus waiting for other ranks)",
     "memcpy_count": "copies starting in the window",
     "memcpy_time_ns": "summed copy duration (ns)",
     "memcpy_bytes": "bytes copied",
@@ -62,8 +66,13 @@ def trace_scalars(store: FactStore) -> dict[str, float]:
     """The scalars in :data:`SCALAR_DOCS` for one trace and window."""
     from analyzer.facts.api import is_launch_api
 
+    from analyzer.facts.comm import comm_kernel_mask
+    from analyzer.facts.registry import FactContext
+
     t, w = store.trace, store.window
     km, mm, sm = (window_mask(f, w) if len(f) else np.zeros(0, bool) for f in (t.kernels, t.memcpy, t.memset))
+    comm = comm_kernel_mask(FactContext(trace=t, window=w, store=store, options=store.options))
+    comm = comm if len(comm) == len(km) else np.zeros(len(km), dtype=bool)
     busy = store.get("gpu_busy")
     gaps = store.get("gpu_gaps")
     if len(t.api):
@@ -94,6 +103,10 @@ def trace_scalars(store: FactStore) -> dict[str, float]:
         "device_count": float(devices),
         "kernel_count": float(km.sum()),
         "kernel_time_ns": total(t.kernels, km),
+        "compute_kernel_count": float((km & ~comm).sum()),
+        "compute_kernel_time_ns": total(t.kernels, km & ~comm),
+        "comm_kernel_count": float((km & comm).sum()),
+        "comm_kernel_time_ns": total(t.kernels, km & comm),
         "memcpy_count": float(mm.sum()),
         "memcpy_time_ns": total(t.memcpy, mm),
         "memcpy_bytes": total(t.memcpy, mm, "bytes"),

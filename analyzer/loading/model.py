@@ -203,6 +203,9 @@ class TraceInfo:
     # capabilities the trace lacks -> why (see analyzer.loading.capabilities); rules that need one of
     # them are reported "not available in this trace" instead of run
     unavailable: Mapping[str, str] = field(default_factory=dict, hash=False, compare=False)
+    #: wall-clock (UTC, ns since the epoch) time of the trace's t = 0, when the export records it:
+    #: what puts one-file-per-rank traces, each on its own session clock, on a common clock
+    utc_origin_ns: int | None = None
 
 
 @dataclass

@@ -450,6 +450,7 @@ class _Loader:
             export_schema=schema.generation,
             unavailable=missing_capabilities(kernels=kernels, memcpy=memcpy, memset=memset, api=api_frame,
                                              gpus=gpus),
+            utc_origin_ns=self._utc_origin(int(origin)),
         )
         extras: dict[str, Any] = {"metadata": dict(schema.metadata)}
         if self.path != self.display_path:
@@ -470,6 +471,24 @@ class _Loader:
             out = rt
         out["duration"] = out["end"] - out["start"]
         return out
+
+    def _utc_origin(self, origin: int) -> int | None:
+        """UTC time of trace-relative t = 0: the session start's wall-clock time
+        (``TARGET_INFO_SESSION_START_TIME.utcEpochNs``) moved by ``origin - ANALYSIS_DETAILS.startTime``.
+        None when the export lacks either (then traces of different sessions share no clock)."""
+        r = self.r
+        if not (r.has("TARGET_INFO_SESSION_START_TIME") and r.has("ANALYSIS_DETAILS")):
+            return None
+        if "utcEpochNs" not in r.columns("TARGET_INFO_SESSION_START_TIME") \
+                or "startTime" not in r.columns("ANALYSIS_DETAILS"):
+            return None
+        utc = r.query("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1")
+        start = r.query("SELECT startTime FROM ANALYSIS_DETAILS LIMIT 1")
+        if not utc or not start or utc[0][0] is None or start[0][0] is None:
+            return None
+        if origin > 10**17:  # timestamps already UTC (--ts-normalize): t = 0 is the origin itself
+            return origin
+        return int(utc[0][0]) + (origin - int(start[0][0]))
 
     # -- time base --------------------------------------------------------------------------------------
     def _time_base(self, schema: Schema, tables: list[dict[str, np.ndarray]],

@@ -83,16 +83,36 @@ Examples:
 @click.option("--expected-steps", type=click.IntRange(min=1), default=None,
               help="Measured steps each run should have (default: the most common count).")
 @click.option("--strict", is_flag=True, help="Fail on the first unreadable trace instead of flagging it.")
+@click.option("--scaling", is_flag=True,
+              help="Strong scaling instead: the same training loop on 1 and N GPUs (a 1-GPU trace, and "
+                   "per job one multi-process report or its <name>_rank<N> files): speedup, efficiency and "
+                   "where the lost time went (Markdown).")
 @phase_options
 def sweep(paths: tuple[Path, ...], fmt: str, output: Path | None, key_pattern: str | None,
-          expected_steps: int | None, strict: bool, exclude_ranges: tuple[str, ...],
+          expected_steps: int | None, strict: bool, scaling: bool, exclude_ranges: tuple[str, ...],
           only_ranges: str | None) -> None:
     """Tables over a profiling sweep (model x context x mode): forward time (what a synchronized timer
     measures, from the trace), nsys against the runs' own Python timings (<trace>.pytime.json), top
     kernel, step breakdown, kernel mix, softmax vs matmul; rows that cannot be right are flagged with
-    the reason. A folder also brings the .pytime.json of configurations that ran out of GPU memory."""
+    the reason. A folder also brings the .pytime.json of configurations that ran out of GPU memory. With
+    --scaling: strong scaling of one training loop over 1 and N GPUs."""
     from analyzer.phases.sweep import DEFAULT_KEY_PATTERN, build_sweep, render_sweep
 
+    if scaling:
+        from analyzer.job.scaling import render_scaling, strong_scaling
+
+        try:
+            text = render_scaling(strong_scaling(list(paths)))
+        except AnalyzerError as err:
+            raise _CliError(err) from None
+        if output is None:
+            sys.stdout.write(text)
+        else:
+            from analyzer.fileio import atomic_write
+
+            atomic_write(output, text)
+            click.echo(str(output))
+        return
     try:
         settings = phase_settings(exclude_ranges, only_ranges)
         if only_ranges:

@@ -14,7 +14,7 @@ from jinja2 import BytecodeCache, Environment, FileSystemBytecodeCache, PackageL
 from jinja2.bccache import Bucket
 from markupsafe import Markup, escape
 
-from analyzer.reports import svg
+from analyzer.reports import jobsvg, svg
 from analyzer.reports.format import (
     DASH,
     fmt_cell,
@@ -112,6 +112,7 @@ def environment() -> Environment:
         bars_svg=svg.bars_svg,
         paired_svg=svg.paired_svg,
         roofline_svg=svg.roofline_svg,
+        swimlanes_svg=jobsvg.swimlanes_svg,
     )
     return env
 

@@ -142,6 +142,10 @@ def report_dict(report: ReportView) -> dict[str, Any]:
         "verdict": report.verdict,
         "traces": [_section(s) for s in report.traces],
     }
+    if report.job is not None:  # a multi-GPU job: its summary, per-rank table and job findings
+        doc["job"] = {**report.job.record, "verdict": report.job.verdict,
+                      "findings": [f.record for f in report.job.findings],
+                      "collectives": _records(report.job.collectives)}
     if report.comparison is not None:
         rows = []
         for row in report.comparison.rows:

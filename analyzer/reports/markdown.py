@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from analyzer.reports.format import DASH, fmt_cell, fmt_duration, fmt_share, fmt_time, plural, truncate
 from analyzer.reports.viewmodel import PHASE_CORE_COLUMNS, FindingView, Link, ReportView, Table, TraceSection
@@ -225,11 +226,39 @@ def _section(s: TraceSection, level: _Level, multi: bool) -> list[str]:
     return lines
 
 
+def _job(job: Any, level: _Level) -> list[str]:
+    """The job part: numbering, per-rank table, job findings, collectives."""
+    lines = [f"## Job: {job.ranks_given} of {job.world_size} ranks", "",
+             f"Ranks numbered {md_text(job.numbering, 200)}; job window {fmt_duration(job.window_end_ns - job.window_start_ns)}"
+             f" ({plural(job.steps, 'step')}, {md_text(job.window_description, 200)}).", ""]
+    if job.notes:
+        lines += ["> " + md_text(n, 300) for n in job.notes] + [""]
+    lines += _table(job.ranks, 64) + [""]
+    if job.findings:
+        lines += ["| # | Severity | Rule | Impact (ms) | % of window | Finding |", "|---:|---|---|---:|---:|---|"]
+        for f in job.findings[: level.table_rows]:
+            ms = DASH if f.impact_ns is None else f"{f.impact_ns / 1e6:,.1f}"
+            pct = DASH if f.impact_pct is None else f"{f.impact_pct:.1f}%"
+            lines.append(f"| {f.rank} | **{md_text(f.severity)}** | {md_text(f.id)} {md_text(f.rule, 60)} | {ms} | "
+                         f"{pct} | {md_text(f.message, min(level.text_chars, 400))} |")
+        lines.append("")
+        for f in job.findings[: level.details]:
+            lines += _finding_details(f, level)
+    else:
+        lines += ["No job-level findings (straggler, rank imbalance, collective bandwidth).", ""]
+    if job.collectives is not None and level.overview_rows:
+        lines += ["<details>", f"<summary>Collectives ({html_text(job.link, 200)})</summary>", ""]
+        lines += _table(job.collectives, level.overview_rows) + ["", "</details>", ""]
+    return lines
+
+
 def _render(report: ReportView, level: _Level) -> str:
     multi = len(report.traces) > 1
     lines = [f"# {md_text(report.title, 200)}", "", f"**Verdict:** {md_text(report.verdict, 500)}", ""]
     if report.comparison is not None:
         lines += _table(report.comparison, 50) + [""]
+    if report.job is not None:
+        lines += _job(report.job, level)
     for s in report.traces:
         lines += _section(s, level, multi)
     if level != _LEVELS[0]:

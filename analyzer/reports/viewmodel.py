@@ -336,6 +336,7 @@ class ReportView:
     traces: tuple[TraceSection, ...]
     comparison: ComparisonTable | None
     limits: Limits
+    job: Any = None  # analyzer.reports.jobview.JobSection for a multi-GPU job, else None
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -998,6 +999,23 @@ def _flat_parameters(params: Any, prefix: str = "") -> tuple[tuple[str, str], ..
         else:
             out.append((name, str(_py(value))))
     return tuple(sorted(out))
+
+
+def with_findings(section: TraceSection, findings: list[Finding], limits: Limits | None = None) -> TraceSection:
+    """``section`` with its findings replaced (list, verdict, counts, accepted), the rest unchanged: a
+    multi-GPU job's rank sections are built where the rank's trace is, and findings marked afterwards
+    (``--write-accepted``) are shown through this."""
+    h = section.header
+    views, _ = _finding_views(findings, h.analyzed_ns, f"t{section.index}-", limits or Limits())
+    verdict, problems, impact = _verdict(findings, h.analyzed_ns, h.gpu_busy_share)
+    counts = {s: 0 for s in _SEVERITY_ORDER}
+    for f in findings:
+        counts[str(f.severity)] = counts.get(str(f.severity), 0) + 1
+    header = replace(h, verdict=verdict, problems=problems, problem_impact_ns=impact,
+                     counts=tuple((s, counts[s]) for s in _SEVERITY_ORDER),
+                     accepted=sum(1 for f in findings if not f.counts),
+                     accepted_file=next((f.acceptance.file for f in findings if f.acceptance is not None), ""))
+    return replace(section, header=header, findings=views, findings_total=len(findings))
 
 
 def _section(analysis: Analysis, index: int, multi: bool, limits: Limits) -> TraceSection:

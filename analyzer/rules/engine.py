@@ -22,7 +22,8 @@ from analyzer.rules.expr import evaluate as eval_expr
 from analyzer.rules.model import SCOPES, Rule, RuleEvaluationError, RulePack
 from analyzer.rules.templates import render
 
-_SCOPE_FIELDS = {"device": "device", "stream": "stream", "nvtx_path": "nvtx_path", "name": "kernel"}
+_SCOPE_FIELDS = {"device": "device", "stream": "stream", "nvtx_path": "nvtx_path", "name": "kernel",
+                 "rank": "rank"}
 
 
 @dataclass(frozen=True)
@@ -248,7 +249,7 @@ def _findings(rule: Rule, env: Env, fired: np.ndarray, impact: np.ndarray | None
 def _scope_value(key: str, value: Any) -> Any:
     if value is None:
         return None
-    if key in ("device", "stream"):
+    if key in ("device", "stream", "rank"):
         try:
             return int(value)
         except (TypeError, ValueError):

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ SCOPES: dict[str, tuple[str, ...]] = {
     "stream": ("device", "stream"),
     "nvtx_range": ("nvtx_path",),
     "kernel": ("name",),
+    "rank": ("rank",),  # a rank of a multi-GPU job (job facts)
 }
 CATEGORIES: tuple[str, ...] = (
     "utilization", "launch", "memory", "sync", "kernel", "transfer", "setup", "occupancy", "nvtx",
@@ -109,6 +110,22 @@ class RuleTest:
                 return folder / path
         return None
 
+    def resolve_all(self, pack_file: str) -> list[Path]:
+        """The trace files: one, or, when ``trace`` is a glob (``ranks/r*.sqlite.xz``: the rank files
+        of one multi-GPU job), every match in the first folder (as in :meth:`resolve`) that has any."""
+        if not any(ch in self.trace for ch in "*?["):
+            one = self.resolve(pack_file)
+            return [one] if one is not None else []
+        path = Path(self.trace)
+        if path.is_absolute():
+            return sorted(Path(path.anchor).glob(str(path.relative_to(path.anchor))))
+        base = Path(pack_file).resolve().parent
+        for folder in (base, *base.parents, Path.cwd()):
+            hits = sorted(folder.glob(self.trace))
+            if hits:
+                return hits
+        return []
+
 
 @dataclass(frozen=True)
 class Rule:
@@ -148,6 +165,23 @@ class Rule:
     def missing(self, unavailable: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
         """(capability, why the trace lacks it) for each capability this rule needs that is unavailable."""
         return tuple((c, unavailable[c]) for c in self.needs if c in unavailable)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickling (a rule pack sent to Dask workers): the compiled message template does not
+        pickle, so its source (the message) travels and is compiled again on arrival."""
+        state = {f.name: getattr(self, f.name) for f in fields(self)}
+        state["template"] = None
+        state["_has_template"] = self.template is not None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        has = state.pop("_has_template", False)
+        for key, value in state.items():
+            object.__setattr__(self, key, value)
+        if has:
+            from analyzer.rules.templates import recompile
+
+            object.__setattr__(self, "template", recompile(self.message))
 
     @property
     def expressions(self) -> list[tuple[str, Expr]]:

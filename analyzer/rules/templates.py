@@ -187,6 +187,11 @@ def _forbidden(node: nodes.Node) -> str:
     return f"template construct {type(node).__name__} is not allowed in messages"
 
 
+def recompile(source: str) -> jinja2.Template:
+    """Compile a message that :func:`compile_template` already checked (an unpickled rule's)."""
+    return _ENV.from_string(source)
+
+
 def render(template: jinja2.Template, values: Mapping[str, Any]) -> str:
     """Render with plain Python values; raises ExprError on a failure (missing value...)."""
     try:

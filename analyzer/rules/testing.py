@@ -35,21 +35,22 @@ class CaseResult:
 
 
 def default_analyze(
-    path: Path, pack: RulePack, sets: Sequence[str], window: str | None, ncu: Sequence[Path] = ()
+    path: Path | Sequence[Path], pack: RulePack, sets: Sequence[str], window: str | None,
+    ncu: Sequence[Path] = (),
 ) -> Any:
-    """Full analysis via the pipeline (imported lazily: the rules layer does not depend on it).
-    ``sets`` are applied here, ``window`` is passed as the window spec, ``ncu`` exports are loaded and
-    joined to the trace."""
-    from analyzer.pipeline import AnalysisOptions, analyze_trace
+    """Full analysis via the pipeline (imported lazily: the rules layer does not depend on it), as
+    ``analyze`` runs it: a multi-GPU job (several rank files, or one report holding several ranks)
+    gives the findings of the job and of every rank. ``sets`` are applied here, ``window`` is passed
+    as the window spec, ``ncu`` exports are joined to the trace."""
+    from analyzer.pipeline import AnalysisOptions, analyze_inputs
     from analyzer.rules.overrides import apply_overrides
 
-    report = None
-    if ncu:
-        from analyzer.loading.ncu import load_ncu
-
-        report = load_ncu(list(ncu))
+    paths = [path] if isinstance(path, Path) else list(path)
     options = AnalysisOptions(sets=tuple(sets), window_spec=window, ncu_files=tuple(ncu))
-    return analyze_trace(path, apply_overrides(pack, sets), options=options, ncu=report)
+    outcome = analyze_inputs(paths, options, pack=apply_overrides(pack, sets))
+    if outcome.job is not None:
+        return [*outcome.job.findings, *(f for r in outcome.job.ranks for f in r.findings)]
+    return [f for a in outcome.analyses for f in a.findings]
 
 
 def decompress(path: Path, folder: Path) -> Path:
@@ -68,21 +69,23 @@ def run_rule_tests(pack: RulePack, names: Iterable[str] = (), analyze: Analyze |
     run = analyze or default_analyze
     selected = pack.select(names) if names else pack
     results: list[CaseResult] = []
-    groups: dict[tuple[Path, tuple[str, ...], str | None, tuple[Path, ...]], list[tuple[Rule, RuleTest]]] = {}
+    groups: dict[tuple[tuple[Path, ...], tuple[str, ...], str | None, tuple[Path, ...]],
+                 list[tuple[Rule, RuleTest]]] = {}
     for rule in selected.rules:
         for case in rule.tests:
-            path = case.resolve(rule.file or pack.path)
+            paths = tuple(case.resolve_all(rule.file or pack.path))
             ncu = tuple(case.resolve(rule.file or pack.path, n) for n in case.ncu)
-            if path is None or None in ncu:
-                missing = "trace file not found" if path is None else "ncu file not found"
+            if not paths or None in ncu:
+                missing = "trace file not found" if not paths else "ncu file not found"
                 results.append(CaseResult(rule.name, rule.id, case.trace, case.expect, "missing", missing))
                 continue
-            groups.setdefault((path, case.sets, case.window, ncu), []).append((rule, case))  # type: ignore[arg-type]
+            groups.setdefault((paths, case.sets, case.window, ncu), []).append((rule, case))  # type: ignore[arg-type]
     with tempfile.TemporaryDirectory(prefix="rules-test-") as tmp:
-        for (path, sets, window, ncu), cases in groups.items():
+        for (paths, sets, window, ncu), cases in groups.items():
             subset = pack.select(sorted({rule.id for rule, _ in cases}))
             try:
-                trace = decompress(path, Path(tmp))
+                files = [decompress(p, Path(tmp)) for p in paths]
+                trace: Any = files[0] if len(files) == 1 else files  # several: the rank files of one job
                 # only cases with ncu files pass them: custom ``analyze`` callables keep their 4 arguments
                 result = run(trace, subset, sets, window, ncu) if ncu else run(trace, subset, sets, window)  # type: ignore[call-arg]
                 findings: Any = result.findings if hasattr(result, "findings") else result

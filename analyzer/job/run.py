@@ -1,0 +1,620 @@
+"""A multi-GPU job, end to end: per-rank analyses plus cross-rank facts, serially or on Dask.
+
+1. Phase 1 per input file (where the file is): load, split a multi-process report into ranks
+   (:func:`analyzer.job.ranks.split_processes`), prepare each rank through the single-trace pipeline
+   (:func:`analyzer.job.rank.prepare_rank`). Only :class:`RankSummary` objects come back.
+2. Here: number the ranks, decide whether the inputs are one job, match collectives and align clocks
+   (:mod:`analyzer.job.cross`), compute every rank's waits and the intervals in which the others
+   waited for it.
+3. Phase 2 per rank (where its trace is): rules, its report section, what it did while others
+   waited (:func:`analyzer.job.rank.finish_rank`). Only :class:`RankResult` objects come back.
+4. Here: the job tables (:mod:`analyzer.job.facts`) and the job rules on them.
+
+With ``scheduler`` (a Dask ``distributed.Client`` or a scheduler address), steps 1 and 3 run as Dask
+tasks; each file's loaded trace stays in its worker's memory between the phases (a future), so no
+trace ever travels. The result is the same object as the serial path's (a test checks that the
+reports are byte for byte equal).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analyzer.analysis import StepSpans, Window
+from analyzer.errors import InputError
+from analyzer.facts.comm import JobRankContext, bus_factor
+from analyzer.findings import Finding
+from analyzer.job.cross import RankComm, align, waits
+from analyzer.job.facts import (
+    JOB_COLLECTIVES_COLUMNS,
+    JOB_RANKS_COLUMNS,
+    JobTables,
+    empty,
+)
+from analyzer.job import step_spans
+from analyzer.job.rank import RankJobInput, RankResult, RankState, RankSummary, finish_rank, prepare_rank
+from analyzer.job.ranks import number_ranks, split_processes
+
+Progress = Callable[[str], None] | None
+#: a rank counts as late at a collective when it arrived this much after the second latest
+LATE_MIN_NS = 20_000
+#: lateness intervals described per rank (the largest lags)
+LATE_DESCRIBED = 400
+
+
+@dataclass
+class JobAnalysis:
+    """What a job report renders."""
+
+    ranks: list[RankResult]  # in rank order
+    findings: list[Finding]  # job-level findings (straggler, rank-imbalance, collective-bandwidth-low)
+    tables: JobTables
+    window: Window  # job window, reference rank clock
+    world_size: int
+    how: str  # how ranks were numbered
+    offsets: dict[int, int]
+    notes: list[str] = field(default_factory=list)
+    rules_file: str = ""
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class _FileState:
+    summaries: list[RankSummary]
+    states: list[RankState]
+    trace: Any = None  # the loaded file (kept here only; a multi-process report before the split)
+
+
+@dataclass
+class JobOutcome:
+    """``job`` when the inputs are one job; otherwise ``analyses`` (one per input, as the single-trace
+    pipeline gives them, reusing the traces already loaded) and ``reason``."""
+
+    job: JobAnalysis | None
+    analyses: list[Any] | None = None
+    reason: str = ""
+
+    @property
+    def findings(self) -> list[Finding]:
+        """Every finding: the job's and each rank's, or each analysis's."""
+        if self.job is not None:
+            return [*self.job.findings, *(f for r in self.job.ranks for f in r.findings)]
+        return [f for a in self.analyses or [] for f in a.findings]
+
+    def finding_sources(self) -> list[Any]:
+        """What :func:`analyzer.accepted.write_accepted` reads (findings, trace name, window): the
+        analyses, or the job's findings and each rank's."""
+        if self.job is None:
+            return list(self.analyses or [])
+        job = self.job
+        sources = [_FindingSource(job.findings, SimpleNamespace(name=f"job of {job.world_size} ranks"), job.window)]
+        return sources + [_FindingSource(r.findings, SimpleNamespace(name=r.summary.label), r.window)
+                          for r in job.ranks]
+
+    def mark_accepted(self, accepted: Any) -> None:
+        """Mark the findings matching ``accepted`` (an :class:`analyzer.accepted.AcceptedFindings`),
+        the rank sections' finding lists with them."""
+        from analyzer.accepted import apply_accepted
+
+        if self.job is None:
+            self.analyses = [dataclasses.replace(a, findings=apply_accepted(a.findings, accepted, a.window))
+                             for a in self.analyses or []]
+            return
+        from analyzer.reports.viewmodel import with_findings
+
+        self.job.findings = apply_accepted(self.job.findings, accepted, self.job.window)
+        for r in self.job.ranks:
+            r.findings = apply_accepted(r.findings, accepted, r.window)
+            r.section = with_findings(r.section, r.findings)
+
+
+@dataclass
+class _FindingSource:
+    findings: list[Finding]
+    trace: Any  # .name
+    window: Window
+
+
+# -- phase 1/3 task bodies (module-level: picklable for Dask) ---------------------------------------
+def _phase1(path: str, index: int, options: Any, ncu: Any = None, keep_trace: bool = False,
+            progress: Progress = None, trace: Any = None) -> _FileState:
+    from analyzer.loading import load_trace
+
+    if trace is None:
+        from analyzer.pipeline import _trace_cache
+
+        trace = load_trace(Path(path), progress=progress, cache=_trace_cache(options))
+    parts = split_processes(trace)
+    summaries, states = [], []
+    for i, part in enumerate(parts):
+        label = Path(path).name if len(parts) == 1 else f"{Path(path).name} pid {part.extras.get('job_pid')}"
+        s, st = prepare_rank(part, options, index=index + i, label=label, file=str(path),
+                             ncu=ncu if len(parts) == 1 else None)
+        summaries.append(s)
+        states.append(st)
+    return _FileState(summaries, states, trace if keep_trace and len(parts) > 1 else None)
+
+
+def _summaries(fs: _FileState) -> list[RankSummary]:
+    return fs.summaries
+
+
+def _phase2(fs: _FileState, pack: Any, inputs: list[RankJobInput | None], accepted: Any = None) -> list[RankResult]:
+    return [finish_rank(st, s, pack, inp, accepted) for st, s, inp in zip(fs.states, fs.summaries, inputs)]
+
+
+def _phase2_one(fs: _FileState, pack: Any, i: int, inp: RankJobInput | None, accepted: Any = None) -> RankResult:
+    """Phase 2 of one rank of the file state (a Dask task per rank keeps results small)."""
+    return finish_rank(fs.states[i], fs.summaries[i], pack, inp, accepted)
+
+
+# -- job detection ---------------------------------------------------------------------------------
+def is_one_job(summaries: Sequence[RankSummary]) -> tuple[bool, str]:
+    """Whether these ranks look like one job: at least two, all with communication kernels, and
+    their GPU activity overlapping in time (same clock) or matching collective counts."""
+    if len(summaries) < 2:
+        return False, "a single rank"
+    if any(s.comm.empty for s in summaries):
+        missing = [s.label for s in summaries if s.comm.empty]
+        return False, f"no NCCL kernels in {', '.join(missing)}"
+    spans = [(s.origin_ns + s.first_op_ns, s.origin_ns + s.last_op_ns) for s in summaries]
+    if len({s.clock_id for s in summaries}) == 1 and summaries[0].clock_id:
+        lo = max(a for a, _ in spans)
+        hi = min(b for _, b in spans)
+        if hi <= lo:
+            return False, "their GPU activity does not overlap in time"
+    return True, ""
+
+
+def _rank_comm(summary: RankSummary, rank: int) -> RankComm:
+    c = summary.comm
+    return RankComm(rank=rank, start=c["start"].to_numpy(dtype=np.int64), end=c["end"].to_numpy(dtype=np.int64),
+                    name=c["collective"].to_numpy(dtype=object), group=c["comm"].to_numpy(dtype=object),
+                    origin_ns=summary.origin_ns, clock_id=summary.clock_id)
+
+
+# -- scheduling -------------------------------------------------------------------------------------
+class _Serial:
+    """Runs the phases here (the reference the Dask path must equal)."""
+
+    def __init__(self, ncu: Any = None, progress: Progress = None, loaded: dict[str, Any] | None = None) -> None:
+        self.files: list[_FileState] = []
+        self.ncu = ncu
+        self.progress = progress
+        self.loaded = dict(loaded or {})  # path -> a trace the caller already loaded
+
+    def phase1(self, paths: Sequence[Path], options: Any) -> list[list[RankSummary]]:
+        out = []
+        index = 0
+        for p in paths:
+            fs = _phase1(str(p), index, options, self.ncu, keep_trace=True, progress=self.progress,
+                         trace=self.loaded.pop(str(p), None))
+            index += len(fs.summaries)
+            self.files.append(fs)
+            out.append(fs.summaries)
+        return out
+
+    def phase2(self, pack: Any, inputs: list[list[RankJobInput | None]], accepted: Any = None
+               ) -> list[list[RankResult]]:
+        return [_phase2(fs, pack, inp, accepted) for fs, inp in zip(self.files, inputs)]
+
+    def separately(self, pack: Any, options: Any, accepted: Any = None) -> list[Any] | None:
+        """Each input analyzed on its own, from the states already prepared (not a job)."""
+        from analyzer.pipeline import analyze_loaded, finish
+
+        out = []
+        for fs in self.files:
+            if fs.trace is not None:  # a multi-process report that is not a job: the whole report
+                out.append(analyze_loaded(fs.trace, pack, options=options, ncu=self.ncu, accepted=accepted))
+            else:
+                out.append(finish(fs.states[0].store, pack, accepted=accepted))
+        return out
+
+
+class _Dask:
+    """Runs the phases as Dask tasks; each file's state stays on its worker as a future."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.futures: list[Any] = []
+
+    def phase1(self, paths: Sequence[Path], options: Any) -> list[list[RankSummary]]:
+        # rank indices need the number of ranks per file: a first light pass would read every file
+        # twice, so files are numbered in order by a large stride and renumbered afterwards
+        stride = 1 << 20
+        self.futures = [self.client.submit(_phase1, str(p), i * stride, options, pure=False)
+                        for i, p in enumerate(paths)]
+        summaries = self.client.gather([self.client.submit(_summaries, f, pure=False) for f in self.futures])
+        index = 0
+        for file_summaries in summaries:
+            for s in file_summaries:
+                s.index = index
+                index += 1
+        return summaries
+
+    def phase2(self, pack: Any, inputs: list[list[RankJobInput | None]], accepted: Any = None
+               ) -> list[list[RankResult]]:
+        tasks = [[self.client.submit(_phase2_one, f, pack, i, inp, accepted, pure=False)
+                  for i, inp in enumerate(inps)]
+                 for f, inps in zip(self.futures, inputs)]
+        results = [self.client.gather(t) for t in tasks]
+        for f in self.futures:
+            f.release()
+        return results
+
+    def separately(self, pack: Any, options: Any, accepted: Any = None) -> list[Any] | None:
+        for f in self.futures:
+            f.release()
+        return None  # the caller analyzes the files the usual way
+
+
+def _client(scheduler: Any, workers: int | None) -> tuple[Any, Callable[[], None]]:
+    """A Dask client for ``scheduler``: a ``Client`` as is, an address string, or ``"local"`` for a
+    local cluster (``workers`` processes, default the cores, memory-limited per worker)."""
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError:
+        raise InputError(Path("--scheduler"), "Dask's distributed package is not installed",
+                         hint="pip install 'gpu-trace-analyzer[dask]' (or distributed), or drop --scheduler") from None
+    if not isinstance(scheduler, str):
+        return scheduler, lambda: None
+    if scheduler == "local":
+        import os
+
+        n = workers or max(1, os.cpu_count() or 1)
+        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None)
+        client = Client(cluster)
+
+        def close() -> None:
+            client.close()
+            cluster.close()
+
+        return client, close
+    try:
+        client = Client(scheduler, timeout=30)
+    except (OSError, TimeoutError) as err:
+        raise InputError(Path(scheduler), f"cannot reach the Dask scheduler ({err})",
+                         hint="check the address (tcp://host:8786) or drop --scheduler") from None
+    return client, client.close
+
+
+# -- the job ----------------------------------------------------------------------------------------
+def analyze_job(
+    paths: Sequence[Path],
+    options: Any,
+    *,
+    pack: Any = None,
+    scheduler: Any = None,
+    workers: int | None = None,
+    force: bool | None = None,
+    ncu: Any = None,
+    progress: Progress = None,
+    loaded: dict[str, Any] | None = None,
+    accepted: Any = None,
+) -> JobOutcome:
+    """Analyze ``paths`` as one multi-GPU job. ``force`` True: a job even if it does not look like
+    one; None: detect. When the inputs are not one job, the outcome carries the per-input analyses
+    instead (serial runs; a Dask run leaves them to the caller: ``analyses`` None)."""
+    from analyzer.pipeline import load_rules
+
+    pack = pack if pack is not None else load_rules(options)
+    close: Callable[[], None] = lambda: None  # noqa: E731
+    runner: Any
+    if scheduler is not None:
+        client, close = _client(scheduler, workers)
+        runner = _Dask(client)
+    else:
+        runner = _Serial(ncu, progress, loaded)
+    try:
+        if progress:
+            progress(f"job: preparing {len(paths)} input(s)")
+        per_file = runner.phase1(paths, options)
+        summaries = [s for fs in per_file for s in fs]
+        ok, why = is_one_job(summaries)
+        notes: list[str] = []
+        if not ok and (not force or len(summaries) < 2):
+            return JobOutcome(None, runner.separately(pack, options, accepted), why)
+        if not ok:
+            notes.append(f"analyzed as one job on request (--job) although {why}")
+        ranks, how, rank_notes = number_ranks([s.hint for s in summaries])
+        notes += rank_notes
+        world = max(ranks) + 1 if ranks else 0
+        declared = [s.hint.world_size for s in summaries if s.hint.world_size]
+        if declared and max(declared) > len(summaries):
+            present = sorted(ranks)
+            missing = sorted(set(range(max(declared))) - set(present))
+            notes.append(f"{len(summaries)} of {max(declared)} ranks given (missing: "
+                         f"{', '.join(map(str, missing[:16]))}{' ...' if len(missing) > 16 else ''}); "
+                         "cross-rank facts cover the ranks given")
+            world = max(declared)
+        elif len(set(ranks)) < world:
+            missing = sorted(set(range(world)) - set(ranks))
+            notes.append(f"rank(s) {', '.join(map(str, missing))} missing; cross-rank facts cover the ranks given")
+        if progress:
+            progress("job: matching collectives across ranks")
+        plan = _cross_rank(summaries, ranks, notes)
+        inputs: list[list[RankJobInput | None]] = []
+        order = sorted(range(len(summaries)), key=lambda i: ranks[i])
+        section_of = {i: n + 1 for n, i in enumerate(order)}
+        k = 0
+        for fs in per_file:
+            row: list[RankJobInput | None] = []
+            for _s in fs:
+                row.append(plan.inputs(k, ranks[k], world, how, section_of[k]))
+                k += 1
+            inputs.append(row)
+        if progress:
+            progress("job: finishing each rank")
+        results = [r for fr in runner.phase2(pack, inputs, accepted) for r in fr]
+        for r, s in zip(results, summaries):  # the client's summaries carry the final input indices
+            r.summary = s
+    finally:
+        close()
+    results.sort(key=lambda r: r.rank)
+    tables = _tables(results, plan, world, how)
+    findings = _job_findings(pack, tables, plan.window)
+    if accepted is not None:
+        from analyzer.accepted import apply_accepted
+
+        findings = apply_accepted(findings, accepted, plan.window)
+    return JobOutcome(JobAnalysis(
+        ranks=results, findings=findings, tables=tables, window=plan.window, world_size=world, how=how,
+        offsets=plan.offsets, notes=notes + plan.notes,
+        rules_file=_rules_label(pack),
+        parameters={r.name: {p.name: p.value for p in r.parameters} for r in pack.rules},
+    ))
+
+
+def _rules_label(pack: Any) -> str:
+    from analyzer.pipeline import _rules_label as label
+
+    return label(pack)
+
+
+@dataclass
+class _Plan:
+    """Cross-rank facts before phase 2 (reference rank clock)."""
+
+    summaries: list[RankSummary]
+    ranks: list[int]
+    offsets: dict[int, int]
+    skews: dict[int, int]
+    per_rank: pd.DataFrame
+    per_instance: pd.DataFrame
+    window: Window
+    lane_span: tuple[int, int] | None
+    notes: list[str]
+
+    def inputs(self, k: int, rank: int, world: int, how: str, section: int) -> RankJobInput:
+        s = self.summaries[k]
+        off = self.offsets.get(rank)
+        if off is None or self.per_rank.empty:
+            ctx = JobRankContext(rank=rank, world_size=world)
+            late = pd.DataFrame({"inst": pd.Series(dtype="int64"), "start": pd.Series(dtype="int64"),
+                                 "end": pd.Series(dtype="int64")})
+            span = None
+        else:
+            mine = self.per_rank.loc[self.per_rank["rank"] == rank].sort_values("kernel")
+            kernel = mine["kernel"].to_numpy(dtype=np.int64)
+            own_start = s.comm["start"].to_numpy(dtype=np.int64)[kernel]
+            inst = self.per_instance.set_index("inst")
+            last = inst["last_arrival"].reindex(mine["inst"]).to_numpy(dtype=np.int64) - off
+            last_rank = inst["last_rank"].reindex(mine["inst"]).to_numpy(dtype=np.int64)
+            order = np.argsort(own_start, kind="stable")
+            ctx = JobRankContext(rank=rank, world_size=world, kernel_start=own_start[order],
+                                 arrival_last=last[order], wait_ns=mine["wait_ns"].to_numpy(dtype=np.int64)[order],
+                                 last_rank=last_rank[order])
+            lead = self.per_instance.loc[(self.per_instance["last_rank"] == rank)
+                                         & (self.per_instance["lead_ns"] >= LATE_MIN_NS)]
+            lead = lead.nlargest(LATE_DESCRIBED, "lead_ns").sort_values("inst")
+            late = pd.DataFrame({"inst": lead["inst"].to_numpy(dtype=np.int64),
+                                 "start": lead["second_arrival"].to_numpy(dtype=np.int64) - off,
+                                 "end": lead["last_arrival"].to_numpy(dtype=np.int64) - off})
+            span = (self.lane_span[0] - off, self.lane_span[1] - off) if self.lane_span else None
+        return RankJobInput(rank=rank, world_size=world, how=how, context=ctx, late_intervals=late,
+                            lane_span=span, section_index=section)
+
+
+def _cross_rank(summaries: list[RankSummary], ranks: list[int], notes: list[str]) -> _Plan:
+    comms = [_rank_comm(s, r) for s, r in zip(summaries, ranks) if not s.comm.empty]
+    if len(comms) >= 2:
+        al = align(comms)
+        notes += al.notes
+        offsets, skews, instances = al.offset_ns, al.skew_ns, al.instances
+    else:
+        offsets = {r: 0 for r in ranks}
+        skews = {r: 0 for r in ranks}
+        instances = pd.DataFrame(columns=["inst", "rank", "kernel", "start", "end"])
+    # job window: the span every rank's window covers (reference clock)
+    spans = [(s.window.start_ns + offsets.get(r, 0), s.window.end_ns + offsets.get(r, 0))
+             for s, r in zip(summaries, ranks) if r in offsets]
+    lo = max((a for a, _ in spans), default=0)
+    hi = min((b for _, b in spans), default=0)
+    desc = "the span every rank's analysis window covers"
+    if hi <= lo:
+        lo, hi = min(a for a, _ in spans), max(b for _, b in spans)
+        desc = "the union of the ranks' analysis windows (they do not overlap)"
+        notes.append("the ranks' analysis windows do not overlap; the job window is their union")
+    ref = summaries[int(np.argmin(ranks))]
+    off = offsets.get(min(ranks), 0)
+    ref_steps = ref.window.steps if ref.window.steps is not None and ref.window.steps.source == "nvtx" else None
+    pairs = [(a + off, b + off, name) for (a, b), name in
+             zip(step_spans(ref.window), ref_steps.names if ref_steps is not None else ())]
+    pairs = [p for p in pairs if p[0] >= lo - 1 and p[1] <= hi + 1] or pairs
+    steps = StepSpans("nvtx", f"{len(pairs)} steps of rank {min(ranks)}", tuple(p[2] for p in pairs),
+                      tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)) if pairs else None
+    window = Window(lo, hi, "job", desc, 0, steps=steps)
+    aligned = [r for r in ranks if r in offsets]
+    per_rank, per_instance = waits(instances, aligned)
+    if len(per_instance):
+        keep = (per_instance["last_arrival"] >= lo) & (per_instance["last_arrival"] < hi)
+        per_instance = per_instance.loc[keep].reset_index(drop=True)
+        per_rank = per_rank.loc[per_rank["inst"].isin(per_instance["inst"])].reset_index(drop=True)
+    # swimlanes: one step from the middle of the job window (two when steps are short)
+    lane = None
+    if steps:
+        mid = steps[len(steps) // 2]
+        lane = mid
+        if mid[1] - mid[0] < 5_000_000 and len(steps) > len(steps) // 2 + 1:
+            lane = (mid[0], steps[len(steps) // 2 + 1][1])
+    elif hi > lo:
+        lane = (lo + (hi - lo) // 2, min(hi, lo + (hi - lo) // 2 + 50_000_000))
+    return _Plan(summaries, ranks, offsets, skews, per_rank, per_instance, window, lane, [])
+
+
+# -- job tables --------------------------------------------------------------------------------------
+_NUMBERED = re.compile(r"(?<=[A-Za-z_#\-])\d+(?=/|$)")
+
+
+def generic_path(path: str) -> str:
+    """``step_12/load_batch`` -> ``step_N/load_batch``: the same phase in every step."""
+    return _NUMBERED.sub("N", path)
+
+
+def _weighted_mode(values: pd.Series, weights: pd.Series) -> tuple[str, float]:
+    if values.empty or float(weights.sum()) <= 0:
+        return "", 0.0
+    sums = weights.groupby(values.to_numpy()).sum().sort_values(ascending=False, kind="stable")
+    return str(sums.index[0]), float(sums.iloc[0] / weights.sum())
+
+
+def _tables(results: list[RankResult], plan: _Plan, world: int, how: str) -> JobTables:
+    pr, pi = plan.per_rank, plan.per_instance
+    steps = len(step_spans(plan.window))
+    rank_rows = []
+    for res in results:
+        r = res.rank
+        mine = pr.loc[pr["rank"] == r] if len(pr) else pr
+        last = pi.loc[pi["last_rank"] == r] if len(pi) else pi
+        first = pi.set_index("inst")["first_arrival"] if len(pi) else pd.Series(dtype="int64")
+        late = (mine["start"].to_numpy() - first.reindex(mine["inst"]).to_numpy()).sum() if len(mine) else 0
+        st = res.step_ns
+        ov = res.overlap
+        nsteps = len(st)
+        compute = int(ov.get("compute_ns", res.summary.compute_ns))
+        rank_rows.append({
+            "rank": r, "label": res.summary.label, "device": res.summary.device,
+            "hostname": res.summary.hostname, "steps": nsteps,
+            "step_ns": float(np.mean(st)) if st else math.nan, "step_max_ns": int(max(st)) if st else 0,
+            "window_ns": int(res.window.duration_ns), "compute_ns": compute,
+            "compute_per_step_ns": compute / nsteps if nsteps else math.nan,
+            "comm_ns": int(ov.get("comm_ns", 0)), "overlap_ns": int(ov.get("overlap_ns", 0)),
+            "exposed_ns": int(ov.get("exposed_ns", 0)), "exposed_wait_ns": int(ov.get("exposed_wait_ns", 0)),
+            "exposed_transfer_ns": int(ov.get("exposed_transfer_ns", 0)),
+            "wait_ns": int(mine["wait_ns"].sum()) if len(mine) else 0, "late_ns": int(late),
+            "lead_ns": int(last["lead_ns"].sum()) if len(last) else 0, "last_count": int(len(last)),
+            "instances": int(len(pi)), "skew_ns": int(plan.skews.get(r, 0)), "how": how, "world_size": world,
+        })
+    job_ranks = pd.DataFrame(rank_rows, columns=list(JOB_RANKS_COLUMNS))
+
+    # collectives: attributes from the reference rank's kernels
+    coll = empty(JOB_COLLECTIVES_COLUMNS)
+    if len(pi):
+        ref_rank = min(plan.offsets)
+        ref_sum = next(s for s, r in zip(plan.summaries, plan.ranks) if r == ref_rank)
+        ref_rows = pr.loc[pr["rank"] == ref_rank].set_index("inst")["kernel"]
+        kern = ref_rows.reindex(pi["inst"]).to_numpy(dtype=np.int64)
+        c = ref_sum.comm
+        nbytes = c["bytes"].to_numpy(dtype=np.float64)[kern]
+        nbytes[nbytes < 0] = np.nan  # unknown: the trace has no NCCL NVTX payloads
+        collective = c["collective"].to_numpy(dtype=object)[kern]
+        transfer = pi["transfer_ns"].to_numpy(dtype=np.float64)
+        n = len(plan.offsets)
+        algbw = np.where((nbytes > 0) & (transfer > 0), nbytes / np.maximum(transfer, 1) * 1e9, np.nan)
+        factor = np.array([bus_factor(str(x), n) for x in collective])
+        busbw = algbw * factor
+        link_bw, link = _link_peak(plan.summaries)
+        coll = pd.DataFrame({
+            "inst": pi["inst"].to_numpy(), "collective": collective,
+            "algorithm": c["algorithm"].to_numpy(dtype=object)[kern],
+            "protocol": c["protocol"].to_numpy(dtype=object)[kern],
+            "dtype": c["dtype"].to_numpy(dtype=object)[kern], "bytes": nbytes,
+            "start": pi["first_arrival"].to_numpy(), "end": pi["end"].to_numpy(),
+            "first_arrival": pi["first_arrival"].to_numpy(), "last_arrival": pi["last_arrival"].to_numpy(),
+            "last_rank": pi["last_rank"].to_numpy(), "spread_ns": pi["spread_ns"].to_numpy(),
+            "lead_ns": pi["lead_ns"].to_numpy(), "transfer_ns": pi["transfer_ns"].to_numpy(),
+            "duration": pi["transfer_ns"].to_numpy(), "algbw": algbw, "busbw": busbw,
+            "link_bw": np.full(len(pi), link_bw if link_bw else np.nan), "link": np.full(len(pi), link, dtype=object),
+            "bus_share": busbw / link_bw if link_bw else np.full(len(pi), np.nan), "world_size": world,
+        })
+
+    # lateness: rows per late collective, with what the late rank did
+    late_rows = []
+    for res in results:
+        d = res.lateness
+        if d.empty:
+            continue
+        lag = (d["end"] - d["start"]).clip(lower=0)
+        path, share = _weighted_mode(d["host_nvtx_path"].map(generic_path), lag)
+        api, _ = _weighted_mode(d["host_api"], lag)
+        gbusy = float((d["gpu_busy_share"] * lag).sum() / lag.sum()) if float(lag.sum()) > 0 else 0.0
+        inst = d["inst"].to_numpy()
+        pinst = pi.set_index("inst")
+        others = pr.loc[(pr["rank"] != res.rank) & pr["inst"].isin(inst)].groupby("inst")["wait_ns"].sum()
+        kind = coll.set_index("inst") if len(coll) else None
+        off = plan.offsets.get(res.rank, 0)
+        late_rows.append(pd.DataFrame({
+            "inst": inst, "rank": res.rank,
+            "collective": kind["collective"].reindex(inst).to_numpy(dtype=object) if kind is not None else "",
+            "bytes": kind["bytes"].reindex(inst).to_numpy(dtype=np.float64) if kind is not None else np.nan,
+            "start": d["start"].to_numpy(dtype=np.int64) + off, "end": d["end"].to_numpy(dtype=np.int64) + off,
+            "duration": lag.to_numpy(dtype=np.int64), "lag_ns": lag.to_numpy(dtype=np.int64),
+            "others_wait_ns": others.reindex(inst).fillna(0).to_numpy(dtype=np.int64),
+            "host_nvtx_path": d["host_nvtx_path"].to_numpy(dtype=object),
+            "host_api": d["host_api"].to_numpy(dtype=object),
+            "gpu_busy_share": d["gpu_busy_share"].to_numpy(dtype=np.float64),
+            "gpu_kernel": d["gpu_kernel"].to_numpy(dtype=object),
+            "main_host_path": path, "main_host_share": share, "main_api": api, "main_gpu_busy": gbusy,
+            "steps": steps,
+        }))
+        del pinst
+    lateness = pd.concat(late_rows, ignore_index=True) if late_rows else None
+    tables = {"job_ranks": job_ranks, "job_collectives": coll}
+    if lateness is not None:
+        tables["job_lateness"] = lateness.sort_values(["rank", "lag_ns"], ascending=[True, False],
+                                                      kind="stable").reset_index(drop=True)
+    return JobTables(tables)
+
+
+def _link_peak(summaries: Sequence[RankSummary]) -> tuple[float | None, str]:
+    """The link the ranks' data crosses, per direction: NVLink when every GPU has it and all ranks
+    are on one host, else PCIe (a lower bound for cross-host jobs, where the network is the limit)."""
+    hosts = {s.hostname for s in summaries}
+    links = [s.link for s in summaries]
+    nv = [lk.get("nvlink") for lk in links]
+    if len(hosts) == 1 and all(v for v in nv):
+        return float(min(v for v in nv if v)), f"NVLink, {links[0].get('nvlink_detail', '')}"
+    pc = [lk.get("pcie") for lk in links]
+    if all(v for v in pc):
+        where = "PCIe" if len(hosts) == 1 else "PCIe (ranks on several hosts: the network may be slower)"
+        return float(min(v for v in pc if v)), f"{where}, {links[0].get('pcie_detail', '')}"
+    return None, "unknown (GPU not in the hardware table)"
+
+
+def _job_findings(pack: Any, tables: JobTables, window: Window) -> list[Finding]:
+    """The job rules (those reading job_* facts) evaluated on the job tables."""
+    from analyzer.facts import FactStore
+    from analyzer.loading.model import Trace, TraceInfo
+    from analyzer.rules import evaluate
+    from analyzer.rules.model import RulePack
+
+    rules = [r for r in pack.rules if str(r.source).startswith("job_")]
+    if not rules:
+        return []
+    sub = dataclasses.replace(pack, rules=tuple(rules)) if isinstance(pack, RulePack) else pack
+    info = TraceInfo(path=Path("job"), source_format="job", nsys_version=None, schema_version=None,
+                     origin_ns=0, duration_ns=int(window.duration_ns))
+    store = FactStore(Trace.from_frames(info), window, {"job": tables})
+    return evaluate(sub, store, window, {})
+
+
+__all__ = ["JobAnalysis", "JobOutcome", "analyze_job", "is_one_job"]

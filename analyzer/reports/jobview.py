@@ -1,0 +1,242 @@
+"""The job part of a report: a multi-GPU job's verdict, per-rank table, collectives and swimlanes.
+
+:func:`build_job_report` turns a :class:`analyzer.job.run.JobAnalysis` into the same
+:class:`~analyzer.reports.viewmodel.ReportView` every renderer takes: one section per rank (built on
+the ranks' side from their analyses, in rank order) plus :class:`JobSection` in ``ReportView.job``.
+Everything here comes from the job's tables and the ranks' small results, never from a trace, so a
+Dask run and a serial run give the same bytes.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analyzer.findings import Severity
+from analyzer.job import step_spans
+from analyzer.reports.format import fmt_ms, plural
+from analyzer.reports.viewmodel import (
+    Column,
+    FindingView,
+    Limits,
+    Link,
+    ReportView,
+    Table,
+    _finding_views,
+    _py,
+    _table,
+)
+
+
+@dataclass(frozen=True)
+class LaneItem:
+    start: int  # ns, job clock
+    end: int
+    kind: str  # compute | comm | wait | host
+    label: str
+
+
+@dataclass(frozen=True)
+class RankLane:
+    rank: int
+    label: str
+    anchor: str
+    items: tuple[LaneItem, ...]
+
+
+@dataclass(frozen=True)
+class JobSection:
+    anchor: str
+    world_size: int
+    ranks_given: int
+    numbering: str  # how ranks were numbered, for the reader
+    verdict: str
+    culprit_rank: int | None  # the rank holding the job back (None: none stands out)
+    window_start_ns: int
+    window_end_ns: int
+    window_description: str
+    steps: int
+    findings: tuple[FindingView, ...]
+    ranks: Table
+    collectives: Table | None
+    link: str
+    lanes: tuple[RankLane, ...]
+    lane_span: tuple[int, int] | None
+    notes: tuple[str, ...]
+    record: dict[str, Any]  # JSON: job summary (ranks table as records, numbering, skews)
+
+
+_HOW = {
+    "nccl": "as NCCL numbers them (its ncclCommInitRank NVTX payloads)",
+    "torch.distributed": "as torch.distributed numbers them (the traces' distributedInfo)",
+    "file name": "from the file names (rank<N>)",
+    "device": "by CUDA device (the traces do not record NCCL ranks)",
+    "process order": "by input/process order (the traces record neither NCCL ranks nor distinct devices)",
+}
+
+
+def _rank_table(job: Any, sections: dict[int, str], limits: Limits) -> Table:
+    frame = job.tables.tables.get("job_ranks", pd.DataFrame()).copy()
+    cols = (
+        Column("rank", "Rank", "text"), Column("label", "Input", "code"), Column("device", "GPU", "int"),
+        Column("step_ns", "Step (mean)", "ns"), Column("compute_per_step_ns", "Compute / step", "ns"),
+        Column("comm_ns", "Communication", "ns"), Column("exposed_transfer_ns", "Exposed comm.", "ns"),
+        Column("wait_ns", "Waited for others", "ns"), Column("lead_ns", "Others waited for it", "ns"),
+        Column("last", "Last to arrive", "text"), Column("skew_ns", "Clock skew", "ns"),
+    )
+    if frame.empty:
+        return Table(cols, (), 0, "")
+    frame["rank"] = [Link(f"rank {int(r)}", sections.get(int(r), "")) for r in frame["rank"]]
+    frame["last"] = [f"{int(a)} of {int(b)}" for a, b in zip(frame["last_count"], frame["instances"])]
+    return _table(frame, cols, limits.devices * 64, limits.cell_chars,
+                  caption="Per rank, inside its analysis window (communication: union of NCCL kernel time)")
+
+
+def _collective_table(job: Any, limits: Limits) -> tuple[Table | None, str]:
+    coll = job.tables.tables.get("job_collectives")
+    if coll is None or coll.empty:
+        return None, ""
+    link = str(coll["link"].iloc[0]) if "link" in coll else ""
+    key = coll["collective"].astype(str) + " " + coll["algorithm"].astype(str) + "/" + coll["protocol"].astype(str)
+    g = coll.assign(key=key.str.strip(" /")).groupby("key", sort=False)
+    agg = g.agg(count=("inst", "size"), bytes=("bytes", "median"), transfer_ns=("transfer_ns", "median"),
+                busbw=("busbw", "median"), bus_share=("bus_share", "median"),
+                spread_ns=("spread_ns", "median")).reset_index()
+    agg["bytes"] = agg["bytes"].where(agg["bytes"] >= 0)
+    agg = agg.sort_values(["count", "key"], ascending=[False, True], kind="stable")
+    cols = (
+        Column("key", "Collective (algorithm/protocol)", "code"), Column("count", "Count", "int"),
+        Column("bytes", "Message (median)", "bytes"), Column("transfer_ns", "Transfer (median)", "ns"),
+        Column("spread_ns", "Arrival spread (median)", "ns"), Column("busbw", "Bus bandwidth", "bandwidth"),
+        Column("bus_share", "of link peak", "share"),
+    )
+    return _table(agg, cols, limits.top_kernels, limits.cell_chars,
+                  caption="Collectives matched on every rank inside the job window"), link
+
+
+def _lanes(job: Any, sections: dict[int, str]) -> tuple[tuple[RankLane, ...], tuple[int, int] | None]:
+    span = None
+    lanes = []
+    for res in job.ranks:
+        off = job.offsets.get(res.rank)
+        if off is None:
+            continue
+        items = []
+        for kind in ("host", "compute", "comm", "wait"):
+            for s, e, label in res.lanes.get(kind, []):
+                items.append(LaneItem(int(s) + off, int(e) + off, kind, str(label)))
+        if items:
+            lo, hi = min(i.start for i in items), max(i.end for i in items)
+            span = (lo, hi) if span is None else (min(span[0], lo), max(span[1], hi))
+        lanes.append(RankLane(res.rank, res.summary.label, sections.get(res.rank, ""),
+                              tuple(sorted(items, key=lambda i: (i.kind, i.start, i.end)))))
+    return tuple(lanes), span
+
+
+def _culprit(job: Any) -> tuple[int | None, str]:
+    ranks = job.tables.tables.get("job_ranks")
+    if ranks is None or ranks.empty:
+        return None, ""
+    lead = ranks.sort_values(["lead_ns", "rank"], ascending=[False, True], kind="stable").iloc[0]
+    window = max(int(job.window.duration_ns), 1)
+    if int(lead["lead_ns"]) > 0.02 * window and len(ranks) > 1:
+        return int(lead["rank"]), (f"the others waited {fmt_ms(int(lead['lead_ns']))} for rank "
+                                    f"{int(lead['rank'])} ({int(lead['last_count'])} of "
+                                    f"{int(lead['instances'])} collectives reached last)")
+    cps = ranks["compute_per_step_ns"].astype(float)
+    if cps.notna().any() and len(ranks) > 1:
+        i = int(np.nanargmax(cps.to_numpy()))
+        return int(ranks["rank"].iloc[i]), f"rank {int(ranks['rank'].iloc[i])} has the most compute per step"
+    return None, ""
+
+
+def _verdict(job: Any, findings: tuple[FindingView, ...], rank_sections: list[Any]) -> str:
+    n = len(job.ranks)
+    head = f"{n}-rank job" if n == job.world_size else f"job of {job.world_size} ranks ({n} given)"
+    culprit, why = _culprit(job)
+    parts = [head]
+    if culprit is not None:
+        parts.append(f"rank {culprit} holds it back: {why}")
+    problems = [f for f in findings if f.severity in ("warning", "error")]
+    rank_problems = [(s, f) for s in rank_sections for f in s.findings if f.severity in ("warning", "error")]
+    if problems:
+        top = problems[0]
+        parts.append(f"biggest cause: {top.title} ({top.impact_text})")
+    elif rank_problems:
+        s, f = max(rank_problems, key=lambda sf: sf[1].impact_ns or 0)
+        parts.append(f"biggest cause: {f.title} on {s.header.trace_name} ({f.impact_text})")
+    else:
+        parts.append("no problems found")
+    return "; ".join(parts)
+
+
+def build_job_report(job: Any, *, title: str | None = None, created: datetime | None = None,
+                     limits: Limits = Limits()) -> ReportView:
+    """The report of a multi-GPU job: the job section first, then one section per rank."""
+    from analyzer import __version__
+
+    sections = []
+    anchors: dict[int, str] = {}
+    for res in job.ranks:
+        s = res.section
+        name = f"rank {res.rank}: {res.summary.label}"
+        s = replace(s, header=replace(s.header, trace_name=name))
+        sections.append(s)
+        anchors[res.rank] = s.anchor
+    findings, _ = _finding_views(list(job.findings), int(job.window.duration_ns), "job-", limits)
+    ranks_table = _rank_table(job, anchors, limits)
+    coll, link = _collective_table(job, limits)
+    lanes, span = _lanes(job, anchors)
+    verdict = _verdict(job, findings, sections)
+    culprit, _ = _culprit(job)
+    ranks_frame = job.tables.tables.get("job_ranks", pd.DataFrame())
+    record = {
+        "world_size": job.world_size,
+        "ranks_given": len(job.ranks),
+        "numbering": job.how,
+        "culprit_rank": culprit,
+        "window": {"start_ns": int(job.window.start_ns), "end_ns": int(job.window.end_ns),
+                   "description": job.window.description, "steps": len(step_spans(job.window))},
+        "ranks": [{k: _py(v) for k, v in row.items()} for row in ranks_frame.to_dict("records")],
+        "link": link,
+        "notes": list(job.notes),
+    }
+    section = JobSection(
+        anchor="job", world_size=job.world_size, ranks_given=len(job.ranks),
+        numbering=_HOW.get(job.how, job.how), verdict=verdict, culprit_rank=culprit,
+        window_start_ns=int(job.window.start_ns), window_end_ns=int(job.window.end_ns),
+        window_description=job.window.description, steps=len(step_spans(job.window)), findings=findings,
+        ranks=ranks_table, collectives=coll, link=link, lanes=lanes, lane_span=span,
+        notes=tuple(job.notes), record=record,
+    )
+    when = created or datetime.now(timezone.utc)
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return ReportView(
+        title=title or f"GPU trace diagnosis: {job.world_size}-rank job",
+        created=when.replace(microsecond=0),
+        tool_version=__version__,
+        verdict=verdict,
+        traces=tuple(sections),
+        comparison=None,
+        limits=limits,
+        job=section,
+    )
+
+
+def job_problem_count(section: JobSection) -> int:
+    return sum(1 for f in section.findings if Severity.parse(f.severity) >= Severity.WARNING)
+
+
+def lane_kinds() -> tuple[tuple[str, str], ...]:
+    """(kind, legend text) of the swimlane items, drawing order."""
+    return (("host", "host: NVTX ranges of the main thread"), ("compute", "GPU: compute kernels"),
+            ("comm", "GPU: communication kernels"), ("wait", "of which waiting for another rank"))
+
+
+__all__ = ["JobSection", "LaneItem", "RankLane", "build_job_report", "job_problem_count", "lane_kinds",
+           "plural", "math"]

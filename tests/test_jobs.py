@@ -1,0 +1,235 @@
+"""Multi-GPU jobs on the real 2-GPU DDP traces (tests/data/ddp, 2x H200, NCCL 2.28.9, both layouts:
+one nsys report for the job, one per rank; see tests/data/MANIFEST.md).
+
+The straggler is found and named in both layouts, exposed communication on the hand-rolled
+all-reduce, both silent on their twins; no compute rule judges an NCCL kernel; the window is the
+user's steps, never NCCL's ranges; clocks of per-rank files are aligned on the collectives; the job
+report renders in the three formats; bad inputs get a note, never a traceback; Dask gives the same
+report as the serial path. Each job is analyzed once per session.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import shutil
+import sqlite3
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from analyzer.pipeline import AnalysisOptions, analyze_inputs, analyze_loaded
+from analyzer.testing import DATA_DIR, real_trace
+
+DDP = DATA_DIR / "ddp"
+WHEN = datetime(2026, 1, 1, tzinfo=timezone.utc)
+COMPUTE_RULES = ("small-grid", "tiny-kernels", "low-occupancy", "elementwise-dominance",
+                 "fp32-gemm-no-tensor-cores", "memory-bound-softmax")
+
+
+def _files(pattern: str) -> list[Path]:
+    files = sorted(DDP.glob(pattern))
+    if not files:
+        pytest.skip(f"no {pattern} in {DDP} (see tests/data/MANIFEST.md)")
+    return files
+
+
+@functools.cache
+def job(pattern: str):  # noqa: ANN201 - JobOutcome
+    return analyze_inputs(_files(pattern), AnalysisOptions())
+
+
+def fired(outcome, rule: str) -> list:
+    assert outcome.job is not None
+    return [f for f in [*outcome.job.findings, *(f for r in outcome.job.ranks for f in r.findings)]
+            if f.rule == rule]
+
+
+LAYOUTS = {"one report": "{}.sqlite.xz", "one per rank": "{}_rank*.sqlite.xz"}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_straggler_is_found_and_named_in_both_layouts(layout):
+    out = job(LAYOUTS[layout].format("ddp_straggler_2gpu"))
+    assert out.job.world_size == 2 and [r.rank for r in out.job.ranks] == [0, 1]
+    (finding,) = fired(out, "straggler")
+    assert finding.scope.rank == 1  # the rank whose loader reads 16x larger samples
+    assert finding.metrics["host"] == "step_N/load_batch" and finding.metrics["host_share"] > 0.8
+    assert finding.metrics["gpu_busy"] < 0.3  # its GPU idled: a host-side straggler
+    assert 0.7 < finding.impact_ns / out.job.window.duration_ns < 0.9
+    assert "step_N/load_batch" in finding.message and "Rank 1" in finding.message
+    # what the others lost is not reported as exposed communication of rank 0
+    assert not fired(out, "exposed-communication")
+    ranks = out.job.tables.tables["job_ranks"].set_index("rank")
+    assert ranks.loc[0, "wait_ns"] > 0.5 * out.job.window.duration_ns and ranks.loc[1, "wait_ns"] == 0
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_balanced_twin_has_no_straggler(layout):
+    out = job(LAYOUTS[layout].format("ddp_straggler_fixed_2gpu"))
+    assert not fired(out, "straggler") and not fired(out, "rank-imbalance")
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_exposed_communication_fires_on_the_hand_rolled_all_reduce_only(layout):
+    out = job(LAYOUTS[layout].format("ddp_exposed_comm_2gpu"))
+    found = fired(out, "exposed-communication")
+    assert sorted(f.scope.rank for f in found) == [0, 1]
+    for f in found:
+        assert f.metrics["hidden"] == 0 and 0.15 < f.metrics["share"] < 0.25
+    twin = job(LAYOUTS[layout].format("ddp_exposed_comm_fixed_2gpu"))
+    assert not fired(twin, "exposed-communication")
+    assert not fired(out, "straggler") and not fired(twin, "straggler")
+
+
+def test_small_collectives_on_the_per_tensor_loop_only():
+    out = job("ddp_small_collectives_2gpu.sqlite.xz")
+    found = fired(out, "small-collectives")
+    assert sorted(f.scope.rank for f in found) == [0, 1]
+    assert all(f.metrics["small"] >= 3000 for f in found)
+    assert not fired(job("ddp_small_collectives_fixed_2gpu.sqlite.xz"), "small-collectives")
+
+
+def test_no_compute_rule_judges_an_nccl_kernel():
+    """NCCL kernels run 24 blocks on 132 SMs for hundreds of ms (mostly waiting): counted as compute they
+    would dominate small-grid; they must appear in no compute finding and no compute fact."""
+    from analyzer.facts.scalars import trace_scalars
+    from analyzer.job.ranks import split_processes
+    from analyzer.loading import load_trace
+
+    for pattern in ("ddp_straggler_2gpu.sqlite.xz", "ddp_exposed_comm_2gpu.sqlite.xz",
+                    "ddp_small_collectives_2gpu.sqlite.xz", "ddp_straggler_2gpu_rank*.sqlite.xz"):
+        for res in job(pattern).job.ranks:
+            for f in res.findings:
+                if f.rule in COMPUTE_RULES:
+                    assert "nccl" not in json.dumps(f.to_dict(), default=str).lower(), (pattern, f.rule)
+    rank0 = split_processes(load_trace(real_trace("ddp/ddp_straggler_2gpu")))[0]
+    analysis = analyze_loaded(rank0)
+    store = analysis.facts
+    k = store.get("kernel_categories")
+    nccl = k["short_name"].str.startswith("nccl")
+    assert nccl.any() and (k.loc[nccl, "category"] == "communication").all()
+    assert k.loc[nccl, "duration"].sum() > 0.5 * analysis.window.duration_ns  # the wait is real time
+    assert not store.get("occupancy")["short_name"].str.contains("nccl").any()
+    scalars = trace_scalars(store)
+    assert scalars["compute_kernel_time_ns"] == k.loc[~nccl, "duration"].sum()
+    assert scalars["comm_kernel_time_ns"] == k.loc[nccl, "duration"].sum()
+    assert not [f for f in analysis.findings if f.rule in ("small-grid", "low-occupancy")]
+
+
+@pytest.mark.parametrize("pattern", ["ddp_straggler_2gpu.sqlite.xz", "ddp_exposed_comm_2gpu_rank*.sqlite.xz"])
+def test_window_is_the_users_steps_never_ncclranges(pattern):
+    for res in job(pattern).job.ranks:
+        assert res.window.source == "nvtx" and "step_0.." in res.window.description
+        assert "nccl" not in res.window.description.lower()
+
+
+def test_per_rank_clocks_are_aligned_on_the_collectives():
+    out = job("ddp_straggler_fixed_2gpu_rank*.sqlite.xz")
+    ranks = out.job.tables.tables["job_ranks"].set_index("rank")
+    assert (ranks["instances"] == 160).all()  # 10 all-reduces x 16 steps, every one matched
+    assert abs(int(ranks.loc[1, "skew_ns"])) < 50_000_000  # session start clocks disagree by ms
+    coll = out.job.tables.tables["job_collectives"]
+    assert coll["transfer_ns"].median() < 1_000_000  # ranks leave together: a sane transfer time
+    # one report shares its clock: no skew at all
+    one = job("ddp_straggler_fixed_2gpu.sqlite.xz").job.tables.tables["job_ranks"]
+    assert (one["skew_ns"] == 0).all()
+
+
+def test_job_report_in_three_formats():
+    from analyzer.reports import render
+    from analyzer.reports.jobview import build_job_report
+
+    report = build_job_report(job("ddp_straggler_2gpu_rank*.sqlite.xz").job, created=WHEN)
+    doc = json.loads(render(report, "json"))
+    assert doc["job"]["culprit_rank"] == 1 and doc["job"]["world_size"] == 2
+    assert doc["job"]["numbering"] == "file name"
+    assert [f["scope"]["rank"] for f in doc["job"]["findings"]] == [1]
+    assert {f["scope"]["rank"] for t in doc["traces"] for f in t["findings"]} == {0, 1}
+    md = render(report, "md")
+    assert len(md) < 65_000 and "## Job: 2 of 2 ranks" in md and "rank 1 holds it back" in md
+    html = render(report, "html")
+    assert 'class="chart swimlanes"' in html and "rank 1" in html and "<script" not in html
+    assert "waiting for another rank" in html
+
+
+def test_unrelated_traces_are_not_a_job(tmp_path):
+    out = analyze_inputs([real_trace("healthy"), real_trace("dataloader_starved")], AnalysisOptions())
+    assert out.job is None and len(out.analyses) == 2 and "no NCCL kernels" in out.reason
+    # ranks of two different jobs: their GPU activity never overlaps
+    mixed = analyze_inputs([real_trace("ddp/ddp_straggler_2gpu_rank0"), real_trace("ddp/ddp_exposed_comm_2gpu_rank1")],
+                           AnalysisOptions())
+    assert mixed.job is None and "overlap" in mixed.reason
+    forced = analyze_inputs([real_trace("ddp/ddp_straggler_2gpu_rank0"),
+                             real_trace("ddp/ddp_exposed_comm_2gpu_rank1")], AnalysisOptions(), job=True)
+    assert forced.job is not None and any("on request" in n for n in forced.job.notes)
+
+
+def test_a_missing_rank_and_a_rank_that_stopped_early(tmp_path):
+    r0 = real_trace("ddp/ddp_straggler_2gpu_rank0")
+    r1 = real_trace("ddp/ddp_straggler_2gpu_rank1")
+    # rank 1's file given as rank 2: rank 1 is missing
+    gap = tmp_path / "ddp_straggler_2gpu_rank2.sqlite"
+    shutil.copy(r1, gap)
+    out = analyze_inputs([r0, gap], AnalysisOptions())
+    assert out.job is not None and any("rank(s) 1 missing" in n for n in out.job.notes)
+    # rank 1's profile stopped half way (kernels and NVTX after the middle of its steps deleted)
+    short = tmp_path / "ddp_straggler_2gpu_rank1.sqlite"
+    shutil.copy(r1, short)
+    con = sqlite3.connect(short)
+    (lo, hi), = con.execute("SELECT min(start), max(start) FROM CUPTI_ACTIVITY_KIND_KERNEL")
+    cut = (lo + hi) // 2
+    for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS"):
+        con.execute(f"DELETE FROM {table} WHERE start > ?", (cut,))
+    con.commit()
+    con.close()
+    cut_job = analyze_inputs([r0, short], AnalysisOptions())
+    assert cut_job.job is not None
+    (finding,) = fired(cut_job, "straggler")
+    assert finding.scope.rank == 1
+
+
+def test_cli_job_report_and_bad_scheduler(tmp_path):
+    from analyzer.cli import cli
+
+    files = [str(p) for p in _files("ddp_straggler_2gpu_rank*.sqlite.xz")]
+    runner = CliRunner()
+    result = runner.invoke(cli, [*files, "--format", "md", "-o", str(tmp_path / "job.md"), "-q"])
+    assert result.exit_code == 0, result.output
+    assert "straggler" in (tmp_path / "job.md").read_text()
+    from analyzer.cli import main
+
+    assert main([*files, "--scheduler", "tcp://127.0.0.1:9", "-q", "-o", str(tmp_path / "x.md")]) == 2
+
+
+def test_dask_report_equals_serial():
+    distributed = pytest.importorskip("distributed")
+    from analyzer.reports import render
+    from analyzer.reports.jobview import build_job_report
+
+    files = _files("ddp_straggler_2gpu_rank*.sqlite.xz")
+    serial = job("ddp_straggler_2gpu_rank*.sqlite.xz")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster, distributed.Client(cluster) as client:
+        dask = analyze_inputs(files, AnalysisOptions(), scheduler=client)
+    for fmt in ("json", "md", "html"):
+        assert render(build_job_report(dask.job, created=WHEN), fmt) == \
+            render(build_job_report(serial.job, created=WHEN), fmt)
+
+
+def test_strong_scaling_one_and_two_gpus():
+    from analyzer.job.scaling import render_scaling, strong_scaling
+
+    files = [*_files("ddp_exposed_comm_fixed_1gpu.sqlite.xz"), *_files("ddp_exposed_comm_fixed_2gpu_rank*.sqlite.xz")]
+    result = strong_scaling(files)
+    one, two = result.table.iloc[0], result.table.iloc[1]
+    assert (one.gpus, two.gpus) == (1, 2) and two.run.endswith("(2 rank files)")
+    assert 1.05 < two.speedup < 1.3 and 0.5 < two.efficiency < 0.65  # 25.8 ms -> 22.4 ms per step
+    parts = two.compute_lost_ns + two.exposed_comm_ns + two.wait_ns + two.other_ns
+    assert abs(parts - two.lost_ns) < 1  # the lost time is fully split
+    assert two.compute_lost_ns > 0.7 * two.lost_ns  # mostly compute that does not shrink ...
+    opt = result.phases[(result.phases.phase == "optimizer_step")].iloc[0]
+    assert opt.gpu_ns > 0.9 * opt.one_gpu_ns  # ... because every rank runs the whole optimizer step
+    text = render_scaling(result)
+    assert "| optimizer\\_step |" in text and "58%" in text
