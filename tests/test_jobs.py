@@ -203,6 +203,24 @@ def test_cli_job_report_and_bad_scheduler(tmp_path):
     assert main([*files, "--scheduler", "tcp://127.0.0.1:9", "-q", "-o", str(tmp_path / "x.md")]) == 2
 
 
+def test_accepted_findings_of_a_job(tmp_path):
+    """--write-accepted records the job's and every rank's findings (the rank is part of the
+    fingerprint); --accepted then marks them and --fail-on no longer counts them."""
+    from analyzer.accepted import load_accepted
+    from analyzer.cli import main
+
+    files = [str(p) for p in _files("ddp_straggler_2gpu_rank*.sqlite.xz")]
+    accepted = tmp_path / "accepted.yaml"
+    md = tmp_path / "job.md"
+    assert main([*files, "-q", "-o", str(md), "--fail-on", "warning"]) == 1
+    assert main([*files, "-q", "-o", str(md), "--write-accepted", str(accepted)]) == 0
+    entries = load_accepted(accepted).entries.values()
+    straggler = [e for e in entries if e.rule == "straggler"]
+    assert len(straggler) == 1 and straggler[0].scope.get("rank") == 1
+    assert "(accepted)" in md.read_text()  # rank sections built on the workers show it too
+    assert main([*files, "-q", "-o", str(md), "--accepted", str(accepted), "--fail-on", "warning"]) == 0
+
+
 def test_dask_report_equals_serial():
     distributed = pytest.importorskip("distributed")
     from analyzer.reports import render
