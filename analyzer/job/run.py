@@ -461,11 +461,12 @@ def _cross_rank(summaries: list[RankSummary], ranks: list[int], notes: list[str]
         per_rank = per_rank.loc[per_rank["inst"].isin(per_instance["inst"])].reset_index(drop=True)
     # swimlanes: one step from the middle of the job window (two when steps are short)
     lane = None
-    if steps:
-        mid = steps[len(steps) // 2]
+    spans = [(a, b) for a, b, _ in pairs]
+    if spans:
+        mid = spans[len(spans) // 2]
         lane = mid
-        if mid[1] - mid[0] < 5_000_000 and len(steps) > len(steps) // 2 + 1:
-            lane = (mid[0], steps[len(steps) // 2 + 1][1])
+        if mid[1] - mid[0] < 5_000_000 and len(spans) > len(spans) // 2 + 1:
+            lane = (mid[0], spans[len(spans) // 2 + 1][1])
     elif hi > lo:
         lane = (lo + (hi - lo) // 2, min(hi, lo + (hi - lo) // 2 + 50_000_000))
     return _Plan(summaries, ranks, offsets, skews, per_rank, per_instance, window, lane, [])
