@@ -2,22 +2,25 @@
 PY ?= python3
 VENV ?= .venv
 BIN = $(VENV)/bin
+# setuptools' editable builds warn about data folders and "editable installation" on every install:
+# noise for a first-time user of `make demo`, not something they can act on
+PIP = PYTHONWARNINGS=ignore $(BIN)/python -m pip
 DEMO_TRACE ?= tests/data/dataloader_starved.sqlite.xz
 
 .PHONY: demo test lint docs bench fuzz clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
+	$(PIP) install -q --upgrade pip
 
 $(VENV)/.core: setup.cfg pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q -e .
+	$(PIP) install -q -e .
 	touch $@
 
 # torch==2.13.0 first: a local CPU build; letting the `workloads` extra pick torch would download CUDA.
 $(VENV)/.dev: setup.cfg pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e '.[dev,workloads,ncu,hta]'
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -e '.[dev,workloads,ncu,hta]'
 	touch $@
 
 demo: $(VENV)/.core

@@ -177,7 +177,7 @@ def test_bounded_impacts():
     assert "shared_memory" in occ.message
 
 
-NVTX_COLUMNS = ("nvtx_path", "host_nvtx_path")
+NVTX_COLUMNS = ("nvtx_path", "host_nvtx_path", "label")  # label: the window step (window_periods)
 
 
 @pytest.mark.parametrize("pathology, twin, rule", PAIRS, ids=[f"{r}-{p}" for p, _, r in PAIRS])

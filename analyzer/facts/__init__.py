@@ -19,6 +19,8 @@ _MODULES: tuple[str, ...] = (
     "analyzer.facts.api",
     "analyzer.phases.facts",
     "analyzer.facts.ncu",
+    "analyzer.facts.hardware",
+    "analyzer.facts.periods",
     "analyzer.facts.steps",
     "analyzer.facts.comm",
     "analyzer.job.facts",

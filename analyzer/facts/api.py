@@ -233,12 +233,16 @@ def sync_call_rows(
         "op": "alloc | free",
         "memory": "device | pinned | managed | pool | virtual",
         "bytes": "size (B) when the export records it, else -1",
+        "step": "index of the window's step (NVTX step instance or period of the repeating GPU work, see "
+        "the window) the call starts in, -1 when outside every step or the window has no steps",
+        "tenth": "which tenth of the window the call starts in (0..9)",
     },
     scope_keys=("nvtx_path", "name", "tid"),
     needs=("api_calls",),
 )
 def alloc_calls(ctx: FactContext) -> pd.DataFrame:
-    """CUDA API calls in the window that allocate or free device, pinned or managed memory."""
+    """CUDA API calls in the window that allocate or free device, pinned or managed memory, with the
+    window step they fall in (so rules can tell allocations that recur every step from a one-off)."""
     api, info = _api_rows(ctx, ALLOC_APIS.get)
     out = api.loc[:, [c for c in _API_ROW if c in api.columns]].copy()
     for c in _API_ROW:
@@ -247,13 +251,36 @@ def alloc_calls(ctx: FactContext) -> pd.DataFrame:
     out["op"] = [i[0] for i in info]  # matched rows only
     out["memory"] = [i[1] for i in info]
     out["bytes"] = column(api, "bytes", -1).fillna(-1).to_numpy(dtype=np.int64)
-    return out.reset_index(drop=True)
+    out = out.reset_index(drop=True)
+    starts = out["start"].to_numpy(dtype=np.int64) if len(out) else np.zeros(0, np.int64)
+    spans = ctx.window.steps
+    out["step"] = step_index(starts, tuple(zip(spans.starts, spans.ends)) if spans else ())
+    w = ctx.window
+    rel = (starts.astype(np.float64) - float(w.start_ns)) / float(max(w.duration_ns, 1))
+    out["tenth"] = np.clip(np.floor(rel * 10), 0, 9).astype(np.int64)
+    return out
+
+
+def step_index(times: np.ndarray, steps: tuple[tuple[int, int], ...]) -> np.ndarray:
+    """For each time, the index of the (start, end) step containing it, -1 when none does (``steps``
+    as ``Window.steps`` gives them; overlapping steps count for the later one)."""
+    if not len(steps) or not len(times):
+        return np.full(len(times), -1, dtype=np.int64)
+    bounds = np.asarray(steps, dtype=np.int64)
+    order = np.argsort(bounds[:, 0], kind="stable")
+    bounds = bounds[order]
+    idx = np.searchsorted(bounds[:, 0], times, side="right") - 1
+    inside = (idx >= 0) & (times < bounds[np.clip(idx, 0, None), 1])
+    return np.where(inside, order[np.clip(idx, 0, None)], -1).astype(np.int64)
 
 
 _COPY_EXTRA = {
     "throughput": "bytes / duration (B/s; NaN for zero-length copies)",
     "pageable": "True when the host side is pageable memory",
     "is_async": "True when launched by an *Async API",
+    "pinned_rate_gbps": "rate a pinned copy reaches on this copy's GPU, GB/s (= bytes/ns): measured on the "
+    "trace's own large pinned copies, else the GPU table, else an assumed PCIe 3 x16 link (see the hardware fact)",
+    "pinned_rate_source": "where pinned_rate_gbps came from, as a message prints it",
 }
 
 
@@ -278,6 +305,14 @@ def copy_throughput(ctx: FactContext) -> pd.DataFrame:
     for c in ("api_name", "nvtx_path"):
         if c not in mc.columns:
             mc[c] = ""
+    from analyzer.facts.hardware import device_hardware
+    from analyzer.hardware import pinned_copy_rate
+
+    hw = device_hardware(ctx.store)
+    devices = mc["device"].to_numpy() if len(mc) else np.zeros(0, np.int64)
+    rates = {int(d): pinned_copy_rate(hw.get(int(d))) for d in pd.unique(devices)}
+    mc["pinned_rate_gbps"] = np.array([(rates[int(d)].value or 0.0) / 1e9 for d in devices], dtype=np.float64)
+    mc["pinned_rate_source"] = pd.Series([rates[int(d)].detail for d in devices], index=mc.index, dtype=object)
     return mc
 
 

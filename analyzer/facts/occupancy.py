@@ -259,6 +259,13 @@ def occupancy(ctx: FactContext) -> pd.DataFrame:
         if key not in out.columns:
             out[key] = default
         out[key] = out[key].fillna(default).astype(np.int64)
+    if (out["sm_count"] <= 0).any():  # not recorded: the GPU table's, for a GPU it knows by name
+        from analyzer.facts.hardware import device_hardware
+
+        hw = device_hardware(ctx.store)
+        table = {d: int(h.sm_count.value) for d, h in hw.items() if h.sm_count.known and h.sm_count.value}
+        missing = out["sm_count"] <= 0
+        out.loc[missing, "sm_count"] = out.loc[missing, "device"].map(table).fillna(0).astype(np.int64)
     res = occupancy_arrays(
         out["block_size"].to_numpy(), out["registers"].to_numpy(), out["smem"].to_numpy(),
         cc_major=out["cc_major"].to_numpy(), cc_minor=out["cc_minor"].to_numpy(),

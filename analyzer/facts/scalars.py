@@ -42,6 +42,8 @@ SCALAR_DOCS: dict[str, str] = {
     "sync_time_ns": "summed blocking sync call time (ns)",
     "alloc_call_count": "allocation / free calls in the window",
     "alloc_time_ns": "summed allocation / free call time (ns)",
+    "window_steps": "steps the window is made of (NVTX step instances or periods of the repeating GPU op "
+    "sequence); 0 when the window has no such structure",
     "timeline": "1 when the input has a timeline (an Nsight Systems trace), 0 for an Nsight Compute report "
     "analyzed on its own (the window is then its profiled kernel time)",
     "ncu_softmax_launches": "Nsight Compute launches of softmax kernels joined to this trace (0 without ncu data);"
@@ -123,6 +125,7 @@ def trace_scalars(store: FactStore) -> dict[str, float]:
         "alloc_time_ns": total(alloc),
         "ncu_softmax_launches": _ncu_softmax_launches(store),
         "timeline": 0.0 if t.extras.get("ncu_only") else 1.0,
+        "window_steps": float(len(getattr(w, "steps", ()) or ())),
     }
 
 

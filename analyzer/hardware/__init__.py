@@ -9,9 +9,11 @@
 from __future__ import annotations
 
 from analyzer.hardware.device import (
+    FALLBACK_PINNED,
     DeviceHardware,
     HardwareValue,
     measured_pinned_bandwidth,
+    pinned_copy_rate,
     resolve_device,
     trace_hardware,
 )
@@ -30,7 +32,7 @@ from analyzer.hardware.gpus import (
 )
 
 __all__ = [
-    "PCIE_LANE_GBS", "PRECISIONS", "DeviceHardware", "GpuSpec", "GpuTableError", "HardwareValue", "NvLink",
-    "PcieLink", "gpu_by_key", "gpu_table", "is_mig", "lookup_gpu", "measured_pinned_bandwidth",
-    "normalize_gpu_name", "resolve_device", "trace_hardware",
+    "FALLBACK_PINNED", "PCIE_LANE_GBS", "PRECISIONS", "DeviceHardware", "GpuSpec", "GpuTableError",
+    "HardwareValue", "NvLink", "PcieLink", "gpu_by_key", "gpu_table", "is_mig", "lookup_gpu",
+    "measured_pinned_bandwidth", "normalize_gpu_name", "pinned_copy_rate", "resolve_device", "trace_hardware",
 ]

@@ -25,12 +25,12 @@ MIN_MEASURED_COPY_BYTES = 4 * 1024 * 1024
 #: ...and at least this many of them
 MIN_MEASURED_COPIES = 2
 
-SOURCES = ("trace", "measured", "table", "unknown")
+SOURCES = ("trace", "measured", "table", "assumed", "unknown")
 
 
 @dataclass(frozen=True)
 class HardwareValue:
-    """A constant and where it came from: ``source`` in trace | measured | table | unknown, ``detail``
+    """A constant and where it came from: ``source`` in trace | measured | table | assumed | unknown, ``detail``
     a phrase a report can print after the number."""
 
     value: float | None
@@ -113,7 +113,7 @@ def resolve_device(
                                f"measured on this trace's {copies} pinned copies of 4 MiB or more")
     elif spec is not None:
         pinned = HardwareValue(spec.pinned_copy_bandwidth, "table",
-                               f"{table}, {spec.pcie.label()}, {spec.pinned_copy_basis}")
+                               f"{table} on {spec.pcie.label()}, {spec.pinned_copy_note}")
     else:
         pinned = _unknown("pinned copy rate")
     pcie = HardwareValue(spec.pcie_bandwidth, "table", f"{table}, {spec.pcie.label()}") if spec \
@@ -144,6 +144,21 @@ def resolve_device(
     return DeviceHardware(device=int(device), name=str(name or ""), spec=spec, sm_count=sms,
                           memory_bandwidth=bw, l2_bytes=l2, pinned_copy=pinned, pcie=pcie, nvlink=nvlink,
                           peaks=peaks)
+
+
+#: what a rule assumes for a pinned copy when the GPU is unknown and the trace has no pinned copies to
+#: measure: the slowest link current GPUs ship with (PCIe 3 x16), so savings are never overstated
+FALLBACK_PINNED = HardwareValue(
+    round(0.8 * 15.75, 1) * 1e9, "assumed",
+    "assumed PCIe 3 x16, the slowest current link (GPU not in the table, no pinned copies to measure)",
+)
+
+
+def pinned_copy_rate(hw: DeviceHardware | None) -> HardwareValue:
+    """The pinned copy rate a rule should use for a device: measured > table > :data:`FALLBACK_PINNED`."""
+    if hw is not None and hw.pinned_copy.known:
+        return hw.pinned_copy
+    return FALLBACK_PINNED
 
 
 def measured_pinned_bandwidth(memcpy: pd.DataFrame) -> dict[int, tuple[float, int]]:

@@ -84,7 +84,7 @@ class GpuSpec:
     l2_mb: float | None
     pcie: PcieLink
     pinned_copy_gbs: float
-    pinned_copy_basis: str
+    pinned_copy_basis: str  # how pinned_copy_gbs was obtained (documentation)
     nvlink: NvLink | None
     peak_tflops: Mapping[str, float]
     sources: tuple[str, ...]
@@ -127,6 +127,14 @@ class GpuSpec:
     def label(self) -> str:
         """How a finding names the table row it used (``NVIDIA T4``)."""
         return self.name
+
+    @property
+    def pinned_copy_note(self) -> str:
+        """Short provenance of ``pinned_copy_gbs`` for a message: ``80% of the link's 15.8 GB/s`` or
+        ``as measured on this GPU model``."""
+        if self.pinned_copy_basis.startswith("derived"):
+            return f"{PINNED_LINK_EFFICIENCY:.0%} of the link's {self.pcie.gbs:.1f} GB/s"
+        return "as measured on this GPU model"
 
 
 def normalize_gpu_name(name: str) -> str:

@@ -29,6 +29,10 @@ def md_text(value: object, limit: int = 0, *, block: bool = False) -> str:
     text = " ".join(str(value).split())
     if limit:
         text = truncate(text, limit)
+    return _escape(text, block)
+
+
+def _escape(text: str, block: bool = False) -> str:
     text = html.escape(text, quote=False)
     text = _MD_PUNCT.sub(r"\\\1", text)
     if block:
@@ -38,6 +42,26 @@ def md_text(value: object, limit: int = 0, *, block: bool = False) -> str:
             text,
         )
     return text
+
+
+_CODE_SPAN = re.compile(r"`([^`\n]+)`")
+
+
+def md_prose(value: object, limit: int = 0) -> str:
+    """Escape a rule's prose (what / why / fix) like :func:`md_text`, but keep its code spans
+    (```torch.compile```) as code spans, so GitHub shows them as code. Inside a code span nothing is
+    active (no Markdown, no HTML), so its text goes in verbatim."""
+    text = " ".join(str(value).split())
+    if limit:
+        text = truncate(text, limit)
+    out: list[str] = []
+    pos = 0
+    for m in _CODE_SPAN.finditer(text):
+        out.append(_escape(text[pos:m.start()], block=not out))
+        out.append(f"`{m.group(1)}`")
+        pos = m.end()
+    out.append(_escape(text[pos:], block=not out))
+    return "".join(out)
 
 
 def html_text(value: object, limit: int = 0) -> str:
@@ -128,7 +152,7 @@ def _finding_details(f: FindingView, level: _Level) -> list[str]:
                       "see the HTML or JSON report._"), ""]
     for label, text in (("What", f.what), ("Why", f.why), ("Fix", f.fix)):
         if text:
-            lines += [f"**{label}:** {md_text(text, level.text_chars)}", ""]
+            lines += [f"**{label}:** {md_prose(text, level.text_chars)}", ""]
     if f.explained_by:
         lines += ["Explained by: " + ", ".join(md_text(link.text, 120) for link in f.explained_by), ""]
     if f.references:

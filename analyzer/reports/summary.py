@@ -7,6 +7,7 @@ from analyzer.reports.format import fmt_ms, fmt_pct, fmt_share, truncate
 from analyzer.reports.viewmodel import ReportView
 
 _SEVERITY_MARK = {"error": "E", "warning": "W", "info": "i"}
+_MAX_RULE_WIDTH = 40
 
 
 def summary_text(report: ReportView, *, max_findings: int = 20, width: int | None = None) -> str:
@@ -22,18 +23,27 @@ def summary_text(report: ReportView, *, max_findings: int = 20, width: int | Non
         if h.rank is not None:
             rank = f"  rank {h.rank}" + (f" of {h.world_size}" if h.world_size else "")
         lines.append(f"{h.trace_name}  [{h.gpus}]{rank}")
-        lines.append(
-            f"  window: {h.window_description} ({fmt_ms(h.analyzed_ns)}); GPU busy {busy}"
-            + (f"; setup before it {fmt_ms(h.setup_ns)}" if h.setup_ns else "")
-        )
+        if section.kind == "ncu":
+            lines.append(f"  input: {h.window_description}; {fmt_ms(h.kernel_ns or 0)} of profiled kernel time")
+        else:
+            lines.append(
+                f"  window: {fmt_ms(h.analyzed_ns)} analyzed, {h.window_description}; GPU busy {busy}"
+                + (f"; setup before the window {fmt_ms(h.setup_ns)}" if h.setup_ns else "")
+            )
         lines.append(f"  verdict: {h.verdict}")
-        for fv in section.findings[:max_findings]:
+        shown = section.findings[:max_findings]
+        # the rule column as wide as its longest name (ids are at most 8 characters), capped
+        name_w = min(max((len(fv.rule) for fv in shown), default=0), _MAX_RULE_WIDTH)
+        for fv in shown:
             impact = f"{fv.impact_text:>10} {fv.impact_pct_text:>6}" if fv.impact_ns is not None else f"{'':>17}"
             mark = _SEVERITY_MARK.get(fv.severity, "?")
             tag = {"accepted": "[accepted] ", "grown": "[grew past acceptance] "}.get(fv.accepted, "")
             if fv.accepted == "accepted":
                 mark = "a"
-            lines.append(truncate(f"  {mark} {fv.id:<7} {fv.rule:<26} {impact}  {tag}{fv.message}", width))
+            rule = truncate(fv.rule, name_w)
+            lines.append(truncate(f"  {mark} {fv.id:<8} {rule:<{name_w}} {impact}  {tag}{fv.message}", width))
+        if section.not_applicable:
+            lines.append(f"  {len(section.not_applicable)} rules not applicable: {section.not_applicable_reason}")
         hidden = section.findings_total - min(len(section.findings), max_findings)
         if hidden > 0:
             lines.append(f"  ... {hidden} more finding(s) in the report")

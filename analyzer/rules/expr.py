@@ -69,7 +69,8 @@ _ELEMENTWISE: dict[str, tuple[int, Callable[..., Any]]] = {
 #: f(value, "text"): the second argument is a string literal or a ``text`` parameter.
 TEXT_FUNCTIONS: tuple[str, ...] = ("matches", "startswith", "contains")
 #: Other facts, aggregated over the rows that share the group's scope keys (whole fact otherwise).
-FACT_FUNCTIONS: dict[str, int] = {"fact_count": 1, "fact_sum": 2, "fact_min": 2, "fact_max": 2, "fact_mean": 2}
+FACT_FUNCTIONS: dict[str, int] = {"fact_count": 1, "fact_sum": 2, "fact_min": 2, "fact_max": 2, "fact_mean": 2,
+                                  "fact_first": 2}
 
 FUNCTION_DOCS: dict[str, str] = {
     "count()": "rows in the group",
@@ -86,6 +87,7 @@ FUNCTION_DOCS: dict[str, str] = {
     'startswith(x, "text"), contains(x, "text")': "plain text tests",
     'fact_count("fact")': "rows of another fact in this group (same scope keys) or in the whole fact",
     'fact_sum("fact", "col")': "likewise fact_min, fact_max, fact_mean: a column of another fact",
+    'fact_first("fact", "col")': "the column on the other fact's first matching row (text too; '' if none)",
 }
 
 _BINOPS: dict[type, Callable[..., Any]] = {
@@ -556,10 +558,12 @@ def _fact_aggregate(name: str, args: list[str], env: Env) -> Any:
     other = env.fact(args[0])
     how = name.removeprefix("fact_")
     common = [k for k in env.keys.columns if k in other.columns]
-    fill: Any = 0 if how in ("count", "sum") else np.nan
+    fill: Any = 0 if how in ("count", "sum") else ("" if how == "first" else np.nan)
     if not common:
         if how == "count":
             total = len(other)
+        elif how == "first":
+            total = other[args[1]].iloc[0] if len(other) else fill
         else:
             column = other[args[1]]
             total = getattr(column, how)() if len(column) else fill

@@ -117,7 +117,24 @@ def _duration(value: Any) -> str:
     return f"{number:.0f} ns"
 
 
+def _ratio(value: Any) -> str:
+    """A ratio with the digits that matter: ``40.6`` -> ``41x``, ``2.04`` -> ``2.0x``, ``0.043`` ->
+    ``0.043x`` (never ``0.0x``)."""
+    number = _number(value)
+    if number is None:
+        return "n/a"
+    size = abs(number)
+    if size >= 10 or size == 0:
+        return f"{number:,.0f}x"
+    if size >= 1:
+        return f"{number:.1f}x"
+    if size >= 0.001:
+        return f"{number:.2g}x"
+    return "<0.001x"
+
+
 FILTERS: dict[str, Any] = {
+    "ratio": _ratio,
     "ms": _scaled(1e6, "ms"),
     "us": _scaled(1e3, "us"),
     "s": _scaled(1e9, "s"),
@@ -134,6 +151,7 @@ FILTER_DOCS: dict[str, str] = {
     "bytes": "bytes with a binary unit (`64.0 KiB`)",
     "num": "a number with thousands separators (`12,345`)",
     "round": "round to N digits (`{{ x | round(2) }}`)",
+    "ratio": "a ratio with its significant digits and an x (`0.043` -> `0.043x`, `40.6` -> `41x`)",
 }
 
 _ALLOWED = (

@@ -1,0 +1,66 @@
+"""The window's repeated units (steps) as a fact: how busy the GPU was in each, so rules can point at
+the least busy steps instead of anonymous time slices.
+
+``Window.steps`` are the NVTX step instances the window was chosen from, or the periods of the
+repeating GPU op sequence (the ``steps`` fact times each one from completion to completion; this one
+says how busy the GPU was inside each span); a window without such structure is cut into tenths.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analyzer.facts._util import covered_until
+from analyzer.facts.registry import FactContext, fact
+
+PERIOD_COLUMNS: dict[str, str] = {
+    "device": "GPU device id",
+    "period": "index of the step (or tenth) in the window, from 0",
+    "label": "what the period is: the NVTX step's text (step_7), 'period 3' of a repeating GPU op "
+    "sequence, or '30-40%' of a window without steps",
+    "kind": "steps | periods | tenths (plural, as a message prints it)",
+    "start": "period start (ns)",
+    "end": "period end (ns)",
+    "duration": "period length (ns)",
+    "busy_ns": "GPU busy time inside the period (ns; concurrent ops count once)",
+    "util": "busy_ns / duration (0..1)",
+}
+
+
+def _periods(ctx: FactContext) -> tuple[np.ndarray, np.ndarray, list[str], str]:
+    w = ctx.window
+    spans = w.steps
+    if spans:
+        starts = np.asarray(spans.starts, dtype=np.int64)
+        ends = np.asarray(spans.ends, dtype=np.int64)
+        if spans.source == "nvtx":
+            return starts, ends, [str(n) for n in spans.names], "steps"
+        return starts, ends, [f"period {i + 1}" for i in range(len(starts))], "periods"
+    edges = np.round(np.linspace(w.start_ns, w.end_ns, 11)).astype(np.int64)
+    return edges[:-1], edges[1:], [f"{i * 10}-{(i + 1) * 10}%" for i in range(10)], "tenths"
+
+
+@fact("window_periods", columns=PERIOD_COLUMNS, requires=("gpu_busy", "gpu_ops"), scope_keys=("device",))
+def window_periods(ctx: FactContext) -> pd.DataFrame:
+    """Per device and window step (or tenth of the window): GPU busy time and share."""
+    starts, ends, labels, kind = _periods(ctx)
+    busy = ctx.get("gpu_busy")
+    devices = np.unique(ctx.get("gpu_ops")["device"].to_numpy(dtype=np.int64))
+    frames = []
+    for d in devices:
+        b = busy.loc[busy["device"].to_numpy() == d]
+        us, ue = b["start"].to_numpy(), b["end"].to_numpy()
+        busy_ns = covered_until(us, ue, ends) - covered_until(us, ue, starts)
+        dur = ends - starts
+        frames.append(pd.DataFrame({
+            "device": d, "period": np.arange(len(starts), dtype=np.int64), "label": labels, "kind": kind,
+            "start": starts, "end": ends, "duration": dur, "busy_ns": busy_ns,
+            "util": np.where(dur > 0, busy_ns / np.maximum(dur, 1), 0.0),
+        }))
+    if not frames:
+        return pd.DataFrame({c: pd.Series(dtype="object" if c in ("label", "kind") else "int64")
+                             for c in PERIOD_COLUMNS}).astype({"util": "float64"})
+    out = pd.concat(frames, ignore_index=True)
+    out["label"] = out["label"].astype(object)
+    out["kind"] = out["kind"].astype(object)
+    return out
