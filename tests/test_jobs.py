@@ -251,3 +251,78 @@ def test_strong_scaling_one_and_two_gpus():
     assert opt.gpu_ns > 0.9 * opt.one_gpu_ns  # ... because every rank runs the whole optimizer step
     text = render_scaling(result)
     assert "| optimizer\\_step |" in text and "58%" in text
+
+
+# -- NCCL's NVTX payloads: the same straggler capture exported with --include-json=true ------------
+JSON_EXPORT = "ddp_straggler_2gpu_json.sqlite.xz"
+
+
+def test_nvtx_payloads_are_read_only_from_a_json_export(tmp_path):
+    from analyzer.loading import load_trace
+    from analyzer.loading.cache import TraceCache
+
+    plain = load_trace(real_trace("ddp/ddp_straggler_2gpu"))
+    assert "payload" not in plain.nvtx.columns  # the default export has no payload values
+    _files(JSON_EXPORT)
+    nv = load_trace(real_trace("ddp/ddp_straggler_2gpu_json")).nvtx
+    with_payload = nv.loc[nv["payload"] != ""]
+    assert len(with_payload) == 386  # every NCCL range of both processes, nothing else
+    assert set(with_payload["domain"]) == {"NCCL"}
+    init = with_payload.loc[with_payload["text"] == "ncclCommInitRankConfig", "payload"].tolist()
+    assert sorted(json.loads(p)["Rank"] for p in init) == [0, 1]
+    cache = TraceCache(tmp_path / "cache")  # the columnar cache keeps the optional column as it is
+    first = load_trace(real_trace("ddp/ddp_straggler_2gpu_json"), cache=cache).nvtx
+    again = load_trace(real_trace("ddp/ddp_straggler_2gpu_json"), cache=cache).nvtx
+    assert cache.hits == 1 and again["payload"].tolist() == first["payload"].tolist() == nv["payload"].tolist()
+
+
+def test_json_export_numbers_ranks_as_nccl_and_sizes_the_collectives():
+    out = job(JSON_EXPORT)
+    assert out.job.how == "nccl" and [r.rank for r in out.job.ranks] == [0, 1]
+    for r in out.job.ranks:  # NCCL's rank of each process is the CUDA device its payload names
+        assert r.summary.device == r.rank
+    coll = out.job.tables.tables["job_collectives"]
+    assert len(coll) == 160 and coll["bytes"].notna().all()  # every matched collective has its size
+    assert set(coll["bytes"].astype(int)) == {4227072, 16777216, 67112960, 67125248}  # DDP's buckets
+    big = coll.loc[coll["bytes"] >= 64 << 20]
+    assert len(big) == 128 and str(big["link"].iloc[0]).startswith("NVLink")
+    busbw = float(big["busbw"].median())
+    assert 200e9 < busbw < 330e9  # 264 GB/s: 2 ranks, so bus bandwidth = algorithm bandwidth
+    assert float((big["busbw"] / big["algbw"]).max()) == pytest.approx(1.0)
+    assert 0.45 < float(big["bus_share"].median()) < 0.7  # of NVLink 4's 450 GB/s per direction
+    small = coll.loc[coll["bytes"] < 8 << 20]
+    assert float(small["busbw"].median()) < 0.5 * busbw  # the 4 MiB bucket is latency bound
+    # the straggler is found as on the default export, and the sizes reach its evidence
+    (finding,) = fired(out, "straggler")
+    plain = job("ddp_straggler_2gpu.sqlite.xz")
+    (same,) = fired(plain, "straggler")
+    assert finding.scope.rank == 1 and finding.impact_ns == same.impact_ns
+    assert "in no CUDA call" in finding.message
+
+
+def test_collective_bandwidth_low_reads_the_payload_sizes():
+    """Silent at the default 40% (the big buckets run at 59% of NVLink); at 70% it fires with the
+    measured numbers. On the default export (no sizes) it stays silent even then."""
+    from analyzer.rules.testing import default_analyze
+
+    files = _files(JSON_EXPORT)
+    assert not [f for f in job(JSON_EXPORT).job.findings if f.rule == "collective-bandwidth-low"]
+    from analyzer.rules import load_pack
+
+    pack = load_pack(("default",)).select(["collective-bandwidth-low"])
+    strict = ["collective-bandwidth-low.max_bus_share=70%"]
+    (f,) = [f for f in default_analyze(files[0], pack, strict, None) if f.rule == "collective-bandwidth-low"]
+    assert f.metrics["n"] == 144 and 0.45 < f.metrics["ratio"] < 0.7 and 200 < f.metrics["bus"] < 330
+    assert "NVLink" in f.message and f.impact_ns > 0
+    plain = _files("ddp_straggler_2gpu.sqlite.xz")[0]
+    assert not [f for f in default_analyze(plain, pack, strict, None) if f.rule == "collective-bandwidth-low"]
+
+
+def test_json_export_collectives_table_splits_bucket_sizes():
+    from analyzer.reports import render
+    from analyzer.reports.jobview import build_job_report
+
+    text = render(build_job_report(job(JSON_EXPORT).job, created=WHEN), "md")
+    rows = [line for line in text.splitlines() if line.startswith("| AllReduce RING/LL |")]
+    assert len(rows) == 3  # 4 MiB, 16 MiB and 64 MiB buckets, each with its bandwidth
+    assert "as NCCL numbers them" in text

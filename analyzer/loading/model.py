@@ -149,6 +149,9 @@ NVTX_COLUMNS: tuple[str, ...] = (
     "parent_id",  # range_id of the enclosing range on the same thread, -1 for roots
     "path",  # "/"-joined texts from the outermost range down to this one
 )
+#: optional NVTX column, present when the trace has payloads as JSON text (nsys export
+#: --include-json=true): ``payload`` (str, "" for none), e.g. NCCL's {"NCCL communicator ID": ...,
+#: "Message size [bytes]": ...}; read by analyzer.facts.nccl_nvtx
 
 #: id-like integer columns of the big frames stored as int32 when the trace's values fit
 COMPACT_INT_COLUMNS: frozenset[str] = frozenset({

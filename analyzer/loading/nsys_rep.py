@@ -98,7 +98,13 @@ def cached_sqlite_for_report(report: Path, *, cache_dir: Path | None = None,
     say(f"exporting {report.name} to SQLite with {nsys} (once; cached in {cache})")
     cmd = [nsys, "export", "--type", "sqlite", "--output", str(tmp), str(report)]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        # NVTX payloads as JSON (NCCL's communicator, rank, message sizes); an nsys without the
+        # option gets the plain export
+        proc = subprocess.run([*cmd[:4], "--include-json=true", *cmd[4:]], capture_output=True, text=True,
+                              check=False)
+        if proc.returncode != 0 or not tmp.is_file() or tmp.stat().st_size == 0:
+            tmp.unlink(missing_ok=True)
+            proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     except OSError as exc:
         raise UnsupportedFormatError(report, f"could not run {nsys} ({exc.strerror})",
                                      hint=f"run it yourself: {export_command(report)}") from exc

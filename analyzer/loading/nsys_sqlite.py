@@ -35,6 +35,7 @@ from analyzer.errors import InputError
 from analyzer.loading import attribution as attr
 from analyzer.loading.capabilities import missing_capabilities
 from analyzer.loading.common import CC_LIMITS, DEFAULT_SMEM_PER_BLOCK, strip_api_suffix  # noqa: F401 (re-exported)
+from analyzer.loading.common import _column as _text_column
 from analyzer.loading.common import by_start as _by_start
 from analyzer.loading.common import contract_frame as _frame
 from analyzer.loading.common import fill_cc_limits as _fill_cc_limits
@@ -374,6 +375,8 @@ class _Loader:
         add("nv", NVTX_TABLE, NVTX_FETCH, "NVTX events", where=nv_where)
         if r.count(NVTX_TABLE) and r.has_column(NVTX_TABLE, "text"):
             jobs["nv_text"] = lambda: r.fetch_text(NVTX_TABLE, "text", where=nv_where)
+        if self._has_json_payloads(nv_where):
+            jobs["nv_json"] = lambda: r.fetch_text(NVTX_TABLE, "jsonText", where=nv_where)
         add("mc", MEMCPY_TABLE, MEMCPY_FETCH, "memcpy")
         add("ms", MEMSET_TABLE, MEMSET_FETCH, "memset")
         add("sy", SYNC_TABLE, SYNC_FETCH, "synchronization")
@@ -383,6 +386,9 @@ class _Loader:
         k, mc, ms, sy = (res.pop(n) for n in ("k", "mc", "ms", "sy"))
         api = self._combine_api(res.pop("rt"), res.pop("dr", None))
         nv = self._nvtx_raw(res.pop("nv"), res.pop("nv_text", None), strings)
+        nv_json = res.pop("nv_json", None)
+        if nv_json is not None and len(nv_json) == len(nv["start"]):
+            nv["payload"] = nv_json
         del res
         release_free_memory()
 
@@ -518,6 +524,17 @@ class _Loader:
         return t_min, t_max - t_min
 
     # -- NVTX -------------------------------------------------------------------------------------------
+    def _has_json_payloads(self, where: str | None) -> bool:
+        """Whether NVTX_EVENTS carries payloads as JSON text (``nsys export --include-json=true``: NCCL's
+        communicator, rank and message sizes); the default export leaves ``jsonText`` NULL. The probe
+        stops at the first such row."""
+        r = self.r
+        real = r.table(NVTX_TABLE)
+        if real is None or not r.count(NVTX_TABLE) or not r.has_column(NVTX_TABLE, "jsonText"):
+            return False
+        cond = "jsonText IS NOT NULL AND jsonText != ''" + (f" AND {where}" if where else "")
+        return bool(r.query(f'SELECT 1 FROM "{real}" WHERE {cond} LIMIT 1'))
+
     @staticmethod
     def _nvtx_raw(d: dict[str, np.ndarray], inline: np.ndarray | None, strings: StringTable) -> dict[str, np.ndarray]:
         """NVTX rows with text resolved: ``textId`` through StringIds, else the inline ``text`` (2020).
@@ -587,6 +604,8 @@ class _Loader:
             "text": text, "domain": dom_names, "kind": kind, "pid": pid, "tid": _tid(gtid),
             "depth": depth, "parent_id": parent, "path": paths,
         })
+        if "payload" in nv and n:  # optional column: NVTX payloads as JSON text ("" none)
+            frame["payload"] = _text_column(nv["payload"][sel])
         timeline = attr.NvtxTimeline(gtid, pid, start, end, depth, parent, crossed)
         return frame, timeline
 

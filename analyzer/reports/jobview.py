@@ -102,12 +102,16 @@ def _collective_table(job: Any, limits: Limits) -> tuple[Table | None, str]:
         return None, ""
     link = str(coll["link"].iloc[0]) if "link" in coll else ""
     key = coll["collective"].astype(str) + " " + coll["algorithm"].astype(str) + "/" + coll["protocol"].astype(str)
-    g = coll.assign(key=key.str.strip(" /")).groupby("key", sort=False)
+    # with message sizes (NCCL's NVTX payloads), one row per power-of-two size band: a DDP job's
+    # small and large buckets reach very different bandwidths
+    nbytes = coll["bytes"].to_numpy(dtype=np.float64)
+    band = np.where(nbytes > 0, np.floor(np.log2(np.where(nbytes > 0, nbytes, 1))), -1)
+    g = coll.assign(key=key.str.strip(" /"), band=band).groupby(["key", "band"], sort=False)
     agg = g.agg(count=("inst", "size"), bytes=("bytes", "median"), transfer_ns=("transfer_ns", "median"),
                 busbw=("busbw", "median"), bus_share=("bus_share", "median"),
                 spread_ns=("spread_ns", "median")).reset_index()
     agg["bytes"] = agg["bytes"].where(agg["bytes"] >= 0)
-    agg = agg.sort_values(["count", "key"], ascending=[False, True], kind="stable")
+    agg = agg.sort_values(["count", "key", "band"], ascending=[False, True, False], kind="stable")
     cols = (
         Column("key", "Collective (algorithm/protocol)", "code"), Column("count", "Count", "int"),
         Column("bytes", "Message (median)", "bytes"), Column("transfer_ns", "Transfer (median)", "ns"),

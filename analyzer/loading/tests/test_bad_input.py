@@ -149,6 +149,28 @@ def test_nsys_rep_without_nsys(tmp_path, monkeypatch):
     assert f"nsys export --type sqlite -o OUT.sqlite {p}" in msg
 
 
+def test_nsys_rep_export_asks_for_json_payloads_and_falls_back(tmp_path, monkeypatch):
+    """The export asks for NVTX payloads as JSON (NCCL's message sizes); an nsys that does not know
+    the option gets the plain export command."""
+    from analyzer.loading import nsys_rep
+
+    calls = tmp_path / "calls.txt"
+    fake = tmp_path / "nsys"
+    fake.write_text(
+        "#!/bin/sh\n"
+        f'echo "$*" >> {calls}\n'
+        'case "$*" in *--include-json*) echo "unrecognised option --include-json" >&2; exit 1;; esac\n'
+        'while [ "$1" != "--output" ]; do shift; done; echo data > "$2"\n')
+    fake.chmod(0o755)
+    monkeypatch.setattr(nsys_rep, "find_nsys", lambda: str(fake))
+    rep = tmp_path / "run.nsys-rep"
+    rep.write_bytes(b"\x00" * 64)
+    out = nsys_rep.cached_sqlite_for_report(rep, cache_dir=tmp_path / "cache")
+    assert out.read_text() == "data\n"
+    first, second = calls.read_text().splitlines()
+    assert "--include-json=true" in first and "--include-json" not in second
+
+
 def test_ncu_report_is_not_a_timeline(tmp_path):
     p = tmp_path / "k.ncu-rep"
     p.write_bytes(b"NVR\x00" + b"\x00" * 60)
