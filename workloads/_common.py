@@ -150,9 +150,16 @@ def report(cfg: RunConfig, times: list[float], **extra: object) -> None:
         "median_ms": round(statistics.median(times), 3) if times else None,
         **extra,
     }
-    print(f"[{cfg.name}] {cfg.variant}: mean {result['mean_ms']} ms/step over {len(times)} steps",
-          flush=True)
-    print("RESULT " + json.dumps(result), flush=True)
+    # each line in one write: ranks of a torchrun job share the launcher's stdout, and print()'s
+    # separate write of the newline let another rank's line land inside this one
+    _line(f"[{cfg.name}] {cfg.variant}: mean {result['mean_ms']} ms/step over {len(times)} steps")
+    _line("RESULT " + json.dumps(result))
+
+
+def _line(text: str) -> None:
+    sys.stdout.flush()
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
 
 
 def run_workload(

@@ -31,8 +31,17 @@ def _run(args: list[str], timeout: float = 300) -> subprocess.CompletedProcess:
 
 
 def _results(stdout: str) -> list[dict]:
-    return [json.loads(line[len("RESULT "):]) for line in stdout.splitlines()
-            if line.startswith("RESULT ")]
+    """The RESULT objects of every rank; each is decoded up to its closing brace (text another rank
+    wrote into the same line is not part of it)."""
+    decoder = json.JSONDecoder()
+    out = []
+    for line in stdout.splitlines():
+        start = line.find("RESULT {")
+        while start >= 0:
+            obj, end = decoder.raw_decode(line, start + len("RESULT "))
+            out.append(obj)
+            start = line.find("RESULT {", end)
+    return out
 
 
 def test_every_workload_and_twin_as_a_two_rank_gloo_job() -> None:
