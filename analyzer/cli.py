@@ -86,6 +86,9 @@ def cli() -> None:
               help="Exit with code 1 when a finding at or above this severity fires.")
 @click.option("--ncu", "ncu_files", multiple=True, type=click.Path(path_type=Path),
               help="Nsight Compute export (.ncu-rep or CSV raw/details page) to join (repeatable).")
+@click.option("--power", "power_files", multiple=True, type=click.Path(path_type=Path), metavar="FILE",
+              help="GPU power log recorded beside the run (nvidia-smi --query-gpu=timestamp,index,power.draw "
+                   "--format=csv -lms 100, or the workloads' NVML sampler): energy per step (repeatable).")
 @click.option("--window", "window_spec", default=None, metavar="SPEC",
               help="Analysis window: an NVTX glob ('step_*'), a time span ('2.5s:7s') or 'full'. "
                    "Default: the repeated NVTX ranges with warmup excluded, else the part after setup.")
@@ -123,6 +126,7 @@ def run_cmd(
     output: Path | None,
     fail_on: str | None,
     ncu_files: tuple[Path, ...],
+    power_files: tuple[Path, ...],
     window_spec: str | None,
     exclude_ranges: tuple[str, ...],
     only_ranges: str | None,
@@ -150,6 +154,7 @@ def run_cmd(
         rule_settings=rule_settings(ctx),
         window_spec=window_spec,
         ncu_files=tuple(ncu_files),
+        power_files=tuple(power_files),
         exclude_ranges=tuple(p.strip() for item in exclude_ranges for p in item.split(",") if p.strip()),
         only_ranges=only_ranges,
         timeout=timeout,

@@ -46,6 +46,8 @@ class AnalysisOptions:
     accepted_growth: float | None = None  # None: analyzer.accepted.DEFAULT_MAX_GROWTH
     # read/write the columnar trace cache (analyzer.loading.cache); the CLI turns it on (--no-cache off)
     cache: bool = False
+    #: GPU power logs recorded beside the run (nvidia-smi CSV / workloads' NVML sampler), aligned by time
+    power_files: tuple[Path, ...] = ()
 
     @property
     def packs(self) -> tuple[str | Path, ...]:
@@ -112,6 +114,11 @@ def prepare(trace: Any, options: AnalysisOptions, *, ncu: Any = None, progress: 
     from analyzer.window import choose_window
 
     progress = _noting(progress)
+    if options.power_files:
+        from analyzer.loading.power import attach_power
+
+        with stage("reading the power log"):
+            attach_power(trace, list(options.power_files))
     progress(f"{trace.name}: choosing the analysis window")
     with stage("choosing the window"):
         window = choose_window(trace, options.window_spec, exclude=options.exclude_ranges)

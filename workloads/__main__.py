@@ -15,7 +15,8 @@ Unknown options after the names are passed to the workload, e.g.
 
 ``--tool torch`` records torch.profiler (Kineto) JSON instead of an nsys report (no external tool:
 see ``workloads/_torchprof.py``), as ``DIR/<trace>.pt.trace.json[.gz]`` (``--gzip``).
-nsys only: ``--backtrace`` (call stacks on CUDA calls, Python sampling, OS-runtime stacks),
+``--backtrace``: nsys call stacks on CUDA calls, Python sampling and OS-runtime stacks; torch.profiler
+Python stacks on every op (``with_stack=True``). nsys only:
 ``--gpu-metrics [HZ]`` (GPU_METRICS samples). Any tool: ``--power`` samples GPU power beside the run
 (NVML: ``<trace>.power.csv``; nvidia-smi: ``<trace>.nvidia-smi.csv``). ``--suffix S`` appends ``S``
 to the trace name (e.g. ``_run2`` for a repeated run). Workloads that write a sidecar (the
@@ -81,13 +82,16 @@ def sidecar_args(module: ModuleType, base: Path) -> list[str]:
     return [a.replace("{base}", str(base)) for a in getattr(module, "SIDECAR_ARGS", ())]
 
 
-def torch_env(out_dir: Path, trace: str, gzip: bool) -> dict[str, str]:
-    """Environment that makes the common run loop record torch.profiler traces (``_torchprof``)."""
+def torch_env(out_dir: Path, trace: str, gzip: bool, stack: bool = False) -> dict[str, str]:
+    """Environment that makes the common run loop record torch.profiler traces (``_torchprof``);
+    ``stack``: Python stacks on every op (``with_stack=True``)."""
     from . import _torchprof as tp
 
     env = {tp.ENV_DIR: str(out_dir), tp.ENV_WORKER: trace}
     if gzip:
         env[tp.ENV_GZIP] = "1"
+    if stack:
+        env[tp.ENV_STACK] = "1"
     return env
 
 
@@ -232,8 +236,8 @@ def torch_version() -> str:
 
 
 def cmd_profile(args: argparse.Namespace, extra: list[str]) -> int:
-    if args.tool != "nsys" and (args.backtrace or args.gpu_metrics):
-        print("error: --backtrace and --gpu-metrics need --tool nsys", file=sys.stderr)
+    if args.tool == "ncu" and args.backtrace or args.tool != "nsys" and args.gpu_metrics:
+        print("error: --gpu-metrics needs --tool nsys, --backtrace --tool nsys or torch", file=sys.stderr)
         return 2
     tool_path: Path | str = args.tool
     if args.tool != "torch":
@@ -267,7 +271,8 @@ def cmd_profile(args: argparse.Namespace, extra: list[str]) -> int:
                 tname, base, cmd = job.name, out_dir / job.name, job.cmd
             else:
                 cmd = profile_cmd(args.tool, tool_path, base, mod, fixed, program, **nsys_opts)
-            run_env = {**env, **torch_env(out_dir, tname, args.gzip)} if args.tool == "torch" else env
+            run_env = ({**env, **torch_env(out_dir, tname, args.gzip, args.backtrace)} if args.tool == "torch"
+                       else env)
             if job:
                 run_env = _distributed.job_env(run_env)
             print(f"[driver] {tname}: {shlex.join(cmd)}", flush=True)
@@ -338,7 +343,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tool", choices=("nsys", "ncu", "torch"), default="nsys")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--backtrace", action="store_true",
-                   help="nsys: call stacks on CUDA calls, Python sampling, OS-runtime stacks")
+                   help="nsys: call stacks on CUDA calls, Python sampling, OS-runtime stacks; "
+                        "torch: Python stacks on every op (with_stack=True)")
     p.add_argument("--gpu-metrics", type=int, nargs="?", const=tools.GPU_METRICS_DEFAULT_HZ,
                    default=None, metavar="HZ", help="nsys: sample GPU metrics (default %(const)s Hz)")
     p.add_argument("--power", action="store_true",

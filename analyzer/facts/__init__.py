@@ -24,6 +24,9 @@ _MODULES: tuple[str, ...] = (
     "analyzer.facts.steps",
     "analyzer.facts.comm",
     "analyzer.job.facts",
+    "analyzer.facts.stacks",
+    "analyzer.facts.gpumetrics",
+    "analyzer.facts.energy",
 )
 
 

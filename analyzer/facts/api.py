@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from analyzer.facts._util import column, factorize_objects, map_distinct, starts_in_window, text
+from analyzer.facts.stacks import attach_locations
 from analyzer.facts.registry import FactContext, FactStore, fact
 
 _VERSION = re.compile(r"_v\d+$")
@@ -140,6 +141,8 @@ def _sync_kind(name: str) -> str | None:
     return None
 
 
+_LOCATION_DOC = "where in the program the call comes from ('' without call stacks; analyzer.facts.stacks)"
+
 _API_ROW = {
     "start": "call start (ns)", "end": "call end (ns)", "duration": "call duration (ns)",
     "name": "API name (version suffix stripped)", "pid": "process", "tid": "thread",
@@ -155,6 +158,7 @@ _API_ROW = {
         "blocking": "True when the host thread waits for the device",
         "direction": "copy direction for memcpy kinds ('' otherwise)",
         "bytes": "copy/memset size (B, -1 unknown)",
+        "code_location": _LOCATION_DOC,
     },
     scope_keys=("nvtx_path", "name", "tid"),
     needs=("api_calls",),
@@ -163,8 +167,9 @@ def sync_calls(ctx: FactContext) -> pd.DataFrame:
     """CUDA API calls in the window that make the host wait for the device: explicit synchronization,
     synchronous copies/memsets, and asynchronous copies that pageable memory makes synchronous."""
     codes, base = api_base_codes(ctx.store)
-    return sync_call_rows(ctx.trace.api, ctx.trace.memcpy, codes, base,
+    rows = sync_call_rows(ctx.trace.api, ctx.trace.memcpy, codes, base,
                           window=(ctx.window.start_ns, ctx.window.end_ns))
+    return attach_locations(rows, ctx.store)
 
 
 def sync_call_rows(
@@ -236,6 +241,7 @@ def sync_call_rows(
         "step": "index of the window's step (NVTX step instance or period of the repeating GPU work, see "
         "the window) the call starts in, -1 when outside every step or the window has no steps",
         "tenth": "which tenth of the window the call starts in (0..9)",
+        "code_location": _LOCATION_DOC,
     },
     scope_keys=("nvtx_path", "name", "tid"),
     needs=("api_calls",),
@@ -258,7 +264,7 @@ def alloc_calls(ctx: FactContext) -> pd.DataFrame:
     w = ctx.window
     rel = (starts.astype(np.float64) - float(w.start_ns)) / float(max(w.duration_ns, 1))
     out["tenth"] = np.clip(np.floor(rel * 10), 0, 9).astype(np.int64)
-    return out
+    return attach_locations(out, ctx.store)
 
 
 def step_index(times: np.ndarray, steps: tuple[tuple[int, int], ...]) -> np.ndarray:
@@ -281,6 +287,7 @@ _COPY_EXTRA = {
     "pinned_rate_gbps": "rate a pinned copy reaches on this copy's GPU, GB/s (= bytes/ns): measured on the "
     "trace's own large pinned copies, else the GPU table, else an assumed PCIe 3 x16 link (see the hardware fact)",
     "pinned_rate_source": "where pinned_rate_gbps came from, as a message prints it",
+    "code_location": "where in the program the launching call comes from ('' without call stacks)",
 }
 
 
@@ -313,6 +320,9 @@ def copy_throughput(ctx: FactContext) -> pd.DataFrame:
     rates = {int(d): pinned_copy_rate(hw.get(int(d))) for d in pd.unique(devices)}
     mc["pinned_rate_gbps"] = np.array([(rates[int(d)].value or 0.0) / 1e9 for d in devices], dtype=np.float64)
     mc["pinned_rate_source"] = pd.Series([rates[int(d)].detail for d in devices], index=mc.index, dtype=object)
+    if "pid" in mc.columns and "api_start" in mc.columns:
+        return attach_locations(mc, ctx.store, start="api_start")
+    mc["code_location"] = ""
     return mc
 
 

@@ -182,6 +182,8 @@ _GAP_COLUMNS = {
     "host_api": "CUDA API call open on host_tid at the gap's middle ('' = host running its own code)",
     "host_api_overlap_ns": "part of the gap during which host_tid was inside any CUDA API call (ns)",
     "edge": "True for the idle time between a user window's edge and the first/last op",
+    "host_activity": "what that thread ran during the gap: its CPU samples and OS-runtime calls, when "
+                     "recorded ('' otherwise)",
 }
 
 
@@ -377,7 +379,7 @@ def gpu_gaps(ctx: FactContext) -> pd.DataFrame:
     api = ctx.trace.api
     apos = api_open_at(api, host_tid, mid)
 
-    return new_frame({
+    gaps = new_frame({
         "device": gdev,
         "start": cs,
         "end": ce,
@@ -396,11 +398,36 @@ def gpu_gaps(ctx: FactContext) -> pd.DataFrame:
         "host_api_overlap_ns": _api_overlap(api, host_tid, cs, ce),
         "edge": edge,
     })
+    gaps["host_activity"] = _host_activity(ctx.trace, gaps)
+    return gaps
+
+
+#: gaps shorter than this get no host_activity (CPU samples come every 1-2 ms, OS-runtime calls are
+#: recorded from 80 us); at most this many gaps, the longest, are described
+HOST_ACTIVITY_MIN_NS = 50_000
+HOST_ACTIVITY_MAX_GAPS = 1000
+
+
+def _host_activity(trace: object, gaps: pd.DataFrame) -> np.ndarray:
+    """What the gap's host thread was doing, from CPU samples and OS-runtime calls ("" without)."""
+    from analyzer.facts.stacks import host_activity
+
+    out = np.full(len(gaps), "", dtype=object)
+    if trace.cpu_samples.empty and trace.osrt.empty:  # type: ignore[attr-defined]
+        return out
+    dur = gaps["duration"].to_numpy()
+    pick = np.flatnonzero(dur >= HOST_ACTIVITY_MIN_NS)
+    if len(pick) > HOST_ACTIVITY_MAX_GAPS:
+        pick = pick[np.argsort(-dur[pick], kind="stable")[:HOST_ACTIVITY_MAX_GAPS]]
+    if len(pick):
+        spans = gaps.iloc[pick][["start", "end", "host_pid", "host_tid"]]
+        out[pick] = host_activity(trace, spans)
+    return out
 
 
 def _empty_gaps() -> pd.DataFrame:
     obj = {"prev_op", "next_op", "next_api", "next_nvtx_path", "host_nvtx_range", "host_nvtx_path",
-           "host_nvtx_source", "host_api"}
+           "host_nvtx_source", "host_api", "host_activity"}
     return pd.DataFrame({c: pd.Series(dtype=("object" if c in obj else "bool" if c == "edge" else "int64"))
                          for c in _GAP_COLUMNS})
 

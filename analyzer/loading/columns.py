@@ -74,3 +74,4 @@ class TextCodes:
 
     def categorical(self) -> pd.Categorical:
         return categorical(self.codes, self.labels)
+

@@ -31,8 +31,9 @@ What becomes what (the same model the nsys loader fills, so every fact and rule 
   thread is nested under the innermost range of the process's main thread that encloses it, so
   ``ProfilerStep#3/backward/autograd::engine::evaluate_function: MmBackward0/...`` is one path, as the
   nsys loader's process fallback attributes backward kernels to the main thread's ``backward`` range.
-  ``python_function`` events (``with_stack=True``) are not ranges (one per Python call); they are
-  counted in ``extras``.
+  ``python_function`` events (``with_stack=True``) are not ranges (one per Python call): they give
+  each CUDA API call its Python call stack (``stacks``/``api_stacks``, source ``python``: the frames
+  open on the calling thread when the call started; :mod:`analyzer.loading.python_stacks`).
 * A collective's NCCL kernel carries what c10d knows of it: the optional kernel columns ``comm_bytes``
   (NCCL's message size: count x element size) and ``comm_group`` (process group name), present only
   when some kernel of the trace has them (:func:`_comm_columns`).
@@ -72,14 +73,17 @@ from analyzer.loading import attribution as attr
 from analyzer.loading.capabilities import missing_capabilities
 from analyzer.loading.columns import TextCodes
 from analyzer.loading.common import by_start, contract_frame, fill_cc_limits, strip_api_suffix, text_as_object
+from analyzer.loading.python_stacks import python_call_stacks
 from analyzer.loading.model import (
     API_COLUMNS,
+    API_STACK_COLUMNS,
     GPU_COLUMNS,
     KERNEL_COLUMNS,
     MEMCPY_COLUMNS,
     MEMSET_COLUMNS,
     NVTX_COLUMNS,
     PROCESS_COLUMNS,
+    STACK_COLUMNS,
     SYNC_COLUMNS,
     THREAD_COLUMNS,
     Trace,
@@ -616,7 +620,8 @@ class _KinetoLoader:
         origin = int(starts.min())
         ends = [g.end for g in (kernels, memcpy, memset, runtime, driver, ranges, syncs) if len(g.start)]
         last = int(max((int(e.max()) for e in ends), default=origin))
-        for g in (kernels, memcpy, memset, runtime, driver, ranges, syncs, flows):
+        pyfuncs = group(frozenset({"python_function"}))
+        for g in (kernels, memcpy, memset, runtime, driver, ranges, syncs, flows, pyfuncs):
             g.start = g.start - origin
         self.say(f"torch.profiler trace: {len(kernels.events):,} kernels, {len(memcpy.events):,} copies, "
                  f"{len(runtime.events) + len(driver.events):,} CUDA API calls, {len(ranges.events):,} ranges")
@@ -630,6 +635,12 @@ class _KinetoLoader:
         memset_frame = self._memset(memset, flow_ids, launch)
         sync_frame = self._sync(syncs, launch)
         api_frame = by_start(contract_frame(API_COLUMNS, api_frame_data, compact=True))
+        stacks, api_stacks = empty_frame(STACK_COLUMNS), empty_frame(API_STACK_COLUMNS)
+        if len(pyfuncs.events):
+            self.say(f"Python call stacks from {len(pyfuncs.events):,} python_function events")
+            stacks, api_stacks = python_call_stacks(
+                _ints(pyfuncs.field("pid")), _ints(pyfuncs.field("tid")), pyfuncs.start, pyfuncs.end,
+                _texts(pyfuncs.field("name")), api_frame)
         gpus = self._gpus(doc.deviceProperties)
         processes, thread_frame = self._processes_threads(events, ph_codes == _code(ph_names, "M"))
 
@@ -668,7 +679,7 @@ class _KinetoLoader:
         }
         return Trace(info=info, kernels=kernel_frame, memcpy=memcpy_frame, memset=memset_frame, api=api_frame,
                      sync=sync_frame, nvtx=nvtx, gpus=gpus, processes=processes, threads=thread_frame,
-                     extras=extras)
+                     stacks=stacks, api_stacks=api_stacks, extras=extras)
 
     # -- ranges ------------------------------------------------------------------------------------
     def _ranges(self, g: _Group, threads: _ThreadKeys) -> tuple[pd.DataFrame, attr.NvtxTimeline]:

@@ -184,6 +184,65 @@ GPU_COLUMNS: tuple[str, ...] = (
 PROCESS_COLUMNS: tuple[str, ...] = ("pid", "name")
 THREAD_COLUMNS: tuple[str, ...] = ("pid", "tid", "name")
 
+# -- host and device signals a profile holds only when asked to record them ------------------------------
+# (nsys --cudabacktrace / --python-backtrace / -s process-tree / --gpu-metrics-devices, torch.profiler
+# with_stack, a power log). Empty frames when the trace has none; see analyzer/loading/nsys_signals.py.
+
+STACK_COLUMNS: tuple[str, ...] = (
+    "source",  # "cuda" (stacks of CUDA API calls), "sampling" (CPU samples), "osrt" (OS runtime calls),
+    #            "python" (Python frames, e.g. torch.profiler with_stack)
+    "chain_id",  # the stack's id within its source
+    "depth",  # 0 = the innermost frame (the callee), growing towards main()
+    "symbol",  # function name ("0x7f..." when unresolved)
+    "module",  # shared object or Python file
+    "line",  # Python line number, -1 for native frames
+    "unresolved",  # 1 when the symbol could not be resolved
+)
+
+API_STACK_COLUMNS: tuple[str, ...] = (
+    "start",  # the API call's start (ns), as in the api frame
+    "pid",
+    "tid",
+    "correlation_id",
+    "name",  # API name, suffix stripped as in the api frame
+    "chain_id",  # STACK_COLUMNS chain of source "cuda" (or "python")
+    "source",  # which stacks: "cuda" | "python"
+)
+
+CPU_SAMPLE_COLUMNS: tuple[str, ...] = (
+    "start",  # sample time (ns)
+    "pid",
+    "tid",
+    "chain_id",  # STACK_COLUMNS chain of source "sampling" (or "python")
+    "source",
+    "state",  # thread state as exported ("Running", ...), "" when unknown
+)
+
+OSRT_COLUMNS: tuple[str, ...] = (
+    "start",
+    "end",
+    "duration",
+    "pid",
+    "tid",
+    "name",  # e.g. "read", "pthread_cond_wait", "nanosleep", "ioctl"
+    "chain_id",  # STACK_COLUMNS chain of source "osrt", -1 when none was recorded
+)
+
+GPU_METRIC_COLUMNS: tuple[str, ...] = (
+    "start",  # sample time (ns); the value covers the sampling period that ends here
+    "device",
+    "metric",  # canonical name (analyzer.loading.nsys_signals.METRIC_PATTERNS): sm_active, tensor_active...
+    "value",  # float: percent of peak (0..100) for throughput metrics, MHz for clocks
+)
+
+POWER_COLUMNS: tuple[str, ...] = (
+    "start",  # sample time (ns, on the trace's clock)
+    "device",  # GPU index as the power log names it
+    "power_w",  # float, instantaneous/averaged power reading (W), NaN when absent
+    "energy_j",  # float, cumulative energy counter (J), NaN when the log has none
+    "sm_clock_mhz",  # float, NaN when absent
+)
+
 
 @dataclass(frozen=True)
 class TraceInfo:
@@ -225,6 +284,13 @@ class Trace:
     gpus: pd.DataFrame
     processes: pd.DataFrame
     threads: pd.DataFrame
+    # host and device signals recorded on request (empty frames otherwise)
+    stacks: pd.DataFrame = field(default_factory=lambda: empty_frame(STACK_COLUMNS))
+    api_stacks: pd.DataFrame = field(default_factory=lambda: empty_frame(API_STACK_COLUMNS))
+    cpu_samples: pd.DataFrame = field(default_factory=lambda: empty_frame(CPU_SAMPLE_COLUMNS))
+    osrt: pd.DataFrame = field(default_factory=lambda: empty_frame(OSRT_COLUMNS))
+    gpu_metrics: pd.DataFrame = field(default_factory=lambda: empty_frame(GPU_METRIC_COLUMNS))
+    power: pd.DataFrame = field(default_factory=lambda: empty_frame(POWER_COLUMNS))
     # Free-form extras a loader found (e.g. raw metadata rows); never required by rules.
     extras: dict[str, object] = field(default_factory=dict)
 
@@ -268,6 +334,12 @@ FRAME_COLUMNS: dict[str, tuple[str, ...]] = {
     "gpus": GPU_COLUMNS,
     "processes": PROCESS_COLUMNS,
     "threads": THREAD_COLUMNS,
+    "stacks": STACK_COLUMNS,
+    "api_stacks": API_STACK_COLUMNS,
+    "cpu_samples": CPU_SAMPLE_COLUMNS,
+    "osrt": OSRT_COLUMNS,
+    "gpu_metrics": GPU_METRIC_COLUMNS,
+    "power": POWER_COLUMNS,
 }
 
 
@@ -276,7 +348,9 @@ def empty_frame(columns: tuple[str, ...]) -> pd.DataFrame:
     text = {
         "short_name", "name", "api_name", "nvtx_range", "nvtx_path", "attribution", "direction",
         "src_kind", "dst_kind", "mem_kind", "kind", "sync_type", "text", "domain", "path",
+        "source", "symbol", "module", "state", "metric",
     }
+    real = {"value", "power_w", "energy_j", "sm_clock_mhz"}
     return pd.DataFrame(
-        {c: pd.Series(dtype="object" if c in text else "int64") for c in columns}
+        {c: pd.Series(dtype="object" if c in text else "float64" if c in real else "int64") for c in columns}
     )

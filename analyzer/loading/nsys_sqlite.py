@@ -77,6 +77,19 @@ NVTX_MARK, NVTX_PUSHPOP, NVTX_STARTEND, NVTX_DOMAIN_CREATE = 34, 59, 60, 75
 
 # nsys ENUM_NSYS_EVENT_CLASS ids for CUPTI_ACTIVITY_KIND_RUNTIME.eventClass
 EVENT_CLASS_DRIVER = 1
+#: "CUDA backtrace", "... start", "... finish" (nsys 2025.3's ENUM_NSYS_EVENT_CLASS), used when the
+#: export has no enum table
+EVENT_CLASS_BACKTRACE = frozenset({67, 68, 69})
+
+
+def backtrace_event_classes(reader: SqliteReader) -> frozenset[int]:
+    """Event classes of the runtime table's backtrace rows, from ``ENUM_NSYS_EVENT_CLASS`` when present."""
+    table = "ENUM_NSYS_EVENT_CLASS"
+    if reader.has(table) and {"id", "name"} <= set(reader.columns(table)):
+        found = {int(i) for i, name in reader.query(f'SELECT id, name FROM "{table}"')
+                 if i is not None and "BACKTRACE" in str(name).upper()}
+        return frozenset(found)
+    return EVENT_CLASS_BACKTRACE
 
 # Fallbacks when the export lacks the ENUM_* tables (2020.3): nsys's own numbering, identical in the
 # ENUM_CUDA_MEMCPY_OPER / ENUM_CUDA_MEM_KIND / ENUM_CUPTI_SYNC_TYPE tables of 2022.4 and 2023.1 exports.
@@ -367,9 +380,9 @@ class _Loader:
             jobs[name] = lambda: r.fetch_ints(table, cols, where=where, narrow=NARROW_FETCH)
 
         add("k", KERNEL_TABLE, KERNEL_FETCH, "kernels")
-        add("rt", RUNTIME_TABLE, API_FETCH, "CUDA runtime API calls")
+        add("rt", RUNTIME_TABLE, API_FETCH, "CUDA runtime API calls", where=self._api_where(RUNTIME_TABLE))
         if r.has(DRIVER_TABLE):
-            add("dr", DRIVER_TABLE, API_FETCH, "CUDA driver API calls")
+            add("dr", DRIVER_TABLE, API_FETCH, "CUDA driver API calls", where=self._api_where(DRIVER_TABLE))
         # without an eventType column (not an export nsys writes) every row reads as a push/pop range
         nv_where = NVTX_WANTED if r.has_column(NVTX_TABLE, "eventType") else None
         add("nv", NVTX_TABLE, NVTX_FETCH, "NVTX events", where=nv_where)
@@ -445,6 +458,10 @@ class _Loader:
         self.say("reading GPUs, processes and threads")
         gpus = self._gpus()
         processes, threads = self._processes_threads(strings)
+        from analyzer.loading.nsys_signals import read_signals
+
+        signals, signal_extras = read_signals(r, strings, origin, api_name=strip_api_suffix,
+                                              devices=sorted(int(d) for d in gpus["device"]))
         info = TraceInfo(
             path=self.display_path,
             source_format=self.source_format,
@@ -458,11 +475,33 @@ class _Loader:
                                              gpus=gpus),
             utc_origin_ns=self._utc_origin(int(origin)),
         )
-        extras: dict[str, Any] = {"metadata": dict(schema.metadata)}
+        extras: dict[str, Any] = {"metadata": dict(schema.metadata), **signal_extras}
+        session = self._session_times()
+        if session:
+            extras["session_times"] = list(session)  # (local, UTC) wall-clock start: the machine's UTC offset
         if self.path != self.display_path:
             extras["sqlite_path"] = str(self.path)
         return Trace(info=info, kernels=kernels, memcpy=memcpy, memset=memset, api=api_frame,
-                     sync=sync, nvtx=nvtx, gpus=gpus, processes=processes, threads=threads, extras=extras)
+                     sync=sync, nvtx=nvtx, gpus=gpus, processes=processes, threads=threads, extras=extras,
+                     **signals)
+
+    def _api_where(self, table: str) -> str | None:
+        """Leave out the extra rows nsys writes for ``--cudabacktrace``: with it, every call that got a
+        stack appears twice in the runtime table, once as the call (its own event class) and once as a
+        "CUDA backtrace" row (same correlation id, the stack's ``callchainId``, a start ~0.1 us earlier).
+        Counting both would double the call counts; the stacks are read by ``nsys_signals``."""
+        if not self.r.has(table) or not self.r.has_column(table, "eventClass"):
+            return None
+        classes = backtrace_event_classes(self.r)
+        return f'"eventClass" NOT IN ({", ".join(str(c) for c in sorted(classes))})' if classes else None
+
+    def _session_times(self) -> tuple[str, str] | None:
+        table = "TARGET_INFO_SESSION_START_TIME"
+        if self.r.has(table) and {"localTime", "utcTime"} <= set(self.r.columns(table)):
+            row = self.r.query(f'SELECT localTime, utcTime FROM "{table}" LIMIT 1')
+            if row and row[0][0] and row[0][1]:
+                return str(row[0][0]), str(row[0][1])
+        return None
 
     # -- API calls --------------------------------------------------------------------------------------
     @staticmethod
@@ -479,22 +518,21 @@ class _Loader:
         return out
 
     def _utc_origin(self, origin: int) -> int | None:
-        """UTC time of trace-relative t = 0: the session start's wall-clock time
-        (``TARGET_INFO_SESSION_START_TIME.utcEpochNs``) moved by ``origin - ANALYSIS_DETAILS.startTime``.
-        None when the export lacks either (then traces of different sessions share no clock)."""
+        """UTC time of trace-relative t = 0: the session's UTC start (``TARGET_INFO_SESSION_START_TIME.
+        utcEpochNs``) plus the origin on the session clock, which counts from that start (or the origin
+        itself when the export's timestamps are UTC already, ``--ts-normalize``). Checked against an NVML
+        power log recorded beside the run: the GPU's power rises within 0.3 s of the first kernel.
+        None when the export lacks the session start (then traces of different sessions share no clock)."""
+        if origin > 10**17:
+            return int(origin)
         r = self.r
-        if not (r.has("TARGET_INFO_SESSION_START_TIME") and r.has("ANALYSIS_DETAILS")):
+        if not r.has("TARGET_INFO_SESSION_START_TIME") \
+                or "utcEpochNs" not in r.columns("TARGET_INFO_SESSION_START_TIME"):
             return None
-        if "utcEpochNs" not in r.columns("TARGET_INFO_SESSION_START_TIME") \
-                or "startTime" not in r.columns("ANALYSIS_DETAILS"):
+        row = r.query("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1")
+        if not row or row[0][0] is None:
             return None
-        utc = r.query("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1")
-        start = r.query("SELECT startTime FROM ANALYSIS_DETAILS LIMIT 1")
-        if not utc or not start or utc[0][0] is None or start[0][0] is None:
-            return None
-        if origin > 10**17:  # timestamps already UTC (--ts-normalize): t = 0 is the origin itself
-            return origin
-        return int(utc[0][0]) + (origin - int(start[0][0]))
+        return int(row[0][0]) + int(origin)
 
     # -- time base --------------------------------------------------------------------------------------
     def _time_base(self, schema: Schema, tables: list[dict[str, np.ndarray]],

@@ -101,6 +101,14 @@ def _section(s: TraceSection) -> dict[str, Any]:
     }
     if s.phases is not None:
         overview["phases"] = {**(_records(s.phases) or {}), "caption": s.phases.caption}
+    if s.signals is not None:
+        overview["signals"] = {
+            "code_locations": _records(s.signals.code_locations),
+            "gpu_metrics": _records(s.signals.gpu_metrics),
+            "energy": _records(s.signals.energy),
+            "energy_steps": _records(s.signals.energy_steps),
+            "notes": list(s.signals.notes),
+        }
     if s.ncu is not None:
         overview["ncu"] = _records(s.ncu)
         if s.ncu_rules is not None:

@@ -229,6 +229,14 @@ def _section(s: TraceSection, level: _Level, multi: bool) -> list[str]:
         lines += [f"<details>\n<summary>{plural(len(s.not_applicable), 'rule')} not applicable: "
                   f"{html_text(s.not_applicable_reason)}</summary>", "",
                   ", ".join(md_text(r) for r in s.not_applicable), "", "</details>", ""]
+    if s.signals is not None:
+        sig = s.signals
+        lines += ["> " + md_text(n, 400) for n in sig.notes] + ([""] if sig.notes else [])
+        for title, table in (("Where the CUDA calls come from", sig.code_locations),
+                             ("Measured GPU activity", sig.gpu_metrics), ("Energy", sig.energy)):
+            if table is not None and table.rows:
+                lines += ["<details>", f"<summary>{title}</summary>", ""]
+                lines += _table(table, max(level.overview_rows, 5)) + ["", "</details>", ""]
     if level.overview_rows:
         if s.ncu is not None and s.kind == "ncu":
             lines += ["<details>", "<summary>Nsight Compute: per-kernel metrics</summary>", ""]

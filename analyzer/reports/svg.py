@@ -83,6 +83,29 @@ def nice_step(span: float, target: int) -> float:
 # ---------------------------------------------------------------------------------------------------
 
 
+def _metric_line(values: tuple, series: object, colour: str, what: str, x_of: object, y: float, bar_h: float,
+                 t0: int) -> list[str]:
+    """A measured GPU metric (0..1 per bin, None: no sample) as polylines over the bars."""
+    out: list[str] = []
+    run: list[str] = []
+    starts, ends = series.bin_start, series.bin_end  # type: ignore[attr-defined]
+    for a, b, v in zip(starts, ends, values):
+        if v is None:
+            if len(run) > 1:
+                out.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.6" points="{" ".join(run)}"/>')
+            run = []
+            continue
+        xm = (x_of(a) + x_of(b)) / 2  # type: ignore[operator]
+        run.append(f"{_n(xm)},{_n(y + bar_h * (1 - min(max(v, 0.0), 1.0)))}")
+    if len(run) > 1:
+        out.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.6" points="{" ".join(run)}"/>')
+    if out:
+        mean = sum(v for v in values if v is not None) / max(1, sum(1 for v in values if v is not None))
+        out.insert(0, f"<g class=\"metric\"><title>{esc(f'{what} (measured GPU metric), mean {fmt_share(mean)}')}</title>")
+        out.append("</g>")
+    return out
+
+
 def utilization_svg(chart: UtilizationChart, width: float = 960.0) -> Markup:
     """Busy share per time bin per device (bars), idle gaps (marks under each device) and lanes of
     top-level NVTX ranges, over a shared time axis relative to the window start."""
@@ -112,6 +135,8 @@ def utilization_svg(chart: UtilizationChart, width: float = 960.0) -> Markup:
             tip = f"{s.label}: {fmt_duration(a - chart.start_ns)} to {fmt_duration(b - chart.start_ns)}, " \
                   f"{fmt_share(u)} busy"
             body.append(_rect(x0, y + bar_h - h, max(x1 - x0 - 0.3, 0.6), h, BLUE, title=tip, cls="bar"))
+        for values, colour, what in ((s.sm_active, GREEN, "SMs active"), (s.tensor_active, ORANGE, "tensor pipes active")):
+            body += _metric_line(values, s, colour, what, x_of, y, bar_h, chart.start_ns)
         gy = y + bar_h + 3
         body.append(_rect(left, gy, plot_w, gap_h, "#f6f8fa"))
         for g in s.gaps:

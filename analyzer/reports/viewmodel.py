@@ -14,7 +14,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 import numpy as np
 import pandas as pd
@@ -140,6 +140,9 @@ class UtilSeries:
     bin_end: tuple[int, ...]
     util: tuple[float, ...]  # 0..1 (concurrent work can exceed 1; charts clamp)
     gaps: tuple[Span, ...] = ()  # idle gaps on this device (longest first, capped)
+    # measured GPU metrics on the same bins (0..1 of SMs / of tensor peak; None: no sample), or empty
+    sm_active: tuple[float | None, ...] = ()
+    tensor_active: tuple[float | None, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -302,6 +305,17 @@ class GapSummary:
 
 
 @dataclass(frozen=True)
+class SignalsView:
+    """What the trace recorded beyond the kernel timeline: call stacks, GPU metrics, power."""
+
+    code_locations: Table | None = None  # per call site: kind, location, calls, API time
+    gpu_metrics: Table | None = None  # per device: SM / tensor activity, DRAM, PCIe
+    energy: Table | None = None  # per device: energy, power, per step
+    energy_steps: Table | None = None
+    notes: tuple[str, ...] = ()  # what was not recorded (and how to record it), what could not be used
+
+
+@dataclass(frozen=True)
 class TraceSection:
     index: int
     anchor: str  # section id, "trace-1"
@@ -318,6 +332,7 @@ class TraceSection:
     phases: Table | None = None
     ncu: Table | None = None
     roofline: RooflineChart | None = None
+    signals: SignalsView | None = None
     notes: tuple[str, ...] = ()  # sections omitted and why
     baseline: dict[str, Any] | None = field(default=None, compare=False, repr=False)  # what a diff reads (JSON)
     not_checked: tuple[NotCheckedView, ...] = ()  # rules not run: the trace lacks data they need
@@ -717,6 +732,7 @@ def _utilization(analysis: Analysis, names: dict[int, str], limits: Limits) -> U
                 Span(int(a), int(b), f"idle {fmt_duration(int(d))}")
                 for a, b, d in zip(g["start"].tolist(), g["end"].tolist(), g["duration"].tolist())
             )
+        sm, tensor = _metric_lines(analysis, dev, s, e)
         series.append(
             UtilSeries(
                 device=dev,
@@ -725,6 +741,8 @@ def _utilization(analysis: Analysis, names: dict[int, str], limits: Limits) -> U
                 bin_end=tuple(int(x) for x in e),
                 util=tuple(float(f"{x:.4f}") for x in u),
                 gaps=dev_gaps,
+                sm_active=sm,
+                tensor_active=tensor,
             )
         )
     return UtilizationChart(
@@ -746,6 +764,98 @@ def _longest(keys: pd.DataFrame, by: list[str], ascending: list[bool], k: int) -
         threshold = np.partition(d, len(d) - k)[len(d) - k]  # the k-th longest
         keys = keys.iloc[np.flatnonzero(d >= threshold)]  # ties included, original order kept
     return keys.sort_values(by, ascending=ascending, kind="stable").index[:k]
+def _metric_lines(analysis: Analysis, device: int, starts: np.ndarray,
+                  ends: np.ndarray) -> tuple[tuple[float | None, ...], tuple[float | None, ...]]:
+    """Mean SM-active and tensor-active share (0..1) of the samples in each chart bin; ``()`` when the
+    trace has no GPU metrics for ``device``."""
+    gm = analysis.trace.gpu_metrics
+    if gm.empty or not len(starts):
+        return (), ()
+    mine = gm.loc[gm["device"].to_numpy() == device]
+    if mine.empty:
+        return (), ()
+    metric = mine["metric"].astype(str).to_numpy()
+    edges = np.r_[starts, ends[-1:]]
+    out = []
+    for name in ("sm_active", "tensor_active"):
+        sel = metric == name
+        t = mine["start"].to_numpy()[sel]
+        v = mine["value"].to_numpy(dtype="float64")[sel]
+        idx = np.searchsorted(edges, t, side="right") - 1
+        ok = (idx >= 0) & (idx < len(starts))
+        sums = np.bincount(idx[ok], weights=v[ok], minlength=len(starts))
+        counts = np.bincount(idx[ok], minlength=len(starts))
+        out.append(tuple(float(f"{sums[i] / counts[i] / 100:.4f}") if counts[i] else None
+                         for i in range(len(starts))))
+    return out[0], out[1]
+
+
+def _signals(analysis: Analysis, limits: Limits) -> SignalsView | None:
+    """Code locations, GPU metrics and energy, with notes on what the trace lacks; None when there is
+    nothing to show or say."""
+    from analyzer.facts.stacks import RECORD_HINT
+
+    trace = analysis.trace
+    notes: list[str] = [str(n) for n in cast("Iterable[object]", trace.extras.get("notes", ()))]
+    parts: dict[str, Any] = {}
+    locs = _optional_fact(analysis, "code_locations")
+    if locs is not None and len(locs):
+        cols: tuple[Column, ...] = (Column("kind", "Kind", "text"),
+                Column("code_location", "Code location", "code"),
+                Column("name", "CUDA API", "code"), Column("calls", "Calls", "int"),
+                Column("api_ns", "API time", "ns"), Column("nvtx_path", "NVTX range", "code"))
+        parts["code_locations"] = _table(locs, cols, limits.top_kernels, limits.cell_chars,
+                                         "CUDA API calls in the window by the code that made them, most "
+                                         "time first")
+    elif trace.api_stacks.empty and any(f.rule in _CALL_SITE_RULES for f in analysis.findings):
+        notes.append(f"Code locations: this trace has no call stacks; {RECORD_HINT}.")
+    act = _optional_fact(analysis, "sm_activity")
+    if act is not None and len(act):
+        cols = (Column("device", "GPU", "int"), Column("samples", "Samples", "int"),
+                Column("kernel_share", "Kernels running", "share"),
+                Column("sm_active_busy", "SMs active while kernels ran", "pct"),
+                Column("tensor_active_gemm", "Tensor pipes active while GEMMs ran", "pct"),
+                Column("dram_read", "DRAM read", "pct"), Column("dram_write", "DRAM write", "pct"),
+                Column("pcie_rx", "PCIe RX", "pct"), Column("pcie_tx", "PCIe TX", "pct"))
+        parts["gpu_metrics"] = _table(act, cols, limits.devices, limits.cell_chars,
+                                      "sampled GPU metrics over the window (% of peak)")
+    unmapped = cast("list[str] | None", trace.extras.get("gpu_metrics_unmapped"))
+    if unmapped and (act is None or not len(act) or act["sm_active"].isna().all()):
+        notes.append("GPU metrics: none of this trace's metric names means SM activity to the analyzer "
+                     f"({len(unmapped)} names, e.g. " + ", ".join(str(u) for u in list(unmapped)[:4])
+                     + "); the SM-activity rules did not run")
+    energy = _optional_fact(analysis, "energy")
+    if energy is not None and len(energy):
+        cols = (Column("device", "GPU", "int"), Column("source", "Measured by", "text"),
+                Column("energy_j", "Energy (J)", "float"), Column("avg_power_w", "Mean power (W)", "float"),
+                Column("steps", "Steps", "int"), Column("energy_per_step_j", "Energy per step (J)", "float"),
+                Column("resolution_ns", "Resolution", "ns"))
+        parts["energy"] = _table(energy, cols, limits.devices, limits.cell_chars, "over the analysis window")
+        steps = _optional_fact(analysis, "energy_steps")
+        if steps is not None and len(steps):
+            scol = (Column("device", "GPU", "int"), Column("step", "Step", "code"),
+                    Column("energy_j", "Energy (J)", "float"), Column("avg_power_w", "Mean power (W)", "float"))
+            parts["energy_steps"] = _table(steps, scol, limits.phase_rows, limits.cell_chars)
+        for _, row in energy.iterrows():
+            if row["source"] == "power readings" and row["window_ns"] < 5e9:
+                notes.append(f"GPU {int(row['device'])}: the power log has power readings only (nvidia-smi "
+                             "power.draw averages about the last second), which lag a window of "
+                             f"{row['window_ns'] / 1e9:.2f} s; log the energy counter (NVML "
+                             "nvmlDeviceGetTotalEnergyConsumption) for short windows.")
+            if not row["per_step_measured"] and row["steps"]:
+                notes.append(f"GPU {int(row['device'])}: steps of {row['step_ns'] / 1e6:.1f} ms are shorter "
+                             f"than twice the power log's resolution ({row['resolution_ns'] / 1e6:.0f} ms): "
+                             "energy per step is the window's energy divided by the steps.")
+    elif not trace.power.empty:
+        notes.append("Energy: the power log does not cover the analysis window.")
+    if not parts and not notes:
+        return None
+    return SignalsView(notes=tuple(notes), **parts)
+
+
+#: rules whose findings point at CUDA API calls (their call sites need stacks)
+_CALL_SITE_RULES = frozenset({"host-sync-in-loop", "sync-memcpy", "pageable-memcpy", "alloc-in-loop",
+                              "tiny-kernels", "gpu-idle-gaps"})
 
 
 def _nvtx_lanes(analysis: Analysis, limits: Limits) -> tuple[NvtxLane, ...]:
@@ -1120,6 +1230,11 @@ def _section(analysis: Analysis, index: int, multi: bool, limits: Limits) -> Tra
     if skipped:
         parts["not_applicable"] = tuple(name for name, _ in skipped)
         parts["not_applicable_reason"] = skipped[0][1]
+
+    def signals() -> None:
+        parts["signals"] = _signals(analysis, limits)
+
+    attempt("Call stacks, GPU metrics and power", signals)
     return TraceSection(
         kind="ncu" if ncu_only else "nsys",
         index=index,

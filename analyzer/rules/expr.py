@@ -57,6 +57,7 @@ AGGREGATES: dict[str, tuple[int, int]] = {
     "share": (1, 1),
     "nunique": (1, 1),
     "first": (1, 1),
+    "top": (1, 1),
 }
 _ELEMENTWISE: dict[str, tuple[int, Callable[..., Any]]] = {
     "abs": (1, np.abs),
@@ -524,6 +525,13 @@ def _aggregate(name: str, values: Any, q: float, env: Env) -> pd.Series:
         values = pd.Series(np.full(len(codes), values))
     if name in ("any", "all", "share"):
         values = values.fillna(False).astype(bool)
+    if name == "top":  # the most frequent non-empty value ("" when none), ties to the first seen
+        texts = values.astype(object).where(values.notna(), "").astype(str)
+        frame = pd.DataFrame({"g": codes, "v": texts.to_numpy()})
+        frame = frame[frame["v"] != ""]
+        counts = frame.groupby(["g", "v"], sort=False).size().reset_index(name="n")
+        best = counts.sort_values("n", ascending=False, kind="stable").drop_duplicates("g")
+        return pd.Series(best.set_index("g")["v"]).reindex(range(ngroups), fill_value="").reset_index(drop=True)
     grouped = values.groupby(codes)
     if name == "p":
         result = grouped.quantile(q)

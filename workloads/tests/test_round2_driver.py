@@ -97,9 +97,10 @@ def test_nsys_flags_for_call_stacks_and_gpu_metrics() -> None:
 
 
 def test_profile_refuses_nsys_flags_with_other_tools(tmp_path: Path) -> None:
-    proc = _run(["workloads", "profile", "healthy", "--tool", "torch", "--backtrace", "--out",
+    proc = _run(["workloads", "profile", "healthy", "--tool", "torch", "--gpu-metrics", "--out",
                  str(tmp_path), "--size", "smoke"])
-    assert proc.returncode == 2 and "need --tool nsys" in proc.stderr
+    assert proc.returncode == 2 and "--gpu-metrics needs --tool nsys" in proc.stderr
+    assert driver.torch_env(tmp_path, "x", gzip=False, stack=True)["WORKLOADS_TORCH_STACK"] == "1"
 
 
 def test_power_sampler_without_nvml_fails_in_one_line(tmp_path: Path) -> None:

@@ -190,7 +190,8 @@ def test_json_shape():
     assert list(t) == ["info", "window", "summary", "findings", "findings_total", "overview", "notes", "baseline"]
     assert list(t["baseline"]) == ["steps", "totals", "phases", "kernels", "categories", "copies", "rules",
                                   "findings"]
-    assert list(t["overview"]) == ["categories", "top_kernels", "nvtx", "gaps", "phases", "ncu", "roofline"]
+    assert list(t["overview"]) == ["categories", "top_kernels", "nvtx", "gaps", "phases", "signals", "ncu",
+                                   "roofline"]
     f = t["findings"][0]
     assert f["key"] == "gpu-idle-gaps-0" and f["severity"] == "error"
     assert f["evidence"]["total_rows"] == 40 and len(f["evidence"]["rows"]) == 20
