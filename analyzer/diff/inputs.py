@@ -38,7 +38,7 @@ def read_report(path: Path) -> Any:
             raise InputError(path, f"is {size >> 20} MiB, too large for a JSON report of this analyzer",
                              hint="give the trace itself or the JSON written by 'analyze TRACE --format json'")
         with open(path, "rb") as fh:
-            return json.loads(fh.read().decode("utf-8"))
+            return json.loads(fh.read().decode("utf-8-sig"))  # a byte-order mark (PowerShell, Notepad) is fine
     except UnicodeDecodeError:
         raise ReportFormatError(path, "is not UTF-8 text", hint="give the JSON written by 'analyze --format json'") \
             from None

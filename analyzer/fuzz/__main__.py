@@ -18,7 +18,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-HARNESSES = ("nsys", "ncu", "rules", "kineto")
+HARNESSES = ("nsys", "ncu", "rules", "kineto", "diff")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,6 +31,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="print the Markdown table of every run kept in --out (for docs/robustness.md)")
     parser.add_argument("--jobs", type=int, default=1,
                         help="processes per harness, seeds SEED..SEED+JOBS-1, cases split between them")
+    parser.add_argument("--max-seconds", type=float, default=None,
+                        help="start no case after this many seconds (a long run on a lent machine ends in time "
+                             "and keeps every finished case)")
     args = parser.parse_args(argv)
     names = HARNESSES if not args.harness or "all" in args.harness else tuple(args.harness)
     if args.summary:
@@ -40,10 +43,13 @@ def main(argv: list[str] | None = None) -> int:
         return _parallel(names, args)
     from analyzer.fuzz.harness import Stats
 
+    deadline = None if args.max_seconds is None else time.time() + args.max_seconds
     failed = False
     for name in names:
         module = importlib.import_module(f"analyzer.fuzz.{name}")
-        stats = Stats(name, seed=args.seed, checkpoint=args.out / f"fuzz-{name}-seed{args.seed}.json")
+        stats = Stats(name, seed=args.seed, checkpoint=args.out / f"fuzz-{name}-seed{args.seed}.json",
+                      deadline=deadline)
+        stats.extra["environment"] = _environment()
         started = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix=f"fuzz-{name}-") as work:
             try:
@@ -64,6 +70,20 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if failed else 0
 
 
+def _environment() -> dict[str, str]:
+    """Python and library versions of a run: hypothesis draws other cases for a seed in another version."""
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    env = {"python": platform.python_version(), "machine": platform.machine()}
+    for dist in ("hypothesis", "pandas", "numpy", "pyarrow", "adbc-driver-sqlite", "msgspec", "google-re2"):
+        try:
+            env[dist] = version(dist)
+        except PackageNotFoundError:
+            env[dist] = "missing"
+    return env
+
+
 def _parallel(names: tuple[str, ...], args: argparse.Namespace) -> int:
     """One process per seed and harness, ``args.jobs`` at a time."""
     import subprocess
@@ -71,8 +91,9 @@ def _parallel(names: tuple[str, ...], args: argparse.Namespace) -> int:
     per_job = -(-args.cases // args.jobs)
     failed = False
     for name in names:
+        limit = [] if args.max_seconds is None else ["--max-seconds", str(args.max_seconds)]
         procs = [subprocess.Popen([sys.executable, "-m", "analyzer.fuzz", "--harness", name, "--cases",
-                                   str(per_job), "--seed", str(args.seed + i), "--out", str(args.out)])
+                                   str(per_job), "--seed", str(args.seed + i), "--out", str(args.out), *limit])
                  for i in range(args.jobs)]
         failed |= any(p.wait() != 0 for p in procs)
     _totals(args.out)

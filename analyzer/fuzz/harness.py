@@ -130,6 +130,17 @@ class Stats:
     extra: dict[str, Any] = field(default_factory=dict)
     #: where to write the numbers every 100 cases (a long run that is stopped still leaves them)
     checkpoint: Path | None = None
+    #: ``time.time()`` after which no further case starts (``--max-seconds``): hypothesis still walks
+    #: through its remaining examples, but each returns at once and is not counted
+    deadline: float | None = None
+
+    def out_of_time(self) -> bool:
+        import time as _time
+
+        if self.deadline is None or _time.time() < self.deadline:
+            return False
+        self.extra["stopped_at_deadline"] = True
+        return True
 
     def record(self, outcome: Outcome, names: Iterable[str] = ()) -> None:
         self.cases += 1

@@ -406,6 +406,8 @@ def run_cases(n: int, seed: int, workdir: Path, *, stats: Any = None, derandomiz
               suppress_health_check=list(HealthCheck))
     @given(st.data())
     def one(data: Any) -> None:
+        if stats.out_of_time():
+            return
         base = data.draw(st.sampled_from(bases), label="base")
         mutations = data.draw(strategies[base], label="mutations")
         outcome, applied = runner.case(base, mutations, stats.cases)

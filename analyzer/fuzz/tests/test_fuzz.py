@@ -8,14 +8,14 @@ import pytest
 
 pytest.importorskip("hypothesis")
 
-from analyzer.fuzz import kineto, ncu, nsys, rules  # noqa: E402
+from analyzer.fuzz import diff, kineto, ncu, nsys, rules  # noqa: E402
 from analyzer.fuzz.harness import Stats  # noqa: E402
 
 # cases per harness in `make test`: about a minute in all on one core
-CASES = {"nsys": 12, "ncu": 20, "rules": 40, "kineto": 12}
+CASES = {"nsys": 12, "ncu": 20, "rules": 40, "kineto": 12, "diff": 20}
 
 
-@pytest.mark.parametrize("harness", [nsys, ncu, rules, kineto], ids=["nsys", "ncu", "rules", "kineto"])
+@pytest.mark.parametrize("harness", [nsys, ncu, rules, kineto, diff], ids=["nsys", "ncu", "rules", "kineto", "diff"])
 def test_seeded_fuzz_cases(harness, tmp_path):
     name = harness.__name__.rsplit(".", 1)[-1]
     if name == "nsys" and not nsys.base_traces():
@@ -78,3 +78,22 @@ def test_string_ids_far_beyond_the_row_count(nsys_runner, value):
     outcome, _ = nsys_runner.case(real_trace("alloc_churn_fixed"), [nsys.Mutation("set", "StringIds", "id", value,
                                                                                    "last")])
     assert outcome.rc in (0, 1) and outcome.rss_mb < 2048
+
+
+@pytest.fixture(scope="module")
+def diff_runner(tmp_path_factory):
+    return diff.Runner(tmp_path_factory.mktemp("diff"))
+
+
+def test_diff_reads_a_report_with_a_byte_order_mark(diff_runner):
+    """A JSON report saved with a UTF-8 byte-order mark (PowerShell's Out-File, Notepad) was refused as
+    'not valid JSON (Unexpected UTF-8 BOM)' although it was recognised as a report."""
+    outcome = diff_runner.case([([], ("bom", 0.0)), ([], None)])
+    assert outcome.rc == 0, outcome.stderr
+
+
+def test_diff_mutations_reach_the_comparison(diff_runner):
+    """Damage a diff can still read (a kernel row duplicated, a phase list reversed) is compared, not refused."""
+    outcome = diff_runner.case([([diff.ReportMutation("duplicate", 0)], None),
+                                ([diff.ReportMutation("reverse", 3)], None)])
+    assert outcome.rc in (0, 1), outcome.stderr
