@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.jobs > 1:
         return _parallel(names, args)
-    from analyzer.fuzz.harness import Stats
+    from analyzer.fuzz.harness import OutOfTime, Stats
 
     deadline = None if args.max_seconds is None else time.time() + args.max_seconds
     failed = False
@@ -54,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix=f"fuzz-{name}-") as work:
             try:
                 module.run_cases(args.cases, args.seed, Path(work), stats=stats)
+            except OutOfTime:
+                pass
             except Exception as exc:  # noqa: BLE001 - a failure found: report it, go on with the next harness
                 failed = True
                 stats.failures.append(f"{type(exc).__name__}: {exc}")

@@ -239,8 +239,7 @@ def run_cases(n: int, seed: int, workdir: Path, *, stats: Any = None, derandomiz
               suppress_health_check=list(HealthCheck))
     @given(side_strategy(), side_strategy())
     def one(base: Any, head: Any) -> None:
-        if stats.out_of_time():
-            return
+        stats.stop_if_out_of_time()
         outcome = runner.case([base, head], stats.cases)
         stats.record(outcome, names=["base-damaged.json", "head-damaged.json"])
 

@@ -24,6 +24,11 @@ CASE_CPU_S = 30.0
 MAX_RSS_MB = 3072
 
 
+class OutOfTime(BaseException):
+    """A run's ``--max-seconds`` are spent. A BaseException, so hypothesis ends the run at once instead of
+    taking it for a failure to shrink; :mod:`analyzer.fuzz.__main__` catches it."""
+
+
 class FuzzFailure(AssertionError):
     """A case ended in a way the product promises never happens."""
 
@@ -130,17 +135,16 @@ class Stats:
     extra: dict[str, Any] = field(default_factory=dict)
     #: where to write the numbers every 100 cases (a long run that is stopped still leaves them)
     checkpoint: Path | None = None
-    #: ``time.time()`` after which no further case starts (``--max-seconds``): hypothesis still walks
-    #: through its remaining examples, but each returns at once and is not counted
+    #: ``time.time()`` after which no further case starts (``--max-seconds``)
     deadline: float | None = None
 
-    def out_of_time(self) -> bool:
+    def stop_if_out_of_time(self) -> None:
+        """Raise :class:`OutOfTime` once the deadline has passed (called before each case)."""
         import time as _time
 
-        if self.deadline is None or _time.time() < self.deadline:
-            return False
-        self.extra["stopped_at_deadline"] = True
-        return True
+        if self.deadline is not None and _time.time() >= self.deadline:
+            self.extra["stopped_at_deadline"] = True
+            raise OutOfTime
 
     def record(self, outcome: Outcome, names: Iterable[str] = ()) -> None:
         self.cases += 1

@@ -298,8 +298,7 @@ def run_cases(n: int, seed: int, workdir: Path, *, stats: Any = None, derandomiz
               suppress_health_check=list(HealthCheck))
     @given(st.sampled_from(bases), st.lists(mutation_strategy(), min_size=1, max_size=4))
     def one(base: Path, mutations: list[CsvMutation]) -> None:
-        if stats.out_of_time():
-            return
+        stats.stop_if_out_of_time()
         outcome = runner.case(base, mutations, stats.cases)
         stats.record(outcome, names=[f"{base.name.removesuffix('.csv')}-damaged.csv"])
 

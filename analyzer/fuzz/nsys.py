@@ -406,8 +406,7 @@ def run_cases(n: int, seed: int, workdir: Path, *, stats: Any = None, derandomiz
               suppress_health_check=list(HealthCheck))
     @given(st.data())
     def one(data: Any) -> None:
-        if stats.out_of_time():
-            return
+        stats.stop_if_out_of_time()
         base = data.draw(st.sampled_from(bases), label="base")
         mutations = data.draw(strategies[base], label="mutations")
         outcome, applied = runner.case(base, mutations, stats.cases)

@@ -321,8 +321,7 @@ def run_cases(n: int, seed: int, workdir: Path, *, stats: Any = None, derandomiz
               suppress_health_check=list(HealthCheck))
     @given(st.data())
     def one(data: Any) -> None:
-        if stats.out_of_time():
-            return
+        stats.stop_if_out_of_time()
         picked = data.draw(st.lists(st.sampled_from(range(len(rules))), min_size=1, max_size=3, unique=True),
                            label="rules")
         pack_rules = []
