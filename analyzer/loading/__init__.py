@@ -93,11 +93,12 @@ def _has_nsys_tables(path: Path) -> bool:
 
     try:
         conn = sqlite3.connect(sqlite_uri(path), uri=True)
+        conn.text_factory = lambda b: b.decode("utf-8", "replace")  # a damaged name is no nsys table name
         try:
             names = {r[0].lower() for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         finally:
             conn.close()
-    except sqlite3.DatabaseError:
+    except (sqlite3.DatabaseError, UnicodeDecodeError):  # sqlite3 decodes its error message, which can quote damaged bytes
         return True  # let the loader report the corruption precisely
     return any(t.lower() in names for t in NSYS_MARKER_TABLES)
 

@@ -413,8 +413,15 @@ def _comm_columns(g: _Group) -> dict[str, np.ndarray]:
 
 
 def _factorize(values: list[Any]) -> tuple[np.ndarray, np.ndarray]:
-    """Codes and distinct values (as str) of a list of JSON scalars."""
-    codes, uniq = pd.factorize(np.array(values, dtype=object), use_na_sentinel=False)
+    """Codes and distinct values (as str) of a list of JSON scalars; a list or object where a scalar
+    belongs (a damaged file) counts as missing."""
+    arr = np.empty(len(values), dtype=object)
+    arr[:] = values
+    try:
+        codes, uniq = pd.factorize(arr, use_na_sentinel=False)
+    except TypeError:  # unhashable: a JSON list or object
+        arr[:] = [None if isinstance(v, list | dict) else v for v in values]
+        codes, uniq = pd.factorize(arr, use_na_sentinel=False)
     names = np.empty(len(uniq), dtype=object)
     names[:] = [u if isinstance(u, str) else ("" if u is None else str(u)) for u in uniq]
     return codes, names

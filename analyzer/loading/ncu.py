@@ -832,17 +832,25 @@ def _dims(text: pd.Series) -> pd.DataFrame:
     return parts.apply(pd.to_numeric, errors="coerce")
 
 
+def _ncu_ids(text: pd.Series) -> pd.Series:
+    """ncu's ``ID`` column as float ids (``1,234`` grouping allowed); NaN where the cell is no whole number
+    that int64 holds exactly (text, ``1e400``, ``inf``, fractions)."""
+    ids = pd.to_numeric(text.astype(str).str.replace(",", "", regex=False), errors="coerce").astype("float64")
+    whole = np.isfinite(ids) & (ids == np.floor(ids)) & (ids.abs() <= 2.0**53)
+    return ids.where(whole)
+
+
 def _build(path: Path, fmt: str, ident: pd.DataFrame, long: pd.DataFrame, rules: pd.DataFrame) -> NcuReport:
     ident = ident.fillna("").copy()
-    ids = pd.to_numeric(ident["ncu_id"].astype(str).str.replace(",", "", regex=False), errors="coerce")
+    ids = _ncu_ids(ident["ncu_id"])
     if ids.isna().any():
         bad = ident.loc[ids.isna(), "ncu_id"].iloc[0]
-        raise InputError(path, f"ncu export has a non-numeric ID {bad!r}; the file looks corrupt")
+        raise InputError(path, f"ncu export has an ID that is not a kernel number ({bad!r}); the file looks corrupt")
     ident["id"] = ids.astype("int64")
     ident = ident.drop_duplicates("id").sort_values("id", kind="stable").reset_index(drop=True)
 
     long = long.copy()
-    long["id"] = pd.to_numeric(long["ncu_id"].astype(str).str.replace(",", "", regex=False), errors="coerce")
+    long["id"] = _ncu_ids(long["ncu_id"])
     long = long[long["id"].notna()]
     long["id"] = long["id"].astype("int64")
     value, base = parse_values(long["value"], long["unit"])
@@ -1094,7 +1102,9 @@ def _rules_frame(rules: pd.DataFrame, ident: pd.DataFrame) -> pd.DataFrame:
     if rules is None or rules.empty:
         return empty_ncu_frame(NCU_RULE_COLUMNS)
     r = rules.copy()
-    r["id"] = pd.to_numeric(r["ncu_id"].astype(str), errors="coerce").astype("int64")
+    r["id"] = _ncu_ids(r["ncu_id"])
+    r = r.loc[r["id"].notna()].copy()  # a rule row whose ID is damaged belongs to no kernel
+    r["id"] = r["id"].astype("int64")
     r["name"] = r["id"].map(ident.set_index("id")["name"]).fillna("")
     speed, _ = parse_values(r["speedup_pct"].astype(str))
     r["speedup_pct"] = speed

@@ -326,6 +326,34 @@ def _sync_label(enum_name: str) -> str:
 # ----------------------------------------------------------------------------------------------------
 # loading
 # ----------------------------------------------------------------------------------------------------
+#: device ids and GPU properties beyond this are damage, not hardware (and would overflow int64 math)
+_PROPERTY_MAX = 1 << 53
+
+
+def _int_or_none(value: Any) -> int | None:
+    """An integer cell as int; None for NULL, text that is no integer, blobs, NaN and absurd magnitudes."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = int(value.strip())
+        except ValueError:
+            return None
+    if isinstance(value, float):
+        if not value == value or abs(value) > _PROPERTY_MAX:
+            return None
+        value = int(value)
+    if not isinstance(value, int) or abs(value) > _PROPERTY_MAX:
+        return None
+    return value
+
+
+def _property(value: Any) -> int:
+    """A GPU property (count, size, rate) as a non-negative int; 0 (unknown) for anything else."""
+    v = _int_or_none(value)
+    return v if v is not None and v > 0 else 0
+
+
 def _pid(global_id: np.ndarray) -> np.ndarray:
     """nsys globalPid/globalTid -> OS pid: bits 24..47."""
     return np.where(global_id >= 0, (global_id >> 24) & 0xFFFFFF, -1)
@@ -594,7 +622,9 @@ class _Loader:
         names: dict[tuple[int, int], str] = {}
         if self.r.has("DomainStrings") and {"id", "domainName"} <= set(self.r.columns("DomainStrings")):
             for i, name in self.r.query("SELECT id, domainName FROM DomainStrings"):
-                names[(-1, int(i))] = str(name)
+                key = _int_or_none(i)
+                if key is not None:  # a NULL or text id names no domain
+                    names[(-1, key)] = str(name)
         create = np.flatnonzero(nv["event_type"] == NVTX_DOMAIN_CREATE)
         pids = _pid(nv["global_tid"][create])
         for p, d, text in zip(pids.tolist(), nv["domain_id"][create].tolist(), nv["text"][create].tolist()):
@@ -691,7 +721,8 @@ class _Loader:
                 present = {k: v for k, v in mapping.items() if v in cols}
                 sel = ", ".join(f'"{v}"' for v in present.values())
                 for row in r.query(f'SELECT "{dev_col}"{", " + sel if sel else ""} FROM TARGET_INFO_GPU'):
-                    dev = int(row[0]) if row[0] is not None else len(rows)
+                    dev = _int_or_none(row[0])
+                    dev = len(rows) if dev is None else dev
                     rows.setdefault(dev, {}).update(
                         {k: v for k, v in zip(present, row[1:]) if v is not None})
         rows = self._key_by_cuda_device(rows)
@@ -714,10 +745,13 @@ class _Loader:
                 for row in r.query(f'SELECT "deviceId", {sel} FROM TARGET_INFO_CUDA_GPU'):
                     vals = {k: v for k, v in zip(present, row[1:]) if v is not None}
                     if "_mem_mib" in vals:
-                        vals["memory_bytes"] = int(vals.pop("_mem_mib")) * 1024 * 1024
+                        vals["memory_bytes"] = _property(_property(vals.pop("_mem_mib")) * 1024 * 1024)
                     if "_clock_khz" in vals:
-                        vals["clock_hz"] = int(vals.pop("_clock_khz")) * 1000
-                    target = rows.setdefault(int(row[0]), {})
+                        vals["clock_hz"] = _property(_property(vals.pop("_clock_khz")) * 1000)
+                    device = _int_or_none(row[0])
+                    if device is None:  # a NULL or text deviceId: no device to describe
+                        continue
+                    target = rows.setdefault(device, {})
                     for key, v in vals.items():
                         if not target.get(key):
                             target[key] = v
@@ -732,11 +766,8 @@ class _Loader:
             rec["name"] = str(v.get("name") or "")
             for c in GPU_COLUMNS:
                 if c not in ("device", "name"):
-                    try:
-                        rec[c] = int(rec[c] or 0)
-                    except (TypeError, ValueError):
-                        rec[c] = 0
-            warps = int(v.get("_warps_per_sm") or 0)
+                    rec[c] = _property(rec[c])
+            warps = _property(v.get("_warps_per_sm"))
             if warps and not rec["max_threads_per_sm"]:
                 rec["max_threads_per_sm"] = warps * int(rec["threads_per_warp"] or 32)
             _fill_cc_limits(rec)
@@ -751,12 +782,13 @@ class _Loader:
         t = "TARGET_INFO_CUDA_DEVICE"
         if self.r.has(t) and {"gpuId", "cudaId"} <= set(self.r.columns(t)):
             for gpu, cuda in self.r.query(f'SELECT gpuId, cudaId FROM "{self.r.table(t)}"'):
+                gpu, cuda = _int_or_none(gpu), _int_or_none(cuda)
                 if gpu is not None and cuda is not None:
-                    cuda_of.setdefault(int(gpu), int(cuda))
+                    cuda_of.setdefault(gpu, cuda)
         out: dict[int, dict[str, Any]] = {}
         for gid, vals in rows.items():
-            cu = vals.pop("_cu_device", None)
-            key = cuda_of.get(gid, int(cu) if cu is not None else gid)
+            cu = _int_or_none(vals.pop("_cu_device", None))
+            key = cuda_of.get(gid, cu if cu is not None else gid)
             if key in out:  # ambiguous mapping: keep nsys ids
                 return {g: v for g, v in rows.items()}
             out[key] = vals

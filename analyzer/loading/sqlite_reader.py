@@ -105,6 +105,10 @@ class SqliteReader:
             self.conn.close()
             raise InputError(shown, f"SQLite file is unreadable or corrupt ({exc})",
                              hint="copy or export it again") from exc
+        except UnicodeDecodeError:  # sqlite3 decodes its error message, which quotes the damaged schema bytes
+            self.conn.close()
+            raise InputError(shown, "SQLite file is corrupt (its schema holds bytes that are not UTF-8)",
+                             hint="copy or export it again") from None
         self._lower: dict[str, str] = {}
         for (name,) in rows:
             self._lower[name.lower()] = name

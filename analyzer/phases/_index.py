@@ -364,7 +364,10 @@ def blocking_syncs(trace: Trace, ranges: pd.DataFrame | None = None,
             rest = sy.loc[keep]
             rg = ranges_only(trace.nvtx if ranges is None else ranges).reset_index(drop=True)
             pos = innermost_open(rg, rest["tid"].fillna(-1).to_numpy(np.int64), rest["start"].to_numpy(np.int64))
-            ids = np.where(pos >= 0, rg["range_id"].to_numpy(np.int64)[np.maximum(pos, 0)], -1)
+            range_ids = rg["range_id"].to_numpy(np.int64)
+            # a trace without NVTX ranges: no range to look up (indexing an empty array raised)
+            ids = (np.where(pos >= 0, range_ids[np.maximum(pos, 0)], -1) if len(range_ids)
+                   else np.full(len(rest), -1, np.int64))
             parts.append(pd.DataFrame({
                 "start": rest["start"].to_numpy(np.int64), "end": rest["end"].to_numpy(np.int64),
                 "pid": rest["pid"].fillna(-1).to_numpy(np.int64), "tid": rest["tid"].fillna(-1).to_numpy(np.int64),

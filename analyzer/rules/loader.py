@@ -584,6 +584,13 @@ class _Loader:
         for item in sort_list:
             sort.append((item.lstrip("-"), not item.startswith("-")))
         for key, names in (("columns", cols), ("sort", [c for c, _ in sort])):
+            twice = sorted({c for c in names if names.count(c) > 1})
+            if twice:
+                self.problem(f'{rid}.evidence.{key} names "{twice[0]}" more than once', file, raw.line_of(key), rid)
+                if key == "sort":
+                    sort = list({c: (c, a) for c, a in reversed(sort)}.values())[::-1]
+                else:
+                    cols = list(dict.fromkeys(cols))
             for column in names:
                 if column not in columns:
                     self.problem(f'unknown column "{column}" in {rid}.evidence.{key}', file, raw.line_of(key),
