@@ -400,14 +400,7 @@ def launch_stats(ctx: FactContext) -> pd.DataFrame:
     kk["tiny_ns"] = np.where(kk["tiny"], kk["duration"], 0)
     kk["delay"] = np.where(kk["api_start"] >= 0, kk["start"] - kk["api_start"], np.nan)
     if len(api):
-        launches = api.loc[is_launch_api(ctx.store), ["correlation_id", "pid", "duration"]]
-        launches = launches.rename(columns={"duration": "api_ns"})
-        if (kk["pid"] >= 0).any():
-            joined = kk.merge(launches.drop_duplicates(["pid", "correlation_id"]),
-                              on=["pid", "correlation_id"], how="left")
-        else:
-            joined = kk.merge(launches.drop(columns="pid").drop_duplicates("correlation_id"),
-                              on="correlation_id", how="left")
+        joined = kk.assign(api_ns=_launch_api_ns(api, is_launch_api(ctx.store), kk))
     else:
         joined = kk.assign(api_ns=np.nan)
     g = joined.groupby("device", sort=True)
@@ -423,6 +416,36 @@ def launch_stats(ctx: FactContext) -> pd.DataFrame:
     out["window_ns"] = w.duration_ns
     out["launch_rate"] = out["kernel_count"] / (w.duration_ns / 1e9) if w.duration_ns > 0 else np.nan
     return out[cols]
+
+
+def _launch_api_ns(api: pd.DataFrame, is_launch: np.ndarray, kk: pd.DataFrame) -> np.ndarray:
+    """Per kernel row of ``kk``: the duration of its launch call (the first launch API row of the same
+    process and correlation id; correlation id alone when no kernel knows its process), NaN when none:
+    a left merge on those keys, done as one int64 key per row and a hash lookup."""
+    by_pid = bool((kk["pid"] >= 0).any())
+    launches = api.loc[is_launch, ["correlation_id", "pid", "duration"]]
+    # a missing key never equals a kernel's (filled) one
+    launches = launches.dropna(subset=["pid", "correlation_id"] if by_pid else ["correlation_id"])
+    lcorr = launches["correlation_id"].to_numpy(np.int64)
+    kcorr = kk["correlation_id"].to_numpy(np.int64)
+    lpid = launches["pid"].fillna(-1).to_numpy(np.int64)
+    kpid = kk["pid"].to_numpy(np.int64)
+    if by_pid and not all(len(a) == 0 or (a.min() >= -1 and a.max() < 1 << 31) for a in (lpid, kpid)) or not all(
+            len(a) == 0 or (a.min() >= -1 and a.max() < 1 << 32) for a in (lcorr, kcorr)):
+        # keys that do not pack losslessly (not seen in real exports): the merge itself
+        on = ["pid", "correlation_id"] if by_pid else ["correlation_id"]
+        right = launches.rename(columns={"duration": "api_ns"})[[*on, "api_ns"]].drop_duplicates(on)
+        return kk[on].merge(right, on=on, how="left")["api_ns"].to_numpy(np.float64)
+    from analyzer.loading.attribution import correlation_key
+
+    lkey = correlation_key(lpid, lcorr) if by_pid else lcorr
+    kkey = correlation_key(kpid, kcorr) if by_pid else kcorr
+    first = ~pd.Series(lkey).duplicated().to_numpy()  # the merge after drop_duplicates keeps the first
+    pos = pd.Index(lkey[first]).get_indexer(kkey)
+    dur = launches["duration"].to_numpy()[first]
+    if len(dur) and (pos >= 0).all():  # every kernel matched: the merge keeps the column's dtype
+        return dur[pos]
+    return np.where(pos >= 0, dur.astype(np.float64)[np.maximum(pos, 0)] if len(dur) else np.nan, np.nan)
 
 
 def launch_stats_columns() -> tuple[str, ...]:

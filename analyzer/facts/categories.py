@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from analyzer.errors import InputError
-from analyzer.facts._util import factorize_objects, starts_in_window, text
+from analyzer.facts._util import factorize_objects, starts_in_window, text_codes
 from analyzer.facts.registry import FactContext, fact
 from analyzer.loading.model import KERNEL_COLUMNS
 from analyzer.saferegex import PatternError, UserPattern, compile_regex
@@ -68,21 +68,25 @@ def load_categories(path: str | Path | None = None) -> tuple[Category, ...]:
 
 def classify_names(names: pd.Series, short_names: pd.Series, table: tuple[Category, ...]) -> np.ndarray:
     """Category per row, matching each distinct (name, short name) pair once."""
-    name_codes, uniq_names = factorize_objects(text(names))
-    if len(name_codes) == 0:
+    if len(names) == 0:
         return np.empty(0, dtype=object)
-    # the short name of each distinct demangled name (its first occurrence)
-    first_row = pd.Series(np.arange(len(name_codes))).groupby(name_codes).first().to_numpy()
-    shorts = text(short_names).to_numpy()[first_row]
-    result = []
-    for name, short in zip(uniq_names, shorts):  # distinct kernel names only, never per launch
-        cat = OTHER
+    # a code per row over the distinct texts (a categorical column's own codes: no per-row strings),
+    # then one code per distinct text (two categories may read the same, e.g. missing and "")
+    row_codes, labels = text_codes(names)
+    label_codes, uniq_names = factorize_objects(labels)
+    name_codes = label_codes[row_codes]
+    # the short name of each distinct demangled name present (its first occurrence; hashed, not sorted)
+    first = pd.Series(name_codes).drop_duplicates()
+    present, first_row = first.to_numpy(), first.index.to_numpy()
+    short_codes, short_labels = text_codes(short_names)
+    shorts = short_labels[short_codes[first_row]]
+    result = np.full(len(uniq_names), OTHER, dtype=object)
+    for code, name, short in zip(present, uniq_names[present], shorts):  # distinct names, never per launch
         for c in table:
             if any(p.search(name) or p.search(short) for p in c.patterns):
-                cat = c.name
+                result[code] = c.name
                 break
-        result.append(cat)
-    return np.array(result, dtype=object)[name_codes]
+    return result[name_codes]
 
 
 def shorten_kernel_name(name: str, max_len: int = 80) -> str:

@@ -354,8 +354,11 @@ def blocking_syncs(trace: Trace, ranges: pd.DataFrame | None = None,
         # (pid, correlation id) packed in one int64 (a MultiIndex factorized two million API rows)
         mine = correlation_key(sy["pid"].fillna(-1).to_numpy(np.int64),
                                sy["correlation_id"].fillna(-1).to_numpy(np.int64))
-        known = pd.Series(mine).isin(correlation_key(api["pid"].to_numpy(np.int64),
-                                                     api["correlation_id"].to_numpy(np.int64))).to_numpy()
+        api_keys = correlation_key(api["pid"].to_numpy(np.int64), api["correlation_id"].to_numpy(np.int64))
+        # hash the few sync records' keys and probe the millions of calls (not the other way round),
+        # then test the records against the calls that matched
+        api_keys = api_keys[pd.Series(api_keys).isin(mine).to_numpy()]
+        known = pd.Series(mine).isin(api_keys).to_numpy()
         kinds = sy["sync_type"].astype(object).fillna("").to_numpy(object)
         keep = (kinds != "stream_wait_event") & ~known
         if keep.any():

@@ -4,13 +4,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
-
-import jinja2
+from typing import TYPE_CHECKING, Any
 
 from analyzer.errors import ParameterError, RuleError
 from analyzer.findings import Severity
 from analyzer.rules.expr import Expr, did_you_mean
+
+if TYPE_CHECKING:
+    from analyzer.rules.templates import MessageTemplate
 
 #: scope -> canonical group keys (also the names messages and group expressions read)
 SCOPES: dict[str, tuple[str, ...]] = {
@@ -156,7 +157,7 @@ class Rule:
     file: str = ""
     line: int = 0
     columns: tuple[str, ...] = ()  # source columns the rule reads (checked on the real frame)
-    template: jinja2.Template | None = field(default=None, compare=False, repr=False)
+    template: MessageTemplate | None = field(default=None, compare=False, repr=False)
     # trace capabilities (analyzer.loading.capabilities.CAPABILITIES) the rule needs: those its `needs:`
     # lists plus those the facts and columns its expressions read declare; on a trace lacking one the
     # rule is not run and the report says it is not available in this trace
