@@ -295,17 +295,23 @@ def _nvtx_steps(
     if cand.empty:
         return None
     texts = text(cand["text"])
-    parts = texts.str.extract(_STEM)
-    stem = parts["stem"].where(parts["stem"].notna(), texts).astype(object)
-    stem = stem.where(stem.str.len() > 0, texts)
+    # stems, numbers and known names worked out once per distinct text (ranges repeat every step),
+    # then spread to the rows
+    codes, uniq = factorize_objects(texts)
+    utexts = pd.Series(uniq, dtype=object)
+    parts = utexts.str.extract(_STEM)
+    stem = parts["stem"].where(parts["stem"].notna(), utexts).astype(object)
+    stem = stem.where(stem.str.len() > 0, utexts)
     num = pd.to_numeric(parts["num"], errors="coerce")
+    key = stem.str.lower()
+    known = key.str.replace(r"[\s#:.\-]+$", "", regex=True).isin(KNOWN_STEP_STEMS)
     df = pd.DataFrame({
-        "stem": stem.to_numpy(), "key": stem.str.lower().to_numpy(), "num": num.to_numpy(),
+        "stem": stem.to_numpy()[codes], "key": key.to_numpy()[codes], "num": num.to_numpy()[codes],
         "start": cand["start"].to_numpy(dtype=np.int64), "end": cand["end"].to_numpy(dtype=np.int64),
         "depth": column(cand, "depth", 0).fillna(0).to_numpy(dtype=np.int64), "text": texts.to_numpy(),
         "range_id": column(cand, "range_id", -1).fillna(-1).to_numpy(dtype=np.int64),
+        "known": known.to_numpy()[codes],
     }).sort_values(["stem", "start"], kind="stable", ignore_index=True)
-    df["known"] = df["key"].str.replace(r"[\s#:.\-]+$", "", regex=True).isin(KNOWN_STEP_STEMS)
     g = df.groupby("stem", sort=False)
     nxt_start = g["start"].shift(-1)
     nxt_num = g["num"].shift(-1)

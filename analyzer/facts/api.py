@@ -11,7 +11,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from analyzer.facts._util import column, factorize_objects, map_distinct, starts_in_window, text
+from analyzer.facts._util import column, factorize_objects, map_distinct, starts_in_window, text, text_codes
 from analyzer.facts.stacks import attach_locations
 from analyzer.facts.registry import FactContext, FactStore, fact
 
@@ -99,9 +99,10 @@ def api_base_codes(store: FactStore) -> tuple[np.ndarray, np.ndarray]:
     instead of twice per fact saved about a second on a million-kernel trace."""
 
     def compute() -> tuple[np.ndarray, np.ndarray]:
-        codes, uniques = factorize_objects(text(store.trace.api["name"]))
-        base = np.empty(len(uniques) + 1, dtype=object)  # + the missing-value slot, like map_distinct
-        base[:] = [_base_name(u) for u in uniques] + [None]
+        # the column's own dictionary codes when it has them (no per-row strings); missing -> ""
+        codes, labels = text_codes(store.trace.api["name"])
+        base = np.empty(len(labels) + 1, dtype=object)  # + the missing-value slot, like map_distinct
+        base[:] = [_base_name(u) for u in labels] + [None]
         return codes, base
 
     return store.memo("api_base_codes", compute)
@@ -166,10 +167,21 @@ _API_ROW = {
 def sync_calls(ctx: FactContext) -> pd.DataFrame:
     """CUDA API calls in the window that make the host wait for the device: explicit synchronization,
     synchronous copies/memsets, and asynchronous copies that pageable memory makes synchronous."""
-    codes, base = api_base_codes(ctx.store)
-    rows = sync_call_rows(ctx.trace.api, ctx.trace.memcpy, codes, base,
-                          window=(ctx.window.start_ns, ctx.window.end_ns))
+    rows = all_sync_call_rows(ctx.store)
+    st = rows["start"].to_numpy()
+    rows = rows.loc[(st >= ctx.window.start_ns) & (st < ctx.window.end_ns)].reset_index(drop=True)
     return attach_locations(rows, ctx.store)
+
+
+def all_sync_call_rows(store: FactStore) -> pd.DataFrame:
+    """:func:`sync_call_rows` of the whole trace, once per store (the ``sync_calls`` fact takes those
+    in its window, the phase index the blocking ones). Each row depends on its own call and copy
+    only, so the window's rows are these rows filtered by start. Callers must not modify it."""
+    def compute() -> pd.DataFrame:
+        codes, base = api_base_codes(store)
+        return sync_call_rows(store.trace.api, store.trace.memcpy, codes, base)
+
+    return store.memo("all_sync_call_rows", compute)
 
 
 def sync_call_rows(
@@ -191,14 +203,15 @@ def sync_call_rows(
         if codes is None or base is None:
             codes, uniques = factorize_objects(text(api["name"]))
             base = np.array([_base_name(u) for u in uniques] + [None], dtype=object)
-        label = np.array([_sync_kind(b) for b in base[:-1]] + [None], dtype=object)[codes]
-        keep = pd.notna(label)
+        label = np.array([_sync_kind(b) for b in base[:-1]] + [None], dtype=object)  # per distinct name
+        keep = pd.notna(label)[codes]
         if window is not None:
             st = api["start"].to_numpy()
             keep &= (st >= window[0]) & (st < window[1])
         rows = api.loc[keep].reset_index(drop=True)
-        rows["name"] = base[codes][keep]
-        labels = label[keep]
+        kept = codes[keep]
+        rows["name"] = base[kept]
+        labels = label[kept]
     api = rows
     kind = pd.Series(labels, index=api.index, dtype=object)
     # async copies touching pageable host memory are staged synchronously by the driver
