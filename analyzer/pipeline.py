@@ -136,17 +136,36 @@ def prepare(trace: Any, options: AnalysisOptions, *, ncu: Any = None, progress: 
     return FactStore(trace, window, fact_options)
 
 
+def _caused_by(err: BaseException, kind: type[BaseException]) -> bool:
+    seen: BaseException | None = err
+    for _ in range(8):
+        if seen is None:
+            return False
+        if isinstance(seen, kind):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def finish(store: Any, pack: Any, *, progress: Progress = None, accepted: Any = None) -> Analysis:
     """Evaluate ``pack`` over a prepared fact store: the :class:`Analysis` of one trace; findings matching
     ``accepted`` (an :class:`analyzer.accepted.AcceptedFindings`) are marked accepted."""
     from analyzer.facts.scalars import trace_scalars
     from analyzer.rules import evaluate
+    from analyzer.rules.model import RuleEvaluationError
 
     trace, window = store.trace, store.window
     runnable, not_checked = split_by_capability(pack, trace.info.unavailable)
     _noting(progress)(f"{trace.name}: evaluating {len(runnable.rules)} rules")
     with stage("rules"):
-        findings = evaluate(runnable, store, window, trace_scalars(store))
+        try:
+            findings = evaluate(runnable, store, window, trace_scalars(store))
+        except RuleEvaluationError as err:
+            if _caused_by(err, OverflowError):  # the trace's numbers, not the rule, are wrong
+                raise InputError(trace.info.path, "holds timestamps, durations or sizes too large for 64-bit "
+                                 f"arithmetic (while evaluating {getattr(err, 'rule_id', None) or 'a rule'}); "
+                                 "the trace looks damaged", hint="export or record it again") from err
+            raise
     if accepted is not None:
         from analyzer.accepted import apply_accepted
 

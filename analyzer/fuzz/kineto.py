@@ -93,9 +93,11 @@ def apply(doc: dict[str, Any], m: JsonMutation) -> dict[str, Any]:
                 e["id"] = 1
     elif m.op == "drop-events":
         chosen = {id(e) for e in _events(doc, m)}
-        doc["traceEvents"] = [e for e in doc.get("traceEvents", []) if id(e) not in chosen]
+        if isinstance(doc.get("traceEvents"), list):  # an earlier mutation may have replaced the list
+            doc["traceEvents"] = [e for e in doc["traceEvents"] if id(e) not in chosen]
     elif m.op == "duplicate-events":
-        doc["traceEvents"] = list(doc.get("traceEvents", [])) + copy.deepcopy(_events(doc, m))
+        if isinstance(doc.get("traceEvents"), list):
+            doc["traceEvents"] = doc["traceEvents"] + copy.deepcopy(_events(doc, m))
     elif m.op == "top-key":
         if m.arg == "drop":
             doc.pop(m.key, None)

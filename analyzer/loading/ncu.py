@@ -864,7 +864,8 @@ def _build(path: Path, fmt: str, ident: pd.DataFrame, long: pd.DataFrame, rules:
     units = dict(zip(dedup["key"], dedup["base_unit"]))
 
     # Canonical values: match raw names by key, display names by "metric|unit".
-    numeric = numeric.assign(display=numeric["metric"] + "|" + numeric["base_unit"])
+    # as object text: pandas 3.0 refused str + object ("operation 'add' not supported") on a truncated export
+    numeric = numeric.assign(display=_text(numeric["metric"]) + "|" + _text(numeric["base_unit"]))
     hits = pd.concat(
         [
             numeric.merge(_CANDIDATES, left_on="key", right_on="lookup"),
@@ -891,7 +892,10 @@ def _text(series: pd.Series) -> pd.Series:
 
 
 def _int_or(series: pd.Series, default: int = -1) -> pd.Series:
-    return pd.to_numeric(series, errors="coerce").fillna(default).round().astype("int64")
+    """Whole numbers as int64; ``default`` for text, NaN, infinities (``1e400``) and values int64 cannot hold."""
+    values = pd.to_numeric(series, errors="coerce").astype("float64")
+    fits = np.isfinite(values) & (values.abs() < 2.0**62)
+    return values.where(fits, default).round().astype("int64")
 
 
 def _kernels(ident: pd.DataFrame, c: pd.DataFrame, stalls: pd.DataFrame, path: Path) -> pd.DataFrame:

@@ -86,8 +86,8 @@ def backtrace_event_classes(reader: SqliteReader) -> frozenset[int]:
     """Event classes of the runtime table's backtrace rows, from ``ENUM_NSYS_EVENT_CLASS`` when present."""
     table = "ENUM_NSYS_EVENT_CLASS"
     if reader.has(table) and {"id", "name"} <= set(reader.columns(table)):
-        found = {int(i) for i, name in reader.query(f'SELECT id, name FROM "{table}"')
-                 if i is not None and "BACKTRACE" in str(name).upper()}
+        found = {_int_or_none(i) for i, name in reader.query(f'SELECT id, name FROM "{table}"')
+                 if "BACKTRACE" in str(name).upper()} - {None}
         return frozenset(found)
     return EVENT_CLASS_BACKTRACE
 
@@ -276,8 +276,9 @@ class StringTable:
 def _enum(reader: SqliteReader, table: str, fallback: dict[int, str]) -> dict[int, str]:
     if reader.has(table) and {"id", "name"} <= set(reader.columns(table)):
         rows = reader.query(f'SELECT id, name FROM "{reader.table(table)}"')
-        if rows:
-            return {int(i): str(n) for i, n in rows}
+        mapping = {k: str(n) for k, n in ((_int_or_none(i), n) for i, n in rows) if k is not None}
+        if mapping:  # NULL or text ids name no value
+            return mapping
     return dict(fallback)
 
 
@@ -328,10 +329,13 @@ def _sync_label(enum_name: str) -> str:
 # ----------------------------------------------------------------------------------------------------
 #: device ids and GPU properties beyond this are damage, not hardware (and would overflow int64 math)
 _PROPERTY_MAX = 1 << 53
+#: timestamps (ns; UTC ones are ~2^60.6) beyond this are damage: differences of two would overflow int64
+_TIME_MAX = 1 << 62
 
 
-def _int_or_none(value: Any) -> int | None:
-    """An integer cell as int; None for NULL, text that is no integer, blobs, NaN and absurd magnitudes."""
+def _int_or_none(value: Any, limit: int = _PROPERTY_MAX) -> int | None:
+    """An integer cell as int; None for NULL, text that is no integer, blobs, NaN and magnitudes beyond
+    ``limit`` (2^53 for ids and properties; :data:`_TIME_MAX` for timestamps)."""
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, str):
@@ -340,10 +344,10 @@ def _int_or_none(value: Any) -> int | None:
         except ValueError:
             return None
     if isinstance(value, float):
-        if not value == value or abs(value) > _PROPERTY_MAX:
+        if not value == value or abs(value) > limit:
             return None
         value = int(value)
-    if not isinstance(value, int) or abs(value) > _PROPERTY_MAX:
+    if not isinstance(value, int) or abs(value) > limit:
         return None
     return value
 
@@ -558,9 +562,10 @@ class _Loader:
                 or "utcEpochNs" not in r.columns("TARGET_INFO_SESSION_START_TIME"):
             return None
         row = r.query("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1")
-        if not row or row[0][0] is None:
+        start = _int_or_none(row[0][0], _TIME_MAX) if row else None
+        if start is None:  # NULL or damaged: no UTC clock
             return None
-        return int(row[0][0]) + int(origin)
+        return start + int(origin)
 
     # -- time base --------------------------------------------------------------------------------------
     def _time_base(self, schema: Schema, tables: list[dict[str, np.ndarray]],
@@ -576,8 +581,9 @@ class _Loader:
         r = self.r
         if r.has("ANALYSIS_DETAILS") and {"startTime", "stopTime"} <= set(r.columns("ANALYSIS_DETAILS")):
             row = r.query("SELECT startTime, stopTime FROM ANALYSIS_DETAILS LIMIT 1")
-            if row and row[0][0] is not None and row[0][1] is not None:
-                a_start, a_stop = int(row[0][0]), int(row[0][1])
+            a_start, a_stop = (_int_or_none(row[0][0], _TIME_MAX), _int_or_none(row[0][1], _TIME_MAX)) if row \
+                else (None, None)
+            if a_start is not None and a_stop is not None:
                 if a_start <= t_min and t_max <= a_stop:
                     return a_start, a_stop - a_start
                 if a_stop > a_start and 0 <= t_min and t_max <= (a_stop - a_start) and t_min < 10**15:
@@ -585,8 +591,9 @@ class _Loader:
                     return 0, a_stop - a_start
         if t_min > 10**17 and r.has("TARGET_INFO_SESSION_START_TIME"):
             row = r.query("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1")
-            if row and row[0][0] is not None and int(row[0][0]) <= t_min:
-                return int(row[0][0]), t_max - int(row[0][0])
+            utc = _int_or_none(row[0][0], _TIME_MAX) if row else None
+            if utc is not None and utc <= t_min:
+                return utc, t_max - utc
         return t_min, t_max - t_min
 
     # -- NVTX -------------------------------------------------------------------------------------------

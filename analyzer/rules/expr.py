@@ -415,7 +415,7 @@ def evaluate(expr: Expr, env: Env) -> Any:
         except EvalError:
             raise
         except (TypeError, ValueError, KeyError, OverflowError, ZeroDivisionError) as err:
-            raise EvalError(f"{type(err).__name__}: {err}") from None
+            raise EvalError(f"{type(err).__name__}: {err}") from err  # the cause tells a damaged trace (overflow)
 
 
 def _eval(node: ast.AST, env: Env, row: bool) -> Any:

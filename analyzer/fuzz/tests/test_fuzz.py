@@ -183,3 +183,38 @@ def test_rule_evidence_sorted_twice_by_one_column(tmp_path):
     out = run_guarded(lambda: cli.main(args=args, prog_name="analyze", standalone_mode=False))
     assert out.rc == 2 and "names \"device\" more than once" in out.stderr, out.stderr
 
+
+
+@pytest.mark.parametrize("base, mutations, rc", [
+    # kernel starts moved 2^62 ns back: window - busy overflowed int64 in GPU002's let (reported against the
+    # rule file); now one line naming the trace
+    (CUDF, [nsys.Mutation("end-before-start", "CUPTI_ACTIVITY_KIND_KERNEL", arg=-(2**62)),
+            nsys.Mutation("add", "CUPTI_ACTIVITY_KIND_MEMSET", "start", -(2**62))], (0, 1, 2)),
+    (LEI, [nsys.Mutation("add", "CUPTI_ACTIVITY_KIND_KERNEL", "start", -(2**62))] * 2, (0, 1, 2)),
+    # metadata cells as text or NULL: int('abc') / int(None)
+    ("alloc_churn_fixed", [nsys.Mutation("set", "ANALYSIS_DETAILS", "startTime", "text")], (0, 1)),
+    ("alloc_churn_fixed", [nsys.Mutation("set", "TARGET_INFO_SESSION_START_TIME", "utcEpochNs", "text")], (0, 1)),
+    ("alloc_churn_fixed", [nsys.Mutation("retype-column", "ENUM_CUDA_MEMCPY_OPER", "id", "TEXT"),
+                           nsys.Mutation("set", "ENUM_CUDA_MEMCPY_OPER", "id", "null")], (0, 1)),
+], ids=["kernel-start-2^62-back", "kernel-start-2^63-back", "analysis-start-text", "utc-start-text",
+        "memcpy-enum-id-null"])
+def test_nsys_regressions_second_run(nsys_runner, base, mutations, rc):
+    from analyzer.testing import real_trace
+
+    path = real_trace(base) if "." not in base else _public(base)
+    outcome, applied = nsys_runner.case(path, mutations)
+    assert applied and outcome.rc in rc, outcome.stderr
+    if outcome.rc == 2:
+        assert "too large for 64-bit arithmetic" in outcome.stderr
+
+
+@pytest.mark.parametrize("base, mutations", [
+    # a truncated raw export: pandas 3.0 refused str + object when building "metric|unit"
+    ("occupancy.raw.csv", [ncu.CsvMutation("truncate", None, 0.801)]),
+    # a launch dimension / device cell of 1e400: inf cast to int64
+    ("naive_attention.details.csv", [ncu.CsvMutation("set-named", ("Device", "1e400", 1), 0.0)]),
+    ("naive_attention.details.csv", [ncu.CsvMutation("set-cell", ("1e400", True), 0.5)]),
+], ids=["raw-truncated", "device-1e400", "cell-1e400"])
+def test_ncu_regressions_second_run(ncu_runner, base, mutations):
+    outcome = ncu_runner.case(NCU_DATA / base, mutations)
+    assert outcome.rc in (0, 1, 2)
