@@ -86,9 +86,9 @@ def backtrace_event_classes(reader: SqliteReader) -> frozenset[int]:
     """Event classes of the runtime table's backtrace rows, from ``ENUM_NSYS_EVENT_CLASS`` when present."""
     table = "ENUM_NSYS_EVENT_CLASS"
     if reader.has(table) and {"id", "name"} <= set(reader.columns(table)):
-        found = {_int_or_none(i) for i, name in reader.query(f'SELECT id, name FROM "{table}"')
-                 if "BACKTRACE" in str(name).upper()} - {None}
-        return frozenset(found)
+        found = [_int_or_none(i) for i, name in reader.query(f'SELECT id, name FROM "{table}"')
+                 if "BACKTRACE" in str(name).upper()]
+        return frozenset(i for i in found if i is not None)
     return EVENT_CLASS_BACKTRACE
 
 # Fallbacks when the export lacks the ENUM_* tables (2020.3): nsys's own numbering, identical in the
@@ -629,9 +629,9 @@ class _Loader:
         names: dict[tuple[int, int], str] = {}
         if self.r.has("DomainStrings") and {"id", "domainName"} <= set(self.r.columns("DomainStrings")):
             for i, name in self.r.query("SELECT id, domainName FROM DomainStrings"):
-                key = _int_or_none(i)
-                if key is not None:  # a NULL or text id names no domain
-                    names[(-1, key)] = str(name)
+                ident = _int_or_none(i)
+                if ident is not None:  # a NULL or text id names no domain
+                    names[(-1, ident)] = str(name)
         create = np.flatnonzero(nv["event_type"] == NVTX_DOMAIN_CREATE)
         pids = _pid(nv["global_tid"][create])
         for p, d, text in zip(pids.tolist(), nv["domain_id"][create].tolist(), nv["text"][create].tolist()):
