@@ -53,9 +53,10 @@ import pandas as pd
 
 from analyzer.analysis import StepSpans, Window
 from analyzer.errors import WindowError
-from analyzer.facts._util import column, factorize_objects, text
+from analyzer.facts._util import column, concat_codes, factorize_objects, text, text_codes
 from analyzer.facts.nccl_nvtx import internal_ranges
 from analyzer.facts.nvtx import parent_positions, ranges_only
+from analyzer.loading.columns import categorical
 from analyzer.loading.model import Trace
 from analyzer.saferegex import PatternError, UserPattern, compile_glob
 
@@ -119,27 +120,38 @@ def _with_steps_inside(window: Window, trace: Trace, ops: pd.DataFrame, exclude:
 
 # ---------------------------------------------------------------------------------------------------
 def _ops(trace: Trace) -> pd.DataFrame:
-    parts = []
+    """Every kernel, copy and memset: ``start, end, api_start, label`` ordered by (start, end), the
+    label (kernel short name, ``memcpy <direction>``, ``memset``) a categorical built from the frames'
+    text codes (no string per op)."""
+    times: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    texts: list[tuple[np.ndarray, np.ndarray]] = []
     for op, frame in (("kernel", trace.kernels), ("memcpy", trace.memcpy), ("memset", trace.memset)):
         if frame.empty:
             continue
         if op == "kernel":
-            label = text(column(frame, "short_name", ""))
+            texts.append(_codes(frame, "short_name"))
         elif op == "memcpy":
-            label = "memcpy " + text(column(frame, "direction", ""))
+            codes, labels = _codes(frame, "direction")
+            texts.append((codes, np.array(["memcpy " + x for x in labels], dtype=object)))
         else:
-            label = pd.Series("memset", index=frame.index, dtype=object)
-        parts.append(pd.DataFrame({
-            "start": frame["start"].to_numpy(dtype=np.int64),
-            "end": frame["end"].to_numpy(dtype=np.int64),
-            "api_start": column(frame, "api_start", -1).fillna(-1).to_numpy(dtype=np.int64),
-            # an object Series: pandas 3 would copy every label into an Arrow string column
-            "label": pd.Series(label.to_numpy(dtype=object), dtype=object, copy=False),
-        }, copy=False))  # concat below copies once; no copy per part
-    if not parts:
+            texts.append((np.zeros(len(frame), dtype=np.int8), np.array(["memset"], dtype=object)))
+        times.append((frame["start"].to_numpy(dtype=np.int64), frame["end"].to_numpy(dtype=np.int64),
+                      column(frame, "api_start", -1).fillna(-1).to_numpy(dtype=np.int64)))
+    if not times:
         return pd.DataFrame({"start": pd.Series(dtype="int64"), "end": pd.Series(dtype="int64"),
                              "api_start": pd.Series(dtype="int64"), "label": pd.Series(dtype=object)})
-    return pd.concat(parts, ignore_index=True).sort_values(["start", "end"], kind="stable", ignore_index=True)
+    start, end, api = (np.concatenate([t[i] for t in times]) for i in range(3))
+    codes, labels = concat_codes(texts)
+    order = np.lexsort((end, start))  # a stable sort by (start, end)
+    return pd.DataFrame({"start": start[order], "end": end[order], "api_start": api[order],
+                         "label": categorical(codes[order], labels)})
+
+
+def _codes(frame: pd.DataFrame, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """``text_codes`` of a text column, ``""`` for every row when the frame lacks it."""
+    if name in frame.columns:
+        return text_codes(frame[name])
+    return np.zeros(len(frame), dtype=np.int8), np.array([""], dtype=object)
 
 
 def _fmt(ns: float) -> str:

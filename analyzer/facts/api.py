@@ -121,13 +121,13 @@ def _api_rows(ctx: FactContext, classify: Callable[[str], object]) -> tuple[pd.D
     if api.empty:
         return api.copy(), np.empty(0, dtype=object)
     codes, base_u = api_base_codes(ctx.store)
-    base = base_u[codes]
-    label = np.array([classify(b) for b in base_u[:-1]] + [None], dtype=object)[codes]
+    label = np.array([classify(b) for b in base_u[:-1]] + [None], dtype=object)  # per distinct name
     st = api["start"].to_numpy()
-    keep = pd.notna(label) & (st >= ctx.window.start_ns) & (st < ctx.window.end_ns)
+    keep = pd.notna(label)[codes] & (st >= ctx.window.start_ns) & (st < ctx.window.end_ns)
     out = api.loc[keep].reset_index(drop=True)
-    out["name"] = base[keep]
-    return out, label[keep]
+    kept = codes[keep]
+    out["name"] = base_u[kept]
+    return out, label[kept]
 
 
 def _sync_kind(name: str) -> str | None:
@@ -321,7 +321,7 @@ def copy_throughput(ctx: FactContext) -> pd.DataFrame:
         mc["throughput"] = np.where(dur > 0, b / dur * 1e9, np.nan)
     mc["pageable"] = ((text(column(mc, "src_kind", "")) == "pageable")
                       | (text(column(mc, "dst_kind", "")) == "pageable")).to_numpy(dtype=bool)
-    mc["is_async"] = text(column(mc, "api_name", "")).str.contains("Async").to_numpy(dtype=bool)
+    mc["is_async"] = map_distinct(column(mc, "api_name", ""), lambda n: "Async" in n).astype(bool)
     for c in ("api_name", "nvtx_path"):
         if c not in mc.columns:
             mc[c] = ""
@@ -330,9 +330,12 @@ def copy_throughput(ctx: FactContext) -> pd.DataFrame:
 
     hw = device_hardware(ctx.store)
     devices = mc["device"].to_numpy() if len(mc) else np.zeros(0, np.int64)
-    rates = {int(d): pinned_copy_rate(hw.get(int(d))) for d in pd.unique(devices)}
-    mc["pinned_rate_gbps"] = np.array([(rates[int(d)].value or 0.0) / 1e9 for d in devices], dtype=np.float64)
-    mc["pinned_rate_source"] = pd.Series([rates[int(d)].detail for d in devices], index=mc.index, dtype=object)
+    # per distinct device, then spread to the copies
+    dev_codes, dev_uniq = pd.factorize(devices)
+    rates = [pinned_copy_rate(hw.get(int(d))) for d in dev_uniq]
+    mc["pinned_rate_gbps"] = np.array([(r.value or 0.0) / 1e9 for r in rates], dtype=np.float64)[dev_codes]
+    mc["pinned_rate_source"] = pd.Series(np.array([r.detail for r in rates] + [None], dtype=object)[dev_codes],
+                                         index=mc.index, dtype=object)
     if "pid" in mc.columns and "api_start" in mc.columns:
         return attach_locations(mc, ctx.store, start="api_start")
     mc["code_location"] = ""

@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analyzer.facts._util import column, factorize_objects, starts_in_window, text
+from analyzer.facts._util import column, factorize_objects, starts_in_window, text_codes
 from analyzer.facts.registry import FactContext, fact
 
 # (major, minor) -> max threads per SM, max blocks per SM, registers per SM, shared memory per SM (B),
@@ -225,8 +225,11 @@ def occupancy(ctx: FactContext) -> pd.DataFrame:
     if k.empty:
         return pd.DataFrame({c: pd.Series(dtype=object if c in ("name", "short_name", "limiter") else "int64")
                              for c in _OCC_COLUMNS})
-    name_codes, names = factorize_objects(text(k["name"]))
-    shorts = text(k["short_name"]).to_numpy()
+    # names as codes (the column's dictionary codes, one per distinct text): no per-row strings
+    row_codes, labels = text_codes(k["name"])
+    label_codes, names = factorize_objects(labels)
+    name_codes = label_codes[row_codes]
+    short_codes, short_labels = text_codes(k["short_name"])
     cfg = pd.DataFrame({
         "device": column(k, "device", 0).fillna(0).to_numpy(dtype=np.int64),
         "name_code": name_codes,
@@ -245,7 +248,7 @@ def occupancy(ctx: FactContext) -> pd.DataFrame:
         mean_ns=("duration", "mean"),
     ).reset_index()
     out["name"] = np.asarray(names, dtype=object)[out["name_code"].to_numpy()]
-    out["short_name"] = shorts[out["first_row"].to_numpy()]
+    out["short_name"] = short_labels[short_codes[out["first_row"].to_numpy()]]
     out["smem"] = out["static_smem"] + out["dynamic_smem"]
     limits = device_limits(ctx.trace.gpus)
     if limits.empty:
