@@ -912,8 +912,11 @@ def _kernels(ident: pd.DataFrame, c: pd.DataFrame, stalls: pd.DataFrame, path: P
     k["stream"] = _int_or(ident["stream"].where(ident["stream"] != "", c["stream_id"]))
     k["device"] = _int_or(ident["device"].where(ident["device"] != "", c["device_id"]))
     k["device_name"] = ident["device_name"].astype(str) if "device_name" in ident else ""
-    cc_attr = c["cc_major"].astype("Int64").astype(str) + "." + c["cc_minor"].astype("Int64").astype(str)
-    k["cc"] = ident["cc"].astype(str).where(ident["cc"].astype(str) != "", cc_attr.where(c["cc_major"].notna(), ""))
+    # whole numbers only: a damaged attribute (9.5, 1e400) cannot be cast to Int64 ("non-equivalent object")
+    cc_major, cc_minor = _int_or(c["cc_major"]), _int_or(c["cc_minor"])
+    cc_attr = (cc_major.astype(str) + "." + cc_minor.astype(str)).astype(object)
+    k["cc"] = ident["cc"].astype(str).where(ident["cc"].astype(str) != "",
+                                            cc_attr.where((cc_major >= 0) & (cc_minor >= 0), ""))
     stacks = ident["nvtx_stack"].astype(str) if "nvtx_stack" in ident else pd.Series("", index=k.index)
     k["ncu_nvtx_path"] = stacks.map({t: _nvtx_path(t) for t in stacks.unique()}).astype(object)
 

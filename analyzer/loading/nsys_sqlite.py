@@ -817,7 +817,7 @@ class _Loader:
             rows = r.query('SELECT pid, name FROM "PROCESSES"')
             if rows:
                 processes = pd.DataFrame(
-                    {"pid": np.array([int(p) if p is not None else -1 for p, _ in rows], dtype=np.int64),
+                    {"pid": np.array([-1 if (v := _int_or_none(p)) is None else v for p, _ in rows], dtype=np.int64),
                      "name": np.array([str(n or "") for _, n in rows], dtype=object)})
         elif len(threads):
             # 2020.3 has no PROCESSES table: the main thread (tid == pid) carries the process name

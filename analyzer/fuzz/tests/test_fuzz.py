@@ -218,3 +218,21 @@ def test_nsys_regressions_second_run(nsys_runner, base, mutations, rc):
 def test_ncu_regressions_second_run(ncu_runner, base, mutations):
     outcome = ncu_runner.case(NCU_DATA / base, mutations)
     assert outcome.rc in (0, 1, 2)
+
+
+def test_nsys_process_pid_as_text(nsys_runner):
+    """Third lent-machine run: PROCESSES.pid as text raised int('abc') (internal error)."""
+    from analyzer.testing import real_trace
+
+    outcome, applied = nsys_runner.case(real_trace("alloc_churn_fixed"),
+                                        [nsys.Mutation("set", "PROCESSES", "pid", "text")])
+    assert applied and outcome.rc in (0, 1), outcome.stderr
+
+
+def test_ncu_compute_capability_not_a_whole_number(ncu_runner):
+    """Third lent-machine run: a carriage return inside a raw export's row left a compute-capability cell
+    that Int64 could not hold ('cannot safely cast non-equivalent object to int64')."""
+    outcome = ncu_runner.case(NCU_DATA / "tiny_kernels_fixed.raw.csv",
+                              [ncu.CsvMutation("drop-rows", 5, 0.0), ncu.CsvMutation("drop-rows", 5, 0.0),
+                               ncu.CsvMutation("insert", "\r", 0.92665)])
+    assert outcome.rc in (0, 1, 2)
