@@ -21,7 +21,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from analyzer.fuzz.harness import CASE_TIMEOUT_S, FuzzFailure, Outcome, check_outcome, run_guarded, sha256
+from analyzer.fuzz.harness import (
+    CASE_TIMEOUT_S,
+    FuzzFailure,
+    Outcome,
+    check_outcome,
+    damage_json_text,
+    run_guarded,
+    sha256,
+)
 
 #: the real traces the base reports are written from (BASE, HEAD of an undamaged diff)
 SOURCES = ("dataloader_starved", "dataloader_starved_fixed")
@@ -118,26 +126,7 @@ def apply(doc: Any, m: ReportMutation) -> Any:
 
 
 def serialize(doc: Any, damage: tuple[str, float] | None) -> bytes:
-    data = json.dumps(doc, ensure_ascii=False, indent=1).encode("utf-8", "surrogatepass")
-    if damage is None:
-        return data
-    kind, where = damage
-    at = int(len(data) * where)
-    if kind == "truncate":
-        return data[:at]
-    if kind == "flip":
-        return data[:at] + bytes(b ^ 0x20 for b in data[at:at + 16]) + data[at + 16:]
-    if kind == "invalid-utf8":
-        return data[:at] + b"\xff\xfe\xc3" + data[at:]
-    if kind == "bom":
-        return b"\xef\xbb\xbf" + data
-    if kind == "deep-nesting" and data.rstrip().endswith(b"}"):
-        return data.rstrip()[:-1] + b', "deep": ' + b"[" * 10_000 + b"]" * 10_000 + b"}"
-    if kind == "trailing-garbage":
-        return data + b"\n{not json"
-    if kind == "empty":
-        return b""
-    return data
+    return damage_json_text(json.dumps(doc, ensure_ascii=False, indent=1).encode("utf-8", "surrogatepass"), damage)
 
 
 def mutation_strategy() -> Any:

@@ -92,6 +92,31 @@ def check_outcome(outcome: Outcome, *, names: Iterable[str], quiet: bool = True,
         raise FuzzFailure(f"exit {outcome.rc} but stderr is not empty: {text[:2000]!r}")
 
 
+def damage_json_text(data: bytes, damage: tuple[str, float] | None) -> bytes:
+    """JSON text damaged the way files get damaged: ``damage`` is (kind, where as a fraction of the length);
+    kinds: truncate, flip (16 bytes), invalid-utf8, bom, deep-nesting (10,000 levels added inside the
+    top-level object), trailing-garbage, empty. None leaves ``data`` as it is."""
+    if damage is None:
+        return data
+    kind, where = damage
+    at = int(len(data) * where)
+    if kind == "truncate":
+        return data[:at]
+    if kind == "flip":
+        return data[:at] + bytes(b ^ 0x20 for b in data[at:at + 16]) + data[at + 16:]
+    if kind == "invalid-utf8":
+        return data[:at] + b"\xff\xfe\xc3" + data[at:]
+    if kind == "bom":
+        return b"\xef\xbb\xbf" + data
+    if kind == "deep-nesting" and data.rstrip().endswith(b"}"):
+        return data.rstrip()[:-1] + b', "deep": ' + b"[" * 10_000 + b"]" * 10_000 + b"}"
+    if kind == "trailing-garbage":
+        return data + b"\n{not json"
+    if kind == "empty":
+        return b""
+    return data
+
+
 def sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
