@@ -150,35 +150,48 @@ def _caused_by(err: BaseException, kind: type[BaseException]) -> bool:
 def finish(store: Any, pack: Any, *, progress: Progress = None, accepted: Any = None) -> Analysis:
     """Evaluate ``pack`` over a prepared fact store: the :class:`Analysis` of one trace; findings matching
     ``accepted`` (an :class:`analyzer.accepted.AcceptedFindings`) are marked accepted."""
-    from analyzer.facts.scalars import trace_scalars
-    from analyzer.rules import evaluate
-    from analyzer.rules.model import RuleEvaluationError
-
     trace, window = store.trace, store.window
     runnable, not_checked = split_by_capability(pack, trace.info.unavailable)
     _noting(progress)(f"{trace.name}: evaluating {len(runnable.rules)} rules")
-    with stage("rules"):
-        try:
-            findings = evaluate(runnable, store, window, trace_scalars(store))
-        except RuleEvaluationError as err:
-            if _caused_by(err, OverflowError):  # the trace's numbers, not the rule, are wrong
-                raise InputError(trace.info.path, "holds timestamps, durations or sizes too large for 64-bit "
-                                 f"arithmetic (while evaluating {getattr(err, 'rule_id', None) or 'a rule'}); "
-                                 "the trace looks damaged", hint="export or record it again") from err
-            raise
+    findings = _evaluate(runnable, store)
     if accepted is not None:
         from analyzer.accepted import apply_accepted
 
         findings = apply_accepted(findings, accepted, window)
+    return _analysis(store, findings, pack, parameters_of=pack, ncu=trace.extras.get("ncu"), not_checked=not_checked)
+
+
+def _evaluate(pack: Any, store: Any) -> list[Any]:
+    """The findings of ``pack`` over ``store`` (the "rules" stage). An overflow of 64-bit arithmetic is the
+    trace's fault (timestamps or sizes no real trace has), so it becomes one line naming the trace, not
+    an error of the rule file."""
+    from analyzer.facts.scalars import trace_scalars
+    from analyzer.rules import evaluate
+    from analyzer.rules.model import RuleEvaluationError
+
+    trace = store.trace
+    with stage("rules"):
+        try:
+            return evaluate(pack, store, store.window, trace_scalars(store))
+        except RuleEvaluationError as err:
+            if _caused_by(err, OverflowError):
+                raise InputError(trace.info.path, "holds timestamps, durations or sizes too large for 64-bit "
+                                 f"arithmetic (while evaluating {getattr(err, 'rule_id', None) or 'a rule'}); "
+                                 "the trace looks damaged", hint="export or record it again") from err
+            raise
+
+
+def _analysis(store: Any, findings: list[Any], pack: Any, *, parameters_of: Any, **extra: Any) -> Analysis:
+    """The :class:`Analysis` of ``store``'s trace: ``pack`` names the rules file, ``parameters_of`` is the
+    pack whose parameters are reported; ``extra``: ncu, not_checked / not_applicable."""
     return Analysis(
-        trace=trace,
-        window=window,
+        trace=store.trace,
+        window=store.window,
         findings=findings,
         facts=store,
         rules_file=_rules_label(pack),
-        parameters={r.name: {p.name: p.value for p in r.parameters} for r in pack.rules},
-        ncu=trace.extras.get("ncu"),
-        not_checked=not_checked,
+        parameters={r.name: {p.name: p.value for p in r.parameters} for r in parameters_of.rules},
+        **extra,
     )
 
 
@@ -238,10 +251,8 @@ def analyze_ncu(
     listed in ``Analysis.not_applicable`` instead of running on an empty timeline."""
     from analyzer.analysis import Window
     from analyzer.facts import FactStore
-    from analyzer.facts.scalars import trace_scalars
     from analyzer.loading.ncu import load_ncu, ncu_trace
     from analyzer.reports.format import plural
-    from analyzer.rules import evaluate
 
     options = options or AnalysisOptions()
     if pack is None:
@@ -262,17 +273,8 @@ def analyze_ncu(
     store = FactStore(trace, window, dict(options.fact_options))
     if progress:
         progress(f"{trace.name}: evaluating {len(ncu_pack.rules)} rules")
-    findings = evaluate(ncu_pack, store, window, trace_scalars(store)) if ncu_pack.rules else []
-    return Analysis(
-        trace=trace,
-        window=window,
-        findings=findings,
-        facts=store,
-        rules_file=_rules_label(pack),
-        parameters={r.name: {p.name: p.value for p in r.parameters} for r in ncu_pack.rules},
-        ncu=trace.extras["ncu"],
-        not_applicable=skipped,
-    )
+    findings = _evaluate(ncu_pack, store) if ncu_pack.rules else []
+    return _analysis(store, findings, pack, parameters_of=ncu_pack, ncu=trace.extras["ncu"], not_applicable=skipped)
 
 
 def _rules_label(pack: Any) -> str:
