@@ -66,6 +66,7 @@ class Watchdog:
         self.grace = grace
         self.fired_in: str | None = None
         self._done = threading.Event()
+        self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._started = 0.0
         self._old_sigint: object = None
@@ -78,8 +79,11 @@ class Watchdog:
         assert self.seconds is not None
         if self._done.wait(self.seconds):
             return
-        self.fired_in = current_stage()
-        _thread.interrupt_main()
+        with self._lock:  # never fire once the block has ended (__exit__ holds the lock to end it)
+            if self._done.is_set():
+                return
+            self.fired_in = current_stage()
+            _thread.interrupt_main()
         if self._done.wait(self.grace):
             return
         sys.stderr.write(f"error: {self.message()} (it did not stop; ended)\n")
@@ -101,7 +105,17 @@ class Watchdog:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        self._done.set()
+        try:
+            with self._lock:
+                self._done.set()
+            if self.fired_in is not None and exc_type is None:
+                # the watchdog fired but its interrupt has not landed yet: let it land here, not later
+                # in the caller (where it would read as the user's Ctrl-C)
+                for _ in range(200):
+                    time.sleep(0.001)
+        except KeyboardInterrupt:
+            if self.fired_in is None:
+                raise
         if self._old_sigint is not None:
             signal.signal(signal.SIGINT, self._old_sigint)  # type: ignore[arg-type]
             self._old_sigint = None
