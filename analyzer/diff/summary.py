@@ -328,10 +328,12 @@ def _phases(inst: pd.DataFrame | None, start: int, end: int) -> Table:
     inst = inst.loc[keep]
     if inst.empty:
         return Table((), 0)
-    mapping = generic_paths(str(p) for p in inst["path"].tolist())
-    generic = inst["path"].astype(object).map(lambda p: mapping[str(p)])
+    # per distinct path (ranges repeat their paths step after step), spread back by codes
+    codes, distinct = pd.factorize(inst["path"].astype(object).to_numpy(object), use_na_sentinel=False)
+    texts = [str(p) for p in distinct]
+    mapping = generic_paths(texts)
     agg = pd.DataFrame({
-        "path": generic.to_numpy(object),
+        "path": np.array([mapping[t] for t in texts], dtype=object)[codes],
         "cpu_ns": inst["cpu_ns"].to_numpy(np.int64),
         "gpu_ns": inst["gpu_ns"].to_numpy(np.int64),
     }).groupby("path", sort=False).agg(count=("cpu_ns", "size"), cpu_ns=("cpu_ns", "sum"), gpu_ns=("gpu_ns", "sum"))
@@ -374,11 +376,21 @@ def _categories(frame: pd.DataFrame | None) -> Table:
     return Table(tuple(rows), len(rows))
 
 
+def _not_kernel(op: pd.Series) -> np.ndarray:
+    """``op != "kernel"`` per row; a categorical column compared by its codes (no million strings)."""
+    if isinstance(op.dtype, pd.CategoricalDtype):
+        cats = op.cat.categories
+        kernel = [i for i, c in enumerate(cats) if c == "kernel"]
+        codes = op.cat.codes.to_numpy()
+        return codes != kernel[0] if kernel else np.ones(len(codes), dtype=bool)
+    return op.to_numpy() != "kernel"
+
+
 def _copies(ops: pd.DataFrame | None, copies: pd.DataFrame | None, start: int, end: int) -> Table:
     if ops is None or ops.empty:
         return Table((), 0)
     st = ops["start"].to_numpy(np.int64)
-    inside = (st >= start) & (st < end) & (ops["op"].to_numpy() != "kernel")
+    inside = (st >= start) & (st < end) & _not_kernel(ops["op"])
     part = ops.loc[inside, ["label", "duration"]]
     if part.empty:
         return Table((), 0)

@@ -11,6 +11,7 @@ Everything here works on int64 nanosecond arrays. The two workhorses:
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -98,10 +99,21 @@ def key_groups(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(order, starts, ends)``: a stable order of ``keys`` grouping equal keys, and each group's
     ``[start, end)`` in that order (one sort for any number of keys, then slices)."""
     keys = np.asarray(keys)
+    if keys.dtype.kind in "iu" and len(keys) > 1024:
+        # few distinct keys (threads, devices): one comparison per key instead of a stable sort of all
+        distinct = pd.unique(keys)
+        if len(distinct) <= _FEW_KEYS:
+            parts = [np.flatnonzero(keys == k) for k in np.sort(distinct)]
+            sizes = np.cumsum([len(p) for p in parts])
+            return np.concatenate(parts), np.r_[0, sizes[:-1]], sizes
     order = np.argsort(keys, kind="stable")
     sk = keys[order]
     cut = np.flatnonzero(sk[1:] != sk[:-1]) + 1
     return order, np.r_[0, cut], np.r_[cut, len(sk)]
+
+
+#: :func:`key_groups` finds the rows of at most this many distinct keys by comparison, not by sorting
+_FEW_KEYS = 8
 
 
 def asof_backward(right_key: np.ndarray, right_t: np.ndarray, left_key: np.ndarray,
@@ -131,6 +143,23 @@ def asof_backward(right_key: np.ndarray, right_t: np.ndarray, left_key: np.ndarr
         k = np.searchsorted(right_t[rows], left_t[q], side="right") - 1
         out[q] = np.where(k >= 0, rows[np.maximum(k, 0)], -1)
     return out
+
+
+def first_positions(table: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """For each ``query`` key, the position in ``table`` of the first row holding it, or -1 (int64 keys):
+    ``pd.Index(table[first rows]).get_indexer(query)`` mapped back to ``table`` positions. Keys already
+    strictly increasing (correlation ids of API calls in start order) are searched in place instead of
+    hashing both sides."""
+    table = np.asarray(table, dtype=np.int64)
+    query = np.asarray(query, dtype=np.int64)
+    if len(table) == 0:
+        return np.full(len(query), -1, dtype=np.int64)
+    if len(table) < 2 or bool((table[1:] > table[:-1]).all()):
+        pos = np.minimum(np.searchsorted(table, query), len(table) - 1)
+        return np.where(table[pos] == query, pos, -1)
+    first = np.flatnonzero(~pd.Series(table).duplicated().to_numpy())
+    idx = pd.Index(table[first]).get_indexer(query)
+    return np.where(idx >= 0, first[np.maximum(idx, 0)], -1)
 
 
 def clip_to_window(frame: pd.DataFrame, window: Window) -> pd.DataFrame:
@@ -265,6 +294,65 @@ def concat_codes(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray
     offsets = np.cumsum([0] + [len(labels) for _, labels in parts[:-1]])
     codes = np.concatenate([c.astype(np.int64) + off for (c, _), off in zip(parts, offsets)])
     return codes, np.concatenate([labels for _, labels in parts])
+
+
+def text_array(codes: np.ndarray, labels: np.ndarray) -> Any:
+    """``labels[codes]`` as the column a frame makes of that object array (pandas 3: its Arrow ``str``
+    dtype), gathered in Arrow from the codes: turning a million-row object array into that dtype copies
+    every value (0.06-0.1 s per column); a ``take`` from the few labels costs a tenth of that. Object
+    array where the frame keeps object columns (no string inference) or a label is not text."""
+    codes = np.asarray(codes)
+    dtype = _inferred_str_dtype()
+    if dtype is None or not all(isinstance(x, str) for x in labels):
+        return np.asarray(labels, dtype=object)[codes]
+    import pyarrow as pa
+
+    taken = pa.array(list(labels), type=pa.large_string()).take(pa.array(codes))
+    return pd.array(taken, dtype=dtype)
+
+
+@functools.lru_cache(maxsize=1)
+def _inferred_str_dtype() -> Any:
+    """The dtype pandas gives a column of Python strings (None when it keeps them as object)."""
+    dtype = pd.Series(["a"]).dtype
+    return None if dtype.kind == "O" and not isinstance(dtype, pd.StringDtype) else dtype
+
+
+def categorical_parts(parts: list[tuple[np.ndarray, np.ndarray]], order: np.ndarray | None = None) -> pd.Categorical:
+    """``categorical(*concat_codes(parts))`` taken at ``order`` (all rows when None): the same
+    categorical (sorted, used, distinct categories), with the labels remapped per part first so that
+    the rows are written once, as codes of the categorical's own width (one byte for fewer than 128
+    texts), instead of as shifted 64-bit codes that are gathered and remapped again."""
+    from analyzer.loading.columns import categorical
+
+    if len(parts) == 1 and order is None:
+        return categorical(*parts[0])
+    used, texts = [], []
+    for codes, labels in parts:
+        table_size = len(labels) + 1  # code -1 reads "" (the extra slot), as in ``categorical``
+        c = np.asarray(codes)
+        c = np.where(c < 0, table_size - 1, c) if len(c) and c.min() < 0 else c
+        u = np.flatnonzero(np.bincount(c, minlength=table_size)) if len(c) else np.empty(0, np.intp)
+        table = np.empty(table_size, dtype=object)
+        table[:-1] = labels
+        table[-1] = ""
+        used.append((c, u, table_size))
+        texts.append(np.array([t if isinstance(t, str) else "" for t in table[u]], dtype=object))
+    if not sum(len(c) for c, _, _ in used):
+        return categorical(np.empty(0, np.int8), np.empty(0, dtype=object))
+    cats, inverse = np.unique(np.concatenate(texts), return_inverse=True)
+    inverse = inverse.reshape(-1)
+    width = np.int8 if len(cats) < 128 else np.int16 if len(cats) < 32768 else np.int32
+    out, at = [], 0
+    for c, u, table_size in used:
+        remap = np.full(table_size, -1, dtype=width)
+        remap[u] = inverse[at:at + len(u)]
+        at += len(u)
+        out.append(remap[c])
+    codes = np.concatenate(out) if len(out) > 1 else out[0]
+    if order is not None:
+        codes = codes[order]
+    return pd.Categorical.from_codes(codes, categories=pd.Index(cats, dtype=object))
 
 
 def map_distinct(series: pd.Series, fn: Callable[[str], object]) -> np.ndarray:

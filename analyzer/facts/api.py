@@ -11,7 +11,15 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from analyzer.facts._util import column, factorize_objects, map_distinct, starts_in_window, text, text_codes
+from analyzer.facts._util import (
+    column,
+    factorize_objects,
+    first_positions,
+    map_distinct,
+    starts_in_window,
+    text,
+    text_codes,
+)
 from analyzer.facts.stacks import attach_locations
 from analyzer.facts.registry import FactContext, FactStore, fact
 
@@ -411,27 +419,69 @@ def launch_stats(ctx: FactContext) -> pd.DataFrame:
         "pid": column(k, "pid", -1).fillna(-1).to_numpy(dtype=np.int64),
         "start": k["start"].to_numpy(dtype=np.int64),
         "api_start": column(k, "api_start", -1).fillna(-1).to_numpy(dtype=np.int64),
-    })
-    kk["tiny"] = kk["duration"] < TINY_KERNEL_NS
-    kk["tiny_ns"] = np.where(kk["tiny"], kk["duration"], 0)
-    kk["delay"] = np.where(kk["api_start"] >= 0, kk["start"] - kk["api_start"], np.nan)
-    if len(api):
-        joined = kk.assign(api_ns=_launch_api_ns(api, is_launch_api(ctx.store), kk))
-    else:
-        joined = kk.assign(api_ns=np.nan)
-    g = joined.groupby("device", sort=True)
-    out = g.agg(
-        kernel_count=("duration", "size"), kernel_ns=("duration", "sum"), median_ns=("duration", "median"),
-        mean_ns=("duration", "mean"), tiny_count=("tiny", "sum"), tiny_ns=("tiny_ns", "sum"),
-        launch_count=("api_ns", "count"), launch_api_ns=("api_ns", "sum"),
-        launch_api_median_ns=("api_ns", "median"), launch_api_mean_ns=("api_ns", "mean"),
-        launch_delay_median_ns=("delay", "median"),
-    ).reset_index()
+    }, copy=False)
+    duration = kk["duration"].to_numpy()
+    tiny = duration < TINY_KERNEL_NS
+    api_start = kk["api_start"].to_numpy()
+    delay = np.where(api_start >= 0, kk["start"].to_numpy() - api_start, np.nan)
+    api_ns = _launch_api_ns(api, is_launch_api(ctx.store), kk) if len(api) else np.full(len(kk), np.nan)
+    device = kk["device"].to_numpy()
+    out = _device_stats(device, duration, tiny, api_ns, delay)
+    if out is None:  # sums beyond float64's exact integers: the groupby's own (compensated) sums
+        joined = kk.assign(tiny=tiny, tiny_ns=np.where(tiny, duration, 0), delay=delay, api_ns=api_ns)
+        out = joined.groupby("device", sort=True).agg(
+            kernel_count=("duration", "size"), kernel_ns=("duration", "sum"), median_ns=("duration", "median"),
+            mean_ns=("duration", "mean"), tiny_count=("tiny", "sum"), tiny_ns=("tiny_ns", "sum"),
+            launch_count=("api_ns", "count"), launch_api_ns=("api_ns", "sum"),
+            launch_api_median_ns=("api_ns", "median"), launch_api_mean_ns=("api_ns", "mean"),
+            launch_delay_median_ns=("delay", "median"),
+        ).reset_index()
     out["tiny_share"] = out["tiny_count"] / out["kernel_count"]
     out["tiny_time_share"] = np.where(out["kernel_ns"] > 0, out["tiny_ns"] / out["kernel_ns"].clip(lower=1), 0)
     out["window_ns"] = w.duration_ns
     out["launch_rate"] = out["kernel_count"] / (w.duration_ns / 1e9) if w.duration_ns > 0 else np.nan
     return out[cols]
+
+
+def _device_stats(device: np.ndarray, duration: np.ndarray, tiny: np.ndarray, api_ns: np.ndarray,
+                  delay: np.ndarray) -> pd.DataFrame | None:
+    """:func:`launch_stats`' per-device aggregates with numpy on each device's rows (one device in
+    most traces: no groupby over a million launches). Values equal the groupby's: counts and integer
+    sums exact, means as sum / count, medians as the mean of the two middle values (NaN skipped). None
+    where a float64 sum could round (beyond 2**52 ns), which the groupby compensates."""
+    api_float = api_ns.dtype.kind == "f"
+    for values in (duration, api_ns, delay):
+        finite = values[~np.isnan(values)] if values.dtype.kind == "f" else values
+        if len(finite) and float(np.abs(finite).sum(dtype=np.float64)) >= 2.0 ** 52:
+            return None
+    devices = np.unique(device)
+    rows = []
+    for d in devices.tolist():
+        mine = slice(None) if len(devices) == 1 else device == d
+        dur, api, dl = duration[mine], api_ns[mine], delay[mine]
+        api = api[~np.isnan(api)] if api_float else api
+        dl = dl[~np.isnan(dl)]
+        n, kernel_ns = len(dur), int(dur.sum())
+        api_sum = float(api.sum()) if api_float else int(api.sum())
+        rows.append({
+            "device": d,
+            "kernel_count": n,
+            "kernel_ns": kernel_ns,
+            "median_ns": float(np.median(dur)),
+            "mean_ns": kernel_ns / n,
+            "tiny_count": int(tiny[mine].sum()),
+            "tiny_ns": int(dur[tiny[mine]].sum()),
+            "launch_count": len(api),
+            "launch_api_ns": api_sum,
+            "launch_api_median_ns": float(np.median(api)) if len(api) else np.nan,
+            "launch_api_mean_ns": api_sum / len(api) if len(api) else np.nan,
+            "launch_delay_median_ns": float(np.median(dl)) if len(dl) else np.nan,
+        })
+    out = pd.DataFrame(rows)
+    for c in ("device", "kernel_count", "kernel_ns", "tiny_count", "tiny_ns", "launch_count"):
+        out[c] = out[c].astype(np.int64)
+    out["launch_api_ns"] = out["launch_api_ns"].astype(np.float64 if api_float else np.int64)
+    return out
 
 
 def _launch_api_ns(api: pd.DataFrame, is_launch: np.ndarray, kk: pd.DataFrame) -> np.ndarray:
@@ -456,9 +506,8 @@ def _launch_api_ns(api: pd.DataFrame, is_launch: np.ndarray, kk: pd.DataFrame) -
 
     lkey = correlation_key(lpid, lcorr) if by_pid else lcorr
     kkey = correlation_key(kpid, kcorr) if by_pid else kcorr
-    first = ~pd.Series(lkey).duplicated().to_numpy()  # the merge after drop_duplicates keeps the first
-    pos = pd.Index(lkey[first]).get_indexer(kkey)
-    dur = launches["duration"].to_numpy()[first]
+    pos = first_positions(lkey, kkey)  # the merge after drop_duplicates keeps the first
+    dur = launches["duration"].to_numpy()
     if len(dur) and (pos >= 0).all():  # every kernel matched: the merge keeps the column's dtype
         return dur[pos]
     return np.where(pos >= 0, dur.astype(np.float64)[np.maximum(pos, 0)] if len(dur) else np.nan, np.nan)

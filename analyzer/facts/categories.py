@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from analyzer.errors import InputError
-from analyzer.facts._util import factorize_objects, starts_in_window, text_codes
+from analyzer.facts._util import factorize_objects, starts_in_window, text_array, text_codes
 from analyzer.facts.registry import FactContext, fact
 from analyzer.loading.model import KERNEL_COLUMNS
 from analyzer.saferegex import PatternError, UserPattern, compile_regex
@@ -68,8 +68,16 @@ def load_categories(path: str | Path | None = None) -> tuple[Category, ...]:
 
 def classify_names(names: pd.Series, short_names: pd.Series, table: tuple[Category, ...]) -> np.ndarray:
     """Category per row, matching each distinct (name, short name) pair once."""
+    codes, categories = classify_codes(names, short_names, table)
+    return categories[codes]
+
+
+def classify_codes(names: pd.Series, short_names: pd.Series,
+                   table: tuple[Category, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`classify_names` as ``(codes, categories)``: the category of row i is
+    ``categories[codes[i]]`` (one code per distinct demangled name)."""
     if len(names) == 0:
-        return np.empty(0, dtype=object)
+        return np.empty(0, dtype=np.intp), np.empty(0, dtype=object)
     # a code per row over the distinct texts (a categorical column's own codes: no per-row strings),
     # then one code per distinct text (two categories may read the same, e.g. missing and "")
     row_codes, labels = text_codes(names)
@@ -86,7 +94,7 @@ def classify_names(names: pd.Series, short_names: pd.Series, table: tuple[Catego
             if any(p.search(name) or p.search(short) for p in c.patterns):
                 result[code] = c.name
                 break
-    return result[name_codes]
+    return name_codes, result
 
 
 def shorten_kernel_name(name: str, max_len: int = 80) -> str:
@@ -143,7 +151,8 @@ def kernel_categories(ctx: FactContext) -> pd.DataFrame:
     if kernels.empty:
         kernels["category"] = pd.Series(dtype=object)
         return kernels
-    kernels["category"] = classify_names(kernels["name"], kernels["short_name"], table)
+    # built from the codes (not a million-row object array the frame would convert to its text dtype)
+    kernels["category"] = text_array(*classify_codes(kernels["name"], kernels["short_name"], table))
     return kernels
 
 
@@ -206,14 +215,50 @@ def top_kernels(ctx: FactContext) -> pd.DataFrame:
     keep = codes >= 0
     if not keep.all():
         work, codes = work[keep], codes[keep]
-    out = work.groupby(codes, sort=False).agg(
-        short_name=("short_name", "first"), category=("category", "first"), count=("duration", "size"),
-        total_ns=("duration", "sum"), mean_ns=("duration", "mean"), median_ns=("duration", "median"),
-        min_ns=("duration", "min"), max_ns=("duration", "max"),
-    )
+    out = _per_code(work, codes, len(uniques))
+    if out is None:
+        out = work.groupby(codes, sort=False).agg(
+            short_name=("short_name", "first"), category=("category", "first"), count=("duration", "size"),
+            total_ns=("duration", "sum"), mean_ns=("duration", "mean"), median_ns=("duration", "median"),
+            min_ns=("duration", "min"), max_ns=("duration", "max"),
+        )
     out.index = pd.Index(uniques[out.index.to_numpy()], name="name")
     out = out.reset_index()
     total = float(k["duration"].sum())
     out["share"] = out["total_ns"] / total if total > 0 else 0.0
     out["display_name"] = [shorten_kernel_name(str(n)) for n in out["name"]]  # distinct names only
     return out.sort_values("total_ns", ascending=False, ignore_index=True)[cols]
+
+
+def _per_code(work: pd.DataFrame, codes: np.ndarray, ngroups: int) -> pd.DataFrame | None:
+    """:func:`top_kernels`' groupby of ``work`` by name ``codes`` (``0..ngroups-1`` numbered by first
+    appearance, every code present), by one stable sort of the codes and ``reduceat`` over each
+    name's run: the same values (first short name and category, count, sum, mean, median, min, max)
+    without the groupby machinery over a million launches. None (use the groupby) when its results
+    could differ: missing short names or durations (``first`` skips them), negative durations, or sums
+    beyond float64's exact integers (the groupby's mean sums in float64)."""
+    duration = work["duration"]
+    if not len(codes) or duration.dtype != np.int64 or work["short_name"].hasnans \
+            or work["category"].hasnans:
+        return None
+    dur = duration.to_numpy(np.int64)
+    if dur.min() < 0 or float(dur.sum(dtype=np.float64)) >= 2.0 ** 52:
+        return None
+    order = np.argsort(codes, kind="stable")  # each name's launches in row order
+    dur = dur[order]
+    bounds = np.searchsorted(codes[order], np.arange(ngroups))
+    count = np.diff(np.r_[bounds, len(order)]).astype(np.int64)
+    total = np.add.reduceat(dur, bounds)
+    first = order[bounds]
+    median = np.array([np.median(dur[a:b]) for a, b in zip(bounds.tolist(), (bounds + count).tolist())],
+                      dtype=np.float64)
+    return pd.DataFrame({
+        "short_name": work["short_name"].iloc[first].reset_index(drop=True),
+        "category": work["category"].iloc[first].reset_index(drop=True),
+        "count": count,
+        "total_ns": total,
+        "mean_ns": total / count,
+        "median_ns": median,
+        "min_ns": np.minimum.reduceat(dur, bounds),
+        "max_ns": np.maximum.reduceat(dur, bounds),
+    })

@@ -29,10 +29,11 @@ import pandas as pd
 
 from analyzer.facts._util import (
     column,
-    concat_codes,
+    categorical_parts,
     covered_until,
     key_groups,
     new_frame,
+    text_array,
     text_codes,
     union_intervals,
 )
@@ -113,11 +114,11 @@ def gpu_ops(ctx: FactContext) -> pd.DataFrame:
     out: dict[str, object] = {}
     for c in _OP_COLUMNS:
         if c in _TEXT_OP_COLUMNS:
-            codes, labels = concat_codes([p[c] for p in texts])
-            out[c] = categorical(codes if order is None else codes[order], labels)
+            out[c] = categorical_parts([p[c] for p in texts], order)
         else:
             values = cols[c] if order is None else cols[c][order]
-            out[c] = values if c in ("start", "end", "duration", "api_start") else narrow_int(values)
+            out[c] = (values.astype(np.int64, copy=False) if c in ("start", "end", "duration", "api_start")
+                      else narrow_int(values))
     return pd.DataFrame(out, copy=False)
 
 
@@ -131,12 +132,15 @@ def _text(frame: pd.DataFrame, name: str, default: str) -> tuple[np.ndarray, np.
 
 
 def _int(frame: pd.DataFrame, name: str, default: int) -> np.ndarray:
+    """An id column as integers (missing -> ``default``), in its own width when it has no gaps (the
+    ids end up in 32 bits anyway, see ``narrow_int``: no 64-bit copy of a 32-bit column)."""
     if name not in frame.columns:
         return np.full(len(frame), default, dtype=np.int64)
     col = frame[name]
     if col.hasnans:
         col = col.fillna(default)
-    return col.to_numpy(dtype=np.int64)
+    values = col.to_numpy()
+    return values if isinstance(values.dtype, np.dtype) and values.dtype.kind == "i" else col.to_numpy(dtype=np.int64)
 
 
 @fact(
@@ -212,22 +216,32 @@ def api_open_at(api: pd.DataFrame, tid: np.ndarray, t: np.ndarray) -> np.ndarray
 
     Prefers the call that started last (the innermost when driver calls nest in runtime calls);
     falls back to the longest-running earlier call on the thread (a running maximum of end times).
-    Per thread (one sort groups the calls and the queries by thread): the last call starting at or
+    Per thread (one grouping of the calls and the queries by thread): the last call starting at or
     before ``t`` by ``searchsorted``, and the call holding the running maximum of end times up to it.
     """
+    return _host_api(api, tid, t)[0]
+
+
+def _host_api(api: pd.DataFrame, tid: np.ndarray, t: np.ndarray, start: np.ndarray | None = None,
+              end: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``(api_open_at(api, tid, t), covered)``: with ``start``/``end`` given, ``covered[i]`` is the time of
+    ``[start[i], end[i])`` covered by CUDA API calls on thread ``tid[i]`` (zeros otherwise). The calls
+    and the queries are grouped by thread once for both (each thread's calls, their union and the
+    lookups; a loop over threads only)."""
     n = len(t)
     out = np.full(n, -1, dtype=np.int64)
+    covered = np.zeros(n, dtype=np.int64)
     if n == 0 or api.empty:
-        return out
-    start = api["start"].to_numpy(dtype=np.int64)
-    end = api["end"].to_numpy(dtype=np.int64)
+        return out, covered
+    a_start = api["start"].to_numpy(dtype=np.int64)
+    a_end = api["end"].to_numpy(dtype=np.int64)
     atid = api["tid"].to_numpy(dtype=np.int64)
-    if len(start) < 2 or (start[1:] >= start[:-1]).all():
+    if len(a_start) < 2 or (a_start[1:] >= a_start[:-1]).all():
         # by start already (the loader's order): a stable grouping by thread keeps each thread's calls
         # in (start, row) order without sorting two million start times again
         a_order, a_from, a_to = key_groups(atid)
     else:
-        a_order = np.lexsort((start, atid))
+        a_order = np.lexsort((a_start, atid))
         ak = atid[a_order]
         cut = np.flatnonzero(ak[1:] != ak[:-1]) + 1
         a_from, a_to = np.r_[0, cut], np.r_[cut, len(ak)]
@@ -241,37 +255,24 @@ def api_open_at(api: pd.DataFrame, tid: np.ndarray, t: np.ndarray) -> np.ndarray
         if g == len(thread_of) or thread_of[g] != tid[q[0]]:
             continue
         rows = a_order[a_from[g]:a_to[g]]  # this thread's calls by start
-        ends = end[rows]
+        starts = a_start[rows]
+        ends = a_end[rows]
         run_max = np.maximum.accumulate(ends)
         holder = np.maximum.accumulate(np.where(ends == run_max, np.arange(len(rows)), -1))
+        del run_max
         tq = t[q]
-        k = np.searchsorted(start[rows], tq, side="right") - 1
+        k = np.searchsorted(starts, tq, side="right") - 1
         found = k >= 0
         kk = np.maximum(k, 0)
         own_open = found & (ends[kk] > tq)
         hold = holder[kk]
         hold_open = found & (ends[hold] > tq)
         out[q] = np.where(own_open, rows[kk], np.where(hold_open, rows[hold], -1))
-    return out
-
-
-def _api_overlap(api: pd.DataFrame, tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """Time of ``[start, end)`` covered by CUDA API calls on thread ``tid`` (loop over threads only)."""
-    out = np.zeros(len(tid), dtype=np.int64)
-    if api.empty or len(tid) == 0:
-        return out
-    api_tid = api["tid"].to_numpy(dtype=np.int64)
-    api_start = api["start"].to_numpy(dtype=np.int64)
-    api_end = api["end"].to_numpy(dtype=np.int64)
-    for thread in np.unique(tid):
-        mine = np.flatnonzero(api_tid == thread)
-        if not len(mine):
-            continue
-        us, ue = _union_spans(api_start[mine], api_end[mine])
-        del mine
-        sel = tid == thread
-        out[sel] = covered_until(us, ue, end[sel]) - covered_until(us, ue, start[sel])
-    return out
+        del k, found, kk, own_open, hold, hold_open, holder, tq
+        if start is not None and end is not None:
+            us, ue = _union_spans(starts, ends)  # (may clamp ``ends``, used no more)
+            covered[q] = covered_until(us, ue, end[q]) - covered_until(us, ue, start[q])
+    return out, covered
 
 
 def _union_spans(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -377,7 +378,7 @@ def gpu_gaps(ctx: FactContext) -> pd.DataFrame:
     nv_id = nv["range_id"].to_numpy(dtype=np.int64) if len(nv) else np.empty(0, dtype=np.int64)
 
     api = ctx.trace.api
-    apos = api_open_at(api, host_tid, mid)
+    apos, api_overlap = _host_api(api, host_tid, mid, cs, ce)
 
     gaps = new_frame({
         "device": gdev,
@@ -395,7 +396,7 @@ def gpu_gaps(ctx: FactContext) -> pd.DataFrame:
         "host_nvtx_path": pick_text(column(nv, "path", ""), rpos),
         "host_nvtx_source": categorical(source, np.array(["main", "none", "thread"], dtype=object)),
         "host_api": pick_text(api["name"], apos),
-        "host_api_overlap_ns": _api_overlap(api, host_tid, cs, ce),
+        "host_api_overlap_ns": api_overlap,
         "edge": edge,
     })
     gaps["host_activity"] = _host_activity(ctx.trace, gaps)
@@ -408,21 +409,24 @@ HOST_ACTIVITY_MIN_NS = 50_000
 HOST_ACTIVITY_MAX_GAPS = 1000
 
 
-def _host_activity(trace: object, gaps: pd.DataFrame) -> np.ndarray:
-    """What the gap's host thread was doing, from CPU samples and OS-runtime calls ("" without)."""
+def _host_activity(trace: object, gaps: pd.DataFrame) -> object:
+    """What the gap's host thread was doing, from CPU samples and OS-runtime calls ("" without): a text
+    column built from codes (the described gaps are at most :data:`HOST_ACTIVITY_MAX_GAPS`, the other
+    rows all read "", so no million-row array of strings is converted)."""
     from analyzer.facts.stacks import host_activity
 
-    out = np.full(len(gaps), "", dtype=object)
-    if trace.cpu_samples.empty and trace.osrt.empty:  # type: ignore[attr-defined]
-        return out
-    dur = gaps["duration"].to_numpy()
-    pick = np.flatnonzero(dur >= HOST_ACTIVITY_MIN_NS)
-    if len(pick) > HOST_ACTIVITY_MAX_GAPS:
-        pick = pick[np.argsort(-dur[pick], kind="stable")[:HOST_ACTIVITY_MAX_GAPS]]
-    if len(pick):
-        spans = gaps.iloc[pick][["start", "end", "host_pid", "host_tid"]]
-        out[pick] = host_activity(trace, spans)
-    return out
+    codes = np.zeros(len(gaps), dtype=np.int32)
+    labels: list[object] = [""]
+    if not (trace.cpu_samples.empty and trace.osrt.empty):  # type: ignore[attr-defined]
+        dur = gaps["duration"].to_numpy()
+        pick = np.flatnonzero(dur >= HOST_ACTIVITY_MIN_NS)
+        if len(pick) > HOST_ACTIVITY_MAX_GAPS:
+            pick = pick[np.argsort(-dur[pick], kind="stable")[:HOST_ACTIVITY_MAX_GAPS]]
+        if len(pick):
+            spans = gaps.iloc[pick][["start", "end", "host_pid", "host_tid"]]
+            labels += list(host_activity(trace, spans))
+            codes[pick] = np.arange(1, len(pick) + 1, dtype=np.int32)
+    return text_array(codes, np.array(labels, dtype=object))
 
 
 def _empty_gaps() -> pd.DataFrame:

@@ -243,10 +243,12 @@ def occupancy(ctx: FactContext) -> pd.DataFrame:
         "row": np.arange(len(k)),
     })
     keys = ["device", "name_code", "grid_blocks", "block_size", "registers", "static_smem", "dynamic_smem"]
-    out = cfg.groupby(keys, sort=False).agg(
-        first_row=("row", "first"), count=("duration", "size"), total_ns=("duration", "sum"),
-        mean_ns=("duration", "mean"),
-    ).reset_index()
+    out = _configs(cfg, keys)
+    if out is None:
+        out = cfg.groupby(keys, sort=False).agg(
+            first_row=("row", "first"), count=("duration", "size"), total_ns=("duration", "sum"),
+            mean_ns=("duration", "mean"),
+        ).reset_index()
     out["name"] = np.asarray(names, dtype=object)[out["name_code"].to_numpy()]
     out["short_name"] = short_labels[short_codes[out["first_row"].to_numpy()]]
     out["smem"] = out["static_smem"] + out["dynamic_smem"]
@@ -286,3 +288,39 @@ def occupancy(ctx: FactContext) -> pd.DataFrame:
     per_wave = out["blocks_per_sm"].to_numpy() * out["sm_count"].to_numpy()
     out["waves"] = np.where(per_wave > 0, out["grid_blocks"].to_numpy() / np.maximum(per_wave, 1), np.nan)
     return out.sort_values("total_ns", ascending=False, ignore_index=True)[list(_OCC_COLUMNS)]
+
+
+def _configs(cfg: pd.DataFrame, keys: list[str]) -> pd.DataFrame | None:
+    """``cfg.groupby(keys, sort=False)`` with the first row, count, summed and mean duration of each
+    launch configuration: the key columns packed into one int64 per row (their bit widths from their
+    maxima), factorized in order of first appearance, then one stable sort of the codes and a
+    ``reduceat``. None (use the groupby) when the keys need more than 63 bits or hold negative values,
+    or the sums could round in float64 (the groupby's mean sums in float64)."""
+    if cfg.empty:
+        return None
+    packed = np.zeros(len(cfg), dtype=np.int64)
+    bits = 0
+    for k in keys:
+        values = cfg[k].to_numpy(np.int64)
+        lo, hi = int(values.min()), int(values.max())
+        width = max(hi, 1).bit_length()
+        if lo < 0 or bits + width > 63:
+            return None
+        packed |= values << bits
+        bits += width
+    duration = cfg["duration"].to_numpy(np.int64)
+    if float(np.abs(duration).sum(dtype=np.float64)) >= 2.0 ** 52:
+        return None
+    codes, _ = pd.factorize(packed)  # numbered by first appearance, like groupby(sort=False)
+    ngroups = int(codes.max()) + 1
+    order = np.argsort(codes.astype(np.int16) if ngroups < 1 << 15 else codes, kind="stable")
+    bounds = np.searchsorted(codes[order], np.arange(ngroups))
+    first = order[bounds]  # each configuration's first launch (rows are in order within a group)
+    count = np.diff(np.r_[bounds, len(order)]).astype(np.int64)
+    total = np.add.reduceat(duration[order], bounds)
+    out = pd.DataFrame({k: cfg[k].to_numpy(np.int64)[first] for k in keys})
+    out["first_row"] = cfg["row"].to_numpy()[first]
+    out["count"] = count
+    out["total_ns"] = total
+    out["mean_ns"] = total / count
+    return out

@@ -171,13 +171,15 @@ def _grouped_cummax(values: np.ndarray, first: np.ndarray) -> np.ndarray:
 
 
 def _expand_to_ancestors(flat: dict[str, np.ndarray], pairs: pd.DataFrame,
-                         columns: Sequence[str] = ("op", "row", "start", "end", "duration")) -> pd.DataFrame:
+                         columns: Sequence[str] = ("op", "row", "start", "end", "duration"),
+                         by_instance: bool = False) -> pd.DataFrame:
     """``flat`` (op columns; ops with ``nvtx_id`` -1 have no ancestors and yield no rows) repeated
     once per enclosing range instance: the rows of ``flat.merge(pairs, left_on="nvtx_id",
     right_on="range_id", how="inner", sort=False)`` (ops in their order, each op's ancestors in
     ``pairs`` order) as ``instance, own`` (True for the op's innermost range itself) and ``columns``.
     Built with a searchsorted + repeat on numpy arrays: the merge's intermediate frames cost 1.7 GB
-    of peak memory on 5 M kernels."""
+    of peak memory on 5 M kernels. ``by_instance``: those rows stably sorted by (instance, start)
+    instead (the order the per-instance aggregates read; sorted once here, not per query)."""
     pr = pairs["range_id"].to_numpy(np.int64)
     porder = np.argsort(pr, kind="stable")
     pr_sorted = pr[porder]
@@ -188,9 +190,16 @@ def _expand_to_ancestors(flat: dict[str, np.ndarray], pairs: pd.DataFrame,
     src = np.repeat(np.arange(len(nid)), cnt)  # the op row of each output row
     first_out = np.cumsum(cnt) - cnt  # output position of each op's first ancestor
     pos = np.repeat(lo - first_out, cnt) + np.arange(len(src))  # pairs position (sorted order)
+    del lo, cnt, first_out
+    instance = anc_sorted[pos]
+    if by_instance and len(src):
+        order = np.lexsort((flat["start"][src], instance))
+        src, pos, instance = src[order], pos[order], instance[order]
+        del order
     own = pairs["distance"].to_numpy(np.int64)[porder][pos] == 0
+    del pos
     return pd.DataFrame({
-        "instance": anc_sorted[pos],
+        "instance": instance,
         "own": own,
         **{c: flat[c][src] for c in columns},
     }, copy=False)
@@ -331,13 +340,22 @@ def _waited_text(waited: np.ndarray, with_work: np.ndarray) -> np.ndarray:
     return text
 
 
+def _run_mask(runs: tuple[np.ndarray, np.ndarray], ids: np.ndarray) -> np.ndarray:
+    """Per row of a frame ordered by instance (``runs``: each run's instance and length): its instance
+    is in ``ids``."""
+    run_instance, run_length = runs
+    return np.repeat(pd.Series(run_instance).isin(ids).to_numpy(), run_length)
+
+
 def _selection(inst: np.ndarray, ids: np.ndarray | None, starts: np.ndarray,
-               window: tuple[int, int] | None) -> slice | np.ndarray:
+               window: tuple[int, int] | None,
+               runs: tuple[np.ndarray, np.ndarray] | None = None) -> slice | np.ndarray:
     """Rows of an expanded frame whose ``instance`` is in ``ids`` (all when None) and whose start lies
-    in ``window`` (all when None): a slice when that is every row."""
+    in ``window`` (all when None): a slice when that is every row. ``runs``: the frame's runs of equal
+    instances when its rows are ordered by instance (see :meth:`PhaseIndex._op_runs`)."""
     mask: np.ndarray | None = None
     if ids is not None:
-        mask = pd.Series(inst).isin(ids).to_numpy()
+        mask = _run_mask(runs, ids) if runs is not None else pd.Series(inst).isin(ids).to_numpy()
     if window is not None:
         inside = (starts >= window[0]) & (starts < window[1])
         mask = inside if mask is None else mask & inside
@@ -429,6 +447,8 @@ class PhaseIndex:
     unattributed: pd.DataFrame  # op, row, start, end, duration of ops with nvtx_id == -1
     syncs: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(
         {c: pd.Series(dtype="int64") for c in ("instance", "start", "end")}))
+    #: ``ops`` rows are in (instance, start) order (as :meth:`build` makes them)
+    ops_by_instance: bool = False
     _excluded: dict[tuple[str, ...], np.ndarray] = field(default_factory=dict, repr=False)
     _cache: dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -457,7 +477,7 @@ class PhaseIndex:
         else:
             flat = {c: np.empty(0, np.int64)
                     for c in ("op", "row", "nvtx_id", "start", "end", "duration")}
-        ops = _expand_to_ancestors(flat, pairs)
+        ops = _expand_to_ancestors(flat, pairs, by_instance=True)
         rest = np.flatnonzero(flat["nvtx_id"] < 0)
         unattributed = pd.DataFrame({c: flat[c][rest] for c in ("op", "row", "start", "end", "duration")})
         del flat
@@ -465,7 +485,7 @@ class PhaseIndex:
         syncs = _expand_to_ancestors({c: sync[c].to_numpy(np.int64) for c in ("nvtx_id", "start", "end")},
                                      pairs, ("start", "end"))
         return cls(trace=trace, ranges=ranges, pairs=pairs, ops=ops, unattributed=unattributed,
-                   syncs=syncs)
+                   syncs=syncs, ops_by_instance=True)
 
     @property
     def kernel_name_codes(self) -> tuple[np.ndarray, np.ndarray]:
@@ -475,7 +495,9 @@ class PhaseIndex:
             k = self.trace.kernels
             # Work on distinct names only: ``str()`` / emptiness tests per distinct value, then one gather
             # (a million launches share a few hundred names; per-row ``astype(str)`` cost seconds).
-            name_codes, name_uniq = factorize_objects(k["name"].astype(object))
+            names = k["name"]  # a categorical is factorized by its codes (same codes, no per-row strings)
+            name_codes, name_uniq = factorize_objects(
+                names if isinstance(names.dtype, pd.CategoricalDtype) else names.astype(object))
             empty = np.append(np.array([str(u) == "" for u in name_uniq], dtype=bool), True)
             use_short = empty[name_codes]  # code -1 (missing) reads the trailing True
             if not use_short.any():  # the usual case: the first factorization is the answer
@@ -539,7 +561,8 @@ class PhaseIndex:
                              else instance_ids, dtype=np.int64)
         else:
             ids = self.ranges["range_id"].to_numpy(np.int64)
-        sel = _selection(inst, ids if instance_ids is not None else None, ops["start"].to_numpy(), op_window)
+        sel = _selection(inst, ids if instance_ids is not None else None, ops["start"].to_numpy(), op_window,
+                         self._op_runs())
         agg = self._per_instance(sel, busy)
         syncs = self.syncs
         sinst = syncs["instance"].to_numpy()
@@ -563,8 +586,11 @@ class PhaseIndex:
         ops = self.ops
         inst = ops["instance"].to_numpy()[sel]
         start = ops["start"].to_numpy()[sel]
-        order = np.lexsort((start, inst))
-        inst, start = inst[order], start[order]
+        if self.ops_by_instance:  # a selection of rows in (instance, start) order keeps that order
+            order: slice | np.ndarray = slice(None)
+        else:
+            order = np.lexsort((start, inst))
+            inst, start = inst[order], start[order]
         names = ("gpu_ns", "gpu_ns_exclusive", "kernel_ns", "kernel_count", "op_count", "first_op_start",
                  "last_op_end", "first_launch", "busy_ns")
         if not len(inst):
@@ -598,15 +624,19 @@ class PhaseIndex:
     def _launch_of(self, op: np.ndarray, row: np.ndarray) -> np.ndarray:
         """Launch time (API call start; the op's start when unknown) of ops given by code and row."""
         t = self.trace
-        out = np.empty(len(op), np.int64)
+        # every op's launch time in (kernels, memcpy, memset) order, then one gather by position
+        # (a masked gather per kind cost three passes over the expanded rows)
+        parts: list[np.ndarray] = []
+        offsets = np.zeros(3, np.int64)
         for code, frame in ((OP_KERNEL, t.kernels), (OP_MEMCPY, t.memcpy), (OP_MEMSET, t.memset)):
-            mine = op == code
-            if not mine.any():
-                continue
-            r = row[mine]
-            api = frame["api_start"].to_numpy(np.int64)[r]
-            out[mine] = np.where(api >= 0, api, frame["start"].to_numpy(np.int64)[r])
-        return out
+            offsets[code] = sum(len(p) for p in parts)
+            if len(frame):
+                api = frame["api_start"].to_numpy(np.int64)
+                parts.append(np.where(api >= 0, api, frame["start"].to_numpy(np.int64)))
+        if not len(op):
+            return np.empty(0, np.int64)
+        launch = np.concatenate(parts)
+        return launch[offsets[op] + row]
 
     def prev_op_end(self, range_ids: Iterable[int]) -> np.ndarray:
         """Per range instance: the latest end of the GPU ops its process launched before the range
@@ -653,5 +683,19 @@ class PhaseIndex:
         ids = np.asarray(list(instance_ids), dtype=np.int64) if not isinstance(
             instance_ids, (np.ndarray, pd.Series)) else instance_ids
         ops = self.ops
-        return ops.loc[(ops["op"] == OP_KERNEL) & ops["instance"].isin(ids),
+        runs = self._op_runs()
+        inside = (_run_mask(runs, ids) if runs is not None
+                  else ops["instance"].isin(ids).to_numpy())
+        return ops.loc[(ops["op"].to_numpy() == OP_KERNEL) & inside,
                        ["instance", "row", "start", "end", "duration"]]
+
+    def _op_runs(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(instance, length)`` of each run of equal instances in ``ops`` when its rows are ordered
+        by instance (a selection by instance is then one test per instance, not per row), else None."""
+        if not self.ops_by_instance:
+            return None
+        if "runs" not in self._cache:
+            inst = self.ops["instance"].to_numpy()
+            bounds = np.flatnonzero(np.r_[True, inst[1:] != inst[:-1]]) if len(inst) else np.empty(0, np.int64)
+            self._cache["runs"] = (inst[bounds], np.diff(np.r_[bounds, len(inst)]))
+        return self._cache["runs"]

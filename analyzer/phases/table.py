@@ -112,10 +112,34 @@ def kernel_categories(trace: Trace, categories_file: str | Path | None = None) -
 def _top_by_group(group: np.ndarray, name: np.ndarray, duration: np.ndarray, n: int) -> pd.DataFrame:
     """Top ``n`` kernel name codes per group code by total time: ``group, name, total, count``.
     Ties broken by name code (first seen)."""
-    frame = pd.DataFrame({"group": group, "name": name, "duration": duration})
-    per = frame.groupby(["group", "name"], sort=False)["duration"].agg(total="sum", count="size").reset_index()
+    group, name, duration = (np.asarray(a, dtype=np.int64) for a in (group, name, duration))
+    per = _totals_by_pair(group, name, duration)
+    if per is None:
+        frame = pd.DataFrame({"group": group, "name": name, "duration": duration})
+        per = frame.groupby(["group", "name"], sort=False)["duration"].agg(total="sum", count="size").reset_index()
     per = per.sort_values(["group", "total", "name"], ascending=[True, False, True], kind="stable")
     return per.groupby("group", sort=False).head(n)
+
+
+def _totals_by_pair(group: np.ndarray, name: np.ndarray, duration: np.ndarray) -> pd.DataFrame | None:
+    """``group, name, total, count`` per distinct (group, name) code pair (in pair order; callers sort),
+    by two ``bincount`` over one packed key instead of a two-key groupby (0.1 s per million kernels).
+    None where that is not exact: negative codes or durations, sums beyond float64's integers, or a
+    key range much larger than the rows."""
+    if not len(group) or min(group.min(), name.min(), duration.min()) < 0:
+        return None
+    if float(duration.sum(dtype=np.float64)) >= 2.0 ** 52:  # every partial sum an exact float64 integer
+        return None
+    names = int(name.max()) + 1
+    span = (int(group.max()) + 1) * names
+    if span > max(4 * len(group), 1 << 20):
+        return None
+    key = group * names + name
+    count = np.bincount(key, minlength=span)
+    used = np.flatnonzero(count)
+    total = np.bincount(key, weights=duration, minlength=span)[used].astype(np.int64)
+    return pd.DataFrame({"group": used // names, "name": used % names, "total": total,
+                         "count": count[used].astype(np.int64)})
 
 
 def _fmt_top(top: pd.DataFrame, names: np.ndarray) -> pd.Series:

@@ -1,0 +1,170 @@
+"""The numpy fast paths of the facts, checked against the pandas code they replace, on real traces.
+
+Each fast path (packed keys, code-based text columns, sorted lookups, per-device aggregates) must give
+exactly what the general path gives (``assert_frame_equal`` with exact values and dtypes), including
+the cases where it has to hand over to the general path.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analyzer.analysis import Window
+from analyzer.facts import FactStore
+from analyzer.facts._util import categorical_parts, concat_codes, first_positions, key_groups, text_array, text_codes
+from analyzer.loading.columns import categorical
+from analyzer.testing import real_trace
+
+TRACES = ["small_training_ctx128", "tiny_kernels", "pageable_h2d", "host_sync"]
+
+
+@lru_cache(maxsize=2)
+def _trace(name: str):
+    from analyzer.loading import load_trace
+
+    return load_trace(real_trace(name))
+
+
+def _store(name: str) -> FactStore:
+    t = _trace(name)
+    window = Window(start_ns=0, end_ns=int(t.info.duration_ns) + 1, source="user", description="all")
+    return FactStore(t, window, {})
+
+
+@pytest.mark.parametrize("name", TRACES)
+def test_key_groups_equals_a_stable_sort(name):
+    t = _trace(name)
+    for keys in (t.api["tid"].to_numpy(np.int64), t.kernels["stream"].to_numpy(np.int64),
+                 t.api["correlation_id"].to_numpy(np.int64) % 5, t.api["correlation_id"].to_numpy(np.int64)):
+        order, starts, ends = key_groups(keys)
+        expected = np.argsort(keys, kind="stable")
+        np.testing.assert_array_equal(order, expected)
+        sk = keys[expected]
+        cut = np.flatnonzero(sk[1:] != sk[:-1]) + 1
+        np.testing.assert_array_equal(starts, np.r_[0, cut])
+        np.testing.assert_array_equal(ends, np.r_[cut, len(sk)])
+
+
+@pytest.mark.parametrize("name", TRACES)
+def test_first_positions_equals_the_first_match(name):
+    t = _trace(name)
+    table = t.api["correlation_id"].to_numpy(np.int64)
+    query = t.kernels["correlation_id"].to_numpy(np.int64)
+
+    def expected(tab: np.ndarray, q: np.ndarray) -> np.ndarray:
+        first = {}
+        for i, k in enumerate(tab.tolist()):
+            first.setdefault(k, i)
+        return np.array([first.get(k, -1) for k in q.tolist()], dtype=np.int64)
+
+    for tab in (table, table[::-1], np.sort(np.unique(table))):  # as loaded, unsorted, strictly increasing
+        q = np.r_[query, -5, tab[:3], 10**12]  # with keys that are absent
+        np.testing.assert_array_equal(first_positions(tab, q), expected(tab, q))
+    assert (first_positions(np.empty(0, np.int64), query) == -1).all()
+
+
+@pytest.mark.parametrize("name", TRACES)
+def test_text_array_is_the_column_a_frame_makes(name):
+    t = _trace(name)
+    codes, labels = text_codes(t.kernels["short_name"])
+    made = pd.DataFrame({"x": np.arange(len(codes))})
+    made["t"] = labels[codes]
+    ours = pd.DataFrame({"x": np.arange(len(codes))})
+    ours["t"] = text_array(codes, labels)
+    pd.testing.assert_frame_equal(made, ours, check_exact=True)
+    mixed = np.array(["a", None], dtype=object)  # not all text: left to the frame, as before
+    assert isinstance(text_array(np.array([0, 1, 1]), mixed), np.ndarray)
+
+
+@pytest.mark.parametrize("name", TRACES)
+def test_categorical_parts_equals_concatenated_codes(name):
+    t = _trace(name)
+    parts = [text_codes(f[c]) for f, c in ((t.kernels, "nvtx_path"), (t.memcpy, "nvtx_path"), (t.api, "nvtx_path"))
+             if c in f.columns]
+    parts.append((np.array([0, -1, 1], dtype=np.int64), np.array(["zz", "a"], dtype=object)))  # -1 reads ""
+    codes, labels = concat_codes(parts)
+    rng = np.random.default_rng(0)
+    for order in (None, rng.permutation(len(codes))):
+        expected = categorical(codes if order is None else codes[order], labels)
+        got = categorical_parts(parts, order)
+        pd.testing.assert_series_equal(pd.Series(expected), pd.Series(got), check_exact=True)
+
+
+@pytest.mark.parametrize("name", TRACES)
+def test_top_kernels_and_occupancy_equal_their_groupbys(name, monkeypatch):
+    import analyzer.facts.categories as categories
+    import analyzer.facts.occupancy as occupancy
+
+    fast = _store(name)
+    top, occ = fast.get("top_kernels"), fast.get("occupancy")
+    monkeypatch.setattr(categories, "_per_code", lambda *a: None)
+    monkeypatch.setattr(occupancy, "_configs", lambda *a: None)
+    slow = _store(name)
+    pd.testing.assert_frame_equal(top, slow.get("top_kernels"), check_exact=True)
+    pd.testing.assert_frame_equal(occ, slow.get("occupancy"), check_exact=True)
+
+
+@pytest.mark.parametrize("name", TRACES)
+def test_launch_stats_equals_its_groupby(name, monkeypatch):
+    import analyzer.facts.api as api
+
+    fast = _store(name).get("launch_stats")
+    monkeypatch.setattr(api, "_device_stats", lambda *a: None)
+    pd.testing.assert_frame_equal(fast, _store(name).get("launch_stats"), check_exact=True)
+
+
+def test_launch_stats_per_device_on_several_devices(monkeypatch):
+    """Two devices (the trace's kernels split by parity), launches matched and unmatched."""
+    import analyzer.facts.api as api
+
+    t = _trace("small_training_ctx128")
+    device = np.arange(len(t.kernels)) % 2
+    duration = t.kernels["duration"].to_numpy(np.int64)
+    tiny = duration < api.TINY_KERNEL_NS
+    api_ns = np.where(device == 0, duration.astype(np.float64) / 3, np.nan)
+    api_ns[::7] = np.nan
+    delay = np.where(np.arange(len(device)) % 5 == 0, np.nan, duration * 2.0)
+    for launches in (api_ns, duration * 3):  # float with missing, integer (every kernel matched)
+        got = api._device_stats(device, duration, tiny, launches, delay)
+        frame = pd.DataFrame({"device": device, "duration": duration, "tiny": tiny,
+                              "tiny_ns": np.where(tiny, duration, 0), "api_ns": launches, "delay": delay})
+        expected = frame.groupby("device", sort=True).agg(
+            kernel_count=("duration", "size"), kernel_ns=("duration", "sum"), median_ns=("duration", "median"),
+            mean_ns=("duration", "mean"), tiny_count=("tiny", "sum"), tiny_ns=("tiny_ns", "sum"),
+            launch_count=("api_ns", "count"), launch_api_ns=("api_ns", "sum"),
+            launch_api_median_ns=("api_ns", "median"), launch_api_mean_ns=("api_ns", "mean"),
+            launch_delay_median_ns=("delay", "median"),
+        ).reset_index()
+        pd.testing.assert_frame_equal(got, expected, check_exact=True)
+    assert api._device_stats(device, duration * 2**40, tiny, api_ns, delay) is None  # sums past 2**52
+
+
+@pytest.mark.parametrize("name", ["small_training_ctx128", "medium_training_ctx128"])
+def test_phase_index_sorted_by_instance_equals_the_unsorted_index(name):
+    """The index keeps its expanded ops in (instance, start) order; aggregates over them equal those of
+    the same rows in expansion order (the per-query sort the index used to do)."""
+    from dataclasses import replace
+
+    from analyzer.phases import PhaseIndex
+
+    t = _trace(name)
+    idx = PhaseIndex.build(t)
+    assert idx.ops_by_instance
+    ops = idx.ops
+    inst, start = ops["instance"].to_numpy(), ops["start"].to_numpy()
+    assert (np.diff(inst) >= 0).all() and (start[1:] >= start[:-1])[inst[1:] == inst[:-1]].all()
+    shuffled = ops.iloc[np.random.default_rng(1).permutation(len(ops))].reset_index(drop=True)
+    plain = replace(idx, ops=shuffled, ops_by_instance=False, _cache={}, _excluded={})
+    ids = idx.ranges["range_id"].to_numpy()
+    some = ids[::3]
+    lo, hi = int(start.min()), int(np.median(start))
+    for args, kwargs in (((), {}), ((some,), {}), ((ids,), {"op_window": (lo, hi), "busy": False})):
+        pd.testing.assert_frame_equal(idx.instance_gpu(*args, **kwargs), plain.instance_gpu(*args, **kwargs),
+                                      check_exact=True)
+    key = ["instance", "row"]
+    ours = idx.kernel_rows(some).sort_values(key).reset_index(drop=True)
+    theirs = plain.kernel_rows(some).sort_values(key).reset_index(drop=True)
+    pd.testing.assert_frame_equal(ours, theirs, check_exact=True)
