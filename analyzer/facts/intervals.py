@@ -203,10 +203,12 @@ def _device_blocks(ops: pd.DataFrame) -> pd.DataFrame:
         is_first = np.r_[True, u.block[1:] != u.block[:-1]]
         first_pos[u.block[is_first]] = ordered[is_first]
         ends = ops["end"].to_numpy(dtype=np.int64)[ordered]
-        by_end = np.lexsort((ends, u.block))  # within each block, latest-ending last
-        blk_sorted = u.block[by_end]
-        is_last = np.r_[blk_sorted[1:] != blk_sorted[:-1], True]
-        last_pos[blk_sorted[is_last]] = ordered[by_end][is_last]
+        # the op ending last in each block (ties: the later in ``ordered``), as a stable sort by
+        # (block, end) would put last: blocks are runs of ``ordered``, so two reductions per run
+        starts_of = np.flatnonzero(is_first)
+        latest = np.maximum.reduceat(ends, starts_of)
+        at = np.where(ends == latest[u.block], np.arange(len(ends)), -1)
+        last_pos[u.block[starts_of]] = ordered[np.maximum.reduceat(at, starts_of)]
     return pd.DataFrame({"device": u.group, "start": u.start, "end": u.end,
                          "first_op": first_pos, "last_op": last_pos}, copy=False)
 
@@ -341,10 +343,13 @@ def gpu_gaps(ctx: FactContext) -> pd.DataFrame:
     opid = ops["pid"].to_numpy(dtype=np.int64)
 
     def pick(values: np.ndarray, pos: np.ndarray, missing: object) -> np.ndarray:
-        out = np.full(len(pos), missing, dtype=values.dtype if values.dtype != object else object)
-        has = pos >= 0
-        out[has] = values[pos[has]]
-        return out
+        if values.dtype == object or not len(values):
+            out = np.full(len(pos), missing, dtype=values.dtype if values.dtype != object else object)
+            has = pos >= 0
+            out[has] = values[pos[has]]
+            return out
+        # one gather and a select (masked gathers and stores cost twice that)
+        return np.where(pos >= 0, values[np.maximum(pos, 0)], np.asarray(missing, dtype=values.dtype))
 
     def pick_text(column: pd.Series, pos: np.ndarray) -> pd.Categorical:
         """The text at ``pos`` (``""`` where -1) as a categorical, gathered as codes."""

@@ -62,11 +62,16 @@ def innermost_open(nvtx: pd.DataFrame, tid: np.ndarray, t: np.ndarray) -> np.nda
     cand = asof_backward(nvtx["tid"].to_numpy(dtype=np.int64), starts, tid, t)
     tt = np.asarray(t, dtype=np.int64)
     max_depth = int(column(nvtx, "depth", 0).max()) + 2 if len(nvtx) else 1
+    # walk up from the queries whose candidate closed before t, one level per pass, over the queries
+    # still walking only (the first pass tests all of them; most stop there)
+    todo = np.arange(len(cand))
     for _ in range(max(max_depth, 1) + 64):  # bounded walk; depth is small in practice
-        closed = (cand >= 0) & (ends[np.maximum(cand, 0)] <= tt)
+        c = cand[todo]
+        closed = (c >= 0) & (ends[np.maximum(c, 0)] <= tt[todo])
         if not closed.any():
             break
-        cand[closed] = parent[cand[closed]]
+        todo = todo[closed]
+        cand[todo] = parent[c[closed]]
     out[:] = cand
     return out
 
@@ -187,7 +192,12 @@ def nvtx_projection(ctx: FactContext) -> pd.DataFrame:
     if inst.empty:
         return pd.DataFrame({c: pd.Series(dtype="object" if c in _TEXT | {"waited"} else "int64")
                              for c in cols})
-    g = inst.groupby(["name", "path"], sort=False)
+    # one integer code per (name, path), numbered by first appearance like groupby(sort=False) on the
+    # two text columns (which hashed both texts of every instance twice: here and for the timing)
+    name_codes, _ = pd.factorize(inst["name"], use_na_sentinel=False)
+    path_codes, path_uniques = pd.factorize(inst["path"], use_na_sentinel=False)
+    group, _ = pd.factorize(name_codes.astype(np.int64) * len(path_uniques) + path_codes)
+    g = inst.groupby(group, sort=False)
     out = g.agg(
         depth=("depth", "min"),
         count=("range_id", "size"),
@@ -197,9 +207,14 @@ def nvtx_projection(ctx: FactContext) -> pd.DataFrame:
         gpu_ns_exclusive=("gpu_ns_exclusive", "sum"),
         kernel_count=("kernel_count", "sum"),
         op_count=("op_count", "sum"),
-    ).reset_index()
+    ).reset_index(drop=True)
+    first = np.unique(group, return_index=True)[1]  # codes 0.. in first-appearance order
+    # typed as the groupby keys were (the frame infers the text dtype from the values)
+    out.insert(0, "name", inst["name"].iloc[first].to_numpy(object))
+    out.insert(1, "path", inst["path"].iloc[first].to_numpy(object))
     total = float(_gpu_ops_in_window(ctx)["duration"].sum())
     out["gpu_share"] = out["gpu_ns"] / total if total > 0 else 0.0
-    timing = aggregate_timing(inst, ["name", "path"], cpu="duration")
-    out = out.merge(timing, on=["name", "path"], how="left", sort=False)
+    timing = aggregate_timing(inst.assign(_group=group), "_group", cpu="duration")
+    out["_group"] = np.arange(len(out))
+    out = out.merge(timing, on="_group", how="left", sort=False)
     return out.sort_values(["gpu_ns", "cpu_ns"], ascending=False, ignore_index=True)[cols]

@@ -108,7 +108,7 @@ def evaluate_rule(rule: Rule, store: FactSource, window: Window, scalars: Mappin
 
 
 def _kept_columns(rule: Rule, rows: pd.DataFrame) -> list[str] | None:
-    """The columns of ``rows`` that the rule can still read after its ``where`` filter, or None (all).
+    """The columns of ``rows`` that the rule still reads after its ``where`` filter, or None (all).
 
     Filtering copies every column of the kept rows (29 columns x 0.8 M kernels per rule on a
     million-kernel trace: 0.1 s and 180 MB each). The loader records in ``rule.columns`` every
@@ -123,8 +123,11 @@ def _kept_columns(rule: Rule, rows: pd.DataFrame) -> list[str] | None:
         declared = set(get_spec(rule.source).columns)
     except KeyError:  # not a registered fact: keep everything
         return None
-    needed = {*rule.columns, *rule.key_columns, *rule.evidence.columns, *(c for c, _ in rule.evidence.sort),
-              "start", "end", "duration"}
+    # read after the filter: the lets, condition and impact (a column only ``where`` reads is not
+    # copied: ``category != "communication"`` used to take a million Arrow strings per kernel rule)
+    after = {n for e in (rule.condition, rule.impact, *(e for _, e in rule.lets)) if e is not None for n in e.names}
+    needed = {*(c for c in rule.columns if c in after), *rule.key_columns, *rule.evidence.columns,
+              *(c for c, _ in rule.evidence.sort), "start", "end", "duration"}
     keep = [c for c in rows.columns if c in needed or c not in declared]
     return keep if len(keep) < len(rows.columns) else None
 

@@ -532,6 +532,9 @@ def _aggregate(name: str, values: Any, q: float, env: Env) -> pd.Series:
         counts = frame.groupby(["g", "v"], sort=False).size().reset_index(name="n")
         best = counts.sort_values("n", ascending=False, kind="stable").drop_duplicates("g")
         return pd.Series(best.set_index("g")["v"]).reindex(range(ngroups), fill_value="").reset_index(drop=True)
+    whole = _one_group(name, values, codes, ngroups)
+    if whole is not None:
+        return whole
     grouped = values.groupby(codes)
     if name == "p":
         result = grouped.quantile(q)
@@ -539,6 +542,34 @@ def _aggregate(name: str, values: Any, q: float, env: Env) -> pd.Series:
         method = {"share": "mean"}.get(name, name)
         result = getattr(grouped, method)()
     return result.reindex(range(ngroups), fill_value=_EMPTY_GROUP.get(name, np.nan)).reset_index(drop=True)
+
+
+def _one_group(name: str, values: pd.Series, codes: np.ndarray, ngroups: int) -> pd.Series | None:
+    """The aggregate of one group holding every row (trace scope, or one device), without a groupby
+    over the rows, where the whole-column reduction is the groupby's value exactly: integer and
+    boolean sums, means and shares (exact integer sums in float64), extrema, any/all, distinct counts.
+    None otherwise (float sums round differently; medians, percentiles, first and top keep the groupby)."""
+    if ngroups != 1 or not len(values) or len(codes) != len(values) or not isinstance(values.dtype, np.dtype):
+        return None
+    kind = values.dtype.kind
+    exact_sum = kind in "biu" and (kind == "b" or float(np.abs(values.to_numpy()).sum(dtype=np.float64)) < 2.0 ** 52)
+    if name in ("sum", "mean", "share") and not exact_sum:
+        return None
+    if name not in ("sum", "mean", "share", "min", "max", "any", "all", "nunique") or kind not in "biuf":
+        return None
+    if codes.min() != 0 or codes.max() != 0:
+        return None
+    if name == "sum":
+        if values.dtype not in (np.int64, np.bool_):  # the groupby keeps other integer widths
+            return None
+        value: Any = values.to_numpy().sum(dtype=np.int64)
+    elif name in ("mean", "share"):
+        value = float(values.to_numpy().sum(dtype=np.int64)) / len(values)
+    elif name == "nunique":
+        value = np.int64(values.nunique())
+    else:
+        value = getattr(values, name)()
+    return pd.Series([value], name=values.name)
 
 
 def _text_test(name: str, value: Any, text: str) -> Any:

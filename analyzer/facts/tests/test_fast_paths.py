@@ -55,7 +55,7 @@ def test_first_positions_equals_the_first_match(name):
     query = t.kernels["correlation_id"].to_numpy(np.int64)
 
     def expected(tab: np.ndarray, q: np.ndarray) -> np.ndarray:
-        first = {}
+        first: dict[int, int] = {}
         for i, k in enumerate(tab.tolist()):
             first.setdefault(k, i)
         return np.array([first.get(k, -1) for k in q.tolist()], dtype=np.int64)
@@ -168,3 +168,21 @@ def test_phase_index_sorted_by_instance_equals_the_unsorted_index(name):
     ours = idx.kernel_rows(some).sort_values(key).reset_index(drop=True)
     theirs = plain.kernel_rows(some).sort_values(key).reset_index(drop=True)
     pd.testing.assert_frame_equal(ours, theirs, check_exact=True)
+
+
+@pytest.mark.parametrize("name", TRACES)
+def test_device_blocks_last_op_is_the_latest_ending(name):
+    """Each busy block's last op: the latest-ending op of the block, ties to the later one in start
+    order (what a stable sort by (block, end) puts last), here also with ops ending together."""
+    from analyzer.facts._util import union_intervals
+    from analyzer.facts.intervals import _device_blocks
+
+    ops = _store(name).get("gpu_ops")
+    tied = ops.assign(end=(ops["end"] // 50_000 + 1) * 50_000)  # many ops of a block end at once
+    for frame in (ops, tied):
+        blocks = _device_blocks(frame)
+        u = union_intervals(frame["start"].to_numpy(), frame["end"].to_numpy(), frame["device"].to_numpy())
+        ends = frame["end"].to_numpy(np.int64)[u.order]
+        by_end = np.lexsort((ends, u.block))
+        last = np.r_[u.block[by_end][1:] != u.block[by_end][:-1], True]
+        np.testing.assert_array_equal(blocks["last_op"].to_numpy(), u.order[by_end][last])
