@@ -84,6 +84,17 @@ class FactSource(Protocol):
     def get(self, name: str) -> pd.DataFrame: ...
 
 
+#: Every fact the reports read from an :class:`Analysis` (its sections in
+#: :mod:`analyzer.reports.viewmodel` and the diff baseline of :func:`analyzer.diff.summary.summarize`);
+#: the pipeline keeps these past the rules and frees the others after their last rule (a test checks
+#: that building a report reads no other fact).
+REPORT_FACTS: frozenset[str] = frozenset({
+    "gpu_busy", "utilization", "gpu_gaps", "gpu_ops", "category_summary", "top_kernels", "nvtx_projection",
+    "nvtx_instances", "phases", "steps", "copy_throughput", "code_locations", "sm_activity", "energy",
+    "energy_steps",
+})
+
+
 @dataclass
 class Analysis:
     trace: Trace

@@ -6,7 +6,7 @@ test checks is what a user gets.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
@@ -147,13 +147,16 @@ def _caused_by(err: BaseException, kind: type[BaseException]) -> bool:
     return False
 
 
-def finish(store: Any, pack: Any, *, progress: Progress = None, accepted: Any = None) -> Analysis:
+def finish(store: Any, pack: Any, *, progress: Progress = None, accepted: Any = None,
+           keep: Iterable[str] | None = None) -> Analysis:
     """Evaluate ``pack`` over a prepared fact store: the :class:`Analysis` of one trace; findings matching
-    ``accepted`` (an :class:`analyzer.accepted.AcceptedFindings`) are marked accepted."""
+    ``accepted`` (an :class:`analyzer.accepted.AcceptedFindings`) are marked accepted. ``keep``: the facts
+    read from the analysis afterwards (:data:`analyzer.analysis.REPORT_FACTS` for a report); with it, the
+    store frees every other fact after the last rule reading it (None: every fact is kept)."""
     trace, window = store.trace, store.window
     runnable, not_checked = split_by_capability(pack, trace.info.unavailable)
     _noting(progress)(f"{trace.name}: evaluating {len(runnable.rules)} rules")
-    findings = _evaluate(runnable, store)
+    findings = _evaluate(runnable, store, keep=keep)
     if accepted is not None:
         from analyzer.accepted import apply_accepted
 
@@ -161,18 +164,23 @@ def finish(store: Any, pack: Any, *, progress: Progress = None, accepted: Any = 
     return _analysis(store, findings, pack, parameters_of=pack, ncu=trace.extras.get("ncu"), not_checked=not_checked)
 
 
-def _evaluate(pack: Any, store: Any) -> list[Any]:
+def _evaluate(pack: Any, store: Any, *, keep: Iterable[str] | None = None) -> list[Any]:
     """The findings of ``pack`` over ``store`` (the "rules" stage). An overflow of 64-bit arithmetic is the
     trace's fault (timestamps or sizes no real trace has), so it becomes one line naming the trace, not
-    an error of the rule file."""
-    from analyzer.facts.scalars import trace_scalars
+    an error of the rule file. ``keep``: see :func:`finish`."""
+    from analyzer.facts.scalars import SCALAR_FACTS, trace_scalars
     from analyzer.rules import evaluate
     from analyzer.rules.model import RuleEvaluationError
 
     trace = store.trace
     with stage("rules"):
         try:
-            return evaluate(pack, store, store.window, trace_scalars(store))
+            if keep is not None:  # the scalars, then each rule in order (the engine says when one is done)
+                store.plan_reads([SCALAR_FACTS, *(rule.requires for rule in pack.rules)], keep=keep)
+            scalars = trace_scalars(store)
+            if keep is not None:
+                store.done_with(SCALAR_FACTS)
+            return evaluate(pack, store, store.window, scalars)
         except RuleEvaluationError as err:
             if _caused_by(err, OverflowError):
                 raise InputError(trace.info.path, "holds timestamps, durations or sizes too large for 64-bit "
@@ -198,11 +206,15 @@ def _analysis(store: Any, findings: list[Any], pack: Any, *, parameters_of: Any,
 def analyze_loaded(trace: Any, pack: Any = None, *, options: AnalysisOptions | None = None, ncu: Any = None,
                    progress: Progress = None, accepted: Any = None) -> Analysis:
     """Analyze an already loaded :class:`~analyzer.loading.model.Trace` (one rank of a multi-process
-    report, a synthetic trace): :func:`prepare` then :func:`finish`."""
+    report, a synthetic trace): :func:`prepare` then :func:`finish`. The analysis keeps the facts reports
+    read (:data:`~analyzer.analysis.REPORT_FACTS`); the others are freed after their last rule."""
+    from analyzer.analysis import REPORT_FACTS
+
     options = options or AnalysisOptions()
     if pack is None:
         pack = load_rules(options)
-    return finish(prepare(trace, options, ncu=ncu, progress=progress), pack, progress=progress, accepted=accepted)
+    return finish(prepare(trace, options, ncu=ncu, progress=progress), pack, progress=progress, accepted=accepted,
+                  keep=REPORT_FACTS)
 
 
 def split_by_capability(pack: Any, unavailable: Mapping[str, str]) -> tuple[Any, list[NotChecked]]:

@@ -64,8 +64,12 @@ def _ncu_softmax_launches(store: FactStore) -> float:
     return float((np.asarray(categories) == "softmax")[matched].sum())
 
 
+#: the facts :func:`trace_scalars` reads
+SCALAR_FACTS: tuple[str, ...] = ("gpu_busy", "gpu_gaps", "sync_calls", "alloc_calls")
+
+
 def trace_scalars(store: FactStore) -> dict[str, float]:
-    """The scalars in :data:`SCALAR_DOCS` for one trace and window."""
+    """The scalars in :data:`SCALAR_DOCS` for one trace and window (from the facts :data:`SCALAR_FACTS`)."""
     from analyzer.facts.api import is_launch_api
 
     from analyzer.facts.comm import comm_kernel_mask
@@ -129,4 +133,4 @@ def trace_scalars(store: FactStore) -> dict[str, float]:
     }
 
 
-__all__ = ["SCALAR_DOCS", "trace_scalars"]
+__all__ = ["SCALAR_DOCS", "SCALAR_FACTS", "trace_scalars"]

@@ -20,6 +20,7 @@ import pandas as pd
 
 from analyzer.errors import ParameterError
 from analyzer.facts._util import factorize_objects
+from analyzer.loading.columns import narrow_int
 from analyzer.loading.model import Trace
 from analyzer.saferegex import PatternError, UserPattern, compile_glob, compile_regex
 
@@ -179,30 +180,41 @@ def _expand_to_ancestors(flat: dict[str, np.ndarray], pairs: pd.DataFrame,
     ``pairs`` order) as ``instance, own`` (True for the op's innermost range itself) and ``columns``.
     Built with a searchsorted + repeat on numpy arrays: the merge's intermediate frames cost 1.7 GB
     of peak memory on 5 M kernels. ``by_instance``: those rows stably sorted by (instance, start)
-    instead (the order the per-instance aggregates read; sorted once here, not per query)."""
+    instead (the order the per-instance aggregates read; sorted once here, not per query).
+
+    The expanded rows are the largest table an analysis keeps (one per op and enclosing range):
+    ``instance`` and ``row`` are stored in 32 bits when they fit, and ``flat`` is consumed (each of
+    its columns is dropped once expanded)."""
     pr = pairs["range_id"].to_numpy(np.int64)
     porder = np.argsort(pr, kind="stable")
     pr_sorted = pr[porder]
     anc_sorted = pairs["ancestor_id"].to_numpy(np.int64)[porder]
-    nid = flat["nvtx_id"]
+    nid = flat.pop("nvtx_id")
     lo = np.searchsorted(pr_sorted, nid, side="left")
     cnt = np.searchsorted(pr_sorted, nid, side="right") - lo
-    src = np.repeat(np.arange(len(nid)), cnt)  # the op row of each output row
+    del nid
+    src = np.repeat(np.arange(len(cnt)), cnt)  # the op row of each output row
     first_out = np.cumsum(cnt) - cnt  # output position of each op's first ancestor
-    pos = np.repeat(lo - first_out, cnt) + np.arange(len(src))  # pairs position (sorted order)
-    del lo, cnt, first_out
-    instance = anc_sorted[pos]
-    if by_instance and len(src):
-        order = np.lexsort((flat["start"][src], instance))
-        src, pos, instance = src[order], pos[order], instance[order]
-        del order
+    lo -= first_out
+    del first_out
+    pos = np.repeat(lo, cnt)  # pairs position (sorted order)
+    del lo, cnt
+    pos += np.arange(len(src))
+    instance = narrow_int(anc_sorted[pos])
     own = pairs["distance"].to_numpy(np.int64)[porder][pos] == 0
     del pos
-    return pd.DataFrame({
-        "instance": instance,
-        "own": own,
-        **{c: flat[c][src] for c in columns},
-    }, copy=False)
+    if by_instance and len(src):
+        order = np.lexsort((flat["start"][src], instance))
+        src = src[order]
+        instance = instance[order]
+        own = own[order]
+        del order
+    out: dict[str, np.ndarray] = {"instance": instance, "own": own}
+    del instance, own
+    for c in columns:
+        values = flat.pop(c)[src]
+        out[c] = narrow_int(values) if c == "row" else values
+    return pd.DataFrame(out, copy=False)
 
 
 #: Columns of :meth:`PhaseIndex.instance_gpu`, with units.
@@ -419,11 +431,17 @@ def blocking_syncs(trace: Trace, ranges: pd.DataFrame | None = None,
 
 def phase_index(store: Any) -> PhaseIndex:
     """The :class:`PhaseIndex` of a fact store's trace, built once per store and shared by the facts
-    that project GPU time onto NVTX ranges (``nvtx_instances``, ``nvtx_projection``, ``phases``)."""
+    that project GPU time onto NVTX ranges (``nvtx_instances``, and through it ``nvtx_projection``;
+    ``phases``)."""
     from analyzer.facts.api import all_sync_call_rows, api_base_codes
 
     return store.memo("phase_index", lambda: PhaseIndex.build(store.trace, api_codes=api_base_codes(store),
-                                                              sync_rows=all_sync_call_rows(store)))
+                                                              sync_rows=all_sync_call_rows(store)),
+                      users=PHASE_INDEX_USERS)
+
+
+#: the facts that read :func:`phase_index` (a fact store frees the index once they are computed)
+PHASE_INDEX_USERS: tuple[str, ...] = ("phases", "nvtx_instances")
 
 
 @dataclass
@@ -477,9 +495,9 @@ class PhaseIndex:
         else:
             flat = {c: np.empty(0, np.int64)
                     for c in ("op", "row", "nvtx_id", "start", "end", "duration")}
-        ops = _expand_to_ancestors(flat, pairs, by_instance=True)
         rest = np.flatnonzero(flat["nvtx_id"] < 0)
         unattributed = pd.DataFrame({c: flat[c][rest] for c in ("op", "row", "start", "end", "duration")})
+        ops = _expand_to_ancestors(flat, pairs, by_instance=True)  # consumes flat
         del flat
         sync = blocking_syncs(trace, ranges, api_codes, sync_rows)
         syncs = _expand_to_ancestors({c: sync[c].to_numpy(np.int64) for c in ("nvtx_id", "start", "end")},
@@ -599,27 +617,29 @@ class PhaseIndex:
         if not isinstance(sel, slice):
             order = sel[order]  # positions in ``ops``
         bounds = np.flatnonzero(np.r_[True, inst[1:] != inst[:-1]])
+        # each op column is taken in run order, reduced and freed before the next (a selection copies
+        # them: at ten million kernels each is 0.2 GB of ops x enclosing ranges)
+        out: dict[str, np.ndarray] = {}
         duration = ops["duration"].to_numpy()[order]
+        out["gpu_ns"] = np.add.reduceat(duration, bounds)
+        out["gpu_ns_exclusive"] = np.add.reduceat(np.where(ops["own"].to_numpy()[order], duration, 0), bounds)
         op = ops["op"].to_numpy()[order]
         is_k = op == OP_KERNEL
+        out["kernel_ns"] = np.add.reduceat(np.where(is_k, duration, 0), bounds)
+        del duration
+        out["kernel_count"] = np.add.reduceat(is_k.astype(np.int64), bounds)
+        del is_k
+        out["op_count"] = np.diff(np.r_[bounds, len(inst)]).astype(np.int64)
+        out["first_op_start"] = start[bounds]  # the first of each run: runs are ordered by start
         end = ops["end"].to_numpy()[order]
-        launch = self._launch_of(op, ops["row"].to_numpy()[order])
-        del op
-        out = {
-            "gpu_ns": np.add.reduceat(duration, bounds),
-            "gpu_ns_exclusive": np.add.reduceat(np.where(ops["own"].to_numpy()[order], duration, 0), bounds),
-            "kernel_ns": np.add.reduceat(np.where(is_k, duration, 0), bounds),
-            "kernel_count": np.add.reduceat(is_k.astype(np.int64), bounds),
-            "op_count": np.diff(np.r_[bounds, len(inst)]).astype(np.int64),
-            "first_op_start": start[bounds],  # the first of each run: runs are ordered by start
-            "last_op_end": np.maximum.reduceat(end, bounds),
-            "first_launch": np.minimum.reduceat(launch, bounds),
-        }
-        del duration, is_k, launch
+        out["last_op_end"] = np.maximum.reduceat(end, bounds)
         keys = inst[bounds]
-        out["busy_ns"] = (_union_length_sorted(inst, start, end).reindex(keys).to_numpy(np.int64) if busy
-                          else np.zeros(len(keys), np.int64))
-        return pd.DataFrame(out, index=pd.Index(keys, name="instance"))
+        busy_ns = (_union_length_sorted(inst, start, end).reindex(keys).to_numpy(np.int64) if busy
+                   else np.zeros(len(keys), np.int64))
+        del end, start, inst
+        out["first_launch"] = np.minimum.reduceat(self._launch_of(op, ops["row"].to_numpy()[order]), bounds)
+        out["busy_ns"] = busy_ns
+        return pd.DataFrame({c: out[c] for c in names}, index=pd.Index(keys, name="instance"))
 
     def _launch_of(self, op: np.ndarray, row: np.ndarray) -> np.ndarray:
         """Launch time (API call start; the op's start when unknown) of ops given by code and row."""
@@ -636,7 +656,9 @@ class PhaseIndex:
         if not len(op):
             return np.empty(0, np.int64)
         launch = np.concatenate(parts)
-        return launch[offsets[op] + row]
+        at = offsets[op]
+        at += row
+        return launch[at]
 
     def prev_op_end(self, range_ids: Iterable[int]) -> np.ndarray:
         """Per range instance: the latest end of the GPU ops its process launched before the range

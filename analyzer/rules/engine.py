@@ -52,9 +52,12 @@ def evaluate(pack: RulePack, store: FactSource, window: Window, scalars: Mapping
     from analyzer.watchdog import stage
 
     fired: list[_Fired] = []
+    done_with = getattr(store, "done_with", None)  # a FactStore frees facts after their last rule
     for rule in pack.rules:
         with stage(f"rule {rule.id} ({rule.name})"):
             fired += evaluate_rule(rule, store, window, scalars)
+            if done_with is not None:
+                done_with(rule.requires)
     return rank(_link(pack, fired))
 
 

@@ -1,0 +1,110 @@
+"""Facts freed after their last reader (FactStore.plan_reads), on real committed traces: the report
+reads only REPORT_FACTS, nothing is computed twice, freed facts and the phase index are gone after the
+rules, and reports are the same bytes as from an analysis that kept every fact."""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from analyzer.analysis import REPORT_FACTS
+from analyzer.facts import FactStore
+from analyzer.facts.registry import dependency_order
+from analyzer.loading import load_trace
+from analyzer.pipeline import AnalysisOptions, analyze_loaded, finish, load_rules, prepare
+from analyzer.reports import build_report, render
+
+DATA = Path(__file__).resolve().parents[3] / "tests" / "data"
+CREATED = datetime(2026, 1, 1, tzinfo=timezone.utc)
+CASES = [
+    ("healthy.sqlite.xz", {}),
+    ("host_sync.sqlite.xz", {"window_spec": "full"}),
+    ("callstacks/host_sync_bt.sqlite.xz", {}),
+    ("gpu_metrics/fp32_gemm_gm.sqlite.xz", {}),
+    ("power/fp32_gemm_pw.sqlite.xz", {"power_files": (DATA / "power" / "fp32_gemm_pw.power.csv",)}),
+]
+
+
+def _reports(analysis) -> list[str]:
+    view = build_report([analysis], created=CREATED)
+    return [render(view, fmt) for fmt in ("json", "md", "html")]
+
+
+@pytest.mark.parametrize(("name", "options"), CASES, ids=[c[0] for c in CASES])
+def test_freed_facts_leave_reports_unchanged(name: str, options: dict) -> None:
+    opts = AnalysisOptions(**options)
+    pack = load_rules(opts)
+    trace = load_trace(DATA / name)
+    planned = analyze_loaded(trace, pack, options=opts)  # keeps REPORT_FACTS only
+    store = planned.facts
+    assert isinstance(store, FactStore)
+    reads: list[str] = []
+    real_get = store.get
+    depth = [0]
+
+    def recording_get(fact: str) -> pd.DataFrame:  # the report's own reads (not a fact's inside it)
+        if depth[0] == 0:
+            reads.append(fact)
+        depth[0] += 1
+        try:
+            return real_get(fact)
+        finally:
+            depth[0] -= 1
+
+    store.get = recording_get  # type: ignore[method-assign,assignment]
+    planned_reports = _reports(planned)
+    # the report read only facts the pipeline kept for it, and no fact was computed twice
+    assert set(reads) <= REPORT_FACTS, sorted(set(reads) - REPORT_FACTS)
+    assert {n: c for n, c in store.computations.items() if c > 1} == {}
+    # what is left is what the report needed (and what those facts were computed from)
+    assert set(store.computed()) <= set(dependency_order(sorted(REPORT_FACTS)))
+    assert "phase_index" not in store._memo
+    # a store that kept everything gives the same reports
+    kept = finish(prepare(trace, opts), pack)
+    assert _reports(kept) == planned_reports
+
+
+def test_a_freed_fact_read_again_is_computed_again_the_same() -> None:
+    opts = AnalysisOptions()
+    trace = load_trace(DATA / "healthy.sqlite.xz")
+    analysis = analyze_loaded(trace, load_rules(opts), options=opts)
+    store = analysis.facts
+    assert isinstance(store, FactStore)
+    assert "kernel_categories" not in store.computed()  # read by rules and report facts only
+    assert store.computations["kernel_categories"] == 1
+    again = store.get("kernel_categories")
+    assert store.computations["kernel_categories"] == 2
+    pd.testing.assert_frame_equal(again, prepare(trace, opts).get("kernel_categories"), check_exact=True)
+
+
+def test_plan_frees_after_the_last_reader_and_computes_kept_facts_early() -> None:
+    trace = load_trace(DATA / "healthy.sqlite.xz")
+    store = prepare(trace, AnalysisOptions())
+    store.plan_reads([("gpu_gaps",), ("phases",), ("gpu_gaps", "launch_stats")], keep=("nvtx_projection",))
+    store.get("gpu_gaps")
+    assert {"gpu_ops", "gpu_gaps"} <= set(store.computed())  # gpu_ops: nvtx_projection needs it later
+    store.done_with(("gpu_gaps",))
+    assert "gpu_gaps" in store.computed()  # a third reader still reads it
+    store.get("phases")
+    assert "phase_index" in store._memo
+    store.done_with(("phases",))
+    # phases is read; nvtx_instances (which nvtx_projection needs) was the last to need the index: it
+    # was computed at once and the index freed; then nvtx_projection had all its inputs at hand and
+    # was the last to need them (nvtx_instances, gpu_ops): computed, and they were freed
+    assert set(store.computed()) == {"gpu_gaps", "nvtx_projection"}
+    assert "phase_index" not in store._memo
+    store.get("launch_stats")
+    store.done_with(("gpu_gaps", "launch_stats"))
+    assert set(store.computed()) == {"nvtx_projection"}
+    store.get("nvtx_projection")
+    assert {n: c for n, c in store.computations.items() if c > 1} == {}
+
+
+def test_without_a_plan_every_fact_is_kept() -> None:
+    store = prepare(load_trace(DATA / "healthy.sqlite.xz"), AnalysisOptions())
+    store.get("phases")
+    store.get("nvtx_instances")
+    store.done_with(("phases", "nvtx_instances"))  # no plan: nothing to do
+    assert {"phases", "nvtx_instances"} <= set(store.computed()) and "phase_index" in store._memo
