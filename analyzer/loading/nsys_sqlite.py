@@ -55,7 +55,7 @@ from analyzer.loading.model import (
     empty_frame,
 )
 from analyzer.loading.columns import TextCodes
-from analyzer.loading.sqlite_reader import SqliteReader, release_free_memory
+from analyzer.loading.sqlite_reader import IntColumns, SqliteReader, release_free_memory
 
 Progress = Callable[[str], None]
 
@@ -401,7 +401,7 @@ class _Loader:
                 hint="profile with CUDA tracing on (nsys profile --trace=cuda,nvtx ...) and make sure the "
                      "program launches GPU work inside the capture range",
             )
-        jobs: dict[str, Callable[[], Any]] = {}
+        jobs: dict[str, Callable[[], Any] | IntColumns] = {}
 
         def add(name: str, table: str, cols: Mapping[str, str | None], label: str,
                 where: str | None = None) -> None:
@@ -409,7 +409,7 @@ class _Loader:
             r.columns(table)  # schema lookups on this thread; workers only fetch
             if n:
                 self.say(f"reading {label} ({n:,} rows)")
-            jobs[name] = lambda: r.fetch_ints(table, cols, where=where, narrow=NARROW_FETCH)
+            jobs[name] = IntColumns(table, cols, where=where, narrow=NARROW_FETCH)
 
         add("k", KERNEL_TABLE, KERNEL_FETCH, "kernels")
         add("rt", RUNTIME_TABLE, API_FETCH, "CUDA runtime API calls", where=self._api_where(RUNTIME_TABLE))

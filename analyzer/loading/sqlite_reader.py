@@ -23,6 +23,7 @@ files (works on read-only media too).
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
 import itertools
 import os
@@ -31,6 +32,7 @@ import struct
 import threading
 from collections.abc import Callable, Collection, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -46,6 +48,38 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 
 #: value used for SQL NULL in integer columns
 NULL_INT = -1
+
+#: rows per range when :meth:`SqliteReader.fetch_parallel` splits a big table (a range costs one b-tree
+#: descent; 256 Ki rows keep that negligible and give 2 workers about 12 ranges on 1 M kernels + 2 M calls)
+CHUNK_ROWS = 1 << 18
+
+_FREED = np.empty(0, dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class IntColumns:
+    """Integer columns of one table, as :meth:`SqliteReader.fetch_ints` fetches them; a job for
+    :meth:`SqliteReader.fetch_parallel`, which may split it into row ranges."""
+
+    table: str
+    columns: Mapping[str, str | None]
+    where: str | None = None
+    default: int = NULL_INT
+    narrow: frozenset[str] = field(default_factory=frozenset)
+
+
+@dataclass(frozen=True)
+class _IntQuery:
+    """What of an :class:`IntColumns` job the table has: its exact name, the SQL columns and their
+    output names, which are narrow (one dummy entry when no column is present: the query then
+    selects ``0`` to count rows)."""
+
+    real: str
+    cols: tuple[str, ...]
+    fetched: tuple[str, ...]
+    small: tuple[bool, ...]
+    where: str | None
+    default: int
 
 
 def sqlite_uri(path: Path) -> str:
@@ -186,79 +220,8 @@ class SqliteReader:
         The plain columns are selected (``SELECT "a", "b"``: 10-15% cheaper for SQLite than a
         ``coalesce(CAST(...))`` per value); a column holding something other than integers (text or
         real values in a damaged export) makes the query run again with the casts."""
-        real = self.table(table)
-        names = list(columns)
-        if real is None:
-            return {n: np.empty(0, dtype=np.int32 if n in narrow else np.int64) for n in names}
-        present = set(self.columns(real))
-        cols: list[str] = []
-        fetched: list[str] = []
-        for n in names:
-            col = columns[n]
-            if col is None or col not in present:
-                continue
-            cols.append(col)
-            fetched.append(n)
-        tail = f' FROM "{real}"' + (f" WHERE {where}" if where else "")
-        plain_cols = ", ".join(f'"{c}"' for c in cols) or "0"
-        cast_cols = ", ".join(f'coalesce(CAST("{c}" AS INTEGER), {int(default)})' for c in cols) or "0"
-        plain, cast = f"SELECT {plain_cols}{tail}", f"SELECT {cast_cols}{tail}"
-        small = [n in narrow for n in fetched] or [False]
-        if self.backend == "adbc":
-            try:
-                arrays = self._adbc_ints(plain, small, default)
-            except _NotIntegers:
-                arrays = self._adbc_ints(cast, small, default)
-        else:
-            arrays = [narrow_int(a) if s else a for a, s in zip(self._sqlite3_ints(cast, len(small)), small)]
-        n_rows = len(arrays[0])
-        out = dict(zip(fetched, arrays))
-        for n in names:
-            if n not in out:
-                out[n] = np.full(n_rows, default, dtype=np.int32 if n in narrow else np.int64)
-        return out
-
-    def _sqlite3_ints(self, sql: str, width: int) -> list[np.ndarray]:
-        cur = self.conn.execute(sql)
-        try:
-            flat = np.fromiter(itertools.chain.from_iterable(cur), dtype=np.int64)
-        except (TypeError, ValueError, OverflowError) as exc:
-            raise InputError(self.path, f"unexpected non-integer values in query {sql!r} ({exc})",
-                             hint="the export may be corrupt; export it again") from exc
-        matrix = flat.reshape(-1, width)
-        return [np.ascontiguousarray(matrix[:, i]) for i in range(width)]
-
-    def _adbc_ints(self, sql: str, small: list[bool], default: int) -> list[np.ndarray]:
-        """Stream the query's record batches into one preallocated array per column (int32 for the
-        ``small`` ones while their values fit, widened to int64 on the first that does not), so the
-        loader never holds the whole result as int64 Arrow columns plus its converted copy."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        counted = self._adbc_query("SELECT count(*) FROM (" + sql + ")").column(0)
-        total = int(counted[0].as_py() or 0) if len(counted) else 0
-        out = [np.empty(total, dtype=np.int32 if s else np.int64) for s in small]
-        pos = 0
-        for batch in self._adbc_batches(sql):
-            n = batch.num_rows
-            if pos + n > total:  # cannot happen on an immutable file; stay correct anyway
-                out = [np.concatenate([o, np.empty(pos + n - total, dtype=o.dtype)]) for o in out]
-                total = pos + n
-            for i in range(len(out)):
-                col = batch.column(i)
-                if not pa.types.is_integer(col.type):
-                    if pa.types.is_null(col.type):
-                        out[i][pos:pos + n] = default
-                        continue
-                    raise _NotIntegers(str(col.type))
-                if col.null_count:
-                    col = pc.fill_null(col, default)
-                values = col.to_numpy(zero_copy_only=False)
-                if out[i].dtype == np.int32 and narrow_int(values).dtype != np.int32:
-                    out[i] = out[i].astype(np.int64)
-                out[i][pos:pos + n] = values
-            pos += n
-        return [o[:pos] if pos < len(o) else o for o in out]
+        return self.fetch_parallel({"_": IntColumns(table, columns, where=where, default=default,
+                                                    narrow=frozenset(narrow))})["_"]
 
     def fetch_text(self, table: str, column: str, *, where: str | None = None) -> np.ndarray:
         """One text column as an object array (``""`` for NULL); equal texts share one Python string."""
@@ -282,15 +245,175 @@ class SqliteReader:
         arr[:] = ["" if v is None else v for v in values]
         return arr
 
-    def fetch_parallel(self, jobs: Mapping[str, Callable[[], T]]) -> dict[str, T]:
-        """Run independent fetches; concurrently on the ADBC backend (the driver decodes rows without
-        the GIL, each thread on its own connection), one after another on ``sqlite3``."""
-        if self.backend != "adbc" or len(jobs) < 2:
-            return {name: job() for name, job in jobs.items()}
-        workers = max(1, min(len(jobs), os.cpu_count() or 1, 4))
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sqlite-fetch") as pool:
-            futures = {name: pool.submit(job) for name, job in jobs.items()}
-            return {name: fut.result() for name, fut in futures.items()}
+    def fetch_parallel(self, jobs: Mapping[str, Callable[[], T] | IntColumns]) -> dict[str, Any]:
+        """Run independent fetches: a callable's result, or an :class:`IntColumns` job's arrays (as
+        :meth:`fetch_ints` returns them).
+
+        On the ADBC backend (the driver steps SQLite and builds Arrow batches without the GIL, each thread
+        on its own connection) the jobs run concurrently, and a big table is split into row ranges
+        (:data:`CHUNK_ROWS` rows of ``rowid`` each) so that one large table does not leave the other
+        workers idle at the end: the callables first (their size is unknown), then the row ranges largest
+        first. The ranges are concatenated in ``rowid`` order, the order of the unsplit query (nsys tables
+        have no indexes that SQLite could scan instead). On ``sqlite3`` (the GIL is held while stepping)
+        everything runs one after another, unsplit."""
+        queries = {name: self._int_query(job) for name, job in jobs.items() if isinstance(job, IntColumns)}
+        parallel = self.backend == "adbc"
+        tasks: list[tuple[int, str, int, Callable[[], Any]]] = []  # (weight, job name, part, work)
+        parts: dict[str, int] = {}
+        for name, job in jobs.items():
+            if not isinstance(job, IntColumns):
+                tasks.append((-1, name, 0, job))
+                parts[name] = 1
+                continue
+            q = queries[name]
+            ranges: list[tuple[int, int] | None] = [None]
+            split = self._rowid_ranges(q.real) if q is not None and parallel else None
+            if split:
+                ranges = list(split)
+            parts[name] = len(ranges)
+            width = len(q.fetched) if q is not None else 0
+            for i, rows in enumerate(ranges):
+                weight = (rows[1] - rows[0] if rows else CHUNK_ROWS) * max(width, 1)
+                tasks.append((weight, name, i, functools.partial(self._int_part, q, rows)))
+        done: dict[tuple[str, int], Any] = {}
+        if not parallel or len(tasks) < 2:
+            for _, name, i, work in tasks:
+                done[name, i] = work()
+        else:
+            tasks.sort(key=lambda t: (t[0] >= 0, -t[0]))  # callables first, then largest first
+            workers = max(1, min(len(tasks), os.cpu_count() or 1, 4))
+            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sqlite-fetch") as pool:
+                futures = {(name, i): pool.submit(work) for _, name, i, work in tasks}
+                try:
+                    for key, fut in futures.items():
+                        done[key] = fut.result()
+                except BaseException:
+                    for fut in futures.values():
+                        fut.cancel()
+                    raise
+        out: dict[str, Any] = {}
+        for name, job in jobs.items():
+            if isinstance(job, IntColumns):
+                out[name] = self._assemble(job, queries[name], [done.pop((name, i)) for i in range(parts[name])])
+            else:
+                out[name] = done.pop((name, 0))
+        return out
+
+    def _int_query(self, job: IntColumns) -> _IntQuery | None:
+        """The columns of ``job`` that ``table`` has, or None when the table is absent."""
+        real = self.table(job.table)
+        if real is None:
+            return None
+        present = set(self.columns(real))
+        cols: list[str] = []
+        fetched: list[str] = []
+        for n, col in job.columns.items():
+            if col is None or col not in present:
+                continue
+            cols.append(col)
+            fetched.append(n)
+        return _IntQuery(real, tuple(cols), tuple(fetched), tuple(n in job.narrow for n in fetched) or (False,),
+                         job.where, job.default)
+
+    def _rowid_ranges(self, real: str) -> list[tuple[int, int]] | None:
+        """``[lo, hi)`` rowid ranges of about :data:`CHUNK_ROWS` rows covering ``real``, or None for a
+        small table (or one without rowids)."""
+        try:
+            first = self.conn.execute(f'SELECT rowid FROM "{real}" ORDER BY rowid LIMIT 1').fetchone()
+            last = self.conn.execute(f'SELECT rowid FROM "{real}" ORDER BY rowid DESC LIMIT 1').fetchone()
+        except sqlite3.Error:  # WITHOUT ROWID, or a damaged table: one query, as before
+            return None
+        if not first or not last or not isinstance(first[0], int) or not isinstance(last[0], int):
+            return None
+        lo, hi = first[0], last[0] + 1
+        n = -(-(hi - lo) // CHUNK_ROWS)
+        if n < 2:
+            return None
+        step = -(-(hi - lo) // n)
+        return [(a, min(a + step, hi)) for a in range(lo, hi, step)]
+
+    def _int_part(self, q: _IntQuery | None, rows: tuple[int, int] | None) -> list[np.ndarray] | None:
+        """The fetched columns of one row range of ``q`` (all rows for ``None``), as per-column arrays."""
+        if q is None:
+            return None
+        conds = ([f"rowid >= {rows[0]} AND rowid < {rows[1]}"] if rows else []) + ([f"({q.where})"] if q.where else [])
+        tail = f' FROM "{q.real}"' + (" WHERE " + " AND ".join(conds) if conds else "")
+        plain_cols = ", ".join(f'"{c}"' for c in q.cols) or "0"
+        cast_cols = ", ".join(f'coalesce(CAST("{c}" AS INTEGER), {int(q.default)})' for c in q.cols) or "0"
+        plain, cast = f"SELECT {plain_cols}{tail}", f"SELECT {cast_cols}{tail}"
+        if self.backend == "adbc":
+            try:
+                return self._adbc_ints(plain, q.small, q.default)
+            except _NotIntegers:
+                return self._adbc_ints(cast, q.small, q.default)
+        return [narrow_int(a) if s else a for a, s in zip(self._sqlite3_ints(cast, len(q.small)), q.small)]
+
+    @staticmethod
+    def _assemble(job: IntColumns, q: _IntQuery | None, parts: list[list[np.ndarray] | None]) -> dict[str, np.ndarray]:
+        """The parts' columns joined in order (freed column by column while joining); a narrow column is
+        ``int32`` only when every part's is. Absent columns are ``default``."""
+        if q is None:
+            return {n: np.empty(0, dtype=np.int32 if n in job.narrow else np.int64) for n in job.columns}
+        got = [p for p in parts if p is not None]
+        joined: list[np.ndarray] = []
+        for i in range(len(q.small)):  # the fetched columns (one dummy column when none is present)
+            pieces = [p[i] for p in got]
+            for p in got:
+                p[i] = _FREED
+            dtype = np.int32 if all(x.dtype == np.int32 for x in pieces) else np.int64
+            joined.append(pieces[0].astype(dtype, copy=False) if len(pieces) == 1
+                          else np.concatenate(pieces, dtype=dtype))
+            del pieces
+        n_rows = len(joined[0])
+        out = dict(zip(q.fetched, joined))
+        return {n: out[n] if n in out else np.full(n_rows, job.default, dtype=np.int32 if n in job.narrow else np.int64)
+                for n in job.columns}
+
+    def _sqlite3_ints(self, sql: str, width: int) -> list[np.ndarray]:
+        cur = self.conn.execute(sql)
+        try:
+            flat = np.fromiter(itertools.chain.from_iterable(cur), dtype=np.int64)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise InputError(self.path, f"unexpected non-integer values in query {sql!r} ({exc})",
+                             hint="the export may be corrupt; export it again") from exc
+        matrix = flat.reshape(-1, width)
+        return [np.ascontiguousarray(matrix[:, i]) for i in range(width)]
+
+    def _adbc_ints(self, sql: str, small: tuple[bool, ...], default: int) -> list[np.ndarray]:
+        """The query's record batches as one array per column: ``int32`` for the ``small`` ones while
+        their values fit, else ``int64``. Each batch is copied out as it arrives (narrowed where it
+        fits), so no Arrow batch outlives its step and the columns are never held twice as ``int64``."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        pieces: list[list[np.ndarray]] = [[] for _ in small]
+        for batch in self._adbc_batches(sql):
+            n = batch.num_rows
+            for i in range(len(pieces)):
+                col = batch.column(i)
+                if not pa.types.is_integer(col.type):
+                    if pa.types.is_null(col.type):
+                        pieces[i].append(np.full(n, default, dtype=np.int32 if small[i] else np.int64))
+                        continue
+                    raise _NotIntegers(str(col.type))
+                if col.null_count:
+                    col = pc.fill_null(col, default)
+                values = col.to_numpy(zero_copy_only=False)
+                if small[i]:
+                    narrowed = narrow_int(values)  # a new int32 array, or ``values`` itself
+                    pieces[i].append(narrowed if narrowed is not values else np.array(values))
+                else:
+                    pieces[i].append(np.array(values, dtype=np.int64))  # a copy: the batch is freed
+        out = []
+        for i, s in enumerate(small):
+            p = pieces[i]
+            pieces[i] = []
+            if not p:
+                out.append(np.empty(0, dtype=np.int32 if s else np.int64))
+                continue
+            dtype = np.int32 if all(x.dtype == np.int32 for x in p) else np.int64
+            out.append(p[0].astype(dtype, copy=False) if len(p) == 1 else np.concatenate(p, dtype=dtype))
+        return out
 
     # -- backends ---------------------------------------------------------------------------------------
     @property
