@@ -244,10 +244,10 @@ def _noting(progress: Progress) -> Callable[[str], None]:
     return say
 
 
-def _trace_cache(options: AnalysisOptions) -> Any:
+def _trace_cache(options: AnalysisOptions, *, background: bool = False) -> Any:
     from analyzer.loading.cache import TraceCache, enabled_by_env
 
-    return TraceCache() if options.cache and enabled_by_env() else None
+    return TraceCache(background=background) if options.cache and enabled_by_env() else None
 
 
 #: facts an Nsight Compute report alone can fill; rules reading anything else need a timeline
@@ -413,12 +413,18 @@ def analyze_inputs(paths: Sequence[Path], options: AnalysisOptions, *, job: bool
         from analyzer.job.ranks import gpu_processes
         from analyzer.loading import load_trace
 
-        with Watchdog(options.timeout, str(traces[0])):
-            with stage("loading"):
-                trace = load_trace(traces[0], progress=_noting(progress), cache=_trace_cache(options))
-            if len(gpu_processes(trace)) < 2:
-                return JobOutcome(None, [analyze_loaded(trace, pack, options=options, ncu=ncu, progress=progress,
-                                                        accepted=accepted)], "a single process")
+        # a new cache entry is written in the background while the rules run, finished before returning
+        cache = _trace_cache(options, background=True)
+        try:
+            with Watchdog(options.timeout, str(traces[0])):
+                with stage("loading"):
+                    trace = load_trace(traces[0], progress=_noting(progress), cache=cache)
+                if len(gpu_processes(trace)) < 2:
+                    return JobOutcome(None, [analyze_loaded(trace, pack, options=options, ncu=ncu,
+                                                            progress=progress, accepted=accepted)], "a single process")
+        finally:
+            if cache is not None:
+                cache.wait()
         loaded[str(traces[0])] = trace
     outcome = analyze_job(traces, options, pack=pack, scheduler=scheduler, workers=workers, force=job,
                           ncu=ncu, progress=progress, loaded=loaded, accepted=accepted)

@@ -259,10 +259,21 @@ def _info_to_json(info: TraceInfo) -> dict[str, Any]:
 class TraceCache:
     """Entries under ``root`` (default :func:`cache_root`), at most ``limit`` bytes in all."""
 
-    def __init__(self, root: Path | None = None, limit: int | None = None) -> None:
+    def __init__(self, root: Path | None = None, limit: int | None = None, *, background: bool = False) -> None:
+        """``background``: a new entry's files are written by a thread while the caller goes on (the
+        trace's frames are turned into Arrow tables and its info and extras into text first, so later
+        changes to the trace do not reach the entry); :meth:`wait` finishes them."""
         self.root = root or cache_root()
         self.limit = max_bytes() if limit is None else limit
+        self.background = background
         self.hits = 0  # traces served from the cache by this object
+        self._pending: list[threading.Thread] = []
+
+    def wait(self) -> None:
+        """Finish the entries being written in the background (no-op when none is)."""
+        pending, self._pending = self._pending, []
+        for thread in pending:
+            thread.join()
 
     # -- public -----------------------------------------------------------------------------------------
     def load(self, path: Path, load: Callable[[], Trace], progress: Progress | None = None) -> Trace:
@@ -381,8 +392,6 @@ class TraceCache:
         if self.limit <= 0:
             return
         try:
-            import pyarrow as pa
-
             tables = {name: _frame_to_table(getattr(trace, name)) for name in FRAME_COLUMNS}
             meta_text = json.dumps({
                 "format": FORMAT, "signature": code_signature(), "digest": digest,
@@ -399,6 +408,27 @@ class TraceCache:
             _debug(f"not caching {ident.path}: about {estimate / 1e9:.1f} GB, over the limit")
             return
         say("writing the trace cache")
+        if self.background:
+            thread = threading.Thread(target=self._store_quietly, args=(digest, ident, tables, meta_text),
+                                      name="trace-cache-write", daemon=True)
+            self._pending.append(thread)
+            thread.start()
+        else:
+            self._store(digest, ident, tables, meta_text)
+
+    def _store_quietly(self, *args: Any) -> None:
+        """:meth:`_store` in a thread: any failure is a skipped entry (said with ANALYZER_DEBUG), never a
+        traceback on the user's terminal."""
+        try:
+            self._store(*args)
+        except Exception as err:  # noqa: BLE001 - the cache is never required
+            _debug(f"cannot write the entry: {type(err).__name__}: {err}")
+
+    def _store(self, digest: str, ident: Identity, tables: dict[str, Any], meta_text: str) -> None:
+        """Write an entry's files into a temporary directory, rename it into place, evict old entries
+        (Arrow's LZ4 and file writes release the GIL: in the background this overlaps the rules)."""
+        import pyarrow as pa
+
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             tmp = Path(tempfile.mkdtemp(prefix=f".{digest[:12]}-", dir=self.root))

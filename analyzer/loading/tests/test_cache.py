@@ -224,3 +224,20 @@ def test_parse_size():
     assert parse_size("0") == 0
     with pytest.raises(ValueError):
         parse_size("lots")
+
+
+def test_background_write_is_the_loaded_trace_as_loaded(trace_file, tmp_path):
+    """With ``background=True`` (what ``analyze`` uses) the entry's files are written by a thread while
+    the caller goes on: after :meth:`TraceCache.wait` it holds the trace as loaded, even though the
+    caller changed the trace meanwhile (an analysis adds extras and power frames to it)."""
+    writer = TraceCache(tmp_path / "cache", limit=10**9, background=True)
+    trace = load_trace(trace_file, cache=writer)
+    loaded_extras = json.loads(json.dumps(trace.extras))
+    trace.extras["ncu"] = object()  # not JSON: an entry built from it now would be refused
+    trace.power = trace.power.iloc[:0]
+    writer.wait()
+    reader = TraceCache(tmp_path / "cache", limit=10**9)
+    again = load_trace(trace_file, cache=reader)
+    assert reader.hits == 1
+    assert again.extras == loaded_extras
+    assert_same_trace(again, load_trace(trace_file))
