@@ -700,16 +700,17 @@ class PhaseIndex:
         return range_timing(ranges["start"].to_numpy(np.int64), ranges["end"].to_numpy(np.int64), gpu,
                             self.prev_op_end(ranges["range_id"].to_numpy(np.int64)))
 
-    def kernel_rows(self, instance_ids: Iterable[int]) -> pd.DataFrame:
-        """``instance`` + kernel ``row`` for kernels launched inside the given instances."""
+    def kernel_rows(self, instance_ids: Iterable[int],
+                    columns: Sequence[str] = ("instance", "row", "start", "end", "duration")) -> pd.DataFrame:
+        """``instance`` + kernel ``row`` (and their ``start``, ``end``, ``duration``: ``columns``) for
+        kernels launched inside the given instances."""
         ids = np.asarray(list(instance_ids), dtype=np.int64) if not isinstance(
             instance_ids, (np.ndarray, pd.Series)) else instance_ids
         ops = self.ops
         runs = self._op_runs()
         inside = (_run_mask(runs, ids) if runs is not None
                   else ops["instance"].isin(ids).to_numpy())
-        return ops.loc[(ops["op"].to_numpy() == OP_KERNEL) & inside,
-                       ["instance", "row", "start", "end", "duration"]]
+        return ops.loc[(ops["op"].to_numpy() == OP_KERNEL) & inside, list(columns)]
 
     def _op_runs(self) -> tuple[np.ndarray, np.ndarray] | None:
         """``(instance, length)`` of each run of equal instances in ``ops`` when its rows are ordered

@@ -211,7 +211,7 @@ def phase_table(
     out["busy_share"] = np.where(out["cpu_total_ns"] > 0, out["busy_ns"] / out["cpu_total_ns"].clip(lower=1),
                                  np.nan)
     # Top kernels per group, from the kernels launched inside each instance.
-    krows = idx.kernel_rows(inst["range_id"].to_numpy())
+    krows = idx.kernel_rows(inst["range_id"].to_numpy(), ("instance", "row", "duration"))
     codes, names = idx.kernel_name_codes
     group_of = pd.Series(gcode, index=inst["range_id"].to_numpy())
     top = _top_by_group(group_of.reindex(krows["instance"].to_numpy()).to_numpy(np.int64),
