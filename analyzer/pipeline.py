@@ -173,20 +173,43 @@ def _evaluate(pack: Any, store: Any, *, keep: Iterable[str] | None = None) -> li
     from analyzer.rules.model import RuleEvaluationError
 
     trace = store.trace
+    ended = False
     with stage("rules"):
         try:
             if keep is not None:  # the scalars, then each rule in order (the engine says when one is done)
                 store.plan_reads([SCALAR_FACTS, *(rule.requires for rule in pack.rules)], keep=keep)
+                if fact_threads() > 1:
+                    store.start_prefetch()
             scalars = trace_scalars(store)
             if keep is not None:
                 store.done_with(SCALAR_FACTS)
-            return evaluate(pack, store, store.window, scalars)
+            findings = evaluate(pack, store, store.window, scalars)
+            ended = True
+            return findings
         except RuleEvaluationError as err:
             if _caused_by(err, OverflowError):
                 raise InputError(trace.info.path, "holds timestamps, durations or sizes too large for 64-bit "
                                  f"arithmetic (while evaluating {getattr(err, 'rule_id', None) or 'a rule'}); "
                                  "the trace looks damaged", hint="export or record it again") from err
             raise
+        finally:
+            if keep is not None:  # after a failure (or the watchdog's interrupt) without waiting
+                store.stop_prefetch(wait=ended)
+
+
+def fact_threads() -> int:
+    """Threads computing one trace's facts: 2 where the machine has two cores or more (the rules' thread
+    and one computing the next facts), 1 otherwise; ``ANALYZER_FACT_THREADS=1`` turns the second off."""
+    import os
+
+    raw = os.environ.get("ANALYZER_FACT_THREADS", "").strip()
+    if raw.isdigit():
+        return max(1, min(int(raw), 2))
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return 2 if cores >= 2 else 1
 
 
 def _analysis(store: Any, findings: list[Any], pack: Any, *, parameters_of: Any, **extra: Any) -> Analysis:

@@ -26,22 +26,26 @@ from analyzer.errors import EXIT_USAGE, StageTimeoutError
 GRACE_SECONDS = 15.0
 
 _lock = threading.Lock()
-_stages: list[str] = []
+_stages: dict[int, list[str]] = {}  # per thread (ident): its stages, outermost first
 _detail: list[str] = [""]
 
 
 @contextlib.contextmanager
 def stage(name: str) -> Iterator[None]:
-    """Mark the main thread as being in stage ``name`` (nested stages read ``outer > inner``)."""
+    """Mark the calling thread as being in stage ``name`` (nested stages read ``outer > inner``)."""
+    ident = threading.get_ident()
     with _lock:
-        _stages.append(name)
+        _stages.setdefault(ident, []).append(name)
         _detail[0] = ""
     try:
         yield
     finally:
         with _lock:
-            if _stages and _stages[-1] == name:
-                _stages.pop()
+            mine = _stages.get(ident)
+            if mine and mine[-1] == name:
+                mine.pop()
+            if not mine:
+                _stages.pop(ident, None)
             _detail[0] = ""
 
 
@@ -52,9 +56,14 @@ def note(message: str) -> None:
 
 
 def current_stage() -> str:
+    """Where the main thread is (``rules > rule GPU001 (gpu-idle-gaps) > fact gpu_gaps``), and what
+    another thread computing for it is doing (``...; meanwhile fact phases``)."""
+    main = threading.main_thread().ident or 0
     with _lock:
-        where = " > ".join(_stages) or "starting"
-        return f"{where} ({_detail[0]})" if _detail[0] else where
+        where = " > ".join(_stages.get(main, ())) or "starting"
+        where = f"{where} ({_detail[0]})" if _detail[0] else where
+        others = [stack[-1] for ident, stack in _stages.items() if ident != main and stack]
+    return f"{where}; meanwhile {', '.join(others)}" if others else where
 
 
 class Watchdog:
@@ -110,8 +119,11 @@ class Watchdog:
                 self._done.set()
             if self.fired_in is not None and exc_type is None:
                 # the watchdog fired but its interrupt has not landed yet: let it land here, not later
-                # in the caller (where it would read as the user's Ctrl-C)
-                for _ in range(200):
+                # in the caller (where it would read as the user's Ctrl-C). It lands at the next
+                # bytecode this thread runs; on a loaded machine (other threads holding the GIL) that
+                # can take longer than a few sleeps, so wait for it up to a bound
+                deadline = time.monotonic() + 5.0
+                while time.monotonic() < deadline:
                     time.sleep(0.001)
         except KeyboardInterrupt:
             if self.fired_in is None:

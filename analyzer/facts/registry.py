@@ -9,6 +9,7 @@ Columns are declared statically so that rules can be validated before any trace 
 """
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -159,7 +160,14 @@ class FactStore:
     frees each fact (and each :meth:`memo` value that names its users) once no reader still to come
     needs it, directly or to compute another fact: at ten million kernels the facts the rules leave
     behind are gigabytes. Freeing never changes what a fact holds: a freed fact asked for again is
-    computed again (the same table, in more time), so a reader the plan did not name stays correct."""
+    computed again (the same table, in more time), so a reader the plan did not name stays correct.
+
+    With a plan, :meth:`start_prefetch` computes the facts the readers will read on a second thread while
+    the caller's thread reads them (numpy and pandas release the GIL inside their array loops, so two
+    facts computed at once take ~0.6 of the time one after the other on two cores). The store is safe to
+    share between the two: each fact is computed by one thread, the other waits for it (or meanwhile
+    computes another fact whose inputs are ready), and freeing never drops a fact being read or computed.
+    Facts are pure, so what each holds does not depend on which thread computed it."""
 
     trace: "Trace"
     window: "Window"
@@ -170,75 +178,112 @@ class FactStore:
     #: reads still to come, per fact (None: no plan, keep everything); see plan_reads
     _pending: dict[str, int] | None = field(default=None, repr=False)
     _keep: frozenset[str] = field(default=frozenset(), repr=False)
-    _active: list[str] = field(default_factory=list, repr=False)  # facts being computed (outermost first)
+    _active: list[str] = field(default_factory=list, repr=False)  # facts whose dependencies are being computed
     #: how many times each fact was computed (more than once: freed, then read by a reader not planned)
     computations: dict[str, int] = field(default_factory=dict, repr=False)
+    # -- sharing the store between two threads (see start_prefetch) ---------------------------------------
+    _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
+    _changed: threading.Condition = field(init=False, repr=False)  # a fact or memo value stored or given up
+    _running: dict[str, int] = field(default_factory=dict, repr=False)  # fact -> ident of the thread computing it
+    _memo_running: set[str] = field(default_factory=set, repr=False)
+    #: facts that failed when computed ahead of their reader (by the second thread, while waiting, or
+    #: early): never computed ahead again; the reader computes each and reports the error in its place
+    _failed_ahead: set[str] = field(default_factory=set, repr=False)
+    _order: tuple[str, ...] = field(default=(), repr=False)  # the plan's facts in reading order (dependencies first)
+    _prefetcher: threading.Thread | None = field(default=None, repr=False)
+    _stopping: bool = field(default=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._changed = threading.Condition(self._lock)
 
     def get(self, name: str) -> pd.DataFrame:
-        if name not in self._cache:
-            spec = get_spec(name)
-            self._active.append(name)  # its dependencies stay while it is computed
-            try:
-                for dep in dependency_order([name]):
-                    if dep != name and dep not in self._cache:
-                        self._store(dep, self._compute(get_spec(dep)))
-                frame = self._compute(spec)
-            finally:
-                self._active.pop()
-            self._store(name, frame)
+        frame = self._cache.get(name)
+        if frame is not None:
             return frame
-        return self._cache[name]
+        spec = get_spec(name)
+        with self._lock:
+            self._active.append(name)  # its dependencies stay while they are computed and read
+        try:
+            for dep in spec.requires:
+                self.get(dep)
+            return self._obtain(spec)
+        finally:
+            with self._lock:
+                self._active.remove(name)
+            self._release()  # what only it kept (its inputs, read until now)
 
     def computed(self) -> list[str]:
-        return list(self._cache)
+        with self._lock:
+            return list(self._cache)
 
     def update_options(self, extra: Mapping[str, Any], *, forget: Iterable[str] = ()) -> None:
         """Add ``extra`` to the options and drop the cached facts in ``forget`` and every fact
         depending on them, so that they are computed again with the new options (a multi-GPU job
         tells each rank its waits after the first facts were computed)."""
-        self.options = {**self.options, **extra}
-        names = set(forget)
-        if names:
-            stale = names | {c for c in self._cache if names & set(dependency_order([c]))}
-            for name in stale:
-                self._cache.pop(name, None)
+        with self._lock:
+            self.options = {**self.options, **extra}
+            names = set(forget)
+            if names:
+                stale = names | {c for c in self._cache if names & set(dependency_order([c]))}
+                for name in stale:
+                    self._cache.pop(name, None)
 
     def memo(self, key: str, compute: Callable[[], Any], *, users: Iterable[str] = ()) -> Any:
         """A value several facts of this store derive from the same trace columns (e.g. the distinct
         API names), computed once on first use instead of once per fact. ``users``: every fact whose
         computation reads it; with a plan (:meth:`plan_reads`) the value is freed once all of them are
         computed or no longer needed (without ``users`` it is kept)."""
-        if key not in self._memo:
-            self._memo[key] = compute()
+        with self._lock:
+            while key not in self._memo and key in self._memo_running:
+                self._changed.wait()  # the other thread computes it (memo values never wait on facts)
+            if key in self._memo:
+                return self._memo[key]
+            self._memo_running.add(key)
+        try:
+            value = compute()
+        finally:
+            with self._lock:
+                self._memo_running.discard(key)
+                self._changed.notify_all()
+        with self._lock:
+            self._memo[key] = value
             if users:
                 self._memo_users[key] = frozenset(users)
-        return self._memo[key]
+            self._changed.notify_all()
+        return value
 
     # -- freeing facts after their last reader -------------------------------------------------------
     def plan_reads(self, readers: Iterable[Iterable[str]], *, keep: Iterable[str] = ()) -> None:
         """Free facts after their last reader from now on. ``readers``: the facts each reader still to
-        come reads (a rule's ``requires``), each reader telling :meth:`done_with` when it has finished;
-        ``keep``: facts read after them all (the report's), kept to the end. A fact still needed that is
-        the last one needing a fact or memo value at hand is computed as soon as a reader finishes
-        (``nvtx_instances`` right after ``phases``: the phase index they share is freed then, not after
-        the report read it)."""
+        come reads (a rule's ``requires``), in the order they read, each reader telling :meth:`done_with`
+        when it has finished; ``keep``: facts read after them all (the report's), kept to the end. A fact
+        still needed that is the last one needing a fact or memo value at hand is computed as soon as a
+        reader finishes (``nvtx_instances`` right after ``phases``: the phase index they share is freed
+        then, not after the report read it); one failing then is left to its reader, which computes it
+        again and reports the error where it would have without the plan."""
         pending: dict[str, int] = {}
+        order: dict[str, None] = {}
         for reads in readers:
+            reads = list(reads)
             for name in set(reads):
                 pending[name] = pending.get(name, 0) + 1
-        self._pending = pending
-        self._keep = frozenset(keep)
-        self._release()
+            order.update(dict.fromkeys(dependency_order(reads)))
+        with self._lock:
+            self._pending = pending
+            self._keep = frozenset(keep)
+            self._order = tuple(order)
+            self._release()
 
     def done_with(self, reads: Iterable[str]) -> None:
         """One reader of the plan (see :meth:`plan_reads`) finished reading ``reads``: facts no reader
         still needs are freed, and facts to keep that free something are computed now."""
-        if self._pending is None:
-            return
-        for name in set(reads):
-            if self._pending.get(name, 0) > 0:
-                self._pending[name] -= 1
-        self._release()
+        with self._lock:
+            if self._pending is None:
+                return
+            for name in set(reads):
+                if self._pending.get(name, 0) > 0:
+                    self._pending[name] -= 1
+            self._release()
         self._compute_early()
 
     def _needed(self, also_cached: frozenset[str] = frozenset()) -> tuple[set[str], set[str]]:
@@ -246,32 +291,34 @@ class FactStore:
         ``also_cached``): the facts they read, and the dependencies of those not computed yet."""
         assert self._pending is not None
         cached = self._cache.keys() | also_cached
+        busy = {*self._active, *self._running}
         need: set[str] = set()
-        todo = [n for n, c in self._pending.items() if c > 0] + [*self._keep, *self._active]
+        todo = [n for n, c in self._pending.items() if c > 0] + [*self._keep, *busy]
         while todo:
             name = todo.pop()
             if name in need:
                 continue
             need.add(name)
-            if name not in cached or name in self._active:
+            if name not in cached or name in busy:
                 try:
                     todo.extend(get_spec(name).requires)
                 except KeyError:  # not a registered fact: the reader fails on its own
                     pass
-        open_ = (need - cached) | set(self._active)
+        open_ = (need - cached) | busy
         memos = {k for k in self._memo if k not in self._memo_users or self._memo_users[k] & open_}
         return need, memos
 
     def _release(self) -> None:
-        if self._pending is None:
-            return
-        need, memos = self._needed()
-        freed = [n for n in self._cache if n not in need]
-        for name in freed:
-            del self._cache[name]
-        stale = [k for k in self._memo if k not in memos]
-        for key in stale:
-            del self._memo[key]
+        with self._lock:
+            if self._pending is None:
+                return
+            need, memos = self._needed()
+            freed = [n for n in self._cache if n not in need]
+            for name in freed:
+                del self._cache[name]
+            stale = [k for k in self._memo if k not in memos]
+            for key in stale:
+                del self._memo[key]
         if freed or stale:
             _return_freed_memory()
 
@@ -281,31 +328,28 @@ class FactStore:
         ``top_kernels`` and ``sm_activity`` once the rules are done with ``kernel_categories``;
         ``nvtx_instances`` once ``phases`` no longer needs the phase index)."""
         while True:
-            need, memos = self._needed()
-            ready = {}
-            for name in sorted(need - self._cache.keys()):
-                try:
-                    requires = set(get_spec(name).requires)
-                except KeyError:
-                    continue
-                inputs = requires | {k for k, users in self._memo_users.items() if name in users and k in self._memo}
-                if inputs and requires <= self._cache.keys():
-                    ready[name] = inputs
-            if not ready:
-                return
-            after, after_memos = self._needed(frozenset(ready))
-            freed = ((need & self._cache.keys()) - after) | (memos - after_memos)
-            now = [name for name, inputs in ready.items() if inputs & freed]
+            with self._lock:
+                need, memos = self._needed()
+                ready = {}
+                for name in sorted(need - self._cache.keys() - self._running.keys() - self._failed_ahead):
+                    try:
+                        requires = set(get_spec(name).requires)
+                    except KeyError:
+                        continue
+                    inputs = requires | {k for k, users in self._memo_users.items()
+                                         if name in users and k in self._memo}
+                    if inputs and requires <= self._cache.keys():
+                        ready[name] = inputs
+                if not ready:
+                    return
+                after, after_memos = self._needed(frozenset(ready))
+                freed = ((need & self._cache.keys()) - after) | (memos - after_memos)
+                now = [name for name, inputs in ready.items() if inputs & freed]
             if not now:
                 return
             for name in now:
-                self.get(name)
-
-    def _store(self, name: str, frame: pd.DataFrame) -> None:
-        self.computations[name] = self.computations.get(name, 0) + 1
-        self._cache[name] = frame
-        if self._pending is not None:
-            self._release()
+                if not self._ahead(get_spec(name), claimed=False):
+                    return
 
     def _compute(self, spec: FactSpec) -> pd.DataFrame:
         from analyzer.watchdog import stage
@@ -316,6 +360,126 @@ class FactStore:
         missing = [c for c in spec.columns if c not in frame.columns]
         if missing:
             raise RuntimeError(f"fact {spec.name!r} did not produce declared columns {missing}")
+        return frame
+
+    # -- two threads ----------------------------------------------------------------------------------
+    def start_prefetch(self) -> None:
+        """Compute the planned facts (:meth:`plan_reads`) on a second thread, in the order the readers
+        read them, while this thread runs the readers. Call :meth:`stop_prefetch` when the readers are
+        done (or have failed). A fact the second thread fails to compute is left to the reader, which
+        computes it and fails the same way, in its own thread."""
+        with self._lock:
+            if self._prefetcher is not None or not self._order:
+                return
+            self._stopping = False
+            self._prefetcher = threading.Thread(target=self._prefetch, name="analyzer-facts", daemon=True)
+            self._prefetcher.start()
+
+    def stop_prefetch(self, *, wait: bool = True) -> None:
+        """End the second thread after the fact it is computing (``wait``: return once it ended)."""
+        with self._lock:
+            thread, self._prefetcher = self._prefetcher, None
+            self._stopping = True
+            self._changed.notify_all()
+        if thread is not None and wait and thread is not threading.current_thread():
+            thread.join()
+
+    def _prefetch(self) -> None:
+        while True:
+            with self._lock:
+                if self._stopping:
+                    return
+                spec = self._claim_ready()
+                if spec is None:
+                    need, _ = self._needed()
+                    if not any(n in need and n not in self._cache for n in self._order):
+                        return  # every planned fact is computed or no longer needed
+                    self._changed.wait()  # for the inputs the reader's thread is computing
+                    continue
+            self._ahead(spec, claimed=True)
+
+    def _claim_ready(self) -> FactSpec | None:
+        """The first planned fact still needed, not computed or being computed, whose inputs are all
+        computed, claimed for this thread (the lock is held)."""
+        if not self._order or self._pending is None:
+            return None
+        need: set[str] | None = None
+        for name in self._order:
+            if name in self._cache or name in self._running or name in self._failed_ahead:
+                continue
+            spec = get_spec(name)
+            if not all(r in self._cache for r in spec.requires):
+                continue
+            if need is None:
+                need, _ = self._needed()
+            if name in need:
+                self._running[name] = threading.get_ident()
+                return spec
+        return None
+
+    def _obtain(self, spec: FactSpec) -> pd.DataFrame:
+        """``spec``'s fact, its dependencies computed: from the cache, computed here, or waited for while
+        the other thread computes it (meanwhile computing a fact whose inputs are ready). The second
+        thread never waits for a fact: one that the reader's thread is computing (a dependency the fact
+        does not declare) it computes itself, so the two can never wait for each other."""
+        name = spec.name
+        background = self._prefetcher is not None and threading.current_thread() is self._prefetcher
+        while True:
+            with self._lock:
+                frame = self._cache.get(name)
+                if frame is not None:
+                    return frame
+                if name not in self._running:
+                    self._running[name] = threading.get_ident()
+                    claimed = True
+                    break
+                if background:
+                    claimed = False
+                    break
+                other = self._claim_ready()
+                if other is None:
+                    from analyzer.watchdog import stage
+
+                    with stage(f"fact {name} (on the second thread)"):
+                        self._changed.wait()
+                    continue
+            self._ahead(other, claimed=True)
+        return self._run(spec, claimed=claimed)
+
+    def _ahead(self, spec: FactSpec, *, claimed: bool) -> bool:
+        """Compute ``spec`` ahead of its reader (``claimed``: by this thread, else through :meth:`get`);
+        False if it failed: then it is left to the reader, which computes it again in its own context
+        (inside its rule) and fails there as it would have without computing ahead."""
+        try:
+            if claimed:
+                self._run(spec, claimed=True)
+            else:
+                self.get(spec.name)
+            return True
+        except Exception:  # noqa: BLE001 - reported by the reader
+            with self._lock:
+                self._failed_ahead.add(spec.name)
+            return False
+
+    def _run(self, spec: FactSpec, *, claimed: bool) -> pd.DataFrame:
+        try:
+            frame = self._compute(spec)
+        except BaseException:
+            if claimed:
+                with self._lock:
+                    self._running.pop(spec.name, None)
+                    self._changed.notify_all()
+            raise
+        with self._lock:
+            if claimed:
+                self._running.pop(spec.name, None)
+            fresh = claimed or spec.name not in self._cache
+            if fresh:
+                self.computations[spec.name] = self.computations.get(spec.name, 0) + 1
+                self._cache[spec.name] = frame
+            self._changed.notify_all()
+        if fresh and self._pending is not None:
+            self._release()
         return frame
 
 

@@ -1,0 +1,116 @@
+"""Facts computed on two threads (FactStore.start_prefetch), on real committed traces: the second thread
+really computes facts, each fact is computed once, the findings and reports are the same bytes as from
+one thread, and a fact failing on the second thread fails the analysis exactly as it does on one."""
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from analyzer.facts import FactStore
+from analyzer.facts import registry
+from analyzer.loading import load_trace
+from analyzer.pipeline import AnalysisOptions, analyze_loaded, load_rules
+from analyzer.reports import build_report, render
+from analyzer.rules.model import RuleEvaluationError
+
+DATA = Path(__file__).resolve().parents[3] / "tests" / "data"
+CREATED = datetime(2026, 1, 1, tzinfo=timezone.utc)
+TRACES = ["healthy.sqlite.xz", "host_sync.sqlite.xz", "callstacks/host_sync_bt.sqlite.xz",
+          "gpu_metrics/fp32_gemm_gm.sqlite.xz"]
+
+
+def _analyze(trace, monkeypatch: pytest.MonkeyPatch, threads: int, computed_on: dict[str, str] | None = None):
+    """The default pack's analysis of ``trace`` on ``threads`` threads; ``computed_on``: filled with the
+    thread that computed each fact."""
+    opts = AnalysisOptions()
+    with monkeypatch.context() as m:
+        m.setenv("ANALYZER_FACT_THREADS", str(threads))
+        if computed_on is not None:
+            real = FactStore._compute
+
+            def recording(self: FactStore, spec: registry.FactSpec) -> pd.DataFrame:
+                computed_on[spec.name] = threading.current_thread().name
+                return real(self, spec)
+
+            m.setattr(FactStore, "_compute", recording)
+        return analyze_loaded(trace, load_rules(opts), options=opts)
+
+
+def _no_second_thread_left() -> bool:
+    for thread in threading.enumerate():
+        if thread.name == "analyzer-facts":
+            thread.join(30)
+    return not any(t.name == "analyzer-facts" for t in threading.enumerate())
+
+
+def _reports(analysis) -> list[str]:
+    view = build_report([analysis], created=CREATED)
+    return [render(view, fmt) for fmt in ("json", "md", "html")]
+
+
+@pytest.mark.parametrize("name", TRACES)
+def test_two_threads_compute_each_fact_once_and_give_the_same_reports(name: str,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    trace = load_trace(DATA / name)
+    computed_on: dict[str, str] = {}
+    two = _analyze(trace, monkeypatch, 2, computed_on)
+    assert "analyzer-facts" in computed_on.values(), "the second thread computed nothing"
+    assert {n: c for n, c in two.facts.computations.items() if c > 1} == {}
+    assert not two.facts._running and not two.facts._memo_running
+    one = _analyze(trace, monkeypatch, 1)
+    assert [f.to_dict() for f in two.findings] == [f.to_dict() for f in one.findings]
+    assert _reports(two) == _reports(one)
+
+
+def test_the_second_thread_ends_with_the_rules(monkeypatch: pytest.MonkeyPatch) -> None:
+    analysis = _analyze(load_trace(DATA / "healthy.sqlite.xz"), monkeypatch, 2)
+    assert analysis.facts._prefetcher is None
+    assert not [t for t in threading.enumerate() if t.name == "analyzer-facts"]  # joined, not left running
+
+
+@pytest.mark.parametrize("failing", ["sync_calls", "gpu_gaps", "phases"])
+def test_a_fact_failing_on_the_second_thread_fails_the_analysis_as_on_one(failing: str,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    trace = load_trace(DATA / "host_sync.sqlite.xz")
+    spec = registry.get_spec(failing)
+
+    def broken(ctx: registry.FactContext) -> pd.DataFrame:
+        raise ValueError(f"{failing} cannot be computed")
+
+    monkeypatch.setitem(registry.FACTS, failing, replace(spec, compute=broken))
+    errors = []
+    for threads in (2, 1):
+        with pytest.raises((RuleEvaluationError, ValueError)) as err:
+            _analyze(trace, monkeypatch, threads)
+        errors.append((type(err.value), str(err.value)))
+    assert errors[0] == errors[1]
+    assert f"{failing} cannot be computed" in errors[0][1]
+    assert _no_second_thread_left()
+
+
+def test_the_watchdog_names_what_the_second_thread_computes() -> None:
+    from analyzer.watchdog import current_stage, stage
+
+    inside = threading.Event()
+    leave = threading.Event()
+
+    def other() -> None:
+        with stage("fact phases"):
+            inside.set()
+            leave.wait(5)
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    try:
+        assert inside.wait(5)
+        with stage("rules"), stage("rule GPU001 (gpu-idle-gaps)"):
+            assert current_stage() == "rules > rule GPU001 (gpu-idle-gaps); meanwhile fact phases"
+    finally:
+        leave.set()
+        thread.join()
+    assert current_stage() == "starting"
