@@ -5,9 +5,10 @@
 Runs the real CLI in this process (``-o`` defaults to a temporary HTML file, ``-q`` is added) with
 every :func:`analyzer.watchdog.stage` timed: the top-level stages (loading, choosing the window,
 rules, building and writing the report), the facts and rules inside them (a fact is computed inside
-the first rule or report section that reads it, so it is also counted there), and what is left:
-interpreter start-up and imports before the first stage. CPU time is the process's (all threads),
-steadier than wall time on a shared machine. Run it twice to see a re-analysis served from the trace
+the first rule or report section that reads it, so it is also counted there; facts the second
+thread computed while the rules ran are marked ``[2nd thread]``), and what is left: interpreter
+start-up and imports before the first stage. CPU time is the process's (all threads: with two fact
+threads a stage's CPU can exceed its wall time), steadier than wall time on a shared machine. Run it twice to see a re-analysis served from the trace
 cache (``--no-cache`` to see the loader every time).
 """
 from __future__ import annotations
@@ -16,6 +17,7 @@ import contextlib
 import os
 import sys
 import tempfile
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -27,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import analyzer.watchdog as watchdog  # noqa: E402
 
 _real_stage = watchdog.stage
-_depth = [0]
+_local = threading.local()  # .depth: this thread's stage nesting
 _totals: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0])  # name -> wall, cpu, count
 _first = [None]  # (wall, cpu) when the first stage began
 
@@ -36,14 +38,20 @@ _first = [None]  # (wall, cpu) when the first stage began
 def _timed_stage(name: str) -> Iterator[None]:
     if _first[0] is None:
         _first[0] = (time.perf_counter(), time.process_time())  # type: ignore[assignment]
-    key = name if _depth[0] == 0 else ("  fact " if name.startswith("fact ") else "  rule ") + name.split(" ", 1)[1]
+    depth = getattr(_local, "depth", 0)
+    second = threading.current_thread() is not threading.main_thread()
+    if depth == 0 and not second:
+        key = name
+    else:
+        key = ("  fact " if name.startswith("fact ") else "  rule ") + name.split(" ", 1)[1]
+        key += " [2nd thread]" if second else ""
     w, c = time.perf_counter(), time.process_time()
-    _depth[0] += 1
+    _local.depth = depth + 1
     try:
         with _real_stage(name):
             yield
     finally:
-        _depth[0] -= 1
+        _local.depth = depth
         t = _totals[key]
         t[0] += time.perf_counter() - w
         t[1] += time.process_time() - c
@@ -76,8 +84,8 @@ def main(argv: list[str]) -> int:
     for name, (w, c, _) in top:
         print(f"{name:<44} {w:8.2f} {c:8.2f}")
     inner = sorted(((k, v) for k, v in _totals.items() if k.startswith(" ")), key=lambda kv: -kv[1][0])
-    for name, (w, c, n) in inner[:12]:
-        print(f"{(name + (f' (x{n})' if n > 1 else ''))[:44]:<44} {w:8.2f} {c:8.2f}")
+    for name, (w, c, n) in inner[:16]:
+        print(f"{(name + (f' (x{n})' if n > 1 else ''))[:56]:<56} {w:8.2f} {c:8.2f}")
     print(f"{'whole process':<44} {wall:8.2f} {cpu:8.2f}")
     return 0
 
