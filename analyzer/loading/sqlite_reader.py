@@ -53,6 +53,9 @@ NULL_INT = -1
 #: descent; 256 Ki rows keep that negligible and give 2 workers about 12 ranges on 1 M kernels + 2 M calls)
 CHUNK_ROWS = 1 << 18
 
+#: rows per ADBC record batch
+BATCH_ROWS = 65536
+
 _FREED = np.empty(0, dtype=np.int64)
 
 
@@ -80,6 +83,40 @@ class _IntQuery:
     small: tuple[bool, ...]
     where: str | None
     default: int
+
+
+_I32_MIN, _I32_MAX = int(np.iinfo(np.int32).min), int(np.iinfo(np.int32).max)
+
+
+def _fits32(values: np.ndarray) -> bool:
+    return not len(values) or (_I32_MIN <= int(values.min()) and int(values.max()) <= _I32_MAX)
+
+
+@dataclass
+class _Block:
+    """The columns of an :class:`IntColumns` job read in rowid ranges: one array per fetched column
+    (``int32`` for the narrow ones, else ``int64``) with a row for every rowid from ``first`` to the
+    table's last; the range starting at rowid ``lo`` writes its rows from ``lo - first``. The ranges write
+    disjoint slices (no lock), and a table without gaps in its rowids (an nsys export) fills every row, so
+    the columns are complete when the last range ends."""
+
+    arrays: list[np.ndarray]
+    first: int
+
+    @classmethod
+    def allocate(cls, q: _IntQuery, ranges: list[tuple[int, int]]) -> _Block:
+        rows = ranges[-1][1] - ranges[0][0]
+        return cls([np.empty(rows, dtype=np.int32 if s else np.int64) for s in q.small], ranges[0][0])
+
+
+@dataclass
+class _Part:
+    """What one query of a job read: its row count and, per fetched column, the values it holds itself
+    (``None``: they are in the job's :class:`_Block`): every column of an unsplit query, or, as
+    ``int64``, a narrow column of a range whose values do not fit in 32 bits."""
+
+    rows: int
+    own: list[np.ndarray | None]
 
 
 def sqlite_uri(path: Path) -> str:
@@ -250,31 +287,37 @@ class SqliteReader:
         :meth:`fetch_ints` returns them).
 
         On the ADBC backend (the driver steps SQLite and builds Arrow batches without the GIL, each thread
-        on its own connection) the jobs run concurrently, and a big table is split into row ranges
+        on its own connection) the jobs run concurrently, and a table is read in row ranges
         (:data:`CHUNK_ROWS` rows of ``rowid`` each) so that one large table does not leave the other
         workers idle at the end: the callables first (their size is unknown), then the row ranges largest
-        first. The ranges are concatenated in ``rowid`` order, the order of the unsplit query (nsys tables
-        have no indexes that SQLite could scan instead). On ``sqlite3`` (the GIL is held while stepping)
-        everything runs one after another, unsplit."""
+        first. Each range copies its record batches straight into the job's preallocated columns at its
+        own offset (see :class:`_Block`), so the ranges come out in ``rowid`` order, the order of the
+        unsplit query (nsys tables have no indexes that SQLite could scan instead), without a concatenation
+        afterwards. On ``sqlite3`` (the GIL is held while stepping) everything runs one after another,
+        unsplit."""
         queries = {name: self._int_query(job) for name, job in jobs.items() if isinstance(job, IntColumns)}
         parallel = self.backend == "adbc"
         tasks: list[tuple[int, str, int, Callable[[], Any]]] = []  # (weight, job name, part, work)
         parts: dict[str, int] = {}
+        blocks: dict[str, tuple[_Block, list[tuple[int, int]]]] = {}
         for name, job in jobs.items():
             if not isinstance(job, IntColumns):
                 tasks.append((-1, name, 0, job))
                 parts[name] = 1
                 continue
             q = queries[name]
-            ranges: list[tuple[int, int] | None] = [None]
             split = self._rowid_ranges(q.real) if q is not None and parallel else None
-            if split:
-                ranges = list(split)
-            parts[name] = len(ranges)
-            width = len(q.fetched) if q is not None else 0
-            for i, rows in enumerate(ranges):
-                weight = (rows[1] - rows[0] if rows else CHUNK_ROWS) * max(width, 1)
-                tasks.append((weight, name, i, functools.partial(self._int_part, q, rows)))
+            if q is None or not split:
+                parts[name] = 1
+                tasks.append((CHUNK_ROWS * max(len(q.fetched) if q else 0, 1), name, 0,
+                              functools.partial(self._int_part, q, None, None)))
+                continue
+            block = _Block.allocate(q, split)
+            blocks[name] = (block, split)
+            parts[name] = len(split)
+            for i, rows in enumerate(split):
+                tasks.append(((rows[1] - rows[0]) * max(len(q.fetched), 1), name, i,
+                              functools.partial(self._int_part, q, rows, block)))
         done: dict[tuple[str, int], Any] = {}
         if not parallel or len(tasks) < 2:
             for _, name, i, work in tasks:
@@ -294,7 +337,9 @@ class SqliteReader:
         out: dict[str, Any] = {}
         for name, job in jobs.items():
             if isinstance(job, IntColumns):
-                out[name] = self._assemble(job, queries[name], [done.pop((name, i)) for i in range(parts[name])])
+                got = [done.pop((name, i)) for i in range(parts[name])]
+                block_split = blocks.pop(name, None)
+                out[name] = self._assemble(job, queries[name], got, *(block_split or (None, None)))
             else:
                 out[name] = done.pop((name, 0))
         return out
@@ -316,8 +361,9 @@ class SqliteReader:
                          job.where, job.default)
 
     def _rowid_ranges(self, real: str) -> list[tuple[int, int]] | None:
-        """``[lo, hi)`` rowid ranges of about :data:`CHUNK_ROWS` rows covering ``real``, or None for a
-        small table (or one without rowids)."""
+        """``[lo, hi)`` rowid ranges of about :data:`CHUNK_ROWS` rows covering ``real`` (one range for a
+        small table), or None for an empty table, one without rowids, or rowids too sparse for the file
+        (more than one per 8 bytes of it: a damaged table, read in one query as before)."""
         try:
             first = self.conn.execute(f'SELECT rowid FROM "{real}" ORDER BY rowid LIMIT 1').fetchone()
             last = self.conn.execute(f'SELECT rowid FROM "{real}" ORDER BY rowid DESC LIMIT 1').fetchone()
@@ -326,14 +372,19 @@ class SqliteReader:
         if not first or not last or not isinstance(first[0], int) or not isinstance(last[0], int):
             return None
         lo, hi = first[0], last[0] + 1
-        n = -(-(hi - lo) // CHUNK_ROWS)
-        if n < 2:
+        try:
+            size = self.path.stat().st_size
+        except OSError:
             return None
+        if hi - lo > size // 8:
+            return None
+        n = -(-(hi - lo) // CHUNK_ROWS)
         step = -(-(hi - lo) // n)
         return [(a, min(a + step, hi)) for a in range(lo, hi, step)]
 
-    def _int_part(self, q: _IntQuery | None, rows: tuple[int, int] | None) -> list[np.ndarray] | None:
-        """The fetched columns of one row range of ``q`` (all rows for ``None``), as per-column arrays."""
+    def _int_part(self, q: _IntQuery | None, rows: tuple[int, int] | None, block: _Block | None) -> _Part | None:
+        """The fetched columns of one row range of ``q`` (all rows for ``None``), written into ``block`` at
+        the range's offset when there is one."""
         if q is None:
             return None
         conds = ([f"rowid >= {rows[0]} AND rowid < {rows[1]}"] if rows else []) + ([f"({q.where})"] if q.where else [])
@@ -342,28 +393,48 @@ class SqliteReader:
         cast_cols = ", ".join(f'coalesce(CAST("{c}" AS INTEGER), {int(q.default)})' for c in q.cols) or "0"
         plain, cast = f"SELECT {plain_cols}{tail}", f"SELECT {cast_cols}{tail}"
         if self.backend == "adbc":
+            at = None if block is None or rows is None else (rows[0] - block.first, rows[1] - rows[0])
             try:
-                return self._adbc_ints(plain, q.small, q.default)
+                return self._adbc_ints(plain, q, block, at)
             except _NotIntegers:
-                return self._adbc_ints(cast, q.small, q.default)
-        return [narrow_int(a) if s else a for a, s in zip(self._sqlite3_ints(cast, len(q.small)), q.small)]
+                return self._adbc_ints(cast, q, block, at)
+        arrays = self._sqlite3_ints(cast, len(q.small))
+        return _Part(len(arrays[0]), [narrow_int(a) if s else a for a, s in zip(arrays, q.small)])
 
     @staticmethod
-    def _assemble(job: IntColumns, q: _IntQuery | None, parts: list[list[np.ndarray] | None]) -> dict[str, np.ndarray]:
-        """The parts' columns joined in order (freed column by column while joining); a narrow column is
-        ``int32`` only when every part's is. Absent columns are ``default``."""
+    def _assemble(job: IntColumns, q: _IntQuery | None, parts: list[_Part | None], block: _Block | None,
+                  ranges: list[tuple[int, int]] | None) -> dict[str, np.ndarray]:
+        """The job's columns: the block's arrays (columns whose values did not fit in 32 bits widened to
+        ``int64``; the ranges' rows moved together where a WHERE left gaps), or the one unsplit query's.
+        Absent columns are ``default``."""
         if q is None:
             return {n: np.empty(0, dtype=np.int32 if n in job.narrow else np.int64) for n in job.columns}
         got = [p for p in parts if p is not None]
         joined: list[np.ndarray] = []
-        for i in range(len(q.small)):  # the fetched columns (one dummy column when none is present)
-            pieces = [p[i] for p in got]
-            for p in got:
-                p[i] = _FREED
-            dtype = np.int32 if all(x.dtype == np.int32 for x in pieces) else np.int64
-            joined.append(pieces[0].astype(dtype, copy=False) if len(pieces) == 1
-                          else np.concatenate(pieces, dtype=dtype))
-            del pieces
+        if block is None or ranges is None:
+            joined = [a for a in got[0].own if a is not None]
+        else:
+            offsets = [lo - block.first for lo, _ in ranges]
+            total = sum(p.rows for p in got)
+            gaps = any(p.rows != hi - lo for p, (lo, hi) in zip(got, ranges))
+            for i in range(len(block.arrays)):
+                arr, block.arrays[i] = block.arrays[i], _FREED
+                wide = [(off, values) for off, p in zip(offsets, got) if (values := p.own[i]) is not None]
+                if wide:
+                    arr = arr.astype(np.int64)
+                    for off, values in wide:
+                        arr[off:off + len(values)] = values
+                    for p in got:
+                        p.own[i] = None
+                if gaps:  # move each range's rows down after the previous range's (never past their own)
+                    at = 0
+                    for off, p in zip(offsets, got):
+                        if off != at and p.rows:
+                            arr[at:at + p.rows] = arr[off:off + p.rows]
+                        at += p.rows
+                    arr = np.array(arr[:total])  # a copy: the unused tail is freed
+                joined.append(arr)
+                del arr
         n_rows = len(joined[0])
         out = dict(zip(q.fetched, joined))
         return {n: out[n] if n in out else np.full(n_rows, job.default, dtype=np.int32 if n in job.narrow else np.int64)
@@ -379,41 +450,70 @@ class SqliteReader:
         matrix = flat.reshape(-1, width)
         return [np.ascontiguousarray(matrix[:, i]) for i in range(width)]
 
-    def _adbc_ints(self, sql: str, small: tuple[bool, ...], default: int) -> list[np.ndarray]:
-        """The query's record batches as one array per column: ``int32`` for the ``small`` ones while
-        their values fit, else ``int64``. Each batch is copied out as it arrives (narrowed where it
-        fits), so no Arrow batch outlives its step and the columns are never held twice as ``int64``."""
+    def _adbc_ints(self, sql: str, q: _IntQuery, block: _Block | None, at: tuple[int, int] | None) -> _Part:
+        """The query's record batches copied out column by column as they arrive (no Arrow batch outlives
+        its step): into ``block`` from row ``at[0]`` (at most ``at[1]`` rows), narrowing to the block's
+        ``int32`` columns while the values fit (a column that does not fit continues as this part's own
+        ``int64`` array); without a block into the part's own arrays, ``int32`` for the narrow columns
+        whose values all fit, else ``int64``."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        pieces: list[list[np.ndarray]] = [[] for _ in small]
+        small, default = q.small, q.default
+        width = len(small)
+        dest = block.arrays if block is not None and at is not None else None
+        offset, room = at if dest is not None and at is not None else (0, 0)
+        pieces: list[list[np.ndarray]] = [[] for _ in range(width)]  # without a block
+        own: list[np.ndarray | None] = [None] * width  # with a block: columns widened to int64
+        default_fits = _I32_MIN <= default <= _I32_MAX
+        pos = 0
         for batch in self._adbc_batches(sql):
             n = batch.num_rows
-            for i in range(len(pieces)):
+            if dest is not None and pos + n > room:
+                raise sqlite3.DatabaseError(f"more rows than rowids in a range of {q.real!r}")
+            for i in range(width):
                 col = batch.column(i)
+                values: np.ndarray | None = None  # None: every value is NULL (default)
                 if not pa.types.is_integer(col.type):
-                    if pa.types.is_null(col.type):
-                        pieces[i].append(np.full(n, default, dtype=np.int32 if small[i] else np.int64))
-                        continue
-                    raise _NotIntegers(str(col.type))
-                if col.null_count:
-                    col = pc.fill_null(col, default)
-                values = col.to_numpy(zero_copy_only=False)
-                if small[i]:
-                    narrowed = narrow_int(values)  # a new int32 array, or ``values`` itself
-                    pieces[i].append(narrowed if narrowed is not values else np.array(values))
+                    if not pa.types.is_null(col.type):
+                        raise _NotIntegers(str(col.type))
                 else:
-                    pieces[i].append(np.array(values, dtype=np.int64))  # a copy: the batch is freed
-        out = []
+                    if col.null_count:
+                        col = pc.fill_null(col, default)
+                    values = col.to_numpy(zero_copy_only=False)
+                if dest is None:
+                    if values is None:
+                        pieces[i].append(np.full(n, default, dtype=np.int32 if small[i] and default_fits
+                                                 else np.int64))
+                    elif small[i]:
+                        narrowed = narrow_int(values)  # a new int32 array, or ``values`` itself
+                        pieces[i].append(narrowed if narrowed is not values else np.array(values))
+                    else:
+                        pieces[i].append(np.array(values, dtype=np.int64))  # a copy: the batch is freed
+                    continue
+                wide = own[i]
+                if wide is not None:
+                    wide[pos:pos + n] = default if values is None else values
+                    continue
+                target = dest[i]
+                if target.dtype == np.int32 and not (default_fits if values is None else _fits32(values)):
+                    wide = own[i] = np.empty(room, dtype=np.int64)
+                    wide[:pos] = target[offset:offset + pos]
+                    wide[pos:pos + n] = default if values is None else values
+                    continue
+                target[offset + pos:offset + pos + n] = default if values is None else values
+            pos += n
+        if dest is not None:
+            return _Part(pos, [None if w is None else w[:pos] for w in own])
+        out: list[np.ndarray | None] = []
         for i, s in enumerate(small):
-            p = pieces[i]
-            pieces[i] = []
+            p, pieces[i] = pieces[i], []
             if not p:
                 out.append(np.empty(0, dtype=np.int32 if s else np.int64))
                 continue
             dtype = np.int32 if all(x.dtype == np.int32 for x in p) else np.int64
             out.append(p[0].astype(dtype, copy=False) if len(p) == 1 else np.concatenate(p, dtype=dtype))
-        return out
+        return _Part(pos, out)
 
     # -- backends ---------------------------------------------------------------------------------------
     @property
@@ -432,7 +532,7 @@ class SqliteReader:
             with self._lock:
                 self._adbc_conns.append(conn)
         cur = conn.cursor()
-        cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": "65536"})
+        cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)})
         return cur
 
     def _adbc_query(self, sql: str):  # -> pyarrow.Table

@@ -160,3 +160,41 @@ def test_split_fetch_narrows_per_table(tmp_path, monkeypatch):
     assert got["a"].dtype == np.int64 and got["a"].tolist() == [*range(n), 2**40]
     assert got["b"].dtype == np.int32 and got["b"][:6].tolist() == [0, -1, -1, 3, -1, -1] and got["b"][-1] == 1
     assert got["c"].dtype == np.int32 and len(got["c"]) == n + 1
+
+
+def test_split_fetch_gaps_and_late_widening(tmp_path, monkeypatch):
+    """Ranges write straight into the table's preallocated columns: rows that a WHERE leaves out or rowids
+    that were deleted leave gaps that are closed afterwards, and a narrow column whose value beyond 32
+    bits comes in a later record batch of a range is widened for the whole table; the result equals the
+    unsplit sqlite3 read, dtypes included."""
+    pytest.importorskip("adbc_driver_sqlite")
+    import analyzer.loading.sqlite_reader as sr
+
+    db = tmp_path / "t.sqlite"
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE t (a INTEGER, b INTEGER, c INTEGER)")
+    n = 5_000
+    conn.executemany("INSERT INTO t VALUES (?, ?, ?)",
+                     [(2**40 if i == 2_345 else i, None if i % 7 == 0 else -i, i % 5) for i in range(n)])
+    conn.execute("DELETE FROM t WHERE rowid BETWEEN 3001 AND 3400")  # a hole in the rowids
+    conn.commit()
+    conn.close()
+    cols = {"a": "a", "b": "b", "c": "c", "none": None}
+    got = {}
+    for backend in ("sqlite3", "adbc"):
+        monkeypatch.setenv("ANALYZER_SQLITE_BACKEND", backend)
+        monkeypatch.setattr(sr, "CHUNK_ROWS", 1_000)
+        monkeypatch.setattr(sr, "BATCH_ROWS", 300)
+        reader = SqliteReader(db)
+        got[backend] = (reader.fetch_ints("t", cols, narrow={"a", "b", "c", "none"}),
+                        reader.fetch_ints("t", cols, where="c != 3", narrow={"b", "c"}))
+        reader.close()
+    for whole, split in zip(got["sqlite3"], got["adbc"]):
+        assert list(split) == list(whole)
+        for name in whole:
+            assert split[name].dtype == whole[name].dtype, name
+            assert np.array_equal(split[name], whole[name]), name
+    everything, where = got["adbc"]
+    assert everything["a"].dtype == np.int64 and everything["b"].dtype == np.int32
+    assert len(everything["a"]) == n - 400 and 2**40 in everything["a"]
+    assert len(where["a"]) == sum(1 for i in range(n) if not 3_000 <= i < 3_400 and i % 5 != 3)
