@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analyzer.loading.columns import TextCodes
+from analyzer.loading.columns import TextCodes, take
 
 NONE = -1
 
@@ -68,15 +68,17 @@ def nest_ranges(
 
 
 def _groups(key: np.ndarray) -> list[np.ndarray]:
-    """Row indices grouped by ``key`` (one array per distinct value, rows in ascending order)."""
+    """Row indices grouped by ``key`` (one array per distinct value in ascending key order, rows in
+    ascending order); few distinct keys (threads, processes) are found by comparison, not by a sort of
+    the column (:func:`~analyzer.facts._util.key_groups`)."""
     if len(key) == 0:
         return []
     if (key == key[0]).all():
         return [np.arange(len(key), dtype=np.int64)]
-    order = np.argsort(key, kind="stable")
-    sk = key[order]
-    cuts = np.flatnonzero(sk[1:] != sk[:-1]) + 1
-    return np.split(order, cuts)
+    from analyzer.facts._util import key_groups
+
+    order, starts, ends = key_groups(key)
+    return [order[a:b] for a, b in zip(starts.tolist(), ends.tolist())]
 
 
 def _nest_one_thread(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
@@ -304,24 +306,40 @@ class NvtxTimeline:
     def thread_at(self, thread: np.ndarray, t: np.ndarray) -> np.ndarray:
         """Innermost range open at ``t[i]`` on thread ``thread[i]`` (-1 if none)."""
         out = np.full(len(t), NONE, dtype=np.int64)
-        if not self._threads or len(t) == 0:
-            return out
-        for rows in _groups(thread):
-            steps = self._threads.get(int(thread[rows[0]]))
-            if steps is not None and len(steps.times):
-                out[rows] = steps.at(t[rows])
+        if self._threads and len(t):
+            _steps_at(out, thread, t, self._threads)
         return out
 
     def process_at(self, pid: np.ndarray, t: np.ndarray) -> np.ndarray:
         """Deepest range open at ``t[i]`` on any thread of process ``pid[i]`` (-1 if none)."""
         out = np.full(len(t), NONE, dtype=np.int64)
-        if not self._procs or len(t) == 0:
-            return out
-        for rows in _groups(pid):
-            steps = self._procs.get(int(pid[rows[0]]))
-            if steps is not None:
-                out[rows] = steps.at(t[rows])
+        if self._procs and len(t):
+            _steps_at(out, pid, t, self._procs)
         return out
+
+
+#: :func:`_steps_at` finds the rows of at most this many step functions by comparison, not by grouping
+#: the queries (NVTX ranges usually come from one or two threads)
+_FEW_STEPS = 4
+
+
+def _steps_at(out: np.ndarray, key: np.ndarray, t: np.ndarray, steps: dict[int, _Steps]) -> None:
+    """``out[i] = steps[key[i]].at(t[i])`` where ``key[i]`` has a step function with steps."""
+    live = {k: st for k, st in steps.items() if len(st.times)}
+    if len(live) <= _FEW_STEPS:
+        for k, st in live.items():
+            match = key == k
+            if match.all():
+                out[:] = st.at(t)
+                continue
+            rows = np.flatnonzero(match)
+            if len(rows):
+                out[rows] = st.at(t[rows])
+        return
+    for rows in _groups(key):
+        found = live.get(int(key[rows[0]]))
+        if found is not None:
+            out[rows] = found.at(t[rows])
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -329,7 +347,9 @@ class NvtxTimeline:
 # ----------------------------------------------------------------------------------------------------
 def correlation_key(pid: np.ndarray, corr: np.ndarray) -> np.ndarray:
     """One int64 per (pid, correlationId): pid (24 bits) above the 32-bit correlation id."""
-    return (np.asarray(pid, dtype=np.int64) << 32) | (np.asarray(corr, dtype=np.int64) & 0xFFFFFFFF)
+    key = np.asarray(pid, dtype=np.int64) << 32
+    key |= np.asarray(corr, dtype=np.int64) & 0xFFFFFFFF
+    return key
 
 
 class CorrelationIndex:
@@ -340,11 +360,15 @@ class CorrelationIndex:
 
     def __init__(self, api_pid: np.ndarray, api_corr: np.ndarray, priority: np.ndarray | None = None) -> None:
         self._by_pid = self._build(correlation_key(api_pid, api_corr), priority)
-        self._by_corr: tuple[np.ndarray, np.ndarray] | None = None
+        self._by_corr: tuple[np.ndarray, np.ndarray | None] | None = None
         self._corr, self._priority = api_corr, priority
 
     @staticmethod
-    def _build(key: np.ndarray, priority: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    def _build(key: np.ndarray, priority: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
+        """The distinct keys sorted, and the row of each (the first, or the lowest ``priority``); rows
+        ``None``: the keys are the rows' own, distinct and in row order (nsys API tables), no sort."""
+        if len(key) < 2 or bool((key[1:] > key[:-1]).all()):
+            return key, None
         order = np.argsort(key, kind="stable")
         sk = key[order]
         first = np.ones(len(sk), dtype=bool)
@@ -368,8 +392,9 @@ class CorrelationIndex:
                 self._by_corr = self._build(np.asarray(self._corr, dtype=np.int64), self._priority)
             sk, rows = self._by_corr
             key = np.asarray(op_corr, dtype=np.int64)
-        pos = np.minimum(np.searchsorted(sk, key), len(sk) - 1)
-        return np.where(sk[pos] == key, rows[pos], NONE)
+        pos = np.searchsorted(sk, key)
+        np.minimum(pos, len(sk) - 1, out=pos)
+        return np.where(sk[pos] == key, pos if rows is None else rows[pos], NONE)
 
 
 def join_correlation(op_pid: np.ndarray | None, op_corr: np.ndarray, api_pid: np.ndarray,
@@ -388,10 +413,10 @@ def range_columns(text: TextCodes, path: TextCodes, ids: np.ndarray) -> dict[str
 
 
 class Launches:
-    """The API calls as a join target: the correlation index plus per-call columns, each with one
-    trailing "unknown" entry so that a failed join (row index -1) gathers the default without masks.
+    """The API calls as a join target: the correlation index plus per-call columns (``int64``), read with
+    :func:`take` so that a failed join (row index -1) gathers "unknown" (-1).
 
-    ``api`` holds int64 arrays ``start``, ``pid``, ``tid``, ``correlation_id`` and ``is_driver``
+    ``api`` holds integer arrays ``start``, ``pid``, ``tid``, ``correlation_id`` and ``is_driver``
     (driver calls lose correlation-id ties against runtime calls); ``thread_nvtx`` is the innermost
     range open on each call's own thread at its start."""
 
@@ -399,10 +424,10 @@ class Launches:
                  timeline: NvtxTimeline, nvtx: pd.DataFrame) -> None:
         self.index = CorrelationIndex(api["pid"], api["correlation_id"], api["is_driver"])
         self.name = name
-        self.start = np.append(api["start"], -1)
-        self.pid = np.append(api["pid"], -1)
-        self.tid = np.append(api["tid"], -1)
-        self.thread_nvtx = np.append(thread_nvtx, NONE)
+        self.start = np.asarray(api["start"], dtype=np.int64)
+        self.pid = np.asarray(api["pid"], dtype=np.int64)
+        self.tid = np.asarray(api["tid"], dtype=np.int64)
+        self.thread_nvtx = np.asarray(thread_nvtx, dtype=np.int64)
         self.nvtx = nvtx
         self._timeline = timeline
         self._process: np.ndarray | None = None
@@ -411,7 +436,7 @@ class Launches:
         """Process-fallback range per call (computed once, only for calls with no range on their thread)."""
         if self._process is None:
             out = np.full(len(self.thread_nvtx), NONE, dtype=np.int64)
-            need = np.flatnonzero(self.thread_nvtx[:-1] < 0)
+            need = np.flatnonzero(self.thread_nvtx < 0)
             if len(need):
                 out[need] = self._timeline.process_at(self.pid[need], self.start[need])
             self._process = out
@@ -429,8 +454,8 @@ def launch_columns(launch: Launches, op_pid: np.ndarray | None, op_corr: np.ndar
     and paths as codes (see :func:`range_columns`)."""
     n = len(op_corr)
     idx = launch.index.lookup(op_pid, op_corr)
-    thread_id = launch.thread_nvtx[idx]  # idx -1 reads the trailing "none" entry of each table
-    proc_id = launch.process_nvtx()[idx]
+    thread_id = take(launch.thread_nvtx, idx)
+    proc_id = take(launch.process_nvtx(), idx)
     proc_id[thread_id >= 0] = NONE
     nvtx_id = np.where(thread_id >= 0, thread_id, proc_id)
     how = np.zeros(n, dtype=np.int8)
@@ -439,9 +464,9 @@ def launch_columns(launch: Launches, op_pid: np.ndarray | None, op_corr: np.ndar
     own_pid = op_pid if op_pid is not None else np.full(n, NONE, dtype=np.int64)
     out: dict[str, Any] = {
         "api_name": launch.name.take(idx),
-        "api_start": launch.start[idx],
-        "pid": np.where(idx >= 0, launch.pid[idx], own_pid),
-        "tid": launch.tid[idx],
+        "api_start": take(launch.start, idx),
+        "pid": np.where(idx >= 0, take(launch.pid, idx), own_pid),
+        "tid": take(launch.tid, idx),
         "attribution": TextCodes(how, _HOW),
     }
     out.update(range_columns(text, path, nvtx_id))

@@ -40,7 +40,7 @@ def missing_capabilities(*, kernels: pd.DataFrame, memcpy: pd.DataFrame, memset:
     if ops and api.empty:
         out["api_calls"] = "the trace records no CUDA runtime or driver API calls"
     elif ops:
-        joined = sum(int((f["api_name"].to_numpy(dtype=object) != "").sum())
+        joined = sum(_count_not(f["api_name"], "")
                      for f in (kernels, memcpy, memset) if len(f) and "api_name" in f.columns)
         if joined == 0:
             out["launch_correlation"] = ("no GPU operation could be joined to the API call that launched it "
@@ -61,7 +61,7 @@ def missing_capabilities(*, kernels: pd.DataFrame, memcpy: pd.DataFrame, memset:
             out["kernel_resources"] = "the kernels carry no registers-per-thread or shared-memory figures"
         if "block_x" in kernels.columns and not (kernels["block_x"].to_numpy() > 0).any():
             out["kernel_launch_config"] = "the kernels carry no grid or block dimensions"
-        used = set(np.unique(kernels["device"].to_numpy(dtype=np.int64)).tolist()) if "device" in kernels else set()
+        used = set(pd.unique(kernels["device"].to_numpy(dtype=np.int64)).tolist()) if "device" in kernels else set()
         described = set()
         if len(gpus) and {"device", "sm_count"} <= set(gpus.columns):
             described = set(gpus.loc[gpus["sm_count"].to_numpy() > 0, "device"].astype(int).tolist())
@@ -70,3 +70,13 @@ def missing_capabilities(*, kernels: pd.DataFrame, memcpy: pd.DataFrame, memset:
             which = ", ".join(str(d) for d in lacking[:8])
             out["gpu_properties"] = f"the trace has no SM count or per-SM limits for GPU {which}"
     return out
+
+
+def _count_not(column: pd.Series, text: str) -> int:
+    """Rows of a text column whose value is not ``text``; a categorical is counted on its codes, without
+    a Python object per row."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        codes = column.cat.codes.to_numpy()
+        categories = column.cat.categories
+        return int((codes != categories.get_loc(text)).sum()) if text in categories else len(codes)
+    return int((column.to_numpy(dtype=object) != text).sum())

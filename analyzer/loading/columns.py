@@ -29,11 +29,25 @@ def narrow_int(values: np.ndarray) -> np.ndarray:
     return values.astype(np.int32)
 
 
+def take(values: np.ndarray, rows: np.ndarray, fill: int = -1) -> np.ndarray:
+    """``values[rows]`` with ``fill`` where a row is -1 (a failed join), without a padded copy of
+    ``values``."""
+    if len(values) == 0:
+        return np.full(len(rows), fill, dtype=values.dtype)
+    out = values[rows]
+    miss = rows < 0
+    if miss.any():
+        out[miss] = fill
+    return out
+
+
 def categorical(codes: np.ndarray, labels: Sequence[str] | np.ndarray) -> pd.Categorical:
     """``labels[codes]`` (code ``-1``: ``""``) as a categorical with sorted, used, distinct categories.
 
     ``labels`` may repeat a text (two string ids with the same text, ``""`` among them); rows with
-    equal text get one code. Work is one ``bincount`` over the rows and a sort of the used labels."""
+    equal text get one code. Work is one pass marking the used labels, a sort of those, and one gather
+    of the rows' new codes, built in the integer type pandas keeps them in (no conversion or range check
+    afterwards: they are valid by construction)."""
     table = np.empty(len(labels) + 1, dtype=object)
     table[:-1] = labels
     table[-1] = ""
@@ -41,15 +55,29 @@ def categorical(codes: np.ndarray, labels: Sequence[str] | np.ndarray) -> pd.Cat
     n = len(codes)
     if n == 0:
         return pd.Categorical.from_codes(np.empty(0, dtype=np.int8), categories=pd.Index([], dtype=object))
-    if codes.min() < 0:
-        codes = np.where(codes < 0, len(table) - 1, codes)
-    used = np.flatnonzero(np.bincount(codes, minlength=len(table)))
+    if codes.min() < -1:
+        codes = np.where(codes < 0, -1, codes)
+    present = np.zeros(len(table), dtype=bool)
+    present[codes] = True  # code -1 marks the last entry, ""
+    used = np.flatnonzero(present)
     texts = np.array([t if isinstance(t, str) else "" for t in table[used]], dtype=object)
     cats, inverse = np.unique(texts, return_inverse=True)
-    remap = np.full(len(table), -1, dtype=np.int32)
+    remap = np.full(len(table), -1, dtype=_code_dtype(len(cats)))
     remap[used] = inverse.reshape(-1)
-    out = remap[codes]
-    return pd.Categorical.from_codes(out, categories=pd.Index(cats, dtype=object))
+    out = remap[codes]  # code -1 reads the last entry
+    dtype = pd.CategoricalDtype(pd.Index(cats, dtype=object))
+    try:
+        return pd.Categorical.from_codes(out, dtype=dtype, validate=False)
+    except TypeError:  # pandas < 2.1 always validates
+        return pd.Categorical.from_codes(out, dtype=dtype)
+
+
+def _code_dtype(n_categories: int) -> type[np.signedinteger]:
+    """The integer type pandas stores a categorical's codes in for ``n_categories`` categories."""
+    for dtype in (np.int8, np.int16, np.int32):
+        if n_categories < np.iinfo(dtype).max:
+            return dtype
+    return np.int64
 
 
 @dataclass(frozen=True)
@@ -69,8 +97,7 @@ class TextCodes:
 
     def take(self, rows: np.ndarray) -> TextCodes:
         """The codes of ``rows`` (``-1``: none -> ``""``)."""
-        padded = np.append(self.codes, -1)
-        return TextCodes(padded[rows], self.labels)
+        return TextCodes(take(self.codes, rows), self.labels)
 
     def categorical(self) -> pd.Categorical:
         return categorical(self.codes, self.labels)

@@ -811,7 +811,7 @@ class _KinetoLoader:
             "start": g.start, "end": g.end, "duration": g.dur, "device": _ints(g.arg("device")),
             "context": _ints(g.arg("context")), "stream": _ints(g.arg("stream")), "correlation_id": corr,
             "sync_type": _per_distinct(_texts(kinds), lambda k: _SYNC_KINDS.get(k.strip().lower(), "unknown")),
-            "pid": launch.pid[idx], "tid": launch.tid[idx],
+            "pid": attr.take(launch.pid, idx), "tid": attr.take(launch.tid, idx),
         }
         return by_start(contract_frame(SYNC_COLUMNS, data, compact=True))
 

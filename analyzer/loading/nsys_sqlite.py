@@ -230,18 +230,23 @@ class StringTable:
         found[found] = self._remap[pos[found]] == ids[found]
         return np.where(found, pos, -1)
 
+    def _safe(self, ids: np.ndarray) -> np.ndarray:
+        """``ids`` with -1/NULL and unknown ids replaced by the index of ``""`` (``ids`` itself when every
+        id is known: one min/max pass)."""
+        size = len(self._values)
+        if not len(ids) or (int(ids.min()) >= 0 and int(ids.max()) < size):
+            return ids
+        return np.where((ids < 0) | (ids >= size), self._default, ids)
+
     def lookup(self, ids: np.ndarray) -> np.ndarray:
         """Text for each id (``""`` for -1/NULL or unknown ids)."""
-        ids = self._dense(ids)
-        bad = (ids < 0) | (ids >= len(self._values))
-        return self._values[np.where(bad, self._default, ids)]
+        return self._values[self._safe(self._dense(ids))]
 
     def codes(self, ids: np.ndarray, fn: Callable[[str], str] | None = None) -> TextCodes:
         """The text of each id as :class:`TextCodes` over the distinct ids used (``fn`` applied once
         per distinct id, e.g. API suffix stripping); no per-row string is touched."""
         size = len(self._values)
-        ids = self._dense(ids)
-        safe = np.where((ids < 0) | (ids >= size), self._default, ids)
+        safe = self._safe(self._dense(ids))
         present = np.zeros(size, dtype=bool)
         present[safe] = True
         used = np.flatnonzero(present)
@@ -256,15 +261,12 @@ class StringTable:
         """Per id: its text is ``""`` (or the id is -1/NULL/unknown)."""
         if self._empty is None:
             self._empty = self._values == ""
-        size = len(self._values)
-        ids = self._dense(ids)
-        return self._empty[np.where((ids < 0) | (ids >= size), self._default, ids)]
+        return self._empty[self._safe(self._dense(ids))]
 
     def mapped(self, ids: np.ndarray, fn: Callable[[str], str]) -> np.ndarray:
         """``fn`` applied once per distinct id, then broadcast (e.g. API suffix stripping)."""
         size = len(self._values)
-        ids = self._dense(ids)
-        safe = np.where((ids < 0) | (ids >= size), self._default, ids)
+        safe = self._safe(self._dense(ids))
         present = np.zeros(size, dtype=bool)
         present[safe] = True
         table = np.full(size, "", dtype=object)
@@ -358,13 +360,34 @@ def _property(value: Any) -> int:
     return v if v is not None and v > 0 else 0
 
 
+def _min_not_negative(values: np.ndarray) -> int | None:
+    """The smallest value >= 0 (negative: NULL), None when there is none; one pass when none is negative."""
+    if not len(values):
+        return None
+    lo = values.min()
+    if lo < 0:
+        values = values[values >= 0]
+        lo = values.min() if len(values) else None
+    return lo
+
+
 def _pid(global_id: np.ndarray) -> np.ndarray:
-    """nsys globalPid/globalTid -> OS pid: bits 24..47."""
-    return np.where(global_id >= 0, (global_id >> 24) & 0xFFFFFF, -1)
+    """nsys globalPid/globalTid -> OS pid: bits 24..47 (-1 for a negative id: NULL)."""
+    out = global_id >> 24
+    out &= 0xFFFFFF
+    return _unknown_where_negative(out, global_id)
 
 
 def _tid(global_tid: np.ndarray) -> np.ndarray:
-    return np.where(global_tid >= 0, global_tid & 0xFFFFFF, -1)
+    """nsys globalTid -> OS tid: bits 0..23 (-1 for a negative id: NULL)."""
+    return _unknown_where_negative(global_tid & 0xFFFFFF, global_tid)
+
+
+def _unknown_where_negative(out: np.ndarray, global_id: np.ndarray) -> np.ndarray:
+    """``out`` (a new array) with -1 where ``global_id`` is negative; one pass when none is (the usual)."""
+    if len(global_id) and global_id.min() < 0:
+        out[global_id < 0] = -1
+    return out
 
 
 class _Loader:
@@ -439,11 +462,12 @@ class _Loader:
 
         origin, duration = self._time_base(schema, [k, mc, ms, sy, api], nv)
         trace_end = origin + duration
-        for d in (k, mc, ms, sy, api):
-            raw_start = d["start"]
-            d["start"] = raw_start - origin
-            d["end"] = np.maximum(d["end"], raw_start) - origin
-            d["duration"] = d["end"] - d["start"]
+        for d in (k, mc, ms, sy, api):  # in place: the fetched arrays are this loader's own
+            start, end = d["start"], d["end"]
+            np.maximum(end, start, out=end)
+            start -= origin
+            end -= origin
+            d["duration"] = end - start
 
         self.say(f"attributing NVTX ranges ({len(nv['start']):,} events)")
         nvtx, timeline = self._build_nvtx(nv, origin, trace_end)
@@ -546,7 +570,6 @@ class _Loader:
             out = {c: np.concatenate([rt[c], dr[c]]) for c in rt}
         else:
             out = rt
-        out["duration"] = out["end"] - out["start"]
         return out
 
     def _utc_origin(self, origin: int) -> int | None:
@@ -570,7 +593,7 @@ class _Loader:
     # -- time base --------------------------------------------------------------------------------------
     def _time_base(self, schema: Schema, tables: list[dict[str, np.ndarray]],
                    nv: dict[str, np.ndarray]) -> tuple[int, int]:
-        starts = [d["start"][d["start"] >= 0].min() for d in tables if (d["start"] >= 0).any()]
+        starts = [lo for d in tables if (lo := _min_not_negative(d["start"])) is not None]
         ends = [d["end"].max() for d in tables if len(d["end"])]
         rng = nv["kind"] != ""
         if rng.any():
@@ -703,8 +726,8 @@ class _Loader:
         idx = launch.index.lookup(op_pid, d["correlation_id"])
         data = dict(d)
         data["sync_type"] = _map_codes(d["sync_type"], {i: _sync_label(n) for i, n in names.items()}, "unknown")
-        data["pid"] = np.where(idx >= 0, launch.pid[idx], op_pid)
-        data["tid"] = launch.tid[idx]
+        data["pid"] = np.where(idx >= 0, attr.take(launch.pid, idx), op_pid)
+        data["tid"] = attr.take(launch.tid, idx)
         return _frame(SYNC_COLUMNS, data, compact=True).pipe(_by_start)
 
     # -- GPUs -------------------------------------------------------------------------------------------
