@@ -191,6 +191,7 @@ class FactStore:
     _failed_ahead: set[str] = field(default_factory=set, repr=False)
     _order: tuple[str, ...] = field(default=(), repr=False)  # the plan's facts in reading order (dependencies first)
     _prefetcher: threading.Thread | None = field(default=None, repr=False)
+    _prefetch_ident: int | None = field(default=None, repr=False)  # the second thread's, once started
     _stopping: bool = field(default=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -385,6 +386,7 @@ class FactStore:
             thread.join()
 
     def _prefetch(self) -> None:
+        self._prefetch_ident = threading.get_ident()
         while True:
             with self._lock:
                 if self._stopping:
@@ -392,7 +394,8 @@ class FactStore:
                 spec = self._claim_ready()
                 if spec is None:
                     need, _ = self._needed()
-                    if not any(n in need and n not in self._cache for n in self._order):
+                    if not any(n in need and n not in self._cache and n not in self._failed_ahead
+                               for n in self._order):
                         return  # every planned fact is computed or no longer needed
                     self._changed.wait()  # for the inputs the reader's thread is computing
                     continue
@@ -423,7 +426,7 @@ class FactStore:
         thread never waits for a fact: one that the reader's thread is computing (a dependency the fact
         does not declare) it computes itself, so the two can never wait for each other."""
         name = spec.name
-        background = self._prefetcher is not None and threading.current_thread() is self._prefetcher
+        background = threading.get_ident() == self._prefetch_ident
         while True:
             with self._lock:
                 frame = self._cache.get(name)
