@@ -305,6 +305,31 @@ def main(argv: list[str] | None = None) -> int:
     return guarded(lambda: cli.main(args=argv, prog_name="analyze", standalone_mode=False))
 
 
+def run() -> None:
+    """The ``analyze`` command (console script and ``python -m analyzer.cli``): :func:`main`, then the
+    process ends without Python's own shutdown. That shutdown frees every module and what the analysis
+    left behind object by object: 0.2-0.3 s of CPU after a million-kernel analysis (measured with the
+    report already written), against 0.03-0.05 s for ``os._exit``. The exit handlers (``atexit``:
+    temporary directories, a Dask cluster's shutdown) still run and the streams are flushed; with a
+    thread still running that Python would wait for, the ordinary exit is kept."""
+    import threading
+
+    rc = main()
+    others = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()]
+    run_exit_handlers = getattr(__import__("atexit"), "_run_exitfuncs", None)
+    if others or run_exit_handlers is None:
+        sys.exit(rc)
+    try:
+        run_exit_handlers()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):  # a closed pipe: nothing more to say
+                pass
+    finally:
+        os._exit(rc)
+
+
 def guarded(run: Callable[[], object]) -> int:
     """Run ``run`` the way the ``analyze`` command does: every error becomes one ``error: ...`` line on
     stderr and an exit code (0 done, 1 findings at ``--fail-on``, 2 bad input or usage, 3 a bug of ours,
@@ -361,5 +386,5 @@ def one_line(text: str, limit: int = 2000) -> str:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    run()
 

@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import pty
+import re
 import shutil
 import subprocess
 import sys
@@ -175,3 +176,23 @@ def test_progress_is_shown_on_a_terminal_only(tmp_path: Path) -> None:
     assert b"reading kernels" in b"".join(chunks)
     piped = subprocess_run(HEALTHY, "-o", tmp_path / "r.html")
     assert piped.returncode == 0 and "reading" not in piped.stderr
+
+
+def test_the_command_ends_fast_with_everything_said(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``python -m analyzer.cli`` (and the console script) end with ``os._exit`` after :func:`main`:
+    the exit code, every byte of a report on stdout and the exit handlers are kept."""
+    proc = subprocess_run(STARVED, "--format", "md", "-o", "-", "--fail-on", "info")
+    code, stdout, _ = run([STARVED, "--format", "md", "-o", "-", "--fail-on", "info"], capsys)
+    assert proc.returncode == code == 1
+    generated = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d(:\d\d)?")  # the report's creation time
+    assert generated.sub("T", proc.stdout) == generated.sub("T", stdout) and len(stdout) > 1000
+    marker = tmp_path / "exit-handler-ran"
+    script = ("import atexit, pathlib, sys\n"
+              f"atexit.register(pathlib.Path({str(marker)!r}).write_text, 'yes')\n"
+              "from analyzer.cli import run\n"
+              f"sys.argv = ['analyze', {str(HEALTHY)!r}, '-q', '-o', {str(tmp_path / 'r.json')!r}]\n"
+              "run()\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=300,
+                          env=ENV, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert marker.read_text() == "yes" and json.loads((tmp_path / "r.json").read_text())["traces"]
