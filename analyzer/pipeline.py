@@ -176,14 +176,15 @@ def _evaluate(pack: Any, store: Any, *, keep: Iterable[str] | None = None) -> li
     ended = False
     with stage("rules"):
         try:
+            threads = fact_threads() if keep is not None else 1
             if keep is not None:  # the scalars, then each rule in order (the engine says when one is done)
                 store.plan_reads([SCALAR_FACTS, *(rule.requires for rule in pack.rules)], keep=keep)
-                if fact_threads() > 1:
+                if threads > 1:
                     store.start_prefetch()
             scalars = trace_scalars(store)
             if keep is not None:
                 store.done_with(SCALAR_FACTS)
-            findings = evaluate(pack, store, store.window, scalars)
+            findings = evaluate(pack, store, store.window, scalars, threads=threads)
             ended = True
             return findings
         except RuleEvaluationError as err:
@@ -198,8 +199,9 @@ def _evaluate(pack: Any, store: Any, *, keep: Iterable[str] | None = None) -> li
 
 
 def fact_threads() -> int:
-    """Threads computing one trace's facts: 2 where the machine has two cores or more (the rules' thread
-    and one computing the next facts), 1 otherwise; ``ANALYZER_FACT_THREADS=1`` turns the second off."""
+    """Threads evaluating one trace's rules and facts: 2 where the machine has two cores or more (two
+    threads taking the rules in turn, and one computing the next facts while they wait), 1 otherwise;
+    ``ANALYZER_FACT_THREADS=1`` keeps everything on one."""
     import os
 
     raw = os.environ.get("ANALYZER_FACT_THREADS", "").strip()

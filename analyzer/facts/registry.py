@@ -191,7 +191,7 @@ class FactStore:
     _failed_ahead: set[str] = field(default_factory=set, repr=False)
     _order: tuple[str, ...] = field(default=(), repr=False)  # the plan's facts in reading order (dependencies first)
     _prefetcher: threading.Thread | None = field(default=None, repr=False)
-    _prefetch_ident: int | None = field(default=None, repr=False)  # the second thread's, once started
+    _local: threading.local = field(default_factory=threading.local, repr=False)  # .depth: facts being computed
     _stopping: bool = field(default=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -386,7 +386,6 @@ class FactStore:
             thread.join()
 
     def _prefetch(self) -> None:
-        self._prefetch_ident = threading.get_ident()
         while True:
             with self._lock:
                 if self._stopping:
@@ -422,11 +421,12 @@ class FactStore:
 
     def _obtain(self, spec: FactSpec) -> pd.DataFrame:
         """``spec``'s fact, its dependencies computed: from the cache, computed here, or waited for while
-        the other thread computes it (meanwhile computing a fact whose inputs are ready). The second
-        thread never waits for a fact: one that the reader's thread is computing (a dependency the fact
-        does not declare) it computes itself, so the two can never wait for each other."""
+        another thread computes it (meanwhile computing a fact whose inputs are ready). Only a thread
+        computing no fact waits: one asked for a fact another thread computes while it computes a fact
+        itself (a dependency the fact does not declare) computes its own copy. A waiting thread holds no
+        fact, so threads can never wait for each other in a circle."""
         name = spec.name
-        background = threading.get_ident() == self._prefetch_ident
+        inside = getattr(self._local, "depth", 0) > 0  # computing a fact: never wait (see above)
         while True:
             with self._lock:
                 frame = self._cache.get(name)
@@ -436,7 +436,7 @@ class FactStore:
                     self._running[name] = threading.get_ident()
                     claimed = True
                     break
-                if background:
+                if inside:
                     claimed = False
                     break
                 other = self._claim_ready()
@@ -465,14 +465,18 @@ class FactStore:
             return False
 
     def _run(self, spec: FactSpec, *, claimed: bool) -> pd.DataFrame:
+        depth = getattr(self._local, "depth", 0)
+        self._local.depth = depth + 1
         try:
             frame = self._compute(spec)
         except BaseException:
+            self._local.depth = depth
             if claimed:
                 with self._lock:
                     self._running.pop(spec.name, None)
                     self._changed.notify_all()
             raise
+        self._local.depth = depth
         with self._lock:
             if claimed:
                 self._running.pop(spec.name, None)

@@ -46,19 +46,68 @@ def builtins_for(window: Window, scalars: Mapping[str, float]) -> dict[str, Any]
     return out
 
 
-def evaluate(pack: RulePack, store: FactSource, window: Window, scalars: Mapping[str, float]) -> list[Finding]:
+def evaluate(pack: RulePack, store: FactSource, window: Window, scalars: Mapping[str, float], *,
+             threads: int = 1) -> list[Finding]:
     """Findings of every rule in ``pack``, linked and ranked. Raises :class:`RuleEvaluationError`
-    naming the rule when a rule cannot be evaluated on this trace."""
+    naming the rule when a rule cannot be evaluated on this trace.
+
+    ``threads`` 2: this thread and a second one take the rules in pack order, each the next one not
+    taken (for a store whose facts may be read from two threads: a :class:`FactStore`). The findings
+    are the same as on one thread, in the same order; when rules fail, the error raised is the first
+    failing rule's in pack order, as on one thread (rules are taken in order, so every earlier rule
+    was evaluated)."""
+    rules = list(pack.rules)
+    results: list[list[_Fired] | None] = [None] * len(rules)
+    errors: dict[int, BaseException] = {}
+    if threads <= 1 or len(rules) < 2:
+        for i, rule in enumerate(rules):
+            results[i] = _evaluate_one(rule, store, window, scalars)
+    else:
+        import threading
+
+        lock = threading.Lock()
+        taken = [0]
+
+        def work() -> None:
+            while True:
+                with lock:
+                    i = taken[0]
+                    if i >= len(rules) or errors:
+                        return
+                    taken[0] = i + 1
+                try:
+                    results[i] = _evaluate_one(rules[i], store, window, scalars)
+                except Exception as err:  # noqa: BLE001 - raised in pack order below
+                    with lock:
+                        errors[i] = err
+                    return
+
+        second = threading.Thread(target=work, name="analyzer-rules", daemon=True)
+        second.start()
+        try:
+            work()
+        except BaseException:  # the watchdog's interrupt: the other thread stops after its rule
+            with lock:
+                taken[0] = len(rules)
+            raise
+        second.join()
+    if errors:
+        raise errors[min(errors)]
+    fired = [item for part in results for item in (part or ())]
+    return rank(_link(pack, fired))
+
+
+def _evaluate_one(rule: Rule, store: FactSource, window: Window, scalars: Mapping[str, float]) -> list[_Fired]:
+    """One rule's fired groups; a :class:`FactStore` is told when the rule is done with its facts (it
+    frees facts after their last rule)."""
     from analyzer.watchdog import stage
 
-    fired: list[_Fired] = []
-    done_with = getattr(store, "done_with", None)  # a FactStore frees facts after their last rule
-    for rule in pack.rules:
-        with stage(f"rule {rule.id} ({rule.name})"):
-            fired += evaluate_rule(rule, store, window, scalars)
-            if done_with is not None:
-                done_with(rule.requires)
-    return rank(_link(pack, fired))
+    with stage(f"rule {rule.id} ({rule.name})"):
+        fired = evaluate_rule(rule, store, window, scalars)
+        done_with = getattr(store, "done_with", None)
+        if done_with is not None:
+            done_with(rule.requires)
+    return fired
 
 
 def evaluate_rule(rule: Rule, store: FactSource, window: Window, scalars: Mapping[str, float]) -> list[_Fired]:

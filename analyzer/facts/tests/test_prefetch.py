@@ -114,3 +114,22 @@ def test_the_watchdog_names_what_the_second_thread_computes() -> None:
         leave.set()
         thread.join()
     assert current_stage() == "starting"
+
+
+def test_two_failing_rules_fail_as_on_one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With rules evaluated on two threads, the error is the first failing rule's in pack order."""
+    trace = load_trace(DATA / "healthy.sqlite.xz")
+    for failing in ("launch_stats", "copy_throughput", "occupancy"):
+        spec = registry.get_spec(failing)
+
+        def broken(ctx: registry.FactContext, name: str = failing) -> pd.DataFrame:
+            raise ValueError(f"{name} cannot be computed")
+
+        monkeypatch.setitem(registry.FACTS, failing, replace(spec, compute=broken))
+    errors = []
+    for threads in (2, 1, 2):
+        with pytest.raises(RuleEvaluationError) as err:
+            _analyze(trace, monkeypatch, threads)
+        errors.append(str(err.value))
+    assert errors[0] == errors[1] == errors[2]
+    assert _no_second_thread_left()
