@@ -55,7 +55,7 @@ from analyzer.loading.model import (
     empty_frame,
 )
 from analyzer.loading.columns import TextCodes
-from analyzer.loading.sqlite_reader import IntColumns, SqliteReader, release_free_memory
+from analyzer.loading.sqlite_reader import IntColumns, SqliteReader, ValuesIn, release_free_memory
 
 Progress = Callable[[str], None]
 
@@ -136,7 +136,7 @@ NARROW_FETCH = frozenset({
     "block_x", "block_y", "block_z", "registers_per_thread", "static_smem", "dynamic_smem", "launch_type",
     "graph_node_id", "copy_kind", "src_kind", "dst_kind", "mem_kind", "sync_type", "return_value",
     "event_class", "event_type", "text_id", "domain_id"})
-NVTX_WANTED = f"eventType IN ({NVTX_MARK}, {NVTX_PUSHPOP}, {NVTX_STARTEND}, {NVTX_DOMAIN_CREATE})"
+NVTX_WANTED = ValuesIn("eventType", (NVTX_MARK, NVTX_PUSHPOP, NVTX_STARTEND, NVTX_DOMAIN_CREATE))
 
 # ----------------------------------------------------------------------------------------------------
 # schema
@@ -427,7 +427,7 @@ class _Loader:
         jobs: dict[str, Callable[[], Any] | IntColumns] = {}
 
         def add(name: str, table: str, cols: Mapping[str, str | None], label: str,
-                where: str | None = None) -> None:
+                where: ValuesIn | None = None) -> None:
             n = r.count(table)
             r.columns(table)  # schema lookups on this thread; workers only fetch
             if n:
@@ -541,7 +541,7 @@ class _Loader:
                      sync=sync, nvtx=nvtx, gpus=gpus, processes=processes, threads=threads, extras=extras,
                      **signals)
 
-    def _api_where(self, table: str) -> str | None:
+    def _api_where(self, table: str) -> ValuesIn | None:
         """Leave out the extra rows nsys writes for ``--cudabacktrace``: with it, every call that got a
         stack appears twice in the runtime table, once as the call (its own event class) and once as a
         "CUDA backtrace" row (same correlation id, the stack's ``callchainId``, a start ~0.1 us earlier).
@@ -549,7 +549,7 @@ class _Loader:
         if not self.r.has(table) or not self.r.has_column(table, "eventClass"):
             return None
         classes = backtrace_event_classes(self.r)
-        return f'"eventClass" NOT IN ({", ".join(str(c) for c in sorted(classes))})' if classes else None
+        return ValuesIn("eventClass", tuple(sorted(classes)), negate=True) if classes else None
 
     def _session_times(self) -> tuple[str, str] | None:
         table = "TARGET_INFO_SESSION_START_TIME"
@@ -620,7 +620,7 @@ class _Loader:
         return t_min, t_max - t_min
 
     # -- NVTX -------------------------------------------------------------------------------------------
-    def _has_json_payloads(self, where: str | None) -> bool:
+    def _has_json_payloads(self, where: ValuesIn | None) -> bool:
         """Whether NVTX_EVENTS carries payloads as JSON text (``nsys export --include-json=true``: NCCL's
         communicator, rank and message sizes); the default export leaves ``jsonText`` NULL. The probe
         stops at the first such row."""

@@ -11,6 +11,11 @@ Backends (``benchmarks/bench_load.py`` measures them; numbers in the loader's re
   per value: about 2x faster than ``sqlite3`` on 1 M kernels x 20 columns, and it opens the same
   read-only URI. Used when installed.
 - ``sqlite3``: the standard library, ``numpy.fromiter`` over the flattened cursor (no list of tuples).
+
+In front of either, integer columns of rowid tables are read from the file's pages and decoded with numpy
+(:mod:`analyzer.loading.sqlite_pages`: half ADBC's CPU time); a table that module does not decode exactly
+(WAL files, overflow pages, reals or text in an integer column, a damaged b-tree) is read by the backend.
+``ANALYZER_SQLITE_PAGES=0`` turns the page route off.
 - ``connectorx`` was measured too (fastest raw fetch) but cannot open a read-only/immutable URI: given
   ``?mode=ro`` it silently creates a new empty database file, so it is not used.
 
@@ -41,6 +46,7 @@ import numpy as np
 
 from analyzer.errors import InputError
 from analyzer.loading.columns import narrow_int
+from analyzer.loading.sqlite_pages import NotDirect, PageFile, TablePages
 
 T = TypeVar("T")
 
@@ -60,13 +66,27 @@ _FREED = np.empty(0, dtype=np.int64)
 
 
 @dataclass(frozen=True)
+class ValuesIn:
+    """A row filter, ``"column" IN (values)`` (``NOT IN`` when ``negate``); rows whose column is NULL are
+    left out either way, as in SQL. ``str()`` gives the SQL; the page route (:mod:`sqlite_pages`)
+    evaluates it on the decoded column."""
+
+    column: str
+    values: tuple[int, ...]
+    negate: bool = False
+
+    def __str__(self) -> str:
+        return f'"{self.column}" {"NOT IN" if self.negate else "IN"} ({", ".join(str(int(v)) for v in self.values)})'
+
+
+@dataclass(frozen=True)
 class IntColumns:
     """Integer columns of one table, as :meth:`SqliteReader.fetch_ints` fetches them; a job for
     :meth:`SqliteReader.fetch_parallel`, which may split it into row ranges."""
 
     table: str
     columns: Mapping[str, str | None]
-    where: str | None = None
+    where: str | ValuesIn | None = None
     default: int = NULL_INT
     narrow: frozenset[str] = field(default_factory=frozenset)
 
@@ -81,7 +101,7 @@ class _IntQuery:
     cols: tuple[str, ...]
     fetched: tuple[str, ...]
     small: tuple[bool, ...]
-    where: str | None
+    where: str | ValuesIn | None
     default: int
 
 
@@ -189,12 +209,17 @@ class SqliteReader:
         self._local = threading.local()
         self._adbc_conns: list[Any] = []
         self._lock = threading.Lock()
+        # the page route's open file: None until first used, False when off or the file is not one it reads
+        self._page_file: PageFile | None | bool = None
 
     def close(self) -> None:
         with self._lock:
             conns, self._adbc_conns = self._adbc_conns, []
         for conn in conns:
             conn.close()
+        if isinstance(self._page_file, PageFile):
+            self._page_file.close()
+        self._page_file = False
         self.conn.close()
 
     # -- schema -----------------------------------------------------------------------------------------
@@ -243,7 +268,7 @@ class SqliteReader:
         table: str,
         columns: Mapping[str, str | None],
         *,
-        where: str | None = None,
+        where: str | ValuesIn | None = None,
         default: int = NULL_INT,
         narrow: Collection[str] = (),
     ) -> dict[str, np.ndarray]:
@@ -260,7 +285,7 @@ class SqliteReader:
         return self.fetch_parallel({"_": IntColumns(table, columns, where=where, default=default,
                                                     narrow=frozenset(narrow))})["_"]
 
-    def fetch_text(self, table: str, column: str, *, where: str | None = None) -> np.ndarray:
+    def fetch_text(self, table: str, column: str, *, where: str | ValuesIn | None = None) -> np.ndarray:
         """One text column as an object array (``""`` for NULL); equal texts share one Python string."""
         real = self.table(table)
         if real is None or column not in self.columns(real):
@@ -282,21 +307,24 @@ class SqliteReader:
         arr[:] = ["" if v is None else v for v in values]
         return arr
 
-    def fetch_parallel(self, jobs: Mapping[str, Callable[[], T] | IntColumns]) -> dict[str, Any]:
+    def fetch_parallel(self, jobs: Mapping[str, Callable[[], T] | IntColumns], *, pages: bool = True
+                       ) -> dict[str, Any]:
         """Run independent fetches: a callable's result, or an :class:`IntColumns` job's arrays (as
         :meth:`fetch_ints` returns them).
 
-        On the ADBC backend (the driver steps SQLite and builds Arrow batches without the GIL, each thread
-        on its own connection) the jobs run concurrently, and a table is read in row ranges
-        (:data:`CHUNK_ROWS` rows of ``rowid`` each) so that one large table does not leave the other
-        workers idle at the end: the callables first (their size is unknown), then the row ranges largest
-        first. Each range copies its record batches straight into the job's preallocated columns at its
-        own offset (see :class:`_Block`), so the ranges come out in ``rowid`` order, the order of the
+        A job is read from the file's pages (:mod:`sqlite_pages`) when the page route can decode its table,
+        else by the SQL backend. On the page route and on ADBC (numpy's gathers, and the driver stepping
+        SQLite, run without the GIL; ADBC on one connection per thread) the jobs run concurrently, and a
+        table is read in row ranges (:data:`CHUNK_ROWS` rowids each) so that one large table does not
+        leave the other workers idle at the end: the callables first (their size is unknown), then the row
+        ranges largest first. Each range copies its rows straight into the job's preallocated columns at
+        its own offset (see :class:`_Block`), so the ranges come out in ``rowid`` order, the order of the
         unsplit query (nsys tables have no indexes that SQLite could scan instead), without a concatenation
-        afterwards. On ``sqlite3`` (the GIL is held while stepping) everything runs one after another,
-        unsplit."""
+        afterwards. A job whose pages turn out not to be decodable (a real value in an integer column) is
+        read again by the backend. On ``sqlite3`` (the GIL is held while stepping) the SQL jobs run one
+        after another, unsplit."""
         queries = {name: self._int_query(job) for name, job in jobs.items() if isinstance(job, IntColumns)}
-        parallel = self.backend == "adbc"
+        adbc = self.backend == "adbc"
         tasks: list[tuple[int, str, int, Callable[[], Any]]] = []  # (weight, job name, part, work)
         parts: dict[str, int] = {}
         blocks: dict[str, tuple[_Block, list[tuple[int, int]]]] = {}
@@ -306,7 +334,19 @@ class SqliteReader:
                 parts[name] = 1
                 continue
             q = queries[name]
-            split = self._rowid_ranges(q.real) if q is not None and parallel else None
+            plan = self._pages_plan(q) if q is not None and pages else None
+            if q is not None and plan is not None:
+                table, layout, ranges = plan
+                covered = [(lo, hi) for _, _, lo, hi in ranges]
+                block = _Block.allocate(q, covered)
+                blocks[name] = (block, covered)
+                parts[name] = len(ranges)
+                for i, (a, b, lo, hi) in enumerate(ranges):
+                    tasks.append(((hi - lo) * max(len(q.fetched), 1), name, i,
+                                  functools.partial(self._pages_part, q, layout, table.leaves[a:b],
+                                                    block, (lo - block.first, hi - lo))))
+                continue
+            split = self._rowid_ranges(q.real) if q is not None and adbc else None
             if q is None or not split:
                 parts[name] = 1
                 tasks.append((CHUNK_ROWS * max(len(q.fetched) if q else 0, 1), name, 0,
@@ -319,6 +359,7 @@ class SqliteReader:
                 tasks.append(((rows[1] - rows[0]) * max(len(q.fetched), 1), name, i,
                               functools.partial(self._int_part, q, rows, block)))
         done: dict[tuple[str, int], Any] = {}
+        parallel = adbc or bool(blocks)  # page ranges decode in parallel on either backend
         if not parallel or len(tasks) < 2:
             for _, name, i, work in tasks:
                 done[name, i] = work()
@@ -334,9 +375,20 @@ class SqliteReader:
                     for fut in futures.values():
                         fut.cancel()
                     raise
+        refused = sorted({name for (name, _), got in done.items() if isinstance(got, _Refused)})
+        if refused:  # read those by the backend (their page ranges' arrays are dropped)
+            for name in refused:
+                blocks.pop(name, None)
+                for i in range(parts.pop(name)):
+                    done.pop((name, i))
+            again = self.fetch_parallel({name: jobs[name] for name in refused}, pages=False)
+        else:
+            again = {}
         out: dict[str, Any] = {}
         for name, job in jobs.items():
-            if isinstance(job, IntColumns):
+            if name in again:
+                out[name] = again.pop(name)
+            elif isinstance(job, IntColumns):
                 got = [done.pop((name, i)) for i in range(parts[name])]
                 block_split = blocks.pop(name, None)
                 out[name] = self._assemble(job, queries[name], got, *(block_split or (None, None)))
@@ -364,6 +416,17 @@ class SqliteReader:
         """``[lo, hi)`` rowid ranges of about :data:`CHUNK_ROWS` rows covering ``real`` (one range for a
         small table), or None for an empty table, one without rowids, or rowids too sparse for the file
         (more than one per 8 bytes of it: a damaged table, read in one query as before)."""
+        bounds = self._rowid_bounds(real)
+        if bounds is None:
+            return None
+        lo, hi = bounds
+        n = -(-(hi - lo) // CHUNK_ROWS)
+        step = -(-(hi - lo) // n)
+        return [(a, min(a + step, hi)) for a in range(lo, hi, step)]
+
+    def _rowid_bounds(self, real: str) -> tuple[int, int] | None:
+        """``[lo, hi)``: the smallest rowid of ``real`` and one past its largest, or None as for
+        :meth:`_rowid_ranges`."""
         try:
             first = self.conn.execute(f'SELECT rowid FROM "{real}" ORDER BY rowid LIMIT 1').fetchone()
             last = self.conn.execute(f'SELECT rowid FROM "{real}" ORDER BY rowid DESC LIMIT 1').fetchone()
@@ -372,15 +435,92 @@ class SqliteReader:
         if not first or not last or not isinstance(first[0], int) or not isinstance(last[0], int):
             return None
         lo, hi = first[0], last[0] + 1
+        if hi <= lo:  # the b-tree's keys out of order: a damaged table, read in one query
+            return None
         try:
             size = self.path.stat().st_size
         except OSError:
             return None
         if hi - lo > size // 8:
             return None
-        n = -(-(hi - lo) // CHUNK_ROWS)
-        step = -(-(hi - lo) // n)
-        return [(a, min(a + step, hi)) for a in range(lo, hi, step)]
+        return lo, hi
+
+    # -- the page route ---------------------------------------------------------------------------------
+    def _pages(self) -> PageFile | None:
+        """The page route's file, opened on first use; None when it is off (``ANALYZER_SQLITE_PAGES=0``)
+        or the file is not one it reads (WAL mode)."""
+        if self._page_file is None:
+            self._page_file = False
+            if os.environ.get("ANALYZER_SQLITE_PAGES", "1").strip() != "0":
+                try:
+                    self._page_file = PageFile(self.path)
+                except NotDirect:
+                    pass
+        return self._page_file if isinstance(self._page_file, PageFile) else None
+
+    def _pages_plan(self, q: _IntQuery) -> tuple[TablePages, _Layout, list[tuple[int, int, int, int]]] | None:
+        """How the page route reads ``q``'s table: its leaves, where the wanted columns sit in a record,
+        and the leaf ranges of about :data:`CHUNK_ROWS` rowids each; None when it cannot (the file or the
+        table is not one it decodes: the SQL backend reads it)."""
+        pages = self._pages()
+        if pages is None or not (q.where is None or isinstance(q.where, ValuesIn)):
+            return None
+        bounds = self._rowid_bounds(q.real)
+        if bounds is None:
+            return None
+        try:
+            info = self.conn.execute(f'PRAGMA table_xinfo("{q.real}")').fetchall()
+            root = self.conn.execute("SELECT rootpage FROM sqlite_master WHERE type = 'table' AND name = ?",
+                                     (q.real,)).fetchone()
+        except sqlite3.Error:
+            return None
+        names = [r[1] for r in info]
+        pk = [r for r in info if r[5]]
+        if (not root or not isinstance(root[0], int) or any(r[6] for r in info)  # hidden or generated columns
+                or (len(pk) == 1 and str(pk[0][2]).upper() == "INTEGER")):  # a rowid alias is NULL in the record
+            return None
+        filt = q.where if isinstance(q.where, ValuesIn) else None
+        if filt is not None and filt.column not in names:
+            return None
+        try:
+            table = pages.table(root[0], bounds[1] - 1)
+        except NotDirect:
+            return None
+        if not len(table.leaves):
+            return None
+        layout = _Layout(len(names), tuple(names.index(c) for c in q.cols),
+                         None if filt is None else names.index(filt.column),
+                         None if filt is None else np.array(filt.values, dtype=np.int64),
+                         bool(filt is not None and filt.negate))
+        return table, layout, table.ranges(bounds[0], CHUNK_ROWS)
+
+    def _pages_part(self, q: _IntQuery, layout: _Layout, leaves: np.ndarray, block: _Block,
+                    at: tuple[int, int]) -> _Part | _Refused:
+        """One leaf range of ``q``'s table decoded into ``block`` from row ``at[0]`` (it covers ``at[1]``
+        rowids), or :class:`_Refused` when the page route cannot decode it."""
+        pages = self._pages()
+        assert pages is not None
+        wanted = layout.wanted + ((layout.filter_column,) if layout.filter_column is not None else ())
+        sink = _Sink(q, block, at)
+        try:
+            for rows, values, nulls in pages.decode(leaves, layout.columns, wanted, at[1]):
+                if layout.filter_column is not None:
+                    v, null = values.pop(), nulls.pop()
+                    keep = np.zeros(rows, dtype=bool) if v is None else np.isin(v, np.asarray(layout.filter_values))
+                    if layout.negate:
+                        keep = ~keep
+                    keep &= ~null
+                    if not keep.all():
+                        rows = int(keep.sum())
+                        values = [None if x is None else x[keep] for x in values]
+                        nulls = [x[keep] for x in nulls]
+                for x, null in zip(values, nulls):
+                    if x is not None and null.any():
+                        x[null] = q.default
+                sink.add(rows, values)
+        except NotDirect as exc:
+            return _Refused(str(exc))
+        return sink.finish()
 
     def _int_part(self, q: _IntQuery | None, rows: tuple[int, int] | None, block: _Block | None) -> _Part | None:
         """The fetched columns of one row range of ``q`` (all rows for ``None``), written into ``block`` at
@@ -452,68 +592,25 @@ class SqliteReader:
 
     def _adbc_ints(self, sql: str, q: _IntQuery, block: _Block | None, at: tuple[int, int] | None) -> _Part:
         """The query's record batches copied out column by column as they arrive (no Arrow batch outlives
-        its step): into ``block`` from row ``at[0]`` (at most ``at[1]`` rows), narrowing to the block's
-        ``int32`` columns while the values fit (a column that does not fit continues as this part's own
-        ``int64`` array); without a block into the part's own arrays, ``int32`` for the narrow columns
-        whose values all fit, else ``int64``."""
+        its step), as :class:`_Sink` stores them."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        small, default = q.small, q.default
-        width = len(small)
-        dest = block.arrays if block is not None and at is not None else None
-        offset, room = at if dest is not None and at is not None else (0, 0)
-        pieces: list[list[np.ndarray]] = [[] for _ in range(width)]  # without a block
-        own: list[np.ndarray | None] = [None] * width  # with a block: columns widened to int64
-        default_fits = _I32_MIN <= default <= _I32_MAX
-        pos = 0
+        sink = _Sink(q, block, at)
         for batch in self._adbc_batches(sql):
-            n = batch.num_rows
-            if dest is not None and pos + n > room:
-                raise sqlite3.DatabaseError(f"more rows than rowids in a range of {q.real!r}")
-            for i in range(width):
+            values: list[np.ndarray | None] = []
+            for i in range(len(q.small)):
                 col = batch.column(i)
-                values: np.ndarray | None = None  # None: every value is NULL (default)
                 if not pa.types.is_integer(col.type):
                     if not pa.types.is_null(col.type):
                         raise _NotIntegers(str(col.type))
-                else:
-                    if col.null_count:
-                        col = pc.fill_null(col, default)
-                    values = col.to_numpy(zero_copy_only=False)
-                if dest is None:
-                    if values is None:
-                        pieces[i].append(np.full(n, default, dtype=np.int32 if small[i] and default_fits
-                                                 else np.int64))
-                    elif small[i]:
-                        narrowed = narrow_int(values)  # a new int32 array, or ``values`` itself
-                        pieces[i].append(narrowed if narrowed is not values else np.array(values))
-                    else:
-                        pieces[i].append(np.array(values, dtype=np.int64))  # a copy: the batch is freed
+                    values.append(None)  # every value is NULL (default)
                     continue
-                wide = own[i]
-                if wide is not None:
-                    wide[pos:pos + n] = default if values is None else values
-                    continue
-                target = dest[i]
-                if target.dtype == np.int32 and not (default_fits if values is None else _fits32(values)):
-                    wide = own[i] = np.empty(room, dtype=np.int64)
-                    wide[:pos] = target[offset:offset + pos]
-                    wide[pos:pos + n] = default if values is None else values
-                    continue
-                target[offset + pos:offset + pos + n] = default if values is None else values
-            pos += n
-        if dest is not None:
-            return _Part(pos, [None if w is None else w[:pos] for w in own])
-        out: list[np.ndarray | None] = []
-        for i, s in enumerate(small):
-            p, pieces[i] = pieces[i], []
-            if not p:
-                out.append(np.empty(0, dtype=np.int32 if s else np.int64))
-                continue
-            dtype = np.int32 if all(x.dtype == np.int32 for x in p) else np.int64
-            out.append(p[0].astype(dtype, copy=False) if len(p) == 1 else np.concatenate(p, dtype=dtype))
-        return _Part(pos, out)
+                if col.null_count:
+                    col = pc.fill_null(col, q.default)
+                values.append(col.to_numpy(zero_copy_only=False))
+            sink.add(batch.num_rows, values)
+        return sink.finish()
 
     # -- backends ---------------------------------------------------------------------------------------
     @property
@@ -569,6 +666,86 @@ class SqliteReader:
             raise sqlite3.DatabaseError(msg) from exc
         finally:
             cur.close()
+
+
+class _Sink:
+    """Where a query's (or a page range's) rows go, batch by batch: into ``block`` from row ``at[0]`` (at
+    most ``at[1]`` rows), narrowing to the block's ``int32`` columns while the values fit (a column that
+    does not fit continues as this part's own ``int64`` array); without a block into the part's own
+    arrays, ``int32`` for the narrow columns whose values all fit, else ``int64``. A batch gives per column
+    its values, or ``None`` where all are NULL (``default``); :meth:`add` copies them (the batch may be
+    freed)."""
+
+    def __init__(self, q: _IntQuery, block: _Block | None, at: tuple[int, int] | None) -> None:
+        self.q = q
+        self.dest = block.arrays if block is not None and at is not None else None
+        self.offset, self.room = at if self.dest is not None and at is not None else (0, 0)
+        width = len(q.small)
+        self.pieces: list[list[np.ndarray]] = [[] for _ in range(width)]  # without a block
+        self.own: list[np.ndarray | None] = [None] * width  # with a block: columns widened to int64
+        self.default_fits = _I32_MIN <= q.default <= _I32_MAX
+        self.pos = 0
+
+    def add(self, n: int, values: list[np.ndarray | None]) -> None:
+        q, dest, pos, offset, room = self.q, self.dest, self.pos, self.offset, self.room
+        default = q.default
+        if dest is not None and pos + n > room:
+            raise sqlite3.DatabaseError(f"more rows than rowids in a range of {q.real!r}")
+        for i, v in enumerate(values):
+            if dest is None:
+                if v is None:
+                    self.pieces[i].append(np.full(n, default, dtype=np.int32 if q.small[i] and self.default_fits
+                                                  else np.int64))
+                elif q.small[i]:
+                    narrowed = narrow_int(v)  # a new int32 array, or ``v`` itself
+                    self.pieces[i].append(narrowed if narrowed is not v else np.array(v))
+                else:
+                    self.pieces[i].append(np.array(v, dtype=np.int64))  # a copy: the batch is freed
+                continue
+            wide = self.own[i]
+            if wide is not None:
+                wide[pos:pos + n] = default if v is None else v
+                continue
+            target = dest[i]
+            if target.dtype == np.int32 and not (self.default_fits if v is None else _fits32(v)):
+                wide = self.own[i] = np.empty(room, dtype=np.int64)
+                wide[:pos] = target[offset:offset + pos]
+                wide[pos:pos + n] = default if v is None else v
+                continue
+            target[offset + pos:offset + pos + n] = default if v is None else v
+        self.pos = pos + n
+
+    def finish(self) -> _Part:
+        if self.dest is not None:
+            return _Part(self.pos, [None if w is None else w[:self.pos] for w in self.own])
+        out: list[np.ndarray | None] = []
+        for i, s in enumerate(self.q.small):
+            p, self.pieces[i] = self.pieces[i], []
+            if not p:
+                out.append(np.empty(0, dtype=np.int32 if s else np.int64))
+                continue
+            dtype = np.int32 if all(x.dtype == np.int32 for x in p) else np.int64
+            out.append(p[0].astype(dtype, copy=False) if len(p) == 1 else np.concatenate(p, dtype=dtype))
+        return _Part(self.pos, out)
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Where the page route finds a job's columns: the table's column count, the record index of each
+    fetched column, and the filter's column (record index), values and sense."""
+
+    columns: int
+    wanted: tuple[int, ...]
+    filter_column: int | None
+    filter_values: np.ndarray | None
+    negate: bool
+
+
+@dataclass(frozen=True)
+class _Refused:
+    """A page range the page route could not decode (why); its job is read again by the backend."""
+
+    reason: str
 
 
 class _NotIntegers(Exception):

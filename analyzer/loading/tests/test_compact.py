@@ -88,11 +88,13 @@ def test_narrow_int():
     assert narrow_int(np.empty(0, dtype=np.int64)).dtype == np.int32
 
 
-@pytest.mark.parametrize("backend", ["adbc", "sqlite3"])
+@pytest.mark.parametrize("backend", ["adbc", "sqlite3", "pages"])
 def test_fetch_ints_fallbacks(tmp_path, monkeypatch, backend):
     """Plain columns, NULLs, a column beyond 32 bits, and text in an integer column (damaged export):
-    the text is read as SQLite's CAST reads it, on both backends."""
-    monkeypatch.setenv("ANALYZER_SQLITE_BACKEND", backend)
+    the text is read as SQLite's CAST reads it, on both backends and through the page route (which
+    leaves the table with text to the backend)."""
+    monkeypatch.setenv("ANALYZER_SQLITE_BACKEND", "adbc" if backend == "pages" else backend)
+    monkeypatch.setenv("ANALYZER_SQLITE_PAGES", "1" if backend == "pages" else "0")
     db = tmp_path / "t.sqlite"
     conn = sqlite3.connect(db)
     conn.execute("CREATE TABLE t (a INTEGER, b INTEGER, c INTEGER)")
@@ -124,6 +126,7 @@ def test_split_fetch_equals_one_query(monkeypatch):
     import analyzer.loading.sqlite_reader as sr
 
     path = "tests/data/small_training_ctx128.sqlite.xz"
+    monkeypatch.setenv("ANALYZER_SQLITE_PAGES", "0")  # the page route: test_sqlite_pages.py
     monkeypatch.setenv("ANALYZER_SQLITE_BACKEND", "sqlite3")
     whole = load_trace(path)
     monkeypatch.setenv("ANALYZER_SQLITE_BACKEND", "adbc")
@@ -145,6 +148,7 @@ def test_split_fetch_narrows_per_table(tmp_path, monkeypatch):
     import analyzer.loading.sqlite_reader as sr
 
     monkeypatch.setenv("ANALYZER_SQLITE_BACKEND", "adbc")
+    monkeypatch.setenv("ANALYZER_SQLITE_PAGES", "0")
     monkeypatch.setattr(sr, "CHUNK_ROWS", 1000)
     db = tmp_path / "t.sqlite"
     conn = sqlite3.connect(db)
@@ -181,20 +185,27 @@ def test_split_fetch_gaps_and_late_widening(tmp_path, monkeypatch):
     conn.close()
     cols = {"a": "a", "b": "b", "c": "c", "none": None}
     got = {}
-    for backend in ("sqlite3", "adbc"):
-        monkeypatch.setenv("ANALYZER_SQLITE_BACKEND", backend)
+    import analyzer.loading.sqlite_pages as sp
+
+    for backend in ("sqlite3", "adbc", "pages"):
+        monkeypatch.setenv("ANALYZER_SQLITE_BACKEND", "adbc" if backend == "pages" else backend)
+        monkeypatch.setenv("ANALYZER_SQLITE_PAGES", "1" if backend == "pages" else "0")
         monkeypatch.setattr(sr, "CHUNK_ROWS", 1_000)
         monkeypatch.setattr(sr, "BATCH_ROWS", 300)
+        monkeypatch.setattr(sp, "BATCH_BYTES", 3 * 4096)  # batches of 3 pages within each range
         reader = SqliteReader(db)
+        keep = sr.ValuesIn("c", (3,), negate=True)
         got[backend] = (reader.fetch_ints("t", cols, narrow={"a", "b", "c", "none"}),
-                        reader.fetch_ints("t", cols, where="c != 3", narrow={"b", "c"}))
+                        reader.fetch_ints("t", cols, where="c != 3", narrow={"b", "c"}),
+                        reader.fetch_ints("t", cols, where=keep, narrow={"b", "c"}))
         reader.close()
-    for whole, split in zip(got["sqlite3"], got["adbc"]):
-        assert list(split) == list(whole)
-        for name in whole:
-            assert split[name].dtype == whole[name].dtype, name
-            assert np.array_equal(split[name], whole[name]), name
-    everything, where = got["adbc"]
+    for other in ("adbc", "pages"):
+        for whole, split in zip(got["sqlite3"], got[other]):
+            assert list(split) == list(whole)
+            for name in whole:
+                assert split[name].dtype == whole[name].dtype, (other, name)
+                assert np.array_equal(split[name], whole[name]), (other, name)
+    everything, where, _ = got["adbc"]
     assert everything["a"].dtype == np.int64 and everything["b"].dtype == np.int32
     assert len(everything["a"]) == n - 400 and 2**40 in everything["a"]
     assert len(where["a"]) == sum(1 for i in range(n) if not 3_000 <= i < 3_400 and i % 5 != 3)
