@@ -386,7 +386,11 @@ class FactStore:
             thread.join()
 
     def _prefetch(self) -> None:
+        from analyzer.resources import helpers_may_go_on
+
         while True:
+            if not helpers_may_go_on():  # above the helpers' memory limit: the readers go on alone
+                return
             with self._lock:
                 if self._stopping:
                     return

@@ -68,8 +68,12 @@ def evaluate(pack: RulePack, store: FactSource, window: Window, scalars: Mapping
         lock = threading.Lock()
         taken = [0]
 
-        def work() -> None:
+        from analyzer.resources import helpers_may_go_on
+
+        def work(helper: bool = False) -> None:
             while True:
+                if helper and not helpers_may_go_on():  # above the helpers' memory limit
+                    return
                 with lock:
                     i = taken[0]
                     if i >= len(rules) or errors:
@@ -82,7 +86,7 @@ def evaluate(pack: RulePack, store: FactSource, window: Window, scalars: Mapping
                         errors[i] = err
                     return
 
-        second = threading.Thread(target=work, name="analyzer-rules", daemon=True)
+        second = threading.Thread(target=work, args=(True,), name="analyzer-rules", daemon=True)
         second.start()
         try:
             work()

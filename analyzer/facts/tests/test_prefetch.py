@@ -17,6 +17,7 @@ from analyzer.loading import load_trace
 from analyzer.pipeline import AnalysisOptions, analyze_loaded, load_rules
 from analyzer.reports import build_report, render
 from analyzer.rules.model import RuleEvaluationError
+from analyzer.rules import engine
 
 DATA = Path(__file__).resolve().parents[3] / "tests" / "data"
 CREATED = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -133,3 +134,40 @@ def test_two_failing_rules_fail_as_on_one_thread(monkeypatch: pytest.MonkeyPatch
         errors.append(str(err.value))
     assert errors[0] == errors[1] == errors[2]
     assert _no_second_thread_left()
+
+
+def test_helpers_stop_above_their_memory_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Above ``ANALYZER_HELPER_MEMORY`` the helper threads (the fact thread and the second rules thread)
+    take no new work: every fact is computed and every rule run on the main thread, and the reports are
+    those of two threads without a limit."""
+    import analyzer.resources as resources
+
+    trace = load_trace(DATA / "host_sync.sqlite.xz")
+    free = _reports(_analyze(trace, monkeypatch, 2))
+    ran_on: set[str] = set()
+    real_rule = engine._evaluate_one
+
+    def recording(rule, *args):
+        ran_on.add(threading.current_thread().name)
+        return real_rule(rule, *args)
+
+    monkeypatch.setattr(engine, "_evaluate_one", recording)
+    monkeypatch.setattr(resources, "_limit", 1)  # one byte: always above it
+    computed_on: dict[str, str] = {}
+    limited = _reports(_analyze(trace, monkeypatch, 2, computed_on))
+    assert limited == free
+    assert set(computed_on.values()) == {"MainThread"} and ran_on == {"MainThread"}
+    assert _no_second_thread_left()
+
+
+def test_the_helpers_memory_limit_is_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    import analyzer.resources as resources
+
+    for raw, want in [("6GiB", 6 * 1024**3), ("500MB", 500 * 1000**2), ("off", None), ("0", None)]:
+        monkeypatch.setenv("ANALYZER_HELPER_MEMORY", raw)
+        monkeypatch.setattr(resources, "_limit", False)
+        assert resources.helper_limit() == want, raw
+    monkeypatch.delenv("ANALYZER_HELPER_MEMORY")
+    monkeypatch.setattr(resources, "_limit", False)
+    assert 0 < (resources.helper_limit() or 0) <= resources.DEFAULT_LIMIT
+    assert (resources.rss_bytes() or 1) > 0
