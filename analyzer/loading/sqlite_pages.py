@@ -95,7 +95,12 @@ class PageFile:
     reads)."""
 
     def __init__(self, path: Path) -> None:
-        self.fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+        if not hasattr(os, "pread") or not hasattr(os, "preadv"):  # Windows
+            raise NotDirect("positional reads are not available on this platform")
+        try:
+            self.fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+        except OSError as exc:
+            raise NotDirect(f"cannot open the file ({exc.strerror})") from exc
         try:
             header = os.pread(self.fd, 100, 0)
             size = os.fstat(self.fd).st_size

@@ -217,3 +217,15 @@ def _encode_varint(v: int) -> bytes:
             break
     groups.reverse()
     return bytes([g | 0x80 for g in groups[:-1]] + [groups[-1]])
+
+
+def test_without_positional_reads_sqlite_reads_everything(export, monkeypatch):
+    """Where the OS has no pread/preadv (Windows) the route is off and SQLite reads every table."""
+    import os
+
+    monkeypatch.delattr(os, "preadv")
+    with pytest.raises(NotDirect, match="positional reads"):
+        PageFile(export)
+    spy = Spy(monkeypatch)
+    monkeypatch.setenv("ANALYZER_SQLITE_PAGES", "1")
+    assert len(load_trace(export).kernels) and not spy.read and not spy.refused
