@@ -344,7 +344,7 @@ class SqliteReader:
                 for i, (a, b, lo, hi) in enumerate(ranges):
                     tasks.append(((hi - lo) * max(len(q.fetched), 1), name, i,
                                   functools.partial(self._pages_part, q, layout, table.leaves[a:b],
-                                                    block, (lo - block.first, hi - lo))))
+                                                    table.keys[a:b], block, (lo - block.first, hi - lo))))
                 continue
             split = self._rowid_ranges(q.real) if q is not None and adbc else None
             if q is None or not split:
@@ -488,22 +488,29 @@ class SqliteReader:
             return None
         if not len(table.leaves):
             return None
+        try:
+            ranges = table.ranges(bounds[0], CHUNK_ROWS)
+        except NotDirect:
+            return None
+        if ranges[-1][3] != bounds[1]:  # the last leaf's key is the table's last rowid (from SQL)
+            return None
         layout = _Layout(len(names), tuple(names.index(c) for c in q.cols),
                          None if filt is None else names.index(filt.column),
                          None if filt is None else np.array(filt.values, dtype=np.int64),
                          bool(filt is not None and filt.negate))
-        return table, layout, table.ranges(bounds[0], CHUNK_ROWS)
+        return table, layout, ranges
 
-    def _pages_part(self, q: _IntQuery, layout: _Layout, leaves: np.ndarray, block: _Block,
+    def _pages_part(self, q: _IntQuery, layout: _Layout, leaves: np.ndarray, keys: np.ndarray, block: _Block,
                     at: tuple[int, int]) -> _Part | _Refused:
-        """One leaf range of ``q``'s table decoded into ``block`` from row ``at[0]`` (it covers ``at[1]``
-        rowids), or :class:`_Refused` when the page route cannot decode it."""
+        """One leaf range of ``q``'s table (``keys``: the leaves' largest rowids) decoded into ``block``
+        from row ``at[0]`` (it covers ``at[1]`` rowids, from ``block.first + at[0]``), or :class:`_Refused`
+        when the page route cannot decode it."""
         pages = self._pages()
         assert pages is not None
         wanted = layout.wanted + ((layout.filter_column,) if layout.filter_column is not None else ())
         sink = _Sink(q, block, at)
         try:
-            for rows, values, nulls in pages.decode(leaves, layout.columns, wanted, at[1]):
+            for rows, values, nulls in pages.decode(leaves, keys, block.first + at[0], layout.columns, wanted):
                 if layout.filter_column is not None:
                     v, null = values.pop(), nulls.pop()
                     keep = np.zeros(rows, dtype=bool) if v is None else np.isin(v, np.asarray(layout.filter_values))

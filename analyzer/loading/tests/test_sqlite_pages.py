@@ -4,6 +4,7 @@ step aside (reals and text in integer columns, long texts, overflow pages, delet
 WAL mode, other page sizes) or damaged byte by byte."""
 from __future__ import annotations
 
+import os
 import random
 import shutil
 import sqlite3
@@ -150,10 +151,10 @@ def _outcome(path: Path, monkeypatch, pages: str):
     return ("trace", {name: getattr(trace, name) for name in FRAME_COLUMNS})
 
 
-@pytest.mark.parametrize("seed", range(int(__import__("os").environ.get("PAGES_DAMAGE_SEEDS", "24"))))
+@pytest.mark.parametrize("seed", range(*map(int, os.environ.get("PAGES_DAMAGE_SEEDS", "24").split(":"))))
 def test_damaged_pages_read_as_sqlite_reads_them(seed, export, tmp_path, monkeypatch):
-    """Bytes changed at random in the kernel table's pages (a cell pointer, a varint, a record header, a
-    value, a page type): the load ends as it does through SQLite alone, with the same frames or the same
+    """(``PAGES_DAMAGE_SEEDS=N`` or ``A:B`` runs more seeds.) Bytes changed at random in the kernel table's pages, leaves and root (a cell pointer, a varint, a
+    record header, a value, a page type, a child page number or key): the load ends as it does through SQLite alone, with the same frames or the same
     error. The route either decodes exactly what SQLite reads or steps aside; it never decodes garbage
     that SQLite would not."""
     rng = random.Random(seed)
@@ -169,7 +170,7 @@ def test_damaged_pages_read_as_sqlite_reads_them(seed, export, tmp_path, monkeyp
     pf.close()
     data = bytearray(path.read_bytes())
     for _ in range(rng.choice([1, 1, 2, 4])):
-        page = int(rng.choice(leaves))
+        page = root if rng.random() < 0.25 else int(rng.choice(leaves))  # the root: an interior page
         at = (page - 1) * page_size + rng.choice([0, 3, 4, rng.randrange(8, 40), rng.randrange(page_size)])
         data[at] = rng.randrange(256) if rng.random() < 0.7 else data[at] ^ 0x80
     path.write_bytes(bytes(data))
@@ -221,8 +222,6 @@ def _encode_varint(v: int) -> bytes:
 
 def test_without_positional_reads_sqlite_reads_everything(export, monkeypatch):
     """Where the OS has no pread/preadv (Windows) the route is off and SQLite reads every table."""
-    import os
-
     monkeypatch.delattr(os, "preadv")
     with pytest.raises(NotDirect, match="positional reads"):
         PageFile(export)
