@@ -38,6 +38,8 @@ from pathlib import Path
 
 import numpy as np
 
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
 #: pages decoded at once: fit the core's cache (1 MiB L2 on the machine that measured it)
 BATCH_BYTES = 1 << 20
 
@@ -116,7 +118,7 @@ class PageFile:
             raise
 
     def _check_header(self, header: bytes, size: int) -> None:
-        if len(header) < 100 or not header.startswith(b"SQLite format 3\x00"):
+        if len(header) < 100 or not header.startswith(SQLITE_MAGIC):
             raise NotDirect("not a SQLite file")
         page_size = struct.unpack(">H", header[16:18])[0]
         self.page_size = 65536 if page_size == 1 else page_size
@@ -173,10 +175,7 @@ class PageFile:
                 raise NotDirect(f"page {number} has keys out of order")
             if n and (kids < 2).any():
                 raise NotDirect(f"page {number} points outside the file")
-            grandchildren_are_leaves = None
-            if n:
-                grandchildren_are_leaves = int(self._peek_type(int(kids[0]))) == _LEAF
-            if grandchildren_are_leaves:  # the level above the leaves: take its children in one go
+            if n and self._page(int(kids[0]))[0] == _LEAF:  # the level above the leaves: take its children at once
                 for kid in (*kids.tolist(), right):
                     if kid in seen:
                         raise NotDirect("the b-tree has a cycle")
@@ -196,14 +195,6 @@ class PageFile:
         if (np.diff(all_keys) < 0).any():  # a child's keys below its left sibling's
             raise NotDirect("the b-tree's keys are out of order")
         return TablePages(all_leaves, all_keys)
-
-    def _peek_type(self, number: int) -> int:
-        if not 2 <= number <= self.pages:
-            raise NotDirect(f"page {number} outside the file")
-        data = os.pread(self.fd, 1, (number - 1) * self.page_size)
-        if not data:
-            raise NotDirect(f"page {number} is short")
-        return data[0]
 
     def _read_leaves(self, leaves: np.ndarray) -> np.ndarray:
         """The pages ``leaves`` one after another (8 bytes of padding at the end: values are gathered 8

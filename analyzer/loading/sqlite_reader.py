@@ -46,11 +46,9 @@ import numpy as np
 
 from analyzer.errors import InputError
 from analyzer.loading.columns import narrow_int
-from analyzer.loading.sqlite_pages import NotDirect, PageFile, TablePages
+from analyzer.loading.sqlite_pages import SQLITE_MAGIC, NotDirect, PageFile, TablePages
 
 T = TypeVar("T")
-
-SQLITE_MAGIC = b"SQLite format 3\x00"
 
 #: value used for SQL NULL in integer columns
 NULL_INT = -1
