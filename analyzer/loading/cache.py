@@ -309,7 +309,7 @@ def _frame_to_table(frame: pd.DataFrame):  # -> pyarrow.Table
             kind = f"category:{codes.dtype.str}"
             arr = pa.DictionaryArray.from_arrays(pa.array(codes), pa.array(list(cats), type=pa.string()))
         elif isinstance(dtype, np.dtype) and dtype.kind == "O":
-            from analyzer.facts._util import factorize_objects
+            from analyzer.loading.columns import factorize_objects
 
             codes, uniques = factorize_objects(col)
             if (codes < 0).any() or not all(isinstance(u, str) for u in uniques):
