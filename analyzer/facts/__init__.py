@@ -16,6 +16,7 @@ _MODULES: tuple[str, ...] = (
     "analyzer.facts.nvtx",
     "analyzer.facts.categories",
     "analyzer.facts.occupancy",
+    "analyzer.facts.graphs",
     "analyzer.facts.api",
     "analyzer.phases.facts",
     "analyzer.facts.ncu",
