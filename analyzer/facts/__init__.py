@@ -28,6 +28,7 @@ _MODULES: tuple[str, ...] = (
     "analyzer.facts.stacks",
     "analyzer.facts.gpumetrics",
     "analyzer.facts.energy",
+    "analyzer.facts.breakdown",
 )
 
 

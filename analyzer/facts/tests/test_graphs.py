@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import lzma
 from functools import lru_cache
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import numpy as np
 
 PUBLIC = Path(__file__).resolve().parents[3] / "tests" / "data" / "public"
 VLLM = PUBLIC / "tracelens_vllm_decode_graph_mi300x.pt.trace.json.gz"
-SGLANG = PUBLIC / "tracelens_sglang_decode_graph_mi300x.pt.trace.json.gz"
+SGLANG = PUBLIC / "tracelens_sglang_decode_mi300x.pt.trace.json.xz"
 
 
 @lru_cache(maxsize=4)
@@ -25,7 +26,8 @@ def _analysis(path: Path):
 
 def _raw_graph_kernels(path: Path) -> tuple[int, int]:
     """From the JSON itself: kernels whose correlation id is a hipGraphLaunch's, and those without grid."""
-    doc = json.loads(gzip.open(path).read())
+    opener = lzma.open if path.suffix == ".xz" else gzip.open
+    doc = json.loads(opener(path).read())
     events = doc["traceEvents"]
     launches = {e["args"]["correlation"] for e in events
                 if e.get("cat") == "cuda_runtime" and e.get("name") == "hipGraphLaunch"}
