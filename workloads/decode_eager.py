@@ -11,7 +11,8 @@ next position) stays eager in both, so the two differ only in how the forward is
 Trace evidence: per ``step_N`` (``TOKENS`` tokens, each a ``token`` range holding ``forward`` and
 ``sample``): thousands of kernels of a few us with GPU busy well under half of the step while
 ``cudaLaunchKernel`` fills the CPU timeline; the twin shows one ``cudaGraphLaunch`` per token, GPU
-busy high, and a step ~10x shorter on an H100. Without a GPU ``--fixed`` runs the same static-buffer
+busy high, and a step several times (up to ~10x) shorter on an H100: the floor is the graph's own
+~130 kernels of a few us each. Without a GPU ``--fixed`` runs the same static-buffer
 forward eagerly (graph capture needs CUDA), which keeps its non-graph logic testable on a CPU.
 """
 from __future__ import annotations
