@@ -49,6 +49,7 @@ from analyzer.job.rank import (
     prepare_rank,
 )
 from analyzer.job.ranks import number_ranks, split_processes
+from analyzer.trace_analysis import rules_label
 
 Progress = Callable[[str], None] | None
 #: a rank counts as late at a collective when it arrived this much after the second latest
@@ -375,15 +376,9 @@ def analyze_job(
     return JobOutcome(JobAnalysis(
         ranks=results, findings=findings, tables=tables, window=plan.window, world_size=world, how=how,
         offsets=plan.offsets, notes=notes + plan.notes,
-        rules_file=_rules_label(pack),
+        rules_file=rules_label(pack),
         parameters={r.name: {p.name: p.value for p in r.parameters} for r in pack.rules},
     ))
-
-
-def _rules_label(pack: Any) -> str:
-    from analyzer.trace_analysis import rules_label as label
-
-    return label(pack)
 
 
 @dataclass
