@@ -17,7 +17,7 @@ _MODULES: tuple[str, ...] = (
     "analyzer.facts.categories",
     "analyzer.facts.occupancy",
     "analyzer.facts.api",
-    "analyzer.phases.facts",
+    "analyzer.facts.phases",
     "analyzer.facts.ncu",
     "analyzer.facts.hardware",
     "analyzer.facts.periods",
