@@ -18,7 +18,7 @@ _MODULES: tuple[str, ...] = (
     "analyzer.facts.occupancy",
     "analyzer.facts.graphs",
     "analyzer.facts.api",
-    "analyzer.phases.facts",
+    "analyzer.facts.phases",
     "analyzer.facts.ncu",
     "analyzer.facts.hardware",
     "analyzer.facts.periods",
