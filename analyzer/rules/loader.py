@@ -42,6 +42,7 @@ from analyzer.rules.model import (
 )
 from analyzer.rules.overrides import apply_overrides, check_bounds, set_parameter
 from analyzer.rules.selection import SelectorError, resolve
+from analyzer.rules.footprint import footprint_reads
 from analyzer.rules.templates import compile_template
 from analyzer.rules.units import UNITS, UnitError, parse_quantity
 from analyzer.rules.yamlsafe import LineDict, LineList, load_yaml
@@ -475,6 +476,7 @@ class _Loader:
             impact=impact, evidence=evidence, message=fields["message"], what=fields["what"],
             why=fields["why"], fix=fields["fix"], calibration=calibration, references=tuple(references),
             explains=tuple(explains), kind=kind, verdict=verdict, verdict_template=verdict_template,
+            footprint_reads=footprint_reads(columns, scope) if impact is not None and kind == "cause" else (),
             tests=tuple(tests), file=file, line=data.line,
             columns=tuple(sorted(read & columns)), template=template, needs=tuple(sorted(needs)),
         )
