@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 from markupsafe import Markup
 
-from analyzer.reports.format import fmt_duration, fmt_float, fmt_pct, fmt_share, fmt_si, truncate
+from analyzer.reports.format import fmt_duration, fmt_float, fmt_impact_pct, fmt_pct, fmt_share, fmt_si, truncate
 from analyzer.reports.viewmodel import (
     BREAKDOWN_CAUSES,
     BarChart,
@@ -230,9 +230,9 @@ def breakdown_svg(bars: tuple[BreakdownBar, ...], title: str, width: float = 960
         bx = left
         for cause, ns in b.parts:
             w = plot_w * ns / peak
-            share = ns / b.total_ns if b.total_ns else 0.0
+            share = 100.0 * ns / b.total_ns if b.total_ns else 0.0
             body.append(_rect(bx, y + 3, w, row - 7, cause_colour(cause), cls="bar",
-                              title=f"{b.label}: {cause_label(cause)} {fmt_duration(ns)} ({fmt_share(share)})"))
+                              title=f"{b.label}: {cause_label(cause)} {fmt_duration(ns)} ({fmt_impact_pct(share)})"))
             bx += w
         body.append(_text(bx + 5, y + 13, fmt_duration(b.total_ns), fill=MUTED, size=10))
     height = top + row * max(1, len(bars))

@@ -313,7 +313,7 @@ def _findings(rule: Rule, env: Env, fired: np.ndarray, impact: np.ndarray | None
             metrics=lets,
             kind=rule.kind,
             headline=headline,
-            footprint=(footprint(rows, mine, scope, window, store_get)
+            footprint=(footprint(rows, mine, scope, window, store_get, rule.footprint)
                        if impact_ns is not None and rule.kind == "cause" and store_get is not None else None),
         )
         spans = _merge(intervals[0][mine], intervals[1][mine]) if intervals is not None else None

@@ -35,12 +35,20 @@ MAX_INTERVALS = 200_000
 COLUMNS = ("start", "end", "duration", "device", "cause", "detail", "scope", "key")
 
 
-def footprint_reads(columns: Collection[str], scope: str) -> tuple[str, ...]:
+#: what a rule may say about where its impact lies (``footprint:`` in the pack): ``auto`` (from its
+#: rows, as this module's docstring says) or ``idle_before`` (the GPU idle gap that ends where each of
+#: its rows starts: the wait for that op, e.g. the launch overhead of tiny kernels)
+FOOTPRINTS = ("auto", "idle_before")
+
+
+def footprint_reads(columns: Collection[str], scope: str, how: str = "auto") -> tuple[str, ...]:
     """The facts :func:`footprint` reads beyond a rule's own, for a source with ``columns``: none for
     rows with a time and a device, ``gpu_gaps`` for host calls, ``timeline_segments`` for rows of the
     timeline breakdown, else the scope's GPU time (``kernel_categories`` or ``gpu_busy``). A rule
     declares them (``Rule.reads``) so the fact store keeps them until its footprints are made."""
     timed = "start" in columns and ("end" in columns or "duration" in columns)
+    if how == "idle_before" and timed and "device" in columns:
+        return ("gpu_gaps",)
     if timed:
         return () if "device" in columns else ("gpu_gaps",)
     if "cause" in columns and "device" in columns:
@@ -49,11 +57,14 @@ def footprint_reads(columns: Collection[str], scope: str) -> tuple[str, ...]:
 
 
 def footprint(rows: pd.DataFrame, positions: np.ndarray, scope: Scope, window: Window,
-              fact: Callable[[str], pd.DataFrame]) -> Footprint | None:
+              fact: Callable[[str], pd.DataFrame], how: str = "auto") -> Footprint | None:
     """The footprint of the finding that grouped ``rows.iloc[positions]`` (None: not found: a fact it
     needs is missing on this input)."""
     try:
         times = _times(rows, positions)
+        if how == "idle_before" and times is not None and "device" in rows.columns:
+            device = pd.to_numeric(rows["device"].iloc[positions], errors="coerce").fillna(-1).to_numpy("int64")
+            return _idle_before(device, times[0], window, fact)
         if times is not None and "device" in rows.columns:
             device = pd.to_numeric(rows["device"].iloc[positions], errors="coerce").fillna(-1).to_numpy("int64")
             return _build(device, *times, window, "rows")
@@ -77,6 +88,18 @@ def _times(rows: pd.DataFrame, positions: np.ndarray) -> tuple[np.ndarray, np.nd
     else:
         return None
     return start, end
+
+
+def _idle_before(device: np.ndarray, start: np.ndarray, window: Window,
+                 fact: Callable[[str], pd.DataFrame]) -> Footprint:
+    """The GPU idle gaps that end where one of the rows starts (same device)."""
+    gaps = fact("gpu_gaps")
+    g_dev = gaps["device"].to_numpy("int64")
+    g_end = gaps["end"].to_numpy("int64")
+    ends = pd.MultiIndex.from_arrays([g_dev, g_end])
+    starts = pd.MultiIndex.from_arrays([device, np.rint(np.nan_to_num(start, nan=-1)).astype("int64")])
+    hit = ends.isin(starts)
+    return _build(g_dev[hit], gaps["start"].to_numpy(float)[hit], g_end[hit].astype(float), window, "idle_before")
 
 
 def _host(times: tuple[np.ndarray, np.ndarray], scope: Scope, window: Window,

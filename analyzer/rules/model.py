@@ -160,6 +160,9 @@ class Rule:
     #: biggest cause's), e.g. "host-bound: the GPU waited for Python ... {{ share | pct }} of the time"
     verdict: str = ""
     verdict_template: MessageTemplate | None = field(default=None, compare=False, repr=False)
+    #: where the impact lies on the GPU timeline (analyzer.rules.footprint.FOOTPRINTS): "auto" (from the
+    #: rows) or "idle_before" (the idle gap before each row's op: launch overhead)
+    footprint: str = "auto"
     #: facts the findings' footprints read beyond ``requires`` (analyzer.rules.footprint.footprint_reads)
     footprint_reads: tuple[str, ...] = ()
     tests: tuple[RuleTest, ...] = ()
