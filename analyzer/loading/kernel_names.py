@@ -12,7 +12,8 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-_ANON = re.compile(r"\((?:anonymous|anon) namespace\)::|<unnamed>::")
+#: anonymous namespaces as nsys, torch.profiler and ncu spell them (ncu's CSV drops the ``<`` of ``<unnamed>``)
+_ANON = re.compile(r"\((?:anonymous|anon) namespace\)::|<?\bunnamed>::")
 _MANGLED = re.compile(r"^_Z(?:N(?:[rVKO]+)?)?")
 
 

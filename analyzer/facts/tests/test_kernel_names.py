@@ -11,6 +11,10 @@ from analyzer.loading.kernel_names import kernel_function_name, split_kernel_nam
 # (name as the profiler recorded it, its function name, category, origin): names copied from the traces
 # named (tests/data: see tests/data/MANIFEST.md; ../shared/traces-public: see its INDEX.md)
 RECORDED = [
+    # Nsight Compute's CSV writes PyTorch's <unnamed> namespace as "unnamed>"
+    ("void unnamed>::cunn_SoftMaxForwardReg<BFloat16, float, BFloat16, unnamed>::SoftMaxForwardEpilogue, long, 4>"
+     "(T3 *, const T1 *, T5)",
+     'cunn_SoftMaxForwardReg', 'softmax', 'tests/data/ncu/naive_attention.raw.csv'),
     ('nvjet_sm90_hsh_64x8_64x16_4x1_v_bz_bias_TNT',
      'nvjet_sm90_hsh_64x8_64x16_4x1_v_bz_bias_TNT', 'gemm', 'tests/data/kineto/decode_b1_cudagraph_h200.pt.trace.json.xz'),
     ('sm80_xmma_gemm_f32f32_f32f32_f32_nt_n_tilesize32x64x8_stage3_warpsize1x2x1_ffma_aligna4_alignc4_execute_kernel__5x_cublas',
