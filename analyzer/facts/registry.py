@@ -511,6 +511,7 @@ FACT_MODULES: tuple[str, ...] = (
     "analyzer.facts.nvtx",
     "analyzer.facts.categories",
     "analyzer.facts.occupancy",
+    "analyzer.facts.graphs",
     "analyzer.facts.api",
     "analyzer.facts.phases",
     "analyzer.facts.ncu",
