@@ -544,15 +544,20 @@ def _finding_views(
     return tuple(views), anchors
 
 
-def _verdict(findings: list[Finding], window_ns: int, busy_share: float | None) -> tuple[str, int, int | None]:
+def _verdict(findings: list[Finding], window_ns: int, busy_share: float | None,
+             not_checked: int = 0) -> tuple[str, int, int | None]:
     """One line: what is wrong and what it is worth. Impacts of findings explained by another finding
-    are not added (they are the same lost time seen from another angle)."""
+    are not added (they are the same lost time seen from another angle). ``not_checked``: rules not run
+    for want of data; without problems the line says so instead of a plain "No problems found"."""
     accepted = sum(1 for f in findings if f.severity >= Severity.WARNING and not f.counts)
     problems = [f for f in findings if f.severity >= Severity.WARNING and f.counts]
     notes = sum(1 for f in findings if f.severity < Severity.WARNING)
     keys = {f.key for f in findings if f.counts} | {f.rule for f in findings if f.counts}
     if not problems:
         text = f"No {'new ' if accepted else ''}problems found in {fmt_duration(window_ns)} analyzed"
+        if not_checked:
+            text = (f"{plural(not_checked, 'rule')} not run (see 'Not available'); the others found no "
+                    f"{'new ' if accepted else ''}problem in {fmt_duration(window_ns)} analyzed")
         if busy_share is not None:
             text += f"; GPU busy {fmt_share(busy_share)}"
         if accepted:
@@ -1030,7 +1035,7 @@ def with_findings(section: TraceSection, findings: list[Finding], limits: Limits
     (``--write-accepted``) are shown through this."""
     h = section.header
     views, _ = _finding_views(findings, h.analyzed_ns, f"t{section.index}-", limits or Limits())
-    verdict, problems, impact = _verdict(findings, h.analyzed_ns, h.gpu_busy_share)
+    verdict, problems, impact = _verdict(findings, h.analyzed_ns, h.gpu_busy_share, len(section.not_checked))
     counts = {s: 0 for s in _SEVERITY_ORDER}
     for f in findings:
         counts[str(f.severity)] = counts.get(str(f.severity), 0) + 1
@@ -1061,7 +1066,8 @@ def _section(analysis: Analysis, index: int, multi: bool, limits: Limits) -> Tra
         kernel_ns, kernel_count = _kernel_time(analysis)
     prefix = f"t{index}-" if multi else ""
     findings, _ = _finding_views(analysis.findings, window.duration_ns, prefix, limits)
-    verdict, problems, impact = _verdict(analysis.findings, window.duration_ns, busy_share)
+    verdict, problems, impact = _verdict(analysis.findings, window.duration_ns, busy_share,
+                                         len(getattr(analysis, "not_checked", ()) or ()))
     counts = {s: 0 for s in _SEVERITY_ORDER}
     for f in analysis.findings:
         counts[str(f.severity)] = counts.get(str(f.severity), 0) + 1
