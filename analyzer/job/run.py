@@ -8,7 +8,7 @@
    waited for it.
 3. Phase 2 per rank (where its trace is): rules, its report section, what it did while others
    waited (:func:`analyzer.job.rank.finish_rank`). Only :class:`RankResult` objects come back.
-4. Here: the job tables (:mod:`analyzer.job.facts`) and the job rules on them.
+4. Here: the job tables (:mod:`analyzer.facts.job`) and the job rules on them.
 
 With ``scheduler`` (a Dask ``distributed.Client`` or a scheduler address), steps 1 and 3 run as Dask
 tasks; each file's loaded trace stays in its worker's memory between the phases (a future), so no
@@ -33,7 +33,7 @@ from analyzer.errors import InputError
 from analyzer.facts.comm import JobRankContext, bus_factor
 from analyzer.findings import Finding
 from analyzer.job.cross import RankComm, align, waits
-from analyzer.job.facts import (
+from analyzer.facts.job import (
     JOB_COLLECTIVES_COLUMNS,
     JOB_RANKS_COLUMNS,
     JobTables,
