@@ -262,7 +262,7 @@ def _format_from_output(output: Path | None) -> str:
 def _mount_subcommands() -> None:
     """Subcommands live with their layer; mount them if importable."""
     try:
-        from analyzer.rules.cli import rules as rules_group
+        from analyzer.commands.rules import rules as rules_group
 
         cli.add_command(rules_group, "rules")
     except ImportError:  # pragma: no cover - layer not present

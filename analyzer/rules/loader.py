@@ -44,7 +44,7 @@ from analyzer.rules.overrides import apply_overrides, check_bounds, set_paramete
 from analyzer.rules.selection import SelectorError, resolve
 from analyzer.rules.templates import compile_template
 from analyzer.rules.units import UNITS, UnitError, parse_quantity
-from analyzer.rules.yamlsafe import LineDict, LineList, load_yaml
+from analyzer.yamlsafe import LineDict, LineList, load_yaml
 
 VERSION = 1
 DEFAULT_PACK = Path(__file__).parent / "packs" / "default.yaml"
