@@ -497,8 +497,11 @@ class _Loader:
     def run(self) -> Trace:
         self.r = SqliteReader(self.path, self.display_path if self.display_path != self.path else None)
         try:
-            return self._load()
+            trace = self._load()
+            self.r.check_unchanged()  # an export still being written: refused, never half-read
+            return trace
         except sqlite3.DatabaseError as exc:
+            self.r.check_unchanged()  # a live file reads as malformed: say why
             text = str(exc)
             if "no such column" in text or "no such table" in text or "mismatch" in text:
                 raise InputError(self.display_path, f"the export's tables are not laid out as nsys writes them "
@@ -645,6 +648,8 @@ class _Loader:
             extras["session_times"] = list(session)  # (local, UTC) wall-clock start: the machine's UTC offset
         if self.path != self.display_path:
             extras["sqlite_path"] = str(self.path)
+        if r.damage_notes:
+            extras.setdefault("notes", []).extend(r.damage_notes)
         return Trace(info=info, kernels=kernels, memcpy=memcpy, memset=memset, api=api_frame,
                      sync=sync, nvtx=nvtx, gpus=gpus, processes=processes, threads=threads, extras=extras,
                      **signals)
