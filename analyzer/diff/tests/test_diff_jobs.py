@@ -126,3 +126,12 @@ def test_a_job_against_a_single_run_says_so() -> None:
     r = diff_runs(side("ddp_exposed_comm_2gpu.sqlite.xz"), side("ddp_exposed_comm_fixed_1gpu.sqlite.xz"),
                   DiffSettings(), created=CREATED)
     assert r.job is None and any("2-rank job and HEAD a single run" in n for n in r.notes)
+
+
+def test_readme_job_table_is_what_the_code_says() -> None:
+    from analyzer.diff.tests.test_diff_real import readme_rows
+
+    rows = readme_rows("Two DDP jobs (tests/data/ddp, 2x H200")
+    assert len(rows) == 2
+    for base, head, verdict in rows:
+        assert diff(f"{base}.sqlite.xz", f"{head}.sqlite.xz").verdict == verdict, (base, head)

@@ -4,9 +4,11 @@ traces without NVTX steps."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from datetime import datetime, timezone
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -255,3 +257,33 @@ def test_a_host_bound_rerun_that_separates_says_why_and_what_it_would_take() -> 
     assert r.step.reason.startswith("every HEAD step is longer than every BASE step, a change of +37%")
     assert "to call it, the change must exceed 46%, or a second run of each side must show the same change" in \
         r.step.reason
+
+
+README = Path(__file__).resolve().parents[3] / "README.md"
+
+
+def readme_rows(after: str) -> list[tuple[str, str, str]]:
+    """(BASE, HEAD, verdict) of the README table that follows ``after``; ``X -> _fixed`` is X's twin,
+    ``X_run2 -> _run3`` its third run."""
+    text = README.read_text(encoding="utf-8")
+    rows = []
+    for line in text[text.index(after):].splitlines()[2:]:
+        m = re.match(r"^\| (\S+) -> (\S+) \| (.+) \|$", line)
+        if m is not None and m.group(1) == "BASE":
+            continue
+        if m is None:
+            if rows:
+                break
+            continue
+        base, head, verdict = m.groups()
+        if head.startswith("_"):
+            head = re.sub(r"_run\d+$", "", base) + head
+        rows.append((base, head, verdict))
+    return rows
+
+
+def test_readme_diff_table_is_what_the_code_says() -> None:
+    rows = readme_rows("On the committed real traces (H100, round 3 on an H200;")
+    assert len(rows) >= 15
+    for base, head, verdict in rows:
+        assert diff(summary(base), summary(head)).verdict == verdict, (base, head)
