@@ -189,7 +189,7 @@ def diff_runs(
     created: datetime | None = None,
 ) -> DiffResult:
     """Compare two runs (see the module docstring)."""
-    from analyzer import __version__
+    from analyzer._version import __version__
 
     notes: list[str] = []
     step = _compare_steps(base, head, settings, notes)

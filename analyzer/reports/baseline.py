@@ -29,6 +29,7 @@ import pandas as pd
 
 from analyzer.analysis import Analysis
 from analyzer.errors import InputError
+from analyzer.facts.registry import UnknownFactError
 from analyzer.reports.values import flat_parameters, gpu_label
 
 #: Caps on what one JSON report carries for a diff (rows beyond are summed into ``other_ns``).
@@ -261,7 +262,7 @@ def summarize(analysis: Analysis) -> RunSummary:
     def get(name: str) -> pd.DataFrame | None:
         try:
             return analysis.facts.get(name)
-        except KeyError as err:
+        except UnknownFactError as err:
             notes.append(f"fact {name!r} not available: {err}")
             return None
 

@@ -4,7 +4,7 @@ Everything a rendering shows is decided here (what to show, in which order, capp
 Markdown and JSON renderers only format. The view model holds aggregates and capped tables only, so a
 report of a 10M-kernel trace is as small as one of a 10-kernel trace.
 
-A fact that is not registered yet (``facts.get`` raises ``KeyError``) or that lacks a column this module
+A fact that is not registered yet (``facts.get`` raises :class:`~analyzer.facts.registry.UnknownFactError`) or that lacks a column this module
 needs does not fail the report: its section is omitted and :attr:`TraceSection.notes` says why. The
 optional ``phases`` fact and Nsight Compute data (``Analysis.ncu``) add sections only when present.
 """
@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from analyzer.analysis import Analysis
+from analyzer.facts.registry import UnknownFactError
 from analyzer.findings import Finding, Severity
 from analyzer.impacts import Explained, explain, is_problem, is_symptom, report_order, union_adds
 from analyzer.reports.format import fmt_duration, fmt_impact_pct, fmt_ms, fmt_share, plural, truncate
@@ -400,7 +401,7 @@ class _Unavailable(Exception):
 def _fact(analysis: Analysis, name: str, columns: Iterable[str]) -> pd.DataFrame:
     try:
         frame = analysis.facts.get(name)
-    except KeyError as err:
+    except UnknownFactError as err:
         reason = str(err.args[0]) if err.args else name
         raise _Unavailable(f"fact {name!r} is not available ({truncate(reason, 160)})") from None
     missing = [c for c in columns if c not in frame.columns]
@@ -412,7 +413,7 @@ def _fact(analysis: Analysis, name: str, columns: Iterable[str]) -> pd.DataFrame
 def _optional_fact(analysis: Analysis, name: str) -> pd.DataFrame | None:
     try:
         return analysis.facts.get(name)
-    except KeyError:
+    except UnknownFactError:
         return None
 
 
@@ -595,14 +596,15 @@ def _explained_text(ex: Explained, window_ns: int) -> str:
 
 
 def _verdict(findings: list[Finding], window_ns: int, busy_share: float | None,
-             devices: int = 1) -> tuple[str, int, int | None]:
+             devices: int = 1, not_checked: int = 0) -> tuple[str, int, int | None]:
     """One line: what is wrong, in plain words, and what it is worth.
 
     It leads with the biggest cause (the first row of the findings table: :func:`report_order`) in
     its rule's plain words (``verdict:``), then the total: the union of the counted causes' time
     (:mod:`analyzer.impacts`: time two findings share counts once), and what the causes explain of each
     symptom (low utilization...), which is never added. Percentages are of the analysis window (of
-    the window times the GPUs when several did work)."""
+    the window times the GPUs when several did work). ``not_checked``: rules not run for want of data;
+    without problems the line says so instead of a plain "No problems found"."""
     accepted = sum(1 for f in findings if f.severity >= Severity.WARNING and not f.counts)
     ordered = report_order(findings)
     problems = [f for f in ordered if is_problem(f)]
@@ -614,6 +616,9 @@ def _verdict(findings: list[Finding], window_ns: int, busy_share: float | None,
             text = f"No cause found for the symptom: {s.headline or s.message}"
         else:
             text = f"No {'new ' if accepted else ''}problems found in {fmt_duration(window_ns)} analyzed"
+        if not_checked and not symptoms:
+            text = (f"{plural(not_checked, 'rule')} not run (see 'Not available'); the others found no "
+                    f"{'new ' if accepted else ''}problem in {fmt_duration(window_ns)} analyzed")
         if busy_share is not None:
             text += f"; GPU busy {fmt_share(busy_share)}"
         if accepted:
@@ -1116,7 +1121,8 @@ def with_findings(section: TraceSection, findings: list[Finding], limits: Limits
     (``--write-accepted``) are shown through this."""
     h = section.header
     views, _ = _finding_views(findings, h.analyzed_ns, f"t{section.index}-", limits or Limits())
-    verdict, problems, impact = _verdict(findings, h.analyzed_ns, h.gpu_busy_share, h.device_count)
+    verdict, problems, impact = _verdict(findings, h.analyzed_ns, h.gpu_busy_share, h.device_count,
+                                         not_checked=len(section.not_checked))
     summed, tally = _tally(findings, impact)
     counts = {s: 0 for s in _SEVERITY_ORDER}
     for f in findings:
@@ -1149,7 +1155,8 @@ def _section(analysis: Analysis, index: int, multi: bool, limits: Limits) -> Tra
         kernel_ns, kernel_count = _kernel_time(analysis)
     prefix = f"t{index}-" if multi else ""
     findings, _ = _finding_views(analysis.findings, window.duration_ns, prefix, limits)
-    verdict, problems, impact = _verdict(analysis.findings, window.duration_ns, busy_share, devices)
+    verdict, problems, impact = _verdict(analysis.findings, window.duration_ns, busy_share, devices,
+                                         not_checked=len(getattr(analysis, "not_checked", ()) or ()))
     summed, tally = _tally(analysis.findings, impact)
     counts = {s: 0 for s in _SEVERITY_ORDER}
     for f in analysis.findings:
@@ -1259,7 +1266,7 @@ def _baseline(analysis: Analysis, notes: list[str]) -> dict[str, Any] | None:
 
     try:
         return summarize(analysis).baseline_dict()
-    except (KeyError, ValueError) as err:  # a fact a synthetic or partial analysis lacks
+    except (UnknownFactError, ValueError) as err:  # a fact a synthetic or partial analysis lacks
         notes.append(f"diff baseline not written: {truncate(str(err), 160)}")
         return None
 
@@ -1294,7 +1301,7 @@ def build_report(
 ) -> ReportView:
     """Build the view model of one report over one or more analyses (one section per trace, plus a
     comparison table when there are several)."""
-    from analyzer import __version__
+    from analyzer._version import __version__
 
     if not analyses:
         raise ValueError("build_report needs at least one analysis")
