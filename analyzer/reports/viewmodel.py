@@ -4,7 +4,7 @@ Everything a rendering shows is decided here (what to show, in which order, capp
 Markdown and JSON renderers only format. The view model holds aggregates and capped tables only, so a
 report of a 10M-kernel trace is as small as one of a 10-kernel trace.
 
-A fact that is not registered yet (``facts.get`` raises ``KeyError``) or that lacks a column this module
+A fact that is not registered yet (``facts.get`` raises :class:`~analyzer.facts.registry.UnknownFactError`) or that lacks a column this module
 needs does not fail the report: its section is omitted and :attr:`TraceSection.notes` says why. The
 optional ``phases`` fact and Nsight Compute data (``Analysis.ncu``) add sections only when present.
 """
@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from analyzer.analysis import Analysis
+from analyzer.facts.registry import UnknownFactError
 from analyzer.findings import Finding, Severity
 from analyzer.impacts import Explained, explain, is_problem, is_symptom, report_order, union_adds
 from analyzer.reports.format import fmt_duration, fmt_impact_pct, fmt_ms, fmt_share, plural, truncate
@@ -457,7 +458,7 @@ class _Unavailable(Exception):
 def _fact(analysis: Analysis, name: str, columns: Iterable[str]) -> pd.DataFrame:
     try:
         frame = analysis.facts.get(name)
-    except KeyError as err:
+    except UnknownFactError as err:
         reason = str(err.args[0]) if err.args else name
         raise _Unavailable(f"fact {name!r} is not available ({truncate(reason, 160)})") from None
     missing = [c for c in columns if c not in frame.columns]
@@ -469,7 +470,7 @@ def _fact(analysis: Analysis, name: str, columns: Iterable[str]) -> pd.DataFrame
 def _optional_fact(analysis: Analysis, name: str) -> pd.DataFrame | None:
     try:
         return analysis.facts.get(name)
-    except KeyError:
+    except UnknownFactError:
         return None
 
 
@@ -1377,7 +1378,7 @@ def _baseline(analysis: Analysis, notes: list[str]) -> dict[str, Any] | None:
 
     try:
         return summarize(analysis).baseline_dict()
-    except (KeyError, ValueError) as err:  # a fact a synthetic or partial analysis lacks
+    except (UnknownFactError, ValueError) as err:  # a fact a synthetic or partial analysis lacks
         notes.append(f"diff baseline not written: {truncate(str(err), 160)}")
         return None
 
@@ -1412,7 +1413,7 @@ def build_report(
 ) -> ReportView:
     """Build the view model of one report over one or more analyses (one section per trace, plus a
     comparison table when there are several)."""
-    from analyzer import __version__
+    from analyzer._version import __version__
 
     if not analyses:
         raise ValueError("build_report needs at least one analysis")

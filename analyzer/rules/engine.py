@@ -175,11 +175,11 @@ def _kept_columns(rule: Rule, rows: pd.DataFrame) -> list[str] | None:
     name lookups resolve exactly as on the full frame."""
     if not rule.columns:
         return None
-    from analyzer.facts.registry import get_spec  # lazy: the engine runs on any FactSource
+    from analyzer.facts.registry import UnknownFactError, get_spec  # lazy: the engine runs on any FactSource
 
     try:
         declared = set(get_spec(rule.source).columns)
-    except KeyError:  # not a registered fact: keep everything
+    except UnknownFactError:  # not a registered fact: keep everything
         return None
     # read after the filter: the lets, condition and impact (a column only ``where`` reads is not
     # copied: ``category != "communication"`` used to take a million Arrow strings per kernel rule)

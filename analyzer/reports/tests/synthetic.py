@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from analyzer.analysis import Analysis, Window
+from analyzer.facts.registry import UnknownFactError
 from analyzer.findings import Finding, Footprint, Scope, Severity
 from analyzer.loading.model import (
     GPU_COLUMNS,
@@ -29,13 +30,13 @@ MS = 1_000_000
 
 @dataclass
 class DictFacts:
-    """A fact source over precomputed frames; unknown names raise ``KeyError`` like the real store."""
+    """A fact source over precomputed frames; unknown names raise ``UnknownFactError`` like the real store."""
 
     frames: dict[str, pd.DataFrame] = field(default_factory=dict)
 
     def get(self, name: str) -> pd.DataFrame:
         if name not in self.frames:
-            raise KeyError(f"unknown fact {name!r}")
+            raise UnknownFactError(name)
         return self.frames[name]
 
 
