@@ -325,7 +325,8 @@ def _compare_steps(base: RunSummary, head: RunSummary, settings: DiffSettings, n
 
 
 def _step_kind(source: str) -> str:
-    return {"nvtx": "NVTX ranges", "periodic": "repeating GPU op sequences (no NVTX steps)"}.get(source, source)
+    return {"nvtx": "NVTX ranges", "periodic": "repeating GPU op sequences (no NVTX steps)",
+            "annotation": "spans between a repeated annotation (no step ranges)"}.get(source, source)
 
 
 def _signed(pct: float | None) -> str:
