@@ -92,3 +92,23 @@ def test_graph_replay_gaps_are_between_replays():
     r = a.facts.get("graph_replays")
     assert len(r) == 1
     assert np.isnan(r["gap_before_ns"].iloc[0])  # a device's first replay has no gap before it
+
+
+COMPILE = Path(__file__).resolve().parents[3] / "tests" / "data" / "kineto" / "compile_train_default_h200.pt.trace.json.xz"
+
+
+def test_torch_compile_compilation_is_setup_with_its_duration():
+    a = _analysis(COMPILE)
+    setup = a.facts.get("setup_activity").set_index("kind")
+    compile_ = setup.loc["torch.compile"]
+    # the compilation ran in step_0, which the window leaves out: all of it inside the setup, none in the window
+    assert compile_["in_window_ns"] == 0
+    assert 0.9 * a.window.setup_ns < compile_["before_window_ns"] <= a.window.setup_ns
+    # the outermost 'dynamo' range, read from the trace's own events, bounds the union from below
+    nv = a.trace.nvtx
+    dynamo = nv.loc[nv["text"].astype(str) == "dynamo", "duration"]
+    assert len(dynamo) == 1 and compile_["total_ns"] >= int(dynamo.iloc[0])
+    found = [f for f in a.findings if f.rule == "setup-time"]
+    assert len(found) == 1 and "torch.compile compiled for" in found[0].message
+    # the runtime ranges of the compiled code are never compilation
+    assert not setup.empty and set(setup.index) == {"torch.compile"}
