@@ -121,9 +121,10 @@ _UNKNOWN_COLUMNS = {
     "device": "GPU device id",
     "kernels": "kernels starting in the window",
     "kernel_ns": "their summed duration (ns)",
-    "unknown_count": "kernels without a recorded grid or block (whole graph executions included)",
+    "unknown_count": "kernels without a recorded grid or block (whole graph executions are not counted: "
+                     "they are no kernels)",
     "unknown_ns": "their summed duration (ns)",
-    "graph_count": "of those, kernels a CUDA graph replay ran or whole graph executions",
+    "graph_count": "of those, kernels a CUDA graph replay ran",
     "example": "the longest such kernel's short name",
 }
 
@@ -138,13 +139,15 @@ def unknown_launch_config(ctx: FactContext) -> pd.DataFrame:
         "block_z"])
     if k.empty:
         return pd.DataFrame({c: pd.Series(dtype=object if c == "example" else "int64") for c in _UNKNOWN_COLUMNS})
-    unknown = ~known_launch_config(k)
-    graph = column(k, "in_graph", 0).fillna(0).to_numpy(dtype=np.int64) > 0
+    in_graph = column(k, "in_graph", 0).fillna(0).to_numpy(dtype=np.int64)
+    # whole graph executions are no kernels: graph-replays says how to record their kernels
+    unknown = ~known_launch_config(k) & (in_graph != GRAPH_EXECUTION)
+    graph = in_graph > 0
     device = column(k, "device", 0).fillna(0).to_numpy(dtype=np.int64)
     dur = k["duration"].to_numpy(dtype=np.int64)
     rows = []
     for d in np.unique(device[unknown]).tolist():
-        mine = device == d
+        mine = (device == d) & (in_graph != GRAPH_EXECUTION)
         sel = mine & unknown
         longest = np.flatnonzero(sel)[int(np.argmax(dur[sel]))]
         rows.append({"device": d, "kernels": int(mine.sum()), "kernel_ns": int(dur[mine].sum()),
