@@ -120,6 +120,15 @@ def test_job_json_reports_give_the_diff_of_their_traces(tmp_path: Path, capsys: 
     printed = capsys.readouterr().out
     assert code == 1, printed
     assert "job: new straggler" in printed and "## Job: per rank" in out.read_text(encoding="utf-8")
+    # a damaged job report (bad input, hand-edited from the real one): one line, exit 2, no traceback
+    doc = json.loads(paths["ddp_straggler_2gpu"].read_text(encoding="utf-8"))
+    doc["job"]["ranks"][0]["rank"] = "zero"
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc), encoding="utf-8")
+    code = main(["diff", str(bad), str(paths["ddp_straggler_2gpu"]), "-o", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and "job.ranks[0].rank is not a whole number" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) <= 2
 
 
 def test_a_job_against_a_single_run_says_so() -> None:
