@@ -341,8 +341,12 @@ def compare_step_times(sb: Steps, sh: Steps, host_b: float | None, host_h: float
         return make("not-comparable", why + "; annotate each training step with an NVTX range (e.g. step_N) to get "
                     "a step-time comparison")
     if sb.source != sh.source:
+        named = sb if sb.source == "nvtx" else sh if sh.source == "nvtx" else None
+        hint = (f"if both runs have the {named.stem!r} ranges, pass --window '{named.stem.removesuffix('N')}*' so they "
+                "are the steps of both" if named is not None and named.stem.endswith("N") and "," not in named.stem
+                else "annotate the steps with NVTX ranges in both")
         return make("not-comparable", f"BASE's steps are {_step_kind(sb.source)} and HEAD's {_step_kind(sh.source)}: "
-                    "not the same unit of work; annotate the steps with NVTX ranges in both")
+                    f"not the same unit of work; {hint}")
     if sb.source == "periodic" and sb.ops_per_step != sh.ops_per_step:
         return make("not-comparable", f"without NVTX steps, iterations were found as repeating GPU op sequences of "
                     f"{sb.ops_per_step} ops in BASE and {sh.ops_per_step} in HEAD: not the same unit of work; "

@@ -144,3 +144,20 @@ def test_readme_job_table_is_what_the_code_says() -> None:
     assert len(rows) == 2
     for base, head, verdict in rows:
         assert diff(f"{base}.sqlite.xz", f"{head}.sqlite.xz").verdict == verdict, (base, head)
+
+
+def test_torch_profiler_rank_files_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The straggler job as torch.profiler recorded it (one trace per rank), each side a quoted glob."""
+    from analyzer.cli import main
+
+    kineto = DDP / "kineto"
+    if not list(kineto.glob("ddp_straggler_2gpu_rank*.pt.trace.json.xz")):
+        pytest.skip("tests/data/ddp/kineto not here")
+    out = tmp_path / "d.md"
+    code = main(["diff", str(kineto / "ddp_straggler_fixed_2gpu_rank*.pt.trace.json.xz"),
+                 str(kineto / "ddp_straggler_2gpu_rank*.pt.trace.json.xz"), "--fail-on-regression", "5", "-o", str(out)])
+    printed = capsys.readouterr().out
+    assert code == 1, printed
+    assert printed.startswith("HEAD is 3.4x slower per step (12.4 -> 42.6 ms")
+    assert "job: new straggler: the others wait 36.0 ms per step for rank 1 in HEAD" in printed
+    assert "| 1 |" in out.read_text(encoding="utf-8")  # the per-rank table
