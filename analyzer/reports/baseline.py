@@ -158,6 +158,8 @@ class RunSummary:
     rules: Table
     findings: Table = field(default_factory=lambda: Table((), 0))  # FindingRow per finding
     notes: tuple[str, ...] = field(default=())
+    #: a multi-GPU job: its :class:`analyzer.diff.jobs.JobSummary` (the run is then the job as one run)
+    job: Any = None
 
     # -- JSON --------------------------------------------------------------------------------------
     def baseline_dict(self) -> dict[str, Any]:
