@@ -222,11 +222,11 @@ def breakdown_svg(bars: tuple[BreakdownBar, ...], title: str, width: float = 960
         if cause not in drawn:
             continue
         body.append(_rect(x, 4, 10, 10, cause_colour(cause)))
-        body.append(_text(x + 14, 13, label, fill=MUTED))
+        body.append(svg_text(x + 14, 13, label, fill=MUTED))
         x += 24 + 6.2 * len(label)
     for i, b in enumerate(bars):
         y = top + i * row
-        body.append(_text(left - 8, y + 13, truncate(b.label, 38), anchor="end"))
+        body.append(svg_text(left - 8, y + 13, truncate(b.label, 38), anchor="end"))
         bx = left
         for cause, ns in b.parts:
             w = plot_w * ns / peak
@@ -234,9 +234,9 @@ def breakdown_svg(bars: tuple[BreakdownBar, ...], title: str, width: float = 960
             body.append(_rect(bx, y + 3, w, row - 7, cause_colour(cause), cls="bar",
                               title=f"{b.label}: {cause_label(cause)} {fmt_duration(ns)} ({fmt_impact_pct(share)})"))
             bx += w
-        body.append(_text(bx + 5, y + 13, fmt_duration(b.total_ns), fill=MUTED, size=10))
+        body.append(svg_text(bx + 5, y + 13, fmt_duration(b.total_ns), fill=MUTED, size=10))
     height = top + row * max(1, len(bars))
-    return _svg(width, height, title, body, "breakdown")
+    return svg_chart(width, height, title, body, "breakdown")
 
 
 def paired_svg(pairs: tuple[PairedBar, ...], width: float = 960.0) -> Markup:

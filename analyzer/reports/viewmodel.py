@@ -1071,7 +1071,7 @@ def _breakdown(analysis: Analysis, limits: Limits) -> tuple[BreakdownView, ...]:
                                   for c, v in sorted(window.parts, key=lambda p: -p[1]))
         views.append(BreakdownView(
             device=dev, window=window,
-            details=_table(details, cols, limits.breakdown_details, limits.cell_chars,
+            details=table_view(details, cols, limits.breakdown_details, limits.cell_chars,
                            "the window by cause and detail, largest first"),
             steps=tuple(steps[: limits.breakdown_steps]), steps_total=len(steps),
             ranges=tuple(ranges[: limits.breakdown_ranges]), ranges_total=len(ranges),
