@@ -643,6 +643,11 @@ class _Loader:
         if graph_stats or untimed_graphs:
             extras["cuda_graphs"] = {"executions": 0, "with_kernels": 0, "without_kernels": 0, **graph_stats,
                                      "untimed": untimed_graphs}
+        if untimed_graphs:  # said once, in the report's notes
+            extras.setdefault("notes", []).append(
+                f"{untimed_graphs:,} CUDA graph executions in {GRAPH_TABLE} carry no timestamps (CUPTI could not "
+                "time them) and are left out of GPU time; record with nsys profile --cuda-graph-trace=node to "
+                "time their kernels.")
         session = self._session_times()
         if session:
             extras["session_times"] = list(session)  # (local, UTC) wall-clock start: the machine's UTC offset
