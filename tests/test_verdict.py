@@ -73,14 +73,19 @@ def test_total_is_the_union_of_the_problems_time(case):
     assert sum(f.adds_ns for f in views) == h.problem_impact_ns
 
 
-def test_allocation_churn_counts_the_shared_idle_time_once():
-    """alloc_churn's allocation calls sit inside its idle gaps: both findings name the same time."""
-    report = build_report(analyze_paths([DATA / "alloc_churn.sqlite.xz"], AnalysisOptions()))
-    h = report.traces[0].header
-    by_rule = {f.rule: f for f in report.traces[0].findings}
-    gaps, alloc = by_rule["gpu-idle-gaps"], by_rule["alloc-in-loop"]
-    assert h.problem_impact_sum_ns - h.problem_impact_ns >= 0.9 * min(gaps.impact_ns, alloc.impact_ns)
-    assert "time they share, counted once" in h.tally
+def test_time_two_causes_share_is_counted_once():
+    """On at least one committed trace two causes name the same time (allocation calls inside idle gaps,
+    launch overhead inside launch-bound idle time): the total is less than the sum of the impacts, by
+    the shared time, and the tally says so."""
+    shared = []
+    for name in TRACES:
+        h = build_report(analyze_paths([DATA / f"{name}.sqlite.xz"], AnalysisOptions())).traces[0].header
+        if h.problem_impact_sum_ns > h.problem_impact_ns:
+            shared.append(name)
+            assert "time they share, counted once" in h.tally
+        else:
+            assert "no two of them share time" in h.tally or "impact of the 1 problem" in h.tally
+    assert shared
 
 
 def test_biggest_is_the_first_row_and_symptoms_follow_the_causes(case):
@@ -100,17 +105,17 @@ def test_biggest_is_the_first_row_and_symptoms_follow_the_causes(case):
             assert f.explained in verdict
 
 
-def test_low_utilization_is_a_symptom_explained_by_the_data_loading_gaps():
+def test_low_utilization_is_a_symptom_explained_by_its_causes():
     report = build_report(analyze_paths([DATA / "dataloader_starved.sqlite.xz"], AnalysisOptions()))
     section = report.traces[0]
     low = next(f for f in section.findings if f.rule == "low-gpu-utilization")
-    assert low.kind == "symptom" and low.rank == len([f for f in section.findings if f.kind == "cause"
-                                                     and f.severity != "info"]) + 1
+    causes = [f for f in section.findings if f.kind == "cause" and f.severity != "info"]
+    assert low.kind == "symptom" and low.rank > max(f.rank for f in causes)
     explained = low.record["explained"]
-    assert explained["by"][0]["rule"] == "gpu-idle-gaps"
+    assert explained["by"] and {p["rule"] for p in explained["by"]} <= {f.rule for f in causes}
     assert explained["explained_ns"] + explained["unexplained_ns"] == low.impact_ns
-    assert section.header.verdict.startswith("host-bound: GPU 0 sat idle 54.1% of the time")
-    assert "load_batch" in section.header.verdict
+    assert explained["explained_ns"] >= 0.9 * low.impact_ns  # the data-loading stall is most of the idle time
+    assert low.explained in section.header.verdict
 
 
 def _md_unescape(text: str) -> str:
