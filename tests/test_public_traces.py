@@ -238,3 +238,9 @@ def test_a_loop_without_nvtx_gets_its_iterations_from_the_periodic_steady_state(
     w = choose_window(trace)
     assert w.steps is not None and w.steps.source == "periodic"
     assert per_step == {w.steps.period} and len(w.steps) >= 3
+
+
+def test_a_capture_too_small_for_a_loop_says_so():
+    """HTA's simple-add capture: 4 kernels. The window says there is no loop to find and why."""
+    w = choose_window(load_trace(PUBLIC / "hta_simple_add_setup_only.pt.trace.json.gz"))
+    assert w.steps is None and w.description.startswith("setup or a single call (4 GPU ops, too few for a loop)")
