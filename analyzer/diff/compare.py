@@ -340,14 +340,21 @@ def compare_step_times(sb: Steps, sh: Steps, host_b: float | None, host_h: float
             " no loop iterations (no repeated NVTX step ranges, no repeating GPU op sequence)"
         return make("not-comparable", why + "; annotate each training step with an NVTX range (e.g. step_N) to get "
                     "a step-time comparison")
-    if sb.source != sh.source:
+    if sb.source != sh.source and {sb.source, sh.source} <= USER_MARKED:
+        notes.append(f"BASE's steps are {_step_kind(sb.source)} and HEAD's {_step_kind(sh.source)}: both mark the "
+                     "program's own iterations, so they are compared as the same unit of work")
+    elif sb.source != sh.source:
+        named = sb if sb.source == "nvtx" else sh if sh.source == "nvtx" else None
+        hint = (f"if both runs have the {named.stem!r} ranges, pass --window '{named.stem.removesuffix('N')}*' so they "
+                "are the steps of both" if named is not None and named.stem.endswith("N") and "," not in named.stem
+                else "annotate the steps with NVTX ranges in both")
         return make("not-comparable", f"BASE's steps are {_step_kind(sb.source)} and HEAD's {_step_kind(sh.source)}: "
-                    "not the same unit of work; annotate the steps with NVTX ranges in both")
+                    f"not the same unit of work; {hint}")
     if sb.source == "periodic" and sb.ops_per_step != sh.ops_per_step:
         return make("not-comparable", f"without NVTX steps, iterations were found as repeating GPU op sequences of "
                     f"{sb.ops_per_step} ops in BASE and {sh.ops_per_step} in HEAD: not the same unit of work; "
                     "annotate the steps with NVTX ranges")
-    if sb.source == "nvtx" and sb.stem != sh.stem:
+    if sb.source == sh.source == "nvtx" and sb.stem != sh.stem:
         notes.append(f"the steps are named differently ({sb.stem!r} in BASE, {sh.stem!r} in HEAD); "
                      "they are compared as the same unit of work")
     est = stats.compare_steps(b, h, settings.confidence)
@@ -372,6 +379,11 @@ def compare_step_times(sb: Steps, sh: Steps, host_b: float | None, host_h: float
                 f"the {est.confidence:.0%} interval of the change is {_signed(est.ci_low_pct)} .. "
                 f"{_signed(est.ci_high_pct)} (p = {est.p_value:.2g}) and the change exceeds the noise floor of "
                 f"{fmt_pct(floor)} ({floor_source})", est)
+
+
+#: step sources that mark the program's own iterations (NVTX or torch.profiler step ranges, or the
+#: stretch from one program annotation to the next): comparable with each other
+USER_MARKED = frozenset({"nvtx", "annotation"})
 
 
 def _step_kind(source: str) -> str:
