@@ -303,9 +303,14 @@ def compare_step_times(sb: Steps, sh: Steps, host_b: float | None, host_h: float
             half = n // 2
             sources.append((abs(math.log1p(d)), f"{label}'s own steps drifted {_signed(100.0 * d)} during its run "
                             f"(median of its last {half} steps against its first {half})", "drift"))
-    hosts = [(x, label) for x, label in ((host_b, "BASE"), (host_h, "HEAD")) if x is not None]
-    if hosts:
-        x, label = max(hosts)
+    unknown = [label for x, label in ((host_b, "BASE"), (host_h, "HEAD")) if x is None]
+    if unknown:  # without the GPU's busy time, assume the worst: a host-bound loop
+        sources.append((stats.HOST_RUN_TO_RUN, f"two runs of a host-bound program differ by up to "
+                        f"{fmt_pct(stats.floor_pct(stats.HOST_RUN_TO_RUN))}, and {' and '.join(unknown)} do"
+                        f"{'es' if len(unknown) == 1 else ''} not say how busy the GPU was (calibrated on repeated "
+                        "runs, docs/diff-calibration.md)", "run-to-run"))
+    else:
+        x, label = max((x, label) for x, label in ((host_b, "BASE"), (host_h, "HEAD")) if x is not None)
         sources.append((stats.HOST_RUN_TO_RUN * x, f"two runs of one program differ by up to "
                         f"{fmt_pct(stats.floor_pct(stats.HOST_RUN_TO_RUN * x))} when the GPU is idle "
                         f"{fmt_pct(100.0 * x)} of the step ({label}): the host's speed varies from run to run "
@@ -634,8 +639,10 @@ def _ms_pair(a: float | None, b: float | None) -> str:
 
 def _floor_why(step: StepComparison) -> str:
     if step.floor_source == "run-to-run":
-        idle = max(x for x in (step.host_base_pct, step.host_head_pct) if x is not None)
-        return f" (GPU idle {fmt_pct(idle)} of the step: host speed varies between runs)"
+        known = [x for x in (step.host_base_pct, step.host_head_pct) if x is not None]
+        if len(known) < 2:
+            return " (GPU busy time unknown: assumed host-bound, whose speed varies between runs)"
+        return f" (GPU idle {fmt_pct(max(known))} of the step: host speed varies between runs)"
     if step.floor_source == "drift":
         drifts = [(abs(d), label, d) for label, d in (("BASE", step.drift_base_pct), ("HEAD", step.drift_head_pct))
                   if d is not None]

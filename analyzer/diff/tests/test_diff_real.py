@@ -266,7 +266,7 @@ def readme_rows(after: str) -> list[tuple[str, str, str]]:
     """(BASE, HEAD, verdict) of the README table that follows ``after``; ``X -> _fixed`` is X's twin,
     ``X_run2 -> _run3`` its third run."""
     text = README.read_text(encoding="utf-8")
-    rows = []
+    rows: list[tuple[str, str, str]] = []
     for line in text[text.index(after):].splitlines()[2:]:
         m = re.match(r"^\| (\S+) -> (\S+) \| (.+) \|$", line)
         if m is not None and m.group(1) == "BASE":
