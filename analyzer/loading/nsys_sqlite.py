@@ -36,7 +36,7 @@ from analyzer.loading.api_names import host_side_summary, launch_calls
 from analyzer.loading import attribution as attr
 from analyzer.loading.capabilities import missing_capabilities
 from analyzer.loading.common import CC_LIMITS, DEFAULT_SMEM_PER_BLOCK, strip_api_suffix  # noqa: F401 (re-exported)
-from analyzer.loading.common import _column as _text_column
+from analyzer.loading.common import text_column as _text_column
 from analyzer.loading.common import by_start as _by_start
 from analyzer.loading.common import contract_frame as _frame
 from analyzer.loading.common import fill_cc_limits as _fill_cc_limits
