@@ -27,6 +27,7 @@ _MODULES: tuple[str, ...] = (
     "analyzer.facts.stacks",
     "analyzer.facts.gpumetrics",
     "analyzer.facts.energy",
+    "analyzer.facts.memory",
 )
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +30,7 @@ import pandas as pd
 
 from analyzer.analysis import StepSpans, Window
 from analyzer.errors import InputError
+from analyzer.facts._util import generic_path
 from analyzer.facts.comm import JobRankContext, bus_factor
 from analyzer.findings import Finding
 from analyzer.job.cross import RankComm, align, waits
@@ -473,14 +473,6 @@ def _cross_rank(summaries: list[RankSummary], ranks: list[int], notes: list[str]
 
 
 # -- job tables --------------------------------------------------------------------------------------
-_NUMBERED = re.compile(r"(?<=[A-Za-z_#\-])\d+(?=/|$)")
-
-
-def generic_path(path: str) -> str:
-    """``step_12/load_batch`` -> ``step_N/load_batch``: the same phase in every step."""
-    return _NUMBERED.sub("N", path)
-
-
 def _weighted_mode(values: pd.Series, weights: pd.Series) -> tuple[str, float]:
     if values.empty or float(weights.sum()) <= 0:
         return "", 0.0
