@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 from markupsafe import Markup
 
-from analyzer.reports.format import fmt_bytes, fmt_duration, fmt_float, fmt_pct, fmt_share, fmt_si, truncate
+from analyzer.reports.format import fmt_duration, fmt_float, fmt_pct, fmt_share, fmt_si, truncate
 from analyzer.reports.viewmodel import BarChart, PairedBar, RooflineChart, UtilizationChart
 
 # Okabe-Ito palette (distinguishable with the common colour-vision deficiencies).
@@ -112,12 +112,10 @@ def _memory_row(s: object, x_of: object, left: float, plot_w: float, y: float, h
     body = [_text(left - 8, y + h / 2 + 4, "memory", anchor="end", fill=MUTED, size=10),
             _rect(left, y, plot_w, h, "#f6f8fa")]
     points: list[str] = []
-    peak = 0
     for a, b, v in zip(s.bin_start, s.bin_end, s.memory):  # type: ignore[attr-defined]
         yv = y + h * (1 - min(max(v / top, 0.0), 1.0))
         points += [f"{_n(x_of(a))},{_n(yv)}", f"{_n(x_of(b))},{_n(yv)}"]  # type: ignore[operator]
-        peak = max(peak, int(v))
-    label = f"{s.memory_label}; peak {fmt_bytes(peak)}"  # type: ignore[attr-defined]
+    label = str(s.memory_label)  # type: ignore[attr-defined]
     body.append(f'<g class="memory"><title>{esc(label)}</title><polyline fill="none" stroke="{PURPLE}" '
                 f'stroke-width="1.6" points="{" ".join(points)}"/></g>')
     body.append(_text(left + plot_w - 4, y + 10, truncate(label, 90), anchor="end", fill=MUTED, size=9))

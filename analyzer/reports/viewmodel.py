@@ -144,7 +144,7 @@ class UtilSeries:
     sm_active: tuple[float | None, ...] = ()
     tensor_active: tuple[float | None, ...] = ()
     # device memory in use on the same bins: the highest level in each bin (B), or empty without memory
-    # events; drawn as a line under the bars, 0 to ``memory_top`` (the GPU's capacity or the peak)
+    # events; drawn as a line under the bars, 0 to ``memory_top`` (the highest level drawn)
     memory: tuple[int, ...] = ()
     memory_top: int = 0
     memory_label: str = ""
@@ -814,8 +814,9 @@ def _metric_lines(analysis: Analysis, device: int, starts: np.ndarray,
 
 def _memory_line(analysis: Analysis, device: int, starts: np.ndarray,
                  ends: np.ndarray) -> tuple[tuple[int, ...], int, str]:
-    """The highest device memory level in each chart bin (B), the top of the line's scale (the GPU's
-    capacity, else the peak) and its label; ``()`` without memory events for ``device``."""
+    """The highest device memory level in each chart bin (B), the top of the line's scale (the highest
+    of them) and its label (with the share of the GPU's memory); ``()`` without memory events for
+    ``device``."""
     if not len(starts) or "memory_events" in analysis.trace.info.unavailable:
         return (), 0, ""
     tl = _optional_fact(analysis, "memory_timeline")
@@ -835,10 +836,10 @@ def _memory_line(analysis: Analysis, device: int, starts: np.ndarray,
     ok = (idx >= 0) & (idx < len(starts))
     np.maximum.at(out, idx[ok], level[ok])
     cap = int(row["capacity_bytes"].iloc[0])
-    peak = int(row["peak_bytes"].iloc[0])
-    top = cap if cap > 0 else max(peak, 1)
+    top = max(int(out.max()), 1)  # the highest level drawn: growth stays visible on a large GPU
     what = "allocated" if str(row["measure"].iloc[0]) == "allocated" else "held from CUDA"
-    label = f"memory {what}, 0 to {fmt_bytes(top)}" + (" (the GPU's memory)" if cap > 0 else " (the peak)")
+    label = f"memory {what}, 0 to {fmt_bytes(top)}" + (
+        f" ({100.0 * top / cap:.1f}% of the GPU's {fmt_bytes(cap)})" if cap > 0 else "")
     return tuple(int(x) for x in out), top, label
 
 
