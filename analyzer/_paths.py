@@ -13,3 +13,22 @@ def shown_path(path: str | Path) -> str:
     except ValueError:  # another drive (Windows)
         return text
     return text if rel.startswith("..") else rel
+
+
+#: what trace, report and metric file names end with (compression first, then the format): stripped to
+#: name a run (default report names, sweep keys, strong-scaling runs)
+TRACE_SUFFIXES: tuple[str, ...] = (".xz", ".gz", ".sqlite", ".nsys-rep", ".qdrep", ".ncu-rep", ".csv", ".json")
+
+
+def trace_stem(path: str | Path) -> str:
+    """The file name without its trace suffixes, stripped repeatedly and in any case
+    (``medium_training_ctx256.sqlite.xz`` -> ``medium_training_ctx256``, ``rank0.json.gz`` -> ``rank0``); a
+    name that is nothing but a suffix stays whole."""
+    name = Path(path).name
+    changed = True
+    while changed:
+        changed = False
+        for suffix in TRACE_SUFFIXES:
+            if name.lower().endswith(suffix) and len(name) > len(suffix):
+                name, changed = name[: -len(suffix)], True
+    return name

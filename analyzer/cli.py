@@ -21,9 +21,11 @@ from typing import Any
 import click
 
 from analyzer import __version__
+from analyzer._paths import trace_stem
 from analyzer.config.cli import ConfigGroup
 from analyzer.config.options import accepted_options, pack_options, rule_settings
 from analyzer.errors import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, AnalyzerError
+from analyzer.progress import progress_printer
 from analyzer.watchdog import stage
 
 FORMATS = ("html", "md", "json")
@@ -55,17 +57,6 @@ class _DefaultGroup(ConfigGroup):
 
     def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         formatter.write_usage("analyze", "TRACE... [OPTIONS] | COMMAND [ARGS]...")
-
-
-def _progress_printer(enabled: bool) -> Any:
-    if not enabled:
-        return None
-
-    def show(message: str) -> None:
-        sys.stderr.write(f"\r\x1b[2K{message}")
-        sys.stderr.flush()
-
-    return show
 
 
 @click.group(cls=_DefaultGroup, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
@@ -148,7 +139,7 @@ def run_cmd(
     from analyzer.reports import build_report, render
 
     fmt = fmt or _format_from_output(output)
-    progress = _progress_printer(sys.stderr.isatty() and not quiet)
+    progress = progress_printer(sys.stderr.isatty() and not quiet)
     options = AnalysisOptions(
         rules_files=tuple(rules_files),
         rule_settings=rule_settings(ctx),
@@ -186,7 +177,7 @@ def run_cmd(
                 click.echo(f"note: analyzed separately, not as one multi-GPU job: {outcome.reason}", err=True)
             report = build_report(outcome.analyses)
         text = render(report, fmt)  # type: ignore[arg-type]
-    target = output or Path("reports") / f"{_stem(traces[0])}{'-and-more' if len(traces) > 1 else ''}.{fmt}"
+    target = output or Path("reports") / f"{trace_stem(traces[0]) or 'report'}{'-and-more' if len(traces) > 1 else ''}.{fmt}"
     if str(target) == "-":
         sys.stdout.write(text)
     else:
@@ -262,14 +253,6 @@ def _format_from_output(output: Path | None) -> str:
         if suffix in FORMATS:
             return suffix
     return "html"
-
-
-def _stem(path: Path) -> str:
-    name = path.name
-    for suffix in (".xz", ".gz", ".sqlite", ".nsys-rep", ".qdrep", ".ncu-rep", ".csv"):
-        if name.endswith(suffix):
-            name = name[: -len(suffix)]
-    return name or "report"
 
 
 def _mount_subcommands() -> None:

@@ -12,9 +12,11 @@ from pathlib import Path
 
 import click
 
+from analyzer._paths import trace_stem
 from analyzer.config.cli import ConfigCommand
 from analyzer.config.options import pack_options, rule_settings
 from analyzer.errors import EXIT_FINDINGS, ParameterError
+from analyzer.progress import progress_printer
 
 FORMATS = ("html", "md", "json")
 _PCT = re.compile(r"^\s*\+?([0-9]*\.?[0-9]+)\s*%?\s*$")
@@ -33,11 +35,9 @@ Examples:
 
 def _targets(outputs: tuple[Path, ...], fmt: str | None, base: Path, head: Path) -> list[tuple[Path, str]]:
     """(path, format) per ``-o``: the format from the extension, else ``--format``, else html."""
-    from analyzer.cli import _stem
-
     if not outputs:
         chosen = fmt or "html"
-        return [(Path("reports") / f"diff-{_stem(base)}-{_stem(head)}.{chosen}", chosen)]
+        return [(Path("reports") / f"diff-{trace_stem(base)}-{trace_stem(head)}.{chosen}", chosen)]
     if sum(1 for o in outputs if str(o) == "-") > 1:
         raise click.UsageError("-o - (stdout) can be given once")
     out = []
@@ -100,17 +100,16 @@ def diff(ctx: click.Context, base: Path, head: Path, rules_files: tuple[str, ...
     """Compare BASE and HEAD: step time with its significance, where the time moved (NVTX phases,
     kernels, copies) and which findings are new, resolved or changed. The rule options apply to traces;
     a JSON report keeps the findings it was written with."""
-    from analyzer.cli import _progress_printer
     from analyzer.diff.compare import DEFAULT_MIN_EFFECT_PCT, DiffSettings, diff_runs
     from analyzer.diff.inputs import load_run
     from analyzer.fileio import atomic_write
     from analyzer.pipeline import AnalysisOptions, load_accepted_findings, load_rules
-    from analyzer.reports.diff import render_diff
+    from analyzer.diff.report import render_diff
 
     if min_effect is not None and min_effect > 1000:
         raise ParameterError(f"--min-effect {min_effect:g}% is not a plausible effect size")
     targets = _targets(outputs, fmt, base, head)
-    progress = _progress_printer(sys.stderr.isatty() and not quiet)
+    progress = progress_printer(sys.stderr.isatty() and not quiet)
     options = AnalysisOptions(
         rules_files=tuple(rules_files),
         rule_settings=rule_settings(ctx),

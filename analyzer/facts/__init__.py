@@ -28,6 +28,7 @@ _MODULES: tuple[str, ...] = (
     "analyzer.facts.gpumetrics",
     "analyzer.facts.energy",
     "analyzer.facts.memory",
+    "analyzer.facts.breakdown",
 )
 
 

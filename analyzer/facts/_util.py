@@ -20,9 +20,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from pandas._libs import hashtable
-
 from analyzer.analysis import Window
+from analyzer.loading.columns import categorical, factorize_objects
 
 
 @dataclass(frozen=True)
@@ -234,36 +233,6 @@ def column(frame: pd.DataFrame, name: str, default: object) -> pd.Series:
     return pd.Series([default] * len(frame), index=frame.index)
 
 
-def factorize_objects(values: pd.Series | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``pd.factorize(values)`` (NA -> code -1) as ``(codes, uniques ndarray)``, faster on text.
-
-    For an object array whose values are all ``str``, pandas hashes every row's characters (its
-    string hash table): 0.25 s per million demangled kernel names of ~1 kB. Python's own ``str``
-    hash is cached on the (shared) string objects, so its object hash table takes a third of that.
-    Both tables group by equality and number uniques by first appearance: same codes, same uniques.
-    Non-object input goes to ``pd.factorize`` unchanged."""
-    if isinstance(getattr(values, "dtype", None), pd.CategoricalDtype):
-        # dictionary-coded text (the loader's compact columns): factorize the small integer codes,
-        # then name each by its category; same codes and uniques as factorizing the texts
-        cat: Any = values.array if isinstance(values, pd.Series) else values
-        int_codes, first = pd.factorize(np.asarray(cat.codes))
-        if (first < 0).any():  # a missing value (code -1) is not a unique: renumber without it
-            keep = first >= 0
-            renum = np.full(len(first), -1, dtype=np.intp)
-            renum[keep] = np.arange(int(keep.sum()))
-            int_codes = np.where(int_codes >= 0, renum[int_codes], -1)
-            first = first[keep]
-        uniques = np.array(cat.categories, dtype=object)[first]
-        return np.asarray(int_codes, dtype=np.intp), uniques
-    arr = values.to_numpy() if isinstance(values, pd.Series) else np.asarray(values)
-    if arr.dtype != object:
-        codes, uniques = pd.factorize(values)
-        return codes, np.asarray(uniques)
-    table = hashtable.PyObjectHashTable(max(len(arr), 1))
-    uniques, codes = table.factorize(arr, na_sentinel=-1, na_value=None, mask=None, ignore_na=True)
-    return codes.astype(np.intp, copy=False), uniques
-
-
 def text(series: pd.Series) -> pd.Series:
     """A text column with missing values as ``""`` (object dtype, stable across pandas versions).
 
@@ -325,8 +294,6 @@ def categorical_parts(parts: list[tuple[np.ndarray, np.ndarray]], order: np.ndar
     categorical (sorted, used, distinct categories), with the labels remapped per part first so that
     the rows are written once, as codes of the categorical's own width (one byte for fewer than 128
     texts), instead of as shifted 64-bit codes that are gathered and remapped again."""
-    from analyzer.loading.columns import categorical
-
     if len(parts) == 1 and order is None:
         return categorical(*parts[0])
     used, texts = [], []

@@ -95,8 +95,44 @@ def base_api_names(names: pd.Series) -> pd.Series:
     return pd.Series(map_distinct(names, _base_name), index=names.index, dtype=object)
 
 
+#: HIP (ROCm) runtime calls whose CUDA equivalent is not their name with ``hip`` -> ``cuda``: the one
+#: table every API classification reads through :func:`cuda_equivalent` (launch, copy, synchronize,
+#: allocation, graph launch); the others map by prefix (``hipStreamSynchronize`` ->
+#: ``cudaStreamSynchronize``, ``hipMalloc`` -> ``cudaMalloc``, ``hipMemcpyAsync`` -> ``cudaMemcpyAsync``,
+#: ``hipGraphLaunch`` -> ``cudaGraphLaunch``)
+HIP_TO_CUDA: dict[str, str] = {
+    # kernel launches through the module API or AMD's extensions
+    "hipModuleLaunchKernel": "cuLaunchKernel",
+    "hipExtModuleLaunchKernel": "cuLaunchKernel",
+    "hipHccModuleLaunchKernel": "cuLaunchKernel",
+    "hipExtLaunchKernel": "cudaLaunchKernel",
+    "hipLaunchKernelExC": "cudaLaunchKernelExC",
+    "hipModuleLaunchCooperativeKernel": "cuLaunchCooperativeKernel",
+    "hipExtLaunchMultiKernelMultiDevice": "cudaLaunchCooperativeKernelMultiDevice",
+    # hipMemcpyWithStream: a copy ordered on a stream that returns when it is done (PyTorch's blocking
+    # .to()/.item() on ROCm), i.e. cudaMemcpy on a stream
+    "hipMemcpyWithStream": "cudaMemcpy",
+    "hipMemcpyHtoD": "cuMemcpyHtoD", "hipMemcpyDtoH": "cuMemcpyDtoH", "hipMemcpyDtoD": "cuMemcpyDtoD",
+    "hipMemcpyHtoDAsync": "cuMemcpyHtoDAsync", "hipMemcpyDtoHAsync": "cuMemcpyDtoHAsync",
+    "hipMemcpyDtoDAsync": "cuMemcpyDtoDAsync",
+    # pinned host memory and AMD's allocation extensions
+    "hipHostMalloc": "cudaMallocHost", "hipMallocHost": "cudaMallocHost", "hipHostAlloc": "cudaHostAlloc",
+    "hipHostFree": "cudaFreeHost", "hipFreeHost": "cudaFreeHost",
+    "hipExtMallocWithFlags": "cudaMalloc", "hipMallocManaged": "cudaMallocManaged",
+}
+_HIP = re.compile(r"^hip(?=[A-Z])")
+
+
+def cuda_equivalent(name: str) -> str:
+    """The CUDA runtime/driver call a HIP call stands for (:data:`HIP_TO_CUDA`, else ``hip`` -> ``cuda``);
+    any other name unchanged."""
+    if not name.startswith("hip"):
+        return name
+    return HIP_TO_CUDA.get(name) or _HIP.sub("cuda", name)
+
+
 def _base_name(name: str) -> str:
-    return _PER_THREAD.sub("", _VERSION.sub("", name))
+    return cuda_equivalent(_PER_THREAD.sub("", _VERSION.sub("", name)))
 
 
 def api_base_codes(store: FactStore) -> tuple[np.ndarray, np.ndarray]:

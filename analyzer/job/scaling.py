@@ -23,6 +23,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analyzer._paths import trace_stem
+
 _RANK_FILE = re.compile(r"^(?P<job>.+?)[_\-.]rank\d+$")
 
 
@@ -46,19 +48,12 @@ class ScalingResult:
     notes: list[str]
 
 
-def _stem(path: Path) -> str:
-    name = path.name
-    for suffix in (".xz", ".gz", ".sqlite", ".nsys-rep", ".qdrep", ".json"):
-        name = name.removesuffix(suffix)
-    return name
-
-
 def group_runs(paths: Sequence[Path]) -> list[list[Path]]:
     """Inputs grouped into runs: files named ``<job>_rank<N>`` with the same ``<job>`` are one run."""
     groups: dict[str, list[Path]] = {}
     order: list[str] = []
     for p in paths:
-        m = _RANK_FILE.match(_stem(p))
+        m = _RANK_FILE.match(trace_stem(p))
         key = m.group("job") if m else str(p)
         if key not in groups:
             order.append(key)
@@ -131,14 +126,14 @@ def strong_scaling(paths: Sequence[Path], options: Any = None, *, progress: Any 
     runs: list[ScalingRun] = []
     notes: list[str] = []
     for group in group_runs(paths):
-        job_name = _RANK_FILE.sub(r"\g<job>", _stem(group[0]))
-        label = f"{job_name} ({len(group)} rank files)" if len(group) > 1 else _stem(group[0])
+        job_name = _RANK_FILE.sub(r"\g<job>", trace_stem(group[0]))
+        label = f"{job_name} ({len(group)} rank files)" if len(group) > 1 else trace_stem(group[0])
         out = analyze_inputs(group, options, progress=progress)
         if out.job is not None:
             runs.append(_job_run(label, out.job))
         else:
             for p, a in zip(group, out.analyses or []):
-                runs.append(_single_run(_stem(p), a))
+                runs.append(_single_run(trace_stem(p), a))
     runs.sort(key=lambda r: (r.gpus, r.label))
     base = next((r for r in runs if r.gpus == 1), None)
     if base is None:

@@ -28,6 +28,16 @@ Limits: the cache keeps at most ``$ANALYZER_CACHE_MAX`` bytes (default 5 GB, e.g
 20GB``; ``0`` disables writing); after each write the least recently used entries are evicted. An entry
 larger than the limit is not written.
 
+Trust: nothing in an entry is code (Arrow IPC and JSON only). The cache directory is created private
+(``0700``), entry files ``0600``; the directory, an entry or a file owned by another user or writable
+by group or others is not used (said once on stderr): someone else could have put it there. Each
+entry's ``meta.json`` carries a SHA-256 of its content (every Arrow file and the info, extras and
+columns it states), checked on every read: an entry that does not match is not used, the trace is
+loaded again, and stderr says so once. Eviction removes only what the analyzer wrote: entry folders
+and temporary folders by their own names, and in them only the analyzer's own file names, never
+following a symbolic link (a ``traces`` folder that is a link to a folder with other content loses none
+of it).
+
 Never required: ``--no-cache`` (or ``ANALYZER_NO_CACHE=1``) skips it; an unreadable, partial or
 corrupt entry, a read-only or full cache directory, a frame whose columns cannot be stored exactly
 (anything but integers, floats, booleans and text) all fall back to the loader silently
@@ -44,7 +54,7 @@ import hashlib
 import json
 import os
 import re
-import shutil
+import stat
 import sys
 import tempfile
 import threading
@@ -65,6 +75,10 @@ DEFAULT_MAX_BYTES = 5 * 10**9
 _HASH_CHUNK = 1 << 22
 _SUPPORTED_KINDS = "iufb"
 _ENTRY_RE = re.compile(r"^[0-9a-f]{64}$")
+_TMP_RE = re.compile(r"^\.[0-9a-f]{12}-[a-z0-9_]{6,}$")  # tempfile.mkdtemp(prefix=".DIGEST12-")
+_INDEX_RE = re.compile(r"^[0-9a-f]{40}$")
+_ENTRY_FILES = frozenset({"meta.json", *(f"{name}.arrow" for name in FRAME_COLUMNS)})
+_SAID: set[str] = set()
 
 Progress = Callable[[str], None]
 
@@ -72,6 +86,100 @@ Progress = Callable[[str], None]
 def _debug(message: str) -> None:
     if os.environ.get("ANALYZER_DEBUG"):
         sys.stderr.write(f"trace cache: {message}\n")
+
+
+def _say_once(key: str, message: str) -> None:
+    """A line on stderr, once per process and kind of problem: the cache is never required, but a user
+    should know when theirs was refused or damaged."""
+    if key not in _SAID:
+        _SAID.add(key)
+        sys.stderr.write(f"note: trace cache: {message}\n")
+
+
+def _trusted(st: os.stat_result) -> bool:
+    """Owned by this user and not writable by group or others."""
+    geteuid = getattr(os, "geteuid", None)
+    return (geteuid is None or st.st_uid == geteuid()) and not st.st_mode & 0o022
+
+
+def make_private_dir(path: Path) -> None:
+    """``path`` (and missing parents) created ``0700``; an existing folder is left as it is."""
+    missing = []
+    p = path
+    while not p.exists() and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        try:
+            d.mkdir(mode=0o700)
+        except FileExistsError:
+            continue
+        os.chmod(d, 0o700)  # mkdir's mode goes through the umask
+
+
+def _remove_entry_dir(folder: Path) -> None:
+    """Remove a folder the cache wrote: only its own file names, never following a link; a folder with
+    anything else in it stays."""
+    try:
+        st = os.lstat(folder)
+    except OSError:
+        return
+
+    if not stat.S_ISDIR(st.st_mode):
+        return
+    try:
+        with os.scandir(folder) as it:
+            children = list(it)
+    except OSError:
+        return
+    for child in children:
+        if child.name in _ENTRY_FILES and (child.is_symlink() or child.is_file(follow_symlinks=False)):
+            try:
+                os.unlink(child.path)
+            except OSError:
+                pass
+    try:
+        os.rmdir(folder)
+    except OSError:
+        pass
+
+
+def _ours(meta: Path) -> bool:
+    """``meta`` is the meta.json of an entry the cache wrote: a JSON object with the cache's fields and
+    the folder's own name as its digest."""
+    try:
+        if meta.is_symlink() or meta.stat().st_size > 1 << 24:
+            return False
+        d = json.loads(meta.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(d, dict) and "signature" in d and d.get("digest") == meta.parent.name
+
+
+class _Untrusted(Exception):
+    pass
+
+
+def _read_private(path: Path) -> bytes:
+    """The bytes of a cache file: a regular file (not a link, FIFO or device) of this user's that no one
+    else can write to; raises :class:`_Untrusted` otherwise (OSError when it cannot be read)."""
+
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or not _trusted(st):
+            raise _Untrusted(f"{path} is not a private file of yours")
+        return fh.read()
+
+
+def _checksum(files: dict[str, bytes], meta: dict[str, Any]) -> str:
+    """SHA-256 of an entry's Arrow files and the part of its meta.json the trace is rebuilt from."""
+    h = hashlib.sha256()
+    for name in sorted(files):
+        h.update(name.encode() + b"\0" + hashlib.sha256(files[name]).digest())
+    stated = {k: meta.get(k) for k in ("info", "extras", "columns", "digest", "source_size")}
+    h.update(json.dumps(stated, sort_keys=True).encode())
+    return h.hexdigest()
 
 
 def cache_home() -> Path:
@@ -201,7 +309,7 @@ def _frame_to_table(frame: pd.DataFrame):  # -> pyarrow.Table
             kind = f"category:{codes.dtype.str}"
             arr = pa.DictionaryArray.from_arrays(pa.array(codes), pa.array(list(cats), type=pa.string()))
         elif isinstance(dtype, np.dtype) and dtype.kind == "O":
-            from analyzer.facts._util import factorize_objects
+            from analyzer.loading.columns import factorize_objects
 
             codes, uniques = factorize_objects(col)
             if (codes < 0).any() or not all(isinstance(u, str) for u in uniques):
@@ -279,6 +387,8 @@ class TraceCache:
     def load(self, path: Path, load: Callable[[], Trace], progress: Progress | None = None) -> Trace:
         """The trace of ``path`` from the cache, else ``load()`` (and stored for next time)."""
         say = progress or (lambda _m: None)
+        if not self._root_trusted():
+            return load()
         try:
             ident = Identity.of(path)
         except OSError:
@@ -288,7 +398,7 @@ class TraceCache:
             say(f"hashing {path.name} to look it up in the trace cache")
             digest = self._safe_digest(path)
         if digest is not None:
-            trace = self._read(digest, path, say)
+            trace = self._read(digest, path, say, ident.size)
             if trace is not None:
                 self.hits += 1
                 self._remember(ident, digest)
@@ -307,14 +417,29 @@ class TraceCache:
             self._write(digest, ident, trace, say)
         return trace
 
+    def _root_trusted(self) -> bool:
+        """The cache folder is this user's and no one else can write to it (or does not exist yet: it
+        is created private)."""
+        try:
+            st = os.stat(self.root)
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
+        if _trusted(st):
+            return True
+        _say_once("root", f"{self.root} is not private to you (another user's, or writable by others); "
+                          "not used. Make it yours and chmod 700 it, or set ANALYZER_CACHE_DIR")
+        return False
+
     # -- lookup -----------------------------------------------------------------------------------------
     def _index_file(self, ident: Identity) -> Path:
         return self.root / "ident" / ident.key()
 
     def _digest_from_index(self, ident: Identity) -> str | None:
         try:
-            digest = self._index_file(ident).read_text().strip()
-        except OSError:
+            digest = _read_private(self._index_file(ident)).decode("ascii", "replace").strip()
+        except (OSError, _Untrusted):
             return None
         return digest if _ENTRY_RE.match(digest) else None
 
@@ -323,9 +448,11 @@ class TraceCache:
             return  # racily clean: hash it next time
         try:
             target = self._index_file(ident)
-            target.parent.mkdir(parents=True, exist_ok=True)
+            make_private_dir(target.parent)
             tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-            tmp.write_text(digest)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(digest)
             os.replace(tmp, target)
         except OSError as err:
             _debug(f"cannot write the identity index: {err}")
@@ -354,23 +481,44 @@ class TraceCache:
             return None
 
     # -- read -------------------------------------------------------------------------------------------
-    def _read(self, digest: str, path: Path, say: Progress) -> Trace | None:
+    def _read(self, digest: str, path: Path, say: Progress, size: int | None = None) -> Trace | None:
+
         entry = self.root / digest
         try:
-            meta = json.loads((entry / "meta.json").read_text())
+            st = os.lstat(entry)
+            if not stat.S_ISDIR(st.st_mode) or not _trusted(st):
+                raise _Untrusted(f"{entry} is not a private folder of yours")
+            meta = json.loads(_read_private(entry / "meta.json"))
+        except _Untrusted as err:
+            _say_once("entry", f"{err}; not used")
+            return None
         except (OSError, ValueError):
             return None
-        if meta.get("signature") != code_signature() or meta.get("digest") != digest:
+        if not isinstance(meta, dict) or meta.get("signature") != code_signature() or meta.get("digest") != digest:
             _debug(f"{entry.name}: written by another loader version; ignored")
+            return None
+        if size is not None and meta.get("source_size") != size:
+            _debug(f"{entry.name}: written for a file of another size; ignored")
             return None
         say(f"reading {path.name} from the trace cache")
         try:
             import pyarrow as pa
 
+            files = {name: _read_private(entry / f"{name}.arrow") for name in FRAME_COLUMNS}
+        except _Untrusted as err:
+            _say_once("entry", f"{err}; not used")
+            return None
+        except OSError as err:
+            _debug(f"{entry.name}: unreadable ({err}); ignored")
+            return None
+        if meta.get("checksum") != _checksum(files, meta):
+            _say_once("checksum", f"the entry for {path.name} does not match its checksum (it changed after "
+                                  "it was written); reading the trace again")
+            return None
+        try:
             frames = {}
             for name in FRAME_COLUMNS:
-                with pa.OSFile(str(entry / f"{name}.arrow"), "rb") as fh:
-                    table = pa.ipc.open_file(fh).read_all()
+                table = pa.ipc.open_file(pa.BufferReader(files[name])).read_all()
                 frames[name] = _table_to_frame(table)
                 if list(frames[name].columns) != meta["columns"][name]:
                     raise _Unstorable(f"{name}: columns differ from meta.json")
@@ -430,27 +578,36 @@ class TraceCache:
         import pyarrow as pa
 
         try:
-            self.root.mkdir(parents=True, exist_ok=True)
-            tmp = Path(tempfile.mkdtemp(prefix=f".{digest[:12]}-", dir=self.root))
+            make_private_dir(self.root)
+            tmp = Path(tempfile.mkdtemp(prefix=f".{digest[:12]}-", dir=self.root))  # 0700
         except OSError as err:
             _debug(f"cannot write under {self.root}: {err}")
             return
         try:
             options = pa.ipc.IpcWriteOptions(compression="lz4")
+            files: dict[str, bytes] = {}
             for name, table in tables.items():
-                with pa.OSFile(str(tmp / f"{name}.arrow"), "wb") as fh:
-                    with pa.ipc.new_file(fh, table.schema, options=options) as writer:
-                        writer.write_table(table)
-            (tmp / "meta.json").write_text(meta_text)
+                sink = pa.BufferOutputStream()
+                with pa.ipc.new_file(sink, table.schema, options=options) as writer:
+                    writer.write_table(table)
+                files[name] = sink.getvalue().to_pybytes()
+            meta = json.loads(meta_text)
+            meta["checksum"] = _checksum(files, meta)
+            files_out = {f"{name}.arrow": data for name, data in files.items()}
+            files_out["meta.json"] = json.dumps(meta).encode()
+            for fname, data in files_out.items():
+                fd = os.open(tmp / fname, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(data)
             final = self.root / digest
             try:
                 os.rename(tmp, final)
             except OSError:  # an entry appeared meanwhile (another run), or an old one is in the way
-                shutil.rmtree(final, ignore_errors=True)
+                _remove_entry_dir(final)
                 os.rename(tmp, final)
         except OSError as err:
             _debug(f"cannot write the entry: {err}")
-            shutil.rmtree(tmp, ignore_errors=True)
+            _remove_entry_dir(tmp)
             return
         self._remember(ident, digest)
         self.evict()
@@ -462,8 +619,10 @@ class TraceCache:
         for meta in self._metas():
             entry = meta.parent
             try:
-                used = meta.stat().st_mtime
-                size = sum(f.stat().st_size for f in entry.iterdir())
+                if entry.is_symlink() or not _ours(meta):
+                    continue
+                used = meta.stat(follow_symlinks=False).st_mtime
+                size = sum(f.stat(follow_symlinks=False).st_size for f in entry.iterdir())
             except OSError:
                 continue
             out.append((used, size, entry))
@@ -477,21 +636,25 @@ class TraceCache:
         for _, size, entry in entries:
             if total <= self.limit:
                 break
-            shutil.rmtree(entry, ignore_errors=True)
+            _remove_entry_dir(entry)
             total -= size
         now = time.time()
         try:
             for p in self.root.iterdir():
-                if p.name.startswith(".") and p.is_dir() and now - p.stat().st_mtime > 3600:
-                    shutil.rmtree(p, ignore_errors=True)
+                if (_TMP_RE.match(p.name) and not p.is_symlink() and p.is_dir()
+                        and now - p.stat().st_mtime > 3600):
+                    _remove_entry_dir(p)
             index = self.root / "ident"
-            if index.is_dir():
+            if index.is_dir() and not index.is_symlink():
                 live = {p.name for p in self.root.iterdir() if _ENTRY_RE.match(p.name)}
                 for f in index.iterdir():
                     try:
-                        if f.read_text().strip() not in live:
+                        if not (_INDEX_RE.match(f.name) and not f.is_symlink() and f.is_file()):
+                            continue
+                        digest = f.read_text().strip()
+                        if _ENTRY_RE.match(digest) and digest not in live:
                             f.unlink()
-                    except OSError:
+                    except (OSError, UnicodeDecodeError):
                         continue
         except OSError:
             pass

@@ -658,7 +658,8 @@ class _KinetoLoader:
             stacks, api_stacks = python_call_stacks(
                 _ints(pyfuncs.field("pid")), _ints(pyfuncs.field("tid")), pyfuncs.start, pyfuncs.end,
                 _texts(pyfuncs.field("name")), api_frame)
-        gpus = self._gpus(doc.deviceProperties)
+        gpus = _match_devices(self._gpus(doc.deviceProperties),
+                              [f["device"] for f in (kernel_frame, memcpy_frame, memset_frame) if len(f)])
         processes, thread_frame = self._processes_threads(events, ph_codes == _code(ph_names, "M"))
 
         rank, world = _distributed(doc.distributedInfo)
@@ -939,6 +940,32 @@ class _KinetoLoader:
             threads = empty_frame(THREAD_COLUMNS)
         return (text_as_object(processes.sort_values("pid", ignore_index=True)),
                 text_as_object(threads.sort_values(["pid", "tid"], ignore_index=True)))
+
+
+def _match_devices(gpus: pd.DataFrame, used: list[Any]) -> pd.DataFrame:
+    """``gpus`` with their ids matched to the ids the GPU events carry. ``deviceProperties`` numbers the
+    devices the process sees (0, 1 ...), while ROCm's tracer writes the physical index on each kernel
+    (device 2 or 9 with ``HIP_VISIBLE_DEVICES`` set, ``deviceProperties`` listing only id 0). Used ids
+    without properties take, in order, the listed devices no event uses; when every listed device has
+    the same name, a used id beyond them takes that name too (one kind of GPU in the machine)."""
+    if gpus.empty or not used:
+        return gpus
+    ids = np.unique(np.concatenate([np.asarray(u, dtype=np.int64) for u in used]))
+    listed = gpus["device"].to_numpy(dtype=np.int64)
+    missing = [int(d) for d in ids if d not in set(listed.tolist())]
+    if not missing:
+        return gpus
+    spare = [i for i, d in enumerate(listed.tolist()) if d not in set(ids.tolist())]
+    out = gpus.copy()
+    device = out["device"].to_numpy(dtype=np.int64).copy()
+    for row, d in zip(spare, missing):
+        device[row] = d
+    out["device"] = device
+    left = missing[len(spare):]
+    if left and out["name"].nunique() == 1:  # the same GPU model throughout: the unlisted ones are it too
+        extra = pd.DataFrame([out.iloc[0].to_dict() | {"device": d} for d in left], columns=out.columns)
+        out = pd.concat([out, extra], ignore_index=True)
+    return text_as_object(out.sort_values("device", ignore_index=True).astype({"device": "int64"}))
 
 
 class _ThreadKeys:

@@ -5,7 +5,8 @@
 - :func:`step_split`      per training step: forward / backward / optimizer_step CPU and GPU time
 - :func:`category_mix`    kernel category mix inside a phase
 - :func:`attention_split` softmax vs matmul time (exact) and FLOPs (from a model config) in attention
-- :mod:`analyzer.phases.sweep`  ``build_sweep(paths)`` / ``render_sweep`` (imported lazily: Jinja2)
+- :mod:`analyzer.phases.sweep`  ``build_sweep(paths)``; :mod:`analyzer.phases.render` ``render_sweep``
+  (both imported lazily: Jinja2)
 """
 from __future__ import annotations
 

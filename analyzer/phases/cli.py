@@ -96,7 +96,8 @@ def sweep(paths: tuple[Path, ...], fmt: str, output: Path | None, key_pattern: s
     kernel, step breakdown, kernel mix, softmax vs matmul; rows that cannot be right are flagged with
     the reason. A folder also brings the .pytime.json of configurations that ran out of GPU memory. With
     --scaling: strong scaling of one training loop over 1 and N GPUs."""
-    from analyzer.phases.sweep import DEFAULT_KEY_PATTERN, build_sweep, render_sweep
+    from analyzer.phases.render import render_sweep
+    from analyzer.phases.sweep import DEFAULT_KEY_PATTERN, build_sweep
 
     if scaling:
         from analyzer.job.scaling import render_scaling, strong_scaling

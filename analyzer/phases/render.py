@@ -11,17 +11,14 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
 
 import jinja2
 import pandas as pd
 
 from analyzer.errors import ParameterError
 from analyzer.fileio import atomic_output, atomic_write
+from analyzer.phases.sweep import FLAG_CHECKS, SweepResult
 from analyzer.phases.table import FLOPS_CONVENTION_SEP
-
-if TYPE_CHECKING:
-    from analyzer.phases.sweep import SweepResult
 
 FORMATS = ("md", "csv", "html", "json")
 JSON_SCHEMA = "analyzer.sweep/1"
@@ -112,8 +109,6 @@ def _pivot(frame: pd.DataFrame, value: Callable[[pd.Series], str], index: list[s
 
 def views(result: SweepResult, *, name_width: int | None = MD_NAME_WIDTH) -> list[TableView]:
     """Display tables for ``result`` (a SweepResult), in report order."""
-    from analyzer.phases.sweep import FLAG_CHECKS
-
     r = result
     out: list[TableView] = []
     fwd = r.forward
@@ -287,8 +282,6 @@ def to_json(result: SweepResult) -> str:
     and the key pattern: ``{"schema", "key_pattern", "checks", "tables": {name: [row, ...]}}``."""
     import json
 
-    from analyzer.phases.sweep import FLAG_CHECKS
-
     def records(frame: pd.DataFrame) -> list[dict[str, object]]:
         return json.loads(frame.to_json(orient="records", double_precision=10))
 
@@ -297,7 +290,7 @@ def to_json(result: SweepResult) -> str:
     return json.dumps(doc, indent=1, ensure_ascii=False) + "\n"
 
 
-def render_sweep(result: SweepResult, fmt: Literal["md", "csv", "html", "json"] = "md",
+def render_sweep(result: SweepResult, fmt: str = "md",
                  out_dir: Path | str | None = None) -> str:
     """Render ``result``. Returns the Markdown, HTML or JSON text (also written to
     ``out_dir/sweep.<fmt>`` when ``out_dir`` is given); for ``csv`` writes ``out_dir/<table>.csv`` per

@@ -45,8 +45,9 @@ the host waiting at the final synchronization for GPU work the phases queued), `
 (the synchronized Python time and the trace's phase time differ by more than a quarter), ``missing``
 (a configuration of the campaign's grid has neither a trace nor Python timings).
 
-``render_sweep(result, fmt)`` renders Markdown, CSV files (one per table), one self-contained HTML
-page (Jinja2 with autoescape: every trace string is escaped) or JSON (every table as records).
+:func:`analyzer.phases.render.render_sweep` renders a result as Markdown, CSV files (one per table),
+one self-contained HTML page (Jinja2 with autoescape: every trace string is escaped) or JSON (every
+table as records).
 """
 from __future__ import annotations
 
@@ -65,6 +66,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analyzer._paths import trace_stem
 from analyzer.errors import AnalyzerError, InputError, ParameterError
 from analyzer.loading.model import Trace
 from analyzer.phases._index import DEFAULT_EXCLUDE, MEASURE_TOLERANCE, PhaseIndex
@@ -80,7 +82,6 @@ from analyzer.saferegex import PatternError, compile_regex
 
 DEFAULT_KEY_PATTERN = r"(?P<model>[^_]+)_(?P<mode>forward_backward|forward|training)_ctx(?P<context>\d+)"
 MODES: tuple[str, ...] = ("forward", "forward_backward", "training")
-TRACE_SUFFIXES: tuple[str, ...] = (".xz", ".gz", ".sqlite", ".nsys-rep", ".qdrep")
 
 #: Model shapes for the attention FLOP estimate when the key carries none: the presets of
 #: ``workloads/transformer.py`` (the same as the CS336 assignment table the seeds use).
@@ -128,18 +129,6 @@ PYTHON_TOLERANCE = 0.25
 # ------------------------------------------------------------------------------------------------
 # keys
 # ------------------------------------------------------------------------------------------------
-def trace_stem(path: Path | str) -> str:
-    """File name without trace suffixes (``medium_training_ctx256.sqlite.xz`` -> ``medium_training_ctx256``)."""
-    name = Path(path).name
-    changed = True
-    while changed:
-        changed = False
-        for suffix in TRACE_SUFFIXES:
-            if name.lower().endswith(suffix) and len(name) > len(suffix):
-                name, changed = name[: -len(suffix)], True
-    return name
-
-
 def compile_key_pattern(pattern: str) -> Any:
     """The user's ``--key-pattern``, compiled for linear-time matching (RE2, :mod:`analyzer.saferegex`)."""
     try:
@@ -995,11 +984,3 @@ def _assemble(runs: list[RunSummary], key_pattern: str) -> SweepResult:
         key_pattern=key_pattern,
         summaries=runs,
     )
-
-
-def render_sweep(result: SweepResult, fmt: str = "md", out_dir: Path | str | None = None) -> str:
-    """Markdown, CSV (one file per table in ``out_dir``), self-contained HTML or JSON; see
-    :func:`analyzer.phases.render.render_sweep`."""
-    from analyzer.phases.render import render_sweep as _render
-
-    return _render(result, fmt, out_dir)  # type: ignore[arg-type]

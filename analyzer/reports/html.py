@@ -3,15 +3,17 @@ outside) from a :class:`ReportView`, through Jinja2 templates shipped as package
 
 Autoescape is on for every template; the only values marked safe are the SVG charts, which
 :mod:`analyzer.reports.svg` escapes itself, and the stylesheet, which ships with the package.
+
+Templates are compiled in memory, once per process, from the package's own files: no bytecode cache
+on disk (Jinja's unpickles its entries, so anyone able to write to a cache directory could run code
+inside ``analyze``).
 """
 from __future__ import annotations
 
 import functools
-import os
 from typing import Any
 
-from jinja2 import BytecodeCache, Environment, FileSystemBytecodeCache, PackageLoader, StrictUndefined
-from jinja2.bccache import Bucket
+from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup, escape
 
 from analyzer.reports import jobsvg, svg
@@ -51,42 +53,10 @@ def reference(ref: str) -> Markup:
     return escape(ref)
 
 
-def _bytecode_cache() -> BytecodeCache | None:
-    """Compiled templates kept in the user's cache directory (``<cache>/jinja``): compiling the report
-    templates costs more than rendering a big report. Jinja checks each entry against the template's
-    source, so an edited template is compiled again; without a writable directory, none."""
-    from analyzer.loading.cache import cache_home
-
-    folder = cache_home() / "jinja"
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        return None
-    return _TolerantBytecodeCache(str(folder)) if os.access(folder, os.W_OK) else None
-
-
-class _TolerantBytecodeCache(FileSystemBytecodeCache):
-    """The cache is never required: a damaged entry is compiled again, a full or vanished directory
-    is not written to, and neither stops the report."""
-
-    def load_bytecode(self, bucket: Bucket) -> None:
-        try:
-            super().load_bytecode(bucket)
-        except Exception:  # noqa: BLE001 - unpickling a damaged entry can raise anything
-            bucket.reset()
-
-    def dump_bytecode(self, bucket: Bucket) -> None:
-        try:
-            super().dump_bytecode(bucket)
-        except OSError:
-            pass
-
-
 @functools.lru_cache(maxsize=1)
 def environment() -> Environment:
     env = Environment(
         loader=PackageLoader("analyzer.reports", "templates"),
-        bytecode_cache=_bytecode_cache(),
         autoescape=True,
         undefined=StrictUndefined,
         trim_blocks=True,

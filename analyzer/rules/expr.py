@@ -582,7 +582,7 @@ def _text_test(name: str, value: Any, text: str) -> Any:
         test = lambda s: text in s
     if not isinstance(value, pd.Series):
         return test(str(value))
-    from analyzer.facts._util import factorize_objects  # lazy: the expression layer stays fact-free
+    from analyzer.loading.columns import factorize_objects  # lazy: the expression layer stays fact-free
 
     codes, uniques = factorize_objects(value)  # test each distinct value once (kernel names repeat a lot)
     hits = np.fromiter((test(str(u)) for u in uniques), dtype=bool, count=len(uniques))

@@ -40,6 +40,8 @@ from analyzer.rules.model import (
     RuleTest,
     known_scalars,
 )
+from analyzer.rules.overrides import apply_overrides, check_bounds, set_parameter
+from analyzer.rules.selection import SelectorError, resolve
 from analyzer.rules.templates import compile_template
 from analyzer.rules.units import UNITS, UnitError, parse_quantity
 from analyzer.rules.yamlsafe import LineDict, LineList, load_yaml
@@ -203,8 +205,6 @@ class _Composer:
         return any(k in doc for k in ("disable", "enable", "override"))
 
     def switch(self, doc: LineDict, key: str, on: bool, file: str) -> None:
-        from analyzer.rules.selection import SelectorError, resolve
-
         line = doc.line_of(key)
         selectors = self.loader.string_list(doc, key, file, None)
         for selector in selectors:
@@ -263,26 +263,6 @@ class _Composer:
                         self.loader.problem(f"override.{ref}.parameters.{name}: {err.message}", file, pline,
                                             rule.id, err.hint)
             self.rules[index] = rule
-
-
-def set_parameter(rule: Rule, name: str, raw: Any) -> Parameter:
-    """``rule``'s parameter ``name`` set to ``raw`` (text such as ``2ms``, or a YAML/TOML number),
-    checked against its unit, its min/max and, for regex parameters, the pattern guard. Raises
-    :class:`ParameterError` (with did-you-mean for unknown names)."""
-    param = rule.parameter(name)
-    try:
-        value = parse_quantity(raw, param.unit)
-    except UnitError as err:
-        raise ParameterError(str(err)) from None
-    problem = check_bounds(param, value)
-    if problem:
-        raise ParameterError(problem)
-    if param.regex:
-        try:
-            check_pattern(str(value))
-        except ExprError as err:
-            raise ParameterError(err.message, hint=err.hint) from None
-    return replace(param, value=value, text=str(raw))
 
 
 class _Loader:
@@ -690,8 +670,6 @@ class _Loader:
                                  rule.id, did_you_mean(target, names))
 
     def check_test_overrides(self, pack: RulePack) -> None:
-        from analyzer.rules.overrides import apply_overrides
-
         for rule in pack.rules:
             for case in rule.tests:
                 if case.sets:
@@ -699,14 +677,3 @@ class _Loader:
                         apply_overrides(pack, case.sets)
                     except ParameterError as err:
                         self.problem(f"{rule.id}.tests: {err}", rule.file, case.line, rule.id)
-
-
-def check_bounds(param: Parameter, value: Any) -> str | None:
-    """A message if ``value`` is outside the parameter's min/max, else None."""
-    from analyzer.rules.units import format_quantity
-
-    if param.minimum is not None and value < param.minimum:
-        return f"{format_quantity(value, param.unit)} is below the minimum {format_quantity(param.minimum, param.unit)}"
-    if param.maximum is not None and value > param.maximum:
-        return f"{format_quantity(value, param.unit)} is above the maximum {format_quantity(param.maximum, param.unit)}"
-    return None

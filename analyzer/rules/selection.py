@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from analyzer.errors import ParameterError, RuleError
 from analyzer.rules.expr import did_you_mean
 from analyzer.rules.model import CATEGORIES, Rule, RulePack
+from analyzer.rules.overrides import apply_overrides
 from analyzer.saferegex import PatternError, UserPattern, compile_glob
 
 _GLOB = re.compile(r"[*?\[]")
@@ -98,8 +99,6 @@ def apply_settings(pack: RulePack, layers: Iterable[RuleSettings]) -> RulePack:
     """``pack`` with each layer's parameter values applied and its enabled rules chosen by the layers'
     selection, in order (see the module docstring). Disabled rules stay defined (``pack.disabled``)
     with the reason in ``pack.reasons``."""
-    from analyzer.rules.overrides import apply_overrides
-
     layers = list(layers)
     for layer in layers:
         if layer.sets:

@@ -16,7 +16,6 @@ import pandas as pd
 import pytest
 
 from analyzer.facts.memory import theil_sen
-from analyzer.loading import load_trace
 from analyzer.pipeline import analyze_loaded, analyze_trace
 
 DATA = Path(__file__).resolve().parents[3] / "tests" / "data"

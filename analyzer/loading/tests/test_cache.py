@@ -241,3 +241,87 @@ def test_background_write_is_the_loaded_trace_as_loaded(trace_file, tmp_path):
     assert reader.hits == 1
     assert again.extras == loaded_extras
     assert_same_trace(again, load_trace(trace_file))
+
+
+def _entry(cache: TraceCache) -> Path:
+    (entry,) = [p for p in cache.root.iterdir() if len(p.name) == 64]
+    return entry
+
+
+def test_tampered_entries_are_never_served(trace_file, cache, monkeypatch, capsys):
+    """Bytes flipped anywhere in an Arrow file, or a value changed in meta.json: the entry's checksum
+    no longer matches, the trace is loaded again (and equals the loaded one), and stderr says so once."""
+    monkeypatch.setattr(cache_mod, "_SAID", set(), raising=False)
+    fresh, _ = Counting(monkeypatch).load(trace_file, cache)
+    path = _entry(cache) / "kernels.arrow"
+    original = path.read_bytes()
+    for i in range(40):
+        data = bytearray(original)
+        data[(len(data) - 1) * i // 39] ^= 0x5A
+        path.write_bytes(bytes(data))
+        trace, hit = Counting(monkeypatch).load(trace_file, cache)
+        assert not hit
+        assert_same_trace(fresh, trace)
+        path = _entry(cache) / "kernels.arrow"  # rewritten by the miss
+        assert path.read_bytes() != bytes(data)
+    meta_path = _entry(cache) / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta["info"]["duration_ns"] += 1
+    meta_path.write_text(json.dumps(meta))
+    trace, hit = Counting(monkeypatch).load(trace_file, cache)
+    assert not hit and trace.info == fresh.info
+    err = capsys.readouterr().err
+    assert err.count("does not match its checksum") == 1
+
+
+def test_cache_is_private_and_refuses_what_others_can_write(trace_file, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(cache_mod, "_SAID", set(), raising=False)
+    monkeypatch.setattr(os, "umask", lambda mask=0: 0)  # a permissive umask must not leak into the cache
+    home = tmp_path / "home-cache"
+    cache = TraceCache(home / "traces", limit=10**9)
+    Counting(monkeypatch).load(trace_file, cache)
+    monkeypatch.undo()
+    monkeypatch.setattr(cache_mod, "_SAID", set(), raising=False)
+    assert (home.stat().st_mode & 0o777, cache.root.stat().st_mode & 0o777) == (0o700, 0o700)
+    entry = _entry(cache)
+    assert {f.stat().st_mode & 0o777 for f in entry.iterdir()} == {0o600}
+    _, hit = Counting(monkeypatch).load(trace_file, cache)
+    assert hit
+    (entry / "kernels.arrow").chmod(0o666)  # anyone could have changed it
+    _, hit = Counting(monkeypatch).load(trace_file, cache)
+    assert not hit
+    cache.root.chmod(0o777)  # anyone could have put entries there
+    before = sorted(p.name for p in cache.root.rglob("*"))
+    _, hit = Counting(monkeypatch).load(trace_file, cache)
+    assert not hit and sorted(p.name for p in cache.root.rglob("*")) == before  # nor written to
+    err = capsys.readouterr().err
+    assert err.count("not a private file of yours") == 1 and err.count("is not private to you") == 1
+
+
+def test_eviction_deletes_only_what_the_cache_wrote(trace_file, tmp_path):
+    """The ``traces`` folder is a link to a folder with the user's own content (dot-folders older than
+    an hour, a file, an ``ident`` folder of theirs, a 64-hex folder with a file of theirs): evicting
+    everything removes none of it."""
+    user = tmp_path / "project"
+    (user / ".git" / "objects").mkdir(parents=True)
+    (user / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (user / ".venv").mkdir()
+    (user / "notes.txt").write_text("mine")
+    (user / "ident").mkdir()
+    (user / "ident" / ("0" * 40)).write_text("mine too")
+    (user / ("a" * 64)).mkdir()
+    (user / ("a" * 64) / "meta.json").write_text("{}")
+    (user / ("a" * 64) / "thesis.tex").write_text("mine")
+    old = 1_000_000_000
+    for p in [*user.rglob("*"), user]:
+        os.utime(p, (old, old))
+    before = sorted(str(p.relative_to(user)) for p in user.rglob("*"))
+    (tmp_path / "c").mkdir(mode=0o700)
+    link = tmp_path / "c" / "traces"
+    link.symlink_to(user)
+    cache = TraceCache(link, limit=1)  # every entry is over the limit: evict all
+    load_trace(trace_file, cache=cache)
+    cache.evict()
+    after = sorted(str(p.relative_to(user)) for p in user.rglob("*"))
+    assert set(before) <= set(after)
+    assert [e for e in cache.entries() if e[2].name != "a" * 64] == []

@@ -129,7 +129,8 @@ def _sweep_paths(names):
 
 
 def test_sweep_over_the_real_campaign(tmp_path):
-    from analyzer.phases.sweep import build_sweep, render_sweep
+    from analyzer.phases.render import render_sweep
+    from analyzer.phases.sweep import build_sweep
 
     names = [n for n in SWEEP if n.startswith("small_")]
     paths = _sweep_paths(names)

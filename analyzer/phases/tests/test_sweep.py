@@ -10,8 +10,10 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
+from analyzer._paths import trace_stem
 from analyzer.errors import InputError, ParameterError
 from analyzer.phases.cli import phase_settings, sweep
+from analyzer.phases.render import render_sweep
 from analyzer.phases.sweep import (
     DEFAULT_KEY_PATTERN,
     build_sweep,
@@ -19,8 +21,6 @@ from analyzer.phases.sweep import (
     key_from_name,
     key_from_trace,
     model_config_for,
-    render_sweep,
-    trace_stem,
 )
 from analyzer.phases.tests.synth import step_trace
 from analyzer.phases.tests.test_public_traces import public
@@ -64,6 +64,11 @@ def flags_of(result, model, mode, context) -> dict[str, str]:
 def test_keys_from_file_names():
     rx = compile_key_pattern(DEFAULT_KEY_PATTERN)
     assert trace_stem("a/medium_training_ctx256.sqlite.xz") == "medium_training_ctx256"
+    # one helper names runs everywhere (sweep keys, strong-scaling rank files, default report names)
+    assert trace_stem("job_rank1.json.gz") == "job_rank1"
+    assert trace_stem("base.JSON") == "base"
+    assert trace_stem("kernels.ncu-rep") == "kernels"
+    assert trace_stem(".sqlite") == ".sqlite"
     assert key_from_name("medium_training_ctx256.sqlite.xz", rx) == {
         "model": "medium", "mode": "training", "context": 256}
     assert key_from_name("small_forward_backward_ctx512.sqlite", rx)["mode"] == "forward_backward"

@@ -204,28 +204,42 @@ def test_json_keeps_hostile_strings_verbatim():
     assert doc["traces"][0]["overview"]["top_kernels"]["rows"][0]["name"] == HOSTILE[0]
 
 
-def test_template_bytecode_cache_is_never_required(tmp_path):
-    """Compiled templates in the user's cache: damaged entries are compiled again, and a directory
-    that cannot be written to (full disk, removed) does not stop the report."""
-    from jinja2 import DictLoader, Environment
+def test_html_runs_no_code_from_the_cache_directory(tmp_path):
+    """Anything in ``<cache>/jinja`` (a shared or restored cache) is never loaded: Jinja's bytecode cache
+    unpickles its entries. A pickle that would create a marker file is planted under every name a bytecode
+    cache would use; a report is rendered in a fresh process; the marker must not appear."""
+    import pickle
+    import subprocess
+    import sys
 
-    from analyzer.reports.html import _TolerantBytecodeCache
+    from jinja2 import PackageLoader
+    from jinja2.bccache import FileSystemBytecodeCache, bc_magic
 
-    folder = tmp_path / "jinja"
-    folder.mkdir()
-    templates = {"t.html": "{{ x }} and {{ y }}"}
+    marker = tmp_path / "ran-code"
 
-    def rendered() -> str:
-        env = Environment(loader=DictLoader(templates), bytecode_cache=_TolerantBytecodeCache(str(folder)))
-        return env.get_template("t.html").render(x=1, y=2)
+    class Payload:
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
 
-    assert rendered() == "1 and 2"
-    (entry,) = list(folder.iterdir())
-    data = entry.read_bytes()
-    for damaged in (data[: len(data) // 2], data[:12] + b"\x00" * 40, b""):
-        entry.write_bytes(damaged)
-        assert rendered() == "1 and 2"
-    for child in folder.iterdir():
-        child.unlink()
-    folder.rmdir()  # nowhere to write any more
-    assert rendered() == "1 and 2"
+    folder = tmp_path / "cache" / "jinja"
+    folder.mkdir(parents=True)
+    fs_cache = FileSystemBytecodeCache(str(folder))
+    from analyzer.reports.html import environment
+
+    env = environment()
+    loader = PackageLoader("analyzer.reports", "templates")
+    for name in loader.list_templates():
+        _, filename, _ = loader.get_source(env, name)
+        key = fs_cache.get_cache_key(name, filename)
+        (folder / (fs_cache.pattern % key)).write_bytes(bc_magic + pickle.dumps(Payload()))
+    code = ("from analyzer.reports import build_report, render\n"
+            "from analyzer.reports.tests.synthetic import make_analysis\n"
+            "print(len(render(build_report([make_analysis()]), 'html')))\n")
+    env_vars = {**os.environ, "ANALYZER_CACHE_DIR": str(tmp_path / "cache")}
+    out = subprocess.run([sys.executable, "-c", code], env=env_vars, capture_output=True, text=True,
+                         cwd=str(Path(__file__).resolve().parents[3]), timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout) > 1000
+    assert not marker.exists()
+    assert sorted(p.name for p in folder.iterdir()) == sorted(  # nothing written there either
+        fs_cache.pattern % fs_cache.get_cache_key(n, loader.get_source(env, n)[1]) for n in loader.list_templates())

@@ -1,0 +1,641 @@
+"""Where each GPU's time went: an exact partition of the analysis window by cause.
+
+Two facts:
+
+``timeline_segments``
+    Per device, labelled disjoint intervals that cover the window exactly, each with one ``cause``
+    (below), a ``detail``, the NVTX path it belongs to and the step it falls in.
+``timeline_breakdown``
+    Those intervals summed per device for the whole window, per step and per NVTX range (see its
+    docstring for the columns). Rules read this one; impacts taken from it never count a nanosecond
+    twice, because every nanosecond of the window has exactly one cause.
+
+Busy time (from ``gpu_ops``, so every op ``gpu_ops`` lists counts, CUDA-graph executions included)
+---------------------------------------------------------------------------------------------------
+At each instant the GPU is in the first of these that applies:
+
+``compute``       a compute kernel (or any other GPU op that is not a copy, memset or communication
+                  kernel, e.g. a graph execution) runs; detail = kernel category (``categories.yaml``)
+``exposed_comm``  a communication kernel runs and no compute kernel does (the ``communication``
+                  category of the comm facts); detail = the collective (``AllReduce``...)
+``exposed_copy``  a copy or memset runs and no kernel does; detail = direction and host memory kind
+                  (``H2D pageable``, ``D2H pinned``, ``D2D``, ``memset``)
+
+Among concurrent ops of one class the time goes to the op that extends the busy frontier (sorted by
+start, an op owns the part of its interval no earlier op covers), so the class's time is its union.
+
+Idle time, classified by what held the GPU back
+-----------------------------------------------
+For each idle gap the *feeding thread* is the one that launched the op ending the gap (else the one
+that launched the op before it). The op's *submission* is the end of its launch call.
+
+``wait_other``    the op ending the gap was submitted before the gap began: the GPU had work but
+                  waited (another stream, an event, another rank); also the tail of a gap between a
+                  submission and a start later than ``dispatch_gap_ns``
+``launch_bound``  the feeding thread was issuing work: inside a CUDA call (detail = the call:
+                  ``cudaLaunchKernel``...), or between two CUDA calls less than ``dispatch_gap_ns``
+                  apart (detail ``dispatch``: Python/framework dispatch), or the op's launch latency
+                  after its submission (detail ``launch latency``)
+``host_sync``     the feeding thread was blocked in a synchronizing call (detail = the call:
+                  ``cudaStreamSynchronize``, a synchronous or pageable ``cudaMemcpy*``, and the
+                  implicitly synchronizing allocations: ``cudaMalloc``, ``cudaHostAlloc``, ``cudaFree``...),
+                  or returning from one (the host time after it, up to the next CUDA call, when
+                  shorter than ``dispatch_gap_ns``)
+``host_work``     the feeding thread ran its own code with no CUDA call for ``dispatch_gap_ns`` or
+                  more; detail = the innermost NVTX range open on it (``(no NVTX range)`` without)
+``setup``         before the window's first step, or inside a one-time CUDA call (module or library
+                  load, graph capture or instantiation, device queries); detail says which
+``unknown``       the trace cannot tell; detail says why (no CUDA API calls recorded, the launching
+                  thread is unknown)
+
+Parameter: ``dispatch_gap_ns`` (fact option ``dispatch_gap_ns``, nanoseconds, default
+:data:`DISPATCH_GAP_NS` = 100 us): the longest host time between two CUDA calls that still counts as
+dispatching work. Python eager dispatch between two launches takes 5-50 us; host code that does
+something else (loading, preprocessing, logging) takes longer.
+
+NVTX path (``nvtx_path``): for busy time, the innermost range open on the thread that launched the op
+(``gpu_ops``); for idle time, the innermost range open on the feeding thread at that instant (else on
+its process's main thread, as ``gpu_gaps`` does). Steps: the window's steps from completion to
+completion (the ``steps`` fact): step i holds ``(done[i-1], done[i]]``.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from analyzer.facts._util import column, key_groups, text, text_codes
+from analyzer.facts.nvtx import innermost_open, main_threads, ranges_only
+from analyzer.facts.registry import FactContext, fact
+
+#: default longest host time between two CUDA calls that still counts as dispatch (ns)
+DISPATCH_GAP_NS = 100_000
+
+CAUSES = ("compute", "exposed_comm", "exposed_copy", "launch_bound", "host_sync", "host_work",
+          "wait_other", "setup", "unknown")
+IDLE_CAUSES = ("launch_bound", "host_sync", "host_work", "wait_other", "setup", "unknown")
+#: idle causes the host held the GPU back with (what the "GPU-bound floor" removes)
+HOST_CAUSES = ("launch_bound", "host_sync", "host_work")
+_C = {c: i for i, c in enumerate(CAUSES)}
+
+_BIG = np.iinfo(np.int64).max // 4
+
+# one-time CUDA calls: module/library loading, graph capture and instantiation, device queries
+_SETUP_API = re.compile(
+    r"^(?:cu|cuda)(?:Module|Library|Link|Init$|DevicePrimaryCtx|CtxCreate|GetDeviceProperties|DeviceGetAttribute|"
+    r"FuncGetAttributes|FuncSetAttribute|FuncSetCacheConfig|OccupancyMaxActive|StreamBeginCapture|"
+    r"StreamEndCapture|ThreadExchangeStreamCaptureMode|Graph(?!Launch)|DeviceGetGraphMemAttribute|"
+    r"GetDriverEntryPoint|GetProcAddress|GetExportTable|DeviceSetLimit|DeviceGetStreamPriorityRange)")
+
+# allocating or freeing device or page-locked memory synchronizes implicitly (CUDA C++ Programming
+# Guide, "Implicit Synchronization"): every alloc/free call but the stream-ordered (pool) ones
+def _syncing_alloc(name: str) -> bool:
+    from analyzer.facts.api import ALLOC_APIS
+
+    kind = ALLOC_APIS.get(name)
+    return kind is not None and kind[1] not in ("pool", "virtual")
+
+
+SEGMENT_COLUMNS = {
+    "device": "GPU device id",
+    "start": "segment start (ns, inside the window)",
+    "end": "segment end (ns)",
+    "cause": "compute | exposed_comm | exposed_copy | launch_bound | host_sync | host_work | wait_other | "
+             "setup | unknown",
+    "detail": "kernel category, copy direction and memory kind, CUDA call, 'dispatch', NVTX range or "
+              "why unknown",
+    "nvtx_path": "NVTX path of the launching thread's innermost range ('' none)",
+    "step": "step the segment lies in ('' outside every step or without steps)",
+}
+
+BREAKDOWN_COLUMNS = {
+    "device": "GPU device id",
+    "scope": "window | step | range",
+    "key": "'' for the window, the step name, or the NVTX path ('' = no range)",
+    "cause": SEGMENT_COLUMNS["cause"],
+    "detail": SEGMENT_COLUMNS["detail"],
+    "duration_ns": "time the cause holds in that scope row-group (ns)",
+    "share": "duration_ns / the (device, scope, key) row-group's total (0..1; sums to 1 per group)",
+    "cause_share": "duration_ns / that cause's total time in the window on the device (0..1): which "
+                   "steps, ranges or details hold it",
+    "segments": "number of disjoint intervals summed",
+}
+
+
+def _empty(columns: dict[str, str], ints: tuple[str, ...], floats: tuple[str, ...] = ()) -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype="int64" if c in ints else "float64" if c in floats else object)
+                         for c in columns})
+
+
+# -- interval helpers ------------------------------------------------------------------------------
+def _frontier(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For intervals sorted by start: ``(pos, s, e)``, the part of each interval no earlier interval
+    covers (the busy frontier it extends), kept where non-empty. Disjoint, sorted, their union is the
+    intervals' union."""
+    if len(start) == 0:
+        z = np.empty(0, dtype=np.int64)
+        return z, z, z
+    m = np.maximum.accumulate(np.maximum(end, start))
+    prev = np.empty_like(m)
+    prev[0] = np.iinfo(np.int64).min
+    prev[1:] = m[:-1]
+    s = np.maximum(start, prev)
+    keep = np.flatnonzero(m > s)
+    return keep, s[keep], m[keep]
+
+
+def intersect(a_start: np.ndarray, a_end: np.ndarray, c_start: np.ndarray,
+              c_end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Pieces of intervals ``A`` (any) inside the sorted disjoint intervals ``C``:
+    ``(a_index, c_index, start, end)``, each non-empty; one ``searchsorted`` per side."""
+    lo = np.searchsorted(c_end, a_start, side="right")  # first C ending after a's start
+    hi = np.searchsorted(c_start, a_end, side="left")  # C starting before a's end
+    count = np.maximum(hi - lo, 0)
+    a_idx = np.repeat(np.arange(len(a_start)), count)
+    first = np.cumsum(count) - count
+    c_idx = np.repeat(lo, count) + (np.arange(int(count.sum())) - np.repeat(first, count))
+    s = np.maximum(a_start[a_idx], c_start[c_idx])
+    e = np.minimum(a_end[a_idx], c_end[c_idx])
+    keep = e > s
+    return a_idx[keep], c_idx[keep], s[keep], e[keep]
+
+
+def _complement(s: np.ndarray, e: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+    """The parts of ``[lo, hi)`` not covered by the sorted disjoint intervals ``(s, e)``."""
+    gs = np.r_[lo, e]
+    ge = np.r_[s, hi]
+    gs = np.maximum(gs, lo)
+    ge = np.minimum(ge, hi)
+    keep = ge > gs
+    return gs[keep], ge[keep]
+
+
+# -- busy time -------------------------------------------------------------------------------------
+def _op_classes(ctx: FactContext, ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Per op: level (0 compute, 1 communication, 2 copy/memset) and a detail code into the returned
+    labels (kernel category, collective, copy direction and memory kind)."""
+    from analyzer.facts.categories import classify_codes, load_categories
+    from analyzer.facts.comm import COMMUNICATION, parse_nccl_kernel
+
+    n = len(ops)
+    op_codes, op_labels = text_codes(ops["op"])
+    op_kind = np.asarray(op_labels, dtype=object)[op_codes] if n else np.empty(0, dtype=object)
+    labels: list[str] = []
+    index: dict[str, int] = {}
+
+    def code(label: str) -> int:
+        if label not in index:
+            index[label] = len(labels)
+            labels.append(label)
+        return index[label]
+
+    level = np.zeros(n, dtype=np.int8)
+    detail = np.zeros(n, dtype=np.int64)
+    is_kernel = op_kind == "kernel"
+    if is_kernel.any():
+        table = load_categories(ctx.options.get("categories_file") or None)
+        kl = ops["label"][is_kernel]
+        ccodes, cats = classify_codes(kl, kl, table)
+        # the collective of each distinct communication kernel label, the category of the others
+        name_codes, names = text_codes(kl)
+        per_cat = np.array([code(str(c)) for c in cats], dtype=np.int64) if len(cats) else np.empty(0, np.int64)
+        det = per_cat[ccodes] if len(ccodes) else np.empty(0, np.int64)
+        comm = np.asarray(cats == COMMUNICATION)[ccodes] if len(ccodes) else np.zeros(0, dtype=bool)
+        if comm.any():
+            coll = np.array([code(parse_nccl_kernel(str(x)).collective or COMMUNICATION) for x in names],
+                            dtype=np.int64)
+            det = np.where(comm, coll[name_codes], det)
+        kpos = np.flatnonzero(is_kernel)
+        level[kpos[comm]] = 1
+        detail[kpos] = det
+    other = ~is_kernel & (op_kind != "memcpy") & (op_kind != "memset")
+    for kind in np.unique(op_kind[other]) if other.any() else ():
+        detail[other & (op_kind == kind)] = code(str(kind))  # e.g. a CUDA-graph execution
+    is_set = op_kind == "memset"
+    level[is_set] = 2
+    if is_set.any():
+        detail[is_set] = code("memset")
+    is_copy = op_kind == "memcpy"
+    if is_copy.any():
+        level[is_copy] = 2
+        detail[is_copy] = _copy_details(ctx, ops, np.flatnonzero(is_copy), code)
+    return level, detail, labels
+
+
+def _copy_details(ctx: FactContext, ops: pd.DataFrame, pos: np.ndarray, code) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """``H2D pageable``, ``D2H pinned``, ``D2D``... per copy op (joined to the memcpy table on device,
+    start and correlation id)."""
+    mc = ctx.trace.memcpy
+    label = text(ops["label"].iloc[pos]).str.removeprefix("memcpy ").to_numpy(dtype=object)
+    kind = np.full(len(pos), "", dtype=object)
+    if len(mc):
+        key = pd.DataFrame({
+            "device": ops["device"].to_numpy(dtype=np.int64)[pos],
+            "start": ops["start"].to_numpy(dtype=np.int64)[pos],
+            "correlation_id": ops["correlation_id"].to_numpy(dtype=np.int64)[pos],
+        })
+        direction = text(column(mc, "direction", "")).to_numpy(dtype=object)
+        src = text(column(mc, "src_kind", "")).to_numpy(dtype=object)
+        dst = text(column(mc, "dst_kind", "")).to_numpy(dtype=object)
+        host = np.where(direction == "H2D", src, np.where(direction == "D2H", dst, ""))
+        table = pd.DataFrame({
+            "device": column(mc, "device", 0).fillna(0).to_numpy(dtype=np.int64),
+            "start": mc["start"].to_numpy(dtype=np.int64),
+            "correlation_id": column(mc, "correlation_id", -1).fillna(-1).to_numpy(dtype=np.int64),
+            "_host": host,
+        }).drop_duplicates(["device", "start", "correlation_id"])
+        joined = key.merge(table, on=["device", "start", "correlation_id"], how="left")
+        kind = joined["_host"].fillna("").to_numpy(dtype=object)
+    full = [f"{d} {k}".strip() if k in ("pageable", "pinned", "managed") else str(d)
+            for d, k in zip(label, kind)]
+    return np.array([code(x) for x in full], dtype=np.int64)
+
+
+# -- the host side ---------------------------------------------------------------------------------
+def _api_classes(ctx: FactContext) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per row of ``trace.api``: cause code of time spent inside it (launch_bound, host_sync, setup),
+    and a detail code into the returned labels (the call's base name)."""
+    from analyzer.facts.api import _sync_kind, api_base_codes
+
+    api = ctx.trace.api
+    codes, base = api_base_codes(ctx.store)
+    names = np.array([b if b is not None else "" for b in base], dtype=object)
+    per_name = np.full(len(names), _C["launch_bound"], dtype=np.int8)
+    async_copy = np.zeros(len(names), dtype=bool)
+    for i, b in enumerate(names):
+        kind = _sync_kind(b) if b else None
+        if kind in ("device", "stream", "event", "memcpy", "memset") or _syncing_alloc(b):
+            per_name[i] = _C["host_sync"]
+        elif kind == "async_copy":
+            async_copy[i] = True
+        elif b and _SETUP_API.match(b):
+            per_name[i] = _C["setup"]
+    cause = per_name[codes]
+    # an asynchronous copy touching pageable memory blocks the host for the whole copy
+    rows = np.flatnonzero(async_copy[codes])
+    mc = ctx.trace.memcpy
+    if len(rows) and len(mc):
+        pageable = ((text(column(mc, "src_kind", "")) == "pageable")
+                    | (text(column(mc, "dst_kind", "")) == "pageable")).to_numpy()
+        ids = column(mc, "correlation_id", -1).fillna(-1).to_numpy(dtype=np.int64)[pageable]
+        hit = np.isin(api["correlation_id"].to_numpy(dtype=np.int64)[rows], ids)
+        cause[rows[hit]] = _C["host_sync"]
+    return cause, codes, names
+
+
+def _thread_timeline(starts: np.ndarray, ends: np.ndarray, cause: np.ndarray, detail: np.ndarray,
+                     dispatch_ns: int, dispatch_code: int) -> tuple[np.ndarray, ...]:
+    """One thread's host time as sorted disjoint segments covering everything: inside CUDA calls (the
+    outermost call owns nested ones) and between them. Returns ``(start, end, cause, detail)``; a
+    host-work segment's detail is -1 (filled from NVTX later)."""
+    pos, fs, fe = _frontier(starts, ends)
+    fc, fd = cause[pos], detail[pos]
+    # the free time between call blocks, and before the first / after the last call
+    gs = np.r_[-_BIG, fe]
+    ge = np.r_[fs, _BIG]
+    keep = ge > gs
+    length = ge - gs
+    prev_cause = np.r_[_C["host_work"], fc]
+    prev_detail = np.r_[-1, fd]
+    short = length < dispatch_ns
+    free_cause = np.where(short, np.where(prev_cause == _C["host_sync"], _C["host_sync"], _C["launch_bound"]),
+                          _C["host_work"]).astype(np.int8)
+    free_detail = np.where(short, np.where(prev_cause == _C["host_sync"], prev_detail, dispatch_code), -1)
+    s = np.r_[fs, gs[keep]]
+    e = np.r_[fe, ge[keep]]
+    c = np.r_[fc, free_cause[keep]]
+    d = np.r_[fd, free_detail[keep]]
+    order = np.argsort(s, kind="stable")
+    return s[order], e[order], c[order], d[order]
+
+
+def _submission(ctx: FactContext, ops: pd.DataFrame, pos: np.ndarray) -> np.ndarray:
+    """End of the launch call of ``ops`` rows ``pos`` (the call start when its end is unknown, -1
+    without a launch call)."""
+    out = ops["api_start"].to_numpy(dtype=np.int64)[pos].copy()
+    api = ctx.trace.api
+    if api.empty or not len(pos):
+        return out
+    want = pd.DataFrame({"pid": ops["pid"].to_numpy(dtype=np.int64)[pos],
+                         "correlation_id": ops["correlation_id"].to_numpy(dtype=np.int64)[pos]})
+    corr = api["correlation_id"].to_numpy(dtype=np.int64)
+    hit = np.flatnonzero(np.isin(corr, want["correlation_id"].to_numpy()) & (corr >= 0))
+    if not len(hit):
+        return out
+    table = pd.DataFrame({"pid": column(api, "pid", -1).fillna(-1).to_numpy(dtype=np.int64)[hit],
+                          "correlation_id": corr[hit],
+                          "_end": api["end"].to_numpy(dtype=np.int64)[hit]})
+    table = table.drop_duplicates(["pid", "correlation_id"], keep="last")
+    joined = want.merge(table, on=["pid", "correlation_id"], how="left")
+    end = joined["_end"].to_numpy(dtype=np.float64)
+    has = ~np.isnan(end) & (out >= 0)
+    out[has] = end[has].astype(np.int64)
+    return out
+
+
+# -- the segments ----------------------------------------------------------------------------------
+@fact("timeline_segments", columns=SEGMENT_COLUMNS, requires=("gpu_ops", "steps"),
+      scope_keys=("device", "nvtx_path", "step"))
+def timeline_segments(ctx: FactContext) -> pd.DataFrame:
+    """Per device, disjoint labelled intervals covering the analysis window exactly (one cause each:
+    see :mod:`analyzer.facts.breakdown`), ordered by (device, start)."""
+    w = ctx.window
+    ops = ctx.get("gpu_ops")
+    if w.duration_ns <= 0 or ops.empty:
+        return _empty(SEGMENT_COLUMNS, ("device", "start", "end"))
+    dispatch_ns = int(ctx.options.get("dispatch_gap_ns", DISPATCH_GAP_NS) or DISPATCH_GAP_NS)
+    level, op_detail, labels = _op_classes(ctx, ops)
+    index = {x: i for i, x in enumerate(labels)}
+
+    def code(label: str) -> int:
+        if label not in index:
+            index[label] = len(labels)
+            labels.append(label)
+        return index[label]
+
+    starts = ops["start"].to_numpy(dtype=np.int64)
+    ends = ops["end"].to_numpy(dtype=np.int64)
+    devices = ops["device"].to_numpy(dtype=np.int64)
+    # busy segments per device and level, then the idle gaps between them (whole trace, then clipped)
+    busy: list[tuple[np.ndarray, ...]] = []  # (device, start, end, cause, detail, op position)
+    gaps: list[tuple[np.ndarray, ...]] = []  # (device, start, end, prev op, next op)
+    d_order, d_from, d_to = key_groups(devices)
+    for a, b in zip(d_from.tolist(), d_to.tolist()):
+        rows = np.sort(d_order[a:b])  # gpu_ops is ordered by start: keep that order
+        dev = int(devices[rows[0]])
+        lo = min(w.start_ns, int(starts[rows].min()))
+        hi = max(w.end_ns, int(ends[rows].max()))
+        cov_s = np.empty(0, dtype=np.int64)
+        cov_e = np.empty(0, dtype=np.int64)
+        owner = np.empty(0, dtype=np.int64)
+        for lvl, cause in ((0, _C["compute"]), (1, _C["exposed_comm"]), (2, _C["exposed_copy"])):
+            r = rows[level[rows] == lvl]
+            if not len(r):
+                continue
+            pos, s, e = _frontier(starts[r], ends[r])
+            r = r[pos]
+            if len(cov_s):  # only what no higher level covers
+                fs, fe = _complement(cov_s, cov_e, lo, hi)
+                ai, _ci, s, e = intersect(s, e, fs, fe)
+                r = r[ai]
+            busy.append((np.full(len(s), dev), s, e, np.full(len(s), cause, dtype=np.int8), op_detail[r], r))
+            # the covered time so far, and which op owns each piece (pieces are disjoint: starts unique)
+            cs = np.r_[cov_s, s]
+            o = np.argsort(cs, kind="stable")
+            cov_s, cov_e, owner = cs[o], np.r_[cov_e, e][o], np.r_[owner, r][o]
+        gs, ge = _complement(cov_s, cov_e, lo, hi)
+        # the piece ending where the gap starts / starting where it ends
+        k_next = np.searchsorted(cov_s, ge, side="left")
+        k_prev = np.searchsorted(cov_s, gs, side="left") - 1
+        nxt = np.where(k_next < len(cov_s), owner[np.minimum(k_next, len(owner) - 1)], -1)
+        prv = np.where(k_prev >= 0, owner[np.maximum(k_prev, 0)], -1)
+        keep = (ge > w.start_ns) & (gs < w.end_ns)
+        gaps.append((np.full(int(keep.sum()), dev), gs[keep], ge[keep], prv[keep], nxt[keep]))
+
+    bdev, bs, be, bc, bd, bop = (np.concatenate([x[i] for x in busy]) for i in range(6))
+    clip_s, clip_e = np.maximum(bs, w.start_ns), np.minimum(be, w.end_ns)
+    inside = clip_e > clip_s
+    op_paths_codes, op_paths = text_codes(ops["nvtx_path"])
+    busy_frame = {
+        "device": bdev[inside], "start": clip_s[inside], "end": clip_e[inside], "cause": bc[inside],
+        "detail": bd[inside].astype(np.int64),
+        "path": np.asarray(op_paths, dtype=object)[op_paths_codes[bop[inside]]] if inside.any() else
+        np.empty(0, dtype=object),
+    }
+    gdev, gs, ge, gprev, gnext = (np.concatenate([x[i] for x in gaps]) for i in range(5))
+    idle = _classify_idle(ctx, ops, level, gdev, gs, ge, gprev, gnext, dispatch_ns, code)
+    seg = pd.DataFrame({
+        "device": np.r_[busy_frame["device"], idle["device"]].astype(np.int64),
+        "start": np.r_[busy_frame["start"], idle["start"]].astype(np.int64),
+        "end": np.r_[busy_frame["end"], idle["end"]].astype(np.int64),
+        "_cause": np.r_[busy_frame["cause"], idle["cause"]].astype(np.int64),
+        "_detail": np.r_[busy_frame["detail"], idle["detail"]].astype(np.int64),
+        "nvtx_path": np.r_[busy_frame["path"], idle["path"]],
+    })
+    seg = seg.sort_values(["device", "start"], kind="stable", ignore_index=True)
+    lab = np.asarray(labels + [""], dtype=object)
+    seg["cause"] = np.asarray(CAUSES, dtype=object)[seg.pop("_cause").to_numpy()]
+    seg["detail"] = lab[seg.pop("_detail").to_numpy()]
+    seg["step"] = _step_names(ctx, seg)
+    seg["nvtx_path"] = seg["nvtx_path"].fillna("").astype(object)
+    return seg[list(SEGMENT_COLUMNS)]
+
+
+def _classify_idle(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev: np.ndarray, g0: np.ndarray, g1: np.ndarray,
+                   prev_op: np.ndarray, next_op: np.ndarray, dispatch_ns: int, code) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
+    """Idle segments (clipped to the window) from the gaps ``[g0, g1)`` (unclipped) with the ops
+    around them."""
+    w = ctx.window
+    n = len(g0)
+    otid = ops["tid"].to_numpy(dtype=np.int64)
+    opid = ops["pid"].to_numpy(dtype=np.int64)
+    has_next = next_op >= 0
+    feeder = np.where(has_next, otid[np.maximum(next_op, 0)], -1)
+    fb = (feeder < 0) & (prev_op >= 0)
+    feeder[fb] = otid[prev_op[fb]]
+    fpid = np.where(has_next, opid[np.maximum(next_op, 0)], -1)
+    fpid[fb] = opid[prev_op[fb]]
+    submit = np.full(n, -1, dtype=np.int64)
+    if has_next.any():
+        submit[has_next] = _submission(ctx, ops, next_op[has_next])
+    cs = np.maximum(g0, w.start_ns)
+    ce = np.minimum(g1, w.end_ns)
+    out_dev: list[np.ndarray] = []
+    out_s: list[np.ndarray] = []
+    out_e: list[np.ndarray] = []
+    out_c: list[np.ndarray] = []
+    out_d: list[np.ndarray] = []
+    out_t: list[np.ndarray] = []  # feeding thread (for the NVTX lookup), -1 none
+    out_p: list[np.ndarray] = []
+
+    def emit(idx: np.ndarray, s: np.ndarray, e: np.ndarray, cause: int | np.ndarray, detail: int | np.ndarray) -> None:
+        keep = e > s
+        if not keep.any():
+            return
+        idx, s, e = idx[keep], s[keep], e[keep]
+        out_dev.append(gdev[idx])
+        out_s.append(s)
+        out_e.append(e)
+        out_c.append(np.broadcast_to(np.asarray(cause, dtype=np.int8), keep.shape)[keep] if np.ndim(cause)
+                     else np.full(len(s), cause, dtype=np.int8))
+        out_d.append(np.broadcast_to(np.asarray(detail, dtype=np.int64), keep.shape)[keep] if np.ndim(detail)
+                     else np.full(len(s), detail, dtype=np.int64))
+        out_t.append(feeder[idx])
+        out_p.append(fpid[idx])
+
+    all_idx = np.arange(n)
+    # queued before the gap: the GPU waited on something other than the host
+    queued = has_next & (submit >= 0) & (submit <= g0)
+    comm_next = has_next & (level[np.maximum(next_op, 0)] == 1)
+    emit(all_idx[queued & comm_next], cs[queued & comm_next], ce[queued & comm_next], _C["wait_other"],
+         code("collective (another rank)"))
+    emit(all_idx[queued & ~comm_next], cs[queued & ~comm_next], ce[queued & ~comm_next], _C["wait_other"],
+         code("queued (another stream or an event)"))
+    rest = ~queued
+    # submitted during the gap: from the submission to the start, launch latency (or a wait)
+    sub_in = rest & (submit > g0)
+    tail_s = np.where(sub_in, np.clip(submit, cs, ce), ce)
+    tail_len = np.where(sub_in, g1 - np.maximum(submit, g0), 0)
+    lat = sub_in & (tail_len <= dispatch_ns)
+    emit(all_idx[lat], tail_s[lat], ce[lat], _C["launch_bound"], code("launch latency"))
+    late = sub_in & ~lat
+    emit(all_idx[late], tail_s[late], ce[late], _C["wait_other"], code("queued (another stream or an event)"))
+    host_e = np.where(sub_in, tail_s, ce)
+    # the host part: what the feeding thread did, piece by piece
+    api = ctx.trace.api
+    hq = rest & (host_e > cs)
+    if api.empty:
+        emit(all_idx[hq], cs[hq], host_e[hq], _C["unknown"], code("no CUDA API calls in the trace"))
+        hq &= False
+    no_thread = hq & (feeder < 0)
+    emit(all_idx[no_thread], cs[no_thread], host_e[no_thread], _C["unknown"], code("launching thread unknown"))
+    hq &= ~no_thread
+    if hq.any():
+        a_cause, a_codes, a_names = _api_classes(ctx)
+        name_code = np.array([code(str(x)) for x in a_names], dtype=np.int64)
+        a_detail = name_code[a_codes] if len(a_codes) else np.empty(0, np.int64)
+        dispatch_code = code("dispatch")
+        a_start = api["start"].to_numpy(dtype=np.int64)
+        a_end = api["end"].to_numpy(dtype=np.int64)
+        a_tid = api["tid"].to_numpy(dtype=np.int64)
+        qidx = np.flatnonzero(hq)
+        q_order, q_from, q_to = key_groups(feeder[qidx])
+        a_order, a_from, a_to = key_groups(a_tid)
+        a_threads = a_tid[a_order[a_from]] if len(a_from) else np.empty(0, np.int64)
+        for qa, qb in zip(q_from.tolist(), q_to.tolist()):
+            q = qidx[q_order[qa:qb]]
+            tid = int(feeder[q[0]])
+            g = int(np.searchsorted(a_threads, tid))
+            if g == len(a_threads) or a_threads[g] != tid:
+                emit(q, cs[q], host_e[q], _C["unknown"], code("no CUDA API calls on the launching thread"))
+                continue
+            rows = np.sort(a_order[a_from[g]:a_to[g]])
+            rows = rows[np.argsort(a_start[rows], kind="stable")]
+            ts, te, tc, td = _thread_timeline(a_start[rows], a_end[rows], a_cause[rows], a_detail[rows],
+                                              dispatch_ns, dispatch_code)
+            qi, si, s, e = intersect(cs[q], host_e[q], ts, te)
+            emit(q[qi], s, e, tc[si], td[si])
+    if out_s:
+        dev, s, e, c, d, t, p = (np.concatenate(x) for x in (out_dev, out_s, out_e, out_c, out_d, out_t, out_p))
+    else:
+        dev = s = e = d = t = p = np.empty(0, dtype=np.int64)
+        c = np.empty(0, dtype=np.int8)
+    # before the window's first step: setup
+    spans = w.steps
+    if spans is not None and len(spans.starts):
+        first = int(np.min(np.asarray(spans.starts, dtype=np.int64)))
+        pre = (s < first) & np.isin(c, [_C[x] for x in HOST_CAUSES + ("unknown",)])
+        if pre.any():
+            cut = pre & (e > first)  # split at the first step
+            s2, e2 = s[cut].copy(), e[cut].copy()
+            keep_rows = [dev[cut], np.full(int(cut.sum()), first), e2, c[cut], d[cut], t[cut], p[cut]]
+            e = np.where(cut, first, e)
+            c = np.where(pre, _C["setup"], c).astype(np.int8)
+            d = np.where(pre, code("before the first step"), d)
+            del s2
+            dev, s, e, c, d, t, p = (np.r_[a, b] for a, b in zip((dev, s, e, c, d, t, p), keep_rows))
+    # NVTX path (and the host-work detail): the feeding thread's innermost range at the middle
+    path = np.full(len(s), "", dtype=object)
+    rng = np.full(len(s), "", dtype=object)
+    nv = ranges_only(ctx.trace.nvtx)
+    if len(s) and not nv.empty:
+        mid = s + (e - s) // 2
+        rpos = innermost_open(nv, t, mid)
+        missing = rpos < 0
+        if missing.any():
+            mains = main_threads(nv)
+            main_tid = pd.Series(p[missing]).map(mains).fillna(-1).to_numpy(dtype=np.int64)
+            retry = innermost_open(nv, main_tid, mid[missing])
+            sub = rpos[missing]
+            sub[retry >= 0] = retry[retry >= 0]
+            rpos[missing] = sub
+        has = rpos >= 0
+        path[has] = text(column(nv, "path", "")).to_numpy(dtype=object)[rpos[has]]
+        rng[has] = text(nv["text"]).to_numpy(dtype=object)[rpos[has]]
+    hw = (c == _C["host_work"]) & (d < 0)
+    if hw.any():
+        d = d.copy()
+        d[hw] = [code(x if x else "(no NVTX range)") for x in rng[hw]]
+    return {"device": dev, "start": s, "end": e, "cause": c, "detail": d, "path": path}
+
+
+def _step_names(ctx: FactContext, seg: pd.DataFrame) -> np.ndarray:
+    """The step each segment lies in (segments crossing a step boundary are not split here: the
+    breakdown splits them; this is the step holding the segment's start)."""
+    steps = ctx.get("steps")
+    out = np.full(len(seg), "", dtype=object)
+    if steps.empty or seg.empty:
+        return out
+    lo, hi, names = _step_bounds(steps)
+    s = seg["start"].to_numpy(dtype=np.int64)
+    k = np.searchsorted(lo, s, side="right") - 1
+    ok = (k >= 0) & (s < hi[np.maximum(k, 0)])
+    out[ok] = names[k[ok]]
+    return out
+
+
+def _step_bounds(steps: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Steps as contiguous spans ``[previous completion, completion)``, sorted and disjoint."""
+    done = steps["done"].to_numpy(dtype=np.int64)
+    prev = done - steps["duration"].to_numpy(dtype=np.int64)
+    order = np.argsort(prev, kind="stable")
+    lo, hi = prev[order], done[order]
+    # disjoint even where completions overlap: a step starts no earlier than every earlier one ended
+    reach = np.maximum.accumulate(np.maximum(hi, lo))
+    lo = np.maximum(lo, np.r_[np.iinfo(np.int64).min, reach[:-1]])
+    return lo, np.maximum(hi, lo), steps["step"].to_numpy(dtype=object)[order]
+
+
+# -- the breakdown ---------------------------------------------------------------------------------
+@fact("timeline_breakdown", columns=BREAKDOWN_COLUMNS, requires=("timeline_segments", "steps"),
+      scope_keys=("device", "scope", "key", "cause"))
+def timeline_breakdown(ctx: FactContext) -> pd.DataFrame:
+    """Where each GPU's analysis window went, as an exact partition. One row per (device, scope, key,
+    cause, detail):
+
+    * ``scope`` ``window`` (``key`` ""): the whole window of the device; its rows sum to the window;
+    * ``scope`` ``step`` (``key`` = step name): each step from the previous step's completion to its own
+      (the ``steps`` fact), clipped to the window;
+    * ``scope`` ``range`` (``key`` = NVTX path): busy time by the range that launched the op, idle time
+      by the range open on the feeding thread; ``key`` "" holds the time outside every range.
+
+    ``cause`` is one of compute, exposed_comm, exposed_copy, launch_bound, host_sync, host_work,
+    wait_other, setup, unknown; ``detail`` refines it (kernel category, copy direction and memory kind,
+    collective, CUDA call, ``dispatch``, NVTX range, why unknown); see :mod:`analyzer.facts.breakdown`
+    for the exact definitions and the ``dispatch_gap_ns`` parameter. ``share`` is the row's part of its
+    (device, scope, key) group (sums to 1), ``cause_share`` its part of the device's window total of
+    that cause, ``segments`` the number of disjoint intervals summed."""
+    seg = ctx.get("timeline_segments")
+    ints = ("device", "duration_ns", "segments")
+    if seg.empty:
+        return _empty(BREAKDOWN_COLUMNS, ints, ("share", "cause_share"))
+    dur = (seg["end"] - seg["start"]).to_numpy(dtype=np.int64)
+    base = pd.DataFrame({"device": seg["device"].to_numpy(dtype=np.int64), "cause": seg["cause"].to_numpy(object),
+                         "detail": seg["detail"].to_numpy(object), "duration_ns": dur})
+    window = base.assign(scope="window", key="")
+    ranges = base.assign(scope="range", key=seg["nvtx_path"].to_numpy(object))
+    parts = [window, ranges]
+    steps = ctx.get("steps")
+    if not steps.empty:
+        lo, hi, names = _step_bounds(steps)
+        si, ci, s, e = intersect(seg["start"].to_numpy(dtype=np.int64), seg["end"].to_numpy(dtype=np.int64), lo, hi)
+        parts.append(pd.DataFrame({
+            "device": base["device"].to_numpy()[si], "cause": base["cause"].to_numpy()[si],
+            "detail": base["detail"].to_numpy()[si], "duration_ns": e - s, "scope": "step", "key": names[ci]}))
+    allrows = pd.concat(parts, ignore_index=True)
+    keys = ["device", "scope", "key", "cause", "detail"]
+    out = allrows.groupby(keys, sort=False, observed=True).agg(
+        duration_ns=("duration_ns", "sum"), segments=("duration_ns", "size")).reset_index()
+    group_total = out.groupby(["device", "scope", "key"], sort=False)["duration_ns"].transform("sum")
+    out["share"] = out["duration_ns"] / group_total.where(group_total > 0, 1)
+    win = out.loc[out["scope"] == "window"].groupby(["device", "cause"])["duration_ns"].sum()
+    cause_total = pd.MultiIndex.from_frame(out[["device", "cause"]]).map(lambda k: win.get(k, 0))
+    cause_total = np.asarray(cause_total, dtype=np.float64)
+    out["cause_share"] = np.where(cause_total > 0, out["duration_ns"] / np.where(cause_total > 0, cause_total, 1), 0.0)
+    scope_order = out["scope"].map({"window": 0, "step": 1, "range": 2})
+    out = out.assign(_o=scope_order).sort_values(["device", "_o", "key", "duration_ns"],
+                                                  ascending=[True, True, True, False], kind="stable")
+    out["duration_ns"] = out["duration_ns"].astype(np.int64)
+    out["segments"] = out["segments"].astype(np.int64)
+    return out[list(BREAKDOWN_COLUMNS)].reset_index(drop=True)

@@ -1,0 +1,164 @@
+"""The ``timeline_breakdown`` fact: an exact partition of each GPU's window, on every committed trace,
+and the idle classification's definitions on small timelines."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from analyzer.facts import load_all
+from analyzer.facts.breakdown import CAUSES
+from analyzer.facts.tests._build import store, trace
+from analyzer.loading import load_trace
+from analyzer.testing import DATA_DIR, available, real_trace
+from analyzer.window import choose_window
+
+load_all()
+
+US = 1_000
+
+
+def _committed() -> list[str]:
+    names = available()
+    names += ["ddp/" + n for n in available("ddp/*.sqlite.xz")]
+    kineto = DATA_DIR / "kineto"
+    names += sorted("kineto/" + p.name for p in kineto.glob("*.pt.trace.json*")) if kineto.is_dir() else []
+    return names
+
+
+def _load(name: str):  # type: ignore[no-untyped-def]
+    from analyzer.errors import InputError
+
+    try:
+        return load_trace(DATA_DIR / name if name.startswith("kineto/") else real_trace(name))
+    except InputError as err:  # CPU-only torch.profiler traces: nothing to partition
+        pytest.skip(str(err))
+
+
+def check_partition(st) -> None:  # type: ignore[no-untyped-def]
+    """The invariants every breakdown holds."""
+    w = st.window
+    seg = st.get("timeline_segments")
+    b = st.get("timeline_breakdown")
+    devices = sorted(set(st.get("gpu_ops")["device"].astype(int)))
+    if w.duration_ns <= 0 or not devices:
+        assert b.empty and seg.empty
+        return
+    assert set(b["cause"]) <= set(CAUSES)
+    assert (b["duration_ns"] >= 0).all() and (b["share"] <= 1 + 1e-12).all() and (b["share"] >= 0).all()
+    assert (b["cause_share"] <= 1 + 1e-12).all()
+    sums = b.groupby(["device", "scope", "key"])["share"].sum()
+    assert np.allclose(sums.to_numpy(), 1.0)
+    for d in devices:
+        s = seg.loc[seg["device"] == d]
+        start, end = s["start"].to_numpy(), s["end"].to_numpy()
+        # disjoint, ordered, covering the window with no hole
+        assert start[0] == w.start_ns and end[-1] == w.end_ns
+        assert (end > start).all() and (start[1:] == end[:-1]).all()
+        for scope in ("window", "range"):
+            rows = b.loc[(b["device"] == d) & (b["scope"] == scope)]
+            assert int(rows["duration_ns"].sum()) == w.duration_ns, scope
+    steps = st.get("steps")
+    if not steps.empty:
+        inside = b.loc[b["scope"] == "step"].groupby("device")["duration_ns"].sum()
+        assert (inside <= w.duration_ns).all()
+
+
+@pytest.mark.parametrize("name", _committed())
+def test_breakdown_partitions_the_window_on_every_committed_trace(name):
+    t = _load(name)
+    assert t is not None
+    w = choose_window(t)
+    from analyzer.facts import FactStore
+
+    check_partition(FactStore(t, w, {}))
+
+
+def test_launch_bound_loop_is_launch_bound():
+    # tiny_kernels: a Python loop over 300 small tensors; nearly all idle time is launching
+    from analyzer.facts import FactStore
+
+    t = load_trace(real_trace("tiny_kernels"))
+    w = choose_window(t)
+    b = FactStore(t, w, {}).get("timeline_breakdown")
+    win = b.loc[b["scope"] == "window"].groupby("cause")["duration_ns"].sum() / w.duration_ns
+    assert win["launch_bound"] > 0.8
+    assert win.drop("launch_bound").max() < 0.15
+
+
+def test_data_loading_is_host_work_named_by_its_range():
+    from analyzer.facts import FactStore
+
+    t = load_trace(real_trace("dataloader_starved"))
+    w = choose_window(t)
+    b = FactStore(t, w, {}).get("timeline_breakdown")
+    hw = b.loc[(b["scope"] == "window") & (b["cause"] == "host_work")]
+    top = hw.sort_values("duration_ns").iloc[-1]
+    assert top["detail"] == "load_batch" and top["cause_share"] > 0.9
+    assert hw["duration_ns"].sum() > 0.5 * w.duration_ns
+
+
+# -- the definitions, on small timelines (one thread launching on one stream) ---------------------------
+def _api(start, end, name="cudaLaunchKernel", corr=-1):
+    return {"start": start, "end": end, "name": name, "correlation_id": corr, "pid": 1, "tid": 1}
+
+
+def _kernel(start, end, launch_start, corr, name="k"):
+    return {"start": start, "end": end, "short_name": name, "api_start": launch_start, "correlation_id": corr,
+            "pid": 1, "tid": 1}
+
+
+def _window_causes(t, start, end):  # type: ignore[no-untyped-def]
+    st = store(t, start, end, "user")
+    check_partition(st)
+    b = st.get("timeline_breakdown")
+    win = b.loc[b["scope"] == "window"]
+    return {(c, d): int(n) for c, d, n in zip(win["cause"], win["detail"], win["duration_ns"])}
+
+
+def test_idle_between_launches_is_launch_bound_and_long_host_code_is_host_work():
+    # k1 [10, 20) us launched by a call [0, 8); 30 us of Python; launch call [38, 46) -> k2 [50, 60);
+    # 500 us of host code; launch call [546, 554) -> k3 [558, 568)
+    api = [_api(0, 8 * US, corr=1), _api(38 * US, 46 * US, corr=2), _api(546 * US, 554 * US, corr=3)]
+    kernels = [_kernel(10 * US, 20 * US, 0, 1), _kernel(50 * US, 60 * US, 38 * US, 2),
+               _kernel(558 * US, 568 * US, 546 * US, 3)]
+    got = _window_causes(trace(kernels=kernels, api=api), 10 * US, 568 * US)
+    assert got[("compute", "other")] == 30 * US
+    # gap [20, 50): host free until 38 (dispatch: 30 us < 100 us), launch call 38-46, latency 46-50
+    assert got[("launch_bound", "dispatch")] == 18 * US
+    assert got[("launch_bound", "cudaLaunchKernel")] == 8 * US * 2
+    assert got[("launch_bound", "launch latency")] == 4 * US * 2
+    # gap [60, 558): 486 us of host code with no CUDA call, then the launch
+    assert got[("host_work", "(no NVTX range)")] == 486 * US
+    assert sum(got.values()) == 558 * US
+
+
+def test_a_kernel_queued_before_the_gap_waits_on_something_else():
+    # k2 launched at 5 us (before k1 ends) but starts 100 us after k1 ends: another stream or an event
+    api = [_api(0, 4 * US, corr=1), _api(5 * US, 9 * US, corr=2)]
+    kernels = [_kernel(10 * US, 20 * US, 0, 1), _kernel(120 * US, 130 * US, 5 * US, 2)]
+    got = _window_causes(trace(kernels=kernels, api=api), 10 * US, 130 * US)
+    assert got == {("compute", "other"): 20 * US, ("wait_other", "queued (another stream or an event)"): 100 * US}
+
+
+def test_a_blocking_sync_is_host_sync_and_its_return_too():
+    # k1 [10, 50); the host syncs [12, 52) then returns and launches [60, 68) -> k2 [70, 80)
+    api = [_api(0, 8 * US, corr=1), _api(12 * US, 52 * US, "cudaStreamSynchronize"), _api(60 * US, 68 * US, corr=2)]
+    kernels = [_kernel(10 * US, 50 * US, 0, 1), _kernel(70 * US, 80 * US, 60 * US, 2)]
+    got = _window_causes(trace(kernels=kernels, api=api), 10 * US, 80 * US)
+    assert got[("host_sync", "cudaStreamSynchronize")] == 2 * US + 8 * US  # in the call, then its return
+    assert got[("launch_bound", "cudaLaunchKernel")] == 8 * US
+    assert got[("launch_bound", "launch latency")] == 2 * US
+
+
+def test_without_api_calls_idle_time_is_unknown_and_says_why():
+    kernels = [_kernel(10 * US, 20 * US, -1, -1), _kernel(50 * US, 60 * US, -1, -1)]
+    got = _window_causes(trace(kernels=kernels), 10 * US, 60 * US)
+    assert got[("unknown", "no CUDA API calls in the trace")] == 30 * US
+
+
+def test_copies_are_exposed_only_where_no_kernel_runs():
+    memcpy = [{"start": 0, "end": 40 * US, "bytes": 1 << 20, "direction": "H2D", "src_kind": "pageable",
+               "dst_kind": "device", "correlation_id": 7}]
+    kernels = [_kernel(10 * US, 20 * US, -1, -1)]
+    got = _window_causes(trace(kernels=kernels, memcpy=memcpy), 0, 40 * US)
+    assert got == {("compute", "other"): 10 * US, ("exposed_copy", "H2D pageable"): 30 * US}
