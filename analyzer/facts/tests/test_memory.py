@@ -241,3 +241,28 @@ def test_report_formats_agree(leak, tmp_path) -> None:
     text = summary_text(view, width=400)
     assert f"  {line}" in text
     assert re.search(r"GPU 0 peak per step: 769\.5 MiB \(step_4\) to 2\.4 GiB \(step_22\) over 19 steps", text)
+
+
+# -- analyze diff --------------------------------------------------------------------------------------
+def test_diff_reports_the_peak_going_down(leak, fixed) -> None:
+    from datetime import datetime, timezone
+
+    from analyzer.diff.compare import DiffSettings, diff_runs
+    from analyzer.reports import build_report, render
+    from analyzer.reports.baseline import from_report, summarize
+
+    created = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    base, head = summarize(leak), summarize(fixed)
+    assert base.memory_peak_bytes == int(leak.facts.get("memory_growth")["peak_bytes"].iloc[0])
+    assert base.memory_growth_bytes == 100_705_280 and head.memory_growth_bytes == 0
+    result = diff_runs(base, head, DiffSettings(), created=created)
+    metrics = {m.key: m for m in result.metrics}
+    assert metrics["memory_peak_bytes"].head < metrics["memory_peak_bytes"].base / 5
+    assert metrics["memory_growth_bytes"].base == 100_705_280 and metrics["memory_growth_bytes"].head == 0
+    note = next(n for n in result.notes if n.startswith("peak GPU memory"))
+    assert note.startswith("peak GPU memory went down: 2.44 GiB in BASE, 361 MiB in HEAD (-86%)")
+    assert {f.rule for f in result.findings if f.status == "resolved"} >= {"memory-growth", "alloc-in-loop"}
+    # a JSON report carries the same figures for a diff against it
+    doc = json.loads(render(build_report([leak], created=created), "json"))
+    again = from_report(doc, "leak.json")
+    assert (again.memory_peak_bytes, again.memory_growth_bytes) == (base.memory_peak_bytes, base.memory_growth_bytes)
