@@ -782,9 +782,12 @@ def memory_line_text(row: Any) -> str:
     if int(row["capacity_bytes"]) > 0:
         text += f", {float(row['peak_share']) * 100:.1f}% of {size(row['capacity_bytes'])}"
     if int(row["steps"]) >= 2:
-        text += (f"; {size(row['bytes_per_step'])} per step over {int(row['steps'])} steps "
-                 f"({row['first_step']} to {row['last_step']}, middle half of the step-to-step slopes "
-                 f"{size(row['slope_low'])} to {size(row['slope_high'])})")
+        span = f"{int(row['steps'])} steps ({row['first_step']} to {row['last_step']}"
+        if float(row["bytes_per_step"]) == 0 and float(row["slope_low"]) == 0 and float(row["slope_high"]) == 0:
+            text += f"; no growth over {span})"
+        else:
+            text += (f"; {size(row['bytes_per_step'])} per step over {span}, middle half of the step-to-step "
+                     f"slopes {size(row['slope_low'])} to {size(row['slope_high'])})")
     return text
 
 
