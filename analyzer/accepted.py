@@ -96,7 +96,7 @@ def load_accepted(path: str | Path, *, max_growth: float = DEFAULT_MAX_GROWTH) -
     try:
         doc = load_yaml(path, KIND)
     except RuleError as err:  # YAML syntax, aliases, tags, size: already file:line
-        raise ConfigError(err.message, file=shown, line=err.line, hint=err.hint) from None
+        raise ConfigError(err.detail, file=shown, line=err.line, hint=err.hint) from None
 
     def fail(message: str, line: int | None, hint: str | None = None) -> ConfigError:
         return ConfigError(message, file=shown, line=line, hint=hint)

@@ -80,6 +80,15 @@ class Window:
         return max(0, self.end_ns - self.start_ns)
 
 
+def step_spans(window: Window) -> tuple[tuple[int, int], ...]:
+    """(start, end) of each NVTX step instance of ``window`` (``Window.steps`` when the window came
+    from the user's NVTX steps; empty otherwise), in time order."""
+    steps = getattr(window, "steps", None)
+    if steps is None or getattr(steps, "source", "") != "nvtx":
+        return ()
+    return tuple(zip((int(s) for s in steps.starts), (int(e) for e in steps.ends)))
+
+
 class FactSource(Protocol):
     def get(self, name: str) -> pd.DataFrame: ...
 

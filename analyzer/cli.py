@@ -139,6 +139,10 @@ def run_cmd(
     from analyzer.reports import build_report, render
 
     fmt = fmt or _format_from_output(output)
+    if output is not None and str(output) != "-":
+        from analyzer.fileio import output_target
+
+        output_target(output)  # a directory, device or FIFO is refused before the analysis runs
     progress = progress_printer(sys.stderr.isatty() and not quiet)
     options = AnalysisOptions(
         rules_files=tuple(rules_files),

@@ -237,7 +237,7 @@ def test_dask_report_equals_serial():
 
 
 def test_strong_scaling_one_and_two_gpus():
-    from analyzer.job.scaling import render_scaling, strong_scaling
+    from analyzer.phases.scaling import render_scaling, strong_scaling
 
     files = [*_files("ddp_exposed_comm_fixed_1gpu.sqlite.xz"), *_files("ddp_exposed_comm_fixed_2gpu_rank*.sqlite.xz")]
     result = strong_scaling(files)

@@ -21,23 +21,12 @@ from analyzer.facts._util import (
     text_codes,
 )
 from analyzer.facts.stacks import attach_locations
+from analyzer.loading.api_names import HIP_TO_CUDA, LAUNCH_APIS, SYNC_APIS, cuda_equivalent  # noqa: F401 (re-exported)
 from analyzer.facts.registry import FactContext, FactStore, fact
 
 _VERSION = re.compile(r"_v\d+$")
 _PER_THREAD = re.compile(r"_pt(sz|ds)$")
 
-# host waits for the device: name -> kind
-SYNC_APIS: dict[str, str] = {
-    "cudaDeviceSynchronize": "device",
-    "cudaThreadSynchronize": "device",
-    "cuCtxSynchronize": "device",
-    "cudaStreamSynchronize": "stream",
-    "cuStreamSynchronize": "stream",
-    "cudaEventSynchronize": "event",
-    "cuEventSynchronize": "event",
-    "cudaStreamWaitEvent": "stream_wait_event",  # device-side wait, does not block the host
-    "cuStreamWaitEvent": "stream_wait_event",
-}
 _NON_BLOCKING_KINDS = {"stream_wait_event"}
 # synchronous copies/memsets: cudaMemcpy, cudaMemcpy2D, cudaMemcpyToSymbol, cuMemcpyDtoH, ... (not *Async)
 _SYNC_MEMCPY = re.compile(r"^(?:cudaMemcpy|cuMemcpy)(?!.*Async)")
@@ -81,54 +70,12 @@ ALLOC_APIS: dict[str, tuple[str, str]] = {
     "cuMemAddressFree": ("free", "virtual"),
 }
 
-LAUNCH_APIS = frozenset({
-    "cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel",
-    "cudaLaunchCooperativeKernelMultiDevice", "cudaLaunch", "cudaGraphLaunch",
-    "cuLaunchKernel", "cuLaunchKernelEx", "cuLaunchCooperativeKernel", "cuLaunchGrid", "cuGraphLaunch",
-})
-
 TINY_KERNEL_NS = 10_000
 
 
 def base_api_names(names: pd.Series) -> pd.Series:
     """API names without a ``_v1234`` version suffix (and ``_ptsz``/``_ptds`` per-thread variants)."""
     return pd.Series(map_distinct(names, _base_name), index=names.index, dtype=object)
-
-
-#: HIP (ROCm) runtime calls whose CUDA equivalent is not their name with ``hip`` -> ``cuda``: the one
-#: table every API classification reads through :func:`cuda_equivalent` (launch, copy, synchronize,
-#: allocation, graph launch); the others map by prefix (``hipStreamSynchronize`` ->
-#: ``cudaStreamSynchronize``, ``hipMalloc`` -> ``cudaMalloc``, ``hipMemcpyAsync`` -> ``cudaMemcpyAsync``,
-#: ``hipGraphLaunch`` -> ``cudaGraphLaunch``)
-HIP_TO_CUDA: dict[str, str] = {
-    # kernel launches through the module API or AMD's extensions
-    "hipModuleLaunchKernel": "cuLaunchKernel",
-    "hipExtModuleLaunchKernel": "cuLaunchKernel",
-    "hipHccModuleLaunchKernel": "cuLaunchKernel",
-    "hipExtLaunchKernel": "cudaLaunchKernel",
-    "hipLaunchKernelExC": "cudaLaunchKernelExC",
-    "hipModuleLaunchCooperativeKernel": "cuLaunchCooperativeKernel",
-    "hipExtLaunchMultiKernelMultiDevice": "cudaLaunchCooperativeKernelMultiDevice",
-    # hipMemcpyWithStream: a copy ordered on a stream that returns when it is done (PyTorch's blocking
-    # .to()/.item() on ROCm), i.e. cudaMemcpy on a stream
-    "hipMemcpyWithStream": "cudaMemcpy",
-    "hipMemcpyHtoD": "cuMemcpyHtoD", "hipMemcpyDtoH": "cuMemcpyDtoH", "hipMemcpyDtoD": "cuMemcpyDtoD",
-    "hipMemcpyHtoDAsync": "cuMemcpyHtoDAsync", "hipMemcpyDtoHAsync": "cuMemcpyDtoHAsync",
-    "hipMemcpyDtoDAsync": "cuMemcpyDtoDAsync",
-    # pinned host memory and AMD's allocation extensions
-    "hipHostMalloc": "cudaMallocHost", "hipMallocHost": "cudaMallocHost", "hipHostAlloc": "cudaHostAlloc",
-    "hipHostFree": "cudaFreeHost", "hipFreeHost": "cudaFreeHost",
-    "hipExtMallocWithFlags": "cudaMalloc", "hipMallocManaged": "cudaMallocManaged",
-}
-_HIP = re.compile(r"^hip(?=[A-Z])")
-
-
-def cuda_equivalent(name: str) -> str:
-    """The CUDA runtime/driver call a HIP call stands for (:data:`HIP_TO_CUDA`, else ``hip`` -> ``cuda``);
-    any other name unchanged."""
-    if not name.startswith("hip"):
-        return name
-    return HIP_TO_CUDA.get(name) or _HIP.sub("cuda", name)
 
 
 def _base_name(name: str) -> str:

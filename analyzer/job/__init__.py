@@ -7,14 +7,3 @@
 - :mod:`analyzer.job.run`: the whole job, serially or on Dask.
 """
 from __future__ import annotations
-
-from typing import Any
-
-
-def step_spans(window: Any) -> tuple[tuple[int, int], ...]:
-    """(start, end) of each NVTX step instance of ``window`` (``Window.steps`` when the window came
-    from the user's NVTX steps; empty otherwise), in time order."""
-    steps = getattr(window, "steps", None)
-    if steps is None or getattr(steps, "source", "") != "nvtx":
-        return ()
-    return tuple(zip((int(s) for s in steps.starts), (int(e) for e in steps.ends)))

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analyzer.analysis import StepSpans, Window
+from analyzer.analysis import StepSpans, Window, step_spans
 from analyzer.errors import InputError
 from analyzer.facts._util import generic_path
 from analyzer.facts.comm import JobRankContext, bus_factor
@@ -40,9 +40,17 @@ from analyzer.job.facts import (
     JobTables,
     empty,
 )
-from analyzer.job import step_spans
-from analyzer.job.rank import RankJobInput, RankResult, RankState, RankSummary, finish_rank, prepare_rank
+from analyzer.job.rank import (
+    RankJobInput,
+    RankResult,
+    RankState,
+    RankSummary,
+    finish_rank,
+    generic_path,
+    prepare_rank,
+)
 from analyzer.job.ranks import number_ranks, split_processes
+from analyzer.trace_analysis import rules_label
 
 Progress = Callable[[str], None] | None
 #: a rank counts as late at a collective when it arrived this much after the second latest
@@ -130,9 +138,9 @@ def _phase1(path: str, index: int, options: Any, ncu: Any = None, keep_trace: bo
     from analyzer.loading import load_trace
 
     if trace is None:
-        from analyzer.pipeline import _trace_cache
+        from analyzer.trace_analysis import trace_cache
 
-        trace = load_trace(Path(path), progress=progress, cache=_trace_cache(options))
+        trace = load_trace(Path(path), progress=progress, cache=trace_cache(options))
     parts = split_processes(trace)
     summaries, states = [], []
     for i, part in enumerate(parts):
@@ -209,7 +217,7 @@ class _Serial:
 
     def separately(self, pack: Any, options: Any, accepted: Any = None) -> list[Any] | None:
         """Each input analyzed on its own, from the states already prepared (not a job)."""
-        from analyzer.pipeline import analyze_loaded, finish
+        from analyzer.trace_analysis import analyze_loaded, finish
 
         out = []
         for fs in self.files:
@@ -304,7 +312,7 @@ def analyze_job(
     """Analyze ``paths`` as one multi-GPU job. ``force`` True: a job even if it does not look like
     one; None: detect. When the inputs are not one job, the outcome carries the per-input analyses
     instead (serial runs; a Dask run leaves them to the caller: ``analyses`` None)."""
-    from analyzer.pipeline import load_rules
+    from analyzer.trace_analysis import load_rules
 
     pack = pack if pack is not None else load_rules(options)
     close: Callable[[], None] = lambda: None  # noqa: E731
@@ -369,15 +377,9 @@ def analyze_job(
     return JobOutcome(JobAnalysis(
         ranks=results, findings=findings, tables=tables, window=plan.window, world_size=world, how=how,
         offsets=plan.offsets, notes=notes + plan.notes,
-        rules_file=_rules_label(pack),
+        rules_file=rules_label(pack),
         parameters={r.name: {p.name: p.value for p in r.parameters} for r in pack.rules},
     ))
-
-
-def _rules_label(pack: Any) -> str:
-    from analyzer.pipeline import _rules_label as label
-
-    return label(pack)
 
 
 @dataclass

@@ -56,6 +56,7 @@ import decimal
 import gzip
 import itertools
 import lzma
+import os
 import re
 import zlib
 from collections.abc import Callable, Sequence
@@ -68,8 +69,10 @@ import msgspec
 import numpy as np
 import pandas as pd
 
+from analyzer.boundedio import BoundedReadError, decompressed_limit, read_decompressed
 from analyzer.errors import InputError
 from analyzer.loading import attribution as attr
+from analyzer.loading.api_names import host_side_summary, launch_calls
 from analyzer.loading.capabilities import missing_capabilities
 from analyzer.loading.columns import TextCodes
 from analyzer.loading.common import by_start, contract_frame, fill_cc_limits, strip_api_suffix, text_as_object
@@ -187,21 +190,24 @@ _LIST_DECODER = msgspec.json.Decoder(list[_Event])
 # ----------------------------------------------------------------------------------------------------
 # reading
 # ----------------------------------------------------------------------------------------------------
-def read_json_bytes(path: Path, display: Path | None = None) -> bytes:
+def read_json_bytes(path: Path, display: Path | None = None) -> bytes | bytearray:
     """The JSON text of ``path``: gunzipped / unxz'd when compressed (by magic bytes), else as read.
-    (The decoded events keep slices of it: their timestamps are parsed from the text.) Raises :class:`InputError` for unreadable or corrupt compressed files."""
+    (The decoded events keep slices of it: their timestamps are parsed from the text.) Decompression is
+    bounded (:func:`analyzer.boundedio.decompressed_limit`). Raises :class:`InputError` for unreadable,
+    corrupt or too large compressed files."""
     shown = display or path
     try:
         with open(path, "rb") as fh:
             head = fh.read(6)
+            limit = decompressed_limit(os.fstat(fh.fileno()).st_size)
             if head.startswith(GZIP_MAGIC):
                 fh.seek(0)
                 with gzip.GzipFile(fileobj=fh, mode="rb") as gz:
-                    return gz.read()
+                    return read_decompressed(gz, limit)
             if head.startswith(XZ_MAGIC):
                 fh.seek(0)
                 with lzma.LZMAFile(fh, "rb") as xz:
-                    return xz.read()
+                    return read_decompressed(xz, limit)
             if not head:
                 raise InputError(shown, "file is empty", hint="record the trace again")
             fh.seek(0)
@@ -209,6 +215,8 @@ def read_json_bytes(path: Path, display: Path | None = None) -> bytes:
     except (EOFError, gzip.BadGzipFile, zlib.error, lzma.LZMAError) as exc:
         raise InputError(shown, f"the compressed trace is truncated or corrupt ({exc})",
                          hint="copy or record it again") from exc
+    except BoundedReadError as exc:
+        raise InputError(shown, f"the compressed trace {exc.reason}", hint=exc.hint) from None
     except OSError as exc:
         raise InputError(shown, f"cannot read the file ({exc.strerror or exc})", hint="check its permissions") from exc
 
@@ -218,7 +226,7 @@ _LONE_SURROGATE = re.compile(rb"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][
                              rb"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}")
 
 
-def _decode(buf: bytes, shown: Path) -> _Document:
+def _decode(buf: bytes | bytearray, shown: Path) -> _Document:
     """The document in ``buf``. Text that is not valid Unicode (bytes that are not UTF-8, unpaired
     surrogate escapes: Kineto copies kernel and Python names byte for byte) becomes U+FFFD, as Python's
     and Chrome's readers show it, instead of failing the whole trace."""
@@ -239,7 +247,7 @@ def _decode(buf: bytes, shown: Path) -> _Document:
         raise InputError(shown, "the JSON text is not valid UTF-8", hint="copy or record the trace again") from exc
 
 
-def _decode_json(buf: bytes, shown: Path) -> _Document:
+def _decode_json(buf: bytes | bytearray, shown: Path) -> _Document:
     first = buf[:64].lstrip(b" \t\r\n")[:1]
     try:
         if first == b"[":  # Chrome's "JSON array format": a bare list of events
@@ -455,7 +463,12 @@ def kernel_short_name(name: str) -> str:
     ``void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, ...>(int, ...)``
     -> ``vectorized_elementwise_kernel``; plain names (``ampere_sgemm_128x64_nn``) stay as they are.
     Names Kineto left mangled (``_ZN19cutlass_cudnn_train6KernelI...``) give their last unqualified
-    identifier (``Kernel``)."""
+    identifier (``Kernel``).
+
+    The bracket scans run on the name's UTF-8 bytes with numpy, in chunks (every character that
+    matters is ASCII, and no byte of a multi-byte character is): a damaged trace's 1 GB name takes
+    seconds and bounded memory, not minutes in a per-character loop. At most :data:`_MAX_STRIPS`
+    trailing ``<...>`` groups are removed (real names have one or two)."""
     s = name.strip()
     if s.startswith("_Z"):
         return _mangled_short(s) or s
@@ -463,28 +476,57 @@ def kernel_short_name(name: str) -> str:
         i = _matching_open(s, "(", ")")
         if i > 0:
             s = s[:i].rstrip()
-    while s.endswith(">"):
+    for _ in range(_MAX_STRIPS):
+        if not s.endswith(">"):
+            break
         i = _matching_open(s, "<", ">")
         if i <= 0:
             break
         s = s[:i].rstrip()
-    depth, cut = 0, 0
-    for i, ch in enumerate(s):  # last "::" or space outside brackets starts the name
-        if ch in "<([{":
-            depth += 1
-        elif ch in ">)]}":
-            depth -= 1
-        elif depth == 0 and (ch == " " or (ch == ":" and s[i - 1:i + 1] == "::")):
-            cut = i + 1
-    return s[cut:] or name
+    return s[_last_separator(s):] or name
 
 
 _SOURCE_NAME = re.compile(r"(\d+)")
+_SCAN_CHUNK = 1 << 20  # cache-sized: 10x faster than one 16 MB pass on a loaded machine
+_MAX_STRIPS = 64
+_MAX_COMPONENTS = 4096
+_DEPTH_STEP = np.zeros(256, dtype=np.int32)  # +1 for an opening bracket's byte, -1 for a closing one
+_DEPTH_STEP[list(b"<([{")] = 1
+_DEPTH_STEP[list(b">)]}")] = -1
+
+
+def _utf8(s: str) -> bytes:
+    return s.encode("utf-8", "surrogatepass")
+
+
+def _char_index(s: str, b: bytes, i: int) -> int:
+    """The index in ``s`` of the character starting at byte ``i`` of ``b`` (its UTF-8 bytes)."""
+    return i if s.isascii() else len(b[:i].decode("utf-8", "surrogatepass"))
+
+
+def _last_separator(s: str) -> int:
+    """Index just after the last ``::`` or space outside brackets (0 when none)."""
+    b = _utf8(s)
+    depth, cut, prev = 0, 0, 0
+    for start in range(0, len(b), _SCAN_CHUNK):
+        a = np.frombuffer(b, dtype=np.uint8, count=min(_SCAN_CHUNK, len(b) - start), offset=start)
+        level = np.cumsum(_DEPTH_STEP[a], dtype=np.int64)
+        level += depth
+        colon = a == 58
+        after_colon = np.empty_like(colon)
+        after_colon[0] = prev == 58 and start > 0
+        after_colon[1:] = colon[:-1]
+        hits = np.flatnonzero(((a == 32) | (colon & after_colon)) & (level == 0))
+        if len(hits):
+            cut = start + int(hits[-1]) + 1
+        depth, prev = int(level[-1]), int(a[-1])
+    return _char_index(s, b, cut)
 
 
 def _mangled_short(s: str) -> str:
     """The last identifier of an Itanium-mangled name's (nested) name: ``_ZN3foo3barEv`` -> ``bar``,
-    ``_Z6kernelPf`` -> ``kernel`` ("" when it does not parse)."""
+    ``_Z6kernelPf`` -> ``kernel`` ("" when it does not parse). At most :data:`_MAX_COMPONENTS` nested
+    names are walked."""
     i = 2
     nested = s.startswith("_ZN")
     if nested:
@@ -492,8 +534,8 @@ def _mangled_short(s: str) -> str:
         while i < len(s) and s[i] in "rVKRO":  # cv- and ref-qualifiers of member functions
             i += 1
     last = ""
-    while i < len(s):
-        m = _SOURCE_NAME.match(s, i)
+    for _ in range(_MAX_COMPONENTS):
+        m = _SOURCE_NAME.match(s, i, min(len(s), i + 20))
         if not m:
             break
         size = int(m.group(1))
@@ -508,16 +550,28 @@ def _mangled_short(s: str) -> str:
 
 
 def _matching_open(s: str, open_ch: str, close_ch: str) -> int:
-    """Index of the bracket that opens the one closing ``s`` (-1 if unbalanced)."""
+    """Index of the bracket that opens the one closing ``s`` (-1 if unbalanced); a ``>`` after ``-``
+    (``->``) closes nothing."""
+    b = _utf8(s)
+    oc, cc = ord(open_ch), ord(close_ch)
     depth = 0
-    for i in range(len(s) - 1, -1, -1):
-        ch = s[i]
-        if ch == close_ch and not (close_ch == ">" and i > 0 and s[i - 1] == "-"):
-            depth += 1
-        elif ch == open_ch:
-            depth -= 1
-            if depth == 0:
-                return i
+    for end in range(len(b), 0, -_SCAN_CHUNK):
+        start = max(0, end - _SCAN_CHUNK)
+        a = np.frombuffer(b, dtype=np.uint8, count=end - start, offset=start)
+        closes = a == cc
+        if cc == 62:  # "->"
+            before = np.empty_like(a)
+            before[1:] = a[:-1]
+            before[0] = b[start - 1] if start > 0 else 0
+            closes &= before != 45
+        opens = a == oc
+        step = closes.view(np.int8) - opens.view(np.int8)
+        level = np.cumsum(step[::-1], dtype=np.int64)
+        level += depth
+        hits = np.flatnonzero(opens[::-1] & (level == 0))
+        if len(hits):
+            return _char_index(s, b, end - 1 - int(hits[0]))
+        depth = int(level[-1])
     return -1
 
 
@@ -622,11 +676,10 @@ class _KinetoLoader:
                 raise InputError(self.shown, f"the trace records {', '.join(other)} activity, which this analyzer "
                                  "does not read (no CUDA kernel, gpu_memcpy or gpu_memset events)",
                                  hint="profile a CUDA (or ROCm) run")
-            raise InputError(self.shown, "torch.profiler trace without GPU activity (no kernel, gpu_memcpy or "
-                             "gpu_memset events)",
-                             hint="profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] on a GPU run")
         runtime = group(RUNTIME_CATS)
         driver = group(DRIVER_CATS)
+        if len(kernels.events) + len(memcpy.events) + len(memset.events) == 0:
+            raise _no_gpu_activity(self.shown, present, runtime, driver)
         ranges = group(RANGE_CATS)
         syncs = group(SYNC_CATS)
         spans = group(frozenset({"Trace"}))
@@ -940,6 +993,36 @@ class _KinetoLoader:
             threads = empty_frame(THREAD_COLUMNS)
         return (text_as_object(processes.sort_values("pid", ignore_index=True)),
                 text_as_object(threads.sort_values(["pid", "tid"], ignore_index=True)))
+
+
+def _no_gpu_activity(shown: Path, cats: set[str], runtime: _Group, driver: _Group) -> InputError:
+    """The one line for a trace without GPU operations: what the host did through the CUDA API (a capture
+    that launched kernels still says how much time went to API calls and synchronization) and the
+    likely reason, read from the trace itself."""
+    names = _texts(runtime.field("name") + driver.field("name"))
+    durs = np.concatenate([runtime.dur, driver.dur])
+    starts = np.concatenate([runtime.start, driver.start])
+    span = int((starts + durs).max() - starts.min()) if len(starts) else 0
+    if not len(names):
+        return InputError(shown, "torch.profiler trace without GPU activity (no kernel, gpu_memcpy or gpu_memset "
+                          "events, and no CUDA API call: CUDA activity was not recorded)",
+                          hint="profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] on a GPU run")
+    calls = list(zip(names.tolist(), [1] * len(names), durs.tolist()))
+    if not launch_calls(calls):
+        return InputError(shown, f"torch.profiler trace without GPU activity ({len(names):,} CUDA API calls but no "
+                          "kernel launch: no GPU work inside the profiled steps)",
+                          hint="profile steps that run on the GPU, with activities=[ProfilerActivity.CPU, "
+                               "ProfilerActivity.CUDA]")
+    host = host_side_summary(calls, span)
+    if "cuda_profiler_range" in cats:
+        why = ("it was recorded with the CUPTI range profiler (cuda_profiler_range events: torch.profiler's "
+               "experimental_config with profiler_metrics), which replaces the GPU activity trace")
+        hint = "record again without profiler_metrics to get the GPU timeline"
+    else:
+        why = ("CUPTI recorded the API calls but no GPU activity: WSL2 and some virtualized GPUs record none, and "
+               "another profiler holding CUPTI at the same time (nsys, DCGM profiling) takes it")
+        hint = "record on native Linux with no other profiler attached"
+    return InputError(shown, f"torch.profiler trace without GPU activity: {host}; {why}", hint=hint)
 
 
 def _match_devices(gpus: pd.DataFrame, used: list[Any]) -> pd.DataFrame:

@@ -100,7 +100,7 @@ def sweep(paths: tuple[Path, ...], fmt: str, output: Path | None, key_pattern: s
     from analyzer.phases.sweep import DEFAULT_KEY_PATTERN, build_sweep
 
     if scaling:
-        from analyzer.job.scaling import render_scaling, strong_scaling
+        from analyzer.phases.scaling import render_scaling, strong_scaling
 
         try:
             text = render_scaling(strong_scaling(list(paths)))

@@ -55,7 +55,6 @@ import json
 import lzma
 import math
 import re
-import shutil
 import statistics
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -67,6 +66,7 @@ import numpy as np
 import pandas as pd
 
 from analyzer._paths import trace_stem
+from analyzer.boundedio import BoundedReadError, copy_decompressed, decompressed_limit
 from analyzer.errors import AnalyzerError, InputError, ParameterError
 from analyzer.loading.model import Trace
 from analyzer.phases._index import DEFAULT_EXCLUDE, MEASURE_TOLERANCE, PhaseIndex
@@ -442,10 +442,14 @@ def _open_trace(path: Path, loader: Callable[[Path], Trace], tmp: Path) -> Trace
             target = tmp / path.name[: -len(".xz")]
             try:
                 with lzma.open(path) as src, open(target, "wb") as dst:
-                    shutil.copyfileobj(src, dst, length=1 << 20)
+                    copy_decompressed(src, dst, decompressed_limit(path.stat().st_size))
             except (lzma.LZMAError, EOFError) as err:
+                target.unlink(missing_ok=True)
                 raise InputError(path, f"not a valid .xz file ({err})",
                                  hint="re-download it or pass the decompressed .sqlite") from None
+            except BoundedReadError as err:
+                target.unlink(missing_ok=True)
+                raise InputError(path, f"the .xz file {err.reason}", hint=err.hint) from None
             try:
                 return loader(target)
             finally:

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analyzer.analysis import step_spans
 from analyzer.findings import Severity
-from analyzer.job import step_spans
 from analyzer.reports.format import fmt_ms, plural
 from analyzer.reports.values import py_value
 from analyzer.reports.viewmodel import (

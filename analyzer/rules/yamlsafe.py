@@ -4,7 +4,8 @@
 
 - refuses aliases (``*name``): no billion-laughs expansion, nothing shared between rules;
 - refuses duplicate mapping keys (PyYAML silently keeps the last one);
-- caps the document size;
+- reads the file through :func:`analyzer.boundedio.read_regular` (regular files only, the size capped
+  while reading);
 - returns :class:`LineDict` / :class:`LineList` carrying the 1-based line of the node and of each
   key or item, so that every validation error can name ``file:line``.
 """
@@ -15,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from analyzer.boundedio import BoundedReadError, read_regular
 from analyzer.errors import RuleError, UnsafeRuleError
 
 MAX_DOCUMENT_BYTES = 1 << 20  # a rule pack is text written by people; 1 MiB is far more than needed
@@ -120,19 +122,18 @@ def _load_fast(text: str) -> Any:
 def load_yaml(path: Path, kind: str = "rule file") -> Any:
     """Read one YAML document safely. Raises :class:`UnsafeRuleError` / :class:`RuleError`; ``kind``
     names the file in messages (``rule file``, ``accepted-findings file``)."""
-    file = str(path)
+    file = str(path).replace("\0", "\\0")
     try:
-        size = path.stat().st_size
+        raw = read_regular(path, MAX_DOCUMENT_BYTES, kind)
+    except BoundedReadError as err:
+        raise UnsafeRuleError(f"{kind} {err.reason}", file=file, hint=err.hint) from None
     except OSError as err:
         raise RuleError(f"cannot read {kind}: {err.strerror or err}", file=file) from None
-    if size > MAX_DOCUMENT_BYTES:
-        raise UnsafeRuleError(
-            f"{kind} is {size} bytes, over the {MAX_DOCUMENT_BYTES} byte limit", file=file
-        )
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise RuleError(f"cannot read {kind}: {err}", file=file) from None
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise RuleError(f"cannot read {kind}: not UTF-8 text ({err.reason} at byte {err.start})",
+                        file=file) from None
     return load_yaml_text(text, file, kind)
 
 
