@@ -30,7 +30,6 @@ import pandas as pd
 
 from analyzer.analysis import StepSpans, Window, step_spans
 from analyzer.errors import InputError
-from analyzer.facts._util import generic_path
 from analyzer.facts.comm import JobRankContext, bus_factor
 from analyzer.findings import Finding
 from analyzer.job.cross import RankComm, align, waits

@@ -778,7 +778,7 @@ def memory_line_text(row: Any) -> str:
     if row["peak_step"]:
         text += f" in {row['peak_step']}"
     if row["peak_range"]:
-        text += f" (`{row['peak_range']}`)"
+        text += f" (set in {row['peak_range']})"
     if int(row["capacity_bytes"]) > 0:
         text += f", {float(row['peak_share']) * 100:.1f}% of {size(row['capacity_bytes'])}"
     if int(row["steps"]) >= 2:
