@@ -114,6 +114,7 @@ def _section(s: TraceSection) -> dict[str, Any]:
             "devices": _records(s.memory.devices),
             "steps": _records(s.memory.steps),
             "ranges": _records(s.memory.ranges),
+            "notes": list(s.memory.notes),
         }
         summary["memory"] = list(s.memory.lines)
     if s.ncu is not None:

@@ -185,6 +185,7 @@ def _section(s: TraceSection, level: _Level, multi: bool) -> list[str]:
     if s.memory is not None:
         lines += [f"**Memory:** {md_text(line, 600)}" + ("  " if i + 1 < len(s.memory.lines) else "")
                   for i, line in enumerate(s.memory.lines)] + [""]
+        lines += ["> " + md_text(n, 300) for n in s.memory.notes] + ([""] if s.memory.notes else [])
     if multi:
         lines += [f"**Verdict:** {md_text(h.verdict, 400)}", ""]
     if s.notes:

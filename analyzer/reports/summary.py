@@ -34,6 +34,7 @@ def summary_text(report: ReportView, *, max_findings: int = 20, width: int | Non
         if section.memory is not None:
             lines += [truncate(f"  {line}", width) for line in section.memory.lines]
             lines += [truncate(f"  {line}", width) for line in _step_peaks(section)]
+            lines += [truncate(f"  note: {note}", width) for note in section.memory.notes]
         shown = section.findings[:max_findings]
         # the rule column as wide as its longest name (ids are at most 8 characters), capped
         name_w = min(max((len(fv.rule) for fv in shown), default=0), _MAX_RULE_WIDTH)

@@ -322,6 +322,7 @@ class MemoryView:
     devices: Table
     steps: Table | None = None
     ranges: Table | None = None
+    notes: tuple[str, ...] = ()  # events left out or combined (no device, several processes on a GPU)
 
 
 @dataclass(frozen=True)
@@ -791,6 +792,21 @@ def memory_line_text(row: Any) -> str:
     return text
 
 
+def _memory_notes(memory: pd.DataFrame, growth: pd.DataFrame) -> tuple[str, ...]:
+    """What the memory levels leave out or combine, said once: events that name no GPU, GPUs whose
+    memory several processes hold."""
+    notes = []
+    kind = memory["mem_kind"].astype(str).to_numpy() if len(memory) else np.empty(0, dtype=object)
+    lost = int(((memory["device"].to_numpy() < 0) & (kind != "host")).sum()) if len(memory) else 0
+    if lost:
+        notes.append(f"{plural(lost, 'memory event')} name no GPU and are left out of the memory levels")
+    for _, row in growth.iterrows():
+        if int(row["processes"]) > 1:
+            notes.append(f"GPU {int(row['device'])}: memory events of {int(row['processes'])} processes; their "
+                         "allocations are added up (each holds its own memory)")
+    return tuple(notes)
+
+
 def _memory(analysis: Analysis, limits: Limits) -> MemoryView | None:
     """The memory section: None when the trace has no memory events (the not-checked rules say what
     to record)."""
@@ -808,6 +824,7 @@ def _memory(analysis: Analysis, limits: Limits) -> MemoryView | None:
              Column("unmatched_frees", "Frees before capture", "int"))
     view: dict[str, Any] = {
         "lines": tuple(memory_line_text(r) for _, r in growth.iterrows()),
+        "notes": _memory_notes(analysis.trace.memory, growth),
         "devices": _table(growth, dcols, limits.devices, limits.cell_chars),
     }
     steps = _optional_fact(analysis, "memory_steps")

@@ -205,6 +205,17 @@ def test_events_without_device_and_several_processes(leak) -> None:
     assert g["processes"] == 2 and g["device"] == 0
     tl = a.facts.get("memory_timeline")
     assert (tl["device"] == 0).all() and (tl["bytes"] >= 0).all()
+    from analyzer.reports.markdown import render_markdown
+    from analyzer.reports.summary import summary_text
+    from analyzer.reports.viewmodel import build_report
+
+    view = build_report([a])
+    lost = int(((m["device"] < 0) & (m["mem_kind"] != "host")).sum())
+    assert view.traces[0].memory.notes == (
+        f"{lost:,} memory events name no GPU and are left out of the memory levels",
+        "GPU 0: memory events of 2 processes; their allocations are added up (each holds its own memory)")
+    text, md = summary_text(view, width=400), render_markdown(view)
+    assert text.count("name no GPU") == 1 and md.count("name no GPU") == 1  # said once
     only_no_device = m.assign(device=-1)
     b = _with_memory(leak, only_no_device)
     assert len(b.facts.get("memory_growth")) == 0
