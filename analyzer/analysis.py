@@ -20,7 +20,7 @@ so. Fact names and columns that reports rely on (all times ns, trace-relative):
 ``alloc_calls``       api rows that allocate/free device or pinned memory
 ``copy_throughput``   memcpy rows + ``throughput`` (bytes/s)
 ``phases``            per NVTX range name/path: count, CPU time stats, GPU time projected, GPU span,
-                      waited, which number measures the phase (see :mod:`analyzer.phases.table`)
+                      waited, which number measures the phase (see :mod:`analyzer.facts.phase_table`)
 ``ncu_kernels``       Nsight Compute launches joined to the timeline (empty without ``--ncu``), with
                       ``ncu_stalls`` and ``ncu_rules``
 ``steps``             step, start, end, gpu_end, done, duration, cpu_ns, gpu_ns, kernel_count: one row

@@ -177,7 +177,7 @@ def run_cmd(
 
             report = build_job_report(outcome.job)
         else:
-            if len(traces) > 1 and outcome.reason and not quiet and job is not False:
+            if len(outcome.analyses or ()) > 1 and outcome.reason and not quiet and job is not False:
                 click.echo(f"note: analyzed separately, not as one multi-GPU job: {outcome.reason}", err=True)
             report = build_report(outcome.analyses)
         text = render(report, fmt)  # type: ignore[arg-type]

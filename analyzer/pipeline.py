@@ -107,7 +107,7 @@ def load_ncu_paths(ncu_paths: Sequence[Path]) -> Any:
 def trace_files_in(folder: Path) -> tuple[list[Path], list[Path]]:
     """The trace files (by content) and the Nsight Compute exports directly inside ``folder``, in natural
     name order (numbers compared as numbers: ``rank2`` before ``rank10``). Other files (logs, images,
-    hidden files) are ignored; a folder without a trace is an error."""
+    hidden files) are ignored; a folder with neither a trace nor an Nsight Compute export is an error."""
     from analyzer.loading import TRACE_FORMATS, detect_format
     from analyzer.loading.ncu import detect_ncu
 
@@ -120,9 +120,10 @@ def trace_files_in(folder: Path) -> tuple[list[Path], list[Path]]:
             ncu.append(p)
         elif detect_format(p) in TRACE_FORMATS:
             traces.append(p)
-    if not traces:
+    if not traces and not ncu:  # a folder of Nsight Compute exports works like the files in it
         raise InputError(folder, "the directory holds no trace file (nsys .sqlite/.nsys-rep, torch.profiler "
-                         ".json/.json.gz)", hint="pass the trace files, or the directory that holds them")
+                         ".json/.json.gz, Nsight Compute .ncu-rep/.csv)",
+                         hint="pass the trace files, or the directory that holds them")
     return traces, ncu
 
 

@@ -8,7 +8,7 @@
    waited for it.
 3. Phase 2 per rank (where its trace is): rules, its report section, what it did while others
    waited (:func:`analyzer.job.rank.finish_rank`). Only :class:`RankResult` objects come back.
-4. Here: the job tables (:mod:`analyzer.job.facts`) and the job rules on them.
+4. Here: the job tables (:mod:`analyzer.facts.job`) and the job rules on them.
 
 With ``scheduler`` (a Dask ``distributed.Client`` or a scheduler address), steps 1 and 3 run as Dask
 tasks; each file's loaded trace stays in its worker's memory between the phases (a future), so no
@@ -33,7 +33,7 @@ from analyzer.errors import InputError
 from analyzer.facts.comm import JobRankContext, bus_factor
 from analyzer.findings import Finding
 from analyzer.job.cross import RankComm, align, waits
-from analyzer.job.facts import (
+from analyzer.facts.job import (
     JOB_COLLECTIVES_COLUMNS,
     JOB_RANKS_COLUMNS,
     JobTables,
@@ -165,11 +165,36 @@ def _phase2_one(fs: _FileState, pack: Any, i: int, inp: RankJobInput | None, acc
 
 
 # -- job detection ---------------------------------------------------------------------------------
+def several_runs(summaries: Sequence[RankSummary]) -> str:
+    """Why these inputs are several runs rather than one job ("" when nothing they record says so): a
+    rank number that every input states from the same source (NCCL, torch.distributed, the file name)
+    appearing twice, or different world sizes. Two runs of a 2-rank job in one folder are never one
+    4-rank job (numbered by input order, with the time between the runs as clock skew)."""
+    for how in ("nccl", "torch.distributed", "file name"):
+        ranks = [s.hint.rank for s in summaries if s.hint.how == how and s.hint.rank is not None]
+        if len(ranks) != len(summaries):
+            continue
+        repeated = sorted({r for r in ranks if ranks.count(r) > 1})
+        if repeated:
+            times = max(ranks.count(r) for r in repeated)
+            many = len(repeated) > 1
+            return (f"the inputs hold {times} runs: {how} rank{'s' if many else ''} "
+                    f"{', '.join(map(str, repeated))} appear{'' if many else 's'} {times} times")
+        break
+    worlds = sorted({int(s.hint.world_size) for s in summaries if s.hint.world_size})
+    if len(worlds) > 1:
+        return f"the inputs come from runs of different sizes (world size {', '.join(map(str, worlds))})"
+    return ""
+
+
 def is_one_job(summaries: Sequence[RankSummary]) -> tuple[bool, str]:
     """Whether these ranks look like one job: at least two, all with communication kernels, and
     their GPU activity overlapping in time (same clock) or matching collective counts."""
     if len(summaries) < 2:
         return False, "a single rank"
+    runs = several_runs(summaries)
+    if runs:
+        return False, runs
     if any(s.comm.empty for s in summaries):
         missing = [s.label for s in summaries if s.comm.empty]
         return False, f"no NCCL kernels in {', '.join(missing)}"

@@ -839,7 +839,9 @@ class _KinetoLoader:
             "dynamic_smem": np.maximum(_ints(g.arg("smem")), 0),
             "launch_type": np.full(n, -1, dtype=np.int64),
             "graph_node_id": _ints(g.arg("graph_node")),
+            "graph_id": np.full(n, -1, dtype=np.int64),  # torch.profiler does not name the graph
         })
+        data["in_graph"] = attr.graph_membership(data["api_name"], data["graph_node_id"])
         frame = contract_frame(KERNEL_COLUMNS, data, compact=True)
         for col, values in _comm_columns(g).items():  # optional columns: only where the trace has them
             frame[col] = TextCodes.of(values).categorical() if values.dtype == object else values

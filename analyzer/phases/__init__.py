@@ -11,8 +11,8 @@
 """
 from __future__ import annotations
 
-from analyzer.phases._index import DEFAULT_EXCLUDE, PhaseIndex, RangePattern, range_timing
-from analyzer.phases.table import (
+from analyzer.facts.phase_index import DEFAULT_EXCLUDE, PhaseIndex, RangePattern, range_timing
+from analyzer.facts.phase_table import (
     ModelConfig,
     attention_split,
     category_mix,

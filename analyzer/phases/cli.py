@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import click
 
 from analyzer.errors import AnalyzerError
-from analyzer.phases._index import DEFAULT_EXCLUDE, parse_patterns
+from analyzer.facts.phase_index import DEFAULT_EXCLUDE, parse_patterns
 
 F = TypeVar("F", bound=Callable[..., Any])
 NO_EXCLUDE = "none"

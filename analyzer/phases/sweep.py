@@ -69,8 +69,8 @@ from analyzer._paths import trace_stem
 from analyzer.boundedio import BoundedReadError, copy_decompressed, decompressed_limit
 from analyzer.errors import AnalyzerError, InputError, ParameterError
 from analyzer.loading.model import Trace
-from analyzer.phases._index import DEFAULT_EXCLUDE, MEASURE_TOLERANCE, PhaseIndex
-from analyzer.phases.table import (
+from analyzer.facts.phase_index import DEFAULT_EXCLUDE, MEASURE_TOLERANCE, PhaseIndex
+from analyzer.facts.phase_table import (
     ModelConfig,
     attention_split,
     category_mix,
@@ -626,7 +626,7 @@ def async_thresholds(rules_path: Path | str | None = None) -> tuple[float, int]:
 
 def _measured_by(cpu: Sequence[int], time: Sequence[int]) -> str:
     """``CPU wall`` when every step's CPU wall time is its phase time (within
-    :data:`~analyzer.phases._index.MEASURE_TOLERANCE`), ``GPU timeline`` when none is, else ``mixed``."""
+    :data:`~analyzer.facts.phase_index.MEASURE_TOLERANCE`), ``GPU timeline`` when none is, else ``mixed``."""
     off = [abs(t - c) > MEASURE_TOLERANCE * max(t, c) for c, t in zip(cpu, time)]
     return "" if not off else "GPU timeline" if all(off) else "CPU wall" if not any(off) else "mixed"
 
