@@ -23,7 +23,7 @@ import click
 from analyzer import __version__
 from analyzer._paths import trace_stem
 from analyzer.config.cli import ConfigGroup
-from analyzer.config.options import accepted_options, pack_options, rule_settings
+from analyzer.config.options import MAX_TIMEOUT_SECONDS, FiniteFloat, accepted_options, pack_options, rule_settings
 from analyzer.errors import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, AnalyzerError
 from analyzer.progress import progress_printer
 from analyzer.watchdog import stage
@@ -87,7 +87,7 @@ def cli() -> None:
               help="NVTX ranges (globs, comma-separated or repeated) left out of the window and of phase "
                    "tables; '' for none.")
 @click.option("--only-ranges", default=None, help="Phase tables keep only NVTX ranges matching this glob.")
-@click.option("--timeout", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+@click.option("--timeout", type=FiniteFloat(0, MAX_TIMEOUT_SECONDS), default=None, metavar="SECONDS",
               envvar="ANALYZER_TIMEOUT",
               help="Stop a trace's analysis after SECONDS and name the stage that ran away (default: none).")
 @accepted_options
@@ -262,7 +262,7 @@ def _format_from_output(output: Path | None) -> str:
 def _mount_subcommands() -> None:
     """Subcommands live with their layer; mount them if importable."""
     try:
-        from analyzer.rules.cli import rules as rules_group
+        from analyzer.commands.rules import rules as rules_group
 
         cli.add_command(rules_group, "rules")
     except ImportError:  # pragma: no cover - layer not present

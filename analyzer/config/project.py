@@ -142,6 +142,8 @@ def read_config(path: Path) -> ProjectConfig:
         raise ConfigError(f"invalid TOML: {message}", file=shown, line=line) from None
     except RecursionError:
         raise ConfigError("invalid TOML: nested too deeply", file=shown) from None
+    except ValueError as err:  # a value tomllib cannot build: an integer of 4,300+ digits
+        raise ConfigError(f"invalid TOML: a value cannot be read ({str(err).split(';')[0]})", file=shown) from None
     table: tuple[str, ...] = TABLE if path.name == "pyproject.toml" else ()
     values: Any = data
     for part in table:

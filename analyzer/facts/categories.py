@@ -38,7 +38,7 @@ def load_categories(path: str | Path | None = None) -> tuple[Category, ...]:
     """Read and compile a category table; a bad file raises :class:`InputError` naming the problem."""
     file = Path(path) if path else DEFAULT_CATEGORIES_FILE
     from analyzer.errors import RuleError
-    from analyzer.rules.yamlsafe import load_yaml
+    from analyzer.yamlsafe import load_yaml
 
     try:  # the rule files' safe reader: no aliases (no billion laughs), no tags, at most 1 MiB
         doc = load_yaml(file)

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analyzer.loading.columns import TextCodes, take
+from analyzer.loading.columns import TextCodes, key_groups, take
 
 NONE = -1
 
@@ -70,13 +70,11 @@ def nest_ranges(
 def _groups(key: np.ndarray) -> list[np.ndarray]:
     """Row indices grouped by ``key`` (one array per distinct value in ascending key order, rows in
     ascending order); few distinct keys (threads, processes) are found by comparison, not by a sort of
-    the column (:func:`~analyzer.facts._util.key_groups`)."""
+    the column (:func:`~analyzer.loading.columns.key_groups`)."""
     if len(key) == 0:
         return []
     if (key == key[0]).all():
         return [np.arange(len(key), dtype=np.int64)]
-    from analyzer.facts._util import key_groups
-
     order, starts, ends = key_groups(key)
     return [order[a:b] for a, b in zip(starts.tolist(), ends.tolist())]
 

@@ -649,24 +649,32 @@ class _KinetoLoader:
                              hint="pass a trace written by torch.profiler (export_chrome_trace or "
                                   "tensorboard_trace_handler)")
         untimed = [0]
+        quality = _Quality()
 
-        def group(cats: frozenset[str], phase_mask: np.ndarray | None = None) -> _Group:
+        def group(cats: frozenset[str], phase_mask: np.ndarray | None = None, label: str = "event") -> _Group:
             wanted = [i for i, c in enumerate(cat_names) if c in cats]
             mask = (is_x if phase_mask is None else phase_mask) & np.isin(cat_codes, wanted)
             idx = np.flatnonzero(mask)
             evs = [events[i] for i in idx.tolist()]
             start = parse_timestamps_ns([e.ts for e in evs])
-            dur = np.rint(np.nan_to_num(_floats([e.dur for e in evs]), nan=0.0) * 1000.0).astype(np.int64)
             timed = start >= 0
             if not timed.all():  # an event without a usable timestamp cannot be placed: left out
+                negative = [bytes(e.ts).lstrip().startswith(b"-") for e, ok in zip(evs, timed.tolist()) if not ok]
+                quality.add("negative_ts", label, sum(negative))
                 untimed[0] += int((~timed).sum())
                 evs = [e for e, ok in zip(evs, timed.tolist()) if ok]
-                start, dur = start[timed], dur[timed]
-            return _Group(evs, start, np.maximum(dur, 0))
+                start = start[timed]
+            dur_ns = np.nan_to_num(_floats([e.dur for e in evs]), nan=0.0) * 1000.0
+            negative_dur = dur_ns < 0
+            huge_dur = dur_ns >= 2.0**63  # past int64 nanoseconds (2^64 would wrap); inf too
+            quality.add("negative_dur", label, int(negative_dur.sum()))
+            quality.add("huge_dur", label, int(huge_dur.sum()))
+            dur = np.rint(np.where(negative_dur | huge_dur, 0.0, dur_ns)).astype(np.int64)
+            return _Group(evs, start, dur)
 
-        kernels = group(KERNEL_CATS)
-        memcpy = group(MEMCPY_CATS)
-        memset = group(MEMSET_CATS)
+        kernels = group(KERNEL_CATS, label="kernel")
+        memcpy = group(MEMCPY_CATS, label="memcpy")
+        memset = group(MEMSET_CATS, label="memset")
         if len(kernels.events) + len(memcpy.events) + len(memset.events) == 0:
             if untimed[0]:
                 raise InputError(self.shown, f"no GPU operation carries a usable timestamp (ts) ({untimed[0]:,} without)",
@@ -676,20 +684,20 @@ class _KinetoLoader:
                 raise InputError(self.shown, f"the trace records {', '.join(other)} activity, which this analyzer "
                                  "does not read (no CUDA kernel, gpu_memcpy or gpu_memset events)",
                                  hint="profile a CUDA (or ROCm) run")
-        runtime = group(RUNTIME_CATS)
-        driver = group(DRIVER_CATS)
+        runtime = group(RUNTIME_CATS, label="CUDA API call")
+        driver = group(DRIVER_CATS, label="CUDA API call")
         if len(kernels.events) + len(memcpy.events) + len(memset.events) == 0:
             raise _no_gpu_activity(self.shown, present, runtime, driver)
-        ranges = group(RANGE_CATS)
-        syncs = group(SYNC_CATS)
-        spans = group(frozenset({"Trace"}))
+        ranges = group(RANGE_CATS, label="range")
+        syncs = group(SYNC_CATS, label="synchronization")
+        spans = group(frozenset({"Trace"}), label="trace span")
         flows = group(FLOW_CATS, np.isin(ph_codes, [i for i, p in enumerate(ph_names) if p in ("s", "f", "t")]))
         starts = np.concatenate([g.start for g in (kernels, memcpy, memset, runtime, driver, ranges, syncs, spans)])
         origin = int(starts.min())
         ends = [g.end for g in (kernels, memcpy, memset, runtime, driver, ranges, syncs) if len(g.start)]
         last = int(max((int(e.max()) for e in ends), default=origin))
-        pyfuncs = group(frozenset({"python_function"}))
-        instants = group(frozenset({"cpu_instant_event"}), ph_codes == _code(ph_names, "i"))
+        pyfuncs = group(frozenset({"python_function"}), label="Python call")
+        instants = group(frozenset({"cpu_instant_event"}), ph_codes == _code(ph_names, "i"), label="memory event")
         for g in (kernels, memcpy, memset, runtime, driver, ranges, syncs, flows, pyfuncs, instants):
             g.start = g.start - origin
         self.say(f"torch.profiler trace: {len(kernels.events):,} kernels, {len(memcpy.events):,} copies, "
@@ -746,8 +754,12 @@ class _KinetoLoader:
                 "trace_name": doc.traceName if isinstance(doc.traceName, str) else None,
                 "distributed_info": doc.distributedInfo if isinstance(doc.distributedInfo, dict) else None,
                 "ops_without_launch": int((kernel_frame["api_name"] == "").sum()) if len(kernel_frame) else 0,
+                "out_of_range": quality.counts(),
             },
         }
+        note = quality.note()
+        if note:
+            extras["notes"] = [note]
         return Trace(info=info, kernels=kernel_frame, memcpy=memcpy_frame, memset=memset_frame, api=api_frame,
                      sync=sync_frame, nvtx=nvtx, gpus=gpus, processes=processes, threads=thread_frame,
                      stacks=stacks, api_stacks=api_stacks, memory=memory_frame, extras=extras)
@@ -995,6 +1007,38 @@ class _KinetoLoader:
             threads = empty_frame(THREAD_COLUMNS)
         return (text_as_object(processes.sort_values("pid", ignore_index=True)),
                 text_as_object(threads.sort_values(["pid", "tid"], ignore_index=True)))
+
+
+class _Quality:
+    """Values out of range in a torch.profiler trace, counted by kind and event kind, so that the one
+    note the report shows says what was changed: a negative ``dur`` and one past 64-bit nanoseconds
+    (``2^64``) count as 0, an event with a negative ``ts`` cannot be placed and is left out."""
+
+    _WHAT = {"negative_dur": "a negative duration (dur), counted as 0",
+             "huge_dur": "a duration (dur) too large for 64-bit nanoseconds, counted as 0",
+             "negative_ts": "a negative timestamp (ts), left out"}
+
+    def __init__(self) -> None:
+        self._counts: dict[str, dict[str, int]] = {kind: {} for kind in self._WHAT}
+
+    def add(self, kind: str, label: str, n: int) -> None:
+        if n:
+            self._counts[kind][label] = self._counts[kind].get(label, 0) + n
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        return {kind: dict(by) for kind, by in self._counts.items() if by}
+
+    def note(self) -> str | None:
+        parts = []
+        for kind, what in self._WHAT.items():
+            by = self._counts[kind]
+            if by:
+                events = ", ".join(f"{n:,} {label}{'' if n == 1 else 's'}" for label, n in by.items())
+                parts.append(f"{events} with {what}")
+        if not parts:
+            return None
+        return ("Data quality: this torch.profiler trace has values out of range: " + "; ".join(parts)
+                + ". Kernel counts and times below leave those out or count them as 0.")
 
 
 def _no_gpu_activity(shown: Path, cats: set[str], runtime: _Group, driver: _Group) -> InputError:

@@ -44,7 +44,7 @@ from analyzer.rules.overrides import apply_overrides, check_bounds, set_paramete
 from analyzer.rules.selection import SelectorError, resolve
 from analyzer.rules.templates import compile_template
 from analyzer.rules.units import UNITS, UnitError, parse_quantity
-from analyzer.rules.yamlsafe import LineDict, LineList, load_yaml
+from analyzer.yamlsafe import LineDict, LineList, load_yaml
 
 VERSION = 1
 DEFAULT_PACK = Path(__file__).parent / "packs" / "default.yaml"
@@ -98,6 +98,9 @@ def resolve_pack_ref(ref: str | Path, base: Path | None = None) -> Path:
     text = str(ref)
     if text in BUILTIN_PACKS:
         return BUILTIN_PACKS[text]
+    if "\0" in text:
+        shown = text.replace("\0", "\\0")
+        raise UnsafeRuleError(f'the rule pack path "{shown}" holds a NUL byte', hint="name a rule file or folder")
     path = Path(text).expanduser()
     return path if path.is_absolute() or base is None else base / path
 
@@ -185,6 +188,10 @@ class _Composer:
             return
         extends = self.loader.string_list(doc, "extends", file, None) if "extends" in doc else []
         for ref in extends:
+            if "\0" in ref:
+                self.loader.problems.append(RuleError("a path in extends: holds a NUL byte", file=file,
+                                                      line=doc.line_of("extends"), hint="name a rule file or folder"))
+                continue
             self.include(resolve_pack_ref(ref, path.parent), (*chain, key), (file, doc.line_of("extends")))
         self.files.append(file)
         own = self.loader.rules_of(doc, file, required=not extends and not self._edits(doc))

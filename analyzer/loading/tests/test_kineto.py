@@ -432,3 +432,30 @@ def test_short_name_of_a_huge_name_takes_seconds():
     t = time.perf_counter()
     assert kernel_short_name(name) == "huge"
     assert time.perf_counter() - t < 8  # 3 s on 2 shared cores; the per-character loop took 30 s
+
+
+def test_values_out_of_range_are_counted_and_noted_once(tmp_path):
+    """A negative ``dur``, a ``dur`` of 2^64 and a negative ``ts`` (issue 33: clamped to 0, wrapped to
+    0 and dropped, all silently) are counted, and the report says so in one note."""
+    from analyzer.pipeline import AnalysisOptions, analyze_paths
+    from analyzer.reports import build_report, render
+
+    doc = json.loads(gzip.open(DATA_DIR / "kineto" / "healthy.pt.trace.json.gz").read())
+    kernels = [e for e in doc["traceEvents"] if e.get("cat") == "kernel"]
+    calls = [e for e in doc["traceEvents"] if e.get("cat") == "cuda_runtime"]
+    kernels[1]["dur"], kernels[2]["dur"], kernels[3]["ts"] = -5, 2**64, -12.5
+    calls[0]["dur"] = -1
+    path = tmp_path / "out_of_range.pt.trace.json"
+    path.write_text(json.dumps(doc))
+    trace = load_trace(path)
+    assert len(trace.kernels) == len(kernels) - 1
+    assert trace.extras["kineto"]["out_of_range"] == {
+        "negative_dur": {"kernel": 1, "CUDA API call": 1}, "huge_dur": {"kernel": 1}, "negative_ts": {"kernel": 1}}
+    (note,) = trace.extras["notes"]
+    assert "1 kernel, 1 CUDA API call with a negative duration (dur), counted as 0" in note
+    assert "too large for 64-bit nanoseconds" in note and "1 kernel with a negative timestamp (ts), left out" in note
+    report = build_report(analyze_paths([path], AnalysisOptions()))
+    for fmt in ("md", "json", "html"):
+        assert render(report, fmt).count("Data quality: this torch.profiler trace") == 1, fmt
+    healthy = load_trace(DATA_DIR / "kineto" / "healthy.pt.trace.json.gz")
+    assert "notes" not in healthy.extras and not healthy.extras["kineto"]["out_of_range"]

@@ -141,10 +141,17 @@ def load_yaml_text(text: str, file: str, kind: str = "rule file") -> Any:
     """Parse ``text`` (named ``file`` in errors) with the safe, line-recording loader."""
     if len(text.encode("utf-8")) > MAX_DOCUMENT_BYTES:
         raise UnsafeRuleError(f"{kind} is over the {MAX_DOCUMENT_BYTES} byte limit", file=file)
+    try:
+        loader = _Loader(text)  # its reader refuses NUL and other control characters right away
+    except yaml.reader.ReaderError as err:
+        line = text.count("\n", 0, err.position) + 1
+        char = f"U+{err.character:04X}" if isinstance(err.character, int) else repr(err.character)
+        raise RuleError(f"invalid YAML: character {char} is not allowed in a {kind}",
+                        file=file, line=line, hint="YAML text holds no NUL or other control characters") from None
     fast = _load_fast(text)
     if fast is not None:
+        loader.dispose()
         return fast
-    loader = _Loader(text)
     try:
         documents = []
         while loader.check_data():
@@ -167,6 +174,9 @@ def load_yaml_text(text: str, file: str, kind: str = "rule file") -> Any:
         raise RuleError(f"invalid YAML: {err.problem or err.context}", file=file, line=line) from None
     except (yaml.YAMLError, RecursionError) as err:
         raise RuleError(f"invalid YAML: {type(err).__name__}", file=file) from None
+    except ValueError as err:  # a scalar the constructor cannot build: an integer of 4,300+ digits
+        raise RuleError(f"invalid YAML: a value cannot be read ({str(err).split(';')[0]})", file=file,
+                        hint="numbers in a rule file are short") from None
     finally:
         loader.dispose()
     if len(documents) != 1:
