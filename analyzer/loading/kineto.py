@@ -697,7 +697,7 @@ class _KinetoLoader:
         ends = [g.end for g in (kernels, memcpy, memset, runtime, driver, ranges, syncs) if len(g.start)]
         last = int(max((int(e.max()) for e in ends), default=origin))
         pyfuncs = group(frozenset({"python_function"}), label="Python call")
-        instants = group(frozenset({"cpu_instant_event"}), ph_codes == _code(ph_names, "i"), label="memory event")
+        instants = group(frozenset({"cpu_instant_event"}), ph_codes == _code(ph_names, "i"), label="instant event")
         for g in (kernels, memcpy, memset, runtime, driver, ranges, syncs, flows, pyfuncs, instants):
             g.start = g.start - origin
         self.say(f"torch.profiler trace: {len(kernels.events):,} kernels, {len(memcpy.events):,} copies, "
