@@ -310,10 +310,42 @@ def analyze_ncu(
     skipped = tuple((r.name, NO_TIMELINE) for r in pack.rules if not set(r.requires) <= NCU_FACTS)
     ncu_pack = pack.select([r.id for r in applicable]) if len(applicable) != len(pack.rules) else pack
     store = FactStore(trace, window, dict(options.fact_options))
+    unread = unread_ncu_metrics(store, ncu_pack)
+    if unread:
+        names = {n.rule for n in unread}
+        ncu_pack = ncu_pack.select([r.id for r in ncu_pack.rules if r.name not in names])
     if progress:
         progress(f"{trace.name}: evaluating {len(ncu_pack.rules)} rules")
     findings = _evaluate(ncu_pack, store) if ncu_pack.rules else []
-    return _analysis(store, findings, pack, parameters_of=ncu_pack, ncu=trace.extras["ncu"], not_applicable=skipped)
+    return _analysis(store, findings, pack, parameters_of=ncu_pack, ncu=trace.extras["ncu"], not_applicable=skipped,
+                     not_checked=unread)
+
+
+def unread_ncu_metrics(store: Any, pack: Any) -> list[NotChecked]:
+    """Rules over Nsight Compute facts that judge a metric the report holds no value for in any profiled
+    launch (every throughput column empty: a metric set without them, or metrics ncu could not read),
+    as :class:`~analyzer.findings.NotChecked`: such a rule cannot fire, and its silence is no "no problem"."""
+    import pandas as pd
+
+    from analyzer.facts.ncu import NCU_DERIVED_FROM
+
+    out: list[NotChecked] = []
+    for rule in pack.rules:
+        if rule.source not in NCU_FACTS:
+            continue
+        frame = store.get(rule.source)
+        if frame.empty:
+            continue
+        judged = set(rule.columns) - set(rule.evidence.columns) - set(rule.key_columns)
+        judged |= {src for c in judged for src in NCU_DERIVED_FROM.get(c, ())}
+        empty = sorted(c for c in judged if c in frame.columns and pd.api.types.is_numeric_dtype(frame[c])
+                       and bool(frame[c].isna().all()))
+        if empty:
+            why = (f"the report holds no value for {', '.join(empty)} in any of its {len(frame):,} profiled "
+                   "launches (left out of the metric set, not readable, or not derivable for this GPU)")
+            out.append(NotChecked(rule=rule.name, id=rule.id, title=rule.title, severity=rule.severity,
+                                  missing=(("ncu_metrics", why),)))
+    return out
 
 
 def rules_label(pack: Any) -> str:

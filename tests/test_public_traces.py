@@ -184,3 +184,21 @@ def test_a_folder_of_ncu_csvs_works_like_the_files(tmp_path, pack):
     for a, b in zip(together, alone):
         assert [(f.rule, f.message) for f in a.findings] == [(f.rule, f.message) for f in b.findings]
         assert a.findings
+
+
+def test_ncu_report_whose_throughput_metrics_are_empty_is_not_no_problems(pack):
+    """AveryClapp/ESMM-Research's profile.ncu-rep (ncu 2023.1.1, A10G): every throughput column is empty
+    in all 12 launches, so the bound rules cannot judge a kernel. It said 'No problems found'; the rules
+    are now listed as not run, naming the empty metrics, and the verdict says so."""
+    from analyzer.loading.tests.test_nsys_public import PUBLIC as SHARED
+    from analyzer.reports.viewmodel import build_report
+
+    path = SHARED / "AveryClapp__ESMM-Research__profile.ncu-rep"
+    if not path.is_file():
+        pytest.skip(f"{path} is absent")
+    (a,) = analyze_paths([path], AnalysisOptions(), pack=pack)
+    skipped = {n.rule: n.reason for n in a.not_checked}
+    for rule in ("memory-bound", "compute-bound", "latency-bound"):
+        assert "sm_throughput_pct" in skipped[rule] and "memory_throughput_pct" in skipped[rule]
+    verdict = build_report([a]).verdict
+    assert not verdict.startswith("No problems found") and "5 rules not run" in verdict

@@ -614,14 +614,15 @@ def _explained_text(ex: Explained, window_ns: int) -> str:
 
 
 def _verdict(findings: list[Finding], window_ns: int, busy_share: float | None,
-             devices: int = 1) -> tuple[str, int, int | None]:
+             devices: int = 1, not_checked: int = 0) -> tuple[str, int, int | None]:
     """One line: what is wrong, in plain words, and what it is worth.
 
     It leads with the biggest cause (the first row of the findings table: :func:`report_order`) in
     its rule's plain words (``verdict:``), then the total: the union of the counted causes' time
     (:mod:`analyzer.impacts`: time two findings share counts once), and what the causes explain of each
     symptom (low utilization...), which is never added. Percentages are of the analysis window (of
-    the window times the GPUs when several did work)."""
+    the window times the GPUs when several did work). ``not_checked``: rules not run for want of data;
+    without problems the line says so instead of a plain "No problems found"."""
     accepted = sum(1 for f in findings if f.severity >= Severity.WARNING and not f.counts)
     ordered = report_order(findings)
     problems = [f for f in ordered if is_problem(f)]
@@ -633,6 +634,9 @@ def _verdict(findings: list[Finding], window_ns: int, busy_share: float | None,
             text = f"No cause found for the symptom: {s.headline or s.message}"
         else:
             text = f"No {'new ' if accepted else ''}problems found in {fmt_duration(window_ns)} analyzed"
+        if not_checked and not symptoms:
+            text = (f"{plural(not_checked, 'rule')} not run (see 'Not available'); the others found no "
+                    f"{'new ' if accepted else ''}problem in {fmt_duration(window_ns)} analyzed")
         if busy_share is not None:
             text += f"; GPU busy {fmt_share(busy_share)}"
         if accepted:
@@ -1246,7 +1250,8 @@ def with_findings(section: TraceSection, findings: list[Finding], limits: Limits
     (``--write-accepted``) are shown through this."""
     h = section.header
     views, _ = _finding_views(findings, h.analyzed_ns, f"t{section.index}-", limits or Limits())
-    verdict, problems, impact = _verdict(findings, h.analyzed_ns, h.gpu_busy_share, h.device_count)
+    verdict, problems, impact = _verdict(findings, h.analyzed_ns, h.gpu_busy_share, h.device_count,
+                                         not_checked=len(section.not_checked))
     summed, tally = _tally(findings, impact)
     counts = {s: 0 for s in _SEVERITY_ORDER}
     for f in findings:
@@ -1279,7 +1284,8 @@ def _section(analysis: Analysis, index: int, multi: bool, limits: Limits) -> Tra
         kernel_ns, kernel_count = _kernel_time(analysis)
     prefix = f"t{index}-" if multi else ""
     findings, _ = _finding_views(analysis.findings, window.duration_ns, prefix, limits)
-    verdict, problems, impact = _verdict(analysis.findings, window.duration_ns, busy_share, devices)
+    verdict, problems, impact = _verdict(analysis.findings, window.duration_ns, busy_share, devices,
+                                         not_checked=len(getattr(analysis, "not_checked", ()) or ()))
     summed, tally = _tally(analysis.findings, impact)
     counts = {s: 0 for s in _SEVERITY_ORDER}
     for f in analysis.findings:

@@ -48,6 +48,8 @@ def frame(columns: tuple[str, ...], rows: list[dict] | None = None) -> pd.DataFr
     for c in columns:
         if c not in df:
             df[c] = _DEFAULTS.get(c, 0)
+        elif c in _DEFAULTS and df[c].isna().any():  # a key some rows leave out: its default, as above
+            df[c] = df[c].fillna(_DEFAULTS[c]).infer_objects()
     if "name" in columns and "short_name" in columns:
         df["name"] = np.where(df["name"] == "", df["short_name"], df["name"])
     if "range_id" in columns:
