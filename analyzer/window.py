@@ -30,7 +30,9 @@ setup; calling that idle GPU time cries wolf. So rules look at a window, chosen 
    at the change point that best splits "does not repeat" from "repeats" (fewest matches before plus
    fewest mismatches after, one cumulative sum). Because ``label[i]`` is compared with the op one
    period earlier, the first steady iteration is also left out, as in 1. At least 3 periods must
-   remain, with >= 60 % of ops repeating.
+   remain, with >= 60 % of ops repeating. When no candidate repeats, the spacings of the rarest labels
+   of the second half are tried (a capture ending inside an iteration ends on ops that recur many
+   times per iteration, whose last occurrences all lie in the last iteration).
 3. Otherwise the whole GPU activity span (first op start to last op end), judged as one pass: a capture
    without repeated GPU work (model loading, one serving step, a single forward) has no steady state and
    no setup to leave out, and rules about what a loop repeats do not apply to it (the window's
@@ -415,37 +417,20 @@ def _periodic(trace: Trace, ops: pd.DataFrame, exclude: tuple[str, ...]) -> tupl
     for i in range(n - 1, max(n - 9, -1), -1):  # the last 8 ops only
         prev = np.flatnonzero(codes[:i] == codes[i])[-32:]
         cands.update((i - prev).tolist())
-    # a capture that ends inside an iteration ends on ops that recur many times per iteration (the
-    # same convolution in every block): their last occurrences are all in the last iteration. The
-    # spacing of the rarest labels of the second half (the loss, the optimizer, the batch copy) gives
-    # the iteration length there
-    half = n // 2
-    counts = np.bincount(codes[half:])
-    rare = [int(c) for c in np.argsort(counts, kind="stable") if counts[c] >= 3][:32]
-    spaced: set[int] = set()
-    for lab in rare:
-        spaced.add(int(np.median(np.diff(np.flatnonzero(codes == lab)[-32:]))))
     cands = {p for p in cands if 0 < p <= n // 3}
-    spaced = {p for p in spaced if 0 < p <= n // 3}
-    if not cands and not spaced:
+    found = _steady(codes, sorted(cands)[:64])
+    if found is None:
+        # a capture that ends inside an iteration ends on ops that recur many times per iteration (the
+        # same convolution in every block): their last occurrences are all in the last iteration. The
+        # spacing of the rarest labels of the second half (the loss, the optimizer, the batch copy)
+        # gives the iteration length there
+        counts = np.bincount(codes[n // 2:])
+        rare = [int(c) for c in np.argsort(counts, kind="stable") if counts[c] >= 3][:32]
+        spaced = {int(np.median(np.diff(np.flatnonzero(codes == lab)[-32:]))) for lab in rare}
+        found = _steady(codes, sorted(p for p in spaced if 0 < p <= n // 3))
+    if found is None:
         return None
-    rates = {}
-    for p in sorted(set(sorted(cands)[:64]) | spaced):
-        h = max(p, half)
-        rates[p] = float(np.mean(codes[h:] == codes[h - p: n - p]))
-    best = max(rates.values())
-    if best < MIN_PERIODIC_MATCH:
-        return None
-    period = min(p for p, r in rates.items() if r >= best - 0.05)
-    match = codes[period:] == codes[:-period]
-    cm = np.concatenate(([0], np.cumsum(match)))
-    total = len(match)
-    s = np.arange(total + 1)
-    cost = cm[s] + ((total - s) - (cm[-1] - cm[s]))  # matches before s + mismatches from s on
-    split = int(np.argmin(cost))
-    first_op = split + period
-    if n - first_op < 3 * period or float(np.mean(match[split:])) < MIN_PERIODIC_MATCH:
-        return None
+    period, split, first_op, match = found
     start = int(ops["start"].iat[first_op])
     note = ""
     if exclude and not trace.nvtx.empty:
@@ -465,12 +450,41 @@ def _periodic(trace: Trace, ops: pd.DataFrame, exclude: tuple[str, ...]) -> tupl
     return start, desc, _period_spans(ops, head, iteration, start, what)
 
 
+def _steady(codes: np.ndarray, cands: list[int]) -> tuple[int, int, int, np.ndarray] | None:
+    """The repeating period among ``cands`` (the smallest with a near-best match rate over the second half)
+    and where the repetition starts: ``(period, split, first op of the steady state, matches)``, or None
+    when none repeats well enough for at least 3 periods."""
+    n = len(codes)
+    if not cands:
+        return None
+    half = n // 2
+    rates = {}
+    for p in cands:
+        h = max(p, half)
+        rates[p] = float(np.mean(codes[h:] == codes[h - p: n - p]))
+    best = max(rates.values())
+    if best < MIN_PERIODIC_MATCH:
+        return None
+    period = min(p for p, r in rates.items() if r >= best - 0.05)
+    match = codes[period:] == codes[:-period]
+    cm = np.concatenate(([0], np.cumsum(match)))
+    total = len(match)
+    s = np.arange(total + 1)
+    cost = cm[s] + ((total - s) - (cm[-1] - cm[s]))  # matches before s + mismatches from s on
+    split = int(np.argmin(cost))
+    first_op = split + period
+    if n - first_op < 3 * period or float(np.mean(match[split:])) < MIN_PERIODIC_MATCH:
+        return None
+    return period, split, first_op, match
+
+
 def _iteration(codes: np.ndarray, first_op: int, period: int, rate: float) -> tuple[int, int, int | None]:
     """The loop iteration in ops, which the smallest repeating period often is not: a training step's
     op sequence repeats per layer too (the chooser above may find one layer, 9 ops, in a 234-op
     step). The op label that occurs fewest times in the steady state (the batch's host-to-device copy,
-    the loss, the optimizer) marks iterations: when it recurs at a regular spacing ``L`` (a multiple
-    of ``period``, at least 3 times) and the sequence repeats with ``L`` at least as well as with
+    the loss, the optimizer) marks iterations: when it recurs at a regular spacing ``L`` (longer than
+    ``period``, at least 3 times; not necessarily a multiple of it: an iteration holds its layers plus
+    the embedding, loss and optimizer) and the sequence repeats with ``L`` at least as well as with
     ``period``, the iteration is ``L`` ops starting at that label's first occurrence. Returns
     ``(ops per iteration, index of the first iteration's first op, the marking label's code or None)``."""
     n = len(codes)
@@ -482,10 +496,10 @@ def _iteration(codes: np.ndarray, first_op: int, period: int, rate: float) -> tu
         pos = np.flatnonzero(tail == lab)
         spacing = np.diff(pos)
         size = int(np.median(spacing))
-        if size < period:
-            break  # the rarest label repeats more often than the period: the period is the iteration
+        if size <= period:
+            break  # the rarest label repeats every period: the period is the iteration
         head = first_op + int(pos[0])
-        if size % period or float(np.mean(spacing == size)) < 0.8 or (n - head) // size < 3:
+        if float(np.mean(spacing == size)) < 0.8 or (n - head) // size < 3:
             continue
         h = max(size, head)
         if float(np.mean(codes[h:] == codes[h - size: n - size])) >= rate - 0.02:

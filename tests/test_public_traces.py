@@ -202,3 +202,24 @@ def test_ncu_report_whose_throughput_metrics_are_empty_is_not_no_problems(pack):
         assert "sm_throughput_pct" in skipped[rule] and "memory_throughput_pct" in skipped[rule]
     verdict = build_report([a]).verdict
     assert not verdict.startswith("No problems found") and "5 rules not run" in verdict
+
+
+@pytest.mark.parametrize("name", ["small_training_ctx128", "medium_forward_ctx128", "host_sync_fixed"])
+def test_a_loop_without_nvtx_gets_its_iterations_from_the_periodic_steady_state(name):
+    """A training loop recorded without NVTX (a library loop such as Hugging Face's Trainer): the
+    transformer training traces got no steady state at all ('whole GPU activity span') and the forward
+    ones got one layer (33 ops) as a 'step'. The iteration is now the op sequence between two
+    occurrences of the rarest label even when it is no multiple of the layer's period: exactly the ops
+    one NVTX step launches (1271 / 803 / 1222)."""
+    from analyzer.testing import real_trace
+    from analyzer.window import _launch_times, _ops
+
+    trace = load_trace(real_trace(name))
+    steps = choose_window(trace).steps
+    ops = _ops(trace)
+    launch = _launch_times(ops)
+    per_step = {int(((launch >= a) & (launch < b)).sum()) for a, b in zip(steps.starts, steps.ends)}
+    trace.nvtx = trace.nvtx.iloc[0:0]
+    w = choose_window(trace)
+    assert w.steps is not None and w.steps.source == "periodic"
+    assert per_step == {w.steps.period} and len(w.steps) >= 3

@@ -25,6 +25,7 @@ from analyzer.analysis import Window, step_spans
 from analyzer.facts._util import column, generic_path, text, union_intervals
 from analyzer.facts.comm import JobRankContext
 from analyzer.facts.nccl_nvtx import internal_ranges
+from analyzer.facts.registry import UnknownFactError
 from analyzer.findings import Finding
 from analyzer.job.ranks import RankHint, rank_hint
 from analyzer.loading.model import Trace
@@ -351,7 +352,7 @@ def phase_gpu_per_step(store: Any, steps: int) -> dict[str, float]:
     """GPU ns per step of each phase directly inside the step (``step_N/forward`` -> ``forward``)."""
     try:
         proj = store.get("nvtx_projection")
-    except KeyError:
+    except UnknownFactError:
         return {}
     if proj.empty or steps <= 0:
         return {}

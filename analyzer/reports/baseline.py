@@ -29,6 +29,7 @@ import pandas as pd
 
 from analyzer.analysis import Analysis
 from analyzer.errors import InputError
+from analyzer.facts.registry import UnknownFactError
 from analyzer.reports.values import flat_parameters, gpu_label
 
 #: Caps on what one JSON report carries for a diff (rows beyond are summed into ``other_ns``).
@@ -161,6 +162,8 @@ class RunSummary:
     # the fastest growth per step (Theil-Sen slope, whole bytes) of a GPU with two steps or more
     memory_peak_bytes: int | None = None
     memory_growth_bytes: int | None = None
+    #: a multi-GPU job: its :class:`analyzer.diff.jobs.JobSummary` (the run is then the job as one run)
+    job: Any = None
 
     # -- JSON --------------------------------------------------------------------------------------
     def baseline_dict(self) -> dict[str, Any]:
@@ -267,7 +270,7 @@ def summarize(analysis: Analysis) -> RunSummary:
     def get(name: str) -> pd.DataFrame | None:
         try:
             return analysis.facts.get(name)
-        except KeyError as err:
+        except UnknownFactError as err:
             notes.append(f"fact {name!r} not available: {err}")
             return None
 

@@ -186,7 +186,7 @@ def _verdict(job: Any, findings: tuple[FindingView, ...], rank_sections: list[An
 def build_job_report(job: Any, *, title: str | None = None, created: datetime | None = None,
                      limits: Limits = Limits()) -> ReportView:
     """The report of a multi-GPU job: the job section first, then one section per rank."""
-    from analyzer import __version__
+    from analyzer._version import __version__
 
     sections = []
     anchors: dict[int, str] = {}

@@ -12,8 +12,16 @@ from collections.abc import Iterable
 
 from markupsafe import Markup
 
-from analyzer.reports.format import fmt_duration, fmt_float, fmt_pct, fmt_share, fmt_si, truncate
-from analyzer.reports.viewmodel import BarChart, PairedBar, RooflineChart, UtilizationChart
+from analyzer.reports.format import fmt_duration, fmt_float, fmt_impact_pct, fmt_pct, fmt_share, fmt_si, truncate
+from analyzer.reports.viewmodel import (
+    BREAKDOWN_CAUSES,
+    BarChart,
+    BreakdownBar,
+    PairedBar,
+    RooflineChart,
+    UtilizationChart,
+    cause_label,
+)
 
 # Okabe-Ito palette (distinguishable with the common colour-vision deficiencies).
 BLUE, ORANGE, SKY, GREEN, YELLOW, NAVY, VERMILLION, PURPLE = (
@@ -207,6 +215,47 @@ def bars_svg(chart: BarChart, width: float = 560.0) -> Markup:
         body.append(_text(left + w + 6, y + 14, f"{fmt_duration(b.value)} \u00b7 {fmt_share(b.share)}", fill=MUTED))
     height = 8 + row * max(1, len(chart.bars))
     return _svg(width, height, chart.title, body, "bars")
+
+
+#: one colour per breakdown cause: busy time in blues/greens, what held the GPU back in warm colours
+CAUSE_COLOURS = {
+    "compute": BLUE, "exposed_comm": PURPLE, "exposed_copy": SKY, "launch_bound": ORANGE,
+    "host_sync": VERMILLION, "host_work": YELLOW, "wait_other": GREEN, "setup": NAVY, "unknown": GRID,
+}
+
+
+def cause_colour(cause: str) -> str:
+    return CAUSE_COLOURS.get(cause, MUTED)
+
+
+def breakdown_svg(bars: tuple[BreakdownBar, ...], title: str, width: float = 960.0) -> Markup:
+    """Stacked horizontal bars of the timeline breakdown (one per step, NVTX range or the window), on one
+    time scale, with a legend of the causes drawn; each part's tooltip gives its time and share."""
+    left, right, row, top = 240.0, 90.0, 22.0, 24.0
+    plot_w = width - left - right
+    peak = max((b.total_ns for b in bars), default=0) or 1
+    drawn = {c for b in bars for c, _ in b.parts}
+    body: list[str] = []
+    x = left
+    for cause, label in [*BREAKDOWN_CAUSES, *((c, cause_label(c)) for c in sorted(drawn - set(CAUSE_COLOURS)))]:
+        if cause not in drawn:
+            continue
+        body.append(_rect(x, 4, 10, 10, cause_colour(cause)))
+        body.append(_text(x + 14, 13, label, fill=MUTED))
+        x += 24 + 6.2 * len(label)
+    for i, b in enumerate(bars):
+        y = top + i * row
+        body.append(_text(left - 8, y + 13, truncate(b.label, 38), anchor="end"))
+        bx = left
+        for cause, ns in b.parts:
+            w = plot_w * ns / peak
+            share = 100.0 * ns / b.total_ns if b.total_ns else 0.0
+            body.append(_rect(bx, y + 3, w, row - 7, cause_colour(cause), cls="bar",
+                              title=f"{b.label}: {cause_label(cause)} {fmt_duration(ns)} ({fmt_impact_pct(share)})"))
+            bx += w
+        body.append(_text(bx + 5, y + 13, fmt_duration(b.total_ns), fill=MUTED, size=10))
+    height = top + row * max(1, len(bars))
+    return _svg(width, height, title, body, "breakdown")
 
 
 def paired_svg(pairs: tuple[PairedBar, ...], width: float = 960.0) -> Markup:

@@ -4,7 +4,7 @@ Everything a rendering shows is decided here (what to show, in which order, capp
 Markdown and JSON renderers only format. The view model holds aggregates and capped tables only, so a
 report of a 10M-kernel trace is as small as one of a 10-kernel trace.
 
-A fact that is not registered yet (``facts.get`` raises ``KeyError``) or that lacks a column this module
+A fact that is not registered yet (``facts.get`` raises :class:`~analyzer.facts.registry.UnknownFactError`) or that lacks a column this module
 needs does not fail the report: its section is omitted and :attr:`TraceSection.notes` says why. The
 optional ``phases`` fact and Nsight Compute data (``Analysis.ncu``) add sections only when present.
 """
@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from analyzer.analysis import Analysis
+from analyzer.facts.registry import UnknownFactError
 from analyzer.findings import Finding, Severity
 from analyzer.impacts import Explained, explain, is_problem, is_symptom, report_order, union_adds
 from analyzer.reports.format import fmt_bytes, fmt_duration, fmt_impact_pct, fmt_ms, fmt_share, plural, truncate
@@ -52,6 +53,9 @@ class Limits:
     nvtx_lane_threads: int = 2  # lanes of top-level NVTX ranges under the utilization chart
     nvtx_lane_ranges: int = 150  # ranges drawn per lane (longest first)
     cell_chars: int = 240  # longest text shown in one table cell
+    breakdown_steps: int = 60  # steps drawn per GPU in the breakdown chart (the first ones)
+    breakdown_ranges: int = 12  # NVTX ranges drawn per GPU in the breakdown chart (most time first)
+    breakdown_details: int = 20  # rows of the breakdown's detail table per GPU
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -329,6 +333,59 @@ class SignalsView:
     notes: tuple[str, ...] = ()  # what was not recorded (and how to record it), what could not be used
 
 
+#: The timeline breakdown's causes (fact ``timeline_breakdown``) in the order reports stack them, with
+#: the words they are shown with; a cause not listed here is shown after them under its own name.
+BREAKDOWN_CAUSES: tuple[tuple[str, str], ...] = (
+    ("compute", "compute"),
+    ("exposed_comm", "exposed communication"),
+    ("exposed_copy", "exposed copies"),
+    ("launch_bound", "launch-bound"),
+    ("host_sync", "host sync"),
+    ("host_work", "host work"),
+    ("wait_other", "waiting on other work"),
+    ("setup", "setup"),
+    ("unknown", "unknown"),
+)
+_CAUSE_LABEL = dict(BREAKDOWN_CAUSES)
+
+
+def cause_label(cause: str) -> str:
+    """How reports name a breakdown cause: ``launch_bound`` -> ``launch-bound``."""
+    return _CAUSE_LABEL.get(cause, cause.replace("_", " "))
+
+
+@dataclass(frozen=True)
+class BreakdownBar:
+    """One stacked bar of the timeline breakdown: a step, an NVTX range or the whole window, its time
+    split by cause (``parts``: (cause, ns), in :data:`BREAKDOWN_CAUSES` order, no zero parts)."""
+
+    label: str
+    total_ns: int
+    parts: tuple[tuple[str, int], ...]
+
+    def ns(self, cause: str) -> int:
+        return sum(v for c, v in self.parts if c == cause)
+
+
+@dataclass(frozen=True)
+class BreakdownView:
+    """Where one GPU's window went (fact ``timeline_breakdown``): every nanosecond has one cause.
+
+    ``window`` holds the whole window; ``details`` the window's rows by cause and detail (kernel category,
+    copy direction, CUDA call, NVTX range), largest first; ``steps`` the window's steps in order and
+    ``ranges`` the NVTX ranges holding the most time, each capped (``*_total``: how many there were).
+    ``summary`` is the window in one line of shares ("host work 53.7% · compute 40.0% · ...")."""
+
+    device: int
+    window: BreakdownBar
+    details: Table
+    steps: tuple[BreakdownBar, ...]
+    steps_total: int
+    ranges: tuple[BreakdownBar, ...]
+    ranges_total: int
+    summary: str
+
+
 @dataclass(frozen=True)
 class MemoryView:
     """Device memory over the window (``memory_growth``, ``memory_steps``, ``memory_ranges`` facts): one
@@ -368,6 +425,7 @@ class TraceSection:
     not_applicable_reason: str = ""  # why, e.g. "needs a timeline (an Nsight Systems trace)"
     kind: str = "nsys"  # "nsys": a timeline; "ncu": an Nsight Compute report on its own
     memory: MemoryView | None = None  # device memory over time (None: the trace has no memory events)
+    breakdown: tuple[BreakdownView, ...] = ()  # per GPU: where its window went (timeline breakdown)
 
 
 @dataclass(frozen=True)
@@ -419,7 +477,7 @@ class _Unavailable(Exception):
 def _fact(analysis: Analysis, name: str, columns: Iterable[str]) -> pd.DataFrame:
     try:
         frame = analysis.facts.get(name)
-    except KeyError as err:
+    except UnknownFactError as err:
         reason = str(err.args[0]) if err.args else name
         raise _Unavailable(f"fact {name!r} is not available ({truncate(reason, 160)})") from None
     missing = [c for c in columns if c not in frame.columns]
@@ -431,7 +489,7 @@ def _fact(analysis: Analysis, name: str, columns: Iterable[str]) -> pd.DataFrame
 def _optional_fact(analysis: Analysis, name: str) -> pd.DataFrame | None:
     try:
         return analysis.facts.get(name)
-    except KeyError:
+    except UnknownFactError:
         return None
 
 
@@ -1101,6 +1159,57 @@ def _gaps(analysis: Analysis, devices: int, limits: Limits) -> GapSummary:
     )
 
 
+def _bars(frame: pd.DataFrame, order: dict[str, int]) -> list[BreakdownBar]:
+    """One bar per ``key`` of ``frame`` (rows of one device and scope), keys in first-seen order."""
+    sums = frame.groupby(["key", "cause"], sort=False)["duration_ns"].sum()
+    out: dict[str, list[tuple[str, int]]] = {}
+    for (key, cause), ns in sums.items():
+        if ns > 0:
+            out.setdefault(str(key), []).append((str(cause), int(ns)))
+    bars = []
+    for key, parts in out.items():
+        parts.sort(key=lambda p: (order.get(p[0], len(order)), p[0]))
+        bars.append(BreakdownBar(key, sum(v for _, v in parts), tuple(parts)))
+    return bars
+
+
+def _breakdown(analysis: Analysis, limits: Limits) -> tuple[BreakdownView, ...]:
+    """The timeline breakdown per GPU (empty when the fact is not there: a trace or a build without it)."""
+    frame = _optional_fact(analysis, "timeline_breakdown")
+    if frame is None or frame.empty:
+        return ()
+    need = ("device", "scope", "key", "cause", "detail", "duration_ns")
+    missing = [c for c in need if c not in frame.columns]
+    if missing:
+        raise _Unavailable(f"fact 'timeline_breakdown' lacks columns {', '.join(missing)}")
+    order = {c: i for i, (c, _) in enumerate(BREAKDOWN_CAUSES)}
+    frame = frame[list(need)]
+    views = []
+    cols = (Column("cause", "Cause", "text"), Column("detail", "Detail", "code"),
+            Column("duration_ns", "Time", "ns"), Column("share", "Of the window", "share"))
+    for dev in sorted(int(d) for d in pd.unique(frame["device"]))[: limits.devices]:
+        mine = frame[frame["device"] == dev]
+        win = mine[mine["scope"] == "window"]
+        (window,) = _bars(win.assign(key="window"), order) or [BreakdownBar("window", 0, ())]
+        total = max(window.total_ns, 1)
+        details = win.assign(share=win["duration_ns"] / total, cause=win["cause"].map(cause_label))
+        details = details.sort_values(["duration_ns", "cause", "detail"], ascending=[False, True, True],
+                                      kind="stable")
+        steps = _bars(mine[mine["scope"] == "step"], order)
+        ranges = sorted(_bars(mine[mine["scope"] == "range"], order), key=lambda b: (-b.total_ns, b.label))
+        summary = " \u00b7 ".join(f"{cause_label(c)} {fmt_impact_pct(100.0 * v / total)}"
+                                  for c, v in sorted(window.parts, key=lambda p: -p[1]))
+        views.append(BreakdownView(
+            device=dev, window=window,
+            details=_table(details, cols, limits.breakdown_details, limits.cell_chars,
+                           "the window by cause and detail, largest first"),
+            steps=tuple(steps[: limits.breakdown_steps]), steps_total=len(steps),
+            ranges=tuple(ranges[: limits.breakdown_ranges]), ranges_total=len(ranges),
+            summary=summary,
+        ))
+    return tuple(views)
+
+
 _PHASE_KNOWN: tuple[Column, ...] = (
     Column("name", "Phase", "text"), Column("path", "Path", "code"), Column("count", "Count", "int"),
     Column("cpu_ns", "CPU wall", "ns"), Column("cpu_total_ns", "CPU wall", "ns"),
@@ -1346,6 +1455,9 @@ def _section(analysis: Analysis, index: int, multi: bool, limits: Limits) -> Tra
     def gaps() -> None:
         parts["gaps"] = _gaps(analysis, devices, limits)
 
+    def breakdown() -> None:
+        parts["breakdown"] = _breakdown(analysis, limits)
+
     if ncu_only:
         notes.append("An Nsight Compute report on its own: the timeline sections (GPU utilization, kernel "
                      "categories, NVTX ranges, idle gaps) need an Nsight Systems trace of the same program "
@@ -1356,6 +1468,7 @@ def _section(analysis: Analysis, index: int, multi: bool, limits: Limits) -> Tra
         attempt("Top kernels", kernels)
         attempt("NVTX ranges", nvtx)
         attempt("Idle gaps", gaps)
+        attempt("Timeline breakdown", breakdown)
         phases = _optional_fact(analysis, "phases")
         if phases is not None:
             parts["phases"] = _phases(phases, limits)
@@ -1401,7 +1514,7 @@ def _baseline(analysis: Analysis, notes: list[str]) -> dict[str, Any] | None:
 
     try:
         return summarize(analysis).baseline_dict()
-    except (KeyError, ValueError) as err:  # a fact a synthetic or partial analysis lacks
+    except (UnknownFactError, ValueError) as err:  # a fact a synthetic or partial analysis lacks
         notes.append(f"diff baseline not written: {truncate(str(err), 160)}")
         return None
 
@@ -1436,7 +1549,7 @@ def build_report(
 ) -> ReportView:
     """Build the view model of one report over one or more analyses (one section per trace, plus a
     comparison table when there are several)."""
-    from analyzer import __version__
+    from analyzer._version import __version__
 
     if not analyses:
         raise ValueError("build_report needs at least one analysis")

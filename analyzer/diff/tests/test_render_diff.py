@@ -115,7 +115,12 @@ def test_noise_floor_from_drift_and_min_effect() -> None:
     r = diff_runs(drifting, above_all, DiffSettings(), created=CREATED)
     assert r.step.p_value is not None and r.step.change_pct is not None
     assert r.step.p_value < 0.001 and 10 < r.step.change_pct < 20
-    assert r.step.status == "unchanged" and r.step.noise_floor_pct >= 19 and "spread of BASE" in r.step.reason
+    assert r.step.status == "unchanged" and r.step.noise_floor_pct >= 19 and r.step.floor_source == "drift"
+    # it says why, with the numbers, and what it would take
+    assert "BASE's own steps drifted +20%" in r.step.reason and "to call it, the change must exceed 20%" in r.step.reason
+    assert r.step.separated == 1 and r.step.reason.startswith("every HEAD step is longer than every BASE step")
+    assert "every step slower, yet within the 20% noise of these runs (BASE's steps drifted +20% within its run)" \
+        in r.verdict
     assert r.step.drift_base_pct is not None and r.step.drift_base_pct > 19
     ten_pct = run_summary(1.1, steps=20, seed=5)
     r = diff_runs(steady, ten_pct, DiffSettings(), created=CREATED)
