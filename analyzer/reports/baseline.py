@@ -320,7 +320,7 @@ def _memory(analysis: Analysis) -> tuple[int | None, int | None]:
         return None, None
     try:
         growth = analysis.facts.get("memory_growth")
-    except KeyError:
+    except UnknownFactError:
         return None, None
     if not len(growth):
         return None, None
