@@ -375,7 +375,8 @@ def compare_step_times(sb: Steps, sh: Steps, host_b: float | None, host_h: float
 
 
 def _step_kind(source: str) -> str:
-    return {"nvtx": "NVTX ranges", "periodic": "repeating GPU op sequences (no NVTX steps)"}.get(source, source)
+    return {"nvtx": "NVTX ranges", "periodic": "repeating GPU op sequences (no NVTX steps)",
+            "annotation": "spans between a repeated annotation (no step ranges)"}.get(source, source)
 
 
 def _signed(pct: float | None) -> str:

@@ -48,7 +48,7 @@ _LAUNCH_SUFFIX = re.compile(r"(?:_\d+|\s*\[\d+\]|\s*#\d+)$")
 class Steps:
     """Per-step durations of one run (see the ``steps`` fact for what a duration is)."""
 
-    source: str  # "nvtx" | "periodic" | "none"
+    source: str  # "nvtx" | "periodic" | "annotation" | "none"
     description: str
     durations_ns: tuple[int, ...]
     names: tuple[str, ...]
@@ -514,7 +514,7 @@ def from_report(doc: Any, path: str, *, trace_index: int | None = None) -> RunSu
     if len(names) != len(durations):
         raise r.error("baseline.steps: names and durations_ns differ in length")
     steps = Steps(
-        source=r.choice(st, "source", ("nvtx", "periodic", "none"), "steps"),
+        source=r.choice(st, "source", ("nvtx", "periodic", "annotation", "none"), "steps"),
         description=r.text(st, "description", "steps"),
         durations_ns=durations,
         names=names,

@@ -502,7 +502,7 @@ def _cell(value: Any, limit: int) -> Any:
     return value
 
 
-def _table(
+def table_view(
     frame: pd.DataFrame,
     columns: Sequence[Column],
     limit: int,
@@ -562,7 +562,7 @@ def _labelize(name: str) -> str:
     return text[:1].upper() + text[1:] if text else name
 
 
-def _finding_views(
+def finding_views(
     findings: list[Finding], window_ns: int, prefix: str, limits: Limits
 ) -> tuple[tuple[FindingView, ...], dict[str, str]]:
     ranked = report_order(findings)
@@ -1007,7 +1007,7 @@ def _signals(analysis: Analysis, limits: Limits) -> SignalsView | None:
                 Column("code_location", "Code location", "code"),
                 Column("name", "CUDA API", "code"), Column("calls", "Calls", "int"),
                 Column("api_ns", "API time", "ns"), Column("nvtx_path", "NVTX range", "code"))
-        parts["code_locations"] = _table(locs, cols, limits.top_kernels, limits.cell_chars,
+        parts["code_locations"] = table_view(locs, cols, limits.top_kernels, limits.cell_chars,
                                          "CUDA API calls in the window by the code that made them, most "
                                          "time first")
     elif trace.api_stacks.empty and any(f.rule in _CALL_SITE_RULES for f in analysis.findings):
@@ -1020,7 +1020,7 @@ def _signals(analysis: Analysis, limits: Limits) -> SignalsView | None:
                 Column("tensor_active_gemm", "Tensor pipes active while GEMMs ran", "pct"),
                 Column("dram_read", "DRAM read", "pct"), Column("dram_write", "DRAM write", "pct"),
                 Column("pcie_rx", "PCIe RX", "pct"), Column("pcie_tx", "PCIe TX", "pct"))
-        parts["gpu_metrics"] = _table(act, cols, limits.devices, limits.cell_chars,
+        parts["gpu_metrics"] = table_view(act, cols, limits.devices, limits.cell_chars,
                                       "sampled GPU metrics over the window (% of peak)")
     unmapped = cast("list[str] | None", trace.extras.get("gpu_metrics_unmapped"))
     if unmapped and (act is None or not len(act) or act["sm_active"].isna().all()):
@@ -1033,12 +1033,12 @@ def _signals(analysis: Analysis, limits: Limits) -> SignalsView | None:
                 Column("energy_j", "Energy (J)", "float"), Column("avg_power_w", "Mean power (W)", "float"),
                 Column("steps", "Steps", "int"), Column("energy_per_step_j", "Energy per step (J)", "float"),
                 Column("resolution_ns", "Resolution", "ns"))
-        parts["energy"] = _table(energy, cols, limits.devices, limits.cell_chars, "over the analysis window")
+        parts["energy"] = table_view(energy, cols, limits.devices, limits.cell_chars, "over the analysis window")
         steps = _optional_fact(analysis, "energy_steps")
         if steps is not None and len(steps):
             scol = (Column("device", "GPU", "int"), Column("step", "Step", "code"),
                     Column("energy_j", "Energy (J)", "float"), Column("avg_power_w", "Mean power (W)", "float"))
-            parts["energy_steps"] = _table(steps, scol, limits.phase_rows, limits.cell_chars)
+            parts["energy_steps"] = table_view(steps, scol, limits.phase_rows, limits.cell_chars)
         for _, row in energy.iterrows():
             if row["source"] == "power readings" and row["window_ns"] < 5e9:
                 notes.append(f"GPU {int(row['device'])}: the power log has power readings only (nvidia-smi "
@@ -1102,7 +1102,7 @@ def _categories(analysis: Analysis, limits: Limits) -> tuple[BarChart, Table]:
         for c, t, s, n in zip(head["category"].tolist(), head["total_ns"].tolist(),
                               head["share"].tolist(), head["count"].tolist())
     )
-    table = _table(
+    table = table_view(
         cats,
         (Column("category", "Category", "text"), Column("count", "Kernels", "int"),
          Column("total_ns", "GPU time", "ns"), Column("share", "Share", "share")),
@@ -1119,7 +1119,7 @@ def _top_kernels(analysis: Analysis, limits: Limits) -> Table:
     )
     frame = _fact(analysis, "top_kernels", [c.key for c in cols])
     frame = frame.sort_values(["total_ns", "name"], ascending=[False, True], kind="stable")
-    return _table(frame, cols, limits.top_kernels, limits.cell_chars, "sorted by total GPU time")
+    return table_view(frame, cols, limits.top_kernels, limits.cell_chars, "sorted by total GPU time")
 
 
 def _nvtx(analysis: Analysis, limits: Limits) -> tuple[tuple[PairedBar, ...], Table]:
@@ -1134,7 +1134,7 @@ def _nvtx(analysis: Analysis, limits: Limits) -> tuple[tuple[PairedBar, ...], Ta
         PairedBar(truncate(str(p), 80), int(c), int(g))
         for p, c, g in zip(head["path"].tolist(), head["cpu_ns"].fillna(0).tolist(), head["gpu_ns"].fillna(0).tolist())
     )
-    table = _table(frame, cols, limits.nvtx_rows, limits.cell_chars, "sorted by CPU time")
+    table = table_view(frame, cols, limits.nvtx_rows, limits.cell_chars, "sorted by CPU time")
     return bars, table
 
 
@@ -1155,7 +1155,7 @@ def _gaps(analysis: Analysis, devices: int, limits: Limits) -> GapSummary:
         largest_ns=int(dur.max()) if len(dur) else 0,
         median_ns=float(np.median(dur)) if len(dur) else 0.0,
         share=(float(dur.sum()) / window) if window > 0 else None,
-        table=_table(ordered, cols, limits.gap_rows, limits.cell_chars, "longest first", total=len(gaps)),
+        table=table_view(ordered, cols, limits.gap_rows, limits.cell_chars, "longest first", total=len(gaps)),
     )
 
 
@@ -1201,7 +1201,7 @@ def _breakdown(analysis: Analysis, limits: Limits) -> tuple[BreakdownView, ...]:
                                   for c, v in sorted(window.parts, key=lambda p: -p[1]))
         views.append(BreakdownView(
             device=dev, window=window,
-            details=_table(details, cols, limits.breakdown_details, limits.cell_chars,
+            details=table_view(details, cols, limits.breakdown_details, limits.cell_chars,
                            "the window by cause and detail, largest first"),
             steps=tuple(steps[: limits.breakdown_steps]), steps_total=len(steps),
             ranges=tuple(ranges[: limits.breakdown_ranges]), ranges_total=len(ranges),
@@ -1241,7 +1241,7 @@ def _phases(frame: pd.DataFrame, limits: Limits) -> Table:
     shown = frame
     if "measure" in frame.columns:
         shown = frame.assign(measure=frame["measure"].map(lambda m: MEASURE_LABELS.get(m, m)))
-    return _table(shown, cols[:_PHASE_MAX_COLUMNS], limits.phase_rows, limits.cell_chars, phase_caption(frame))
+    return table_view(shown, cols[:_PHASE_MAX_COLUMNS], limits.phase_rows, limits.cell_chars, phase_caption(frame))
 
 
 def phase_caption(frame: pd.DataFrame, names: int = 3) -> str:
@@ -1295,7 +1295,7 @@ def _ncu(ncu: Any, limits: Limits, timeline: bool = True) -> tuple[Table, Roofli
     ]
     if "matched_ns" in frame.columns and timeline:
         cols.insert(2, Column("matched_ns", "Timeline time", "ns"))
-    table = _table(frame, cols, limits.ncu_rows, limits.cell_chars, "Nsight Compute per-kernel metrics")
+    table = table_view(frame, cols, limits.ncu_rows, limits.cell_chars, "Nsight Compute per-kernel metrics")
     ai = frame["arithmetic_intensity"].astype("float64")
     fl = frame["achieved_flops"].astype("float64")
     ok = frame[(ai > 0) & (fl > 0) & np.isfinite(ai) & np.isfinite(fl)]
@@ -1341,7 +1341,7 @@ def _ncu_rules(ncu: Any, limits: Limits) -> Table | None:
         Column("kernel", "Kernel", "code"), Column("rule", "ncu rule", "text"), Column("type", "Type", "text"),
         Column("speedup_pct", "Est. speed-up", "pct"), Column("description", "What ncu said", "text"),
     ]
-    return _table(frame, cols, limits.ncu_rows, max(limits.cell_chars, 400),
+    return table_view(frame, cols, limits.ncu_rows, max(limits.cell_chars, 400),
                   "What Nsight Compute's own rules said")
 
 
@@ -1358,7 +1358,7 @@ def with_findings(section: TraceSection, findings: list[Finding], limits: Limits
     multi-GPU job's rank sections are built where the rank's trace is, and findings marked afterwards
     (``--write-accepted``) are shown through this."""
     h = section.header
-    views, _ = _finding_views(findings, h.analyzed_ns, f"t{section.index}-", limits or Limits())
+    views, _ = finding_views(findings, h.analyzed_ns, f"t{section.index}-", limits or Limits())
     verdict, problems, impact = _verdict(findings, h.analyzed_ns, h.gpu_busy_share, h.device_count,
                                          not_checked=len(section.not_checked))
     summed, tally = _tally(findings, impact)
@@ -1373,7 +1373,7 @@ def with_findings(section: TraceSection, findings: list[Finding], limits: Limits
     return replace(section, header=header, findings=views, findings_total=len(findings))
 
 
-def _section(analysis: Analysis, index: int, multi: bool, limits: Limits) -> TraceSection:
+def trace_section(analysis: Analysis, index: int, multi: bool, limits: Limits) -> TraceSection:
     trace, window = analysis.trace, analysis.window
     notes: list[str] = []
     gpus, names, used = _gpu_label(trace)
@@ -1392,7 +1392,7 @@ def _section(analysis: Analysis, index: int, multi: bool, limits: Limits) -> Tra
             busy_share = busy_ns / (window.duration_ns * devices)
         kernel_ns, kernel_count = _kernel_time(analysis)
     prefix = f"t{index}-" if multi else ""
-    findings, _ = _finding_views(analysis.findings, window.duration_ns, prefix, limits)
+    findings, _ = finding_views(analysis.findings, window.duration_ns, prefix, limits)
     verdict, problems, impact = _verdict(analysis.findings, window.duration_ns, busy_share, devices,
                                          not_checked=len(getattr(analysis, "not_checked", ()) or ()))
     summed, tally = _tally(analysis.findings, impact)
@@ -1554,7 +1554,7 @@ def build_report(
     if not analyses:
         raise ValueError("build_report needs at least one analysis")
     multi = len(analyses) > 1
-    sections = tuple(_section(a, i, multi, limits) for i, a in enumerate(analyses, start=1))
+    sections = tuple(trace_section(a, i, multi, limits) for i, a in enumerate(analyses, start=1))
     if title is None:
         title = (
             f"GPU {'kernel' if sections[0].kind == 'ncu' else 'trace'} diagnosis: {sections[0].header.trace_name}"

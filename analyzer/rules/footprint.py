@@ -167,8 +167,9 @@ def _merge(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     start, end = start[ok], end[ok]
     if len(start) == 0:
         return start, end
-    order = np.argsort(start, kind="stable")
-    start, end = start[order], end[order]
+    if len(start) > 1 and not (start[1:] >= start[:-1]).all():  # facts come ordered by start: often no sort
+        order = np.argsort(start, kind="stable")
+        start, end = start[order], end[order]
     reach = np.maximum.accumulate(end)
     new = np.r_[True, start[1:] > reach[:-1]]
     return start[new], np.maximum.reduceat(reach, np.flatnonzero(new))
@@ -199,9 +200,13 @@ def _build(device: np.ndarray, start: np.ndarray, end: np.ndarray, window: Windo
 def _coarsen(start: np.ndarray, end: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:
     """At most ``limit`` intervals: the shortest spaces between consecutive intervals are closed."""
     space = start[1:] - end[:-1]
-    keep = np.zeros(len(space), dtype=bool)
-    keep[np.argsort(space, kind="stable")[len(space) - (limit - 1):]] = True  # the longest spaces stay open
-    new = np.r_[True, keep]
+    kth = len(space) - (limit - 1)
+    threshold = np.partition(space, kth)[kth]  # the longest limit - 1 spaces stay open (ties: a few more)
+    new = np.r_[True, space > threshold]
+    new[1:][space == threshold] = True
+    if new.sum() > limit:  # ties at the threshold: keep the first ones
+        extra = np.flatnonzero(new[1:] & (space == threshold))
+        new[1 + extra[: int(new.sum()) - limit]] = False
     firsts = np.flatnonzero(new)
     return start[firsts], np.maximum.reduceat(end, firsts)
 
