@@ -117,16 +117,16 @@ def _metric_line(values: tuple, series: object, colour: str, what: str, x_of: ob
 def _memory_row(s: object, x_of: object, left: float, plot_w: float, y: float, h: float) -> list[str]:
     """Device memory in use (highest level per bin) as a step line from 0 to the series' ``memory_top``."""
     top = max(int(s.memory_top), 1)  # type: ignore[attr-defined]
-    body = [_text(left - 8, y + h / 2 + 4, "memory", anchor="end", fill=MUTED, size=10),
+    body = [svg_text(left - 8, y + h / 2 + 4, "memory", anchor="end", fill=MUTED, size=10),
             _rect(left, y, plot_w, h, "#f6f8fa")]
     points: list[str] = []
     for a, b, v in zip(s.bin_start, s.bin_end, s.memory):  # type: ignore[attr-defined]
         yv = y + h * (1 - min(max(v / top, 0.0), 1.0))
-        points += [f"{_n(x_of(a))},{_n(yv)}", f"{_n(x_of(b))},{_n(yv)}"]  # type: ignore[operator]
+        points += [f"{coord(x_of(a))},{coord(yv)}", f"{coord(x_of(b))},{coord(yv)}"]  # type: ignore[operator]
     label = str(s.memory_label)  # type: ignore[attr-defined]
     body.append(f'<g class="memory"><title>{esc(label)}</title><polyline fill="none" stroke="{PURPLE}" '
                 f'stroke-width="1.6" points="{" ".join(points)}"/></g>')
-    body.append(_text(left + plot_w - 4, y + 10, truncate(label, 90), anchor="end", fill=MUTED, size=9))
+    body.append(svg_text(left + plot_w - 4, y + 10, truncate(label, 90), anchor="end", fill=MUTED, size=9))
     return body
 
 
