@@ -973,7 +973,7 @@ def _memory(analysis: Analysis, limits: Limits) -> MemoryView | None:
     view: dict[str, Any] = {
         "lines": tuple(memory_line_text(r) for _, r in growth.iterrows()),
         "notes": _memory_notes(analysis.trace.memory, growth),
-        "devices": _table(growth, dcols, limits.devices, limits.cell_chars),
+        "devices": table_view(growth, dcols, limits.devices, limits.cell_chars),
     }
     steps = _optional_fact(analysis, "memory_steps")
     if steps is not None and len(steps):
@@ -981,7 +981,7 @@ def _memory(analysis: Analysis, limits: Limits) -> MemoryView | None:
                  Column("start_bytes", "At start", "bytes"), Column("peak_bytes", "Peak", "bytes"),
                  Column("end_bytes", "At end", "bytes"), Column("growth", "Change", "bytes"),
                  Column("peak_range", "Peak set in", "text"))
-        view["steps"] = _table(steps, scols, limits.phase_rows, limits.cell_chars, "peak memory per step")
+        view["steps"] = table_view(steps, scols, limits.phase_rows, limits.cell_chars, "peak memory per step")
     ranges = _optional_fact(analysis, "memory_ranges")
     if ranges is not None and len(ranges):
         rcols = (Column("device", "GPU", "int"), Column("nvtx_path", "NVTX range", "text"),
@@ -989,7 +989,7 @@ def _memory(analysis: Analysis, limits: Limits) -> MemoryView | None:
                  Column("alloc_bytes", "Allocated", "bytes"), Column("free_bytes", "Freed", "bytes"),
                  Column("kept_bytes", "Kept at window end", "bytes"), Column("events", "Events", "int"))
         ordered = ranges.sort_values(["peak_bytes", "nvtx_path"], ascending=[False, True], kind="stable")
-        view["ranges"] = _table(ordered, rcols, limits.phase_rows, limits.cell_chars)
+        view["ranges"] = table_view(ordered, rcols, limits.phase_rows, limits.cell_chars)
     return MemoryView(**view)
 
 
