@@ -143,13 +143,6 @@ def test_a_folder_with_two_runs_is_never_one_job(tmp_path):
     assert "2 runs" in out.reason and "ranks 0, 1 appear 2 times" in out.reason
 
 
-def test_one_run_in_a_folder_is_still_a_job(tmp_path):
-    for f in KINETO_DDP.glob("ddp_straggler_2gpu_rank*.pt.trace.json.xz"):
-        shutil.copy(f, tmp_path / f.name)
-    out = analyze_inputs([tmp_path], AnalysisOptions())
-    assert out.job is not None and out.job.world_size == 2
-
-
 def _job_numbers(out) -> tuple[str, dict]:
     from analyzer.reports.jobview import build_job_report
 
@@ -159,11 +152,13 @@ def _job_numbers(out) -> tuple[str, dict]:
 
 
 def test_verdict_table_and_straggler_finding_read_the_same_numbers(tmp_path):
-    """The verdict said '150 of 150 collectives reached last' where the straggler finding said 136 of
-    150 (it counted only arrivals 100 us or more behind): both now read job_ranks."""
+    """One run in a folder is still one job. The verdict said '150 of 150 collectives reached last' where
+    the straggler finding said 136 of 150 (it counted only arrivals 100 us or more behind): both now read
+    job_ranks."""
     for f in KINETO_DDP.glob("ddp_straggler_2gpu_rank*.pt.trace.json.xz"):
         shutil.copy(f, tmp_path / f.name)
     out = analyze_inputs([tmp_path], AnalysisOptions())
+    assert out.job is not None and out.job.world_size == 2
     verdict, ranks = _job_numbers(out)
     (finding,) = [f for f in out.job.findings if f.rule == "straggler"]
     row = ranks.loc[finding.scope.rank]
