@@ -76,6 +76,9 @@ KNOWN_STEP_STEMS = frozenset({
 MIN_GENERIC_REPEATS = 3
 MIN_GENERIC_COVERAGE = 0.3
 MIN_PERIODIC_MATCH = 0.6
+#: fewer GPU ops than this cannot hold a loop (3 iterations of 2 ops): a capture of setup only (model
+#: loading: thousands of allocations and one kernel)
+MIN_LOOP_OPS = 6
 _TIME_SPEC = re.compile(r"^\s*(?P<a>[0-9]*\.?[0-9]+\s*(ns|us|ms|s))?\s*:\s*(?P<b>[0-9]*\.?[0-9]+\s*(ns|us|ms|s))?\s*$")
 _UNITS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 _STEM = re.compile(r"^(?P<stem>.*?)[\s_\-#:.]*(?P<num>\d+)$")
@@ -306,8 +309,10 @@ def _auto(trace: Trace, ops: pd.DataFrame, first: int, last: int, exclude: tuple
             start = max(first, opened)
             desc += "; from the start of the program's annotation open there"
         return Window(start, last, "auto", desc, max(0, start - first), steps=spans)
+    what = (f"setup or a single call ({len(ops)} GPU op{'s' if len(ops) != 1 else ''}, too few for a loop)"
+            if len(ops) < MIN_LOOP_OPS else "one pass")
     return Window(first, last, "auto",
-                  "one pass: the whole GPU activity span (no repeated GPU work: no step ranges or annotations "
+                  f"{what}: the whole GPU activity span (no repeated GPU work: no step ranges or annotations "
                   "repeating like iterations, no repeating GPU op sequence)", 0)
 
 
@@ -479,7 +484,7 @@ def _program_annotation_open_at(trace: Trace, t: int, exclude: tuple[str, ...]) 
 def _periodic(trace: Trace, ops: pd.DataFrame, exclude: tuple[str, ...]) -> tuple[int, str, StepSpans] | None:
     codes, uniques = factorize_objects(ops["label"])
     n = len(codes)
-    if n < 6:
+    if n < MIN_LOOP_OPS:
         return None
     # candidate periods: distances from each of the last ops to earlier ops with the same label
     cands: set[int] = set()

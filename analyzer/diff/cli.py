@@ -42,7 +42,7 @@ def _targets(outputs: tuple[Path, ...], fmt: str | None, base: Path, head: Path)
     """(path, format) per ``-o``: the format from the extension, else ``--format``, else html."""
     if not outputs:
         chosen = fmt or "html"
-        return [(Path("reports") / f"diff-{trace_stem(base)}-{trace_stem(head)}.{chosen}", chosen)]
+        return [(Path("reports") / f"diff-{_stem(base)}-{_stem(head)}.{chosen}", chosen)]
     if sum(1 for o in outputs if str(o) == "-") > 1:
         raise click.UsageError("-o - (stdout) can be given once")
     out = []
@@ -54,6 +54,11 @@ def _targets(outputs: tuple[Path, ...], fmt: str | None, base: Path, head: Path)
         else:
             out.append((o, by_ext or fmt or "html"))
     return out
+
+
+def _stem(path: Path) -> str:
+    """The name part of a default report path (a glob's wildcards dropped: ``rank*`` -> ``rank``)."""
+    return re.sub(r"[*?\[\]]+", "", trace_stem(path)).strip("_-.") or "job"
 
 
 def _percent(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:

@@ -303,9 +303,14 @@ def compare_step_times(sb: Steps, sh: Steps, host_b: float | None, host_h: float
             half = n // 2
             sources.append((abs(math.log1p(d)), f"{label}'s own steps drifted {_signed(100.0 * d)} during its run "
                             f"(median of its last {half} steps against its first {half})", "drift"))
-    hosts = [(x, label) for x, label in ((host_b, "BASE"), (host_h, "HEAD")) if x is not None]
-    if hosts:
-        x, label = max(hosts)
+    unknown = [label for x, label in ((host_b, "BASE"), (host_h, "HEAD")) if x is None]
+    if unknown:  # without the GPU's busy time, assume the worst: a host-bound loop
+        sources.append((stats.HOST_RUN_TO_RUN, f"two runs of a host-bound program differ by up to "
+                        f"{fmt_pct(stats.floor_pct(stats.HOST_RUN_TO_RUN))}, and {' and '.join(unknown)} do"
+                        f"{'es' if len(unknown) == 1 else ''} not say how busy the GPU was (calibrated on repeated "
+                        "runs, docs/diff-calibration.md)", "run-to-run"))
+    else:
+        x, label = max((x, label) for x, label in ((host_b, "BASE"), (host_h, "HEAD")) if x is not None)
         sources.append((stats.HOST_RUN_TO_RUN * x, f"two runs of one program differ by up to "
                         f"{fmt_pct(stats.floor_pct(stats.HOST_RUN_TO_RUN * x))} when the GPU is idle "
                         f"{fmt_pct(100.0 * x)} of the step ({label}): the host's speed varies from run to run "
@@ -340,14 +345,21 @@ def compare_step_times(sb: Steps, sh: Steps, host_b: float | None, host_h: float
             " no loop iterations (no repeated NVTX step ranges, no repeating GPU op sequence)"
         return make("not-comparable", why + "; annotate each training step with an NVTX range (e.g. step_N) to get "
                     "a step-time comparison")
-    if sb.source != sh.source:
+    if sb.source != sh.source and {sb.source, sh.source} <= USER_MARKED:
+        notes.append(f"BASE's steps are {_step_kind(sb.source)} and HEAD's {_step_kind(sh.source)}: both mark the "
+                     "program's own iterations, so they are compared as the same unit of work")
+    elif sb.source != sh.source:
+        named = sb if sb.source == "nvtx" else sh if sh.source == "nvtx" else None
+        hint = (f"if both runs have the {named.stem!r} ranges, pass --window '{named.stem.removesuffix('N')}*' so they "
+                "are the steps of both" if named is not None and named.stem.endswith("N") and "," not in named.stem
+                else "annotate the steps with NVTX ranges in both")
         return make("not-comparable", f"BASE's steps are {_step_kind(sb.source)} and HEAD's {_step_kind(sh.source)}: "
-                    "not the same unit of work; annotate the steps with NVTX ranges in both")
+                    f"not the same unit of work; {hint}")
     if sb.source == "periodic" and sb.ops_per_step != sh.ops_per_step:
         return make("not-comparable", f"without NVTX steps, iterations were found as repeating GPU op sequences of "
                     f"{sb.ops_per_step} ops in BASE and {sh.ops_per_step} in HEAD: not the same unit of work; "
                     "annotate the steps with NVTX ranges")
-    if sb.source == "nvtx" and sb.stem != sh.stem:
+    if sb.source == sh.source == "nvtx" and sb.stem != sh.stem:
         notes.append(f"the steps are named differently ({sb.stem!r} in BASE, {sh.stem!r} in HEAD); "
                      "they are compared as the same unit of work")
     est = stats.compare_steps(b, h, settings.confidence)
@@ -372,6 +384,11 @@ def compare_step_times(sb: Steps, sh: Steps, host_b: float | None, host_h: float
                 f"the {est.confidence:.0%} interval of the change is {_signed(est.ci_low_pct)} .. "
                 f"{_signed(est.ci_high_pct)} (p = {est.p_value:.2g}) and the change exceeds the noise floor of "
                 f"{fmt_pct(floor)} ({floor_source})", est)
+
+
+#: step sources that mark the program's own iterations (NVTX or torch.profiler step ranges, or the
+#: stretch from one program annotation to the next): comparable with each other
+USER_MARKED = frozenset({"nvtx", "annotation"})
 
 
 def _step_kind(source: str) -> str:
@@ -622,8 +639,10 @@ def _ms_pair(a: float | None, b: float | None) -> str:
 
 def _floor_why(step: StepComparison) -> str:
     if step.floor_source == "run-to-run":
-        idle = max(x for x in (step.host_base_pct, step.host_head_pct) if x is not None)
-        return f" (GPU idle {fmt_pct(idle)} of the step: host speed varies between runs)"
+        known = [x for x in (step.host_base_pct, step.host_head_pct) if x is not None]
+        if len(known) < 2:
+            return " (GPU busy time unknown: assumed host-bound, whose speed varies between runs)"
+        return f" (GPU idle {fmt_pct(max(known))} of the step: host speed varies between runs)"
     if step.floor_source == "drift":
         drifts = [(abs(d), label, d) for label, d in (("BASE", step.drift_base_pct), ("HEAD", step.drift_head_pct))
                   if d is not None]

@@ -120,6 +120,15 @@ def test_job_json_reports_give_the_diff_of_their_traces(tmp_path: Path, capsys: 
     printed = capsys.readouterr().out
     assert code == 1, printed
     assert "job: new straggler" in printed and "## Job: per rank" in out.read_text(encoding="utf-8")
+    # a damaged job report (bad input, hand-edited from the real one): one line, exit 2, no traceback
+    doc = json.loads(paths["ddp_straggler_2gpu"].read_text(encoding="utf-8"))
+    doc["job"]["ranks"][0]["rank"] = "zero"
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc), encoding="utf-8")
+    code = main(["diff", str(bad), str(paths["ddp_straggler_2gpu"]), "-o", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and "job.ranks[0].rank is not a whole number" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) <= 2
 
 
 def test_a_job_against_a_single_run_says_so() -> None:
@@ -135,3 +144,20 @@ def test_readme_job_table_is_what_the_code_says() -> None:
     assert len(rows) == 2
     for base, head, verdict in rows:
         assert diff(f"{base}.sqlite.xz", f"{head}.sqlite.xz").verdict == verdict, (base, head)
+
+
+def test_torch_profiler_rank_files_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The straggler job as torch.profiler recorded it (one trace per rank), each side a quoted glob."""
+    from analyzer.cli import main
+
+    kineto = DDP / "kineto"
+    if not list(kineto.glob("ddp_straggler_2gpu_rank*.pt.trace.json.xz")):
+        pytest.skip("tests/data/ddp/kineto not here")
+    out = tmp_path / "d.md"
+    code = main(["diff", str(kineto / "ddp_straggler_fixed_2gpu_rank*.pt.trace.json.xz"),
+                 str(kineto / "ddp_straggler_2gpu_rank*.pt.trace.json.xz"), "--fail-on-regression", "5", "-o", str(out)])
+    printed = capsys.readouterr().out
+    assert code == 1, printed
+    assert printed.startswith("HEAD is 3.4x slower per step (12.4 -> 42.6 ms")
+    assert "job: new straggler: the others wait 36.0 ms per step for rank 1 in HEAD" in printed
+    assert "| 1 |" in out.read_text(encoding="utf-8")  # the per-rank table

@@ -266,7 +266,7 @@ def readme_rows(after: str) -> list[tuple[str, str, str]]:
     """(BASE, HEAD, verdict) of the README table that follows ``after``; ``X -> _fixed`` is X's twin,
     ``X_run2 -> _run3`` its third run."""
     text = README.read_text(encoding="utf-8")
-    rows = []
+    rows: list[tuple[str, str, str]] = []
     for line in text[text.index(after):].splitlines()[2:]:
         m = re.match(r"^\| (\S+) -> (\S+) \| (.+) \|$", line)
         if m is not None and m.group(1) == "BASE":
@@ -287,3 +287,20 @@ def test_readme_diff_table_is_what_the_code_says() -> None:
     assert len(rows) >= 15
     for base, head, verdict in rows:
         assert diff(summary(base), summary(head)).verdict == verdict, (base, head)
+
+
+def test_cuda_graph_decode_from_torch_profiler_traces() -> None:
+    """Issue 30's first case, as torch.profiler recorded it (tests/data/kineto, H200): the eager batch-1
+    decode against the same loop replayed as one CUDA graph a step. ProfilerStep ranges in both are the
+    steps compared; the graph's kernels are GPU work (busy 10% -> 86% of the window)."""
+    from analyzer.pipeline import analyze_trace
+    from analyzer.testing import DATA_DIR
+
+    runs = [summarize(analyze_trace(DATA_DIR / "kineto" / f"decode_b1_{v}_h200.pt.trace.json.xz"))
+            for v in ("eager", "cudagraph")]
+    assert [r.steps.source for r in runs] == ["nvtx", "nvtx"] and runs[0].steps.stem == runs[1].steps.stem
+    r = diff(*runs, fail_on_regression_pct=5)
+    assert r.step.status == "faster" and r.step.significant and r.step.change_pct == pytest.approx(-88, abs=2)
+    assert r.verdict.startswith("HEAD is 88% faster per step (6.553 -> 0.809 ms, 8.1x, 9 vs 29 steps, significant)")
+    busy = {m.key: m for m in r.metrics}["gpu_busy_share"]
+    assert busy.base is not None and busy.head is not None and busy.base < 0.15 and busy.head > 0.8
