@@ -75,6 +75,9 @@ KNOWN_STEP_STEMS = frozenset({
 MIN_GENERIC_REPEATS = 3
 MIN_GENERIC_COVERAGE = 0.3
 MIN_PERIODIC_MATCH = 0.6
+#: fewer GPU ops than this cannot hold a loop (3 iterations of 2 ops): a capture of setup only (model
+#: loading: thousands of allocations and one kernel)
+MIN_LOOP_OPS = 6
 _TIME_SPEC = re.compile(r"^\s*(?P<a>[0-9]*\.?[0-9]+\s*(ns|us|ms|s))?\s*:\s*(?P<b>[0-9]*\.?[0-9]+\s*(ns|us|ms|s))?\s*$")
 _UNITS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 _STEM = re.compile(r"^(?P<stem>.*?)[\s_\-#:.]*(?P<num>\d+)$")
@@ -104,7 +107,7 @@ def _with_steps_inside(window: Window, trace: Trace, ops: pd.DataFrame, exclude:
     """``window`` with the automatically detected iterations that lie inside it."""
     if not len(ops):
         return window
-    found = _nvtx_steps(trace, ops, exclude)
+    found = _nvtx_steps(trace, ops, exclude) or _annotation_marks(trace, ops, exclude)
     steps = found[3] if found is not None else None
     if steps is None:
         periodic = _periodic(trace, ops, exclude)
@@ -293,6 +296,10 @@ def _auto(trace: Trace, ops: pd.DataFrame, first: int, last: int, exclude: tuple
     if steps is not None:
         start, end, desc, spans = steps
         return Window(start, end, "nvtx", desc, max(0, start - first), steps=spans)
+    marks = _annotation_marks(trace, ops, exclude)
+    if marks is not None:
+        start, end, desc, spans = marks
+        return Window(start, end, "auto", desc, max(0, start - first), steps=spans)
     periodic = _periodic(trace, ops, exclude)
     if periodic is not None:
         start, desc, spans = periodic
@@ -303,8 +310,10 @@ def _auto(trace: Trace, ops: pd.DataFrame, first: int, last: int, exclude: tuple
             start = max(first, opened)
             desc += "; from the start of the program's annotation open there"
         return Window(start, last, "auto", desc, max(0, start - first), steps=spans)
+    what = (f"setup or a single call ({len(ops)} GPU op{'s' if len(ops) != 1 else ''}, too few for a loop)"
+            if len(ops) < MIN_LOOP_OPS else "one pass")
     return Window(first, last, "auto",
-                  "one pass: the whole GPU activity span (no repeated GPU work: no step ranges or annotations "
+                  f"{what}: the whole GPU activity span (no repeated GPU work: no step ranges or annotations "
                   "repeating like iterations, no repeating GPU op sequence)", 0)
 
 
@@ -391,6 +400,72 @@ def _nvtx_steps(
     return start, end, desc, spans
 
 
+def _annotation_marks(
+    trace: Trace, ops: pd.DataFrame, exclude: tuple[str, ...]
+) -> tuple[int, int, str, StepSpans] | None:
+    """Iterations marked by a program annotation that occurs once per iteration without enclosing it
+    (``enumerate(DataLoader)#...``, ``Optimizer.step#SGD.step``, a user's ``record_function("log")``):
+    each iteration runs from one instance's start to the next. A stem qualifies when its instances do
+    not overlap, at least 4 occur, and the GPU work launched between consecutive ones repeats like an
+    iteration: the same number of GPU ops in at least 60% of the intervals, none empty, and the
+    intervals hold at least 30% of the trace's GPU op time. The best is the one whose intervals agree
+    most, then the earliest in the iteration. As for steps, the first interval is left out as warmup."""
+    nv = ranges_only(trace.nvtx)
+    if nv.empty or not len(ops):
+        return None
+    nv = nv.reset_index(drop=True)
+    keep = ~internal_ranges(nv) & ~operator_ranges(nv)
+    if exclude:
+        keep &= ~_excluded(nv, exclude)[1]
+    cand = nv.loc[keep]
+    if cand.empty:
+        return None
+    texts = text(cand["text"])
+    stems = texts.str.extract(_STEM)["stem"].where(lambda x: x.notna() & (x.str.len() > 0), texts)
+    launch = np.sort(_launch_times(ops))
+    order = np.argsort(_launch_times(ops), kind="stable")
+    dur = (ops["end"] - ops["start"]).to_numpy(dtype=np.int64)[order]
+    dur_cum = np.concatenate(([0], np.cumsum(dur)))
+    total = float(dur_cum[-1])
+    best: tuple[float, int, str, np.ndarray, np.ndarray, int] | None = None
+    for stem, rows in cand.groupby(stems.to_numpy(), sort=False):
+        if len(rows) < 4:
+            continue
+        rows = rows.sort_values("start", kind="stable")
+        st = rows["start"].to_numpy(dtype=np.int64)
+        en = rows["end"].to_numpy(dtype=np.int64)
+        if (st[1:] < en[:-1]).any():  # overlapping instances: not once per iteration
+            continue
+        lo = np.searchsorted(launch, st[:-1], side="left")
+        hi = np.searchsorted(launch, st[1:], side="left")
+        count = hi - lo
+        if (count == 0).any() or total <= 0:
+            continue
+        values, freq = np.unique(count, return_counts=True)
+        agree = float(freq.max()) / len(count)
+        if agree < MIN_PERIODIC_MATCH or float((dur_cum[hi] - dur_cum[lo]).sum()) / total < MIN_GENERIC_COVERAGE:
+            continue
+        key = (agree, -int(st[0]))
+        if best is None or key > (best[0], -best[1]):
+            best = (agree, int(st[0]), str(stem), st, rows["range_id"].to_numpy(dtype=np.int64),
+                    int(values[np.argmax(freq)]))
+    if best is None:
+        return None
+    agree, _first, stem, st, ids, per = best
+    starts, ends, ids = st[:-1], st[1:], ids[:-1]
+    skipped = ""
+    if len(starts) >= 4:
+        starts, ends, ids = starts[1:], ends[1:], ids[1:]
+        skipped = ", the first one skipped as warmup"
+    start, end = _span_window(ops, starts, ends)
+    desc = (f"{len(starts)} iterations from one {stem!r} annotation to the next ({per} GPU ops in "
+            f"{agree:.0%} of them{skipped}; no step ranges)")
+    spans = StepSpans("annotation", desc, tuple(f"iteration {i}" for i in range(len(starts))),
+                      tuple(int(v) for v in starts), tuple(int(v) for v in ends),
+                      tuple(int(v) for v in ids), per)
+    return start, end, desc, spans
+
+
 def _program_annotation_open_at(trace: Trace, t: int, exclude: tuple[str, ...]) -> int | None:
     """The earliest start of the program's own annotations (not framework operators, not library ranges,
     not excluded warmup) open at ``t``; None when none is."""
@@ -410,7 +485,7 @@ def _program_annotation_open_at(trace: Trace, t: int, exclude: tuple[str, ...]) 
 def _periodic(trace: Trace, ops: pd.DataFrame, exclude: tuple[str, ...]) -> tuple[int, str, StepSpans] | None:
     codes, uniques = factorize_objects(ops["label"])
     n = len(codes)
-    if n < 6:
+    if n < MIN_LOOP_OPS:
         return None
     # candidate periods: distances from each of the last ops to earlier ops with the same label
     cands: set[int] = set()

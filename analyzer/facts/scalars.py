@@ -20,6 +20,9 @@ SCALAR_DOCS: dict[str, str] = {
     "window_start_ns": "window start (ns, trace-relative)",
     "window_end_ns": "window end (ns)",
     "setup_ns": "one-time setup before the window (ns)",
+    "setup_compile_ns": "of setup_ns, the host time torch.compile spent compiling (dynamo/inductor ranges; ns)",
+    "setup_graph_capture_ns": "of setup_ns, CUDA graph capture and instantiation (ns)",
+    "setup_compiler_ns": "of setup_ns, time compiler processes the program started (ptxas, cc1 ...) ran (ns)",
     "trace_ns": "capture length (ns)",
     "device_count": "GPUs with activity in the window",
     "kernel_count": "kernels starting in the window",
@@ -42,6 +45,9 @@ SCALAR_DOCS: dict[str, str] = {
     "sync_time_ns": "summed blocking sync call time (ns)",
     "alloc_call_count": "allocation / free calls in the window",
     "alloc_time_ns": "summed allocation / free call time (ns)",
+    "memory_growth_per_step": "growth per step (B) of the GPU whose memory grows fastest and steadily (three "
+    "quarters of its step-to-step slopes above zero, see the memory_growth fact); 0 when no GPU's memory grows "
+    "so or the trace has no memory events",
     "window_steps": "steps the window is made of (NVTX step instances or periods of the repeating GPU op "
     "sequence); 0 when the window has no such structure",
     "timeline": "1 when the input has a timeline (an Nsight Systems trace), 0 for an Nsight Compute report "
@@ -65,7 +71,8 @@ def _ncu_softmax_launches(store: FactStore) -> float:
 
 
 #: the facts :func:`trace_scalars` reads
-SCALAR_FACTS: tuple[str, ...] = ("gpu_busy", "gpu_gaps", "sync_calls", "alloc_calls")
+SCALAR_FACTS: tuple[str, ...] = ("gpu_busy", "gpu_gaps", "sync_calls", "alloc_calls", "setup_activity",
+                                 "memory_growth")
 
 
 def trace_scalars(store: FactStore) -> dict[str, float]:
@@ -89,6 +96,10 @@ def trace_scalars(store: FactStore) -> dict[str, float]:
     sync = store.get("sync_calls")
     sync = sync.loc[sync["blocking"].to_numpy(dtype=bool)] if len(sync) else sync
     alloc = store.get("alloc_calls")
+    setup = store.get("setup_activity")
+    setup_of = dict(zip(setup["kind"].astype(str), setup["before_window_ns"].astype(float))) if len(setup) else {}
+    growth = store.get("memory_growth")
+    steady = growth.loc[growth["slope_low"].to_numpy(dtype=float) > 0] if len(growth) else growth
     devices = int(busy["device"].nunique()) if len(busy) else 0
     span = float(max(devices, 1) * w.duration_ns)
     busy_ns = float(busy["duration"].sum()) if len(busy) else 0.0
@@ -105,6 +116,9 @@ def trace_scalars(store: FactStore) -> dict[str, float]:
         "window_start_ns": float(w.start_ns),
         "window_end_ns": float(w.end_ns),
         "setup_ns": float(w.setup_ns),
+        "setup_compile_ns": setup_of.get("torch.compile", 0.0),
+        "setup_graph_capture_ns": setup_of.get("CUDA graph capture", 0.0),
+        "setup_compiler_ns": setup_of.get("compiler processes", 0.0),
         "trace_ns": float(t.info.duration_ns),
         "device_count": float(devices),
         "kernel_count": float(km.sum()),
@@ -129,6 +143,7 @@ def trace_scalars(store: FactStore) -> dict[str, float]:
         "alloc_time_ns": total(alloc),
         "ncu_softmax_launches": _ncu_softmax_launches(store),
         "timeline": 0.0 if t.extras.get("ncu_only") else 1.0,
+        "memory_growth_per_step": float(steady["bytes_per_step"].max()) if len(steady) else 0.0,
         "window_steps": float(len(getattr(w, "steps", ()) or ())),
     }
 

@@ -22,7 +22,16 @@ from analyzer.analysis import Analysis
 from analyzer.facts.registry import UnknownFactError
 from analyzer.findings import Finding, Severity
 from analyzer.impacts import Explained, explain, is_problem, is_symptom, report_order, union_adds
-from analyzer.reports.format import cap_text, fmt_duration, fmt_impact_pct, fmt_ms, fmt_share, plural, truncate
+from analyzer.reports.format import (
+    cap_text,
+    fmt_bytes,
+    fmt_duration,
+    fmt_impact_pct,
+    fmt_ms,
+    fmt_share,
+    plural,
+    truncate,
+)
 from analyzer.reports.values import Link
 from analyzer.reports.values import flat_parameters as _flat_parameters
 from analyzer.reports.values import gpu_label as _gpu_label
@@ -53,6 +62,9 @@ class Limits:
     nvtx_lane_threads: int = 2  # lanes of top-level NVTX ranges under the utilization chart
     nvtx_lane_ranges: int = 150  # ranges drawn per lane (longest first)
     cell_chars: int = 240  # longest text shown in one table cell
+    breakdown_steps: int = 60  # steps drawn per GPU in the breakdown chart (the first ones)
+    breakdown_ranges: int = 12  # NVTX ranges drawn per GPU in the breakdown chart (most time first)
+    breakdown_details: int = 20  # rows of the breakdown's detail table per GPU
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -137,6 +149,11 @@ class UtilSeries:
     # measured GPU metrics on the same bins (0..1 of SMs / of tensor peak; None: no sample), or empty
     sm_active: tuple[float | None, ...] = ()
     tensor_active: tuple[float | None, ...] = ()
+    # device memory in use on the same bins: the highest level in each bin (B), or empty without memory
+    # events; drawn as a line under the bars, 0 to ``memory_top`` (the highest level drawn)
+    memory: tuple[int, ...] = ()
+    memory_top: int = 0
+    memory_label: str = ""
 
 
 @dataclass(frozen=True)
@@ -325,6 +342,72 @@ class SignalsView:
     notes: tuple[str, ...] = ()  # what was not recorded (and how to record it), what could not be used
 
 
+#: The timeline breakdown's causes (fact ``timeline_breakdown``) in the order reports stack them, with
+#: the words they are shown with; a cause not listed here is shown after them under its own name.
+BREAKDOWN_CAUSES: tuple[tuple[str, str], ...] = (
+    ("compute", "compute"),
+    ("exposed_comm", "exposed communication"),
+    ("exposed_copy", "exposed copies"),
+    ("launch_bound", "launch-bound"),
+    ("host_sync", "host sync"),
+    ("host_work", "host work"),
+    ("wait_other", "waiting on other work"),
+    ("setup", "setup"),
+    ("unknown", "unknown"),
+)
+_CAUSE_LABEL = dict(BREAKDOWN_CAUSES)
+
+
+def cause_label(cause: str) -> str:
+    """How reports name a breakdown cause: ``launch_bound`` -> ``launch-bound``."""
+    return _CAUSE_LABEL.get(cause, cause.replace("_", " "))
+
+
+@dataclass(frozen=True)
+class BreakdownBar:
+    """One stacked bar of the timeline breakdown: a step, an NVTX range or the whole window, its time
+    split by cause (``parts``: (cause, ns), in :data:`BREAKDOWN_CAUSES` order, no zero parts)."""
+
+    label: str
+    total_ns: int
+    parts: tuple[tuple[str, int], ...]
+
+    def ns(self, cause: str) -> int:
+        return sum(v for c, v in self.parts if c == cause)
+
+
+@dataclass(frozen=True)
+class BreakdownView:
+    """Where one GPU's window went (fact ``timeline_breakdown``): every nanosecond has one cause.
+
+    ``window`` holds the whole window; ``details`` the window's rows by cause and detail (kernel category,
+    copy direction, CUDA call, NVTX range), largest first; ``steps`` the window's steps in order and
+    ``ranges`` the NVTX ranges holding the most time, each capped (``*_total``: how many there were).
+    ``summary`` is the window in one line of shares ("host work 53.7% · compute 40.0% · ...")."""
+
+    device: int
+    window: BreakdownBar
+    details: Table
+    steps: tuple[BreakdownBar, ...]
+    steps_total: int
+    ranges: tuple[BreakdownBar, ...]
+    ranges_total: int
+    summary: str
+
+
+@dataclass(frozen=True)
+class MemoryView:
+    """Device memory over the window (``memory_growth``, ``memory_steps``, ``memory_ranges`` facts): one
+    summary line per GPU (the same text in every format), the per-GPU table, the peak per step and per
+    NVTX range."""
+
+    lines: tuple[str, ...]
+    devices: Table
+    steps: Table | None = None
+    ranges: Table | None = None
+    notes: tuple[str, ...] = ()  # events left out or combined (no device, several processes on a GPU)
+
+
 @dataclass(frozen=True)
 class TraceSection:
     index: int
@@ -350,6 +433,8 @@ class TraceSection:
     not_applicable: tuple[str, ...] = ()  # rules of the pack this input cannot feed, e.g. "gpu-idle-gaps"
     not_applicable_reason: str = ""  # why, e.g. "needs a timeline (an Nsight Systems trace)"
     kind: str = "nsys"  # "nsys": a timeline; "ncu": an Nsight Compute report on its own
+    memory: MemoryView | None = None  # device memory over time (None: the trace has no memory events)
+    breakdown: tuple[BreakdownView, ...] = ()  # per GPU: where its window went (timeline breakdown)
 
 
 @dataclass(frozen=True)
@@ -426,7 +511,7 @@ def _cell(value: Any, limit: int) -> Any:
     return value
 
 
-def _table(
+def table_view(
     frame: pd.DataFrame,
     columns: Sequence[Column],
     limit: int,
@@ -486,7 +571,7 @@ def _labelize(name: str) -> str:
     return text[:1].upper() + text[1:] if text else name
 
 
-def _finding_views(
+def finding_views(
     findings: list[Finding], window_ns: int, prefix: str, limits: Limits
 ) -> tuple[tuple[FindingView, ...], dict[str, str]]:
     ranked = report_order(findings)
@@ -749,6 +834,7 @@ def _utilization(analysis: Analysis, names: dict[int, str], limits: Limits) -> U
                 for a, b, d in zip(g["start"].tolist(), g["end"].tolist(), g["duration"].tolist())
             )
         sm, tensor = _metric_lines(analysis, dev, s, e)
+        mem, mem_top, mem_label = _memory_line(analysis, dev, s, e)
         series.append(
             UtilSeries(
                 device=dev,
@@ -759,6 +845,9 @@ def _utilization(analysis: Analysis, names: dict[int, str], limits: Limits) -> U
                 gaps=dev_gaps,
                 sm_active=sm,
                 tensor_active=tensor,
+                memory=mem,
+                memory_top=mem_top,
+                memory_label=mem_label,
             )
         )
     return UtilizationChart(
@@ -806,6 +895,113 @@ def _metric_lines(analysis: Analysis, device: int, starts: np.ndarray,
     return out[0], out[1]
 
 
+def _memory_line(analysis: Analysis, device: int, starts: np.ndarray,
+                 ends: np.ndarray) -> tuple[tuple[int, ...], int, str]:
+    """The highest device memory level in each chart bin (B), the top of the line's scale (the highest
+    of them) and its label (with the share of the GPU's memory); ``()`` without memory events for
+    ``device``."""
+    if not len(starts) or "memory_events" in analysis.trace.info.unavailable:
+        return (), 0, ""
+    tl = _optional_fact(analysis, "memory_timeline")
+    growth = _optional_fact(analysis, "memory_growth")
+    if tl is None or growth is None or not len(tl):
+        return (), 0, ""
+    mine = tl.loc[tl["device"].to_numpy() == device]
+    row = growth.loc[growth["device"].to_numpy() == device]
+    if mine.empty or row.empty:
+        return (), 0, ""
+    t = mine["start"].to_numpy(dtype=np.int64)
+    level = mine["bytes"].to_numpy(dtype=np.int64)
+    before = int(level[0] - mine["delta"].iloc[0])
+    pos = np.searchsorted(t, starts, side="right") - 1
+    out = np.where(pos >= 0, level[np.clip(pos, 0, None)], before)  # the level as each bin opens
+    idx = np.searchsorted(np.r_[starts, ends[-1:]], t, side="right") - 1
+    ok = (idx >= 0) & (idx < len(starts))
+    np.maximum.at(out, idx[ok], level[ok])
+    cap = int(row["capacity_bytes"].iloc[0])
+    top = max(int(out.max()), 1)  # the highest level drawn: growth stays visible on a large GPU
+    what = "allocated" if str(row["measure"].iloc[0]) == "allocated" else "held from CUDA"
+    label = f"memory {what}, 0 to {fmt_bytes(top)}" + (
+        f" ({100.0 * top / cap:.1f}% of the GPU's {fmt_bytes(cap)})" if cap > 0 else "")
+    return tuple(int(x) for x in out), top, label
+
+
+def memory_line_text(row: Any) -> str:
+    """One GPU's memory summary (a ``memory_growth`` row) as every format prints it."""
+    from analyzer.rules.templates import FILTERS
+
+    size = FILTERS["bytes"]
+    what = "allocated" if str(row["measure"]) == "allocated" else "held from CUDA"
+    text = f"GPU {int(row['device'])} memory ({what}): peak {size(row['peak_bytes'])}"
+    if row["peak_step"]:
+        text += f" in {row['peak_step']}"
+    if row["peak_range"]:
+        text += f" (set in {row['peak_range']})"
+    if int(row["capacity_bytes"]) > 0:
+        text += f", {float(row['peak_share']) * 100:.1f}% of {size(row['capacity_bytes'])}"
+    if int(row["steps"]) >= 2:
+        span = f"{int(row['steps'])} steps ({row['first_step']} to {row['last_step']}"
+        if float(row["bytes_per_step"]) == 0 and float(row["slope_low"]) == 0 and float(row["slope_high"]) == 0:
+            text += f"; no growth over {span})"
+        else:
+            text += (f"; {size(row['bytes_per_step'])} per step over {span}, middle half of the step-to-step "
+                     f"slopes {size(row['slope_low'])} to {size(row['slope_high'])})")
+    return text
+
+
+def _memory_notes(memory: pd.DataFrame, growth: pd.DataFrame) -> tuple[str, ...]:
+    """What the memory levels leave out or combine, said once: events that name no GPU, GPUs whose
+    memory several processes hold."""
+    notes = []
+    kind = memory["mem_kind"].astype(str).to_numpy() if len(memory) else np.empty(0, dtype=object)
+    lost = int(((memory["device"].to_numpy() < 0) & (kind != "host")).sum()) if len(memory) else 0
+    if lost:
+        notes.append(f"{plural(lost, 'memory event')} name no GPU and are left out of the memory levels")
+    for _, row in growth.iterrows():
+        if int(row["processes"]) > 1:
+            notes.append(f"GPU {int(row['device'])}: memory events of {int(row['processes'])} processes; their "
+                         "allocations are added up (each holds its own memory)")
+    return tuple(notes)
+
+
+def _memory(analysis: Analysis, limits: Limits) -> MemoryView | None:
+    """The memory section: None when the trace has no memory events (the not-checked rules say what
+    to record)."""
+    if "memory_events" in analysis.trace.info.unavailable:
+        return None
+    growth = _optional_fact(analysis, "memory_growth")
+    if growth is None or not len(growth):
+        return None
+    dcols = (Column("device", "GPU", "int"), Column("measure", "Measure", "text"),
+             Column("peak_bytes", "Peak", "bytes"), Column("peak_step", "Peak step", "text"),
+             Column("peak_range", "Peak set in", "text"), Column("capacity_bytes", "GPU memory", "bytes"),
+             Column("peak_share", "Peak share", "share"), Column("bytes_per_step", "Growth per step", "bytes"),
+             Column("slope_low", "Slope p25", "bytes"), Column("slope_high", "Slope p75", "bytes"),
+             Column("steps", "Steps", "int"), Column("growth_range", "Kept memory allocated in", "text"),
+             Column("unmatched_frees", "Frees before capture", "int"))
+    view: dict[str, Any] = {
+        "lines": tuple(memory_line_text(r) for _, r in growth.iterrows()),
+        "notes": _memory_notes(analysis.trace.memory, growth),
+        "devices": table_view(growth, dcols, limits.devices, limits.cell_chars),
+    }
+    steps = _optional_fact(analysis, "memory_steps")
+    if steps is not None and len(steps):
+        scols = (Column("device", "GPU", "int"), Column("step", "Step", "text"),
+                 Column("start_bytes", "At start", "bytes"), Column("peak_bytes", "Peak", "bytes"),
+                 Column("end_bytes", "At end", "bytes"), Column("growth", "Change", "bytes"),
+                 Column("peak_range", "Peak set in", "text"))
+        view["steps"] = table_view(steps, scols, limits.phase_rows, limits.cell_chars, "peak memory per step")
+    ranges = _optional_fact(analysis, "memory_ranges")
+    if ranges is not None and len(ranges):
+        rcols = (Column("device", "GPU", "int"), Column("nvtx_path", "NVTX range", "text"),
+                 Column("peak_bytes", "Peak", "bytes"), Column("peak_steps", "Steps it set the peak", "int"),
+                 Column("alloc_bytes", "Allocated", "bytes"), Column("free_bytes", "Freed", "bytes"),
+                 Column("kept_bytes", "Kept at window end", "bytes"), Column("events", "Events", "int"))
+        ordered = ranges.sort_values(["peak_bytes", "nvtx_path"], ascending=[False, True], kind="stable")
+        view["ranges"] = table_view(ordered, rcols, limits.phase_rows, limits.cell_chars)
+    return MemoryView(**view)
+
+
 def _signals(analysis: Analysis, limits: Limits) -> SignalsView | None:
     """Code locations, GPU metrics and energy, with notes on what the trace lacks; None when there is
     nothing to show or say."""
@@ -820,7 +1016,7 @@ def _signals(analysis: Analysis, limits: Limits) -> SignalsView | None:
                 Column("code_location", "Code location", "code"),
                 Column("name", "CUDA API", "code"), Column("calls", "Calls", "int"),
                 Column("api_ns", "API time", "ns"), Column("nvtx_path", "NVTX range", "code"))
-        parts["code_locations"] = _table(locs, cols, limits.top_kernels, limits.cell_chars,
+        parts["code_locations"] = table_view(locs, cols, limits.top_kernels, limits.cell_chars,
                                          "CUDA API calls in the window by the code that made them, most "
                                          "time first")
     elif trace.api_stacks.empty and any(f.rule in _CALL_SITE_RULES for f in analysis.findings):
@@ -833,7 +1029,7 @@ def _signals(analysis: Analysis, limits: Limits) -> SignalsView | None:
                 Column("tensor_active_gemm", "Tensor pipes active while GEMMs ran", "pct"),
                 Column("dram_read", "DRAM read", "pct"), Column("dram_write", "DRAM write", "pct"),
                 Column("pcie_rx", "PCIe RX", "pct"), Column("pcie_tx", "PCIe TX", "pct"))
-        parts["gpu_metrics"] = _table(act, cols, limits.devices, limits.cell_chars,
+        parts["gpu_metrics"] = table_view(act, cols, limits.devices, limits.cell_chars,
                                       "sampled GPU metrics over the window (% of peak)")
     unmapped = cast("list[str] | None", trace.extras.get("gpu_metrics_unmapped"))
     if unmapped and (act is None or not len(act) or act["sm_active"].isna().all()):
@@ -846,12 +1042,12 @@ def _signals(analysis: Analysis, limits: Limits) -> SignalsView | None:
                 Column("energy_j", "Energy (J)", "float"), Column("avg_power_w", "Mean power (W)", "float"),
                 Column("steps", "Steps", "int"), Column("energy_per_step_j", "Energy per step (J)", "float"),
                 Column("resolution_ns", "Resolution", "ns"))
-        parts["energy"] = _table(energy, cols, limits.devices, limits.cell_chars, "over the analysis window")
+        parts["energy"] = table_view(energy, cols, limits.devices, limits.cell_chars, "over the analysis window")
         steps = _optional_fact(analysis, "energy_steps")
         if steps is not None and len(steps):
             scol = (Column("device", "GPU", "int"), Column("step", "Step", "code"),
                     Column("energy_j", "Energy (J)", "float"), Column("avg_power_w", "Mean power (W)", "float"))
-            parts["energy_steps"] = _table(steps, scol, limits.phase_rows, limits.cell_chars)
+            parts["energy_steps"] = table_view(steps, scol, limits.phase_rows, limits.cell_chars)
         for _, row in energy.iterrows():
             if row["source"] == "power readings" and row["window_ns"] < 5e9:
                 notes.append(f"GPU {int(row['device'])}: the power log has power readings only (nvidia-smi "
@@ -915,7 +1111,7 @@ def _categories(analysis: Analysis, limits: Limits) -> tuple[BarChart, Table]:
         for c, t, s, n in zip(head["category"].tolist(), head["total_ns"].tolist(),
                               head["share"].tolist(), head["count"].tolist())
     )
-    table = _table(
+    table = table_view(
         cats,
         (Column("category", "Category", "text"), Column("count", "Kernels", "int"),
          Column("total_ns", "GPU time", "ns"), Column("share", "Share", "share")),
@@ -932,7 +1128,7 @@ def _top_kernels(analysis: Analysis, limits: Limits) -> Table:
     )
     frame = _fact(analysis, "top_kernels", [c.key for c in cols])
     frame = frame.sort_values(["total_ns", "name"], ascending=[False, True], kind="stable")
-    return _table(frame, cols, limits.top_kernels, limits.cell_chars, "sorted by total GPU time")
+    return table_view(frame, cols, limits.top_kernels, limits.cell_chars, "sorted by total GPU time")
 
 
 def _nvtx(analysis: Analysis, limits: Limits) -> tuple[tuple[PairedBar, ...], Table]:
@@ -947,7 +1143,7 @@ def _nvtx(analysis: Analysis, limits: Limits) -> tuple[tuple[PairedBar, ...], Ta
         PairedBar(truncate(str(p), 80), int(c), int(g))
         for p, c, g in zip(head["path"].tolist(), head["cpu_ns"].fillna(0).tolist(), head["gpu_ns"].fillna(0).tolist())
     )
-    table = _table(frame, cols, limits.nvtx_rows, limits.cell_chars, "sorted by CPU time")
+    table = table_view(frame, cols, limits.nvtx_rows, limits.cell_chars, "sorted by CPU time")
     return bars, table
 
 
@@ -968,8 +1164,59 @@ def _gaps(analysis: Analysis, devices: int, limits: Limits) -> GapSummary:
         largest_ns=int(dur.max()) if len(dur) else 0,
         median_ns=float(np.median(dur)) if len(dur) else 0.0,
         share=(float(dur.sum()) / window) if window > 0 else None,
-        table=_table(ordered, cols, limits.gap_rows, limits.cell_chars, "longest first", total=len(gaps)),
+        table=table_view(ordered, cols, limits.gap_rows, limits.cell_chars, "longest first", total=len(gaps)),
     )
+
+
+def _bars(frame: pd.DataFrame, order: dict[str, int]) -> list[BreakdownBar]:
+    """One bar per ``key`` of ``frame`` (rows of one device and scope), keys in first-seen order."""
+    sums = frame.groupby(["key", "cause"], sort=False)["duration_ns"].sum()
+    out: dict[str, list[tuple[str, int]]] = {}
+    for (key, cause), ns in sums.items():
+        if ns > 0:
+            out.setdefault(str(key), []).append((str(cause), int(ns)))
+    bars = []
+    for key, parts in out.items():
+        parts.sort(key=lambda p: (order.get(p[0], len(order)), p[0]))
+        bars.append(BreakdownBar(key, sum(v for _, v in parts), tuple(parts)))
+    return bars
+
+
+def _breakdown(analysis: Analysis, limits: Limits) -> tuple[BreakdownView, ...]:
+    """The timeline breakdown per GPU (empty when the fact is not there: a trace or a build without it)."""
+    frame = _optional_fact(analysis, "timeline_breakdown")
+    if frame is None or frame.empty:
+        return ()
+    need = ("device", "scope", "key", "cause", "detail", "duration_ns")
+    missing = [c for c in need if c not in frame.columns]
+    if missing:
+        raise _Unavailable(f"fact 'timeline_breakdown' lacks columns {', '.join(missing)}")
+    order = {c: i for i, (c, _) in enumerate(BREAKDOWN_CAUSES)}
+    frame = frame[list(need)]
+    views = []
+    cols = (Column("cause", "Cause", "text"), Column("detail", "Detail", "code"),
+            Column("duration_ns", "Time", "ns"), Column("share", "Of the window", "share"))
+    for dev in sorted(int(d) for d in pd.unique(frame["device"]))[: limits.devices]:
+        mine = frame[frame["device"] == dev]
+        win = mine[mine["scope"] == "window"]
+        (window,) = _bars(win.assign(key="window"), order) or [BreakdownBar("window", 0, ())]
+        total = max(window.total_ns, 1)
+        details = win.assign(share=win["duration_ns"] / total, cause=win["cause"].map(cause_label))
+        details = details.sort_values(["duration_ns", "cause", "detail"], ascending=[False, True, True],
+                                      kind="stable")
+        steps = _bars(mine[mine["scope"] == "step"], order)
+        ranges = sorted(_bars(mine[mine["scope"] == "range"], order), key=lambda b: (-b.total_ns, b.label))
+        summary = " \u00b7 ".join(f"{cause_label(c)} {fmt_impact_pct(100.0 * v / total)}"
+                                  for c, v in sorted(window.parts, key=lambda p: -p[1]))
+        views.append(BreakdownView(
+            device=dev, window=window,
+            details=table_view(details, cols, limits.breakdown_details, limits.cell_chars,
+                           "the window by cause and detail, largest first"),
+            steps=tuple(steps[: limits.breakdown_steps]), steps_total=len(steps),
+            ranges=tuple(ranges[: limits.breakdown_ranges]), ranges_total=len(ranges),
+            summary=summary,
+        ))
+    return tuple(views)
 
 
 _PHASE_KNOWN: tuple[Column, ...] = (
@@ -1003,7 +1250,7 @@ def _phases(frame: pd.DataFrame, limits: Limits) -> Table:
     shown = frame
     if "measure" in frame.columns:
         shown = frame.assign(measure=frame["measure"].map(lambda m: MEASURE_LABELS.get(m, m)))
-    return _table(shown, cols[:_PHASE_MAX_COLUMNS], limits.phase_rows, limits.cell_chars, phase_caption(frame))
+    return table_view(shown, cols[:_PHASE_MAX_COLUMNS], limits.phase_rows, limits.cell_chars, phase_caption(frame))
 
 
 def phase_caption(frame: pd.DataFrame, names: int = 3) -> str:
@@ -1057,7 +1304,7 @@ def _ncu(ncu: Any, limits: Limits, timeline: bool = True) -> tuple[Table, Roofli
     ]
     if "matched_ns" in frame.columns and timeline:
         cols.insert(2, Column("matched_ns", "Timeline time", "ns"))
-    table = _table(frame, cols, limits.ncu_rows, limits.cell_chars, "Nsight Compute per-kernel metrics")
+    table = table_view(frame, cols, limits.ncu_rows, limits.cell_chars, "Nsight Compute per-kernel metrics")
     ai = frame["arithmetic_intensity"].astype("float64")
     fl = frame["achieved_flops"].astype("float64")
     ok = frame[(ai > 0) & (fl > 0) & np.isfinite(ai) & np.isfinite(fl)]
@@ -1103,7 +1350,7 @@ def _ncu_rules(ncu: Any, limits: Limits) -> Table | None:
         Column("kernel", "Kernel", "code"), Column("rule", "ncu rule", "text"), Column("type", "Type", "text"),
         Column("speedup_pct", "Est. speed-up", "pct"), Column("description", "What ncu said", "text"),
     ]
-    return _table(frame, cols, limits.ncu_rows, max(limits.cell_chars, 400),
+    return table_view(frame, cols, limits.ncu_rows, max(limits.cell_chars, 400),
                   "What Nsight Compute's own rules said")
 
 
@@ -1120,7 +1367,7 @@ def with_findings(section: TraceSection, findings: list[Finding], limits: Limits
     multi-GPU job's rank sections are built where the rank's trace is, and findings marked afterwards
     (``--write-accepted``) are shown through this."""
     h = section.header
-    views, _ = _finding_views(findings, h.analyzed_ns, f"t{section.index}-", limits or Limits())
+    views, _ = finding_views(findings, h.analyzed_ns, f"t{section.index}-", limits or Limits())
     verdict, problems, impact = _verdict(findings, h.analyzed_ns, h.gpu_busy_share, h.device_count,
                                          not_checked=len(section.not_checked))
     summed, tally = _tally(findings, impact)
@@ -1135,7 +1382,7 @@ def with_findings(section: TraceSection, findings: list[Finding], limits: Limits
     return replace(section, header=header, findings=views, findings_total=len(findings))
 
 
-def _section(analysis: Analysis, index: int, multi: bool, limits: Limits) -> TraceSection:
+def trace_section(analysis: Analysis, index: int, multi: bool, limits: Limits) -> TraceSection:
     trace, window = analysis.trace, analysis.window
     notes: list[str] = []
     gpus, names, used = _gpu_label(trace)
@@ -1154,7 +1401,7 @@ def _section(analysis: Analysis, index: int, multi: bool, limits: Limits) -> Tra
             busy_share = busy_ns / (window.duration_ns * devices)
         kernel_ns, kernel_count = _kernel_time(analysis)
     prefix = f"t{index}-" if multi else ""
-    findings, _ = _finding_views(analysis.findings, window.duration_ns, prefix, limits)
+    findings, _ = finding_views(analysis.findings, window.duration_ns, prefix, limits)
     verdict, problems, impact = _verdict(analysis.findings, window.duration_ns, busy_share, devices,
                                          not_checked=len(getattr(analysis, "not_checked", ()) or ()))
     summed, tally = _tally(analysis.findings, impact)
@@ -1217,6 +1464,9 @@ def _section(analysis: Analysis, index: int, multi: bool, limits: Limits) -> Tra
     def gaps() -> None:
         parts["gaps"] = _gaps(analysis, devices, limits)
 
+    def breakdown() -> None:
+        parts["breakdown"] = _breakdown(analysis, limits)
+
     if ncu_only:
         notes.append("An Nsight Compute report on its own: the timeline sections (GPU utilization, kernel "
                      "categories, NVTX ranges, idle gaps) need an Nsight Systems trace of the same program "
@@ -1227,6 +1477,7 @@ def _section(analysis: Analysis, index: int, multi: bool, limits: Limits) -> Tra
         attempt("Top kernels", kernels)
         attempt("NVTX ranges", nvtx)
         attempt("Idle gaps", gaps)
+        attempt("Timeline breakdown", breakdown)
         phases = _optional_fact(analysis, "phases")
         if phases is not None:
             parts["phases"] = _phases(phases, limits)
@@ -1246,6 +1497,12 @@ def _section(analysis: Analysis, index: int, multi: bool, limits: Limits) -> Tra
         parts["signals"] = _signals(analysis, limits)
 
     attempt("Call stacks, GPU metrics and power", signals)
+
+    def memory() -> None:
+        parts["memory"] = _memory(analysis, limits)
+
+    if not ncu_only:
+        attempt("Device memory", memory)
     return TraceSection(
         kind="ncu" if ncu_only else "nsys",
         index=index,
@@ -1306,7 +1563,7 @@ def build_report(
     if not analyses:
         raise ValueError("build_report needs at least one analysis")
     multi = len(analyses) > 1
-    sections = tuple(_section(a, i, multi, limits) for i, a in enumerate(analyses, start=1))
+    sections = tuple(trace_section(a, i, multi, limits) for i, a in enumerate(analyses, start=1))
     if title is None:
         title = (
             f"GPU {'kernel' if sections[0].kind == 'ncu' else 'trace'} diagnosis: {sections[0].header.trace_name}"
