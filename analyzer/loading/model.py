@@ -256,6 +256,25 @@ GPU_METRIC_COLUMNS: tuple[str, ...] = (
     "value",  # float: percent of peak (0..100) for throughput metrics, MHz for clocks
 )
 
+MEMORY_COLUMNS: tuple[str, ...] = (
+    "start",  # event time (ns)
+    "device",  # CUDA device ordinal, -1 when the event names none (host memory, or a damaged event)
+    "op",  # "alloc" | "free"
+    "bytes",  # size of the allocation or free (B, > 0)
+    "address",  # address allocated or freed, -1 when unknown
+    "mem_kind",  # "device" | "device_static" | "array" | "managed" | "pinned" | "pageable" | "host" | "unknown"
+    "source",  # "cuda": CUDA driver allocations (nsys --cuda-memory-usage=true; what the process holds
+    #            from the device, for PyTorch its caching allocator's reserved segments);
+    #            "allocator": PyTorch caching-allocator blocks (torch.profiler profile_memory=True)
+    "total_allocated",  # the allocator's running total after the event (B), -1 when the trace has none
+    "total_reserved",  # the allocator's reserved total after the event (B), -1 when the trace has none
+    "stream",  # -1 when unknown
+    "correlation_id",  # the allocating/freeing API call (nsys), -1 when unknown
+    "pool_bytes",  # size of the stream-ordered memory pool used (cudaMallocAsync), -1 when none
+) + ATTRIBUTION_COLUMNS
+#: device memory kinds: what counts against a GPU's capacity
+DEVICE_MEMORY_KINDS: frozenset[str] = frozenset({"device", "device_static", "array"})
+
 POWER_COLUMNS: tuple[str, ...] = (
     "start",  # sample time (ns, on the trace's clock)
     "device",  # GPU index as the power log names it
@@ -312,6 +331,8 @@ class Trace:
     osrt: pd.DataFrame = field(default_factory=lambda: empty_frame(OSRT_COLUMNS))
     gpu_metrics: pd.DataFrame = field(default_factory=lambda: empty_frame(GPU_METRIC_COLUMNS))
     power: pd.DataFrame = field(default_factory=lambda: empty_frame(POWER_COLUMNS))
+    # device allocations and frees (nsys --cuda-memory-usage=true, torch.profiler profile_memory=True)
+    memory: pd.DataFrame = field(default_factory=lambda: empty_frame(MEMORY_COLUMNS))
     # Free-form extras a loader found (e.g. raw metadata rows); never required by rules.
     extras: dict[str, object] = field(default_factory=dict)
 
@@ -361,6 +382,7 @@ FRAME_COLUMNS: dict[str, tuple[str, ...]] = {
     "osrt": OSRT_COLUMNS,
     "gpu_metrics": GPU_METRIC_COLUMNS,
     "power": POWER_COLUMNS,
+    "memory": MEMORY_COLUMNS,
 }
 
 
@@ -369,7 +391,7 @@ def empty_frame(columns: tuple[str, ...]) -> pd.DataFrame:
     text = {
         "short_name", "name", "api_name", "nvtx_range", "nvtx_path", "attribution", "direction",
         "src_kind", "dst_kind", "mem_kind", "kind", "sync_type", "text", "domain", "path",
-        "source", "symbol", "module", "state", "metric",
+        "source", "symbol", "module", "state", "metric", "op",
     }
     real = {"value", "power_w", "energy_j", "sm_clock_mhz"}
     return pd.DataFrame(
