@@ -23,6 +23,7 @@ from typing import Any
 import pandas as pd
 
 from analyzer.analysis import Analysis
+from analyzer.facts.phase_index import exclude_option
 from analyzer.facts.registry import all_specs
 from analyzer.findings import Finding
 from analyzer.job.run import JobOutcome
@@ -174,7 +175,7 @@ def analyze(
         window_spec=window,
         ncu_files=tuple(Path(p) for p in ncu),
         power_files=tuple(Path(p) for p in power),
-        exclude_ranges=tuple(exclude_ranges),
+        exclude_ranges=exclude_option(exclude_ranges),
         only_ranges=only_ranges,
         timeout=timeout,
         accepted_file=Path(accepted) if accepted is not None else None,

@@ -84,8 +84,9 @@ def cli() -> None:
               help="Analysis window: an NVTX glob ('step_*'), a time span ('2.5s:7s') or 'full'. "
                    "Default: the repeated NVTX ranges with warmup excluded, else the part after setup.")
 @click.option("--exclude-ranges", multiple=True, default=("warmup*",), show_default=True,
-              help="NVTX ranges (globs, comma-separated or repeated) left out of the window and of phase "
-                   "tables; '' for none.")
+              help="NVTX ranges left out of the window and of phase tables, with everything nested in them: "
+                   "a glob on the name (on the path with a '/'), or re:REGEX; repeated or comma-separated; "
+                   "'' or 'none' for none.")
 @click.option("--only-ranges", default=None, help="Phase tables keep only NVTX ranges matching this glob.")
 @click.option("--timeout", type=FiniteFloat(0, MAX_TIMEOUT_SECONDS), default=None, metavar="SECONDS",
               envvar="ANALYZER_TIMEOUT",
@@ -135,6 +136,7 @@ def run_cmd(
     them such as one trace per rank; ncu files among them are joined to the traces; ncu files alone
     give a kernel report)."""
     from analyzer.api import run as run_analysis
+    from analyzer.facts.phase_index import exclude_option
     from analyzer.findings import Severity
     from analyzer.reports import render
     from analyzer.trace_analysis import AnalysisOptions
@@ -151,7 +153,7 @@ def run_cmd(
         window_spec=window_spec,
         ncu_files=tuple(ncu_files),
         power_files=tuple(power_files),
-        exclude_ranges=tuple(p.strip() for item in exclude_ranges for p in item.split(",") if p.strip()),
+        exclude_ranges=exclude_option(exclude_ranges),
         only_ranges=only_ranges,
         timeout=timeout,
         accepted_file=accepted_file,
