@@ -38,6 +38,18 @@ Attribution columns (shared by kernels, memcpy, memset):
 ``attribution``     how the range was found: ``"thread"`` (ranges on the launching thread),
                     ``"process"`` (launching thread had none open; ranges open on another thread of the
                     same process were used, e.g. PyTorch's autograd worker), or ``"none"``
+
+CUDA graphs (kernel columns ``in_graph`` and ``graph_id``)
+-----------------------------------------------------------
+A graph replay is one launch call (``cudaGraphLaunch``, ``cuGraphLaunch``, ``hipGraphLaunch``) that runs
+many kernels; they share the launch's correlation id, so their attribution columns name that call and the
+NVTX range open around it. ``in_graph`` is 1 for each such kernel (node-level nsys tracing, torch.profiler;
+or a kernel carrying a graph node id). With nsys' default ``--cuda-graph-trace=graph`` the export holds
+only whole executions (``CUPTI_ACTIVITY_KIND_GRAPH_TRACE``): each becomes one kernel row named ``CUDA graph
+<graphId>`` with ``in_graph`` = 2 and no launch configuration (grid, block, registers -1), so it is GPU work
+in every fact (busy time, gaps, windows, steps, phases, diff, jobs). An execution whose kernels the
+export holds adds no row: nothing is counted twice. ``trace.extras["cuda_graphs"]`` counts the executions
+read (``executions``, ``with_kernels``, ``without_kernels``, ``untimed``).
 """
 from __future__ import annotations
 
