@@ -45,6 +45,9 @@ SCALAR_DOCS: dict[str, str] = {
     "sync_time_ns": "summed blocking sync call time (ns)",
     "alloc_call_count": "allocation / free calls in the window",
     "alloc_time_ns": "summed allocation / free call time (ns)",
+    "memory_growth_per_step": "growth per step (B) of the GPU whose memory grows fastest and steadily (three "
+    "quarters of its step-to-step slopes above zero, see the memory_growth fact); 0 when no GPU's memory grows "
+    "so or the trace has no memory events",
     "window_steps": "steps the window is made of (NVTX step instances or periods of the repeating GPU op "
     "sequence); 0 when the window has no such structure",
     "timeline": "1 when the input has a timeline (an Nsight Systems trace), 0 for an Nsight Compute report "
@@ -68,7 +71,8 @@ def _ncu_softmax_launches(store: FactStore) -> float:
 
 
 #: the facts :func:`trace_scalars` reads
-SCALAR_FACTS: tuple[str, ...] = ("gpu_busy", "gpu_gaps", "sync_calls", "alloc_calls", "setup_activity")
+SCALAR_FACTS: tuple[str, ...] = ("gpu_busy", "gpu_gaps", "sync_calls", "alloc_calls", "setup_activity",
+                                 "memory_growth")
 
 
 def trace_scalars(store: FactStore) -> dict[str, float]:
@@ -94,6 +98,8 @@ def trace_scalars(store: FactStore) -> dict[str, float]:
     alloc = store.get("alloc_calls")
     setup = store.get("setup_activity")
     setup_of = dict(zip(setup["kind"].astype(str), setup["before_window_ns"].astype(float))) if len(setup) else {}
+    growth = store.get("memory_growth")
+    steady = growth.loc[growth["slope_low"].to_numpy(dtype=float) > 0] if len(growth) else growth
     devices = int(busy["device"].nunique()) if len(busy) else 0
     span = float(max(devices, 1) * w.duration_ns)
     busy_ns = float(busy["duration"].sum()) if len(busy) else 0.0
@@ -137,6 +143,7 @@ def trace_scalars(store: FactStore) -> dict[str, float]:
         "alloc_time_ns": total(alloc),
         "ncu_softmax_launches": _ncu_softmax_launches(store),
         "timeline": 0.0 if t.extras.get("ncu_only") else 1.0,
+        "memory_growth_per_step": float(steady["bytes_per_step"].max()) if len(steady) else 0.0,
         "window_steps": float(len(getattr(w, "steps", ()) or ())),
     }
 

@@ -158,6 +158,10 @@ class RunSummary:
     rules: Table
     findings: Table = field(default_factory=lambda: Table((), 0))  # FindingRow per finding
     notes: tuple[str, ...] = field(default=())
+    # device memory (None: the trace recorded none): the highest level in the window over its GPUs, and
+    # the fastest growth per step (Theil-Sen slope, whole bytes) of a GPU with two steps or more
+    memory_peak_bytes: int | None = None
+    memory_growth_bytes: int | None = None
     #: a multi-GPU job: its :class:`analyzer.diff.jobs.JobSummary` (the run is then the job as one run)
     job: Any = None
 
@@ -181,6 +185,8 @@ class RunSummary:
                 "kernel_ns": self.kernel_ns,
                 "kernel_count": self.kernel_count,
                 "device_count": self.device_count,
+                "memory_peak_bytes": self.memory_peak_bytes,
+                "memory_growth_bytes_per_step": self.memory_growth_bytes,
             },
             "phases": _table_dict(self.phases, PHASE_FIELDS),
             "kernels": _table_dict(self.kernels, KERNEL_FIELDS),
@@ -276,6 +282,7 @@ def summarize(analysis: Analysis) -> RunSummary:
     kernels = _kernels(kernels_frame)
     kernel_ns = int(kernels_frame["total_ns"].sum()) if kernels_frame is not None and len(kernels_frame) else 0
     kernel_count = int(kernels_frame["count"].sum()) if kernels_frame is not None and len(kernels_frame) else 0
+    peak, growth = _memory(analysis)
     return RunSummary(
         name=trace.name,
         path=str(trace.info.path),
@@ -301,7 +308,25 @@ def summarize(analysis: Analysis) -> RunSummary:
         rules=_rules(analysis.findings),
         findings=_findings(analysis.findings),
         notes=tuple(notes),
+        memory_peak_bytes=peak,
+        memory_growth_bytes=growth,
     )
+
+
+def _memory(analysis: Analysis) -> tuple[int | None, int | None]:
+    """Peak device memory over the GPUs and the fastest growth per step (None, None without memory
+    events)."""
+    if "memory_events" in analysis.trace.info.unavailable:
+        return None, None
+    try:
+        growth = analysis.facts.get("memory_growth")
+    except UnknownFactError:
+        return None, None
+    if not len(growth):
+        return None, None
+    stepped = growth.loc[growth["steps"].to_numpy() >= 2]
+    rate = int(round(float(stepped["bytes_per_step"].max()))) if len(stepped) else None
+    return int(growth["peak_bytes"].max()), rate
 
 
 def _steps(frame: pd.DataFrame | None, window: Any) -> Steps:
@@ -520,6 +545,11 @@ def from_report(doc: Any, path: str, *, trace_index: int | None = None) -> RunSu
         copies=r.table(base, "copies", COPY_FIELDS, CopyRow, (str, int, int, int)),
         rules=r.table(base, "rules", RULE_FIELDS, RuleRow, (str, str, str, str, int, (int, None), str)),
         findings=r.table(base, "findings", FINDING_FIELDS, FindingRow, (str, str, (int, None))),
+        # absent from reports written before memory was read
+        memory_peak_bytes=r.integer(totals, "memory_peak_bytes", "totals", optional=True)
+        if "memory_peak_bytes" in totals else None,
+        memory_growth_bytes=r.integer(totals, "memory_growth_bytes_per_step", "totals", optional=True)
+        if "memory_growth_bytes_per_step" in totals else None,
     )
 
 
