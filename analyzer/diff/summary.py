@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,12 +29,12 @@ import pandas as pd
 
 from analyzer.analysis import Analysis
 from analyzer.errors import InputError
+from analyzer.facts.nvtx import NUMBERED, generic_paths
 
 #: Caps on what one JSON report carries for a diff (rows beyond are summed into ``other_ns``).
 MAX_STEPS = 20_000
 MAX_PHASES = 400
 MAX_KERNELS = 600
-NUMBERED = re.compile(r"^(?P<stem>.*?[^\d\s_\-#:.]?)(?P<sep>[\s_\-#:.]*)(?P<num>\d+)$")
 _LAUNCH_SUFFIX = re.compile(r"(?:_\d+|\s*\[\d+\]|\s*#\d+)$")
 
 
@@ -211,29 +211,6 @@ def _table_dict(table: Table, fields: Sequence[str]) -> dict[str, Any]:
 def _generic(component: str) -> str:
     m = NUMBERED.match(component)
     return f"{m.group('stem')}{m.group('sep')}N" if m and m.group("stem") else component
-
-
-def generic_paths(paths: Iterable[str]) -> dict[str, str]:
-    """Path -> generic path: a component's trailing number becomes ``N`` when its stem occurs with at
-    least three different numbers among ``paths`` (``step_0``..``step_11`` -> ``step_N``)."""
-    paths = list(dict.fromkeys(paths))
-    numbers: dict[tuple[str, str], set[str]] = {}
-    for path in paths:
-        for comp in path.split("/"):
-            m = NUMBERED.match(comp)
-            if m and m.group("stem"):
-                numbers.setdefault((m.group("stem"), m.group("sep")), set()).add(m.group("num"))
-    enumerated = {k for k, v in numbers.items() if len(v) >= 3}
-    out = {}
-    for path in paths:
-        comps = []
-        for comp in path.split("/"):
-            m = NUMBERED.match(comp)
-            if m and (m.group("stem"), m.group("sep")) in enumerated:
-                comp = f"{m.group('stem')}{m.group('sep')}N"
-            comps.append(comp)
-        out[path] = "/".join(comps)
-    return out
 
 
 def kernel_family(name: str) -> str:
