@@ -85,7 +85,7 @@ class FactSource(Protocol):
 
 
 #: Every fact the reports read from an :class:`Analysis` (its sections in
-#: :mod:`analyzer.reports.viewmodel` and the diff baseline of :func:`analyzer.diff.summary.summarize`);
+#: :mod:`analyzer.reports.viewmodel` and the diff baseline of :func:`analyzer.reports.baseline.summarize`);
 #: the pipeline keeps these past the rules and frees the others after their last rule (a test checks
 #: that building a report reads no other fact).
 REPORT_FACTS: frozenset[str] = frozenset({

@@ -154,7 +154,9 @@ def finish(store: Any, pack: Any, *, progress: Progress = None, accepted: Any = 
     read from the analysis afterwards (:data:`analyzer.analysis.REPORT_FACTS` for a report); with it, the
     store frees every other fact after the last rule reading it (None: every fact is kept)."""
     trace, window = store.trace, store.window
-    runnable, not_checked = split_by_capability(pack, trace.info.unavailable)
+    from analyzer.loading.capabilities import window_capabilities
+
+    runnable, not_checked = split_by_capability(pack, {**trace.info.unavailable, **window_capabilities(window)})
     _noting(progress)(f"{trace.name}: evaluating {len(runnable.rules)} rules")
     findings = _evaluate(runnable, store, keep=keep)
     if accepted is not None:

@@ -18,7 +18,9 @@ setup; calling that idle GPU time cries wolf. So rules look at a window, chosen 
      launched inside its instances is at least 30 % of the trace's GPU op time (this keeps
      per-layer names such as ``Conv_12``/``Identity_3`` of inference engines out).
 
-   The best stem is the well-known one, then the outermost, then the one covering most GPU work.
+   Framework operators never qualify (Kineto's ``cpu_op`` events, ``aten::*``, ``vllm::*``, autograd
+   nodes, ``CompiledFunction``: :func:`analyzer.facts.nvtx.operator_ranges`): they repeat more often
+   than any iteration. The best stem is the well-known one, then the outermost, then the one covering most GPU work.
    When no warmup range was found and there are at least 4 instances, the first instance is left
    out: it pays lazy module loading, autotuning and allocator growth.
 2. **Periodic GPU op sequence** (no usable NVTX): the labels of all GPU ops in start order (kernel
@@ -29,7 +31,10 @@ setup; calling that idle GPU time cries wolf. So rules look at a window, chosen 
    fewest mismatches after, one cumulative sum). Because ``label[i]`` is compared with the op one
    period earlier, the first steady iteration is also left out, as in 1. At least 3 periods must
    remain, with >= 60 % of ops repeating.
-3. Otherwise the whole GPU activity span (first op start to last op end).
+3. Otherwise the whole GPU activity span (first op start to last op end), judged as one pass: a capture
+   without repeated GPU work (model loading, one serving step, a single forward) has no steady state and
+   no setup to leave out, and rules about what a loop repeats do not apply to it (the window's
+   ``steady_state_loop`` capability, :func:`analyzer.loading.capabilities.window_capabilities`).
 
 Explicit specs: ``"full"`` (whole GPU activity span), ``"2.5s:7s"`` (trace-relative times with
 units ns/us/ms/s, either side may be empty), or a glob on NVTX range text (``"step_*"``).
@@ -55,7 +60,7 @@ from analyzer.analysis import StepSpans, Window
 from analyzer.errors import WindowError
 from analyzer.facts._util import column, concat_codes, factorize_objects, text, text_codes
 from analyzer.facts.nccl_nvtx import internal_ranges
-from analyzer.facts.nvtx import parent_positions, ranges_only
+from analyzer.facts.nvtx import operator_ranges, parent_positions, ranges_only
 from analyzer.loading.columns import categorical
 from analyzer.loading.model import Trace
 from analyzer.saferegex import PatternError, UserPattern, compile_glob
@@ -288,9 +293,16 @@ def _auto(trace: Trace, ops: pd.DataFrame, first: int, last: int, exclude: tuple
     periodic = _periodic(trace, ops, exclude)
     if periodic is not None:
         start, desc, spans = periodic
+        opened = _program_annotation_open_at(trace, start, exclude)
+        if opened is not None and opened < start:
+            # the program's own annotation began before the steady state: what ran inside it (a host
+            # stall, a blocking copy) is the program's work, never one-time setup
+            start = max(first, opened)
+            desc += "; from the start of the program's annotation open there"
         return Window(start, last, "auto", desc, max(0, start - first), steps=spans)
     return Window(first, last, "auto",
-                  "whole GPU activity span (no repeated NVTX step ranges, no repeating GPU op sequence)", 0)
+                  "one pass: the whole GPU activity span (no repeated GPU work: no step ranges or annotations "
+                  "repeating like iterations, no repeating GPU op sequence)", 0)
 
 
 def _nvtx_steps(
@@ -303,7 +315,9 @@ def _nvtx_steps(
     warmup_found = bool(own.any())
     # ranges opened by libraries (NCCL's ncclAllReduce in domain NCCL, NVSHMEM, cuDNN ...) repeat as
     # often as steps do but are never the user's training loop
-    cand = nv.loc[~inherited & ~internal_ranges(nv)].reset_index(drop=True)
+    # and so are the framework's operators (aten::linear, autograd nodes, CompiledFunction: Kineto's
+    # cpu_op events, PyTorch's emit_nvtx ranges), which repeat more often than any iteration
+    cand = nv.loc[~inherited & ~internal_ranges(nv) & ~operator_ranges(nv)].reset_index(drop=True)
     if cand.empty:
         return None
     texts = text(cand["text"])
@@ -374,6 +388,22 @@ def _nvtx_steps(
     return start, end, desc, spans
 
 
+def _program_annotation_open_at(trace: Trace, t: int, exclude: tuple[str, ...]) -> int | None:
+    """The earliest start of the program's own annotations (not framework operators, not library ranges,
+    not excluded warmup) open at ``t``; None when none is."""
+    nv = ranges_only(trace.nvtx)
+    if nv.empty:
+        return None
+    nv = nv.reset_index(drop=True)
+    keep = ~internal_ranges(nv) & ~operator_ranges(nv)
+    if exclude:
+        keep &= ~_excluded(nv, exclude)[1]
+    starts = nv["start"].to_numpy(dtype=np.int64)
+    ends = nv["end"].to_numpy(dtype=np.int64)
+    open_at = keep & (starts < t) & (ends > t)
+    return int(starts[open_at].min()) if open_at.any() else None
+
+
 def _periodic(trace: Trace, ops: pd.DataFrame, exclude: tuple[str, ...]) -> tuple[int, str, StepSpans] | None:
     codes, uniques = factorize_objects(ops["label"])
     n = len(codes)
@@ -384,12 +414,22 @@ def _periodic(trace: Trace, ops: pd.DataFrame, exclude: tuple[str, ...]) -> tupl
     for i in range(n - 1, max(n - 9, -1), -1):  # the last 8 ops only
         prev = np.flatnonzero(codes[:i] == codes[i])[-32:]
         cands.update((i - prev).tolist())
-    cands = {p for p in cands if 0 < p <= n // 3}
-    if not cands:
-        return None
+    # a capture that ends inside an iteration ends on ops that recur many times per iteration (the
+    # same convolution in every block): their last occurrences are all in the last iteration. The
+    # spacing of the rarest labels of the second half (the loss, the optimizer, the batch copy) gives
+    # the iteration length there
     half = n // 2
+    counts = np.bincount(codes[half:])
+    rare = [int(c) for c in np.argsort(counts, kind="stable") if counts[c] >= 3][:32]
+    spaced: set[int] = set()
+    for lab in rare:
+        spaced.add(int(np.median(np.diff(np.flatnonzero(codes == lab)[-32:]))))
+    cands = {p for p in cands if 0 < p <= n // 3}
+    spaced = {p for p in spaced if 0 < p <= n // 3}
+    if not cands and not spaced:
+        return None
     rates = {}
-    for p in sorted(cands)[:64]:
+    for p in sorted(set(sorted(cands)[:64]) | spaced):
         h = max(p, half)
         rates[p] = float(np.mean(codes[h:] == codes[h - p: n - p]))
     best = max(rates.values())
@@ -441,8 +481,8 @@ def _iteration(codes: np.ndarray, first_op: int, period: int, rate: float) -> tu
         pos = np.flatnonzero(tail == lab)
         spacing = np.diff(pos)
         size = int(np.median(spacing))
-        if size <= period:
-            break  # the rarest label repeats every period: the period is the iteration
+        if size < period:
+            break  # the rarest label repeats more often than the period: the period is the iteration
         head = first_op + int(pos[0])
         if size % period or float(np.mean(spacing == size)) < 0.8 or (n - head) // size < 3:
             continue

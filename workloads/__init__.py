@@ -16,6 +16,13 @@ PATHOLOGIES: tuple[str, ...] = (
     "occupancy",
     "fp32_gemm",
     "alloc_churn",
+    "decode_eager",
+    "optimizer_loop",
+    "copy_on_compute_stream",
+    "host_work_in_range",
+    "compile_train",
+    "memory_leak",
+    "memory_peak",
 )
 #: Multi-GPU jobs (``DISTRIBUTED = True``, run under torchrun: see ``_ddp`` and ``_distributed``),
 #: each a pathology with a ``--fixed`` twin; alone (no torchrun) each is the 1-GPU run.

@@ -5,6 +5,7 @@
                                 [--fixed | --both] [--timeout S] [--post inline|none]
                                 [--backtrace] [--gpu-metrics [HZ]] [--power] [--gzip]
                                 [--suffix S] [--dry-run] [--nproc N] [--layout single|per-rank]
+                                [--cuda-graph-trace graph|node] [--torch-memory]
                                 [WORKLOAD ARGS...]
     python -m workloads post --out DIR TRACE...      # nsys: export/analyze/stats; ncu: CSVs
     python -m workloads pack --src DIR --dest DIR    # tar.xz bundles < 16 MiB each
@@ -17,9 +18,13 @@ Unknown options after the names are passed to the workload, e.g.
 see ``workloads/_torchprof.py``), as ``DIR/<trace>.pt.trace.json[.gz]`` (``--gzip``).
 ``--backtrace``: nsys call stacks on CUDA calls, Python sampling and OS-runtime stacks; torch.profiler
 Python stacks on every op (``with_stack=True``). nsys only:
-``--gpu-metrics [HZ]`` (GPU_METRICS samples). Any tool: ``--power`` samples GPU power beside the run
-(NVML: ``<trace>.power.csv``; nvidia-smi: ``<trace>.nvidia-smi.csv``). ``--suffix S`` appends ``S``
-to the trace name (e.g. ``_run2`` for a repeated run). Workloads that write a sidecar (the
+``--gpu-metrics [HZ]`` (GPU_METRICS samples), ``--cuda-graph-trace node`` (one event per kernel
+of each CUDA-graph replay instead of one per graph). torch only: ``--torch-memory`` records the
+allocator's allocations and frees (``profile_memory=True``). Any tool: ``--power`` samples GPU power
+beside the run (NVML: ``<trace>.power.csv``; nvidia-smi: ``<trace>.nvidia-smi.csv``). ``--suffix S`` appends ``S``
+to the trace name (e.g. ``_run2`` for a repeated run). Each manifest line of a single-process run
+holds the program's own measured step wall times (``step_ms``, ``mean_ms``, ``median_ms``, from its
+``<trace>.result.json``, see ``workloads/_common.py``). Workloads that write a sidecar (the
 transformer's Python timings) get ``<trace>.pytime.json``.
 
 Multi-GPU workloads (``ddp_*``, ``fsdp_*``) run as a torchrun job of ``--nproc`` processes (trace
@@ -82,9 +87,11 @@ def sidecar_args(module: ModuleType, base: Path) -> list[str]:
     return [a.replace("{base}", str(base)) for a in getattr(module, "SIDECAR_ARGS", ())]
 
 
-def torch_env(out_dir: Path, trace: str, gzip: bool, stack: bool = False) -> dict[str, str]:
+def torch_env(out_dir: Path, trace: str, gzip: bool, stack: bool = False,
+              memory: bool = False) -> dict[str, str]:
     """Environment that makes the common run loop record torch.profiler traces (``_torchprof``);
-    ``stack``: Python stacks on every op (``with_stack=True``)."""
+    ``stack``: Python stacks on every op (``with_stack=True``); ``memory``: allocator events
+    (``profile_memory=True``)."""
     from . import _torchprof as tp
 
     env = {tp.ENV_DIR: str(out_dir), tp.ENV_WORKER: trace}
@@ -92,7 +99,23 @@ def torch_env(out_dir: Path, trace: str, gzip: bool, stack: bool = False) -> dic
         env[tp.ENV_GZIP] = "1"
     if stack:
         env[tp.ENV_STACK] = "1"
+    if memory:
+        env[tp.ENV_MEMORY] = "1"
     return env
+
+
+def read_result(path: Path) -> dict:
+    """The program's own timing (``step_ms``, ``mean_ms``, ``median_ms``) from the result file
+    :func:`workloads._common.report` wrote, removed afterwards; {} when there is none."""
+    try:
+        with open(path) as fh:
+            data = json.load(fh)
+        path.unlink()
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {k: data[k] for k in ("step_ms", "mean_ms", "median_ms") if k in data}
 
 
 def collect_torch_traces(out_dir: Path, trace: str) -> list[Path]:
@@ -153,11 +176,12 @@ def ncu_extra_flags(module: ModuleType) -> list[str]:
 
 def profile_cmd(tool: str, tool_path: Path | str, out_base: Path, module: ModuleType,
                 fixed: bool, program: Sequence[str], *, backtrace: bool = False,
-                gpu_metrics_hz: int | None = None) -> list[str]:
+                gpu_metrics_hz: int | None = None, graph_trace: str | None = None) -> list[str]:
     if tool == "torch":
         return list(program)
     if tool == "nsys":
-        return tools.nsys_profile_cmd(tool_path, out_base, program, backtrace=backtrace,
+        extra = [f"--cuda-graph-trace={graph_trace}"] if graph_trace else []
+        return tools.nsys_profile_cmd(tool_path, out_base, program, extra, backtrace=backtrace,
                                       gpu_metrics_hz=gpu_metrics_hz)
     filt, count = ncu_filter(module, fixed)
     return tools.ncu_profile_cmd(tool_path, out_base, filt, count, program,
@@ -239,6 +263,12 @@ def cmd_profile(args: argparse.Namespace, extra: list[str]) -> int:
     if args.tool == "ncu" and args.backtrace or args.tool != "nsys" and args.gpu_metrics:
         print("error: --gpu-metrics needs --tool nsys, --backtrace --tool nsys or torch", file=sys.stderr)
         return 2
+    if args.tool != "nsys" and args.cuda_graph_trace or args.tool != "torch" and args.torch_memory:
+        print("error: --cuda-graph-trace needs --tool nsys, --torch-memory --tool torch",
+              file=sys.stderr)
+        return 2
+    from ._common import ENV_RESULT_FILE  # here: _common may import torch (no `nvtx` package)
+
     tool_path: Path | str = args.tool
     if args.tool != "torch":
         try:
@@ -260,6 +290,8 @@ def cmd_profile(args: argparse.Namespace, extra: list[str]) -> int:
             base = out_dir / tname
             program = workload_cmd(name, args.size, fixed, [*extra, *sidecar_args(mod, base)])
             nsys_opts = {"backtrace": args.backtrace, "gpu_metrics_hz": args.gpu_metrics}
+            if args.cuda_graph_trace:
+                nsys_opts["graph_trace"] = args.cuda_graph_trace
             job = None  # a multi-GPU job (workloads/_distributed.py)
             if _distributed.is_distributed(mod):
                 try:
@@ -271,13 +303,18 @@ def cmd_profile(args: argparse.Namespace, extra: list[str]) -> int:
                 tname, base, cmd = job.name, out_dir / job.name, job.cmd
             else:
                 cmd = profile_cmd(args.tool, tool_path, base, mod, fixed, program, **nsys_opts)
-            run_env = ({**env, **torch_env(out_dir, tname, args.gzip, args.backtrace)} if args.tool == "torch"
+            run_env = ({**env, **torch_env(out_dir, tname, args.gzip, args.backtrace,
+                                           args.torch_memory)} if args.tool == "torch"
                        else env)
+            result_file = out_dir / f"{tname}.result.json"
             if job:
                 run_env = _distributed.job_env(run_env)
+            else:  # one process: it writes its measured step times for the manifest
+                run_env = {**run_env, ENV_RESULT_FILE: str(result_file)}
             print(f"[driver] {tname}: {shlex.join(cmd)}", flush=True)
             if args.dry_run:
                 continue
+            result_file.unlink(missing_ok=True)  # never a previous run's times
             if not info:
                 version = torch_version() if args.tool == "torch" else tools.tool_version(tool_path, env)
                 info = {**tools.gpu_info(), "tool_version": version}
@@ -296,15 +333,19 @@ def cmd_profile(args: argparse.Namespace, extra: list[str]) -> int:
                 for b in job.bases if job else [base]:
                     post(tool_path, b)
             flags = [f for f, on in (("backtrace", args.backtrace), ("power", args.power),
-                                     ("gzip", args.gzip and args.tool == "torch")) if on]
+                                     ("gzip", args.gzip and args.tool == "torch"),
+                                     ("memory", args.torch_memory)) if on]
             if args.gpu_metrics:
                 flags.append(f"gpu-metrics={args.gpu_metrics}Hz")
+            if args.cuda_graph_trace:
+                flags.append(f"cuda-graph-trace={args.cuda_graph_trace}")
             record = {
                 "name": tname, "workload": name, "variant": "fixed" if fixed else "pathology",
                 "tool": args.tool, "command": shlex.join(cmd), "program": shlex.join(program),
                 "exit_code": rc, "wall_s": round(wall, 2), "size": args.size, "flags": flags,
                 "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                **({"outputs": outputs} if outputs else {}), **info}
+                **({"outputs": outputs} if outputs else {}),
+                **({} if job else read_result(result_file)), **info}
             for rec in (_distributed.manifest_records(record, job.nproc, job.layout) if job
                         else [record]):
                 manifest_line(out_dir, rec)
@@ -350,6 +391,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--power", action="store_true",
                    help="sample GPU power beside the run (NVML and nvidia-smi CSV logs)")
     p.add_argument("--gzip", action="store_true", help="torch: write .pt.trace.json.gz")
+    p.add_argument("--torch-memory", action="store_true",
+                   help="torch: record allocations and frees (profile_memory=True)")
+    p.add_argument("--cuda-graph-trace", choices=("graph", "node"), default=None,
+                   help="nsys: trace CUDA graphs as a whole (nsys' default) or node by node")
     p.add_argument("--suffix", default="", help="append this to each trace name (e.g. _run2)")
     p.add_argument("--size", choices=("smoke", "full"), default="full")
     g = p.add_mutually_exclusive_group()

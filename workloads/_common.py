@@ -5,13 +5,16 @@ Every workload is ``python -m workloads.<name> [--fixed] [--size smoke|full] [--
 [--steps N] [--warmup N]``. A workload module provides a ``build(cfg) -> step`` function; the
 loop here wraps the warmup steps in one ``warmup`` NVTX range and each measured step in a
 ``step_N`` range (N counts from 0), synchronizes the device after each step and prints the
-per-step wall time, then one machine-readable ``RESULT {json}`` line.
+per-step wall time, then one machine-readable ``RESULT {json}`` line. With
+``WORKLOADS_RESULT_FILE=PATH`` set (the driver sets it), the same result plus every measured step's
+wall time (``step_ms``) is also written to PATH as JSON.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import json
+import os
 import statistics
 import sys
 import time
@@ -25,6 +28,8 @@ T = TypeVar("T")
 Step = Callable[[int], None]
 #: Exit code for "did not fit in GPU memory" (see transformer.py).
 EXIT_OOM = 3
+#: Where :func:`report` also writes its result with the per-step times (JSON), when set.
+ENV_RESULT_FILE = "WORKLOADS_RESULT_FILE"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,6 +159,10 @@ def report(cfg: RunConfig, times: list[float], **extra: object) -> None:
     # separate write of the newline let another rank's line land inside this one
     _line(f"[{cfg.name}] {cfg.variant}: mean {result['mean_ms']} ms/step over {len(times)} steps")
     _line("RESULT " + json.dumps(result))
+    path = os.environ.get(ENV_RESULT_FILE)
+    if path:
+        with open(path, "w") as fh:
+            json.dump({**result, "step_ms": [round(t, 3) for t in times]}, fh)
 
 
 def _line(text: str) -> None:

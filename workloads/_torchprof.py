@@ -10,7 +10,9 @@ workloads open (:mod:`workloads._nvtx`) is mirrored as a ``record_function`` ran
 
 Other variables: ``WORKLOADS_TORCH_GZIP=1`` writes ``.json.gz``; ``WORKLOADS_TORCH_WORKER=NAME``
 names the file (``NAME.<ms>.pt.trace.json``; ``_rank<RANK>`` is appended when ``RANK`` is set, so
-the ranks of a ``torchrun`` job each write their own); ``WORKLOADS_TORCH_STACK=1`` adds Python stacks.
+the ranks of a ``torchrun`` job each write their own); ``WORKLOADS_TORCH_STACK=1`` adds Python stacks;
+``WORKLOADS_TORCH_MEMORY=1`` records the caching allocator's allocations and frees
+(``profile_memory=True``: ``[memory]`` instant events with bytes, address, device and the totals).
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ ENV_DIR = "WORKLOADS_TORCH_TRACE_DIR"
 ENV_GZIP = "WORKLOADS_TORCH_GZIP"
 ENV_WORKER = "WORKLOADS_TORCH_WORKER"
 ENV_STACK = "WORKLOADS_TORCH_STACK"
+ENV_MEMORY = "WORKLOADS_TORCH_MEMORY"
 
 
 def trace_dir() -> str | None:
@@ -61,6 +64,7 @@ def recording(warmup_steps: int, measured_steps: int, cuda: bool) -> Iterator[Ca
         on_trace_ready=handler,
         record_shapes=True,
         with_stack=os.environ.get(ENV_STACK) == "1",
+        profile_memory=os.environ.get(ENV_MEMORY) == "1",
     )
     with prof:
         yield prof.step

@@ -104,7 +104,7 @@ def diff(ctx: click.Context, base: Path, head: Path, rules_files: tuple[str, ...
     from analyzer.diff.inputs import load_run
     from analyzer.fileio import atomic_write
     from analyzer.pipeline import AnalysisOptions, load_accepted_findings, load_rules
-    from analyzer.reports.diff import render_diff
+    from analyzer.diff.report import render_diff
 
     if min_effect is not None and min_effect > 1000:
         raise ParameterError(f"--min-effect {min_effect:g}% is not a plausible effect size")

@@ -1,4 +1,4 @@
-"""Two :class:`~analyzer.diff.summary.RunSummary` in, one :class:`DiffResult` out: the step-time verdict
+"""Two :class:`~analyzer.reports.baseline.RunSummary` in, one :class:`DiffResult` out: the step-time verdict
 with its significance, where the time moved (phases, kernels, categories, copies), and which findings
 appeared, disappeared or changed.
 
@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from analyzer.diff import stats
-from analyzer.diff.summary import RunSummary, Table
+from analyzer.reports.baseline import RunSummary, Table
 from analyzer.reports.format import fmt_ms, fmt_pct, plural
 
 DEFAULT_MIN_EFFECT_PCT = 3.0

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from analyzer.diff.summary import ReportFormatError, RunSummary, from_report, summarize
+from analyzer.reports.baseline import ReportFormatError, RunSummary, from_report, summarize
 from analyzer.errors import InputError
 from analyzer.pipeline import AnalysisOptions, Progress
 

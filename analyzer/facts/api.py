@@ -21,23 +21,12 @@ from analyzer.facts._util import (
     text_codes,
 )
 from analyzer.facts.stacks import attach_locations
+from analyzer.loading.api_names import HIP_TO_CUDA, LAUNCH_APIS, SYNC_APIS, cuda_equivalent  # noqa: F401 (re-exported)
 from analyzer.facts.registry import FactContext, FactStore, fact
 
 _VERSION = re.compile(r"_v\d+$")
 _PER_THREAD = re.compile(r"_pt(sz|ds)$")
 
-# host waits for the device: name -> kind
-SYNC_APIS: dict[str, str] = {
-    "cudaDeviceSynchronize": "device",
-    "cudaThreadSynchronize": "device",
-    "cuCtxSynchronize": "device",
-    "cudaStreamSynchronize": "stream",
-    "cuStreamSynchronize": "stream",
-    "cudaEventSynchronize": "event",
-    "cuEventSynchronize": "event",
-    "cudaStreamWaitEvent": "stream_wait_event",  # device-side wait, does not block the host
-    "cuStreamWaitEvent": "stream_wait_event",
-}
 _NON_BLOCKING_KINDS = {"stream_wait_event"}
 # synchronous copies/memsets: cudaMemcpy, cudaMemcpy2D, cudaMemcpyToSymbol, cuMemcpyDtoH, ... (not *Async)
 _SYNC_MEMCPY = re.compile(r"^(?:cudaMemcpy|cuMemcpy)(?!.*Async)")
@@ -81,12 +70,6 @@ ALLOC_APIS: dict[str, tuple[str, str]] = {
     "cuMemAddressFree": ("free", "virtual"),
 }
 
-LAUNCH_APIS = frozenset({
-    "cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel",
-    "cudaLaunchCooperativeKernelMultiDevice", "cudaLaunch", "cudaGraphLaunch",
-    "cuLaunchKernel", "cuLaunchKernelEx", "cuLaunchCooperativeKernel", "cuLaunchGrid", "cuGraphLaunch",
-})
-
 TINY_KERNEL_NS = 10_000
 
 
@@ -96,7 +79,7 @@ def base_api_names(names: pd.Series) -> pd.Series:
 
 
 def _base_name(name: str) -> str:
-    return _PER_THREAD.sub("", _VERSION.sub("", name))
+    return cuda_equivalent(_PER_THREAD.sub("", _VERSION.sub("", name)))
 
 
 def api_base_codes(store: FactStore) -> tuple[np.ndarray, np.ndarray]:

@@ -64,6 +64,41 @@ def ranges_only(nvtx: pd.DataFrame) -> pd.DataFrame:
     return nvtx.loc[(kind != "mark").to_numpy() & (nvtx["end"].to_numpy() > nvtx["start"].to_numpy())]
 
 
+#: Kineto categories whose events are the framework's operators (every ``aten::`` call, autograd
+#: nodes), never the program's own annotations (``user_annotation``: ``record_function``,
+#: ``ProfilerStep#N``, the optimizer's and data loader's annotations)
+OPERATOR_DOMAINS = frozenset({"cpu_op"})
+#: range texts that are operators, autograd-engine or compiled-function events whatever their domain:
+#: ``aten::linear``, ``vllm::moe_forward``, ``autograd::engine::evaluate_function: MmBackward0``,
+#: autograd nodes (``MmBackward0``, PyTorch 1.8's ``AddmmBackward``), ``CompiledFunction``,
+#: ``CompiledFunctionBackward``, ``## Call CompiledFxGraph ... ##``, ``Torch-Compiled Region``,
+#: ``TorchDynamo Cache Lookup``, ``<forward op>``; PyTorch's ``emit_nvtx`` ranges in nsys traces
+#: (``aten::mm, seq = 5, sizes = ...``) are caught by the namespace
+OPERATOR_TEXTS = re.compile(
+    r"^(?:[a-z_][a-z0-9_]*::"  # a lowercase C++/library namespace: aten::, vllm::, c10d::, autograd::
+    r"|[A-Z][A-Za-z0-9]*Backward\d*$"  # autograd nodes
+    r"|CompiledFunction|## Call CompiledFxGraph|Torch-Compiled Region|TorchDynamo Cache Lookup"
+    r"|<(?:forward|backward) op>)")
+#: what is never an operator even in an operator category (older Kineto wrote ProfilerStep as cpu_op)
+_STEP_TEXT = re.compile(r"^ProfilerStep#\d+$")
+
+
+def operator_ranges(nvtx: pd.DataFrame) -> np.ndarray:
+    """Per row of ``nvtx``: a framework operator, autograd-engine or compiled-function event (by the
+    Kineto category in ``domain`` or by its text), not an annotation the program made. Such events
+    repeat as often as the program's iterations (``aten::linear`` ten thousand times) but never mark
+    one: the window never builds steps from them."""
+    if nvtx.empty:
+        return np.zeros(0, dtype=bool)
+    dom = text(column(nvtx, "domain", ""))
+    codes, uniq = pd.factorize(dom)
+    dom_hit = np.array([str(u) in OPERATOR_DOMAINS for u in uniq], dtype=bool)
+    tcodes, tuniq = pd.factorize(text(nvtx["text"]))
+    txt_hit = np.array([bool(OPERATOR_TEXTS.match(str(u))) for u in tuniq], dtype=bool)
+    step = np.array([bool(_STEP_TEXT.match(str(u))) for u in tuniq], dtype=bool)
+    return (dom_hit[codes] | txt_hit[tcodes]) & ~step[tcodes]
+
+
 def parent_positions(nvtx: pd.DataFrame) -> np.ndarray:
     """For each row of ``nvtx``, the row position of its parent range (``-1`` for roots/unknown)."""
     index = pd.Index(nvtx["range_id"].to_numpy())

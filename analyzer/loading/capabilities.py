@@ -27,7 +27,21 @@ CAPABILITIES: dict[str, str] = {
     "kernel_resources": "registers per thread and shared memory per block of each kernel",
     "kernel_launch_config": "grid and block dimensions of each kernel",
     "gpu_properties": "the GPU's SM count and per-SM limits",
+    "steady_state_loop": "repeated GPU work (a loop whose iterations the window found: steps, annotations "
+                         "that repeat like iterations, or a repeating GPU op sequence)",
 }
+
+
+def window_capabilities(window: object) -> dict[str, str]:
+    """Capabilities the analysis *window* lacks (the trace may have them all): a capture without repeated
+    GPU work (model loading, one serving step, a single pass) has no steady-state loop, so rules about what
+    a loop repeats (allocations per iteration) do not apply to it; it is judged as one pass."""
+    steps = getattr(window, "steps", None)
+    if steps is not None and len(steps) > 0:
+        return {}
+    return {"steady_state_loop": "the capture holds no repeated GPU work (no step ranges or repeated "
+                                 "annotations, no repeating GPU op sequence): setup only, one serving step "
+                                 "or a single pass, judged as one pass"}
 
 _HOST_SIDE = {"H2D": "src_kind", "D2H": "dst_kind", "H2H": "src_kind"}
 

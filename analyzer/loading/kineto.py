@@ -70,6 +70,7 @@ import pandas as pd
 
 from analyzer.errors import InputError
 from analyzer.loading import attribution as attr
+from analyzer.loading.api_names import host_side_summary, launch_calls
 from analyzer.loading.capabilities import missing_capabilities
 from analyzer.loading.columns import TextCodes
 from analyzer.loading.common import by_start, contract_frame, fill_cc_limits, strip_api_suffix, text_as_object
@@ -614,11 +615,10 @@ class _KinetoLoader:
                 raise InputError(self.shown, f"the trace records {', '.join(other)} activity, which this analyzer "
                                  "does not read (no CUDA kernel, gpu_memcpy or gpu_memset events)",
                                  hint="profile a CUDA (or ROCm) run")
-            raise InputError(self.shown, "torch.profiler trace without GPU activity (no kernel, gpu_memcpy or "
-                             "gpu_memset events)",
-                             hint="profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] on a GPU run")
         runtime = group(RUNTIME_CATS)
         driver = group(DRIVER_CATS)
+        if len(kernels.events) + len(memcpy.events) + len(memset.events) == 0:
+            raise _no_gpu_activity(self.shown, present, runtime, driver)
         ranges = group(RANGE_CATS)
         syncs = group(SYNC_CATS)
         spans = group(frozenset({"Trace"}))
@@ -648,7 +648,8 @@ class _KinetoLoader:
             stacks, api_stacks = python_call_stacks(
                 _ints(pyfuncs.field("pid")), _ints(pyfuncs.field("tid")), pyfuncs.start, pyfuncs.end,
                 _texts(pyfuncs.field("name")), api_frame)
-        gpus = self._gpus(doc.deviceProperties)
+        gpus = _match_devices(self._gpus(doc.deviceProperties),
+                              [f["device"] for f in (kernel_frame, memcpy_frame, memset_frame) if len(f)])
         processes, thread_frame = self._processes_threads(events, ph_codes == _code(ph_names, "M"))
 
         rank, world = _distributed(doc.distributedInfo)
@@ -881,6 +882,62 @@ class _KinetoLoader:
             threads = empty_frame(THREAD_COLUMNS)
         return (text_as_object(processes.sort_values("pid", ignore_index=True)),
                 text_as_object(threads.sort_values(["pid", "tid"], ignore_index=True)))
+
+
+def _no_gpu_activity(shown: Path, cats: set[str], runtime: _Group, driver: _Group) -> InputError:
+    """The one line for a trace without GPU operations: what the host did through the CUDA API (a capture
+    that launched kernels still says how much time went to API calls and synchronization) and the
+    likely reason, read from the trace itself."""
+    names = _texts(runtime.field("name") + driver.field("name"))
+    durs = np.concatenate([runtime.dur, driver.dur])
+    starts = np.concatenate([runtime.start, driver.start])
+    span = int((starts + durs).max() - starts.min()) if len(starts) else 0
+    if not len(names):
+        return InputError(shown, "torch.profiler trace without GPU activity (no kernel, gpu_memcpy or gpu_memset "
+                          "events, and no CUDA API call: CUDA activity was not recorded)",
+                          hint="profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] on a GPU run")
+    calls = list(zip(names.tolist(), [1] * len(names), durs.tolist()))
+    if not launch_calls(calls):
+        return InputError(shown, f"torch.profiler trace without GPU activity ({len(names):,} CUDA API calls but no "
+                          "kernel launch: no GPU work inside the profiled steps)",
+                          hint="profile steps that run on the GPU, with activities=[ProfilerActivity.CPU, "
+                               "ProfilerActivity.CUDA]")
+    host = host_side_summary(calls, span)
+    if "cuda_profiler_range" in cats:
+        why = ("it was recorded with the CUPTI range profiler (cuda_profiler_range events: torch.profiler's "
+               "experimental_config with profiler_metrics), which replaces the GPU activity trace")
+        hint = "record again without profiler_metrics to get the GPU timeline"
+    else:
+        why = ("CUPTI recorded the API calls but no GPU activity: WSL2 and some virtualized GPUs record none, and "
+               "another profiler holding CUPTI at the same time (nsys, DCGM profiling) takes it")
+        hint = "record on native Linux with no other profiler attached"
+    return InputError(shown, f"torch.profiler trace without GPU activity: {host}; {why}", hint=hint)
+
+
+def _match_devices(gpus: pd.DataFrame, used: list[Any]) -> pd.DataFrame:
+    """``gpus`` with their ids matched to the ids the GPU events carry. ``deviceProperties`` numbers the
+    devices the process sees (0, 1 ...), while ROCm's tracer writes the physical index on each kernel
+    (device 2 or 9 with ``HIP_VISIBLE_DEVICES`` set, ``deviceProperties`` listing only id 0). Used ids
+    without properties take, in order, the listed devices no event uses; when every listed device has
+    the same name, a used id beyond them takes that name too (one kind of GPU in the machine)."""
+    if gpus.empty or not used:
+        return gpus
+    ids = np.unique(np.concatenate([np.asarray(u, dtype=np.int64) for u in used]))
+    listed = gpus["device"].to_numpy(dtype=np.int64)
+    missing = [int(d) for d in ids if d not in set(listed.tolist())]
+    if not missing:
+        return gpus
+    spare = [i for i, d in enumerate(listed.tolist()) if d not in set(ids.tolist())]
+    out = gpus.copy()
+    device = out["device"].to_numpy(dtype=np.int64).copy()
+    for row, d in zip(spare, missing):
+        device[row] = d
+    out["device"] = device
+    left = missing[len(spare):]
+    if left and out["name"].nunique() == 1:  # the same GPU model throughout: the unlisted ones are it too
+        extra = pd.DataFrame([out.iloc[0].to_dict() | {"device": d} for d in left], columns=out.columns)
+        out = pd.concat([out, extra], ignore_index=True)
+    return text_as_object(out.sort_values("device", ignore_index=True).astype({"device": "int64"}))
 
 
 class _ThreadKeys:

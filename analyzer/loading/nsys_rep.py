@@ -111,13 +111,43 @@ def cached_sqlite_for_report(report: Path, *, cache_dir: Path | None = None,
     if proc.returncode != 0 or not tmp.is_file() or tmp.stat().st_size == 0:
         tmp.unlink(missing_ok=True)
         detail = _last_line(proc.stderr) or _last_line(proc.stdout) or f"exit code {proc.returncode}"
-        raise UnsupportedFormatError(
-            report,
-            f"{nsys} export failed ({detail})",
-            hint=f"a newer nsys may be needed for this report; run: {export_command(report)}",
-        )
+        raise _export_failure(report, nsys, detail, installed_version(nsys))
     os.replace(tmp, target)
     return target
+
+
+# "Version number is invalid: 2024@6@2@225-..." (nsys 2022-2023 reading a newer report)
+_WRITER_VERSION = re.compile(r"\b(20\d\d)@(\d+)(?:@(\d+))?(?:@(\d+))?")
+_VERSION_WORDS = re.compile(r"(?i)version (number )?(is )?(invalid|not supported)|unsupported version|newer version")
+
+
+def installed_version(nsys: str) -> str | None:
+    """``2022.4.2.1`` from ``nsys --version`` (None when it does not answer in 20 s)."""
+    try:
+        proc = subprocess.run([nsys, "--version"], capture_output=True, text=True, check=False, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r"(20\d\d\.\d+(?:\.\d+)*)", proc.stdout or "")
+    return m.group(1) if m else None
+
+
+def _export_failure(report: Path, nsys: str, detail: str, installed: str | None) -> UnsupportedFormatError:
+    """One readable line for a failed export: a report written by a newer nsys than the installed one
+    says both versions ("written by nsys 2024.6; the installed 2022.4 cannot read it: ...")."""
+    have = ".".join((installed or "").split(".")[:2]) or None
+    m = _WRITER_VERSION.search(detail)
+    if m:
+        wrote = ".".join(g for g in m.groups() if g is not None)
+        short = f"{m.group(1)}.{m.group(2)}"
+        what = f"written by nsys {wrote}; the installed {have or nsys} cannot read it"
+        return UnsupportedFormatError(report, f"{what}: {detail}",
+                                      hint=f"export it with nsys {short} or newer: {export_command(report)}")
+    if _VERSION_WORDS.search(detail):
+        what = f"written by a newer nsys than the installed {have or nsys}, which cannot read it"
+        return UnsupportedFormatError(report, f"{what}: {detail}",
+                                      hint=f"export it with the nsys that recorded it: {export_command(report)}")
+    return UnsupportedFormatError(report, f"{nsys} export failed ({detail})",
+                                  hint=f"a newer nsys may be needed for this report; run: {export_command(report)}")
 
 
 def cached_decompressed(path: Path, *, cache_dir: Path | None = None, progress: Progress | None = None) -> Path:

@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from analyzer.errors import InputError
+from analyzer.loading.api_names import host_side_summary, launch_calls
 from analyzer.loading import attribution as attr
 from analyzer.loading.capabilities import missing_capabilities
 from analyzer.loading.common import CC_LIMITS, DEFAULT_SMEM_PER_BLOCK, strip_api_suffix  # noqa: F401 (re-exported)
@@ -150,6 +151,56 @@ class Schema:
     schema_version: str | None
     metadata: dict[str, str] = field(default_factory=dict)
     hostname: str | None = None
+
+
+_WSL = re.compile(r"(?i)microsoft|wsl")
+
+
+def _no_gpu_activity(r: SqliteReader, shown: Path) -> InputError:
+    """The one line for an export without GPU operations: the host side the API calls still tell (calls,
+    launches per second, synchronization time) and the likely reason from the export itself (WSL2's
+    kernel string, CUDA tracing off in the capture settings)."""
+    calls: list[tuple[str, int, int, int, int]] = []
+    for table in (RUNTIME_TABLE, DRIVER_TABLE):
+        if r.has(table) and r.has("StringIds") and {"nameId", "start", "end"} <= set(r.columns(table)):
+            try:
+                calls += [(str(n), int(c), int(d or 0), int(a or 0), int(b or 0)) for n, c, d, a, b in r.query(
+                    f'SELECT s.value, COUNT(*), SUM(t."end" - t.start), MIN(t.start), MAX(t."end") '
+                    f'FROM "{r.table(table)}" t JOIN StringIds s ON s.id = t.nameId GROUP BY t.nameId')]
+            except sqlite3.DatabaseError:
+                calls = []
+    env: dict[str, str] = {}
+    if r.has("TARGET_INFO_SYSTEM_ENV") and {"name", "value"} <= set(r.columns("TARGET_INFO_SYSTEM_ENV")):
+        env = {str(k): str(v) for k, v in r.query(
+            "SELECT name, value FROM TARGET_INFO_SYSTEM_ENV WHERE name IN "
+            "('SoftwareReleaseVersion', 'OsDescription')")}
+    capture: list[tuple[str, str]] = []
+    if r.has("META_DATA_CAPTURE") and {"name", "value"} <= set(r.columns("META_DATA_CAPTURE")):
+        capture = [(str(k), str(v)) for k, v in r.query(
+            "SELECT name, value FROM META_DATA_CAPTURE WHERE name LIKE '%COLLECT_CUDA_TRACE'")]
+    wsl = next((v for v in env.values() if _WSL.search(v)), None)
+    if not launch_calls([(n, c, d) for n, c, d, _a, _b in calls]):
+        if capture and all(v.lower() == "false" for _, v in capture):
+            why = "CUDA tracing was off in the capture (nsys profile without --trace=cuda)"
+        else:
+            why = (f"{sum(c for _n, c, *_ in calls):,} CUDA API calls but no kernel launch: the program launched no "
+                   "GPU work inside the capture range" if calls else "no CUDA API call either: the program did "
+                   "not use CUDA inside the capture range")
+        return InputError(shown, f"trace contains no GPU activity (no kernels, memcpy or memset rows): {why}",
+                          hint="profile with CUDA tracing on (nsys profile --trace=cuda,nvtx ...) and make sure the "
+                               "program launches GPU work inside the capture range")
+    span = max(b for *_, b in calls) - min(a for *_, a in calls)
+    host = host_side_summary([(n, c, d) for n, c, d, _a, _b in calls], span)
+    if wsl:
+        why = (f"it was recorded on WSL2 ({wsl}), where Nsight Systems records the CUDA calls but no GPU "
+               "activity")
+        hint = "profile on native Linux for the GPU timeline"
+    else:
+        why = ("the CUDA calls were recorded but no GPU activity: WSL2 and some virtualized GPUs record none, "
+               "and another profiler holding CUPTI at the same time (DCGM profiling, a second nsys) takes it")
+        hint = "profile on native Linux with no other profiler attached"
+    return InputError(shown, f"trace contains no GPU activity (no kernels, memcpy or memset rows): {host}; {why}",
+                      hint=hint)
 
 
 def detect_schema(reader: SqliteReader) -> Schema:
@@ -418,12 +469,7 @@ class _Loader:
         self.say(f"nsys export schema {schema.generation}" + (f" (nsys {schema.nsys_version})"
                                                               if schema.nsys_version else ""))
         if all(r.is_empty(t) for t in (KERNEL_TABLE, MEMCPY_TABLE, MEMSET_TABLE)):
-            raise InputError(
-                self.display_path,
-                "trace contains no GPU activity (no kernels, memcpy or memset rows)",
-                hint="profile with CUDA tracing on (nsys profile --trace=cuda,nvtx ...) and make sure the "
-                     "program launches GPU work inside the capture range",
-            )
+            raise _no_gpu_activity(r, self.display_path)
         jobs: dict[str, Callable[[], Any] | IntColumns] = {}
 
         def add(name: str, table: str, cols: Mapping[str, str | None], label: str,

@@ -19,6 +19,7 @@ import pandas as pd
 from analyzer.findings import Severity
 from analyzer.job import step_spans
 from analyzer.reports.format import fmt_ms, plural
+from analyzer.reports.values import py_value
 from analyzer.reports.viewmodel import (
     Column,
     FindingView,
@@ -27,7 +28,6 @@ from analyzer.reports.viewmodel import (
     ReportView,
     Table,
     _finding_views,
-    _py,
     _table,
 )
 
@@ -205,7 +205,7 @@ def build_job_report(job: Any, *, title: str | None = None, created: datetime | 
         "culprit_rank": culprit,
         "window": {"start_ns": int(job.window.start_ns), "end_ns": int(job.window.end_ns),
                    "description": job.window.description, "steps": len(step_spans(job.window))},
-        "ranks": [{k: _py(v) for k, v in row.items()} for row in ranks_frame.to_dict("records")],
+        "ranks": [{k: py_value(v) for k, v in row.items()} for row in ranks_frame.to_dict("records")],
         "link": link,
         "notes": list(job.notes),
     }

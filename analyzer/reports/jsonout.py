@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from analyzer.reports.values import py_value
 from analyzer.reports.viewmodel import (
     BarChart,
     GapSummary,
@@ -15,7 +16,6 @@ from analyzer.reports.viewmodel import (
     ReportView,
     Table,
     TraceSection,
-    _py,
 )
 
 SCHEMA_VERSION = "1.1"
@@ -26,7 +26,7 @@ def _records(table: Table | None) -> dict[str, Any] | None:
         return None
     return {
         "columns": [c.key for c in table.columns],
-        "rows": [{k: _py(v) for k, v in r.items()} for r in table.records()],
+        "rows": [{k: py_value(v) for k, v in r.items()} for r in table.records()],
         "total_rows": table.total_rows,
     }
 
@@ -60,7 +60,7 @@ def _header(h: Header) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         "verdict": h.verdict,
         "analyzed_ns": h.analyzed_ns,
         "gpu_busy_ns": h.gpu_busy_ns,
-        "gpu_busy_share": _py(h.gpu_busy_share),
+        "gpu_busy_share": py_value(h.gpu_busy_share),
         "kernel_ns": h.kernel_ns,
         "kernel_count": h.kernel_count,
         "problems": h.problems,
@@ -85,8 +85,8 @@ def _gaps(g: GapSummary | None) -> dict[str, Any] | None:
         "count": g.count,
         "total_ns": g.total_ns,
         "largest_ns": g.largest_ns,
-        "median_ns": _py(g.median_ns),
-        "share": _py(g.share),
+        "median_ns": py_value(g.median_ns),
+        "share": py_value(g.share),
         "longest": _records(g.table),
     }
 
@@ -115,9 +115,9 @@ def _section(s: TraceSection) -> dict[str, Any]:
             overview["ncu_rules"] = _records(s.ncu_rules)
         if s.roofline is not None:
             overview["roofline"] = {
-                "peak_flops": _py(s.roofline.peak_flops),
-                "peak_bandwidth": _py(s.roofline.peak_bandwidth),
-                "ridge_intensity": _py(s.roofline.ridge),
+                "peak_flops": py_value(s.roofline.peak_flops),
+                "peak_bandwidth": py_value(s.roofline.peak_bandwidth),
+                "ridge_intensity": py_value(s.roofline.ridge),
             }
     out = {
         "info": info,
@@ -159,7 +159,7 @@ def report_dict(report: ReportView) -> dict[str, Any]:
         for row in report.comparison.rows:
             rec = {}
             for col, value in zip(report.comparison.columns, row):
-                rec[col.key] = value.text if isinstance(value, Link) else _py(value)
+                rec[col.key] = value.text if isinstance(value, Link) else py_value(value)
             rows.append(rec)
         doc["comparison"] = rows
     return doc

@@ -10,7 +10,6 @@ optional ``phases`` fact and Nsight Compute data (``Analysis.ncu``) add sections
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -22,6 +21,10 @@ import pandas as pd
 from analyzer.analysis import Analysis
 from analyzer.findings import Finding, Severity, rank
 from analyzer.reports.format import fmt_duration, fmt_ms, fmt_pct, fmt_share, plural, truncate
+from analyzer.reports.values import Link
+from analyzer.reports.values import flat_parameters as _flat_parameters
+from analyzer.reports.values import gpu_label as _gpu_label
+from analyzer.reports.values import py_value as _py
 
 # ---------------------------------------------------------------------------------------------------
 # Limits
@@ -54,17 +57,6 @@ class Limits:
 # Tables
 
 CellValue = Any  # str | int | float | None | Link
-
-
-@dataclass(frozen=True)
-class Link:
-    """A cell or list item that points to an anchor in the same report."""
-
-    text: str
-    anchor: str
-
-    def __str__(self) -> str:
-        return self.text
 
 
 @dataclass(frozen=True)
@@ -407,32 +399,6 @@ def _optional_fact(analysis: Analysis, name: str) -> pd.DataFrame | None:
         return None
 
 
-def _py(value: Any) -> Any:
-    """A JSON-safe, deterministic Python scalar: numpy -> python, NaN/inf -> None, floats rounded."""
-    if value is None or isinstance(value, (str, bool, Link)):
-        return value
-    if isinstance(value, (np.bool_,)):
-        return bool(value)
-    if isinstance(value, (int, np.integer)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        v = float(value)
-        if not math.isfinite(v):
-            return None
-        return float(f"{v:.6g}") if abs(v) < 1e15 else v
-    if isinstance(value, (pd.Timestamp, datetime)):
-        return value.isoformat()
-    if isinstance(value, (bytes, bytearray)):
-        return bytes(value).decode("utf-8", "replace")
-    if value is pd.NA or value is pd.NaT:
-        return None
-    if isinstance(value, dict):
-        return {str(k): _py(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
-    if isinstance(value, (list, tuple)):
-        return [_py(v) for v in value]
-    return str(value)
-
-
 def _cell(value: Any, limit: int) -> Any:
     value = _py(value)
     if isinstance(value, str):
@@ -612,47 +578,6 @@ def _verdict(findings: list[Finding], window_ns: int, busy_share: float | None) 
     pct = f" ({fmt_pct(100.0 * total / window_ns)} of the analyzed time)" if window_ns > 0 else ""
     text = f"{plural(len(problems), kind)} worth {fmt_ms(total)}{pct}; biggest: {biggest}{also}"
     return text, len(problems), total
-
-
-def _used_devices(trace: Any) -> set[int]:
-    """Devices that ran at least one kernel, copy or memset."""
-    used: set[int] = set()
-    for frame in (trace.kernels, trace.memcpy, trace.memset):
-        if len(frame) and "device" in frame.columns:
-            used |= {int(d) for d in pd.unique(frame["device"])}
-    return used
-
-
-def _gpu_label(trace: Any) -> tuple[str, dict[int, str], int]:
-    """``"2 x NVIDIA H100"`` for the devices that did work (``"(1 of 4 used)"`` when some idled),
-    device -> name, and the number of devices that did work."""
-    gpus = trace.gpus
-    names: dict[int, str] = {}
-    if len(gpus) and {"device", "name"} <= set(gpus.columns):
-        for dev, name in zip(gpus["device"].tolist(), gpus["name"].tolist()):
-            names[int(dev)] = str(name)
-    used = _used_devices(trace)
-    devices = used or set(names)
-    if not devices:
-        return "unknown GPU", names, 0
-    counts: dict[str, int] = {}
-    for dev in sorted(devices):
-        label = names.get(dev) or _unnamed_gpu(gpus, dev)
-        counts[label] = counts.get(label, 0) + 1
-    text = ", ".join(f"{n} \u00d7 {name}" if n > 1 else name for name, n in sorted(counts.items()))
-    known = set(names) | used
-    if used and len(known) > len(used):
-        text += f" ({len(used)} of {len(known)} used)"
-    return text, names, len(used)
-
-
-def _unnamed_gpu(gpus: pd.DataFrame, dev: int) -> str:
-    """``unknown GPU (compute capability 12.0)`` when the trace recorded no name but a compute capability."""
-    if len(gpus) and {"device", "compute_major", "compute_minor"} <= set(gpus.columns):
-        row = gpus[gpus["device"] == dev]
-        if len(row) and int(row["compute_major"].iloc[0] or 0) > 0:
-            return f"unknown GPU (compute capability {int(row['compute_major'].iloc[0])}.{int(row['compute_minor'].iloc[0])})"
-    return "unknown GPU"
 
 
 def _busy(analysis: Analysis, notes: list[str]) -> tuple[int | None, int]:
@@ -1099,18 +1024,6 @@ def _ncu_header(analysis: Analysis) -> tuple[int, int]:
     return int(pd.to_numeric(kernels["duration_ns"], errors="coerce").fillna(0).sum()), len(kernels)
 
 
-def _flat_parameters(params: Any, prefix: str = "") -> tuple[tuple[str, str], ...]:
-    """``{"rule": {"param": 1}}`` -> ``(("rule.param", "1"),)``, sorted; values as text."""
-    out: list[tuple[str, str]] = []
-    for key, value in (params or {}).items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            out += _flat_parameters(value, f"{name}.")
-        else:
-            out.append((name, str(_py(value))))
-    return tuple(sorted(out))
-
-
 def with_findings(section: TraceSection, findings: list[Finding], limits: Limits | None = None) -> TraceSection:
     """``section`` with its findings replaced (list, verdict, counts, accepted), the rest unchanged: a
     multi-GPU job's rank sections are built where the rank's trace is, and findings marked afterwards
@@ -1251,7 +1164,7 @@ def _section(analysis: Analysis, index: int, multi: bool, limits: Limits) -> Tra
 
 def _baseline(analysis: Analysis, notes: list[str]) -> dict[str, Any] | None:
     """The per-step and per-phase/kernel summary ``analyze diff`` reads back from a JSON report."""
-    from analyzer.diff.summary import summarize
+    from analyzer.reports.baseline import summarize
 
     try:
         return summarize(analysis).baseline_dict()

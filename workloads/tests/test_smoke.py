@@ -131,3 +131,37 @@ def test_profile_reports_missing_tool(tmp_path: Path, monkeypatch: pytest.Monkey
     monkeypatch.setattr(tools, "find_tool", missing)
     assert driver.main(["profile", "healthy", "--tool", "ncu", "--out", str(tmp_path)]) == 2
     assert "ncu not found" in capsys.readouterr().err
+
+
+def test_nsys_cuda_graph_trace_flag() -> None:
+    mod = driver.load_workload("decode_eager")
+    program = driver.workload_cmd("decode_eager", "full", True, [])
+    node = driver.profile_cmd("nsys", "nsys", Path("/o/d"), mod, True, program, graph_trace="node")
+    assert "--cuda-graph-trace=node" in node and "-t" in node
+    assert node.index("--cuda-graph-trace=node") < node.index("-o")
+    plain = driver.profile_cmd("nsys", "nsys", Path("/o/d"), mod, True, program)
+    assert not any(a.startswith("--cuda-graph-trace") for a in plain)
+    assert driver.main(["profile", "decode_eager", "--tool", "torch", "--cuda-graph-trace", "node",
+                        "--out", "/nonexistent/out", "--dry-run"]) == 2
+
+
+def test_torch_memory_recording_and_step_times_in_manifest(tmp_path: Path) -> None:
+    """A real torch.profiler run on the CPU: ``--torch-memory`` puts the allocator's events in
+    the trace, and the manifest line carries the program's own measured step times."""
+    import gzip
+    import json
+
+    proc = _run(["workloads", "profile", "memory_leak", "--tool", "torch", "--torch-memory",
+                 "--gzip", "--size", "smoke", "--out", str(tmp_path), "--", "--device", "cpu",
+                 "--steps", "3"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (rec,) = [json.loads(line) for line in (tmp_path / "manifest.jsonl").read_text().splitlines()]
+    assert rec["exit_code"] == 0 and "memory" in rec["flags"]
+    assert len(rec["step_ms"]) == 3 and all(t > 0 for t in rec["step_ms"])
+    assert rec["median_ms"] == pytest.approx(sorted(rec["step_ms"])[1], abs=1e-3)
+    assert not (tmp_path / "memory_leak.result.json").exists()
+    with gzip.open(tmp_path / "memory_leak.pt.trace.json.gz", "rt") as fh:
+        events = json.load(fh)["traceEvents"]
+    mem = [e for e in events if e.get("name") == "[memory]"]
+    assert mem and all("Bytes" in e["args"] for e in mem)
+    assert {e["name"] for e in events} >= {"validate", "step_0", "step_2"}

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from analyzer.diff.compare import DEFAULT_MIN_EFFECT_PCT, DiffSettings, diff_runs
-from analyzer.diff.summary import RunSummary, from_report, summarize
+from analyzer.reports.baseline import RunSummary, from_report, summarize
 from analyzer.pipeline import analyze_trace
 from analyzer.reports import build_report, render
-from analyzer.reports.diff import diff_dict
+from analyzer.diff.report import diff_dict
 from analyzer.testing import real_trace
 
 CREATED = datetime(2026, 1, 1, tzinfo=timezone.utc)

@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 import numpy as np
 
 from analyzer.diff.compare import DiffSettings, diff_runs
-from analyzer.diff.summary import (
+from analyzer.reports.baseline import (
     CategoryRow,
     CopyRow,
     KernelRow,
@@ -21,7 +21,7 @@ from analyzer.diff.summary import (
     Table,
     from_report,
 )
-from analyzer.reports.diff import render_diff
+from analyzer.diff.report import render_diff
 from analyzer.reports.markdown import MAX_CHARS
 from analyzer.reports.tests.helpers import HOSTILE, assert_no_injection, external_loads
 

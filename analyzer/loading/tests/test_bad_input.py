@@ -287,3 +287,58 @@ def test_team_nsys_rep(tmp_path):
     assert trace.info.source_format == "nsys-rep"
     assert len(trace.kernels) == len(reference.kernels)
     assert list(trace.kernels["nvtx_path"]) == list(reference.kernels["nvtx_path"])
+
+
+def test_nsys_rep_newer_than_the_installed_nsys(tmp_path, monkeypatch):
+    """nsys 2022.4 reading a 2024.6 report fails with "Version number is invalid: 2024@6@2@225..." (issue
+    29): the line says which nsys wrote it and which one is installed, and what to run."""
+    from analyzer.loading import nsys_rep
+
+    fake = tmp_path / "nsys"
+    fake.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = "--version" ]; then echo "NVIDIA Nsight Systems version 2022.4.2.1-df9881f"; exit 0; fi\n'
+        'echo "Importer error status: Importation failed." >&2\n'
+        'echo "Version number is invalid: 2024@6@2@225-35f0e7c" >&2\n'
+        "exit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(nsys_rep, "find_nsys", lambda: str(fake))
+    rep = tmp_path / "run.nsys-rep"
+    rep.write_bytes(b"\x00" * 64)
+    with pytest.raises(UnsupportedFormatError) as info:
+        load_trace(rep, cache_dir=tmp_path / "cache")
+    msg = str(info.value)
+    assert "\n" not in msg
+    assert "written by nsys 2024.6.2.225; the installed 2022.4 cannot read it" in msg
+    assert "export it with nsys 2024.6 or newer: nsys export --type sqlite" in msg
+
+
+def test_export_without_gpu_activity_reports_the_host_side_and_wsl2(tmp_path):
+    """A capture on WSL2 records the CUDA calls but no GPU activity (issue 29): one line with the host
+    side (calls, launches per second, synchronization time) and the reason read from the export's
+    kernel string, never "profile with CUDA tracing on". The export is the committed healthy trace with
+    its GPU rows removed and the WSL2 kernel string written in (a bad-input test, not evidence)."""
+    from analyzer.testing import real_trace
+
+    bad = tmp_path / "wsl2.sqlite"
+    shutil.copy(real_trace("healthy"), bad)
+    with sqlite3.connect(bad) as db:
+        db.execute("DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL")
+        db.execute("DELETE FROM CUPTI_ACTIVITY_KIND_MEMSET")
+        db.execute("UPDATE TARGET_INFO_SYSTEM_ENV SET value = '5.15.167.4-microsoft-standard-WSL2' "
+                   "WHERE name = 'SoftwareReleaseVersion'")
+    err = _error(bad, cache_dir=tmp_path / "cache")
+    msg = str(err)
+    assert "no GPU activity" in msg and "CUDA tracing on" not in msg
+    assert "kernel launch calls" in msg and "synchronizations took" in msg
+    assert "WSL2 (5.15.167.4-microsoft-standard-WSL2)" in msg
+
+
+def test_kineto_without_gpu_activity_names_the_cupti_profiler():
+    """HTA's test trace recorded with the CUPTI range profiler: 77 launches, no kernel events. The line
+    gives the host side and the reason (cuda_profiler_range events) instead of "profile with CUDA"."""
+    path = Path(__file__).resolve().parents[3] / "tests" / "data" / "public" / \
+        "hta_cupti_profiler_no_gpu_activity.pt.trace.json.gz"
+    msg = str(_error(path))
+    assert "77 kernel launch calls" in msg and "CUPTI range profiler" in msg
+    assert "ProfilerActivity.CUDA" not in msg

@@ -31,7 +31,7 @@ from analyzer.reports.format import (
 )
 from analyzer.reports.jsonout import SCHEMA_VERSION
 from analyzer.reports.markdown import MAX_CHARS, md_text
-from analyzer.reports.viewmodel import _py
+from analyzer.reports.values import py_value
 
 DiffFormat = Literal["html", "md", "json"]
 MARKER = "<!-- gpu-trace-analyzer:diff -->"
@@ -67,20 +67,20 @@ def _step(s: StepComparison, confidence: float) -> dict[str, Any]:
     return {
         "status": s.status,
         "significant": s.significant,
-        "base_median_ns": _py(s.base_median_ns),
-        "head_median_ns": _py(s.head_median_ns),
-        "change_pct": _py(s.change_pct),
-        "ci_low_pct": _py(s.ci_low_pct),
-        "ci_high_pct": _py(s.ci_high_pct),
+        "base_median_ns": py_value(s.base_median_ns),
+        "head_median_ns": py_value(s.head_median_ns),
+        "change_pct": py_value(s.change_pct),
+        "ci_low_pct": py_value(s.ci_low_pct),
+        "ci_high_pct": py_value(s.ci_high_pct),
         "confidence": confidence,
-        "p_value": _py(s.p_value),
+        "p_value": py_value(s.p_value),
         "n_base": s.n_base,
         "n_head": s.n_head,
-        "noise_floor_pct": _py(s.noise_floor_pct),
-        "drift_base_pct": _py(s.drift_base_pct),
-        "drift_head_pct": _py(s.drift_head_pct),
-        "spread_base_pct": _py(s.spread_base_pct),
-        "spread_head_pct": _py(s.spread_head_pct),
+        "noise_floor_pct": py_value(s.noise_floor_pct),
+        "drift_base_pct": py_value(s.drift_base_pct),
+        "drift_head_pct": py_value(s.drift_head_pct),
+        "spread_base_pct": py_value(s.spread_base_pct),
+        "spread_head_pct": py_value(s.spread_head_pct),
         "reason": s.reason,
         "method": s.method,
         "base_durations_ns": list(s.base_durations_ns),
@@ -94,11 +94,11 @@ def _change_rows(t: ChangeTable, label_key: str, detail_key: str | None, cpu: bo
         rec: dict[str, Any] = {"key": r.key, label_key: r.label}
         if detail_key:
             rec[detail_key] = r.detail
-        rec.update({"status": r.status, "base_ns": _py(r.base_ns), "head_ns": _py(r.head_ns),
-                    "change_pct": _py(r.change_pct), "base_count": _py(r.base_count),
-                    "head_count": _py(r.head_count)})
+        rec.update({"status": r.status, "base_ns": py_value(r.base_ns), "head_ns": py_value(r.head_ns),
+                    "change_pct": py_value(r.change_pct), "base_count": py_value(r.base_count),
+                    "head_count": py_value(r.head_count)})
         if cpu:
-            rec.update({"base_cpu_ns": _py(r.base_cpu_ns), "head_cpu_ns": _py(r.head_cpu_ns)})
+            rec.update({"base_cpu_ns": py_value(r.base_cpu_ns), "head_cpu_ns": py_value(r.head_cpu_ns)})
         rows.append(rec)
     return {"rows": rows, "total_rows": t.total_rows, "new": list(t.new), "gone": list(t.gone)}
 
@@ -109,8 +109,8 @@ def _finding(f: FindingChange) -> dict[str, Any]:
         "accepted": f.accepted, "accepted_count": f.accepted_count, "grown_count": f.grown_count,
         "base_count": f.base_count, "head_count": f.head_count,
         "base_impact_ns": f.base_impact_ns, "head_impact_ns": f.head_impact_ns,
-        "base_impact_per_step_ns": _py(f.base_impact_per_step_ns),
-        "head_impact_per_step_ns": _py(f.head_impact_per_step_ns), "message": f.message,
+        "base_impact_per_step_ns": py_value(f.base_impact_per_step_ns),
+        "head_impact_per_step_ns": py_value(f.head_impact_per_step_ns), "message": f.message,
     }
 
 
@@ -128,7 +128,7 @@ def diff_dict(r: DiffResult) -> dict[str, Any]:
         "head": _run(r.head),
         "step": _step(r.step, r.settings.confidence),
         "per_step": r.per_step,
-        "metrics": [{"key": m.key, "label": m.label, "kind": m.kind, "base": _py(m.base), "head": _py(m.head)}
+        "metrics": [{"key": m.key, "label": m.label, "kind": m.kind, "base": py_value(m.base), "head": py_value(m.head)}
                     for m in r.metrics],
         "findings": {
             "new": [x.rule for x in f if x.status == "new"],
@@ -142,7 +142,7 @@ def diff_dict(r: DiffResult) -> dict[str, Any]:
         "kernels": _change_rows(r.kernels, "name", "category"),
         "categories": _change_rows(r.categories, "category", None),
         "copies": _change_rows(r.copies, "kind", None),
-        "kernel_overlap": _py(r.kernel_overlap),
+        "kernel_overlap": py_value(r.kernel_overlap),
         "notes": list(r.notes),
         "settings": {
             "min_effect_pct": r.settings.min_effect_pct,

@@ -1,4 +1,4 @@
-"""What a diff needs from one analysis: :class:`RunSummary`.
+"""The diff baseline of one analysis, carried by every JSON report: :class:`RunSummary`.
 
 Built from an :class:`~analyzer.analysis.Analysis` (:func:`summarize`), written into every JSON report
 under ``traces[i].baseline`` (:meth:`RunSummary.baseline_dict`), and read back from such a report
@@ -30,6 +30,7 @@ import pandas as pd
 from analyzer.analysis import Analysis
 from analyzer.errors import InputError
 from analyzer.facts.nvtx import NUMBERED, generic_paths
+from analyzer.reports.values import flat_parameters, gpu_label
 
 #: Caps on what one JSON report carries for a diff (rows beyond are summed into ``other_ns``).
 MAX_STEPS = 20_000
@@ -230,11 +231,9 @@ def kernel_family(name: str) -> str:
 def summarize(analysis: Analysis) -> RunSummary:
     """The diff's view of ``analysis`` (facts it needs that are missing leave their table empty, with
     a note)."""
-    from analyzer.reports.viewmodel import _flat_parameters, _gpu_label
-
     trace, window = analysis.trace, analysis.window
     notes: list[str] = []
-    gpus, _names, used = _gpu_label(trace)
+    gpus, _names, used = gpu_label(trace)
 
     def get(name: str) -> pd.DataFrame | None:
         try:
@@ -263,7 +262,7 @@ def summarize(analysis: Analysis) -> RunSummary:
         window_source=window.source,
         window_description=window.description,
         rules_file=analysis.rules_file,
-        parameters=_flat_parameters(analysis.parameters),
+        parameters=flat_parameters(analysis.parameters),
         analyzed_ns=int(window.duration_ns),
         gpu_busy_ns=busy_ns,
         kernel_ns=kernel_ns,

@@ -1,0 +1,90 @@
+"""Names of CUDA (and HIP) API calls: which call is a kernel launch or a synchronization, and which
+CUDA call a HIP call stands for. One table, read by the loaders (what a capture without GPU activity
+still says about its host side) and by the facts (:mod:`analyzer.facts.api`)."""
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from analyzer.loading.common import strip_api_suffix
+
+# host waits for the device: name -> kind
+SYNC_APIS: dict[str, str] = {
+    "cudaDeviceSynchronize": "device",
+    "cudaThreadSynchronize": "device",
+    "cuCtxSynchronize": "device",
+    "cudaStreamSynchronize": "stream",
+    "cuStreamSynchronize": "stream",
+    "cudaEventSynchronize": "event",
+    "cuEventSynchronize": "event",
+    "cudaStreamWaitEvent": "stream_wait_event",  # device-side wait, does not block the host
+    "cuStreamWaitEvent": "stream_wait_event",
+}
+
+LAUNCH_APIS = frozenset({
+    "cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel",
+    "cudaLaunchCooperativeKernelMultiDevice", "cudaLaunch", "cudaGraphLaunch",
+    "cuLaunchKernel", "cuLaunchKernelEx", "cuLaunchCooperativeKernel", "cuLaunchGrid", "cuGraphLaunch",
+})
+
+#: HIP (ROCm) runtime calls whose CUDA equivalent is not their name with ``hip`` -> ``cuda``: the one
+#: table every API classification reads through :func:`cuda_equivalent` (launch, copy, synchronize,
+#: allocation, graph launch); the others map by prefix (``hipStreamSynchronize`` ->
+#: ``cudaStreamSynchronize``, ``hipMalloc`` -> ``cudaMalloc``, ``hipMemcpyAsync`` -> ``cudaMemcpyAsync``,
+#: ``hipGraphLaunch`` -> ``cudaGraphLaunch``)
+HIP_TO_CUDA: dict[str, str] = {
+    # kernel launches through the module API or AMD's extensions
+    "hipModuleLaunchKernel": "cuLaunchKernel",
+    "hipExtModuleLaunchKernel": "cuLaunchKernel",
+    "hipHccModuleLaunchKernel": "cuLaunchKernel",
+    "hipExtLaunchKernel": "cudaLaunchKernel",
+    "hipLaunchKernelExC": "cudaLaunchKernelExC",
+    "hipModuleLaunchCooperativeKernel": "cuLaunchCooperativeKernel",
+    "hipExtLaunchMultiKernelMultiDevice": "cudaLaunchCooperativeKernelMultiDevice",
+    # hipMemcpyWithStream: a copy ordered on a stream that returns when it is done (PyTorch's blocking
+    # .to()/.item() on ROCm), i.e. cudaMemcpy on a stream
+    "hipMemcpyWithStream": "cudaMemcpy",
+    "hipMemcpyHtoD": "cuMemcpyHtoD", "hipMemcpyDtoH": "cuMemcpyDtoH", "hipMemcpyDtoD": "cuMemcpyDtoD",
+    "hipMemcpyHtoDAsync": "cuMemcpyHtoDAsync", "hipMemcpyDtoHAsync": "cuMemcpyDtoHAsync",
+    "hipMemcpyDtoDAsync": "cuMemcpyDtoDAsync",
+    # pinned host memory and AMD's allocation extensions
+    "hipHostMalloc": "cudaMallocHost", "hipMallocHost": "cudaMallocHost", "hipHostAlloc": "cudaHostAlloc",
+    "hipHostFree": "cudaFreeHost", "hipFreeHost": "cudaFreeHost",
+    "hipExtMallocWithFlags": "cudaMalloc", "hipMallocManaged": "cudaMallocManaged",
+}
+_HIP = re.compile(r"^hip(?=[A-Z])")
+
+
+def cuda_equivalent(name: str) -> str:
+    """The CUDA runtime/driver call a HIP call stands for (:data:`HIP_TO_CUDA`, else ``hip`` -> ``cuda``);
+    any other name unchanged."""
+    if not name.startswith("hip"):
+        return name
+    return HIP_TO_CUDA.get(name) or _HIP.sub("cuda", name)
+
+
+def launch_calls(calls: Iterable[tuple[str, int, int]]) -> int:
+    """Kernel launch calls among ``calls`` ((name, number of calls, total ns) per name)."""
+    return sum(c for n, c, _ in calls if cuda_equivalent(strip_api_suffix(str(n))) in LAUNCH_APIS)
+
+
+def host_side_summary(calls: Iterable[tuple[str, int, int]], span_ns: int) -> str:
+    """One clause on what the host did through the CUDA API (calls, their time, launches per second,
+    synchronizations): what a capture without GPU activity can still tell. ``calls``: (name, number of
+    calls, their total time in ns) per name; names may carry version suffixes or be HIP names."""
+    n_calls = launches = syncs = 0
+    total = sync_ns = 0
+    for raw, count, dur in calls:
+        name = cuda_equivalent(strip_api_suffix(str(raw)))
+        n_calls += count
+        total += max(int(dur), 0)
+        if name in LAUNCH_APIS:
+            launches += count
+        elif SYNC_APIS.get(name) in ("device", "stream", "event"):
+            syncs += count
+            sync_ns += max(int(dur), 0)
+    if not n_calls:
+        return "no CUDA API call either"
+    rate = f", {launches / (span_ns / 1e9):,.0f} per second" if launches and span_ns > 0 else ""
+    return (f"host side: {n_calls:,} CUDA API calls took {total / 1e9:,.3f} s; {launches:,} kernel launch calls"
+            f"{rate}; {syncs:,} synchronizations took {sync_ns / 1e9:,.3f} s")

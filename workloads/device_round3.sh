@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Third-round campaign on one GPU (H100): the round's new pathologies and their twins (decode_eager,
+# optimizer_loop, copy_on_compute_stream, host_work_in_range, compile_train, memory_leak,
+# memory_peak), each recorded with nsys (cuda,nvtx,osrt; --cuda-memory-usage=true) and with
+# torch.profiler (gzipped; profile_memory=True for the memory workloads); the CUDA-graph users
+# (decode_eager --fixed, compile_train --fixed) also with `--cuda-graph-trace=node` (suffix _node);
+# second runs (_run2) of decode_eager and optimizer_loop, both variants, for diff calibration.
+# Run on the GPU machine from the repo root with $OUT set (.devtools/ and .whl/ present), in two
+# parts of < 8 minutes each:
+#     PART=a bash workloads/device_round3.sh    # nsys: decode_eager (+_node, _run2), optimizer_loop
+#                                               # (+_run2), copy_on_compute_stream, host_work_in_range;
+#                                               # torch.profiler: decode_eager, optimizer_loop
+#     PART=b bash workloads/device_round3.sh    # nsys: memory_leak, memory_peak, compile_train
+#                                               # (+_node); torch.profiler: those and copy/host work
+# Every manifest.jsonl line holds the program's own measured step times (step_ms, mean_ms,
+# median_ms). Jobs left when the budget BUDGET_S (default 450 s) runs out are listed in skipped.txt.
+# Result: $OUT/round3_<PART>*.tar.xz (sqlite, analyze.txt, stats CSVs, torch traces, manifest, log),
+# each < 16 MiB.
+set -uo pipefail
+: "${OUT:?set OUT to the output directory}"
+PART=${PART:-a}
+[[ $PART == a || $PART == b ]] || { echo "PART must be a or b" >&2; exit 2; }
+BUDGET_S=${BUDGET_S:-450}; RESERVE_S=${RESERVE_S:-70}; MIN_JOB_S=${MIN_JOB_S:-20}
+PREFIX=${PREFIX:-round3_$PART}
+WORK=${WORK:-/tmp/wl_round3_$PART}
+SUITE_LOG=/tmp/wl_round3_$PART.log
+rm -rf "$WORK"; mkdir -p "$WORK" "$OUT"
+exec > >(tee "$SUITE_LOG") 2>&1
+cd "$(dirname "$0")/.."
+source workloads/_suite_lib.sh
+setup_env
+print_versions
+
+# pair CAP NAME [ARGS...]: nsys of the pathology and of its twin
+pair() {
+    local cap="$1" w="$2"; shift 2
+    run_job "$cap" "$w" nsys -- "$w" "$@"
+    run_job "$cap" "${w}_fixed" nsys -- "$w" --fixed "$@"
+}
+# torch_pair CAP NAME [ARGS...]: torch.profiler of both (gzipped)
+torch_pair() {
+    local cap="$1" w="$2"; shift 2
+    run_job "$cap" "$w" torch -- "$w" --gzip "$@"
+    run_job "$cap" "${w}_fixed" torch -- "$w" --fixed --gzip "$@"
+}
+
+if [[ $PART == a ]]; then
+    pair 60 decode_eager
+    run_job 60 decode_eager_fixed_node nsys -- decode_eager --fixed --cuda-graph-trace node --suffix _node
+    pair 60 optimizer_loop
+    pair 60 copy_on_compute_stream
+    pair 60 host_work_in_range
+    torch_pair 45 decode_eager --steps 5
+    torch_pair 45 optimizer_loop --steps 5
+    for w in decode_eager optimizer_loop; do  # repeated runs: a diff must find no change
+        run_job 60 "${w}_run2" nsys -- "$w" --suffix _run2
+        run_job 60 "${w}_fixed_run2" nsys -- "$w" --fixed --suffix _run2
+    done
+else
+    pair 60 memory_leak
+    pair 60 memory_peak
+    # compile_train's first compile fills Inductor's caches (/tmp/torchinductor_$USER), which the
+    # later compile_train runs reuse; compilation happens in the warmup steps, outside step_N
+    pair 150 compile_train
+    run_job 90 compile_train_fixed_node nsys -- compile_train --fixed --cuda-graph-trace node --suffix _node
+    torch_pair 60 memory_leak --torch-memory
+    torch_pair 60 memory_peak --torch-memory
+    torch_pair 45 copy_on_compute_stream
+    torch_pair 45 host_work_in_range
+    torch_pair 90 compile_train
+fi
+finish "$PREFIX"
