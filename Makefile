@@ -27,10 +27,12 @@ demo: $(VENV)/.core
 	$(BIN)/analyze $(DEMO_TRACE) --output reports/demo.html
 
 test: $(VENV)/.dev
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 lint: $(VENV)/.dev
 	$(BIN)/ruff check analyzer workloads benchmarks
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/mypy analyzer
 
 docs: $(VENV)/.core

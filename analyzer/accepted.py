@@ -84,7 +84,7 @@ class AcceptedFindings:
 def load_accepted(path: str | Path, *, max_growth: float = DEFAULT_MAX_GROWTH) -> AcceptedFindings:
     """Read and check an accepted-findings file. Raises :class:`ConfigError` naming file and line."""
     from analyzer.rules.expr import did_you_mean
-    from analyzer.rules.yamlsafe import LineDict, LineList, load_yaml
+    from analyzer.yamlsafe import LineDict, LineList, load_yaml
 
     path = Path(path)
     shown = shown_path(path)
@@ -96,7 +96,7 @@ def load_accepted(path: str | Path, *, max_growth: float = DEFAULT_MAX_GROWTH) -
     try:
         doc = load_yaml(path, KIND)
     except RuleError as err:  # YAML syntax, aliases, tags, size: already file:line
-        raise ConfigError(err.message, file=shown, line=err.line, hint=err.hint) from None
+        raise ConfigError(err.detail, file=shown, line=err.line, hint=err.hint) from None
 
     def fail(message: str, line: int | None, hint: str | None = None) -> ConfigError:
         return ConfigError(message, file=shown, line=line, hint=hint)

@@ -20,7 +20,7 @@ so. Fact names and columns that reports rely on (all times ns, trace-relative):
 ``alloc_calls``       api rows that allocate/free device or pinned memory
 ``copy_throughput``   memcpy rows + ``throughput`` (bytes/s)
 ``phases``            per NVTX range name/path: count, CPU time stats, GPU time projected, GPU span,
-                      waited, which number measures the phase (see :mod:`analyzer.phases.table`)
+                      waited, which number measures the phase (see :mod:`analyzer.facts.phase_table`)
 ``ncu_kernels``       Nsight Compute launches joined to the timeline (empty without ``--ncu``), with
                       ``ncu_stalls`` and ``ncu_rules``
 ``steps``             step, start, end, gpu_end, done, duration, cpu_ns, gpu_ns, kernel_count: one row
@@ -78,6 +78,15 @@ class Window:
     @property
     def duration_ns(self) -> int:
         return max(0, self.end_ns - self.start_ns)
+
+
+def step_spans(window: Window) -> tuple[tuple[int, int], ...]:
+    """(start, end) of each NVTX step instance of ``window`` (``Window.steps`` when the window came
+    from the user's NVTX steps; empty otherwise), in time order."""
+    steps = getattr(window, "steps", None)
+    if steps is None or getattr(steps, "source", "") != "nvtx":
+        return ()
+    return tuple(zip((int(s) for s in steps.starts), (int(e) for e in steps.ends)))
 
 
 class FactSource(Protocol):

@@ -23,7 +23,7 @@ import click
 from analyzer import __version__
 from analyzer._paths import trace_stem
 from analyzer.config.cli import ConfigGroup
-from analyzer.config.options import accepted_options, pack_options, rule_settings
+from analyzer.config.options import MAX_TIMEOUT_SECONDS, FiniteFloat, accepted_options, pack_options, rule_settings
 from analyzer.errors import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, AnalyzerError
 from analyzer.progress import progress_printer
 from analyzer.watchdog import stage
@@ -87,7 +87,7 @@ def cli() -> None:
               help="NVTX ranges (globs, comma-separated or repeated) left out of the window and of phase "
                    "tables; '' for none.")
 @click.option("--only-ranges", default=None, help="Phase tables keep only NVTX ranges matching this glob.")
-@click.option("--timeout", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+@click.option("--timeout", type=FiniteFloat(0, MAX_TIMEOUT_SECONDS), default=None, metavar="SECONDS",
               envvar="ANALYZER_TIMEOUT",
               help="Stop a trace's analysis after SECONDS and name the stage that ran away (default: none).")
 @accepted_options
@@ -139,6 +139,10 @@ def run_cmd(
     from analyzer.reports import build_report, render
 
     fmt = fmt or _format_from_output(output)
+    if output is not None and str(output) != "-":
+        from analyzer.fileio import output_target
+
+        output_target(output)  # a directory, device or FIFO is refused before the analysis runs
     progress = progress_printer(sys.stderr.isatty() and not quiet)
     options = AnalysisOptions(
         rules_files=tuple(rules_files),
@@ -173,7 +177,7 @@ def run_cmd(
 
             report = build_job_report(outcome.job)
         else:
-            if len(traces) > 1 and outcome.reason and not quiet and job is not False:
+            if len(outcome.analyses or ()) > 1 and outcome.reason and not quiet and job is not False:
                 click.echo(f"note: analyzed separately, not as one multi-GPU job: {outcome.reason}", err=True)
             report = build_report(outcome.analyses)
         text = render(report, fmt)  # type: ignore[arg-type]
@@ -258,7 +262,7 @@ def _format_from_output(output: Path | None) -> str:
 def _mount_subcommands() -> None:
     """Subcommands live with their layer; mount them if importable."""
     try:
-        from analyzer.rules.cli import rules as rules_group
+        from analyzer.commands.rules import rules as rules_group
 
         cli.add_command(rules_group, "rules")
     except ImportError:  # pragma: no cover - layer not present

@@ -44,6 +44,7 @@ class RuleError(AnalyzerError):
         hint: str | None = None,
     ) -> None:
         self.file, self.line, self.rule_id = file, line, rule_id
+        self.detail = message  # without the file:line prefix, for errors that name the file themselves
         where = ""
         if file:
             where = f"{file}:{line}: " if line else f"{file}: "

@@ -8,12 +8,19 @@ old one was: the old file stays, the temporary file is removed, and the user get
 :class:`~analyzer.errors.OutputError` line. The new file gets the permissions a plain ``open(path,
 "w")`` would give it (the old file's mode when it replaces one, else ``0o666`` minus the umask), not
 ``mkstemp``'s ``0o600``.
+
+Only regular files are written: a target that is a directory, a device (``/dev/null``, ``/dev/sda``), a
+FIFO or a socket is refused with one :class:`~analyzer.errors.OutputError` line before anything is
+written (renaming over it would replace the device node when run as root). A symbolic link is
+**followed**: the file it points to is written (replaced atomically in its own folder) and the link
+stays; a link to anything but a regular file (or a missing file) is refused like its target would be.
 """
 from __future__ import annotations
 
 import contextlib
 import errno
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -44,6 +51,29 @@ def output_error(path: Path, exc: OSError, *, kept_old: bool) -> OutputError:
                        hint=_HINTS.get(exc.errno or 0, "write elsewhere (--output)"))
 
 
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"))
+
+
+def output_target(path: str | Path) -> Path:
+    """The regular file that writing ``path`` replaces: ``path`` itself, or the file a symbolic link at
+    ``path`` leads to. Raises :class:`OutputError` when that is a directory, device, FIFO or socket."""
+    target = Path(path)
+    try:
+        st = os.stat(target)  # follows links
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise output_error(target, exc, kept_old=True) from None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        kind = next((name for test, name in _KINDS if test(st.st_mode)), "not a regular file")
+        raise OutputError(target, f"is {kind}, not a regular file; nothing was written",
+                          hint="give a file name with -o/--output (or '-' for standard output)")
+    if target.is_symlink():
+        return Path(os.path.realpath(target))
+    return target
+
+
 @contextlib.contextmanager
 def atomic_output(path: str | Path, mode: str = "w", *, encoding: str | None = "utf-8",
                   make_parents: bool = True) -> Iterator[IO[Any]]:
@@ -51,7 +81,7 @@ def atomic_output(path: str | Path, mode: str = "w", *, encoding: str | None = "
     without an exception. ``mode`` is ``"w"`` (text) or ``"wb"``."""
     if mode not in ("w", "wb"):
         raise ValueError(f"mode must be 'w' or 'wb', not {mode!r}")
-    target = Path(path)
+    target = output_target(path)
     existed = target.exists()
     try:
         if make_parents:

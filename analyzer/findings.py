@@ -121,9 +121,43 @@ class Acceptance:
 
 
 @dataclass(frozen=True)
+class Footprint:
+    """Where a finding's time lies on the GPU timeline: sorted, disjoint ``[start, end)`` intervals
+    (ns, trace-relative, clipped to the analysis window) per ``device`` (-1: device unknown), ordered by
+    (device, start). The verdict's total is the union of the counted findings' footprints
+    (:mod:`analyzer.impacts`), so time two findings share is counted once.
+
+    ``source``: how the intervals were found: ``"rows"`` (the time columns of the rows the finding
+    grouped: kernels, gaps, copies), ``"host"`` (its rows are host calls: the GPU idle gaps those calls
+    overlap) or ``"scope"`` (its rows carry no time: the GPU time of its scope, e.g. the executions of its
+    kernel or its device's busy time)."""
+
+    device: Any  # np.ndarray[int64]
+    start: Any  # np.ndarray[int64]
+    end: Any  # np.ndarray[int64]
+    source: str = "rows"
+
+    @property
+    def length_ns(self) -> int:
+        return int((self.end - self.start).sum()) if len(self.start) else 0
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+
+#: ``Finding.kind``: a cause (what to fix; its impact counts in the verdict's total) or a symptom (what
+#: the GPU shows, e.g. low utilization: reported as the share the causes explain, never added)
+FINDING_KINDS = ("cause", "symptom")
+
+
+@dataclass(frozen=True)
 class Finding:
     """One diagnosis. ``impact_ns`` is the estimated time a fix would recover (None: not estimable);
-    ``impact_pct`` is that as a percentage of the analyzed wall time (the analysis window)."""
+    ``impact_pct`` is that as a percentage of the analyzed wall time (the analysis window).
+
+    ``kind`` is ``"cause"`` or ``"symptom"`` (the rule's ``kind:``); ``headline`` the rule's ``verdict:``
+    sentence in plain words ("" when the rule has none); ``footprint`` where its time lies on the GPU
+    timeline (None: unknown; never serialized)."""
 
     rule: str  # stable name, e.g. "gpu-idle-gaps"
     id: str  # stable code, e.g. "GPU001"
@@ -145,6 +179,13 @@ class Finding:
     explained_by: tuple[str, ...] = ()
     metrics: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
     acceptance: Acceptance | None = field(default=None, compare=False)
+    kind: str = "cause"
+    headline: str = ""
+    footprint: Footprint | None = field(default=None, compare=False, hash=False, repr=False)
+
+    @property
+    def symptom(self) -> bool:
+        return self.kind == "symptom"
 
     @property
     def fingerprint(self) -> str:
@@ -176,6 +217,8 @@ class Finding:
             "title": self.title,
             "message": self.message,
             "category": self.category,
+            "kind": self.kind,
+            "headline": self.headline,
             "scope": {k: v for k, v in vars(self.scope).items() if v is not None},
             "impact_ns": self.impact_ns,
             "impact_pct": self.impact_pct,

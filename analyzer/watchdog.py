@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import _thread
 import contextlib
+import math
 import os
 import signal
 import sys
@@ -20,7 +21,7 @@ import time
 from collections.abc import Iterator
 from types import TracebackType
 
-from analyzer.errors import EXIT_USAGE, StageTimeoutError
+from analyzer.errors import EXIT_USAGE, ParameterError, StageTimeoutError
 
 #: seconds the watchdog waits, after interrupting, before it ends a process stuck in C code
 GRACE_SECONDS = 15.0
@@ -70,6 +71,9 @@ class Watchdog:
     """``with Watchdog(seconds, label):`` bounds one analysis; ``seconds`` None or <= 0: no limit."""
 
     def __init__(self, seconds: float | None, label: str, *, grace: float = GRACE_SECONDS) -> None:
+        if seconds is not None and not (math.isfinite(seconds) and seconds <= threading.TIMEOUT_MAX / 2):
+            raise ParameterError(f"timeout {seconds!r} s is not a finite number of seconds",
+                                 hint="give --timeout a number of seconds, e.g. 600")
         self.seconds = seconds if seconds and seconds > 0 else None
         self.label = label
         self.grace = grace

@@ -60,7 +60,8 @@ from analyzer.analysis import StepSpans, Window
 from analyzer.errors import WindowError
 from analyzer.facts._util import column, concat_codes, factorize_objects, text, text_codes
 from analyzer.facts.nccl_nvtx import internal_ranges
-from analyzer.facts.nvtx import operator_ranges, parent_positions, ranges_only
+from analyzer.facts.nvtx import operator_ranges
+from analyzer.facts.nvtx_ranges import parent_positions, ranges_only
 from analyzer.loading.columns import categorical
 from analyzer.loading.model import Trace
 from analyzer.saferegex import PatternError, UserPattern, compile_glob

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import json
 import re
 import sys
 from decimal import Decimal
@@ -26,7 +27,15 @@ def _load(path: Path) -> dict:
     data = path.read_bytes()
     if data[:2] == b"\x1f\x8b":
         data = gzip.decompress(data)
-    return msgspec.json.decode(data, float_hook=Decimal)  # keep nanosecond decimals exact
+    # every float kept as its exact JSON text (msgspec.Raw), so nanosecond decimals survive the round
+    # trip; the standard library's parse_float does this on every msgspec version (msgspec 0.22 dropped
+    # decode's float_hook and encode's decimal_format keyword)
+    return json.loads(data, parse_float=lambda text: msgspec.Raw(text.encode()))
+
+
+def _dec(value: object) -> Decimal:
+    """A timestamp or duration as an exact Decimal (JSON ints, exact float text, or strings)."""
+    return Decimal(bytes(value).decode() if isinstance(value, msgspec.Raw) else str(value))
 
 
 def replay(src: Path, out: Path, copies: int) -> Path:
@@ -34,8 +43,8 @@ def replay(src: Path, out: Path, copies: int) -> Path:
     events = doc["traceEvents"]
     timed = [e for e in events if e.get("ph") != "M" and "ts" in e]
     meta = [e for e in events if e.get("ph") == "M" or "ts" not in e]
-    t0 = min(Decimal(e["ts"]) for e in timed)
-    t1 = max(Decimal(e["ts"]) + Decimal(e.get("dur", 0)) for e in timed)
+    t0 = min(_dec(e["ts"]) for e in timed)
+    t1 = max(_dec(e["ts"]) + _dec(e.get("dur", 0)) for e in timed)
     span = t1 - t0 + 1
     ids = [e.get("id") for e in timed if isinstance(e.get("id"), int)]
     ids += [e["args"].get(k) for e in timed if isinstance(e.get("args"), dict)
@@ -48,7 +57,7 @@ def replay(src: Path, out: Path, copies: int) -> Path:
         shift = span * k
         for e in timed:
             c = dict(e)
-            c["ts"] = Decimal(e["ts"]) + shift
+            c["ts"] = msgspec.Raw(str(_dec(e["ts"]) + shift).encode())
             if k:
                 if isinstance(c.get("id"), int):
                     c["id"] = c["id"] + id_step * k
@@ -63,7 +72,7 @@ def replay(src: Path, out: Path, copies: int) -> Path:
                     c["name"] = f"ProfilerStep#{int(m.group(1)) + step_step * k}"
             out_events.append(c)
     doc["traceEvents"] = out_events
-    out.write_bytes(msgspec.json.encode(doc, decimal_format="number"))
+    out.write_bytes(msgspec.json.encode(doc))
     return out
 
 

@@ -237,7 +237,7 @@ def test_dask_report_equals_serial():
 
 
 def test_strong_scaling_one_and_two_gpus():
-    from analyzer.job.scaling import render_scaling, strong_scaling
+    from analyzer.phases.scaling import render_scaling, strong_scaling
 
     files = [*_files("ddp_exposed_comm_fixed_1gpu.sqlite.xz"), *_files("ddp_exposed_comm_fixed_2gpu_rank*.sqlite.xz")]
     result = strong_scaling(files)
@@ -303,7 +303,7 @@ def test_json_export_numbers_ranks_as_nccl_and_sizes_the_collectives():
 def test_collective_bandwidth_low_reads_the_payload_sizes():
     """Silent at the default 40% (the big buckets run at 59% of NVLink); at 70% it fires with the
     measured numbers. On the default export (no sizes) it stays silent even then."""
-    from analyzer.rules.testing import default_analyze
+    from analyzer.commands.rules import default_analyze
 
     files = _files(JSON_EXPORT)
     assert not [f for f in job(JSON_EXPORT).job.findings if f.rule == "collective-bandwidth-low"]

@@ -6,13 +6,14 @@ host stall filed as setup, a loop rule on a capture without a loop, a ROCm GPU l
 """
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 
 from analyzer.facts.api import cuda_equivalent
 from analyzer.loading import load_trace
-from analyzer.pipeline import AnalysisOptions, analyze_paths, load_rules
+from analyzer.pipeline import AnalysisOptions, analyze_inputs, analyze_paths, load_rules
 from analyzer.window import choose_window
 
 PUBLIC = Path(__file__).resolve().parent / "data" / "public"
@@ -109,3 +110,95 @@ def test_hip_launches_count_as_launches(pack):
     a = _analyze("hta_mi250_minitoy_rocm62.pt.trace.json.gz", pack)
     fired = {f.rule for f in a.findings}
     assert "tiny-kernels" in fired, fired
+
+
+# -- folders and jobs --------------------------------------------------------------------------------
+KINETO_DDP = Path(__file__).resolve().parent / "data" / "ddp" / "kineto"
+
+
+def test_a_folder_with_two_runs_is_never_one_job(tmp_path):
+    """Two 2-rank DDP runs (the straggler and its fixed twin, torch.profiler, ranks 0 and 1 each) in one
+    folder were one '4-rank job' numbered by input order, with the time between the runs as clock
+    skew; rank 0 appearing twice says they are two runs: each trace is analyzed on its own."""
+    for f in KINETO_DDP.glob("ddp_straggler*_2gpu_rank*.pt.trace.json.xz"):
+        shutil.copy(f, tmp_path / f.name)
+    assert len(list(tmp_path.iterdir())) == 4
+    out = analyze_inputs([tmp_path], AnalysisOptions())
+    assert out.job is None and len(out.analyses) == 4
+    assert "2 runs" in out.reason and "ranks 0, 1 appear 2 times" in out.reason
+
+
+def test_one_run_in_a_folder_is_still_a_job(tmp_path):
+    for f in KINETO_DDP.glob("ddp_straggler_2gpu_rank*.pt.trace.json.xz"):
+        shutil.copy(f, tmp_path / f.name)
+    out = analyze_inputs([tmp_path], AnalysisOptions())
+    assert out.job is not None and out.job.world_size == 2
+
+
+def _job_numbers(out) -> tuple[str, dict]:
+    from analyzer.reports.jobview import build_job_report
+
+    view = build_job_report(out.job)
+    ranks = out.job.tables.tables["job_ranks"].set_index("rank")
+    return view.job.verdict, ranks
+
+
+def test_verdict_table_and_straggler_finding_read_the_same_numbers(tmp_path):
+    """The verdict said '150 of 150 collectives reached last' where the straggler finding said 136 of
+    150 (it counted only arrivals 100 us or more behind): both now read job_ranks."""
+    for f in KINETO_DDP.glob("ddp_straggler_2gpu_rank*.pt.trace.json.xz"):
+        shutil.copy(f, tmp_path / f.name)
+    out = analyze_inputs([tmp_path], AnalysisOptions())
+    verdict, ranks = _job_numbers(out)
+    (finding,) = [f for f in out.job.findings if f.rule == "straggler"]
+    row = ranks.loc[finding.scope.rank]
+    said = f"{int(row['last_count'])} of {int(row['instances'])} collectives"
+    assert said in verdict and f"reached {said} last" in finding.message
+    assert f"rank {finding.scope.rank} holds it back" in verdict
+
+
+def test_verdict_names_no_rank_the_rules_did_not():
+    """PARAM's 8-rank DLRM job (torch.profiler, 8 V100s): rank 7 reached 5 of 8 collectives last,
+    1.3 ms of a 12.4 ms window, under the straggler rule's bar; the verdict named it anyway while no
+    straggler finding was emitted. Now the verdict names a rank only with a finding."""
+    out = analyze_inputs([PUBLIC / "param_dlrm_8rank"], AnalysisOptions())
+    assert out.job is not None and out.job.world_size == 8 and out.job.how == "torch.distributed"
+    verdict, _ranks = _job_numbers(out)
+    stragglers = [f for f in out.job.findings if f.rule in ("straggler", "rank-imbalance")]
+    if stragglers:
+        assert f"rank {stragglers[0].scope.rank} holds it back" in verdict
+    else:
+        assert "holds it back" not in verdict
+
+
+def test_a_folder_of_ncu_csvs_works_like_the_files(tmp_path, pack):
+    """A folder holding only Nsight Compute CSVs was refused ('holds no trace file') though each CSV
+    works alone; it now gives the same analyses as the files."""
+    ncu = Path(__file__).resolve().parent / "data" / "ncu"
+    names = ["occupancy.details.csv", "tiny_kernels.details.csv"]
+    for n in names:
+        shutil.copy(ncu / n, tmp_path / n)
+    together = analyze_paths([tmp_path], AnalysisOptions(), pack=pack)
+    alone = [analyze_paths([ncu / n], AnalysisOptions(), pack=pack)[0] for n in names]
+    assert len(together) == 2
+    for a, b in zip(together, alone):
+        assert [(f.rule, f.message) for f in a.findings] == [(f.rule, f.message) for f in b.findings]
+        assert a.findings
+
+
+def test_ncu_report_whose_throughput_metrics_are_empty_is_not_no_problems(pack):
+    """AveryClapp/ESMM-Research's profile.ncu-rep (ncu 2023.1.1, A10G): every throughput column is empty
+    in all 12 launches, so the bound rules cannot judge a kernel. It said 'No problems found'; the rules
+    are now listed as not run, naming the empty metrics, and the verdict says so."""
+    from analyzer.loading.tests.test_nsys_public import PUBLIC as SHARED
+    from analyzer.reports.viewmodel import build_report
+
+    path = SHARED / "AveryClapp__ESMM-Research__profile.ncu-rep"
+    if not path.is_file():
+        pytest.skip(f"{path} is absent")
+    (a,) = analyze_paths([path], AnalysisOptions(), pack=pack)
+    skipped = {n.rule: n.reason for n in a.not_checked}
+    for rule in ("memory-bound", "compute-bound", "latency-bound"):
+        assert "sm_throughput_pct" in skipped[rule] and "memory_throughput_pct" in skipped[rule]
+    verdict = build_report([a]).verdict
+    assert not verdict.startswith("No problems found") and "5 rules not run" in verdict

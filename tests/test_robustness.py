@@ -128,6 +128,50 @@ def test_new_report_gets_ordinary_permissions(tmp_path, capsys):
     assert rc == 0 and (out.stat().st_mode & 0o777) == 0o644
 
 
+def _special_targets(tmp_path: Path) -> list[tuple[Path, str]]:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    out = [(fifo, "FIFO"), (folder, "directory")]
+    if os.geteuid() == 0:  # a private copy of /dev/null's device node: never the machine's own
+        dev = tmp_path / "devnull"
+        os.mknod(dev, 0o666 | __import__("stat").S_IFCHR, os.makedev(1, 3))
+        out.append((dev, "character device"))
+    link = tmp_path / "link-to-fifo"
+    link.symlink_to(fifo)
+    out.append((link, "FIFO"))
+    return out
+
+
+def test_output_onto_a_device_fifo_or_directory_is_refused(tmp_path, capsys):
+    """``-o`` writes regular files only: a device node (as root, renaming over it would replace it), a
+    FIFO, a directory, or a link to one of them is refused with one line, exit 2, left as it was."""
+    import stat
+
+    for target, kind in _special_targets(tmp_path):
+        before = os.lstat(target)
+        rc, err = _run(capsys, str(real_trace(TRACE)), "-o", str(target), "--format", "md", "-q")
+        line = _one_error_line(err)
+        assert rc == 2 and kind in line and "not a regular file" in line, line
+        after = os.lstat(target)
+        assert (after.st_ino, stat.S_IFMT(after.st_mode), after.st_rdev) == (
+            before.st_ino, stat.S_IFMT(before.st_mode), before.st_rdev)
+        assert _leftovers(tmp_path) == []
+
+
+def test_output_through_a_symlink_writes_the_file_it_leads_to(tmp_path, capsys):
+    real = tmp_path / "reports" / "r.md"
+    real.parent.mkdir()
+    real.write_text("OLD")
+    link = tmp_path / "latest.md"
+    link.symlink_to(real)
+    rc, _ = _run(capsys, str(real_trace(TRACE)), "-o", str(link), "-q")
+    assert rc in (0, 1)
+    assert link.is_symlink() and real.read_text().startswith("#")
+    assert _leftovers(tmp_path) == [] and _leftovers(real.parent) == []
+
+
 def test_atomic_write_replaces_whole(tmp_path):
     from analyzer.fileio import atomic_write
 

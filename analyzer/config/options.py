@@ -9,6 +9,7 @@ diff``...): one definition each, so every command spells, documents and configur
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -20,6 +21,29 @@ from analyzer.rules.loader import BUILTIN_PACKS
 from analyzer.rules.selection import RuleSettings, split_selectors
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+class FiniteFloat(click.ParamType):
+    """A finite number from ``low`` to ``high``: ``nan``, ``inf``, ``1e300`` and negative values are
+    refused with one line (click's FloatRange lets ``nan`` through and ``inf`` past any minimum)."""
+
+    name = "float"
+
+    def __init__(self, low: float, high: float) -> None:
+        self.low, self.high = low, high
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        try:
+            number = float(value)
+        except (TypeError, ValueError, OverflowError):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        if not (math.isfinite(number) and self.low <= number <= self.high):
+            self.fail(f"{value} is not a finite number from {self.low:g} to {self.high:g}", param, ctx)
+        return number
+
+
+#: the longest --timeout: a week (the biggest traces take minutes)
+MAX_TIMEOUT_SECONDS = 7 * 24 * 3600.0
 
 
 class PackRef(click.ParamType):
@@ -98,7 +122,7 @@ def accepted_options(function: F) -> F:
         click.option("--accepted", "accepted_file", type=click.Path(path_type=Path), default=None, metavar="FILE",
                      help="Accepted findings (written by --write-accepted): shown as accepted, not counted by "
                           "--fail-on, unless their impact grew past --accepted-growth."),
-        click.option("--accepted-growth", "accepted_growth", type=click.FloatRange(min=1.0), default=None,
+        click.option("--accepted-growth", "accepted_growth", type=FiniteFloat(1.0, 1e9), default=None,
                      metavar="FACTOR",
                      help="An accepted finding counts again when its impact grew by more than this factor "
                           "(default 1.5; an entry's own max-growth wins)."),

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from analyzer._paths import shown_path as display_path
+from analyzer.boundedio import BoundedReadError, read_regular
 from analyzer.errors import ConfigError
 
 if sys.version_info >= (3, 11):
@@ -108,10 +109,11 @@ def _mentions_table(path: Path) -> bool:
     """Cheap test before parsing: a pyproject.toml of another tool is never parsed (its syntax errors
     are not ours to report)."""
     try:
-        with open(path, "rb") as handle:
-            head = handle.read(MAX_CONFIG_BYTES + 1)
+        head = read_regular(path, MAX_CONFIG_BYTES, "configuration file")
     except OSError:
         return False
+    except BoundedReadError:
+        return True  # too large or not a file: read_config says so in one line
     return TOOL.encode() in head
 
 
@@ -123,12 +125,12 @@ def read_config(path: Path) -> ProjectConfig:
         if path.is_dir():
             raise ConfigError("is a folder, not a configuration file", file=shown,
                               hint=f"name the file, e.g. {path / 'pyproject.toml'}")
-        raw = path.read_bytes()
-    except OSError as err:
-        raise ConfigError(f"cannot read the configuration: {err.strerror or err}", file=shown) from None
-    if len(raw) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"is {len(raw)} bytes, over the {MAX_CONFIG_BYTES} byte limit of a configuration",
-                          file=shown)
+        raw = read_regular(path, MAX_CONFIG_BYTES, "configuration file")
+    except BoundedReadError as err:
+        raise ConfigError(err.reason, file=shown, hint=err.hint) from None
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"cannot read the configuration: {getattr(err, 'strerror', None) or err}",
+                          file=shown) from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -140,6 +142,8 @@ def read_config(path: Path) -> ProjectConfig:
         raise ConfigError(f"invalid TOML: {message}", file=shown, line=line) from None
     except RecursionError:
         raise ConfigError("invalid TOML: nested too deeply", file=shown) from None
+    except ValueError as err:  # a value tomllib cannot build: an integer of 4,300+ digits
+        raise ConfigError(f"invalid TOML: a value cannot be read ({str(err).split(';')[0]})", file=shown) from None
     table: tuple[str, ...] = TABLE if path.name == "pyproject.toml" else ()
     values: Any = data
     for part in table:

@@ -30,7 +30,7 @@ def config_command(target: click.Command) -> click.Command:
 
 def _show(ctx: click.Context, **params: Any) -> None:
     from analyzer.config.options import rule_settings
-    from analyzer.pipeline import AnalysisOptions, _rules_label, load_rules
+    from analyzer.trace_analysis import AnalysisOptions, load_rules, rules_label
     from analyzer.rules.units import format_quantity
 
     echo = click.echo
@@ -42,7 +42,7 @@ def _show(ctx: click.Context, **params: Any) -> None:
     pack = load_rules(AnalysisOptions(rules_files=rules_files, rule_settings=rule_settings(ctx)))
     total = len(pack.rules) + len(pack.disabled)
     echo("")
-    echo(f"rule pack: {_rules_label(pack).split(';')[0]}")
+    echo(f"rule pack: {rules_label(pack).split(';')[0]}")
     echo(f"  {total} rules, {len(pack.rules)} enabled")
     for rule in pack.disabled:
         echo(f"  off  {rule.id:<8} {rule.name:<32} {pack.reasons.get(rule.id, '')}")
@@ -54,7 +54,7 @@ def _show(ctx: click.Context, **params: Any) -> None:
                  f"(default {format_quantity(param.default, param.unit)})")
     accepted_file = params.get("accepted_file")
     if accepted_file is not None:
-        from analyzer.pipeline import load_accepted_findings
+        from analyzer.trace_analysis import load_accepted_findings
 
         accepted = load_accepted_findings(AnalysisOptions(accepted_file=accepted_file,
                                                           accepted_growth=params.get("accepted_growth")))

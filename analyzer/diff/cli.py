@@ -14,7 +14,7 @@ import click
 
 from analyzer._paths import trace_stem
 from analyzer.config.cli import ConfigCommand
-from analyzer.config.options import pack_options, rule_settings
+from analyzer.config.options import MAX_TIMEOUT_SECONDS, FiniteFloat, pack_options, rule_settings
 from analyzer.errors import EXIT_FINDINGS, ParameterError
 from analyzer.progress import progress_printer
 
@@ -78,7 +78,7 @@ def _percent(ctx: click.Context, param: click.Parameter, value: str | None) -> f
               help="Accepted findings (written by 'analyze TRACE --write-accepted FILE'): a rule whose findings "
                    "all match it is marked accepted and left out of the verdict's new/resolved/worse, unless "
                    "a finding's impact grew past --accepted-growth.")
-@click.option("--accepted-growth", "accepted_growth", type=click.FloatRange(min=1.0), default=None,
+@click.option("--accepted-growth", "accepted_growth", type=FiniteFloat(1.0, 1e9), default=None,
               metavar="FACTOR",
               help="An accepted finding counts again when its impact grew by more than this factor "
                    "(default 1.5; an entry's own max-growth wins).")
@@ -87,7 +87,7 @@ def _percent(ctx: click.Context, param: click.Parameter, value: str | None) -> f
 @click.option("--exclude-ranges", multiple=True, default=("warmup*",), show_default=True,
               help="NVTX ranges (globs, comma-separated or repeated) left out of the window and of phase "
                    "tables; '' for none.")
-@click.option("--timeout", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+@click.option("--timeout", type=FiniteFloat(0, MAX_TIMEOUT_SECONDS), default=None, metavar="SECONDS",
               envvar="ANALYZER_TIMEOUT",
               help="Stop a trace's analysis after SECONDS and name the stage that ran away (default: none).")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from analyzer.analysis import Window
-from analyzer.loading.columns import categorical, factorize_objects
+from analyzer.loading.columns import categorical, factorize_objects, key_groups
 
 
 @dataclass(frozen=True)
@@ -92,27 +92,6 @@ def covered_until(us: np.ndarray, ue: np.ndarray, t: np.ndarray) -> np.ndarray:
     kk = k[has] - 1
     out[has] = prefix[kk] + np.minimum(t[has], ue[kk]) - us[kk]
     return out
-
-
-def key_groups(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(order, starts, ends)``: a stable order of ``keys`` grouping equal keys, and each group's
-    ``[start, end)`` in that order (one sort for any number of keys, then slices)."""
-    keys = np.asarray(keys)
-    if keys.dtype.kind in "iu" and len(keys) > 1024:
-        # few distinct keys (threads, devices): one comparison per key instead of a stable sort of all
-        distinct = pd.unique(keys)
-        if len(distinct) <= _FEW_KEYS:
-            parts = [np.flatnonzero(keys == k) for k in np.sort(distinct)]
-            sizes = np.cumsum([len(p) for p in parts])
-            return np.concatenate(parts), np.r_[0, sizes[:-1]], sizes
-    order = np.argsort(keys, kind="stable")
-    sk = keys[order]
-    cut = np.flatnonzero(sk[1:] != sk[:-1]) + 1
-    return order, np.r_[0, cut], np.r_[cut, len(sk)]
-
-
-#: :func:`key_groups` finds the rows of at most this many distinct keys by comparison, not by sorting
-_FEW_KEYS = 8
 
 
 def asof_backward(right_key: np.ndarray, right_t: np.ndarray, left_key: np.ndarray,

@@ -390,7 +390,7 @@ def launch_stats(ctx: FactContext) -> pd.DataFrame:
     """Per device: how many kernels, how short, and what launching them cost on the host."""
     w = ctx.window
     k = starts_in_window(ctx.trace.kernels, w, ["start", "duration", "device", "correlation_id", "pid",
-                                                 "api_start"])
+                                                 "api_start", "in_graph"])
     cols = list(launch_stats_columns())
     if k.empty:
         return pd.DataFrame({c: pd.Series(dtype="float64") for c in cols})
@@ -398,7 +398,8 @@ def launch_stats(ctx: FactContext) -> pd.DataFrame:
     # per-kernel arrays, each made when needed (the join keys are freed once joined: a frame of every
     # column in int64 held 0.5 GB more at ten million kernels)
     api_start = column(k, "api_start", -1).fillna(-1).to_numpy(dtype=np.int64)
-    delay = np.where(api_start >= 0, k["start"].to_numpy(dtype=np.int64) - api_start, np.nan)
+    delay = once_per_graph_launch(k, np.where(api_start >= 0, k["start"].to_numpy(dtype=np.int64) - api_start,
+                                              np.nan))
     del api_start
     if len(api):
         api_ns = _launch_api_ns(api, is_launch_api(ctx.store),
@@ -406,6 +407,7 @@ def launch_stats(ctx: FactContext) -> pd.DataFrame:
                                 column(k, "pid", -1).fillna(-1).to_numpy(dtype=np.int64))
     else:
         api_ns = np.full(len(k), np.nan)
+    api_ns = once_per_graph_launch(k, api_ns)
     duration = k["duration"].to_numpy(dtype=np.int64)
     tiny = duration < TINY_KERNEL_NS
     device = column(k, "device", 0).fillna(0).to_numpy(dtype=np.int64)
@@ -425,6 +427,27 @@ def launch_stats(ctx: FactContext) -> pd.DataFrame:
     out["window_ns"] = w.duration_ns
     out["launch_rate"] = out["kernel_count"] / (w.duration_ns / 1e9) if w.duration_ns > 0 else np.nan
     return out[cols]
+
+
+def once_per_graph_launch(k: pd.DataFrame, api_ns: np.ndarray) -> np.ndarray:
+    """``api_ns`` (a value per kernel from its launch call: the call's duration, the delay to the kernel)
+    with a CUDA graph launch counted once: the kernels one ``cudaGraphLaunch`` replays share its
+    correlation id, so a plain join charges the call to each of them; only the replay's first kernel
+    keeps it (NaN for the others)."""
+    graph = column(k, "in_graph", 0).fillna(0).to_numpy(dtype=np.int64) > 0
+    if not graph.any():
+        return api_ns
+    from analyzer.loading.attribution import correlation_key
+
+    rows = np.flatnonzero(graph)
+    key = correlation_key(column(k, "pid", -1).fillna(-1).to_numpy(dtype=np.int64)[rows] & 0xFFFFFF,
+                          column(k, "correlation_id", -1).fillna(-1).to_numpy(dtype=np.int64)[rows])
+    _, first = np.unique(key, return_index=True)
+    repeat = np.ones(len(rows), dtype=bool)
+    repeat[first] = False
+    out = api_ns.astype(np.float64, copy=True)
+    out[rows[repeat]] = np.nan
+    return out
 
 
 def _device_stats(device: np.ndarray, duration: np.ndarray, tiny: np.ndarray, api_ns: np.ndarray,

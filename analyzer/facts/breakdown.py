@@ -66,7 +66,8 @@ import numpy as np
 import pandas as pd
 
 from analyzer.facts._util import column, key_groups, text, text_codes
-from analyzer.facts.nvtx import generic_paths, innermost_open, main_threads, ranges_only
+from analyzer.facts.nvtx import main_threads
+from analyzer.facts.nvtx_ranges import generic_paths, innermost_open, ranges_only
 from analyzer.facts.registry import FactContext, fact
 
 #: default longest host time between two CUDA calls that still counts as dispatch (ns)

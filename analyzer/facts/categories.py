@@ -2,8 +2,10 @@
 summaries built on them (``category_summary``, ``top_kernels``).
 
 The table (``categories.yaml`` next to this module, or the file named by the ``categories_file``
-option) is an ordered list of ``{name, patterns}``; the first category with a regular expression
-found in the demangled or the short name wins, else ``other``. Patterns run once per distinct name,
+option) is an ordered list of ``{name, patterns, args}``; the first category with a regular expression
+found in the kernel's own function name (demangled or short, never its template arguments: a fused MLP
+whose template argument names an activation is no activation kernel), or with an ``args`` pattern found
+in the template arguments of a launcher that wraps the real kernel, wins, else ``other``. Patterns run once per distinct name,
 not per kernel, so millions of launches of a few hundred kernels classify in milliseconds.
 
 Window: kernels whose start lies in the window.
@@ -20,6 +22,7 @@ import pandas as pd
 from analyzer.errors import InputError
 from analyzer.facts._util import factorize_objects, starts_in_window, text_array, text_codes
 from analyzer.facts.registry import FactContext, fact
+from analyzer.loading.kernel_names import kernel_function_name, split_kernel_name
 from analyzer.loading.model import KERNEL_COLUMNS
 from analyzer.saferegex import PatternError, UserPattern, compile_regex
 
@@ -31,6 +34,9 @@ OTHER = "other"
 class Category:
     name: str
     patterns: tuple[UserPattern, ...]  # linear-time (RE2): a categories file may come from a user
+    #: patterns searched in the template arguments: for launchers that wrap the real kernel
+    #: (``cutlass::device_kernel<flash::FlashAttnFwdSm90<...>>``, ``ck_tile::kentry<Rmsnorm2dFwd<...>>``)
+    args: tuple[UserPattern, ...] = ()
 
 
 @lru_cache(maxsize=8)
@@ -38,7 +44,7 @@ def load_categories(path: str | Path | None = None) -> tuple[Category, ...]:
     """Read and compile a category table; a bad file raises :class:`InputError` naming the problem."""
     file = Path(path) if path else DEFAULT_CATEGORIES_FILE
     from analyzer.errors import RuleError
-    from analyzer.rules.yamlsafe import load_yaml
+    from analyzer.yamlsafe import load_yaml
 
     try:  # the rule files' safe reader: no aliases (no billion laughs), no tags, at most 1 MiB
         doc = load_yaml(file)
@@ -56,14 +62,31 @@ def load_categories(path: str | Path | None = None) -> tuple[Category, ...]:
         pats = entry.get("patterns") or []
         if not isinstance(pats, list):
             raise InputError(file, f"category {entry['name']!r}: 'patterns' must be a list")
-        compiled = []
-        for pat in pats:
+        arg_pats = entry.get("args") or []
+        if not isinstance(arg_pats, list):
+            raise InputError(file, f"category {entry['name']!r}: 'args' must be a list")
+        compiled, compiled_args = [], []
+        for pat, into in [(p, compiled) for p in pats] + [(p, compiled_args) for p in arg_pats]:
             try:
-                compiled.append(compile_regex(str(pat), what="category pattern"))
+                into.append(compile_regex(str(pat), what="category pattern"))
             except PatternError as err:
                 raise InputError(file, f"category {entry['name']!r}: bad pattern ({err})", hint=err.hint) from None
-        out.append(Category(entry["name"], tuple(compiled)))
+        out.append(Category(entry["name"], tuple(compiled), tuple(compiled_args)))
     return tuple(out)
+
+
+def categorize(name: str, short_name: str, table: tuple[Category, ...]) -> str:
+    """The category of one kernel: the first category with a pattern found in its own function name
+    (demangled name and short name, template arguments and parameters stripped:
+    :func:`analyzer.loading.kernel_names.split_kernel_name`) or one of its ``args`` patterns found in the
+    template arguments; else ``other``."""
+    function, args = split_kernel_name(name)
+    short = kernel_function_name(short_name) if short_name else ""
+    for c in table:
+        if any(p.search(function) or (short and p.search(short)) for p in c.patterns) \
+                or (args and any(p.search(args) for p in c.args)):
+            return c.name
+    return OTHER
 
 
 def classify_names(names: pd.Series, short_names: pd.Series, table: tuple[Category, ...]) -> np.ndarray:
@@ -90,10 +113,7 @@ def classify_codes(names: pd.Series, short_names: pd.Series,
     shorts = short_labels[short_codes[first_row]]
     result = np.full(len(uniq_names), OTHER, dtype=object)
     for code, name, short in zip(present, uniq_names[present], shorts):  # distinct names, never per launch
-        for c in table:
-            if any(p.search(name) or p.search(short) for p in c.patterns):
-                result[code] = c.name
-                break
+        result[code] = categorize(str(name), str(short) if isinstance(short, str) else "", table)
     return name_codes, result
 
 

@@ -75,6 +75,17 @@ NCU_RULES_COLUMNS: dict[str, str] = {
 }
 
 
+#: columns of ``ncu_kernels`` computed from others: a rule judging one judges the metrics it comes from
+#: (an Nsight Compute report without them leaves the derived column 'unknown' or NaN in every row)
+NCU_DERIVED_FROM: dict[str, tuple[str, ...]] = {
+    "bound": ("sm_throughput_pct", "memory_throughput_pct"),
+    "ridge_point": ("peak_flops", "peak_bandwidth"),
+    "roofline_side": ("arithmetic_intensity", "peak_flops", "peak_bandwidth"),
+    "attainable_flops": ("arithmetic_intensity", "peak_flops", "peak_bandwidth"),
+    "roofline_pct": ("achieved_flops", "arithmetic_intensity", "peak_flops", "peak_bandwidth"),
+}
+
+
 def classify_bound(sm_pct: pd.Series, mem_pct: pd.Series) -> pd.Series:
     """ncu's SOLBottleneck verdict per row: ``memory | compute | latency | balanced | unknown``."""
     sm = pd.to_numeric(sm_pct, errors="coerce").astype("float64")

@@ -12,56 +12,23 @@ whose start lies in the window.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 
 import numpy as np
 import pandas as pd
 
-from analyzer.facts._util import asof_backward, column, starts_in_window, text
+from analyzer.facts._util import column, starts_in_window, text
+# innermost_open and parent_positions are imported from here by facts written before nvtx_ranges
+from analyzer.facts.nvtx_ranges import innermost_open as innermost_open
+from analyzer.facts.nvtx_ranges import parent_positions as parent_positions
+from analyzer.facts.nvtx_ranges import ranges_only
 from analyzer.facts.registry import FACTS, FactContext, fact
-from analyzer.phases._index import (
+from analyzer.facts.phase_index import (
     AGGREGATE_TIMING_COLUMNS,
     TIMING_COLUMNS,
     aggregate_timing,
     phase_index,
     range_timing,
 )
-
-
-#: a path component ending in a number: ``step_12``, ``layer.3``, ``ProfilerStep#7``
-NUMBERED = re.compile(r"^(?P<stem>.*?[^\d\s_\-#:.]?)(?P<sep>[\s_\-#:.]*)(?P<num>\d+)$")
-
-
-def generic_paths(paths: Iterable[str]) -> dict[str, str]:
-    """Path -> generic path: a component's trailing number becomes ``N`` when its stem occurs with at
-    least three different numbers among ``paths`` (``step_0``..``step_11`` -> ``step_N``)."""
-    paths = list(dict.fromkeys(paths))
-    numbers: dict[tuple[str, str], set[str]] = {}
-    for path in paths:
-        for comp in path.split("/"):
-            m = NUMBERED.match(comp)
-            if m and m.group("stem"):
-                numbers.setdefault((m.group("stem"), m.group("sep")), set()).add(m.group("num"))
-    enumerated = {k for k, v in numbers.items() if len(v) >= 3}
-    out = {}
-    for path in paths:
-        comps = []
-        for comp in path.split("/"):
-            m = NUMBERED.match(comp)
-            if m and (m.group("stem"), m.group("sep")) in enumerated:
-                comp = f"{m.group('stem')}{m.group('sep')}N"
-            comps.append(comp)
-        out[path] = "/".join(comps)
-    return out
-
-
-
-def ranges_only(nvtx: pd.DataFrame) -> pd.DataFrame:
-    """NVTX ranges without instantaneous marks."""
-    if nvtx.empty:
-        return nvtx
-    kind = text(column(nvtx, "kind", "pushpop"))
-    return nvtx.loc[(kind != "mark").to_numpy() & (nvtx["end"].to_numpy() > nvtx["start"].to_numpy())]
 
 
 #: Kineto categories whose events are the framework's operators (every ``aten::`` call, autograd
@@ -99,47 +66,9 @@ def operator_ranges(nvtx: pd.DataFrame) -> np.ndarray:
     return (dom_hit[codes] | txt_hit[tcodes]) & ~step[tcodes]
 
 
-def parent_positions(nvtx: pd.DataFrame) -> np.ndarray:
-    """For each row of ``nvtx``, the row position of its parent range (``-1`` for roots/unknown)."""
-    index = pd.Index(nvtx["range_id"].to_numpy())
-    parent = column(nvtx, "parent_id", -1).fillna(-1).to_numpy(dtype=np.int64)
-    return index.get_indexer(parent).astype(np.int64)
-
-
 def positions_of(nvtx: pd.DataFrame, range_ids: np.ndarray) -> np.ndarray:
     """Row positions in ``nvtx`` of ``range_ids`` (``-1`` where unknown)."""
     return pd.Index(nvtx["range_id"].to_numpy()).get_indexer(np.asarray(range_ids, dtype=np.int64))
-
-
-def innermost_open(nvtx: pd.DataFrame, tid: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """Row position in ``nvtx`` of the innermost range open at ``t[i]`` on thread ``tid[i]``, or -1.
-
-    ``nvtx`` must hold ranges only (see :func:`ranges_only`). For properly nested ranges, the range
-    latest to start at or before ``t`` on the thread is either open at ``t`` or nested inside the
-    innermost open one, so one as-of lookup per thread plus a walk up the parents finds it.
-    """
-    n = len(t)
-    out = np.full(n, -1, dtype=np.int64)
-    if n == 0 or nvtx.empty:
-        return out
-    starts = nvtx["start"].to_numpy(dtype=np.int64)
-    ends = nvtx["end"].to_numpy(dtype=np.int64)
-    parent = parent_positions(nvtx)
-    cand = asof_backward(nvtx["tid"].to_numpy(dtype=np.int64), starts, tid, t)
-    tt = np.asarray(t, dtype=np.int64)
-    max_depth = int(column(nvtx, "depth", 0).max()) + 2 if len(nvtx) else 1
-    # walk up from the queries whose candidate closed before t, one level per pass, over the queries
-    # still walking only (the first pass tests all of them; most stop there)
-    todo = np.arange(len(cand))
-    for _ in range(max(max_depth, 1) + 64):  # bounded walk; depth is small in practice
-        c = cand[todo]
-        closed = (c >= 0) & (ends[np.maximum(c, 0)] <= tt[todo])
-        if not closed.any():
-            break
-        todo = todo[closed]
-        cand[todo] = parent[c[closed]]
-    out[:] = cand
-    return out
 
 
 def main_threads(nvtx: pd.DataFrame) -> dict[int, int]:
@@ -190,7 +119,7 @@ def nvtx_instances(ctx: FactContext) -> pd.DataFrame:
     """One row per NVTX range instance overlapping the window (or whose GPU work starts in it), with
     the GPU work launched inside it (ops starting in the window; nested ranges included), its GPU
     span, and whether the range waited for that work or only timed its launches. Computed from the
-    phase index the ``phases`` fact uses (:mod:`analyzer.phases._index`)."""
+    phase index the ``phases`` fact uses (:mod:`analyzer.facts.phase_index`)."""
     w = ctx.window
     nv = ranges_only(ctx.trace.nvtx)
     cols = list(nvtx_instances_columns())

@@ -195,6 +195,16 @@ _OCC_COLUMNS = {
 }
 
 
+def known_launch_config(kernels: pd.DataFrame) -> np.ndarray:
+    """Per kernel row: its grid and block dimensions are all recorded (> 0). torch.profiler on ROCm
+    leaves them out for kernels a graph replays (-1 here), nsys' whole graph executions have none."""
+    ok = np.ones(len(kernels), dtype=bool)
+    for c in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"):
+        if c in kernels.columns:
+            ok &= kernels[c].fillna(-1).to_numpy(dtype=np.int64) > 0
+    return ok
+
+
 def _product(frame: pd.DataFrame, *columns: str) -> np.ndarray:
     out = np.ones(len(frame), dtype=np.int64)
     for c in columns:
@@ -222,6 +232,9 @@ def occupancy(ctx: FactContext) -> pd.DataFrame:
     k = starts_in_window(kernels, ctx.window, [
         "start", "device", "name", "short_name", "grid_x", "grid_y", "grid_z", "block_x", "block_y",
         "block_z", "registers_per_thread", "static_smem", "dynamic_smem", "duration"])
+    known = known_launch_config(k)
+    if not known.all():  # no grid or block recorded (ROCm graph replays, whole graph executions): unknown,
+        k = k.loc[known]  # never a small grid or a low occupancy (the unknown-launch-config rule says so)
     if k.empty:
         return pd.DataFrame({c: pd.Series(dtype=object if c in ("name", "short_name", "limiter") else "int64")
                              for c in _OCC_COLUMNS})

@@ -9,6 +9,8 @@ Columns are declared statically so that rules can be validated before any trace 
 """
 from __future__ import annotations
 
+import importlib
+
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -503,6 +505,34 @@ def _return_freed_memory() -> None:
     release_free_memory()
 
 
+#: Fact modules; each registers its facts with @fact on import (:func:`load_all`).
+FACT_MODULES: tuple[str, ...] = (
+    "analyzer.facts.intervals",
+    "analyzer.facts.nvtx",
+    "analyzer.facts.categories",
+    "analyzer.facts.occupancy",
+    "analyzer.facts.graphs",
+    "analyzer.facts.api",
+    "analyzer.facts.phases",
+    "analyzer.facts.ncu",
+    "analyzer.facts.hardware",
+    "analyzer.facts.periods",
+    "analyzer.facts.steps",
+    "analyzer.facts.comm",
+    "analyzer.facts.job",
+    "analyzer.facts.stacks",
+    "analyzer.facts.gpumetrics",
+    "analyzer.facts.energy",
+    "analyzer.facts.breakdown",
+)
+
+
+def load_all() -> None:
+    """Import every fact module (each registers its facts)."""
+    for module in FACT_MODULES:
+        importlib.import_module(module)
+
+
 _LOADED = False
 
 
@@ -511,6 +541,4 @@ def _ensure_loaded() -> None:
     global _LOADED
     if not _LOADED:
         _LOADED = True
-        import analyzer.facts as facts_pkg
-
-        facts_pkg.load_all()
+        load_all()

@@ -63,7 +63,7 @@ def main(argv: list[str]) -> None:
         import analyzer.rules.expr  # noqa: F401
         import analyzer.rules.loader  # noqa: F401
         import analyzer.rules.templates  # noqa: F401
-        import analyzer.rules.yamlsafe  # noqa: F401
+        import analyzer.yamlsafe  # noqa: F401
     from analyzer.fuzz.harness import check_outcome, run_guarded
     from analyzer.loading.ncu import load_ncu
     from analyzer.rules import load_pack

@@ -14,6 +14,7 @@ swimlane items). Only summaries and results travel; traces never do.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analyzer.analysis import Window
+from analyzer.analysis import Window, step_spans
 from analyzer.facts._util import column, text, union_intervals
 from analyzer.facts.comm import JobRankContext
 from analyzer.facts.nccl_nvtx import internal_ranges
@@ -144,7 +145,7 @@ def prepare_rank(trace: Trace, options: Any, *, index: int, label: str, file: st
     """Phase 1 for one loaded rank trace (see the module docstring)."""
     from analyzer.facts.comm import compute_kernel_mask
     from analyzer.facts.registry import FactContext
-    from analyzer.pipeline import prepare
+    from analyzer.trace_analysis import prepare
 
     store = prepare(trace, options, ncu=ncu)
     w = store.window
@@ -315,7 +316,7 @@ def finish_rank(state: RankState, summary: RankSummary, pack: Any, job: RankJobI
     """Phase 2 (see the module docstring); ``job`` None: the rank alone (no cross-rank facts).
     Findings matching ``accepted`` (:class:`analyzer.accepted.AcceptedFindings`; their fingerprints
     include the rank) are marked accepted."""
-    from analyzer.pipeline import finish
+    from analyzer.trace_analysis import finish
     from analyzer.reports.viewmodel import Limits, _section
 
     store = state.store
@@ -339,15 +340,35 @@ def finish_rank(state: RankState, summary: RankSummary, pack: Any, job: RankJobI
     lateness = describe_intervals(state.trace, store, late, summary.device)
     comm = store.get("comm_kernels")
     lanes = _lanes(state.trace, store, job.lane_span if job is not None else None, summary.device, comm)
-    from analyzer.job.scaling import phase_gpu_per_step
-
-    from analyzer.job import step_spans
-
     steps = [int(e - s) for s, e in step_spans(summary.window)]
     return RankResult(summary=summary, rank=rank, findings=findings, section=section, overlap=overlap,
                       lateness=lateness, lanes=lanes, step_ns=steps, window=summary.window,
                       phases=phase_gpu_per_step(store, len(steps)))
 
 
+_NUMBERED = re.compile(r"(?<=[A-Za-z_#\-])\d+(?=/|$)")
+
+
+def generic_path(path: str) -> str:
+    """``step_12/load_batch`` -> ``step_N/load_batch``: the same phase in every step."""
+    return _NUMBERED.sub("N", path)
+
+
+def phase_gpu_per_step(store: Any, steps: int) -> dict[str, float]:
+    """GPU ns per step of each phase directly inside the step (``step_N/forward`` -> ``forward``)."""
+    try:
+        proj = store.get("nvtx_projection")
+    except KeyError:
+        return {}
+    if proj.empty or steps <= 0:
+        return {}
+    rows = proj.loc[proj["depth"] == 1]
+    if rows.empty:
+        return {}
+    names = rows["path"].astype(str).map(lambda p: generic_path(p).split("/", 1)[-1])
+    sums = rows["gpu_ns"].groupby(names.to_numpy()).sum()
+    return {str(k): float(v) / steps for k, v in sums.items()}
+
+
 __all__ = ["RankJobInput", "RankResult", "RankState", "RankSummary", "describe_intervals", "finish_rank",
-           "prepare_rank"]
+           "generic_path", "phase_gpu_per_step", "prepare_rank"]

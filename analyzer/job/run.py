@@ -8,7 +8,7 @@
    waited for it.
 3. Phase 2 per rank (where its trace is): rules, its report section, what it did while others
    waited (:func:`analyzer.job.rank.finish_rank`). Only :class:`RankResult` objects come back.
-4. Here: the job tables (:mod:`analyzer.job.facts`) and the job rules on them.
+4. Here: the job tables (:mod:`analyzer.facts.job`) and the job rules on them.
 
 With ``scheduler`` (a Dask ``distributed.Client`` or a scheduler address), steps 1 and 3 run as Dask
 tasks; each file's loaded trace stays in its worker's memory between the phases (a future), so no
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,20 +28,28 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analyzer.analysis import StepSpans, Window
+from analyzer.analysis import StepSpans, Window, step_spans
 from analyzer.errors import InputError
 from analyzer.facts.comm import JobRankContext, bus_factor
 from analyzer.findings import Finding
 from analyzer.job.cross import RankComm, align, waits
-from analyzer.job.facts import (
+from analyzer.facts.job import (
     JOB_COLLECTIVES_COLUMNS,
     JOB_RANKS_COLUMNS,
     JobTables,
     empty,
 )
-from analyzer.job import step_spans
-from analyzer.job.rank import RankJobInput, RankResult, RankState, RankSummary, finish_rank, prepare_rank
+from analyzer.job.rank import (
+    RankJobInput,
+    RankResult,
+    RankState,
+    RankSummary,
+    finish_rank,
+    generic_path,
+    prepare_rank,
+)
 from analyzer.job.ranks import number_ranks, split_processes
+from analyzer.trace_analysis import rules_label
 
 Progress = Callable[[str], None] | None
 #: a rank counts as late at a collective when it arrived this much after the second latest
@@ -130,9 +137,9 @@ def _phase1(path: str, index: int, options: Any, ncu: Any = None, keep_trace: bo
     from analyzer.loading import load_trace
 
     if trace is None:
-        from analyzer.pipeline import _trace_cache
+        from analyzer.trace_analysis import trace_cache
 
-        trace = load_trace(Path(path), progress=progress, cache=_trace_cache(options))
+        trace = load_trace(Path(path), progress=progress, cache=trace_cache(options))
     parts = split_processes(trace)
     summaries, states = [], []
     for i, part in enumerate(parts):
@@ -158,11 +165,36 @@ def _phase2_one(fs: _FileState, pack: Any, i: int, inp: RankJobInput | None, acc
 
 
 # -- job detection ---------------------------------------------------------------------------------
+def several_runs(summaries: Sequence[RankSummary]) -> str:
+    """Why these inputs are several runs rather than one job ("" when nothing they record says so): a
+    rank number that every input states from the same source (NCCL, torch.distributed, the file name)
+    appearing twice, or different world sizes. Two runs of a 2-rank job in one folder are never one
+    4-rank job (numbered by input order, with the time between the runs as clock skew)."""
+    for how in ("nccl", "torch.distributed", "file name"):
+        ranks = [s.hint.rank for s in summaries if s.hint.how == how and s.hint.rank is not None]
+        if len(ranks) != len(summaries):
+            continue
+        repeated = sorted({r for r in ranks if ranks.count(r) > 1})
+        if repeated:
+            times = max(ranks.count(r) for r in repeated)
+            many = len(repeated) > 1
+            return (f"the inputs hold {times} runs: {how} rank{'s' if many else ''} "
+                    f"{', '.join(map(str, repeated))} appear{'' if many else 's'} {times} times")
+        break
+    worlds = sorted({int(s.hint.world_size) for s in summaries if s.hint.world_size})
+    if len(worlds) > 1:
+        return f"the inputs come from runs of different sizes (world size {', '.join(map(str, worlds))})"
+    return ""
+
+
 def is_one_job(summaries: Sequence[RankSummary]) -> tuple[bool, str]:
     """Whether these ranks look like one job: at least two, all with communication kernels, and
     their GPU activity overlapping in time (same clock) or matching collective counts."""
     if len(summaries) < 2:
         return False, "a single rank"
+    runs = several_runs(summaries)
+    if runs:
+        return False, runs
     if any(s.comm.empty for s in summaries):
         missing = [s.label for s in summaries if s.comm.empty]
         return False, f"no NCCL kernels in {', '.join(missing)}"
@@ -209,7 +241,7 @@ class _Serial:
 
     def separately(self, pack: Any, options: Any, accepted: Any = None) -> list[Any] | None:
         """Each input analyzed on its own, from the states already prepared (not a job)."""
-        from analyzer.pipeline import analyze_loaded, finish
+        from analyzer.trace_analysis import analyze_loaded, finish
 
         out = []
         for fs in self.files:
@@ -304,7 +336,7 @@ def analyze_job(
     """Analyze ``paths`` as one multi-GPU job. ``force`` True: a job even if it does not look like
     one; None: detect. When the inputs are not one job, the outcome carries the per-input analyses
     instead (serial runs; a Dask run leaves them to the caller: ``analyses`` None)."""
-    from analyzer.pipeline import load_rules
+    from analyzer.trace_analysis import load_rules
 
     pack = pack if pack is not None else load_rules(options)
     close: Callable[[], None] = lambda: None  # noqa: E731
@@ -369,15 +401,9 @@ def analyze_job(
     return JobOutcome(JobAnalysis(
         ranks=results, findings=findings, tables=tables, window=plan.window, world_size=world, how=how,
         offsets=plan.offsets, notes=notes + plan.notes,
-        rules_file=_rules_label(pack),
+        rules_file=rules_label(pack),
         parameters={r.name: {p.name: p.value for p in r.parameters} for r in pack.rules},
     ))
-
-
-def _rules_label(pack: Any) -> str:
-    from analyzer.pipeline import _rules_label as label
-
-    return label(pack)
 
 
 @dataclass
@@ -473,14 +499,6 @@ def _cross_rank(summaries: list[RankSummary], ranks: list[int], notes: list[str]
 
 
 # -- job tables --------------------------------------------------------------------------------------
-_NUMBERED = re.compile(r"(?<=[A-Za-z_#\-])\d+(?=/|$)")
-
-
-def generic_path(path: str) -> str:
-    """``step_12/load_batch`` -> ``step_N/load_batch``: the same phase in every step."""
-    return _NUMBERED.sub("N", path)
-
-
 def _weighted_mode(values: pd.Series, weights: pd.Series) -> tuple[str, float]:
     if values.empty or float(weights.sum()) <= 0:
         return "", 0.0

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from analyzer.errors import InputError, UnsupportedFormatError
 from analyzer.loading.model import Trace, TraceInfo, empty_frame
-from analyzer.loading.sqlite_reader import SQLITE_MAGIC, sqlite_uri
+from analyzer.loading.sqlite_reader import SQLITE_MAGIC, fold_name, sqlite_uri
 
 if TYPE_CHECKING:
     from analyzer.loading.cache import TraceCache
@@ -95,7 +95,7 @@ def _has_nsys_tables(path: Path) -> bool:
         conn = sqlite3.connect(sqlite_uri(path), uri=True)
         conn.text_factory = lambda b: b.decode("utf-8", "replace")  # a damaged name is no nsys table name
         try:
-            names = {r[0].lower() for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            names = {fold_name(r[0]) for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         finally:
             conn.close()
     except (sqlite3.DatabaseError, UnicodeDecodeError):  # sqlite3 decodes its error message, which can quote damaged bytes

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analyzer.loading.columns import TextCodes, take
+from analyzer.loading.columns import TextCodes, key_groups, take
 
 NONE = -1
 
@@ -70,13 +70,11 @@ def nest_ranges(
 def _groups(key: np.ndarray) -> list[np.ndarray]:
     """Row indices grouped by ``key`` (one array per distinct value in ascending key order, rows in
     ascending order); few distinct keys (threads, processes) are found by comparison, not by a sort of
-    the column (:func:`~analyzer.facts._util.key_groups`)."""
+    the column (:func:`~analyzer.loading.columns.key_groups`)."""
     if len(key) == 0:
         return []
     if (key == key[0]).all():
         return [np.arange(len(key), dtype=np.int64)]
-    from analyzer.facts._util import key_groups
-
     order, starts, ends = key_groups(key)
     return [order[a:b] for a, b in zip(starts.tolist(), ends.tolist())]
 
@@ -470,4 +468,25 @@ def launch_columns(launch: Launches, op_pid: np.ndarray | None, op_corr: np.ndar
         "attribution": TextCodes(how, _HOW),
     }
     out.update(range_columns(text, path, nvtx_id))
+    return out
+
+
+def graph_membership(api_name: TextCodes, graph_node_id: np.ndarray,
+                     preset: np.ndarray | None = None) -> np.ndarray:
+    """``in_graph`` of GPU operations (:data:`~analyzer.loading.model.KERNEL_COLUMNS`): 1 where the
+    operation ran inside a CUDA graph replay (launched by a graph launch call, or carrying a graph node
+    id: CUPTI writes 0 for none), else 0; ``preset`` values above 0 (whole graph executions) are kept."""
+    from analyzer.loading.api_names import cuda_equivalent
+    from analyzer.loading.common import strip_api_suffix
+    from analyzer.loading.model import GRAPH_KERNEL, GRAPH_LAUNCH_APIS
+
+    is_graph_api = np.array([cuda_equivalent(strip_api_suffix(str(t))) in GRAPH_LAUNCH_APIS
+                             for t in api_name.labels] + [False], dtype=bool)
+    codes = np.asarray(api_name.codes)
+    out = np.where(is_graph_api[np.where(codes < 0, len(api_name.labels), codes)], GRAPH_KERNEL, 0).astype(np.int8)
+    node = np.asarray(graph_node_id)
+    if len(node) == len(out):
+        out[node > 0] = GRAPH_KERNEL
+    if preset is not None and len(preset) == len(out):
+        out = np.where(np.asarray(preset) > 0, np.asarray(preset, dtype=np.int8), out)
     return out

@@ -27,6 +27,8 @@ CAPABILITIES: dict[str, str] = {
     "kernel_resources": "registers per thread and shared memory per block of each kernel",
     "kernel_launch_config": "grid and block dimensions of each kernel",
     "gpu_properties": "the GPU's SM count and per-SM limits",
+    "ncu_metrics": "the Nsight Compute metrics a rule judges (throughput, occupancy, FLOP and memory counters) "
+                   "in at least one profiled launch",
     "steady_state_loop": "repeated GPU work (a loop whose iterations the window found: steps, annotations "
                          "that repeat like iterations, or a repeating GPU op sequence)",
 }

@@ -112,6 +112,27 @@ def factorize_objects(values: pd.Series | np.ndarray) -> tuple[np.ndarray, np.nd
     return codes.astype(np.intp, copy=False), uniques
 
 
+def key_groups(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(order, starts, ends)``: a stable order of ``keys`` grouping equal keys, and each group's
+    ``[start, end)`` in that order (one sort for any number of keys, then slices)."""
+    keys = np.asarray(keys)
+    if keys.dtype.kind in "iu" and len(keys) > 1024:
+        # few distinct keys (threads, devices): one comparison per key instead of a stable sort of all
+        distinct = pd.unique(keys)
+        if len(distinct) <= _FEW_KEYS:
+            parts = [np.flatnonzero(keys == k) for k in np.sort(distinct)]
+            sizes = np.cumsum([len(p) for p in parts])
+            return np.concatenate(parts), np.r_[0, sizes[:-1]], sizes
+    order = np.argsort(keys, kind="stable")
+    sk = keys[order]
+    cut = np.flatnonzero(sk[1:] != sk[:-1]) + 1
+    return order, np.r_[0, cut], np.r_[cut, len(sk)]
+
+
+#: :func:`key_groups` finds the rows of at most this many distinct keys by comparison, not by sorting
+_FEW_KEYS = 8
+
+
 @dataclass(frozen=True)
 class TextCodes:
     """A text column as ``codes`` into ``labels`` (``-1``: ``""``)."""

@@ -79,7 +79,16 @@ KERNEL_COLUMNS: tuple[str, ...] = (
     "dynamic_smem",  # bytes per block
     "launch_type",  # int as exported (0 regular, ...); -1 unknown
     "graph_node_id",  # -1 when not launched from a CUDA graph
+    "in_graph",  # 0 launched on its own; 1 a kernel a CUDA graph replay ran; 2 a whole graph execution
+    #              whose kernels the trace does not hold (nsys --cuda-graph-trace=graph): see GRAPH_EXECUTION
+    "graph_id",  # the CUDA graph's id where the trace says (nsys graphId), else -1
 ) + ATTRIBUTION_COLUMNS
+
+#: ``in_graph`` values
+NOT_IN_GRAPH, GRAPH_KERNEL, GRAPH_EXECUTION = 0, 1, 2
+#: the launch calls that replay a CUDA graph (runtime and driver; HIP's hipGraphLaunch and per-thread
+#: variants map to them through analyzer.loading.api_names.cuda_equivalent and strip_api_suffix)
+GRAPH_LAUNCH_APIS: frozenset[str] = frozenset({"cudaGraphLaunch", "cuGraphLaunch"})
 
 MEMCPY_COLUMNS: tuple[str, ...] = (
     "start",
@@ -157,7 +166,7 @@ NVTX_COLUMNS: tuple[str, ...] = (
 COMPACT_INT_COLUMNS: frozenset[str] = frozenset({
     "device", "context", "stream", "correlation_id", "grid_x", "grid_y", "grid_z", "block_x", "block_y",
     "block_z", "registers_per_thread", "static_smem", "dynamic_smem", "launch_type", "graph_node_id",
-    "pid", "tid", "nvtx_id", "return_value",
+    "in_graph", "graph_id", "pid", "tid", "nvtx_id", "return_value",
 })
 
 GPU_COLUMNS: tuple[str, ...] = (

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from analyzer.boundedio import BoundedReadError, max_input_bytes, read_regular
 from analyzer.errors import InputError, UnsupportedFormatError
 
 if TYPE_CHECKING:
@@ -510,7 +511,9 @@ def _read_csv_frame(path: Path) -> pd.DataFrame:
     ``==PROF==`` lines and repeated headers (one per profiled process) are dropped; rows shorter than the
     header (trailing fields left off) are padded with ``""`` and empty trailing fields cut."""
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        text = read_regular(path, max_input_bytes(), "ncu CSV").decode("utf-8", errors="replace")
+    except BoundedReadError as exc:
+        raise InputError(path, exc.reason, hint=exc.hint) from None
     except OSError as exc:
         raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
     lines = text.splitlines()

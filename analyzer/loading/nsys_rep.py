@@ -19,6 +19,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from analyzer.boundedio import BoundedReadError, copy_decompressed, decompressed_limit
 from analyzer.errors import InputError, UnsupportedFormatError
 
 Progress = Callable[[str], None]
@@ -166,7 +167,10 @@ def cached_decompressed(path: Path, *, cache_dir: Path | None = None, progress: 
     fd, tmp_name = tempfile.mkstemp(prefix=".xz-", dir=cache)
     try:
         with os.fdopen(fd, "wb") as out, lzma.open(path, "rb") as src:
-            shutil.copyfileobj(src, out, 1 << 20)
+            copy_decompressed(src, out, decompressed_limit(path.stat().st_size))
+    except BoundedReadError as exc:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise InputError(path, f"the .xz file {exc.reason}", hint=exc.hint) from None
     except (lzma.LZMAError, EOFError) as exc:
         Path(tmp_name).unlink(missing_ok=True)
         raise InputError(path, f"cannot decompress the .xz file ({exc})", hint="download it again") from exc

@@ -50,6 +50,7 @@ from analyzer.loading.model import (
     NVTX_COLUMNS,
     PROCESS_COLUMNS,
     SYNC_COLUMNS,
+    GRAPH_EXECUTION,
     THREAD_COLUMNS,
     Trace,
     TraceInfo,
@@ -66,6 +67,8 @@ MEMSET_TABLE = "CUPTI_ACTIVITY_KIND_MEMSET"
 RUNTIME_TABLE = "CUPTI_ACTIVITY_KIND_RUNTIME"
 DRIVER_TABLE = "CUPTI_ACTIVITY_KIND_DRIVER"
 SYNC_TABLE = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
+#: whole CUDA graph executions (nsys' default --cuda-graph-trace=graph: the graph's kernels are not traced)
+GRAPH_TABLE = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
 NVTX_TABLE = "NVTX_EVENTS"
 METADATA_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")
 
@@ -123,7 +126,9 @@ KERNEL_FETCH = _OP_FETCH | {
     "grid_x": "gridX", "grid_y": "gridY", "grid_z": "gridZ",
     "block_x": "blockX", "block_y": "blockY", "block_z": "blockZ",
     "registers_per_thread": "registersPerThread", "static_smem": "staticSharedMemory",
-    "dynamic_smem": "dynamicSharedMemory", "launch_type": "launchType", "graph_node_id": "graphNodeId"}
+    "dynamic_smem": "dynamicSharedMemory", "launch_type": "launchType", "graph_node_id": "graphNodeId",
+    "graph_id": "graphId"}
+GRAPH_FETCH = _OP_FETCH | {"graph_id": "graphId"}
 MEMCPY_FETCH = _OP_FETCH | {"bytes": "bytes", "copy_kind": "copyKind", "src_kind": "srcKind", "dst_kind": "dstKind"}
 MEMSET_FETCH = _OP_FETCH | {"bytes": "bytes", "mem_kind": "memKind"}
 SYNC_FETCH = _OP_FETCH | {"sync_type": "syncType"}
@@ -135,7 +140,7 @@ NVTX_FETCH = {"start": "start", "end": "end", "event_type": "eventType", "global
 NARROW_FETCH = frozenset({
     "device", "context", "stream", "correlation_id", "short_id", "name_id", "grid_x", "grid_y", "grid_z",
     "block_x", "block_y", "block_z", "registers_per_thread", "static_smem", "dynamic_smem", "launch_type",
-    "graph_node_id", "copy_kind", "src_kind", "dst_kind", "mem_kind", "sync_type", "return_value",
+    "graph_node_id", "graph_id", "copy_kind", "src_kind", "dst_kind", "mem_kind", "sync_type", "return_value",
     "event_class", "event_type", "text_id", "domain_id"})
 NVTX_WANTED = ValuesIn("eventType", (NVTX_MARK, NVTX_PUSHPOP, NVTX_STARTEND, NVTX_DOMAIN_CREATE))
 
@@ -441,6 +446,46 @@ def _unknown_where_negative(out: np.ndarray, global_id: np.ndarray) -> np.ndarra
     return out
 
 
+def _with_graph_executions(k: dict[str, np.ndarray], short: TextCodes, name: TextCodes,
+                           g: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], TextCodes, TextCodes,
+                                                              dict[str, int]]:
+    """The kernel rows plus one row per CUDA graph execution of ``GRAPH_TABLE`` whose kernels the trace
+    lacks (nsys' default ``--cuda-graph-trace=graph``): the execution is GPU work like a kernel (busy
+    time, gaps, windows, steps), named ``CUDA graph <id>``, with an unknown launch configuration and
+    ``in_graph`` = 2. An execution whose kernels the trace holds (node-level tracing: the kernels carry
+    the graph launch's correlation id) adds no row, so its time is never counted twice."""
+    g_key = attr.correlation_key(_pid(g["global_pid"]), g["correlation_id"])
+    k_key = attr.correlation_key(_pid(k["global_pid"]), k["correlation_id"])
+    covered = np.isin(g_key, k_key) if len(k_key) else np.zeros(len(g_key), dtype=bool)
+    add = np.flatnonzero(~covered)
+    stats = {"executions": len(g_key), "with_kernels": int(covered.sum()), "without_kernels": int(len(add))}
+    if not len(add):
+        return k, short, name, stats
+    n = len(add)
+    gid = g["graph_id"][add]
+    labels, codes = np.unique(gid, return_inverse=True)
+    texts = np.array([f"CUDA graph {int(i)}" if i >= 0 else "CUDA graph" for i in labels.tolist()], dtype=object)
+    rows: dict[str, np.ndarray] = {}
+    for col, values in k.items():
+        if col in g:
+            extra = g[col][add]
+        elif col == "graph_node_id":
+            extra = np.full(n, -1, dtype=values.dtype)
+        elif col in ("static_smem", "dynamic_smem"):
+            extra = np.zeros(n, dtype=values.dtype)
+        else:  # launch dimensions, registers, launch type, string ids: unknown
+            extra = np.full(n, -1, dtype=values.dtype)
+        rows[col] = np.concatenate([values, extra.astype(values.dtype, copy=False)])
+    rows["in_graph"] = np.concatenate([np.zeros(len(k["start"]), dtype=np.int8),
+                                       np.full(n, GRAPH_EXECUTION, dtype=np.int8)])
+
+    def joined(tc: TextCodes) -> TextCodes:
+        return TextCodes(np.concatenate([tc.codes.astype(np.int64), codes.reshape(-1) + len(tc.labels)]),
+                         np.concatenate([tc.labels, texts]))
+
+    return rows, joined(short), joined(name), stats
+
+
 class _Loader:
     def __init__(self, path: Path, progress: Progress | None, source_format: str,
                  display_path: Path | None) -> None:
@@ -452,8 +497,11 @@ class _Loader:
     def run(self) -> Trace:
         self.r = SqliteReader(self.path, self.display_path if self.display_path != self.path else None)
         try:
-            return self._load()
+            trace = self._load()
+            self.r.check_unchanged()  # an export still being written: refused, never half-read
+            return trace
         except sqlite3.DatabaseError as exc:
+            self.r.check_unchanged()  # a live file reads as malformed: say why
             text = str(exc)
             if "no such column" in text or "no such table" in text or "mismatch" in text:
                 raise InputError(self.display_path, f"the export's tables are not laid out as nsys writes them "
@@ -468,7 +516,7 @@ class _Loader:
         schema = detect_schema(r)
         self.say(f"nsys export schema {schema.generation}" + (f" (nsys {schema.nsys_version})"
                                                               if schema.nsys_version else ""))
-        if all(r.is_empty(t) for t in (KERNEL_TABLE, MEMCPY_TABLE, MEMSET_TABLE)):
+        if all(r.is_empty(t) for t in (KERNEL_TABLE, MEMCPY_TABLE, MEMSET_TABLE, GRAPH_TABLE)):
             raise _no_gpu_activity(r, self.display_path)
         jobs: dict[str, Callable[[], Any] | IntColumns] = {}
 
@@ -494,10 +542,21 @@ class _Loader:
         add("mc", MEMCPY_TABLE, MEMCPY_FETCH, "memcpy")
         add("ms", MEMSET_TABLE, MEMSET_FETCH, "memset")
         add("sy", SYNC_TABLE, SYNC_FETCH, "synchronization")
+        if r.has(GRAPH_TABLE):
+            add("g", GRAPH_TABLE, GRAPH_FETCH, "CUDA graph executions")
         jobs["strings"] = lambda: StringTable(r)
         res = r.fetch_parallel(jobs)
         strings: StringTable = res.pop("strings")
         k, mc, ms, sy = (res.pop(n) for n in ("k", "mc", "ms", "sy"))
+        g = res.pop("g", None)
+        untimed_graphs = 0
+        if g is not None:  # start = end = 0: CUPTI could not time the execution (left out, counted)
+            timed = (g["start"] > 0) & (g["end"] >= g["start"])
+            untimed_graphs = int((~timed).sum())
+            if untimed_graphs:
+                g = {c: v[timed] for c, v in g.items()}
+            if not len(g["start"]):
+                g = None
         api = self._combine_api(res.pop("rt"), res.pop("dr", None))
         nv = self._nvtx_raw(res.pop("nv"), res.pop("nv_text", None), strings)
         nv_json = res.pop("nv_json", None)
@@ -506,9 +565,10 @@ class _Loader:
         del res
         release_free_memory()
 
-        origin, duration = self._time_base(schema, [k, mc, ms, sy, api], nv)
+        graph_tables = [g] if g is not None else []
+        origin, duration = self._time_base(schema, [k, mc, ms, sy, api, *graph_tables], nv)
         trace_end = origin + duration
-        for d in (k, mc, ms, sy, api):  # in place: the fetched arrays are this loader's own
+        for d in (k, mc, ms, sy, api, *graph_tables):  # in place: the fetched arrays are this loader's own
             start, end = d["start"], d["end"]
             np.maximum(end, start, out=end)
             start -= origin
@@ -536,12 +596,14 @@ class _Loader:
 
         self.say("joining GPU work to launching API calls")
         launch = attr.Launches(api, api_name, api_thread_nvtx, timeline, nvtx)
-        kernels = self._gpu_frame(KERNEL_COLUMNS, k, launch, {
-            "short_name": strings.codes(k["short_id"]),
-            # the demangled name, else the short name (exports without demangled names)
-            "name": strings.codes(np.where(strings.is_empty(k["name_id"]), k["short_id"], k["name_id"])),
-        })
-        del k
+        short = strings.codes(k["short_id"])
+        # the demangled name, else the short name (exports without demangled names)
+        name = strings.codes(np.where(strings.is_empty(k["name_id"]), k["short_id"], k["name_id"]))
+        graph_stats: dict[str, int] = {}
+        if g is not None:
+            k, short, name, graph_stats = _with_graph_executions(k, short, name, g)
+        kernels = self._gpu_frame(KERNEL_COLUMNS, k, launch, {"short_name": short, "name": name})
+        del k, g
         copy_kinds = _enum(r, "ENUM_CUDA_MEMCPY_OPER", MEMCPY_KIND_NAMES)
         mem_kinds = _enum(r, "ENUM_CUDA_MEM_KIND", MEM_KIND_NAMES)
         mem_labels = {i: _memkind_label(n) for i, n in mem_kinds.items()}
@@ -578,11 +640,16 @@ class _Loader:
             utc_origin_ns=self._utc_origin(int(origin)),
         )
         extras: dict[str, Any] = {"metadata": dict(schema.metadata), **signal_extras}
+        if graph_stats or untimed_graphs:
+            extras["cuda_graphs"] = {"executions": 0, "with_kernels": 0, "without_kernels": 0, **graph_stats,
+                                     "untimed": untimed_graphs}
         session = self._session_times()
         if session:
             extras["session_times"] = list(session)  # (local, UTC) wall-clock start: the machine's UTC offset
         if self.path != self.display_path:
             extras["sqlite_path"] = str(self.path)
+        if r.damage_notes:
+            extras.setdefault("notes", []).extend(r.damage_notes)
         return Trace(info=info, kernels=kernels, memcpy=memcpy, memset=memset, api=api_frame,
                      sync=sync, nvtx=nvtx, gpus=gpus, processes=processes, threads=threads, extras=extras,
                      **signals)
@@ -762,6 +829,8 @@ class _Loader:
         data.update(extra)
         data.update(attr.launch_columns(launch, _pid(d["global_pid"]), d["correlation_id"], self._nvtx_text,
                                         self._nvtx_path))
+        if "in_graph" in columns:
+            data["in_graph"] = attr.graph_membership(data["api_name"], d["graph_node_id"], d.get("in_graph"))
         return _frame(columns, data, compact=True).pipe(_by_start)
 
     def _sync_frame(self, d: dict[str, np.ndarray], launch: attr.Launches) -> pd.DataFrame:

@@ -28,6 +28,7 @@ from typing import cast
 import numpy as np
 import pandas as pd
 
+from analyzer.boundedio import BoundedReadError, read_regular
 from analyzer.errors import InputError
 from analyzer.loading.model import POWER_COLUMNS, Trace, empty_frame
 
@@ -53,11 +54,10 @@ class PowerLog:
 def read_power_log(path: Path, *, utc_offset_s: float | None = None) -> PowerLog:
     """Parse ``path``; ``utc_offset_s`` (local minus UTC) converts nvidia-smi's local timestamps."""
     try:
-        size = path.stat().st_size
-        if size > MAX_BYTES:
-            raise InputError(path, f"power log is {size / 2**20:.0f} MiB, more than {MAX_BYTES // 2**20} MiB",
-                             hint="log at a lower rate (-lms 100) or cut the log to the profiled run")
-        raw = path.read_bytes()
+        raw = read_regular(path, MAX_BYTES, "power log")
+    except BoundedReadError as exc:
+        raise InputError(path, f"power log {exc.reason}",
+                         hint="log at a lower rate (-lms 100) or cut the log to the profiled run") from None
     except OSError as exc:
         raise InputError(path, f"cannot read the power log ({exc.strerror or exc})") from None
     content = raw.decode("utf-8", errors="replace")

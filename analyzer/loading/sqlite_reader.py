@@ -25,6 +25,25 @@ Read-only guarantee: the database is opened through a ``file:...?mode=ro&immutab
 alone still creates ``-wal``/``-shm`` files next to a WAL-mode database (measured); ``immutable=1`` tells
 SQLite the file cannot change, so it takes no locks and never creates ``-journal``, ``-wal`` or ``-shm``
 files (works on read-only media too).
+
+Read as SQLite reads it (issue 33):
+
+* **WAL.** ``immutable=1`` skips a ``-wal`` file, whose committed changes are part of the database. When
+  a non-empty ``-wal`` lies beside the file, the file and its ``-wal`` are copied into a private
+  temporary folder, the copy is checkpointed there (SQLite applies the log) and read; nothing is written
+  beside the input (a read-only ``mode=ro`` open would write the ``-shm``, measured).
+* **Live files.** The file's size, mtime and header change counter (and its ``-wal``'s size and mtime)
+  are taken when it is opened and compared when the loader is done (:meth:`SqliteReader.check_unchanged`):
+  a file an export is still writing is refused, "the file changed while it was read; wait for the
+  export to finish", never analyzed half-written.
+* **Damage.** A table the page route refused is read by one full scan, never by ``rowid`` ranges (a
+  damaged interior page sends those past rows: 16,322 of 30,002 kernels). Every table the SQL backend
+  reads is checked with ``PRAGMA quick_check(table)`` first (about 1 us a row, so not on the page route,
+  which checks the b-tree itself); one that fails is read by one full scan too and reported as damaged
+  (:attr:`SqliteReader.damage_notes`, shown in the report's notes).
+* **Names.** Table names match as SQLite matches them: exactly, or ignoring ASCII case only (Python's
+  ``lower()`` also folds the Kelvin sign U+212A onto ``k``: ``CUPTI_ACTIVITY_\u212aIND_KERNEL`` would
+  have stood for the kernel table).
 """
 from __future__ import annotations
 
@@ -32,8 +51,11 @@ import functools
 import importlib.util
 import itertools
 import os
+import shutil
 import sqlite3
+import string
 import struct
+import tempfile
 import threading
 from collections.abc import Callable, Collection, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -137,6 +159,73 @@ class _Part:
     own: list[np.ndarray | None]
 
 
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+
+
+def fold_name(name: str) -> str:
+    """``name`` with ASCII letters lowercased, nothing else changed: SQLite's case-insensitive match."""
+    return name.translate(_ASCII_LOWER)
+
+
+def wal_of(path: Path) -> Path | None:
+    """The non-empty ``-wal`` file beside ``path`` (committed changes not yet in the file), or None."""
+    wal = Path(f"{path}-wal")
+    try:
+        return wal if wal.is_file() and wal.stat().st_size > 0 else None
+    except OSError:
+        return None
+
+
+@dataclass(frozen=True)
+class FileState:
+    """What changes when a SQLite file is written: size, mtime, the header's change counter, and the
+    ``-wal`` file's size and mtime."""
+
+    size: int
+    mtime_ns: int
+    counter: bytes
+    wal: tuple[int, int] | None
+
+    @classmethod
+    def of(cls, path: Path) -> FileState:
+        st = os.stat(path)
+        with open(path, "rb") as fh:
+            fh.seek(24)
+            counter = fh.read(4)
+        wal = Path(f"{path}-wal")
+        try:
+            wst = os.stat(wal)
+            wal_state: tuple[int, int] | None = (wst.st_size, wst.st_mtime_ns)
+        except OSError:
+            wal_state = None
+        return cls(st.st_size, st.st_mtime_ns, counter, wal_state)
+
+
+def changed_while_read(shown: Path) -> InputError:
+    return InputError(shown, "the file changed while it was read", hint="wait for the export to finish")
+
+
+def _wal_applied_copy(path: Path, wal: Path, shown: Path) -> tuple[Path, Path]:
+    """``path`` and its ``-wal`` copied into a private temporary folder and checkpointed there: the
+    database as SQLite reads it, as a plain rollback-journal file. Returns (copy, folder)."""
+    folder = Path(tempfile.mkdtemp(prefix="analyzer-wal-"))
+    copy = folder / "export.sqlite"
+    try:
+        shutil.copyfile(path, copy)
+        shutil.copyfile(wal, Path(f"{copy}-wal"))
+        conn = sqlite3.connect(copy)
+        try:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            conn.execute("PRAGMA journal_mode=DELETE")
+        finally:
+            conn.close()
+    except (OSError, sqlite3.Error) as exc:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise InputError(shown, f"cannot read the file with its -wal log ({exc})",
+                         hint="let the exporting program finish, or copy the file and its -wal elsewhere") from None
+    return copy, folder
+
+
 def sqlite_uri(path: Path) -> str:
     """The read-only, immutable URI for ``path`` (absolute, percent-encoded)."""
     return f"file:{quote(str(path.resolve()))}?mode=ro&immutable=1"
@@ -182,9 +271,22 @@ class SqliteReader:
     def __init__(self, path: Path, display_path: Path | None = None) -> None:
         """``display_path`` names the user's file in errors when ``path`` is a derived copy (a cached
         export of an .nsys-rep, a decompressed .xz)."""
-        self.path = path
         shown = display_path or path
+        self.shown = shown
+        self.source = path  # the file the user's export is (the reader may read a copy, self.path)
+        self._tmp_folder: Path | None = None
         check_sqlite_file(path, shown)
+        try:
+            self._state = FileState.of(path)
+        except OSError as exc:
+            raise InputError(shown, f"cannot read the file ({exc.strerror})") from exc
+        wal = wal_of(path)
+        if wal is not None:
+            path, self._tmp_folder = _wal_applied_copy(path, wal, shown)
+            self.check_unchanged()
+        self.path = path
+        self._checked: dict[str, bool] = {}  # table -> passed quick_check
+        self.damage_notes: list[str] = []  # one line per table quick_check finds damaged
         self.conn = sqlite3.connect(sqlite_uri(path), uri=True, check_same_thread=False)
         try:
             rows = self.conn.execute(
@@ -198,9 +300,8 @@ class SqliteReader:
             self.conn.close()
             raise InputError(shown, "SQLite file is corrupt (its schema holds bytes that are not UTF-8)",
                              hint="copy or export it again") from None
-        self._lower: dict[str, str] = {}
-        for (name,) in rows:
-            self._lower[name.lower()] = name
+        self._names = {name for (name,) in rows}
+        self._lower: dict[str, str] = {fold_name(name): name for name in self._names}
         self._columns_cache: dict[str, tuple[str, ...]] = {}
         self._backend: str | None = None
         # ADBC connections, one per thread that fetches (opened on first use, closed by close())
@@ -219,11 +320,42 @@ class SqliteReader:
             self._page_file.close()
         self._page_file = False
         self.conn.close()
+        if self._tmp_folder is not None:
+            shutil.rmtree(self._tmp_folder, ignore_errors=True)
+            self._tmp_folder = None
+
+    def check_unchanged(self) -> None:
+        """Raise :class:`InputError` when the file (or its ``-wal``) changed since it was opened."""
+        try:
+            now = FileState.of(self.source)
+        except OSError:
+            raise changed_while_read(self.shown) from None
+        if now != self._state:
+            raise changed_while_read(self.shown)
+
+    def check_table(self, real: str) -> bool:
+        """Whether SQLite's ``PRAGMA quick_check`` finds table ``real`` whole (asked once per table). A
+        damaged table adds a line to :attr:`damage_notes`; the caller reads it by one full scan, as
+        SQLite reads it."""
+        if real not in self._checked:
+            try:
+                rows = self.conn.execute(f'PRAGMA quick_check("{real}")').fetchall()
+            except sqlite3.DatabaseError as exc:
+                rows = [(str(exc),)]
+            self._checked[real] = rows == [("ok",)]
+            if not self._checked[real]:
+                first = " ".join(str(rows[0][0]).replace("*** in database main ***", "").split()) if rows else ""
+                self.damage_notes.append(
+                    f"The export is damaged: SQLite's quick_check fails on table {real} ({first[:200]}"
+                    f"{'; ...' if len(rows) > 1 else ''}). Its rows are counted as SQLite reads them (a full "
+                    "scan) but may be incomplete; export the trace again.")
+        return self._checked[real]
 
     # -- schema -----------------------------------------------------------------------------------------
     def table(self, name: str) -> str | None:
-        """The exact name of table ``name`` (case-insensitive), or None when the export lacks it."""
-        return self._lower.get(name.lower())
+        """The exact name of table ``name`` as SQLite finds it (exactly, else ignoring ASCII case only),
+        or None when the export lacks it."""
+        return name if name in self._names else self._lower.get(fold_name(name))
 
     def has(self, table: str) -> bool:
         return self.table(table) is not None
@@ -305,8 +437,8 @@ class SqliteReader:
         arr[:] = ["" if v is None else v for v in values]
         return arr
 
-    def fetch_parallel(self, jobs: Mapping[str, Callable[[], T] | IntColumns], *, pages: bool = True
-                       ) -> dict[str, Any]:
+    def fetch_parallel(self, jobs: Mapping[str, Callable[[], T] | IntColumns], *, pages: bool = True,
+                       split: bool = True) -> dict[str, Any]:
         """Run independent fetches: a callable's result, or an :class:`IntColumns` job's arrays (as
         :meth:`fetch_ints` returns them).
 
@@ -319,7 +451,9 @@ class SqliteReader:
         its own offset (see :class:`_Block`), so the ranges come out in ``rowid`` order, the order of the
         unsplit query (nsys tables have no indexes that SQLite could scan instead), without a concatenation
         afterwards. A job whose pages turn out not to be decodable (a real value in an integer column) is
-        read again by the backend. On ``sqlite3`` (the GIL is held while stepping) the SQL jobs run one
+        read again by the backend, in one full scan (``split=False``: a damaged b-tree's keys would send
+        ``rowid`` ranges past rows). Every table the backend reads passes ``PRAGMA quick_check`` first
+        (:meth:`check_table`). On ``sqlite3`` (the GIL is held while stepping) the SQL jobs run one
         after another, unsplit."""
         queries = {name: self._int_query(job) for name, job in jobs.items() if isinstance(job, IntColumns)}
         adbc = self.backend == "adbc"
@@ -344,16 +478,17 @@ class SqliteReader:
                                   functools.partial(self._pages_part, q, layout, table.leaves[a:b],
                                                     table.keys[a:b], block, (lo - block.first, hi - lo))))
                 continue
-            split = self._rowid_ranges(q.real) if q is not None and adbc else None
-            if q is None or not split:
+            intact = q is not None and self.check_table(q.real)  # a damaged tree: one full scan
+            ranges = self._rowid_ranges(q.real) if q is not None and adbc and split and intact else None
+            if q is None or not ranges:
                 parts[name] = 1
                 tasks.append((CHUNK_ROWS * max(len(q.fetched) if q else 0, 1), name, 0,
                               functools.partial(self._int_part, q, None, None)))
                 continue
-            block = _Block.allocate(q, split)
-            blocks[name] = (block, split)
-            parts[name] = len(split)
-            for i, rows in enumerate(split):
+            block = _Block.allocate(q, ranges)
+            blocks[name] = (block, ranges)
+            parts[name] = len(ranges)
+            for i, rows in enumerate(ranges):
                 tasks.append(((rows[1] - rows[0]) * max(len(q.fetched), 1), name, i,
                               functools.partial(self._int_part, q, rows, block)))
         done: dict[tuple[str, int], Any] = {}
@@ -379,7 +514,7 @@ class SqliteReader:
                 blocks.pop(name, None)
                 for i in range(parts.pop(name)):
                     done.pop((name, i))
-            again = self.fetch_parallel({name: jobs[name] for name in refused}, pages=False)
+            again = self.fetch_parallel({name: jobs[name] for name in refused}, pages=False, split=False)
         else:
             again = {}
         out: dict[str, Any] = {}

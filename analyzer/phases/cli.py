@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import click
 
 from analyzer.errors import AnalyzerError
-from analyzer.phases._index import DEFAULT_EXCLUDE, parse_patterns
+from analyzer.facts.phase_index import DEFAULT_EXCLUDE, parse_patterns
 
 F = TypeVar("F", bound=Callable[..., Any])
 NO_EXCLUDE = "none"
@@ -100,7 +100,7 @@ def sweep(paths: tuple[Path, ...], fmt: str, output: Path | None, key_pattern: s
     from analyzer.phases.sweep import DEFAULT_KEY_PATTERN, build_sweep
 
     if scaling:
-        from analyzer.job.scaling import render_scaling, strong_scaling
+        from analyzer.phases.scaling import render_scaling, strong_scaling
 
         try:
             text = render_scaling(strong_scaling(list(paths)))

@@ -18,7 +18,7 @@ import pandas as pd
 from analyzer.errors import ParameterError
 from analyzer.fileio import atomic_output, atomic_write
 from analyzer.phases.sweep import FLAG_CHECKS, SweepResult
-from analyzer.phases.table import FLOPS_CONVENTION_SEP
+from analyzer.facts.phase_table import FLOPS_CONVENTION_SEP
 
 FORMATS = ("md", "csv", "html", "json")
 JSON_SCHEMA = "analyzer.sweep/1"

@@ -55,7 +55,6 @@ import json
 import lzma
 import math
 import re
-import shutil
 import statistics
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -67,10 +66,11 @@ import numpy as np
 import pandas as pd
 
 from analyzer._paths import trace_stem
+from analyzer.boundedio import BoundedReadError, copy_decompressed, decompressed_limit
 from analyzer.errors import AnalyzerError, InputError, ParameterError
 from analyzer.loading.model import Trace
-from analyzer.phases._index import DEFAULT_EXCLUDE, MEASURE_TOLERANCE, PhaseIndex
-from analyzer.phases.table import (
+from analyzer.facts.phase_index import DEFAULT_EXCLUDE, MEASURE_TOLERANCE, PhaseIndex
+from analyzer.facts.phase_table import (
     ModelConfig,
     attention_split,
     category_mix,
@@ -442,10 +442,14 @@ def _open_trace(path: Path, loader: Callable[[Path], Trace], tmp: Path) -> Trace
             target = tmp / path.name[: -len(".xz")]
             try:
                 with lzma.open(path) as src, open(target, "wb") as dst:
-                    shutil.copyfileobj(src, dst, length=1 << 20)
+                    copy_decompressed(src, dst, decompressed_limit(path.stat().st_size))
             except (lzma.LZMAError, EOFError) as err:
+                target.unlink(missing_ok=True)
                 raise InputError(path, f"not a valid .xz file ({err})",
                                  hint="re-download it or pass the decompressed .sqlite") from None
+            except BoundedReadError as err:
+                target.unlink(missing_ok=True)
+                raise InputError(path, f"the .xz file {err.reason}", hint=err.hint) from None
             try:
                 return loader(target)
             finally:
@@ -622,7 +626,7 @@ def async_thresholds(rules_path: Path | str | None = None) -> tuple[float, int]:
 
 def _measured_by(cpu: Sequence[int], time: Sequence[int]) -> str:
     """``CPU wall`` when every step's CPU wall time is its phase time (within
-    :data:`~analyzer.phases._index.MEASURE_TOLERANCE`), ``GPU timeline`` when none is, else ``mixed``."""
+    :data:`~analyzer.facts.phase_index.MEASURE_TOLERANCE`), ``GPU timeline`` when none is, else ``mixed``."""
     off = [abs(t - c) > MEASURE_TOLERANCE * max(t, c) for c, t in zip(cpu, time)]
     return "" if not off else "GPU timeline" if all(off) else "CPU wall" if not any(off) else "mixed"
 

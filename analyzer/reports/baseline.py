@@ -29,7 +29,7 @@ import pandas as pd
 
 from analyzer.analysis import Analysis
 from analyzer.errors import InputError
-from analyzer.facts.nvtx import NUMBERED, generic_paths
+from analyzer.facts.nvtx_ranges import NUMBERED, generic_paths
 from analyzer.reports.values import flat_parameters, gpu_label
 
 #: Caps on what one JSON report carries for a diff (rows beyond are summed into ``other_ns``).

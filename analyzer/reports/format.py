@@ -68,6 +68,14 @@ def fmt_time(ns: Any) -> str:
     return f"{float(ns) / 1e9:,.6f} s"
 
 
+def fmt_impact_pct(pct: Any) -> str:
+    """A finding's or the verdict's share of the window (already x100), one decimal everywhere it is
+    shown (findings table, terminal, verdict): ``54.1%``, ``0.3%``."""
+    if not _finite(pct):
+        return DASH
+    return f"{float(pct):.1f}%"
+
+
 def fmt_pct(pct: Any) -> str:
     """A percentage (already x100): ``38%``, ``4.2%``, ``0.31%``."""
     if not _finite(pct):

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analyzer.analysis import step_spans
 from analyzer.findings import Severity
-from analyzer.job import step_spans
 from analyzer.reports.format import fmt_ms, plural
 from analyzer.reports.values import py_value
 from analyzer.reports.viewmodel import (
@@ -142,19 +142,24 @@ def _lanes(job: Any, sections: dict[int, str]) -> tuple[tuple[RankLane, ...], tu
 
 
 def _culprit(job: Any) -> tuple[int | None, str]:
+    """The rank holding the job back: the one the job's straggler finding names (else its rank-imbalance
+    finding), with the job table's numbers for it (job_ranks, the fact the table and the finding read);
+    no finding, no culprit (the verdict never names a rank the rules did not)."""
     ranks = job.tables.tables.get("job_ranks")
-    if ranks is None or ranks.empty:
+    if ranks is None or ranks.empty or len(ranks) < 2:
         return None, ""
-    lead = ranks.sort_values(["lead_ns", "rank"], ascending=[False, True], kind="stable").iloc[0]
-    window = max(int(job.window.duration_ns), 1)
-    if int(lead["lead_ns"]) > 0.02 * window and len(ranks) > 1:
-        return int(lead["rank"]), (f"the others waited {fmt_ms(int(lead['lead_ns']))} for rank "
-                                    f"{int(lead['rank'])} ({int(lead['last_count'])} of "
-                                    f"{int(lead['instances'])} collectives reached last)")
-    cps = ranks["compute_per_step_ns"].astype(float)
-    if cps.notna().any() and len(ranks) > 1:
-        i = int(np.nanargmax(cps.to_numpy()))
-        return int(ranks["rank"].iloc[i]), f"rank {int(ranks['rank'].iloc[i])} has the most compute per step"
+    named = {f.rule: f.scope.rank for f in sorted(job.findings, key=lambda f: -(f.impact_ns or 0))
+             if f.rule in ("straggler", "rank-imbalance") and f.scope.rank is not None}
+    rank = named.get("straggler")
+    if rank is not None:
+        row = ranks.loc[ranks["rank"] == rank]
+        if len(row):
+            lead = row.iloc[0]
+            return int(rank), (f"the others waited {fmt_ms(int(lead['lead_ns']))} for rank {int(rank)} "
+                               f"({int(lead['last_count'])} of {int(lead['instances'])} collectives reached last)")
+    rank = named.get("rank-imbalance")
+    if rank is not None:
+        return int(rank), f"rank {int(rank)} has the most compute per step"
     return None, ""
 
 

@@ -18,7 +18,7 @@ from analyzer.reports.viewmodel import (
     TraceSection,
 )
 
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "1.2"
 
 
 def _records(table: Table | None) -> dict[str, Any] | None:
@@ -65,6 +65,8 @@ def _header(h: Header) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         "kernel_count": h.kernel_count,
         "problems": h.problems,
         "problem_impact_ns": h.problem_impact_ns,
+        "problem_impact_sum_ns": h.problem_impact_sum_ns,
+        "tally": h.tally,
         "findings_by_severity": dict(h.counts),
         "accepted": h.accepted,
         "accepted_file": h.accepted_file or None,

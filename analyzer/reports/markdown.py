@@ -140,6 +140,8 @@ def _finding_details(f: FindingView, level: _Level) -> list[str]:
         summary += " &mdash; " + ("accepted" if f.accepted == "accepted" else "<b>grew past its acceptance</b>")
     lines = ["<details>", f"<summary>{summary}</summary>", ""]
     lines += [md_text(f.message, level.text_chars, block=True), ""]
+    if f.symptom:
+        lines += [f"**A symptom, not added to the total:** {md_text(f.explained, level.text_chars)}", ""]
     if f.accepted:
         note = f.accepted_note[:1].upper() + f.accepted_note[1:]
         lines += [f"**{md_text(note, 400)}**" if f.accepted == "grown" else f"_{md_text(note, 400)}_", ""]
@@ -207,13 +209,18 @@ def _section(s: TraceSection, level: _Level, multi: bool) -> list[str]:
                 severity = f"{md_text(f.severity)} (accepted)"
             elif f.accepted == "grown":
                 severity += " (grew past acceptance)"
+            message = md_text(f.message, min(level.text_chars, 300))
+            if f.symptom:
+                severity += " (symptom)"
+                message = f"Symptom: {md_text(f.explained, 300)}. {message}"
             lines.append(
-                f"| {f.rank} | {severity} | {md_text(f.id)} {md_text(f.rule, 60)} | {ms} | {pct} | "
-                f"{md_text(f.message, min(level.text_chars, 300))} |"
+                f"| {f.rank} | {severity} | {md_text(f.id)} {md_text(f.rule, 60)} | {ms} | {pct} | {message} |"
             )
         left = s.findings_total - min(level.table_rows, len(s.findings))
         if left > 0:
             lines += ["", f"_{plural(left, 'more finding')} not listed._"]
+        if h.tally:
+            lines += ["", f"_{md_text(h.tally, 400)}_"]
         lines.append("")
         for f in s.findings[: level.details]:
             lines += _finding_details(f, level)

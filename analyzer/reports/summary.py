@@ -40,6 +40,8 @@ def summary_text(report: ReportView, *, max_findings: int = 20, width: int | Non
             tag = {"accepted": "[accepted] ", "grown": "[grew past acceptance] "}.get(fv.accepted, "")
             if fv.accepted == "accepted":
                 mark = "a"
+            if fv.symptom:  # not added to the total: what the causes above explain of it
+                mark, tag = "s", f"symptom: {fv.explained}. "
             rule = truncate(fv.rule, name_w)
             lines.append(truncate(f"  {mark} {fv.id:<8} {rule:<{name_w}} {impact}  {tag}{fv.message}", width))
         if section.not_applicable:

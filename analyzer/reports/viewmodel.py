@@ -19,8 +19,9 @@ import numpy as np
 import pandas as pd
 
 from analyzer.analysis import Analysis
-from analyzer.findings import Finding, Severity, rank
-from analyzer.reports.format import fmt_duration, fmt_ms, fmt_pct, fmt_share, plural, truncate
+from analyzer.findings import Finding, Severity
+from analyzer.impacts import Explained, explain, is_problem, is_symptom, report_order, union_adds
+from analyzer.reports.format import fmt_duration, fmt_impact_pct, fmt_ms, fmt_share, plural, truncate
 from analyzer.reports.values import Link
 from analyzer.reports.values import flat_parameters as _flat_parameters
 from analyzer.reports.values import gpu_label as _gpu_label
@@ -233,6 +234,18 @@ class FindingView:
     #: but its impact grew past the allowed factor: counts again)
     accepted: str = ""
     accepted_note: str = ""
+    #: "cause" or "symptom" (shown as what the causes explain, never added to the verdict's total)
+    kind: str = "cause"
+    #: what this finding adds to the verdict's total (the union of the counted causes' time, walked in
+    #: report order: overlaps with the findings above it are not added again); None when it does not count
+    adds_ns: int | None = None
+    #: a symptom: how much of it the causes explain, e.g. "54.1% of the window explained by
+    #: gpu-idle-gaps (54.1%); 3.0% not explained" ("" for causes)
+    explained: str = ""
+
+    @property
+    def symptom(self) -> bool:
+        return self.kind == "symptom"
 
     @property
     def impact_text(self) -> str:
@@ -240,7 +253,7 @@ class FindingView:
 
     @property
     def impact_pct_text(self) -> str:
-        return fmt_pct(self.impact_pct) if self.impact_pct is not None else "n/a"
+        return fmt_impact_pct(self.impact_pct) if self.impact_pct is not None else "n/a"
 
 
 @dataclass(frozen=True)
@@ -265,7 +278,7 @@ class Header:
     device_count: int
     verdict: str
     problems: int
-    problem_impact_ns: int | None
+    problem_impact_ns: int | None  # the union of the counted causes' time (what the verdict says)
     counts: tuple[tuple[str, int], ...]  # (severity, count), error first
     rules_file: str
     parameters: tuple[tuple[str, str], ...]
@@ -273,6 +286,10 @@ class Header:
     accepted_file: str = ""
     rank: int | None = None  # torch.distributed rank of the traced process, when the trace says
     world_size: int | None = None
+    #: the plain sum of the counted causes' impacts (``problem_impact_ns`` is their union: less by the time
+    #: they share) and one sentence saying how the verdict's total was summed ("" without a total)
+    problem_impact_sum_ns: int | None = None
+    tally: str = ""
 
 
 @dataclass(frozen=True)
@@ -471,7 +488,9 @@ def _labelize(name: str) -> str:
 def _finding_views(
     findings: list[Finding], window_ns: int, prefix: str, limits: Limits
 ) -> tuple[tuple[FindingView, ...], dict[str, str]]:
-    ranked = rank(list(findings))
+    ranked = report_order(findings)
+    causes = [f for f in ranked if is_problem(f)]
+    adds = {id(f): a for f, a in zip(causes, union_adds(causes))}
     anchors: dict[str, str] = {}
     seen: dict[str, int] = {}
     for f in ranked:
@@ -512,6 +531,16 @@ def _finding_views(
         }
         record = {k: _py(v) if k in ("metrics", "impact_pct", "impact_ns") else v for k, v in record.items()}
         record["scope"] = _py(record["scope"])
+        record["adds_ns"] = adds.get(id(f))
+        explained = ""
+        if is_symptom(f):
+            ex = explain(f, findings)
+            explained = _explained_text(ex, window_ns)
+            record["explained"] = {
+                "explained_ns": ex.explained_ns,
+                "unexplained_ns": ex.unexplained_ns,
+                "by": [{"key": c.key, "rule": c.rule, "ns": ns} for c, ns in ex.parts],
+            }
         views.append(
             FindingView(
                 anchor=anchor,
@@ -539,20 +568,56 @@ def _finding_views(
                 fingerprint=f.fingerprint,
                 accepted="" if f.acceptance is None else ("grown" if f.acceptance.counts else "accepted"),
                 accepted_note="" if f.acceptance is None else f.acceptance.note(),
+                kind=f.kind,
+                adds_ns=adds.get(id(f)),
+                explained=explained,
             )
         )
     return tuple(views), anchors
 
 
-def _verdict(findings: list[Finding], window_ns: int, busy_share: float | None) -> tuple[str, int, int | None]:
-    """One line: what is wrong and what it is worth. Impacts of findings explained by another finding
-    are not added (they are the same lost time seen from another angle)."""
+def _share(ns: int, window_ns: int) -> str:
+    return fmt_impact_pct(100.0 * ns / window_ns) if window_ns > 0 else fmt_ms(ns)
+
+
+def _explained_text(ex: Explained, window_ns: int) -> str:
+    """``"55.9% of the window explained by gpu-idle-gaps (54.1%), pageable-memcpy (1.8%); 1.2% not"``:
+    shares of the window, as the findings table shows impacts."""
+    if not ex.parts:
+        return "no finding explains it"
+    shown = [(f, ns) for f, ns in ex.parts if _share(ns, window_ns) != fmt_impact_pct(0)] or list(ex.parts[:1])
+    parts = ", ".join(f"{f.rule} ({_share(ns, window_ns)})" for f, ns in shown)
+    text = f"{_share(ex.explained_ns, window_ns)} explained by {parts}"
+    rest = _share(ex.unexplained_ns, window_ns)
+    if ex.unexplained_ns > 0 and rest != fmt_impact_pct(0):
+        text += f"; {rest} not explained"
+    return text
+
+
+def _verdict(findings: list[Finding], window_ns: int, busy_share: float | None,
+             devices: int = 1, not_checked: int = 0) -> tuple[str, int, int | None]:
+    """One line: what is wrong, in plain words, and what it is worth.
+
+    It leads with the biggest cause (the first row of the findings table: :func:`report_order`) in
+    its rule's plain words (``verdict:``), then the total: the union of the counted causes' time
+    (:mod:`analyzer.impacts`: time two findings share counts once), and what the causes explain of each
+    symptom (low utilization...), which is never added. Percentages are of the analysis window (of
+    the window times the GPUs when several did work). ``not_checked``: rules not run for want of data;
+    without problems the line says so instead of a plain "No problems found"."""
     accepted = sum(1 for f in findings if f.severity >= Severity.WARNING and not f.counts)
-    problems = [f for f in findings if f.severity >= Severity.WARNING and f.counts]
+    ordered = report_order(findings)
+    problems = [f for f in ordered if is_problem(f)]
+    symptoms = [f for f in ordered if is_symptom(f)]
     notes = sum(1 for f in findings if f.severity < Severity.WARNING)
-    keys = {f.key for f in findings if f.counts} | {f.rule for f in findings if f.counts}
     if not problems:
-        text = f"No {'new ' if accepted else ''}problems found in {fmt_duration(window_ns)} analyzed"
+        if symptoms:
+            s = symptoms[0]
+            text = f"No cause found for the symptom: {s.headline or s.message}"
+        else:
+            text = f"No {'new ' if accepted else ''}problems found in {fmt_duration(window_ns)} analyzed"
+        if not_checked and not symptoms:
+            text = (f"{plural(not_checked, 'rule')} not run (see 'Not available'); the others found no "
+                    f"{'new ' if accepted else ''}problem in {fmt_duration(window_ns)} analyzed")
         if busy_share is not None:
             text += f"; GPU busy {fmt_share(busy_share)}"
         if accepted:
@@ -560,24 +625,49 @@ def _verdict(findings: list[Finding], window_ns: int, busy_share: float | None) 
         if notes:
             text += f"; {plural(notes, 'note')}"
         return text, 0, None
-    roots = [f for f in problems if not any(k in keys for k in f.explained_by)]
-    impacts = [int(f.impact_ns) for f in roots if f.impact_ns is not None]
-    biggest = rank(roots or problems)[0].title  # a cause, not the symptom it explains
+    biggest = problems[0]
     grown = sum(1 for f in problems if f.acceptance is not None)
     kind = "new problem" if accepted and not grown else "problem"
     extra = [f"{grown} grew past {'its' if grown == 1 else 'their'} acceptance"] if grown else []
     if accepted:
         extra.append(f"{plural(accepted, 'accepted finding')} not counted")
     also = "; " + ", ".join(extra) if extra else ""
-    if not impacts:
-        return (f"{plural(len(problems), kind)} (impact not estimable); biggest: {biggest}{also}", len(problems),
-                None)
-    total = sum(impacts)
-    if window_ns > 0:
-        total = min(total, window_ns)
-    pct = f" ({fmt_pct(100.0 * total / window_ns)} of the analyzed time)" if window_ns > 0 else ""
-    text = f"{plural(len(problems), kind)} worth {fmt_ms(total)}{pct}; biggest: {biggest}{also}"
+    lead = f"{biggest.headline}. " if biggest.headline else ""
+    with_impact = [f for f in problems if f.impact_ns is not None]
+    if not with_impact:
+        return (f"{lead}{plural(len(problems), kind)} (impact not estimable); biggest: {biggest.title}{also}",
+                len(problems), None)
+    total = sum(union_adds(problems))
+    span = window_ns * max(devices, 1)
+    if span > 0:
+        total = min(total, span)
+    of = "the analyzed GPU time" if devices > 1 else "the analyzed time"
+    pct = f" ({fmt_impact_pct(100.0 * total / span)} of {of}, overlaps counted once)" if span > 0 else ""
+    named = "" if biggest.headline else f"; biggest: {biggest.title}"
+    text = f"{lead}{plural(len(problems), kind)} worth {fmt_ms(total)}{pct}{named}{also}"
+    for s in symptoms[:2]:
+        ex = explain(s, findings)
+        what = s.headline or s.title
+        text += f"; {what}: {_explained_text(ex, window_ns)}"
     return text, len(problems), total
+
+
+def _tally(findings: list[Finding], total: int | None) -> tuple[int | None, str]:
+    """The plain sum of the counted causes' impacts and one sentence saying how the verdict's total
+    (their union, ``total``) was summed."""
+    problems = [f for f in findings if is_problem(f) and f.impact_ns is not None]
+    if total is None or not problems:
+        return None, ""
+    summed = sum(int(f.impact_ns or 0) for f in problems)
+    n = plural(len(problems), "problem")
+    if len(problems) == 1:
+        return summed, f"The total is the impact of the 1 problem ({fmt_ms(total)})."
+    if summed <= total:
+        return summed, (f"The total is the union of the {n}' time on the GPU timeline: "
+                        f"{fmt_ms(total)}, their impacts added (no two of them share time).")
+    return summed, (f"The total is the union of the {n}' time on the GPU timeline: their impacts add up to "
+                    f"{fmt_ms(summed)}, of which {fmt_ms(summed - total)} is time they share, counted once.")
+
 
 
 def _busy(analysis: Analysis, notes: list[str]) -> tuple[int | None, int]:
@@ -1030,11 +1120,14 @@ def with_findings(section: TraceSection, findings: list[Finding], limits: Limits
     (``--write-accepted``) are shown through this."""
     h = section.header
     views, _ = _finding_views(findings, h.analyzed_ns, f"t{section.index}-", limits or Limits())
-    verdict, problems, impact = _verdict(findings, h.analyzed_ns, h.gpu_busy_share)
+    verdict, problems, impact = _verdict(findings, h.analyzed_ns, h.gpu_busy_share, h.device_count,
+                                         not_checked=len(section.not_checked))
+    summed, tally = _tally(findings, impact)
     counts = {s: 0 for s in _SEVERITY_ORDER}
     for f in findings:
         counts[str(f.severity)] = counts.get(str(f.severity), 0) + 1
     header = replace(h, verdict=verdict, problems=problems, problem_impact_ns=impact,
+                     problem_impact_sum_ns=summed, tally=tally,
                      counts=tuple((s, counts[s]) for s in _SEVERITY_ORDER),
                      accepted=sum(1 for f in findings if not f.counts),
                      accepted_file=next((f.acceptance.file for f in findings if f.acceptance is not None), ""))
@@ -1061,7 +1154,9 @@ def _section(analysis: Analysis, index: int, multi: bool, limits: Limits) -> Tra
         kernel_ns, kernel_count = _kernel_time(analysis)
     prefix = f"t{index}-" if multi else ""
     findings, _ = _finding_views(analysis.findings, window.duration_ns, prefix, limits)
-    verdict, problems, impact = _verdict(analysis.findings, window.duration_ns, busy_share)
+    verdict, problems, impact = _verdict(analysis.findings, window.duration_ns, busy_share, devices,
+                                         not_checked=len(getattr(analysis, "not_checked", ()) or ()))
+    summed, tally = _tally(analysis.findings, impact)
     counts = {s: 0 for s in _SEVERITY_ORDER}
     for f in analysis.findings:
         counts[str(f.severity)] = counts.get(str(f.severity), 0) + 1
@@ -1095,6 +1190,8 @@ def _section(analysis: Analysis, index: int, multi: bool, limits: Limits) -> Tra
         accepted_file=next((f.acceptance.file for f in analysis.findings if f.acceptance is not None), ""),
         rank=getattr(info, "rank", None),
         world_size=getattr(info, "world_size", None),
+        problem_impact_sum_ns=summed,
+        tally=tally,
     )
     parts: dict[str, Any] = {}
 

@@ -19,6 +19,7 @@ from analyzer.analysis import FactSource, Window
 from analyzer.findings import Finding, Scope, rank
 from analyzer.rules.expr import Env, EvalError, Expr, ExprError
 from analyzer.rules.expr import evaluate as eval_expr
+from analyzer.rules.footprint import footprint
 from analyzer.rules.model import SCOPES, Rule, RuleEvaluationError, RulePack
 from analyzer.rules.templates import render
 
@@ -169,7 +170,7 @@ def _kept_columns(rule: Rule, rows: pd.DataFrame) -> list[str] | None:
     Filtering copies every column of the kept rows (29 columns x 0.8 M kernels per rule on a
     million-kernel trace: 0.1 s and 180 MB each). The loader records in ``rule.columns`` every
     declared fact column that the rule's expressions, keys and evidence read; the engine also reads
-    ``start``/``end``/``duration`` (finding intervals). Columns the fact does not declare are kept, so
+    ``start``/``end``/``duration``/``device`` (finding intervals and footprints). Columns the fact does not declare are kept, so
     name lookups resolve exactly as on the full frame."""
     if not rule.columns:
         return None
@@ -183,7 +184,7 @@ def _kept_columns(rule: Rule, rows: pd.DataFrame) -> list[str] | None:
     # copied: ``category != "communication"`` used to take a million Arrow strings per kernel rule)
     after = {n for e in (rule.condition, rule.impact, *(e for _, e in rule.lets)) if e is not None for n in e.names}
     needed = {*(c for c in rule.columns if c in after), *rule.key_columns, *rule.evidence.columns,
-              *(c for c, _ in rule.evidence.sort), "start", "end", "duration"}
+              *(c for c, _ in rule.evidence.sort), "start", "end", "duration", "device"}
     keep = [c for c in rows.columns if c in needed or c not in declared]
     return keep if len(keep) < len(rows.columns) else None
 
@@ -269,6 +270,7 @@ def _findings(rule: Rule, env: Env, fired: np.ndarray, impact: np.ndarray | None
     bounds = np.searchsorted(group_of, fired, side="left"), np.searchsorted(group_of, fired, side="right")
     intervals = _time_intervals(rows)
     window_ns = window.duration_ns
+    store_get = env.fact
     out = []
     for i, g in enumerate(fired):
         mine = positions[bounds[0][i]:bounds[1][i]]
@@ -282,6 +284,13 @@ def _findings(rule: Rule, env: Env, fired: np.ndarray, impact: np.ndarray | None
         impact_ns = None
         if impact is not None and math.isfinite(impact[g]):
             impact_ns = max(0, int(np.rint(impact[g])))
+        headline = ""
+        if rule.verdict_template is not None:
+            try:
+                headline = render(rule.verdict_template, values)
+            except ExprError as err:
+                raise fail(f"verdict: {err.message}", err) from None
+        scope = Scope(kind=rule.scope, **{_SCOPE_FIELDS[k]: _scope_value(k, v) for k, v in keys.items()})
         evidence = rows.iloc[mine[: rule.evidence.limit]][list(rule.evidence.columns)]
         finding = Finding(
             rule=rule.name,
@@ -290,7 +299,7 @@ def _findings(rule: Rule, env: Env, fired: np.ndarray, impact: np.ndarray | None
             title=rule.title,
             message=message,
             category=rule.category,
-            scope=Scope(kind=rule.scope, **{_SCOPE_FIELDS[k]: _scope_value(k, v) for k, v in keys.items()}),
+            scope=scope,
             impact_ns=impact_ns,
             impact_pct=(impact_ns / window_ns * 100.0) if impact_ns is not None and window_ns > 0 else None,
             evidence_columns=rule.evidence.columns,
@@ -301,6 +310,10 @@ def _findings(rule: Rule, env: Env, fired: np.ndarray, impact: np.ndarray | None
             fix=rule.fix,
             references=rule.references,
             metrics=lets,
+            kind=rule.kind,
+            headline=headline,
+            footprint=(footprint(rows, mine, scope, window, store_get)
+                       if impact_ns is not None and rule.kind == "cause" and store_get is not None else None),
         )
         spans = _merge(intervals[0][mine], intervals[1][mine]) if intervals is not None else None
         out.append(_Fired(finding, spans))

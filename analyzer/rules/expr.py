@@ -344,8 +344,18 @@ def _check_constant(value: object) -> None:
             raise ExprError(f"string literal over {MAX_STRING_CHARS} characters")
     elif not _is_number(value):
         raise ExprError(f"literal {value!r} is not allowed (numbers, strings, True, False)", unsafe=True)
-    elif isinstance(value, (int, float)) and (not math.isfinite(value) or abs(value) >= 2**63):
+    elif isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 2**63:
+        raise ExprError(f"number literal {_short_number(value)} is out of range")  # before math.isfinite:
+    elif isinstance(value, float) and (not math.isfinite(value) or abs(value) >= 2**63):  # 10**400 overflows it
         raise ExprError(f"number literal {value!r} is out of range")
+
+
+def _short_number(value: int) -> str:
+    """A huge integer literal for a message: its first digits and its length, not 400 digits."""
+    digits = str(abs(value)) if value.bit_length() < 4000 else ""
+    if digits and len(digits) <= 24:
+        return str(value)
+    return f"{'-' if value < 0 else ''}{digits[:6]}... ({len(digits)} digits)" if digits else "(thousands of digits)"
 
 
 def _is_number(value: object) -> bool:

@@ -17,7 +17,7 @@ from typing import Any
 from analyzer._paths import shown_path
 from analyzer.errors import ParameterError, RuleError, UnsafeRuleError
 from analyzer.facts.registry import FactSpec, all_specs
-from analyzer.findings import Severity
+from analyzer.findings import FINDING_KINDS, Severity
 from analyzer.rules.expr import (
     AGGREGATES,
     FACT_FUNCTIONS,
@@ -44,13 +44,13 @@ from analyzer.rules.overrides import apply_overrides, check_bounds, set_paramete
 from analyzer.rules.selection import SelectorError, resolve
 from analyzer.rules.templates import compile_template
 from analyzer.rules.units import UNITS, UnitError, parse_quantity
-from analyzer.rules.yamlsafe import LineDict, LineList, load_yaml
+from analyzer.yamlsafe import LineDict, LineList, load_yaml
 
 VERSION = 1
 DEFAULT_PACK = Path(__file__).parent / "packs" / "default.yaml"
 REQUIRED = ("id", "name", "title", "severity", "source", "condition", "message", "what", "why", "fix")
 OPTIONAL = ("category", "scope", "group_by", "parameters", "where", "let", "impact", "evidence",
-            "references", "explains", "tests", "calibration", "needs")
+            "references", "explains", "tests", "calibration", "needs", "kind", "verdict")
 TOP_KEYS = ("version", "extends", "rules", "disable", "enable", "override")
 OVERRIDE_KEYS = ("severity", "parameters")
 PARAM_KEYS = ("default", "unit", "doc", "min", "max")
@@ -98,6 +98,9 @@ def resolve_pack_ref(ref: str | Path, base: Path | None = None) -> Path:
     text = str(ref)
     if text in BUILTIN_PACKS:
         return BUILTIN_PACKS[text]
+    if "\0" in text:
+        shown = text.replace("\0", "\\0")
+        raise UnsafeRuleError(f'the rule pack path "{shown}" holds a NUL byte', hint="name a rule file or folder")
     path = Path(text).expanduser()
     return path if path.is_absolute() or base is None else base / path
 
@@ -185,6 +188,10 @@ class _Composer:
             return
         extends = self.loader.string_list(doc, "extends", file, None) if "extends" in doc else []
         for ref in extends:
+            if "\0" in ref:
+                self.loader.problems.append(RuleError("a path in extends: holds a NUL byte", file=file,
+                                                      line=doc.line_of("extends"), hint="name a rule file or folder"))
+                continue
             self.include(resolve_pack_ref(ref, path.parent), (*chain, key), (file, doc.line_of("extends")))
         self.files.append(file)
         own = self.loader.rules_of(doc, file, required=not extends and not self._edits(doc))
@@ -433,6 +440,18 @@ class _Loader:
             except ExprError as err:
                 self.problem(f"{err.message} in {rid}.message", file, data.line_of("message"), rid, err.hint,
                              unsafe=err.unsafe)
+        kind = self.text(data, "kind", where, file, rid, required=False) or "cause"
+        if kind not in FINDING_KINDS:
+            self.problem(f'unknown kind "{kind}" in {where}', file, data.line_of("kind"), rid,
+                         did_you_mean(kind, FINDING_KINDS) or f"kinds: {', '.join(FINDING_KINDS)}")
+        verdict = self.text(data, "verdict", where, file, rid, required=False) or ""
+        verdict_template = None
+        if verdict:
+            try:
+                verdict_template = compile_template(verdict, consts | let_names | keys)
+            except ExprError as err:
+                self.problem(f"{err.message} in {rid}.verdict", file, data.line_of("verdict"), rid, err.hint,
+                             unsafe=err.unsafe)
         evidence = self.evidence(data, columns, file, rid)
         references = self.string_list(data, "references", file, rid)
         for ref in references:
@@ -462,7 +481,8 @@ class _Loader:
             parameters=tuple(params), where=where_expr, lets=tuple(lets), condition=condition,
             impact=impact, evidence=evidence, message=fields["message"], what=fields["what"],
             why=fields["why"], fix=fields["fix"], calibration=calibration, references=tuple(references),
-            explains=tuple(explains), tests=tuple(tests), file=file, line=data.line,
+            explains=tuple(explains), kind=kind, verdict=verdict, verdict_template=verdict_template,
+            tests=tuple(tests), file=file, line=data.line,
             columns=tuple(sorted(read & columns)), template=template, needs=tuple(sorted(needs)),
         )
 

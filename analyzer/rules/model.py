@@ -153,6 +153,13 @@ class Rule:
     calibration: str = ""
     references: tuple[str, ...] = ()
     explains: tuple[str, ...] = ()  # rule names
+    #: "cause" (what to fix: its impact counts in the verdict's total) or "symptom" (what the GPU shows,
+    #: e.g. low utilization: reported as the share of it the causes explain, never added to the total)
+    kind: str = "cause"
+    #: the finding's headline in plain words, a template like ``message`` (the verdict leads with the
+    #: biggest cause's), e.g. "host-bound: the GPU waited for Python ... {{ share | pct }} of the time"
+    verdict: str = ""
+    verdict_template: MessageTemplate | None = field(default=None, compare=False, repr=False)
     tests: tuple[RuleTest, ...] = ()
     file: str = ""
     line: int = 0
@@ -173,6 +180,7 @@ class Rule:
         state = {f.name: getattr(self, f.name) for f in fields(self)}
         state["template"] = None
         state["_has_template"] = self.template is not None
+        state["verdict_template"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -183,6 +191,10 @@ class Rule:
             from analyzer.rules.templates import recompile
 
             object.__setattr__(self, "template", recompile(self.message))
+        if self.verdict:
+            from analyzer.rules.templates import recompile
+
+            object.__setattr__(self, "verdict_template", recompile(self.verdict))
 
     @property
     def expressions(self) -> list[tuple[str, Expr]]:

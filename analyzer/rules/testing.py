@@ -34,25 +34,6 @@ class CaseResult:
         return self.outcome == "pass"
 
 
-def default_analyze(
-    path: Path | Sequence[Path], pack: RulePack, sets: Sequence[str], window: str | None,
-    ncu: Sequence[Path] = (),
-) -> Any:
-    """Full analysis via the pipeline (imported lazily: the rules layer does not depend on it), as
-    ``analyze`` runs it: a multi-GPU job (several rank files, or one report holding several ranks)
-    gives the findings of the job and of every rank. ``sets`` are applied here, ``window`` is passed
-    as the window spec, ``ncu`` exports are joined to the trace."""
-    from analyzer.pipeline import AnalysisOptions, analyze_inputs
-    from analyzer.rules.overrides import apply_overrides
-
-    paths = [path] if isinstance(path, Path) else list(path)
-    options = AnalysisOptions(sets=tuple(sets), window_spec=window, ncu_files=tuple(ncu))
-    outcome = analyze_inputs(paths, options, pack=apply_overrides(pack, sets))
-    if outcome.job is not None:
-        return [*outcome.job.findings, *(f for r in outcome.job.ranks for f in r.findings)]
-    return [f for a in outcome.analyses for f in a.findings]
-
-
 def decompress(path: Path, folder: Path) -> Path:
     """``x.sqlite.xz`` -> ``folder/x.sqlite`` (streamed); other files are returned as they are."""
     if path.suffix != ".xz":
@@ -64,9 +45,11 @@ def decompress(path: Path, folder: Path) -> Path:
     return target
 
 
-def run_rule_tests(pack: RulePack, names: Iterable[str] = (), analyze: Analyze | None = None) -> list[CaseResult]:
-    """Results of every test case of the selected rules (all rules when ``names`` is empty)."""
-    run = analyze or default_analyze
+def run_rule_tests(pack: RulePack, names: Iterable[str] = (), *, analyze: Analyze) -> list[CaseResult]:
+    """Results of every test case of the selected rules (all rules when ``names`` is empty), each trace
+    analyzed by ``analyze`` (``analyze rules test`` passes the whole analysis,
+    :func:`analyzer.commands.rules.default_analyze`)."""
+    run = analyze
     selected = pack.select(names) if names else pack
     results: list[CaseResult] = []
     groups: dict[tuple[tuple[Path, ...], tuple[str, ...], str | None, tuple[Path, ...]],

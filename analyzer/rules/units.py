@@ -58,15 +58,19 @@ def parse_quantity(value: object, unit: str) -> float | int | str:
         return value
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise UnitError(f"expected a {unit} ({_EXAMPLES[unit]}), got {value!r}")
-    if isinstance(value, (int, float)):
-        number, suffix = float(value), ""
-    else:
-        match = _QUANTITY.match(value)
-        if not match:
-            raise UnitError(f"cannot read {value!r} as a {unit} ({_EXAMPLES[unit]})")
-        number, suffix = float(match["num"]), match["suffix"]
+    shown = value if not isinstance(value, (int, str)) or len(str(value)) <= 40 else f"{str(value)[:20]}..."
+    try:
+        if isinstance(value, (int, float)):
+            number, suffix = float(value), ""
+        else:
+            match = _QUANTITY.match(value)
+            if not match:
+                raise UnitError(f"cannot read {shown!r} as a {unit} ({_EXAMPLES[unit]})")
+            number, suffix = float(match["num"]), match["suffix"]
+    except OverflowError:  # an integer past float's range (10**400)
+        raise UnitError(f"{shown!r} is not a finite number") from None
     if not math.isfinite(number):
-        raise UnitError(f"{value!r} is not a finite number")
+        raise UnitError(f"{shown!r} is not a finite number")
     if unit == "duration":
         if suffix == "" and number == 0:
             return 0.0

@@ -64,6 +64,7 @@ def test_read_pyproject_and_standalone(project: Path) -> None:
     ("gpu-trace-analyzer.toml", "a = 'x'\na = 'y'\n", ["invalid TOML", ":2:"]),
     ("gpu-trace-analyzer.toml", b"\xff\xfe\x00", ["not UTF-8"]),
     ("gpu-trace-analyzer.toml", "x = '" + "a" * (1 << 20) + "'\n", ["byte limit"]),
+    ("gpu-trace-analyzer.toml", "fail_on = 1" + "0" * 5000 + "\n", ["cannot be read"]),  # exit 3 before
 ])
 def test_bad_files_are_one_line_errors(project: Path, name: str, text: str | bytes, words: list[str]) -> None:
     path = project / name

@@ -30,7 +30,7 @@ _DEFAULTS: dict[str, object] = {
     "device": 0, "context": 1, "stream": 7, "correlation_id": -1, "short_name": "k", "name": "",
     "grid_x": 1, "grid_y": 1, "grid_z": 1, "block_x": 128, "block_y": 1, "block_z": 1,
     "registers_per_thread": 32, "static_smem": 0, "dynamic_smem": 0, "launch_type": 0,
-    "graph_node_id": -1, "api_name": "cudaLaunchKernel", "api_start": -1, "pid": 1, "tid": 1,
+    "graph_node_id": -1, "in_graph": 0, "graph_id": -1, "api_name": "cudaLaunchKernel", "api_start": -1, "pid": 1, "tid": 1,
     "nvtx_id": -1, "nvtx_range": "", "nvtx_path": "", "attribution": "none", "bytes": 0,
     "direction": "H2D", "src_kind": "pinned", "dst_kind": "device", "mem_kind": "device",
     "kind": "runtime", "return_value": 0, "domain": "", "depth": 0, "parent_id": -1, "path": "",
@@ -48,6 +48,8 @@ def frame(columns: tuple[str, ...], rows: list[dict] | None = None) -> pd.DataFr
     for c in columns:
         if c not in df:
             df[c] = _DEFAULTS.get(c, 0)
+        elif c in _DEFAULTS and df[c].isna().any():  # a key some rows leave out: its default, as above
+            df[c] = df[c].fillna(_DEFAULTS[c]).infer_objects()
     if "name" in columns and "short_name" in columns:
         df["name"] = np.where(df["name"] == "", df["short_name"], df["name"])
     if "range_id" in columns:

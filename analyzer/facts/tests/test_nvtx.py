@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analyzer.facts.nvtx import innermost_open
+from analyzer.facts.nvtx_ranges import innermost_open
 from analyzer.facts.tests._build import store, trace
 
 

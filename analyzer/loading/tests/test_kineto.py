@@ -10,10 +10,13 @@ import gzip
 import json
 import lzma
 import os
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from analyzer.errors import InputError
 from analyzer.loading import detect_format, load_trace
@@ -322,3 +325,137 @@ def test_message_size_is_nccls_count_times_element_size(tmp_path, args, nbytes, 
     p.write_text(json.dumps(doc))
     k = load_trace(p).kernels
     assert int(k["comm_bytes"].iat[0]) == nbytes and str(k["comm_group"].iat[0]) == group
+
+
+# --------------------------------------------------------------------------------------------------
+# short names: vectorized scans equal the per-character loop they replaced; long names take seconds
+# --------------------------------------------------------------------------------------------------
+def _loop_short_name(name: str) -> str:
+    """The per-character implementation kernel_short_name replaced, kept as the oracle of its vectorized
+    scans. The function's own name from a demangled kernel name, as Nsight Systems' ``shortName``:
+    ``void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, ...>(int, ...)``
+    -> ``vectorized_elementwise_kernel``; plain names (``ampere_sgemm_128x64_nn``) stay as they are.
+    Names Kineto left mangled (``_ZN19cutlass_cudnn_train6KernelI...``) give their last unqualified
+    identifier (``Kernel``)."""
+    s = name.strip()
+    if s.startswith("_Z"):
+        return _loop_mangled(s) or s
+    if s.endswith(")"):
+        i = _loop_matching(s, "(", ")")
+        if i > 0:
+            s = s[:i].rstrip()
+    while s.endswith(">"):
+        i = _loop_matching(s, "<", ">")
+        if i <= 0:
+            break
+        s = s[:i].rstrip()
+    depth, cut = 0, 0
+    for i, ch in enumerate(s):  # last "::" or space outside brackets starts the name
+        if ch in "<([{":
+            depth += 1
+        elif ch in ">)]}":
+            depth -= 1
+        elif depth == 0 and (ch == " " or (ch == ":" and s[i - 1:i + 1] == "::")):
+            cut = i + 1
+    return s[cut:] or name
+
+
+_OLD_SOURCE_NAME = re.compile(r"(\d+)")
+
+
+def _loop_mangled(s: str) -> str:
+    """The last identifier of an Itanium-mangled name's (nested) name: ``_ZN3foo3barEv`` -> ``bar``,
+    ``_Z6kernelPf`` -> ``kernel`` ("" when it does not parse)."""
+    i = 2
+    nested = s.startswith("_ZN")
+    if nested:
+        i = 3
+        while i < len(s) and s[i] in "rVKRO":  # cv- and ref-qualifiers of member functions
+            i += 1
+    last = ""
+    while i < len(s):
+        m = _OLD_SOURCE_NAME.match(s, i)
+        if not m:
+            break
+        size = int(m.group(1))
+        start = m.end()
+        if size <= 0 or start + size > len(s):
+            break
+        last = s[start:start + size]
+        i = start + size
+        if not nested:
+            break
+    return last
+
+
+def _loop_matching(s: str, open_ch: str, close_ch: str) -> int:
+    """Index of the bracket that opens the one closing ``s`` (-1 if unbalanced)."""
+    depth = 0
+    for i in range(len(s) - 1, -1, -1):
+        ch = s[i]
+        if ch == close_ch and not (close_ch == ">" and i > 0 and s[i - 1] == "-"):
+            depth += 1
+        elif ch == open_ch:
+            depth -= 1
+            if depth == 0:
+                return i
+    return -1
+
+
+_NAME_ALPHABET = "ab_: <>()[]{}-,&*0123456789\u00e9\u4e2d"
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet=_NAME_ALPHABET, max_size=60))
+def test_short_name_equals_the_per_character_loop(name):
+    assert kernel_short_name(name) == _loop_short_name(name)
+
+
+def test_short_name_of_chunk_spanning_names_equals_the_loop(monkeypatch):
+    """Names longer than a scan chunk (made small here): depth and the byte before a chunk carry over."""
+    import analyzer.loading.kineto as kineto
+
+    monkeypatch.setattr(kineto, "_SCAN_CHUNK", 7)
+    rng = np.random.default_rng(1)
+    for _ in range(300):
+        name = "".join(rng.choice(list(_NAME_ALPHABET), size=int(rng.integers(0, 80))))
+        assert kineto.kernel_short_name(name) == _loop_short_name(name), name
+    for name in ("void a::b<c->d, e<f> >(int)", "x::y<(a) -> b>(g::h<i>)", "void ns::k\u00e9rnel<1>(float*)"):
+        assert kineto.kernel_short_name(name) == _loop_short_name(name)
+
+
+def test_short_name_of_a_huge_name_takes_seconds():
+    """A damaged trace's 200 MB kernel name (a 1 GB one took 139 s in the per-character loop)."""
+    import time
+
+    name = "void ns::huge<" + "a<b>, " * (200 * 2**20 // 6) + "c>(int, " + "x" * 1000 + ")"
+    t = time.perf_counter()
+    assert kernel_short_name(name) == "huge"
+    assert time.perf_counter() - t < 8  # 3 s on 2 shared cores; the per-character loop took 30 s
+
+
+def test_values_out_of_range_are_counted_and_noted_once(tmp_path):
+    """A negative ``dur``, a ``dur`` of 2^64 and a negative ``ts`` (issue 33: clamped to 0, wrapped to
+    0 and dropped, all silently) are counted, and the report says so in one note."""
+    from analyzer.pipeline import AnalysisOptions, analyze_paths
+    from analyzer.reports import build_report, render
+
+    doc = json.loads(gzip.open(DATA_DIR / "kineto" / "healthy.pt.trace.json.gz").read())
+    kernels = [e for e in doc["traceEvents"] if e.get("cat") == "kernel"]
+    calls = [e for e in doc["traceEvents"] if e.get("cat") == "cuda_runtime"]
+    kernels[1]["dur"], kernels[2]["dur"], kernels[3]["ts"] = -5, 2**64, -12.5
+    calls[0]["dur"] = -1
+    path = tmp_path / "out_of_range.pt.trace.json"
+    path.write_text(json.dumps(doc))
+    trace = load_trace(path)
+    assert len(trace.kernels) == len(kernels) - 1
+    assert trace.extras["kineto"]["out_of_range"] == {
+        "negative_dur": {"kernel": 1, "CUDA API call": 1}, "huge_dur": {"kernel": 1}, "negative_ts": {"kernel": 1}}
+    (note,) = trace.extras["notes"]
+    assert "1 kernel, 1 CUDA API call with a negative duration (dur), counted as 0" in note
+    assert "too large for 64-bit nanoseconds" in note and "1 kernel with a negative timestamp (ts), left out" in note
+    report = build_report(analyze_paths([path], AnalysisOptions()))
+    for fmt in ("md", "json", "html"):
+        assert render(report, fmt).count("Data quality: this torch.profiler trace") == 1, fmt
+    healthy = load_trace(DATA_DIR / "kineto" / "healthy.pt.trace.json.gz")
+    assert "notes" not in healthy.extras and not healthy.extras["kineto"]["out_of_range"]

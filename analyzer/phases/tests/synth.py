@@ -62,7 +62,8 @@ def make_trace(ranges: list[tuple], ops: list[tuple], name: str = "synthetic.sql
         if kind == "kernel":
             row.update({"short_name": kname, "name": kname, "grid_x": 1, "grid_y": 1, "grid_z": 1,
                         "block_x": 128, "block_y": 1, "block_z": 1, "registers_per_thread": 32,
-                        "static_smem": 0, "dynamic_smem": 0, "launch_type": 0, "graph_node_id": -1})
+                        "static_smem": 0, "dynamic_smem": 0, "launch_type": 0, "graph_node_id": -1,
+                        "in_graph": 0, "graph_id": -1})
         elif kind == "memcpy":
             row.update({"bytes": 1024, "direction": "H2D", "src_kind": "pinned", "dst_kind": "device"})
         else:

@@ -21,8 +21,8 @@ from analyzer.phases import (
     step_split,
     top_kernels,
 )
-from analyzer.phases._index import ancestor_pairs, union_length
-from analyzer.phases.table import PHASE_COLUMNS
+from analyzer.facts.phase_index import ancestor_pairs, union_length
+from analyzer.facts.phase_table import PHASE_COLUMNS
 from analyzer.phases.tests.synth import make_trace, training_trace
 
 

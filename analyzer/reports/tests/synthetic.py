@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from analyzer.analysis import Analysis, Window
-from analyzer.findings import Finding, Scope, Severity
+from analyzer.findings import Finding, Footprint, Scope, Severity
 from analyzer.loading.model import (
     GPU_COLUMNS,
     KERNEL_COLUMNS,
@@ -147,6 +147,10 @@ def _facts(window: Window, kernel_names: list[str], nvtx_texts: list[str], proce
     }
 
 
+def _footprint(device: int, start_ms: int, end_ms: int) -> Footprint:
+    return Footprint(np.array([device]), np.array([start_ms * MS]), np.array([end_ms * MS]))
+
+
 def findings(kernel_names: list[str], nvtx_texts: list[str], evidence_rows: int = 40) -> list[Finding]:
     k0, n0 = kernel_names[0], nvtx_texts[0]
     gap_rows = tuple((0, 150 * MS + i * MS, 3 * MS + i, f"{n0}/dataloader", "cudaStreamSynchronize")
@@ -166,6 +170,7 @@ def findings(kernel_names: list[str], nvtx_texts: list[str], evidence_rows: int 
             references=("https://docs.nvidia.com/nsight-systems/UserGuide/index.html",
                         "https://pytorch.org/docs/stable/data.html#memory-pinning"),
             explains=("sync-in-loop",),
+            footprint=_footprint(0, 150, 362),
         ),
         Finding(
             rule="sync-in-loop", id="API002", severity=Severity.WARNING, title="Host synchronizes every step",
@@ -177,6 +182,7 @@ def findings(kernel_names: list[str], nvtx_texts: list[str], evidence_rows: int 
             what="A blocking synchronization in the loop.", why="The CPU stops queuing work.",
             fix="Avoid .item() / .cpu() in the step; accumulate losses on the GPU.",
             explained_by=("gpu-idle-gaps",),
+            footprint=_footprint(0, 200, 296),  # inside the idle gaps: the same time, counted once
         ),
         Finding(
             rule="low-occupancy", id="KRN003", severity=Severity.WARNING,
@@ -188,6 +194,7 @@ def findings(kernel_names: list[str], nvtx_texts: list[str], evidence_rows: int 
             what="Few warps resident per SM.", why="Latency cannot be hidden.",
             fix="Cap registers with __launch_bounds__ or -maxrregcount; reduce per-thread state.",
             references=("CUDA C++ Best Practices Guide, section 'Occupancy'",),
+            footprint=_footprint(1, 500, 600),
         ),
         Finding(
             rule="short-kernels", id="KRN010", severity=Severity.INFO, title="Many very short kernels",

@@ -185,7 +185,7 @@ def test_html_template_autoescape_is_on():
 def test_json_shape():
     doc = json.loads(render(build_report([make_analysis()], created=CREATED), "json"))
     assert list(doc) == ["schema_version", "tool", "created", "title", "verdict", "traces"]
-    assert doc["schema_version"] == "1.1"
+    assert doc["schema_version"] == "1.2"
     t = doc["traces"][0]
     assert list(t) == ["info", "window", "summary", "findings", "findings_total", "overview", "notes", "baseline"]
     assert list(t["baseline"]) == ["steps", "totals", "phases", "kernels", "categories", "copies", "rules",

@@ -39,12 +39,16 @@ def test_findings_ranked_by_impact_with_anchors_and_links():
     assert [c.kind for c in gpu.evidence.columns] == ["auto", "time", "ns", "text", "text"]
 
 
-def test_verdict_counts_root_causes_once():
-    h = build_report([make_analysis()], created=CREATED).traces[0].header
-    # 212 (gpu idle) + 31 (occupancy); 96 ms of sync is explained by the idle finding and not added again
+def test_verdict_counts_shared_time_once():
+    s = build_report([make_analysis()], created=CREATED).traces[0]
+    h = s.header
+    # 212 (gpu idle) + 31 (occupancy); the 96 ms of sync lie inside the idle gaps: not added again
     assert h.problems == 3
-    assert h.problem_impact_ns == 243 * MS
-    assert h.verdict == "3 problems worth 243 ms (27% of the analyzed time); biggest: GPU idle between steps"
+    assert h.problem_impact_ns == 243 * MS and h.problem_impact_sum_ns == 339 * MS
+    assert [f.adds_ns for f in s.findings] == [212 * MS, 0, 31 * MS, None]
+    assert h.verdict == ("3 problems worth 243 ms (13.5% of the analyzed GPU time, overlaps counted once); "
+                         "biggest: GPU idle between steps")
+    assert "96.0 ms is time they share" in h.tally
 
 
 def test_verdict_without_problems():

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from analyzer.commands import rules as rules_cli
 from analyzer.findings import Finding, Scope, Severity
-from analyzer.rules import cli as rules_cli
 from analyzer.rules import load_pack
 from analyzer.rules.testing import decompress, run_rule_tests
 
@@ -100,13 +100,13 @@ def test_rules_test_command_exit_codes(write, tmp_path, monkeypatch):
     (tmp_path / "starved.sqlite").write_bytes(b"")
     path = write(pack_text(rule(tests=[{"trace": "starved.sqlite", "expect": "fire"}])))
     analyze, _ = _fake_analyze({"starved.sqlite"})
-    monkeypatch.setattr("analyzer.rules.testing.default_analyze", analyze)
+    monkeypatch.setattr("analyzer.commands.rules.default_analyze", analyze)
     result = invoke("test", "--rules", str(path))
     assert result.exit_code == 0, result.output
     assert "PASS    GPU001  gpu-idle-gaps  fire    starved.sqlite" in result.output
     assert "1 passed, 0 failed" in result.output
     analyze, _ = _fake_analyze(set())
-    monkeypatch.setattr("analyzer.rules.testing.default_analyze", analyze)
+    monkeypatch.setattr("analyzer.commands.rules.default_analyze", analyze)
     result = invoke("test", "--rules", str(path), "gpu-idle-gaps")
     assert result.exit_code == 1 and "FAIL" in result.output
 

@@ -87,7 +87,8 @@ def test_parameter_bounds(write):
 def test_only_needed_facts_are_read(write):
     store = FakeStore()
     evaluate(make_pack(write, SYNCS), store, WINDOW, {})
-    assert store.asked == ["syncs"]
+    # the rule's source; then, for the finding's footprint (its rows are host calls), the GPU idle gaps
+    assert store.asked == ["syncs", "gpu_gaps"]
 
 
 def test_nvtx_scope_and_stream_syncs(write):

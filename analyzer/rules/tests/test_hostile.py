@@ -26,6 +26,10 @@ YAML_ATTACKS = {
         + "version: 1\nrules: *i\n",
         UnsafeRuleError, "YAML alias *a is not allowed"),
     "huge-document": ("version: 1\nrules: []\n# " + "x" * (2 << 20) + "\n", UnsafeRuleError, "byte limit"),
+    # issue 33: these were internal errors (exit 3)
+    "nul-byte": ("version: 1\nrules: []\n# \x00\n", RuleError, "character U.0000 is not allowed"),
+    "integer-of-5000-digits": ("version: 1\nrules: []\nx: 1" + "0" * 5000 + "\n", RuleError, "cannot be read"),
+    "nul-in-extends-path": ('version: 1\nextends: ["a\\0b"]\n', RuleError, "extends: holds a NUL byte"),
 }
 
 
@@ -55,6 +59,9 @@ EXPRESSION_ATTACKS = {
     "keyword-argument": ({"let": {"idle_ns": "sum(x=duration)", "gaps": "count()", "share": "0"}},
                          "takes no keyword arguments"),
     "huge-exponent": ({"condition": "10**10**10 > 0"}, "exponent of ** must be a number literal"),
+    "literal-past-float": ({"condition": "1" + "0" * 400 + " > 0"}, "(401 digits) is out of range"),
+    "parameter-past-float": ({"parameters": {"min_gap": {"default": "1" + "0" * 400 + "ms", "unit": "duration",
+                                                          "doc": "x"}}}, "is not a finite number"),
     "exponent-from-column": ({"where": "2 ** duration > 0"}, "exponent of ** must be a number literal"),
     "deeply-nested": ({"condition": "-" * 100 + "1 > 0"}, "nested more than"),
     "nested-parentheses": ({"condition": "(" * 300 + "1" + ")" * 300}, ""),

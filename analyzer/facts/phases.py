@@ -1,4 +1,4 @@
-"""The ``phases`` fact: :func:`analyzer.phases.table.phase_table` for reports and rules.
+"""The ``phases`` fact: :func:`analyzer.facts.phase_table.phase_table` for reports and rules.
 
 Options read from the analysis options (the CLI's ``--exclude-ranges`` / ``--only-ranges``):
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 import pandas as pd
 
 from analyzer.facts.registry import FactContext, fact
-from analyzer.phases._index import DEFAULT_EXCLUDE, phase_index
-from analyzer.phases.table import PHASE_COLUMNS, phase_table
+from analyzer.facts.phase_index import DEFAULT_EXCLUDE, phase_index
+from analyzer.facts.phase_table import PHASE_COLUMNS, phase_table
 
 
 @fact("phases", columns=PHASE_COLUMNS, scope_keys=("name", "path"))

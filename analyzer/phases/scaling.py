@@ -24,6 +24,8 @@ import numpy as np
 import pandas as pd
 
 from analyzer._paths import trace_stem
+from analyzer.analysis import step_spans
+from analyzer.job.rank import phase_gpu_per_step
 
 _RANK_FILE = re.compile(r"^(?P<job>.+?)[_\-.]rank\d+$")
 
@@ -61,32 +63,12 @@ def group_runs(paths: Sequence[Path]) -> list[list[Path]]:
     return [sorted(groups[k]) for k in order]
 
 
-def phase_gpu_per_step(store: Any, steps: int) -> dict[str, float]:
-    """GPU ns per step of each phase directly inside the step (``step_N/forward`` -> ``forward``)."""
-    from analyzer.job.run import generic_path
-
-    try:
-        proj = store.get("nvtx_projection")
-    except KeyError:
-        return {}
-    if proj.empty or steps <= 0:
-        return {}
-    rows = proj.loc[proj["depth"] == 1]
-    if rows.empty:
-        return {}
-    names = rows["path"].astype(str).map(lambda p: generic_path(p).split("/", 1)[-1])
-    sums = rows["gpu_ns"].groupby(names.to_numpy()).sum()
-    return {str(k): float(v) / steps for k, v in sums.items()}
-
-
 def _single_run(label: str, analysis: Any) -> ScalingRun:
     from analyzer.facts.comm import compute_kernel_mask
     from analyzer.facts.registry import FactContext
     from analyzer.facts._util import union_intervals
 
     store, w = analysis.facts, analysis.window
-    from analyzer.job import step_spans
-
     spans = step_spans(w)
     steps = len(spans)
     step_ns = float(np.mean([e - s for s, e in spans])) if steps else float(w.duration_ns)
@@ -120,7 +102,7 @@ def _job_run(label: str, job: Any) -> ScalingRun:
 def strong_scaling(paths: Sequence[Path], options: Any = None, *, progress: Any = None) -> ScalingResult:
     """Analyze each run of ``paths`` (see :func:`group_runs`) and compare it with the 1-GPU run."""
     from analyzer.errors import InputError
-    from analyzer.pipeline import AnalysisOptions, analyze_inputs
+    from analyzer.pipeline import AnalysisOptions, analyze_inputs  # the whole analysis: imported when run
 
     options = options or AnalysisOptions()
     runs: list[ScalingRun] = []
@@ -198,4 +180,4 @@ def render_scaling(result: ScalingResult) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["ScalingResult", "ScalingRun", "group_runs", "phase_gpu_per_step", "render_scaling", "strong_scaling"]
+__all__ = ["ScalingResult", "ScalingRun", "group_runs", "render_scaling", "strong_scaling"]

@@ -25,7 +25,7 @@ Definitions used by every table here (all times integer ns unless the column say
                summed: from its start (or the end of earlier GPU work it queued behind) to its end
                or its GPU work's end, whichever is later; ``measure`` says whether that is its CPU
                wall time (``cpu_wall``), comes from the GPU timeline (``gpu``) or ``mixed`` across
-               instances; see :func:`analyzer.phases._index.range_timing`
+               instances; see :func:`analyzer.facts.phase_index.range_timing`
 
 Warmup is excluded by default: ranges matching ``warmup*`` and everything nested inside them
 (``exclude=()`` keeps them). Enclosing ranges stay inclusive of everything launched inside them.
@@ -44,7 +44,7 @@ import pandas as pd
 
 from analyzer.errors import ParameterError
 from analyzer.loading.model import Trace
-from analyzer.phases._index import (
+from analyzer.facts.phase_index import (
     AGGREGATE_TIMING_COLUMNS,
     DEFAULT_EXCLUDE,
     PhaseIndex,

@@ -4,7 +4,8 @@
 
 - refuses aliases (``*name``): no billion-laughs expansion, nothing shared between rules;
 - refuses duplicate mapping keys (PyYAML silently keeps the last one);
-- caps the document size;
+- reads the file through :func:`analyzer.boundedio.read_regular` (regular files only, the size capped
+  while reading);
 - returns :class:`LineDict` / :class:`LineList` carrying the 1-based line of the node and of each
   key or item, so that every validation error can name ``file:line``.
 """
@@ -15,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from analyzer.boundedio import BoundedReadError, read_regular
 from analyzer.errors import RuleError, UnsafeRuleError
 
 MAX_DOCUMENT_BYTES = 1 << 20  # a rule pack is text written by people; 1 MiB is far more than needed
@@ -120,19 +122,18 @@ def _load_fast(text: str) -> Any:
 def load_yaml(path: Path, kind: str = "rule file") -> Any:
     """Read one YAML document safely. Raises :class:`UnsafeRuleError` / :class:`RuleError`; ``kind``
     names the file in messages (``rule file``, ``accepted-findings file``)."""
-    file = str(path)
+    file = str(path).replace("\0", "\\0")
     try:
-        size = path.stat().st_size
+        raw = read_regular(path, MAX_DOCUMENT_BYTES, kind)
+    except BoundedReadError as err:
+        raise UnsafeRuleError(f"{kind} {err.reason}", file=file, hint=err.hint) from None
     except OSError as err:
         raise RuleError(f"cannot read {kind}: {err.strerror or err}", file=file) from None
-    if size > MAX_DOCUMENT_BYTES:
-        raise UnsafeRuleError(
-            f"{kind} is {size} bytes, over the {MAX_DOCUMENT_BYTES} byte limit", file=file
-        )
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise RuleError(f"cannot read {kind}: {err}", file=file) from None
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise RuleError(f"cannot read {kind}: not UTF-8 text ({err.reason} at byte {err.start})",
+                        file=file) from None
     return load_yaml_text(text, file, kind)
 
 
@@ -140,10 +141,17 @@ def load_yaml_text(text: str, file: str, kind: str = "rule file") -> Any:
     """Parse ``text`` (named ``file`` in errors) with the safe, line-recording loader."""
     if len(text.encode("utf-8")) > MAX_DOCUMENT_BYTES:
         raise UnsafeRuleError(f"{kind} is over the {MAX_DOCUMENT_BYTES} byte limit", file=file)
+    try:
+        loader = _Loader(text)  # its reader refuses NUL and other control characters right away
+    except yaml.reader.ReaderError as err:
+        line = text.count("\n", 0, err.position) + 1
+        char = f"U+{err.character:04X}" if isinstance(err.character, int) else repr(err.character)
+        raise RuleError(f"invalid YAML: character {char} is not allowed in a {kind}",
+                        file=file, line=line, hint="YAML text holds no NUL or other control characters") from None
     fast = _load_fast(text)
     if fast is not None:
+        loader.dispose()
         return fast
-    loader = _Loader(text)
     try:
         documents = []
         while loader.check_data():
@@ -166,6 +174,9 @@ def load_yaml_text(text: str, file: str, kind: str = "rule file") -> Any:
         raise RuleError(f"invalid YAML: {err.problem or err.context}", file=file, line=line) from None
     except (yaml.YAMLError, RecursionError) as err:
         raise RuleError(f"invalid YAML: {type(err).__name__}", file=file) from None
+    except ValueError as err:  # a scalar the constructor cannot build: an integer of 4,300+ digits
+        raise RuleError(f"invalid YAML: a value cannot be read ({str(err).split(';')[0]})", file=file,
+                        hint="numbers in a rule file are short") from None
     finally:
         loader.dispose()
     if len(documents) != 1:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -13,6 +14,26 @@ from analyzer.errors import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, AnalyzerError
 from analyzer.rules.loader import load_pack, resolve_pack_ref, validate_pack
 from analyzer.rules.model import RulePack
 from analyzer.rules.units import format_quantity
+
+
+def default_analyze(
+    path: Path | Sequence[Path], pack: RulePack, sets: Sequence[str], window: str | None,
+    ncu: Sequence[Path] = (),
+) -> Any:
+    """Full analysis via the pipeline (imported when a test runs: listing or validating rules needs
+    none), as ``analyze`` runs it: a multi-GPU job (several rank files, or one report holding several ranks)
+    gives the findings of the job and of every rank. ``sets`` are applied here, ``window`` is passed
+    as the window spec, ``ncu`` exports are joined to the trace."""
+    from analyzer.pipeline import AnalysisOptions, analyze_inputs
+    from analyzer.rules.overrides import apply_overrides
+
+    paths = [path] if isinstance(path, Path) else list(path)
+    options = AnalysisOptions(sets=tuple(sets), window_spec=window, ncu_files=tuple(ncu))
+    outcome = analyze_inputs(paths, options, pack=apply_overrides(pack, sets))
+    if outcome.job is not None:
+        return [*outcome.job.findings, *(f for r in outcome.job.ranks for f in r.findings)]
+    return [f for a in outcome.analyses for f in a.findings]
+
 
 rules_file_option = click.option(
     "--rules",
@@ -135,7 +156,7 @@ def test(names: tuple[str, ...], rules_files: tuple[str, ...], all_rules: bool) 
             click.echo("no rules defined in the named packs (they only extend others: use --all)")
             return
     try:
-        results = run_rule_tests(pack, names)
+        results = run_rule_tests(pack, names, analyze=default_analyze)
     except AnalyzerError as err:
         _fail(err)
         return

@@ -20,6 +20,7 @@ import pandas as pd
 
 from analyzer.errors import ParameterError
 from analyzer.facts._util import factorize_objects
+from analyzer.facts.nvtx_ranges import innermost_open, ranges_only
 from analyzer.loading.columns import narrow_int
 from analyzer.loading.model import Trace
 from analyzer.saferegex import PatternError, UserPattern, compile_glob, compile_regex
@@ -412,8 +413,6 @@ def blocking_syncs(trace: Trace, ranges: pd.DataFrame | None = None,
         kinds = sy["sync_type"].astype(object).fillna("").to_numpy(object)
         keep = (kinds != "stream_wait_event") & ~known
         if keep.any():
-            from analyzer.facts.nvtx import innermost_open, ranges_only
-
             rest = sy.loc[keep]
             rg = ranges_only(trace.nvtx if ranges is None else ranges).reset_index(drop=True)
             pos = innermost_open(rg, rest["tid"].fillna(-1).to_numpy(np.int64), rest["start"].to_numpy(np.int64))

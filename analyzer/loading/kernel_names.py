@@ -1,0 +1,102 @@
+"""A kernel's own function name, apart from its template arguments and parameter list: the one place that
+splits a kernel name (the demangled C++ name nsys and torch.profiler record, or an Itanium-mangled one
+where the profiler did not demangle, as on ROCm).
+
+``void tcnn::kernel_mlp_fused<(tcnn::Activation)0, __half, 64>(tcnn::Activation, ...)`` is the function
+``tcnn::kernel_mlp_fused`` with the template arguments ``(tcnn::Activation)0, __half, 64``: what a kernel
+*is* is in the first, the second only says how it was instantiated (a fused MLP is not an activation
+kernel because one of its arguments names the activation it applies).
+"""
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+#: anonymous namespaces as nsys, torch.profiler and ncu spell them (ncu's CSV drops the ``<`` of ``<unnamed>``)
+_ANON = re.compile(r"\((?:anonymous|anon) namespace\)::|<?\bunnamed>::")
+_MANGLED = re.compile(r"^_Z(?:N(?:[rVKO]+)?)?")
+
+
+@lru_cache(maxsize=65536)
+def split_kernel_name(name: str) -> tuple[str, str]:
+    """``(function, template arguments)`` of a kernel name: the qualified function name without return
+    type, template argument lists or parameter list (``at::native::vectorized_elementwise_kernel``), and
+    the text of its template argument lists joined by ``", "`` (``""`` when it has none). A name that is
+    not C++ (``triton_poi_fused_add_0``, ``nvjet_...``) is its own function name."""
+    s = str(name).strip()
+    if s.startswith("_Z"):
+        return _split_mangled(s)
+    s = _ANON.sub("", s)
+    s = _drop_trailing_group(s, "(", ")")  # the parameter list
+    out: list[str] = []
+    args: list[str] = []
+    depth = 0
+    current: list[str] = []
+    for ch in s:
+        if ch == "<":
+            depth += 1
+            if depth == 1:
+                current = []
+                continue
+        elif ch == ">" and depth > 0:
+            depth -= 1
+            if depth == 0:
+                args.append("".join(current).strip())
+                continue
+        if depth == 0:
+            out.append(ch)
+        else:
+            current.append(ch)
+    if depth:  # unbalanced (a truncated name): keep what came before the open list
+        args.append("".join(current).strip())
+    function = "".join(out).strip()
+    # the return type (``void``, ``enable_if<...>::type``) is what precedes the last top-level space
+    if " " in function:
+        function = function.rsplit(" ", 1)[1]
+    return function or s, ", ".join(a for a in args if a)
+
+
+def kernel_function_name(name: str) -> str:
+    """The qualified function name of a kernel (see :func:`split_kernel_name`)."""
+    return split_kernel_name(name)[0]
+
+
+def _drop_trailing_group(s: str, open_ch: str, close_ch: str) -> str:
+    """``s`` without a balanced trailing ``(...)`` group (when it ends with one)."""
+    if not s.endswith(close_ch):
+        return s
+    depth = 0
+    for i in range(len(s) - 1, -1, -1):
+        ch = s[i]
+        if ch == close_ch:
+            depth += 1
+        elif ch == open_ch:
+            depth -= 1
+            if depth == 0:
+                return s[:i].rstrip() if i > 0 else s
+    return s
+
+
+def _split_mangled(s: str) -> tuple[str, str]:
+    """An Itanium-mangled name (``_ZN7ck_tile6kentryI...EEvDpT1_``): the length-prefixed identifiers of
+    its (nested) name up to the template arguments (``I``) joined by ``::``, and the rest as the
+    arguments' (still mangled) text. A name it cannot read is returned whole."""
+    m = _MANGLED.match(s)
+    if m is None:
+        return s, ""
+    i = m.end()
+    parts: list[str] = []
+    while i < len(s) and s[i].isdigit():
+        j = i
+        while j < len(s) and s[j].isdigit():
+            j += 1
+        length = int(s[i:j])
+        if length <= 0 or j + length > len(s):
+            return s, ""
+        parts.append(s[j:j + length])
+        i = j + length
+    if not parts:
+        return s, ""
+    rest = s[i:]
+    args = rest[1:] if rest.startswith("I") else ""
+    return "::".join(parts), args

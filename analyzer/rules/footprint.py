@@ -1,0 +1,144 @@
+"""Where a finding's time lies on the GPU timeline (:class:`analyzer.findings.Footprint`).
+
+The verdict adds findings up as the union of their footprints (:mod:`analyzer.impacts`), so a finding
+needs one that holds its impact on the *GPU* timeline, found from the rows it grouped:
+
+- rows with a time and a ``device`` (kernels, copies, idle gaps): their own intervals (``"rows"``);
+- rows with a time but no device (host calls: synchronizations, allocations): the GPU idle gaps
+  those calls overlap, on the finding's device or on every device (``"host"``): a synchronization
+  costs the GPU the idle time around it, not the time the host spent inside the call;
+- rows without a time (one row per kernel name or per device: occupancy, GPU metrics): the GPU time
+  of the finding's scope: the executions of its kernel, else its device's (or every device's) busy
+  time (``"scope"``).
+
+Intervals are clipped to the analysis window and merged per device. A footprint holds at most
+:data:`MAX_INTERVALS` intervals: past that the shortest spaces between them are closed (a
+10-million-kernel rule keeps a bounded footprint; its length then overstates the covered time by the
+closed spaces, which lowers the finding's density, never its impact).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+import numpy as np
+import pandas as pd
+
+from analyzer.analysis import Window
+from analyzer.findings import Footprint, Scope
+
+MAX_INTERVALS = 200_000
+
+
+def footprint(rows: pd.DataFrame, positions: np.ndarray, scope: Scope, window: Window,
+              fact: Callable[[str], pd.DataFrame]) -> Footprint | None:
+    """The footprint of the finding that grouped ``rows.iloc[positions]`` (None: not found: a fact it
+    needs is missing on this input)."""
+    try:
+        times = _times(rows, positions)
+        if times is not None and "device" in rows.columns:
+            device = pd.to_numeric(rows["device"].iloc[positions], errors="coerce").fillna(-1).to_numpy("int64")
+            return _build(device, *times, window, "rows")
+        if times is not None:
+            return _host(times, scope, window, fact)
+        return _scope(scope, window, fact)
+    except Exception:  # noqa: BLE001 - a fact this input lacks (a job's cross-rank store, ncu alone): unknown
+        return None
+
+
+def _times(rows: pd.DataFrame, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    if "start" not in rows.columns:
+        return None
+    start = pd.to_numeric(rows["start"].iloc[positions], errors="coerce").to_numpy(float)
+    if "end" in rows.columns:
+        end = pd.to_numeric(rows["end"].iloc[positions], errors="coerce").to_numpy(float)
+    elif "duration" in rows.columns:
+        end = start + pd.to_numeric(rows["duration"].iloc[positions], errors="coerce").to_numpy(float)
+    else:
+        return None
+    return start, end
+
+
+def _host(times: tuple[np.ndarray, np.ndarray], scope: Scope, window: Window,
+          fact: Callable[[str], pd.DataFrame]) -> Footprint:
+    """The GPU idle gaps that overlap the host intervals ``times``."""
+    gaps = fact("gpu_gaps")
+    if scope.device is not None:
+        gaps = gaps[gaps["device"] == scope.device]
+    h_start, h_end = _merge(*times)
+    g_start = gaps["start"].to_numpy(float)
+    g_end = gaps["end"].to_numpy(float)
+    if len(h_start) and len(g_start):
+        # a gap overlaps a host interval when the first host interval ending after the gap's start
+        # starts before the gap's end
+        idx = np.searchsorted(h_end, g_start, side="right")
+        ok = idx < len(h_end)
+        hit = np.zeros(len(g_start), dtype=bool)
+        hit[ok] = h_start[idx[ok]] < g_end[ok]
+    else:
+        hit = np.zeros(len(g_start), dtype=bool)
+    device = gaps["device"].to_numpy("int64")[hit]
+    return _build(device, g_start[hit], g_end[hit], window, "host")
+
+
+def _scope(scope: Scope, window: Window, fact: Callable[[str], pd.DataFrame]) -> Footprint:
+    """The GPU time of a finding whose rows carry no time: its kernel's executions, else busy time."""
+    if scope.kernel is not None:
+        kernels = fact("kernel_categories")
+        mask = (kernels["name"].astype(str) == scope.kernel).to_numpy()
+        if "short_name" in kernels.columns and not mask.any():
+            mask = (kernels["short_name"].astype(str) == scope.kernel).to_numpy()
+        if scope.device is not None:
+            mask &= (kernels["device"] == scope.device).to_numpy()
+        k = kernels[mask]
+        return _build(k["device"].to_numpy("int64"), k["start"].to_numpy(float), k["end"].to_numpy(float),
+                      window, "scope")
+    busy = fact("gpu_busy")
+    if scope.device is not None:
+        busy = busy[busy["device"] == scope.device]
+    return _build(busy["device"].to_numpy("int64"), busy["start"].to_numpy(float), busy["end"].to_numpy(float),
+                  window, "scope")
+
+
+def _merge(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted, disjoint intervals covering the input."""
+    ok = np.isfinite(start) & np.isfinite(end) & (end > start)
+    start, end = start[ok], end[ok]
+    if len(start) == 0:
+        return start, end
+    order = np.argsort(start, kind="stable")
+    start, end = start[order], end[order]
+    reach = np.maximum.accumulate(end)
+    new = np.r_[True, start[1:] > reach[:-1]]
+    return start[new], np.maximum.reduceat(reach, np.flatnonzero(new))
+
+
+def _build(device: np.ndarray, start: np.ndarray, end: np.ndarray, window: Window, source: str) -> Footprint:
+    start = np.clip(np.asarray(start, float), window.start_ns, window.end_ns)
+    end = np.clip(np.asarray(end, float), window.start_ns, window.end_ns)
+    devices: list[np.ndarray] = []
+    starts: list[np.ndarray] = []
+    ends: list[np.ndarray] = []
+    device = np.asarray(device, dtype="int64")
+    for dev in np.unique(device):
+        mine = device == dev
+        s, e = _merge(start[mine], end[mine])
+        if len(s) > MAX_INTERVALS:
+            s, e = _coarsen(s, e, MAX_INTERVALS)
+        devices.append(np.full(len(s), dev, dtype="int64"))
+        starts.append(s)
+        ends.append(e)
+    if not starts:
+        empty = np.zeros(0, dtype="int64")
+        return Footprint(empty, empty, empty, source)
+    return Footprint(np.concatenate(devices), np.rint(np.concatenate(starts)).astype("int64"),
+                     np.rint(np.concatenate(ends)).astype("int64"), source)
+
+
+def _coarsen(start: np.ndarray, end: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:
+    """At most ``limit`` intervals: the shortest spaces between consecutive intervals are closed."""
+    space = start[1:] - end[:-1]
+    keep = np.zeros(len(space), dtype=bool)
+    keep[np.argsort(space, kind="stable")[len(space) - (limit - 1):]] = True  # the longest spaces stay open
+    new = np.r_[True, keep]
+    firsts = np.flatnonzero(new)
+    return start[firsts], np.maximum.reduceat(end, firsts)
+

@@ -1,0 +1,36 @@
+"""Values that are not finite or out of range are refused by the validators with one line, exit 2
+(issue 33): ``--timeout 1e300`` printed a watchdog traceback and enforced nothing, ``nan`` and ``inf``
+passed click's FloatRange."""
+from __future__ import annotations
+
+import pytest
+
+from analyzer.cli import main
+from analyzer.errors import ParameterError
+from analyzer.testing import real_trace
+from analyzer.watchdog import Watchdog
+
+
+@pytest.mark.parametrize("argv", [["--timeout", "1e300"], ["--timeout", "nan"], ["--timeout", "inf"],
+                                  ["--timeout", "-1"], ["--timeout", "1e6"], ["--accepted-growth", "nan"],
+                                  ["--accepted-growth", "inf"]])
+def test_non_finite_or_out_of_range_options_are_one_line(argv, tmp_path, capsys):
+    rc = main([str(real_trace("healthy")), "-q", "-o", str(tmp_path / "r.md"), *argv])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and err[0].startswith("error: ") and "finite number" in err[0], err
+    assert not (tmp_path / "r.md").exists()
+
+
+def test_timeout_from_the_environment_is_checked_too(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("ANALYZER_TIMEOUT", "inf")
+    assert main([str(real_trace("healthy")), "-q", "-o", str(tmp_path / "r.md")]) == 2
+    assert "finite number" in capsys.readouterr().err
+    monkeypatch.setenv("ANALYZER_TIMEOUT", "600")
+    assert main([str(real_trace("healthy")), "-q", "-o", str(tmp_path / "r.md")]) in (0, 1)
+
+
+@pytest.mark.parametrize("seconds", [float("inf"), float("nan"), 1e300])
+def test_watchdog_refuses_what_it_cannot_wait_for(seconds):
+    """Library callers (AnalysisOptions(timeout=...)) reach the watchdog without the CLI's check."""
+    with pytest.raises(ParameterError, match="not a finite number of seconds"):
+        Watchdog(seconds, "x")

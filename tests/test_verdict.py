@@ -1,0 +1,183 @@
+"""The verdict on real traces: its total is the union of the problems' time (never double-counted), its
+biggest is the first row of the findings table, symptoms are shown as what the causes explain, and
+the numbers agree in the JSON, Markdown and terminal renderings."""
+from __future__ import annotations
+
+import html
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from analyzer.impacts import is_problem, report_order
+from analyzer.pipeline import AnalysisOptions, analyze_paths
+from analyzer.reports import build_report, render
+from analyzer.reports.summary import summary_text
+
+DATA = Path(__file__).resolve().parent / "data"
+# a data-loading gap per step; host syncs + fp32 GEMMs + tiny kernels; allocation churn whose gaps are
+# also idle gaps (two causes on the same time); a launch-bound loop
+TRACES = ("dataloader_starved", "host_sync", "alloc_churn", "tiny_kernels")
+
+
+@pytest.fixture(scope="module", params=TRACES)
+def case(request):
+    analysis = analyze_paths([DATA / f"{request.param}.sqlite.xz"], AnalysisOptions())[0]
+    return analysis, build_report([analysis])
+
+
+def _union_by_sweep(findings) -> float:
+    """The union of the findings' time, computed independently of analyzer.impacts: a sweep over the
+    footprints' edges keeping the densities of the findings open at each point (the largest counts),
+    plus the impact no footprint holds."""
+    events: dict[int, list[tuple[int, int, float]]] = {}
+    unplaced = 0.0
+    for i, f in enumerate(findings):
+        fp = f.footprint
+        length = fp.length_ns if fp is not None else 0
+        if length <= 0:
+            unplaced += f.impact_ns
+            continue
+        density = min(1.0, f.impact_ns / length)
+        unplaced += max(0, f.impact_ns - length)
+        for d, s, e in zip(fp.device.tolist(), fp.start.tolist(), fp.end.tolist()):
+            events.setdefault(d, []).extend([(s, 1, i, density), (e, -1, i, density)])
+    total = 0.0
+    for evs in events.values():
+        evs.sort()
+        open_: dict[int, float] = {}
+        last = None
+        for t, kind, i, density in evs:
+            if last is not None and open_:
+                total += (t - last) * max(open_.values())
+            if kind > 0:
+                open_[i] = density
+            else:
+                open_.pop(i, None)
+            last = t
+    return total + unplaced
+
+
+def test_total_is_the_union_of_the_problems_time(case):
+    analysis, report = case
+    h = report.traces[0].header
+    problems = [f for f in analysis.findings if is_problem(f) and f.impact_ns is not None]
+    assert problems and all(f.footprint is not None and len(f.footprint) for f in problems)
+    assert h.problem_impact_ns == pytest.approx(_union_by_sweep(problems), abs=len(problems))
+    assert max(f.impact_ns for f in problems) <= h.problem_impact_ns <= sum(f.impact_ns for f in problems)
+    assert h.problem_impact_sum_ns == sum(f.impact_ns for f in problems)
+    assert h.problem_impact_ns <= h.analyzed_ns  # one GPU: never more than the window
+    views = [f for f in report.traces[0].findings if f.adds_ns is not None]
+    assert sum(f.adds_ns for f in views) == h.problem_impact_ns
+
+
+def test_allocation_churn_counts_the_shared_idle_time_once():
+    """alloc_churn's allocation calls sit inside its idle gaps: both findings name the same time."""
+    report = build_report(analyze_paths([DATA / "alloc_churn.sqlite.xz"], AnalysisOptions()))
+    h = report.traces[0].header
+    by_rule = {f.rule: f for f in report.traces[0].findings}
+    gaps, alloc = by_rule["gpu-idle-gaps"], by_rule["alloc-in-loop"]
+    assert h.problem_impact_sum_ns - h.problem_impact_ns >= 0.9 * min(gaps.impact_ns, alloc.impact_ns)
+    assert "time they share, counted once" in h.tally
+
+
+def test_biggest_is_the_first_row_and_symptoms_follow_the_causes(case):
+    analysis, report = case
+    section = report.traces[0]
+    first = section.findings[0]
+    assert first.rule == report_order(analysis.findings)[0].rule and first.kind == "cause"
+    assert first.impact_ns == max(f.impact_ns or 0 for f in section.findings if f.kind == "cause")
+    verdict = section.header.verdict
+    lead = next(f for f in analysis.findings if f.key == first.key).headline
+    assert verdict.startswith(lead + ". ") if lead else f"biggest: {first.title}" in verdict
+    kinds = [f.kind for f in section.findings if f.severity != "info"]
+    assert kinds == sorted(kinds)  # "cause" < "symptom": every symptom after every cause
+    for f in section.findings:
+        if f.kind == "symptom":
+            assert f.adds_ns is None and f.explained
+            assert f.explained in verdict
+
+
+def test_low_utilization_is_a_symptom_explained_by_the_data_loading_gaps():
+    report = build_report(analyze_paths([DATA / "dataloader_starved.sqlite.xz"], AnalysisOptions()))
+    section = report.traces[0]
+    low = next(f for f in section.findings if f.rule == "low-gpu-utilization")
+    assert low.kind == "symptom" and low.rank == len([f for f in section.findings if f.kind == "cause"
+                                                     and f.severity != "info"]) + 1
+    explained = low.record["explained"]
+    assert explained["by"][0]["rule"] == "gpu-idle-gaps"
+    assert explained["explained_ns"] + explained["unexplained_ns"] == low.impact_ns
+    assert section.header.verdict.startswith("host-bound: GPU 0 sat idle 54.1% of the time")
+    assert "load_batch" in section.header.verdict
+
+
+def _md_unescape(text: str) -> str:
+    return html.unescape(re.sub(r"\\(.)", r"\1", text))
+
+
+def test_numbers_agree_across_formats(case):
+    analysis, report = case
+    doc = json.loads(render(report, "json"))
+    md = render(report, "md")
+    term = summary_text(report, width=400)
+    trace = doc["traces"][0]
+    verdict = trace["summary"]["verdict"]
+    # the same verdict in every format (Markdown escapes it, the terminal prints it as it is)
+    md_verdict = re.search(r"^\*\*Verdict:\*\* (.*)$", md, re.M).group(1)
+    assert _md_unescape(md_verdict) == verdict
+    assert f"  verdict: {verdict}" in term.splitlines()
+    # its total and share are the summary's numbers
+    total = trace["summary"]["problem_impact_ns"]
+    m = re.search(r"worth ([\d.,]+) ms \(([\d.]+)% of the analyzed time", verdict)
+    assert float(m.group(1).replace(",", "")) == pytest.approx(total / 1e6, rel=0.006)
+    assert float(m.group(2)) == pytest.approx(100 * total / trace["window"]["duration_ns"], abs=0.051)
+    assert float(m.group(2)) <= 100.0
+    # every finding's impact: JSON, the Markdown table and the terminal line
+    rows = re.findall(r"^\| (\d+) \| [^|]+\| (\S+) (\S+) \| ([\d.,—]+) \| ([\d.]+%|—) \|", md, re.M)
+    assert len(rows) == len(trace["findings"])
+    lines = {ln.split()[1]: ln for ln in term.splitlines() if re.match(r"^  [WEis] ", ln)}
+    for f, (rank, fid, rule, ms, pct) in zip(trace["findings"], rows):
+        assert fid == f["id"] and _md_unescape(rule) == f["rule"]
+        if f["impact_ns"] is None:
+            assert ms == "—"
+            continue
+        assert float(ms.replace(",", "")) == pytest.approx(f["impact_ns"] / 1e6, abs=0.051)
+        assert float(pct.rstrip("%")) == pytest.approx(f["impact_pct"], abs=0.051) and f["impact_pct"] <= 100
+        assert f"{float(pct.rstrip('%')):.1f}%" in lines[f["id"]]
+    # the symptom's explanation: the same parts in the JSON record and in the verdict
+    for f in trace["findings"]:
+        if f["kind"] == "symptom":
+            for part in f["explained"]["by"]:
+                share = 100 * part["ns"] / trace["window"]["duration_ns"]
+                if f"{share:.1f}" != "0.0":  # parts under 0.05% of the window are not listed
+                    assert f"{part['rule']} ({share:.1f}%)" in verdict
+
+
+def test_markdown_verdict_and_symptom_rows_render_as_text(case):
+    """What the verdict and the symptom rows take from the trace (NVTX names, code locations in
+    backticks) renders as plain text: no code span, emphasis or link appears in the rendered HTML."""
+    markdown_it = pytest.importorskip("markdown_it")
+    _, report = case
+    md = render(report, "md")
+    verdict_line = next(ln for ln in md.splitlines() if ln.startswith("**Verdict:**"))
+    rendered = markdown_it.MarkdownIt("commonmark").enable("table").render(verdict_line)
+    assert rendered.count("<strong>") == 1 and "<code>" not in rendered and "<em>" not in rendered
+    assert "<a " not in rendered
+    lines = md.splitlines()
+    first = lines.index("| # | Severity | Rule | Impact (ms) | % of window | Finding |")
+    last = next(i for i in range(first, len(lines)) if not lines[i].startswith("|"))
+    table = "\n".join(lines[first:last])
+    rendered = markdown_it.MarkdownIt("commonmark").enable("table").render(table)
+    assert rendered.count("<tr>") == len(report.traces[0].findings) + 1  # every row stays one table row
+    assert "<code>" not in rendered
+
+
+def test_readme_shows_the_demo_report_as_the_code_writes_it():
+    """The README's Markdown excerpt is the opening of the demo trace's report, as the reference reports
+    hold it (tests/test_reference_reports.py checks those against the code)."""
+    readme = (DATA.parents[1] / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"```markdown\n(.*?)\n```", readme, re.S).group(1)
+    reference = (DATA / "reference-reports" / "dataloader_starved.md").read_text(encoding="utf-8")
+    assert reference.startswith(block + "\n"), ("README's excerpt differs from the demo report: copy the "
+                                                 "opening of tests/data/reference-reports/dataloader_starved.md")
