@@ -119,6 +119,8 @@ SEGMENT_COLUMNS = {
               "why unknown",
     "duration": "end - start (ns)",
     "nvtx_path": "NVTX path of the launching thread's innermost range ('' none)",
+    "range_key": "nvtx_path with enumerated components made generic (step_12/load_batch -> "
+                 "step_N/load_batch): the breakdown's range key",
     "step": "step the segment's start lies in ('' outside every step or without steps)",
     "host_tid": "feeding thread of an idle segment (-1 for busy time or unknown)",
     "host_activity": "for the longest host_work segments: the feeding thread's CPU samples and OS-runtime "
@@ -443,9 +445,20 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
     seg["detail"] = lab[seg.pop("_detail").to_numpy()]
     seg["step"] = _step_names(ctx, seg)
     seg["nvtx_path"] = seg["nvtx_path"].fillna("").astype(object)
+    seg["range_key"] = _generic_keys(seg["nvtx_path"].to_numpy(object))
     seg["duration"] = seg["end"] - seg["start"]
     seg["host_activity"] = _host_activity(ctx, seg)
     return seg[list(SEGMENT_COLUMNS)]
+
+
+def _generic_keys(paths: np.ndarray) -> np.ndarray:
+    """Each NVTX path with enumerated components made generic (``step_12/load_batch`` ->
+    ``step_N/load_batch``: the same code every step), computed once per distinct path."""
+    codes, uniques = pd.factorize(paths)
+    if not len(uniques):
+        return np.empty(0, dtype=object)
+    generic = generic_paths(str(x) for x in uniques)
+    return np.array([generic[str(x)] for x in uniques], dtype=object)[codes]
 
 
 #: host-work segments shorter than this get no host_activity; at most this many (the longest) get one
@@ -667,11 +680,7 @@ def timeline_breakdown(ctx: FactContext) -> pd.DataFrame:
     base = pd.DataFrame({"device": seg["device"].to_numpy(dtype=np.int64), "cause": seg["cause"].to_numpy(object),
                          "detail": seg["detail"].to_numpy(object), "duration_ns": dur})
     window = base.assign(scope="window", key="")
-    # ranges by their generic path: step_12/load_batch -> step_N/load_batch (the same code every step)
-    path_codes, paths = pd.factorize(seg["nvtx_path"].to_numpy(object))
-    generic = generic_paths(str(x) for x in paths)
-    ranges = base.assign(scope="range", key=np.array([generic[str(x)] for x in paths], dtype=object)[path_codes]
-                         if len(paths) else np.empty(0, dtype=object))
+    ranges = base.assign(scope="range", key=seg["range_key"].to_numpy(object))
     parts = [window, ranges]
     steps = ctx.get("steps")
     if not steps.empty:
@@ -706,3 +715,27 @@ def timeline_breakdown(ctx: FactContext) -> pd.DataFrame:
     for c in ("duration_ns", "segments", "key_cause_ns"):
         out[c] = out[c].astype(np.int64)
     return out[list(BREAKDOWN_COLUMNS)].reset_index(drop=True)
+
+
+def breakdown_row_segments(rows: pd.DataFrame, segments: pd.DataFrame) -> pd.DataFrame:
+    """The segments (rows of ``timeline_segments``) that ``rows`` of ``timeline_breakdown`` sum: those of
+    the same device, cause and detail, and of the same step (``step`` rows) or range (``range`` rows).
+    Where a finding's time lies on the GPU timeline when it is read from the breakdown."""
+    if rows.empty or segments.empty:
+        return segments.iloc[0:0]
+    parts = []
+    for scope, key_column in (("window", None), ("step", "step"), ("range", "range_key")):
+        mine = rows.loc[rows["scope"].to_numpy(object) == scope]
+        if mine.empty:
+            continue
+        on = ["device", "cause", "detail"] + ([key_column] if key_column else [])
+        want = pd.DataFrame({"device": mine["device"].to_numpy(np.int64), "cause": mine["cause"].to_numpy(object),
+                             "detail": mine["detail"].to_numpy(object)})
+        if key_column:
+            want[key_column] = mine["key"].to_numpy(object)
+        want = want.drop_duplicates()
+        have = segments[on].astype({"device": np.int64}).reset_index()
+        hit = have.merge(want, on=on, how="inner")["index"].to_numpy()
+        parts.append(hit)
+    pos = np.unique(np.concatenate(parts)) if parts else np.empty(0, dtype=np.int64)
+    return segments.loc[pos]

@@ -7,6 +7,9 @@ needs one that holds its impact on the *GPU* timeline, found from the rows it gr
 - rows with a time but no device (host calls: synchronizations, allocations): the GPU idle gaps
   those calls overlap, on the finding's device or on every device (``"host"``): a synchronization
   costs the GPU the idle time around it, not the time the host spent inside the call;
+- rows of the timeline breakdown (time per cause, summed per window, step or NVTX range): the
+  segments of the GPU timeline they sum (``"breakdown"``: launch-bound idle time lies between the
+  kernels, exposed copies where no kernel runs);
 - rows without a time (one row per kernel name or per device: occupancy, GPU metrics): the GPU time
   of the finding's scope: the executions of its kernel, else its device's (or every device's) busy
   time (``"scope"``).
@@ -39,6 +42,8 @@ def footprint(rows: pd.DataFrame, positions: np.ndarray, scope: Scope, window: W
             return _build(device, *times, window, "rows")
         if times is not None:
             return _host(times, scope, window, fact)
+        if BREAKDOWN_KEYS <= set(rows.columns):
+            return _breakdown(rows.iloc[positions], window, fact)
         return _scope(scope, window, fact)
     except Exception:  # noqa: BLE001 - a fact this input lacks (a job's cross-rank store, ncu alone): unknown
         return None
@@ -55,6 +60,19 @@ def _times(rows: pd.DataFrame, positions: np.ndarray) -> tuple[np.ndarray, np.nd
     else:
         return None
     return start, end
+
+
+#: the columns that make a row one of the timeline breakdown's (analyzer.facts.breakdown)
+BREAKDOWN_KEYS = frozenset({"device", "scope", "key", "cause", "detail", "duration_ns"})
+
+
+def _breakdown(rows: pd.DataFrame, window: Window, fact: Callable[[str], pd.DataFrame]) -> Footprint:
+    """The timeline segments the breakdown rows ``rows`` sum."""
+    from analyzer.facts.breakdown import breakdown_row_segments
+
+    seg = breakdown_row_segments(rows, fact("timeline_segments"))
+    return _build(seg["device"].to_numpy("int64"), seg["start"].to_numpy(float), seg["end"].to_numpy(float),
+                  window, "breakdown")
 
 
 def _host(times: tuple[np.ndarray, np.ndarray], scope: Scope, window: Window,
