@@ -48,17 +48,19 @@ class StepSpans:
     ``source`` ``"nvtx"``: the user's repeated NVTX step ranges (``range_ids`` are their NVTX row ids,
     so the GPU work each one launched is known by attribution); ``"periodic"``: no usable NVTX, the
     GPU op sequence repeats every ``period`` ops and each span is one period (from the start of its
-    first op to the start of the next period's first op). The ``steps`` fact turns them into per-step
-    durations.
+    first op to the start of the next period's first op); ``"annotation"``: a program annotation that
+    occurs once per iteration without enclosing it marks them, each span from one instance's start to the
+    next (``range_ids``: the instances, ``period``: the usual GPU ops per iteration). The ``steps`` fact
+    turns them into per-step durations.
     """
 
-    source: str  # "nvtx" | "periodic"
+    source: str  # "nvtx" | "periodic" | "annotation"
     description: str  # e.g. "12 NVTX steps step_0..step_11" or "GPU op sequence period of 40 ops"
     names: tuple[str, ...]
     starts: tuple[int, ...]
     ends: tuple[int, ...]
     range_ids: tuple[int, ...] = ()  # NVTX row ids ("nvtx" only)
-    period: int = 0  # ops per period ("periodic" only)
+    period: int = 0  # ops per period ("periodic"; "annotation": the usual ops per iteration)
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -100,7 +102,7 @@ class FactSource(Protocol):
 REPORT_FACTS: frozenset[str] = frozenset({
     "gpu_busy", "utilization", "gpu_gaps", "gpu_ops", "category_summary", "top_kernels", "nvtx_projection",
     "nvtx_instances", "phases", "steps", "copy_throughput", "code_locations", "sm_activity", "energy",
-    "energy_steps",
+    "energy_steps", "timeline_breakdown",
 })
 
 

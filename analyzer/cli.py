@@ -20,7 +20,7 @@ from typing import Any
 
 import click
 
-from analyzer import __version__
+from analyzer._version import __version__
 from analyzer._paths import trace_stem
 from analyzer.config.cli import ConfigGroup
 from analyzer.config.options import MAX_TIMEOUT_SECONDS, FiniteFloat, accepted_options, pack_options, rule_settings
@@ -134,9 +134,10 @@ def run_cmd(
     """Analyze TRACE... (nsys .sqlite / .nsys-rep, torch.profiler .json / .json.gz, or a directory of
     them such as one trace per rank; ncu files among them are joined to the traces; ncu files alone
     give a kernel report)."""
+    from analyzer.api import run as run_analysis
     from analyzer.findings import Severity
-    from analyzer.pipeline import AnalysisOptions, analyze_inputs
-    from analyzer.reports import build_report, render
+    from analyzer.reports import render
+    from analyzer.trace_analysis import AnalysisOptions
 
     fmt = fmt or _format_from_output(output)
     if output is not None and str(output) != "-":
@@ -162,8 +163,8 @@ def run_cmd(
         scheduler = "local"
     if scheduler is not None and scheduler.strip().lower() == "none":
         scheduler = None
-    outcome = analyze_inputs(list(traces), options, job=job, scheduler=scheduler, workers=workers,
-                             progress=progress)
+    result = run_analysis(list(traces), options, job=job, scheduler=scheduler, workers=workers, progress=progress)
+    outcome = result.outcome
     recorded = None
     if write_accepted is not None:
         recorded = _record_accepted(write_accepted, outcome, previous)
@@ -172,14 +173,10 @@ def run_cmd(
     from analyzer.watchdog import Watchdog
 
     with Watchdog(timeout, str(traces[0])), stage("building the report"):
-        if outcome.job is not None:
-            from analyzer.reports.jobview import build_job_report
-
-            report = build_job_report(outcome.job)
-        else:
-            if len(outcome.analyses or ()) > 1 and outcome.reason and not quiet and job is not False:
-                click.echo(f"note: analyzed separately, not as one multi-GPU job: {outcome.reason}", err=True)
-            report = build_report(outcome.analyses)
+        if outcome.job is None and len(outcome.analyses or ()) > 1 and outcome.reason and not quiet \
+                and job is not False:
+            click.echo(f"note: analyzed separately, not as one multi-GPU job: {outcome.reason}", err=True)
+        report = result.report()
         text = render(report, fmt)  # type: ignore[arg-type]
     target = output or Path("reports") / f"{trace_stem(traces[0]) or 'report'}{'-and-more' if len(traces) > 1 else ''}.{fmt}"
     if str(target) == "-":

@@ -104,6 +104,11 @@ def load_ncu_paths(ncu_paths: Sequence[Path]) -> Any:
         return load_ncu(list(ncu_paths)) if ncu_paths else None
 
 
+def natural_key(name: str) -> list[Any]:
+    """Sort key comparing numbers as numbers (``rank2`` before ``rank10``)."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+
+
 def trace_files_in(folder: Path) -> tuple[list[Path], list[Path]]:
     """The trace files (by content) and the Nsight Compute exports directly inside ``folder``, in natural
     name order (numbers compared as numbers: ``rank2`` before ``rank10``). Other files (logs, images,
@@ -113,7 +118,7 @@ def trace_files_in(folder: Path) -> tuple[list[Path], list[Path]]:
 
     traces: list[Path] = []
     ncu: list[Path] = []
-    for p in sorted(folder.iterdir(), key=lambda q: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", q.name)]):
+    for p in sorted(folder.iterdir(), key=lambda q: natural_key(q.name)):
         if not p.is_file() or p.name.startswith("."):
             continue
         if detect_ncu(p) is not None:

@@ -180,7 +180,7 @@ def _evaluate(pack: Any, store: Any, *, keep: Iterable[str] | None = None) -> li
         try:
             threads = fact_threads() if keep is not None else 1
             if keep is not None:  # the scalars, then each rule in order (the engine says when one is done)
-                store.plan_reads([SCALAR_FACTS, *(rule.requires for rule in pack.rules)], keep=keep)
+                store.plan_reads([SCALAR_FACTS, *(rule.reads for rule in pack.rules)], keep=keep)
                 if threads > 1:
                     store.start_prefetch()
             scalars = trace_scalars(store)

@@ -30,7 +30,9 @@ setup; calling that idle GPU time cries wolf. So rules look at a window, chosen 
    at the change point that best splits "does not repeat" from "repeats" (fewest matches before plus
    fewest mismatches after, one cumulative sum). Because ``label[i]`` is compared with the op one
    period earlier, the first steady iteration is also left out, as in 1. At least 3 periods must
-   remain, with >= 60 % of ops repeating.
+   remain, with >= 60 % of ops repeating. When no candidate repeats, the spacings of the rarest labels
+   of the second half are tried (a capture ending inside an iteration ends on ops that recur many
+   times per iteration, whose last occurrences all lie in the last iteration).
 3. Otherwise the whole GPU activity span (first op start to last op end), judged as one pass: a capture
    without repeated GPU work (model loading, one serving step, a single forward) has no steady state and
    no setup to leave out, and rules about what a loop repeats do not apply to it (the window's
@@ -73,6 +75,9 @@ KNOWN_STEP_STEMS = frozenset({
 MIN_GENERIC_REPEATS = 3
 MIN_GENERIC_COVERAGE = 0.3
 MIN_PERIODIC_MATCH = 0.6
+#: fewer GPU ops than this cannot hold a loop (3 iterations of 2 ops): a capture of setup only (model
+#: loading: thousands of allocations and one kernel)
+MIN_LOOP_OPS = 6
 _TIME_SPEC = re.compile(r"^\s*(?P<a>[0-9]*\.?[0-9]+\s*(ns|us|ms|s))?\s*:\s*(?P<b>[0-9]*\.?[0-9]+\s*(ns|us|ms|s))?\s*$")
 _UNITS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 _STEM = re.compile(r"^(?P<stem>.*?)[\s_\-#:.]*(?P<num>\d+)$")
@@ -102,7 +107,7 @@ def _with_steps_inside(window: Window, trace: Trace, ops: pd.DataFrame, exclude:
     """``window`` with the automatically detected iterations that lie inside it."""
     if not len(ops):
         return window
-    found = _nvtx_steps(trace, ops, exclude)
+    found = _nvtx_steps(trace, ops, exclude) or _annotation_marks(trace, ops, exclude)
     steps = found[3] if found is not None else None
     if steps is None:
         periodic = _periodic(trace, ops, exclude)
@@ -291,6 +296,10 @@ def _auto(trace: Trace, ops: pd.DataFrame, first: int, last: int, exclude: tuple
     if steps is not None:
         start, end, desc, spans = steps
         return Window(start, end, "nvtx", desc, max(0, start - first), steps=spans)
+    marks = _annotation_marks(trace, ops, exclude)
+    if marks is not None:
+        start, end, desc, spans = marks
+        return Window(start, end, "auto", desc, max(0, start - first), steps=spans)
     periodic = _periodic(trace, ops, exclude)
     if periodic is not None:
         start, desc, spans = periodic
@@ -301,8 +310,10 @@ def _auto(trace: Trace, ops: pd.DataFrame, first: int, last: int, exclude: tuple
             start = max(first, opened)
             desc += "; from the start of the program's annotation open there"
         return Window(start, last, "auto", desc, max(0, start - first), steps=spans)
+    what = (f"setup or a single call ({len(ops)} GPU op{'s' if len(ops) != 1 else ''}, too few for a loop)"
+            if len(ops) < MIN_LOOP_OPS else "one pass")
     return Window(first, last, "auto",
-                  "one pass: the whole GPU activity span (no repeated GPU work: no step ranges or annotations "
+                  f"{what}: the whole GPU activity span (no repeated GPU work: no step ranges or annotations "
                   "repeating like iterations, no repeating GPU op sequence)", 0)
 
 
@@ -389,6 +400,72 @@ def _nvtx_steps(
     return start, end, desc, spans
 
 
+def _annotation_marks(
+    trace: Trace, ops: pd.DataFrame, exclude: tuple[str, ...]
+) -> tuple[int, int, str, StepSpans] | None:
+    """Iterations marked by a program annotation that occurs once per iteration without enclosing it
+    (``enumerate(DataLoader)#...``, ``Optimizer.step#SGD.step``, a user's ``record_function("log")``):
+    each iteration runs from one instance's start to the next. A stem qualifies when its instances do
+    not overlap, at least 4 occur, and the GPU work launched between consecutive ones repeats like an
+    iteration: the same number of GPU ops in at least 60% of the intervals, none empty, and the
+    intervals hold at least 30% of the trace's GPU op time. The best is the one whose intervals agree
+    most, then the earliest in the iteration. As for steps, the first interval is left out as warmup."""
+    nv = ranges_only(trace.nvtx)
+    if nv.empty or not len(ops):
+        return None
+    nv = nv.reset_index(drop=True)
+    keep = ~internal_ranges(nv) & ~operator_ranges(nv)
+    if exclude:
+        keep &= ~_excluded(nv, exclude)[1]
+    cand = nv.loc[keep]
+    if cand.empty:
+        return None
+    texts = text(cand["text"])
+    stems = texts.str.extract(_STEM)["stem"].where(lambda x: x.notna() & (x.str.len() > 0), texts)
+    launch = np.sort(_launch_times(ops))
+    order = np.argsort(_launch_times(ops), kind="stable")
+    dur = (ops["end"] - ops["start"]).to_numpy(dtype=np.int64)[order]
+    dur_cum = np.concatenate(([0], np.cumsum(dur)))
+    total = float(dur_cum[-1])
+    best: tuple[float, int, str, np.ndarray, np.ndarray, int] | None = None
+    for stem, rows in cand.groupby(stems.to_numpy(), sort=False):
+        if len(rows) < 4:
+            continue
+        rows = rows.sort_values("start", kind="stable")
+        st = rows["start"].to_numpy(dtype=np.int64)
+        en = rows["end"].to_numpy(dtype=np.int64)
+        if (st[1:] < en[:-1]).any():  # overlapping instances: not once per iteration
+            continue
+        lo = np.searchsorted(launch, st[:-1], side="left")
+        hi = np.searchsorted(launch, st[1:], side="left")
+        count = hi - lo
+        if (count == 0).any() or total <= 0:
+            continue
+        values, freq = np.unique(count, return_counts=True)
+        agree = float(freq.max()) / len(count)
+        if agree < MIN_PERIODIC_MATCH or float((dur_cum[hi] - dur_cum[lo]).sum()) / total < MIN_GENERIC_COVERAGE:
+            continue
+        key = (agree, -int(st[0]))
+        if best is None or key > (best[0], -best[1]):
+            best = (agree, int(st[0]), str(stem), st, rows["range_id"].to_numpy(dtype=np.int64),
+                    int(values[np.argmax(freq)]))
+    if best is None:
+        return None
+    agree, _first, stem, st, ids, per = best
+    starts, ends, ids = st[:-1], st[1:], ids[:-1]
+    skipped = ""
+    if len(starts) >= 4:
+        starts, ends, ids = starts[1:], ends[1:], ids[1:]
+        skipped = ", the first one skipped as warmup"
+    start, end = _span_window(ops, starts, ends)
+    desc = (f"{len(starts)} iterations from one {stem!r} annotation to the next ({per} GPU ops in "
+            f"{agree:.0%} of them{skipped}; no step ranges)")
+    spans = StepSpans("annotation", desc, tuple(f"iteration {i}" for i in range(len(starts))),
+                      tuple(int(v) for v in starts), tuple(int(v) for v in ends),
+                      tuple(int(v) for v in ids), per)
+    return start, end, desc, spans
+
+
 def _program_annotation_open_at(trace: Trace, t: int, exclude: tuple[str, ...]) -> int | None:
     """The earliest start of the program's own annotations (not framework operators, not library ranges,
     not excluded warmup) open at ``t``; None when none is."""
@@ -408,44 +485,27 @@ def _program_annotation_open_at(trace: Trace, t: int, exclude: tuple[str, ...]) 
 def _periodic(trace: Trace, ops: pd.DataFrame, exclude: tuple[str, ...]) -> tuple[int, str, StepSpans] | None:
     codes, uniques = factorize_objects(ops["label"])
     n = len(codes)
-    if n < 6:
+    if n < MIN_LOOP_OPS:
         return None
     # candidate periods: distances from each of the last ops to earlier ops with the same label
     cands: set[int] = set()
     for i in range(n - 1, max(n - 9, -1), -1):  # the last 8 ops only
         prev = np.flatnonzero(codes[:i] == codes[i])[-32:]
         cands.update((i - prev).tolist())
-    # a capture that ends inside an iteration ends on ops that recur many times per iteration (the
-    # same convolution in every block): their last occurrences are all in the last iteration. The
-    # spacing of the rarest labels of the second half (the loss, the optimizer, the batch copy) gives
-    # the iteration length there
-    half = n // 2
-    counts = np.bincount(codes[half:])
-    rare = [int(c) for c in np.argsort(counts, kind="stable") if counts[c] >= 3][:32]
-    spaced: set[int] = set()
-    for lab in rare:
-        spaced.add(int(np.median(np.diff(np.flatnonzero(codes == lab)[-32:]))))
     cands = {p for p in cands if 0 < p <= n // 3}
-    spaced = {p for p in spaced if 0 < p <= n // 3}
-    if not cands and not spaced:
+    found = _steady(codes, sorted(cands)[:64])
+    if found is None:
+        # a capture that ends inside an iteration ends on ops that recur many times per iteration (the
+        # same convolution in every block): their last occurrences are all in the last iteration. The
+        # spacing of the rarest labels of the second half (the loss, the optimizer, the batch copy)
+        # gives the iteration length there
+        counts = np.bincount(codes[n // 2:])
+        rare = [int(c) for c in np.argsort(counts, kind="stable") if counts[c] >= 3][:32]
+        spaced = {int(np.median(np.diff(np.flatnonzero(codes == lab)[-32:]))) for lab in rare}
+        found = _steady(codes, sorted(p for p in spaced if 0 < p <= n // 3))
+    if found is None:
         return None
-    rates = {}
-    for p in sorted(set(sorted(cands)[:64]) | spaced):
-        h = max(p, half)
-        rates[p] = float(np.mean(codes[h:] == codes[h - p: n - p]))
-    best = max(rates.values())
-    if best < MIN_PERIODIC_MATCH:
-        return None
-    period = min(p for p, r in rates.items() if r >= best - 0.05)
-    match = codes[period:] == codes[:-period]
-    cm = np.concatenate(([0], np.cumsum(match)))
-    total = len(match)
-    s = np.arange(total + 1)
-    cost = cm[s] + ((total - s) - (cm[-1] - cm[s]))  # matches before s + mismatches from s on
-    split = int(np.argmin(cost))
-    first_op = split + period
-    if n - first_op < 3 * period or float(np.mean(match[split:])) < MIN_PERIODIC_MATCH:
-        return None
+    period, split, first_op, match = found
     start = int(ops["start"].iat[first_op])
     note = ""
     if exclude and not trace.nvtx.empty:
@@ -465,12 +525,41 @@ def _periodic(trace: Trace, ops: pd.DataFrame, exclude: tuple[str, ...]) -> tupl
     return start, desc, _period_spans(ops, head, iteration, start, what)
 
 
+def _steady(codes: np.ndarray, cands: list[int]) -> tuple[int, int, int, np.ndarray] | None:
+    """The repeating period among ``cands`` (the smallest with a near-best match rate over the second half)
+    and where the repetition starts: ``(period, split, first op of the steady state, matches)``, or None
+    when none repeats well enough for at least 3 periods."""
+    n = len(codes)
+    if not cands:
+        return None
+    half = n // 2
+    rates = {}
+    for p in cands:
+        h = max(p, half)
+        rates[p] = float(np.mean(codes[h:] == codes[h - p: n - p]))
+    best = max(rates.values())
+    if best < MIN_PERIODIC_MATCH:
+        return None
+    period = min(p for p, r in rates.items() if r >= best - 0.05)
+    match = codes[period:] == codes[:-period]
+    cm = np.concatenate(([0], np.cumsum(match)))
+    total = len(match)
+    s = np.arange(total + 1)
+    cost = cm[s] + ((total - s) - (cm[-1] - cm[s]))  # matches before s + mismatches from s on
+    split = int(np.argmin(cost))
+    first_op = split + period
+    if n - first_op < 3 * period or float(np.mean(match[split:])) < MIN_PERIODIC_MATCH:
+        return None
+    return period, split, first_op, match
+
+
 def _iteration(codes: np.ndarray, first_op: int, period: int, rate: float) -> tuple[int, int, int | None]:
     """The loop iteration in ops, which the smallest repeating period often is not: a training step's
     op sequence repeats per layer too (the chooser above may find one layer, 9 ops, in a 234-op
     step). The op label that occurs fewest times in the steady state (the batch's host-to-device copy,
-    the loss, the optimizer) marks iterations: when it recurs at a regular spacing ``L`` (a multiple
-    of ``period``, at least 3 times) and the sequence repeats with ``L`` at least as well as with
+    the loss, the optimizer) marks iterations: when it recurs at a regular spacing ``L`` (longer than
+    ``period``, at least 3 times; not necessarily a multiple of it: an iteration holds its layers plus
+    the embedding, loss and optimizer) and the sequence repeats with ``L`` at least as well as with
     ``period``, the iteration is ``L`` ops starting at that label's first occurrence. Returns
     ``(ops per iteration, index of the first iteration's first op, the marking label's code or None)``."""
     n = len(codes)
@@ -482,10 +571,10 @@ def _iteration(codes: np.ndarray, first_op: int, period: int, rate: float) -> tu
         pos = np.flatnonzero(tail == lab)
         spacing = np.diff(pos)
         size = int(np.median(spacing))
-        if size < period:
-            break  # the rarest label repeats more often than the period: the period is the iteration
+        if size <= period:
+            break  # the rarest label repeats every period: the period is the iteration
         head = first_op + int(pos[0])
-        if size % period or float(np.mean(spacing == size)) < 0.8 or (n - head) // size < 3:
+        if float(np.mean(spacing == size)) < 0.8 or (n - head) // size < 3:
             continue
         h = max(size, head)
         if float(np.mean(codes[h:] == codes[h - size: n - size])) >= rate - 0.02:

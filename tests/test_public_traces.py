@@ -30,13 +30,28 @@ def _analyze(name: str, pack):
 
 def test_without_profilerstep_steps_never_come_from_operators():
     """PARAM's ResNet trace (no ProfilerStep, optimizer and data-loader annotations): the window was
-    599 'steps' of aten::convolution_backward; now the periodic steady state, one ResNet iteration
-    (335 GPU ops: forward, backward, optimizer) per step."""
+    599 'steps' of aten::convolution_backward; now one ResNet iteration (335 GPU ops: forward, backward,
+    optimizer) per step, from one of the optimizer's annotations to the next; without the annotations,
+    the periodic steady state finds the same iteration."""
     trace = load_trace(PUBLIC / "param_resnet_no_profilerstep.pt.trace.json.xz")
     w = choose_window(trace)
-    assert w.steps is not None and w.steps.source == "periodic", w.description
+    assert w.steps is not None and w.steps.source == "annotation", w.description
     assert w.steps.period == 335 and len(w.steps) >= 5
-    assert "::" not in w.description and "convolution" not in w.description
+    assert "Optimizer" in w.description and "::" not in w.description
+    trace.nvtx = trace.nvtx.iloc[0:0]
+    w = choose_window(trace)
+    assert w.steps is not None and w.steps.source == "periodic" and w.steps.period == 335, w.description
+
+
+def test_iterations_between_annotations_are_timed(pack):
+    """The steps fact times each annotation-marked iteration from completion to completion, and the
+    report's step table reads it: as many durations as iterations, each about the GPU time of its ops
+    or more."""
+    a = _analyze("param_resnet_no_profilerstep.pt.trace.json.xz", pack)
+    steps = a.facts.get("steps")
+    assert len(steps) == len(a.window.steps) >= 5
+    assert (steps["duration"] >= steps["gpu_ns"] * 0.9).all() and (steps["kernel_count"] > 0).all()
+    assert set(a.facts.get("window_periods")["kind"]) == {"steps"}
 
 
 def test_compiled_graph_and_aten_ranges_are_not_steps():
@@ -128,13 +143,6 @@ def test_a_folder_with_two_runs_is_never_one_job(tmp_path):
     assert "2 runs" in out.reason and "ranks 0, 1 appear 2 times" in out.reason
 
 
-def test_one_run_in_a_folder_is_still_a_job(tmp_path):
-    for f in KINETO_DDP.glob("ddp_straggler_2gpu_rank*.pt.trace.json.xz"):
-        shutil.copy(f, tmp_path / f.name)
-    out = analyze_inputs([tmp_path], AnalysisOptions())
-    assert out.job is not None and out.job.world_size == 2
-
-
 def _job_numbers(out) -> tuple[str, dict]:
     from analyzer.reports.jobview import build_job_report
 
@@ -144,11 +152,13 @@ def _job_numbers(out) -> tuple[str, dict]:
 
 
 def test_verdict_table_and_straggler_finding_read_the_same_numbers(tmp_path):
-    """The verdict said '150 of 150 collectives reached last' where the straggler finding said 136 of
-    150 (it counted only arrivals 100 us or more behind): both now read job_ranks."""
+    """One run in a folder is still one job. The verdict said '150 of 150 collectives reached last' where
+    the straggler finding said 136 of 150 (it counted only arrivals 100 us or more behind): both now read
+    job_ranks."""
     for f in KINETO_DDP.glob("ddp_straggler_2gpu_rank*.pt.trace.json.xz"):
         shutil.copy(f, tmp_path / f.name)
     out = analyze_inputs([tmp_path], AnalysisOptions())
+    assert out.job is not None and out.job.world_size == 2
     verdict, ranks = _job_numbers(out)
     (finding,) = [f for f in out.job.findings if f.rule == "straggler"]
     row = ranks.loc[finding.scope.rank]
@@ -202,3 +212,30 @@ def test_ncu_report_whose_throughput_metrics_are_empty_is_not_no_problems(pack):
         assert "sm_throughput_pct" in skipped[rule] and "memory_throughput_pct" in skipped[rule]
     verdict = build_report([a]).verdict
     assert not verdict.startswith("No problems found") and "5 rules not run" in verdict
+
+
+@pytest.mark.parametrize("name", ["small_training_ctx128", "medium_forward_ctx128", "host_sync_fixed"])
+def test_a_loop_without_nvtx_gets_its_iterations_from_the_periodic_steady_state(name):
+    """A training loop recorded without NVTX (a library loop such as Hugging Face's Trainer): the
+    transformer training traces got no steady state at all ('whole GPU activity span') and the forward
+    ones got one layer (33 ops) as a 'step'. The iteration is now the op sequence between two
+    occurrences of the rarest label even when it is no multiple of the layer's period: exactly the ops
+    one NVTX step launches (1271 / 803 / 1222)."""
+    from analyzer.testing import real_trace
+    from analyzer.window import _launch_times, _ops
+
+    trace = load_trace(real_trace(name))
+    steps = choose_window(trace).steps
+    ops = _ops(trace)
+    launch = _launch_times(ops)
+    per_step = {int(((launch >= a) & (launch < b)).sum()) for a, b in zip(steps.starts, steps.ends)}
+    trace.nvtx = trace.nvtx.iloc[0:0]
+    w = choose_window(trace)
+    assert w.steps is not None and w.steps.source == "periodic"
+    assert per_step == {w.steps.period} and len(w.steps) >= 3
+
+
+def test_a_capture_too_small_for_a_loop_says_so():
+    """HTA's simple-add capture: 4 kernels. The window says there is no loop to find and why."""
+    w = choose_window(load_trace(PUBLIC / "hta_simple_add_setup_only.pt.trace.json.gz"))
+    assert w.steps is None and w.description.startswith("setup or a single call (4 GPU ops, too few for a loop)")

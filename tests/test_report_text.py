@@ -14,6 +14,7 @@ import pytest
 
 from analyzer.pipeline import AnalysisOptions, analyze_trace, default_rules_path
 from analyzer.reports import build_report, render
+from analyzer.reports.viewmodel import BREAKDOWN_CAUSES
 from analyzer.rules import load_pack
 from analyzer.testing import DATA_DIR, real_file, real_trace
 
@@ -102,4 +103,6 @@ def test_reports_of_real_traces_name_no_other_test_trace(name: str, ncu: str | N
         for word in sorted(own, key=len, reverse=True):
             if word:
                 text = text.replace(word, "")
+        if fmt == "json":  # the timeline breakdown's causes are schema words (one is named like a trace)
+            text = re.sub(r'"(?:%s)"' % "|".join(c for c, _ in BREAKDOWN_CAUSES), '""', text)
         assert offending(text, names) == [], fmt

@@ -14,6 +14,7 @@ from analyzer.impacts import is_problem, report_order
 from analyzer.pipeline import AnalysisOptions, analyze_paths
 from analyzer.reports import build_report, render
 from analyzer.reports.summary import summary_text
+from analyzer.reports.viewmodel import BREAKDOWN_CAUSES
 
 DATA = Path(__file__).resolve().parent / "data"
 # a data-loading gap per step; host syncs + fp32 GEMMs + tiny kernels; allocation churn whose gaps are
@@ -72,14 +73,19 @@ def test_total_is_the_union_of_the_problems_time(case):
     assert sum(f.adds_ns for f in views) == h.problem_impact_ns
 
 
-def test_allocation_churn_counts_the_shared_idle_time_once():
-    """alloc_churn's allocation calls sit inside its idle gaps: both findings name the same time."""
-    report = build_report(analyze_paths([DATA / "alloc_churn.sqlite.xz"], AnalysisOptions()))
-    h = report.traces[0].header
-    by_rule = {f.rule: f for f in report.traces[0].findings}
-    gaps, alloc = by_rule["gpu-idle-gaps"], by_rule["alloc-in-loop"]
-    assert h.problem_impact_sum_ns - h.problem_impact_ns >= 0.9 * min(gaps.impact_ns, alloc.impact_ns)
-    assert "time they share, counted once" in h.tally
+def test_time_two_causes_share_is_counted_once():
+    """On at least one committed trace two causes name the same time (allocation calls inside idle gaps,
+    launch overhead inside launch-bound idle time): the total is less than the sum of the impacts, by
+    the shared time, and the tally says so."""
+    shared = []
+    for name in TRACES:
+        h = build_report(analyze_paths([DATA / f"{name}.sqlite.xz"], AnalysisOptions())).traces[0].header
+        if h.problem_impact_sum_ns > h.problem_impact_ns:
+            shared.append(name)
+            assert "time they share, counted once" in h.tally
+        else:
+            assert "no two of them share time" in h.tally or "impact of the 1 problem" in h.tally
+    assert shared
 
 
 def test_biggest_is_the_first_row_and_symptoms_follow_the_causes(case):
@@ -99,17 +105,17 @@ def test_biggest_is_the_first_row_and_symptoms_follow_the_causes(case):
             assert f.explained in verdict
 
 
-def test_low_utilization_is_a_symptom_explained_by_the_data_loading_gaps():
+def test_low_utilization_is_a_symptom_explained_by_its_causes():
     report = build_report(analyze_paths([DATA / "dataloader_starved.sqlite.xz"], AnalysisOptions()))
     section = report.traces[0]
     low = next(f for f in section.findings if f.rule == "low-gpu-utilization")
-    assert low.kind == "symptom" and low.rank == len([f for f in section.findings if f.kind == "cause"
-                                                     and f.severity != "info"]) + 1
+    causes = [f for f in section.findings if f.kind == "cause" and f.severity != "info"]
+    assert low.kind == "symptom" and low.rank > max(f.rank for f in causes)
     explained = low.record["explained"]
-    assert explained["by"][0]["rule"] == "gpu-idle-gaps"
+    assert explained["by"] and {p["rule"] for p in explained["by"]} <= {f.rule for f in causes}
     assert explained["explained_ns"] + explained["unexplained_ns"] == low.impact_ns
-    assert section.header.verdict.startswith("host-bound: GPU 0 sat idle 54.1% of the time")
-    assert "load_batch" in section.header.verdict
+    assert explained["explained_ns"] >= 0.9 * low.impact_ns  # the data-loading stall is most of the idle time
+    assert low.explained in section.header.verdict
 
 
 def _md_unescape(text: str) -> str:
@@ -181,3 +187,85 @@ def test_readme_shows_the_demo_report_as_the_code_writes_it():
     reference = (DATA / "reference-reports" / "dataloader_starved.md").read_text(encoding="utf-8")
     assert reference.startswith(block + "\n"), ("README's excerpt differs from the demo report: copy the "
                                                  "opening of tests/data/reference-reports/dataloader_starved.md")
+
+
+def test_breakdown_agrees_across_formats(case):
+    """The timeline breakdown: in the JSON it sums to the window; the Markdown table, the terminal line and
+    the HTML charts show the same shares."""
+    _, report = case
+    doc = json.loads(render(report, "json"))
+    trace = doc["traces"][0]
+    (b,) = trace["overview"]["breakdown"]
+    window = trace["window"]["duration_ns"]
+    assert b["window_ns"] == window and sum(b["causes"].values()) == window
+    assert all(ns > 0 for ns in b["causes"].values())
+    for bar in b["steps"] + b["ranges"]:
+        assert sum(bar["causes"].values()) == bar["total_ns"]
+    assert sum(bar["total_ns"] for bar in b["steps"]) <= window
+    # the terminal prints the JSON's one-line summary; its shares are the causes' shares of the window
+    term = summary_text(report, width=400)
+    assert f"  time on GPU {b['device']}: {b['summary']}" in term.splitlines()
+    labels = dict(BREAKDOWN_CAUSES)
+    for cause, ns in b["causes"].items():
+        assert f"{labels[cause]} {100 * ns / window:.1f}%" in b["summary"]
+    # the Markdown table: one row per cause, same time shares
+    md = render(report, "md")
+    rows = re.findall(r"^\| ([a-z -]+) \| [^|]+ \| ([\d.]+)% \| .* \|$", md, re.M)
+    shown = {cause: float(pct) for cause, pct in rows if cause in labels.values()}
+    assert shown == {labels[c]: pytest.approx(100 * ns / window, abs=0.051) for c, ns in b["causes"].items()}
+    # the HTML: a stacked bar of the window, and of the steps and ranges when there are any
+    page = render(report, "html")
+    assert page.count('<svg class="chart breakdown"') == 1 + bool(b["steps"]) + bool(b["ranges"])
+
+
+def _one_rule_pack(tmp_path, body: str):
+    from analyzer.rules.loader import load_pack
+
+    path = tmp_path / "pack.yaml"
+    path.write_text("version: 1\nrules:\n" + body, encoding="utf-8")
+    return load_pack(str(path))
+
+
+def test_footprint_of_breakdown_rows_is_their_timeline_segments(tmp_path):
+    """A rule over the breakdown (no times in its rows) gets the timeline segments the breakdown summed:
+    its footprint is exactly its impact, so the union counts it at full density."""
+    from analyzer.rules.engine import evaluate
+
+    pack = _one_rule_pack(tmp_path, """
+  - id: TST001
+    name: host-work-time
+    title: t
+    severity: warning
+    scope: device
+    source: timeline_breakdown
+    where: scope == "range" and cause == "host_work"
+    let:
+      held: sum(duration_ns)
+    condition: held > 0
+    impact: held
+    message: m
+    what: w
+    why: y
+    fix: f
+""")
+    analysis = analyze_paths([DATA / "dataloader_starved.sqlite.xz"], AnalysisOptions())[0]
+    (finding,) = evaluate(pack, analysis.facts, analysis.window, {})
+    assert pack.rules[0].reads == ("timeline_breakdown", "timeline_segments")
+    assert finding.footprint.source == "breakdown"
+    assert finding.footprint.length_ns == finding.impact_ns > 0.5 * analysis.window.duration_ns
+
+
+def test_tiny_kernels_footprint_is_the_idle_time_before_them():
+    """tiny-kernels' impact is launch overhead: its footprint is the idle gaps that end where its kernels
+    start, not the kernels' own (busy) time, so it never overlaps the kernel-time findings."""
+    analysis = analyze_paths([DATA / "tiny_kernels.sqlite.xz"], AnalysisOptions())[0]
+    by_rule = {f.rule: f for f in analysis.findings}
+    tiny, grid = by_rule["tiny-kernels"], by_rule["small-grid"]
+    assert tiny.footprint.source == "idle_before"
+    gaps = analysis.facts.get("gpu_gaps")
+    assert tiny.impact_ns <= tiny.footprint.length_ns <= int(gaps["duration"].sum())
+    assert set(tiny.footprint.end.tolist()) <= set(gaps["end"].tolist())
+    report = build_report([analysis])
+    adds = {f.rule: f.adds_ns for f in report.traces[0].findings}
+    assert adds["tiny-kernels"] == tiny.impact_ns  # first row: all of it
+    assert adds["small-grid"] >= 0.9 * grid.impact_ns  # on kernel time: disjoint from the idle gaps

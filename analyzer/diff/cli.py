@@ -24,12 +24,17 @@ _PCT = re.compile(r"^\s*\+?([0-9]*\.?[0-9]+)\s*%?\s*$")
 EPILOG = """\b
 BASE and HEAD are traces (anything 'analyze' reads) or JSON reports written by
 'analyze TRACE --format json' (a small baseline artifact to keep from the main branch).
+A multi-GPU job is one report holding every rank, a folder of rank files, a quoted
+glob of them ('base/rank*.sqlite') or the JSON report of the job: the diff then
+compares the job's step time (the slowest rank per step) and each rank's compute,
+waiting and exposed communication, and names what moved.
 \b
 Examples:
   analyze diff main.sqlite pr.sqlite                       # HTML report in reports/
   analyze diff baseline.json pr.nsys-rep --format md -o comment.md
   analyze diff main.json pr.sqlite --fail-on-regression 5%  # CI gate: exit 1 on a 5% slower step
   analyze diff main.json pr.sqlite --accepted .gpu/accepted.yaml   # known findings are not news
+  analyze diff 'main/rank*.sqlite' 'pr/rank*.sqlite'        # two multi-GPU jobs, rank files
 """
 
 
@@ -73,7 +78,8 @@ def _percent(ctx: click.Context, param: click.Parameter, value: str | None) -> f
               help="Exit with code 1 when HEAD's step time is significantly slower by at least PCT (e.g. 5%).")
 @click.option("--min-effect", "min_effect", default="3%", show_default=True, metavar="PCT", callback=_percent,
               help="The smallest step-time change called significant (raised to the drift a run shows "
-                   "within itself and to twice a run's step-time spread).")
+                   "within itself and to the run-to-run variation of host-bound steps: "
+                   "docs/diff-calibration.md).")
 @click.option("--accepted", "accepted_file", type=click.Path(path_type=Path), default=None, metavar="FILE",
               help="Accepted findings (written by 'analyze TRACE --write-accepted FILE'): a rule whose findings "
                    "all match it is marked accepted and left out of the verdict's new/resolved/worse, unless "

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from analyzer.diff import stats
-from analyzer.reports.baseline import RunSummary, Table
+from analyzer.reports.baseline import RunSummary, Steps, Table
 from analyzer.reports.format import fmt_ms, fmt_pct, plural
 
 DEFAULT_MIN_EFFECT_PCT = 3.0
@@ -79,6 +79,10 @@ class StepComparison:
     method: str
     base_durations_ns: tuple[int, ...] = ()
     head_durations_ns: tuple[int, ...] = ()
+    host_base_pct: float | None = None  # share of the window the GPU was idle, percent
+    host_head_pct: float | None = None
+    separated: int = 0  # -1 every HEAD step shorter than every BASE step, 1 longer, 0 overlapping
+    floor_source: str = ""  # what set the noise floor: min-effect | drift | run-to-run
 
 
 @dataclass(frozen=True)
@@ -178,6 +182,7 @@ class DiffResult:
     created: datetime
     tool_version: str
     kernel_overlap: float | None = None  # share of kernel time in families both runs have (0..1)
+    job: Any = None  # analyzer.diff.jobs.JobDiff when both sides are multi-GPU jobs
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
@@ -189,7 +194,7 @@ def diff_runs(
     created: datetime | None = None,
 ) -> DiffResult:
     """Compare two runs (see the module docstring)."""
-    from analyzer import __version__
+    from analyzer._version import __version__
 
     notes: list[str] = []
     step = _compare_steps(base, head, settings, notes)
@@ -222,7 +227,10 @@ def diff_runs(
         settings.fail_on_regression_pct is not None and step.status == "slower" and step.significant
         and step.change_pct is not None and step.change_pct >= settings.fail_on_regression_pct
     )
+    job = _job_diff(base, head, notes)
     verdict = _verdict(step, findings, settings)
+    if job is not None and job.moved:
+        verdict += "; job: " + "; ".join(job.moved[:3])
     when = (created or datetime.now(timezone.utc)).replace(microsecond=0)
     if when.tzinfo is None:
         when = when.replace(tzinfo=timezone.utc)
@@ -230,8 +238,23 @@ def diff_runs(
         base=_info(base), head=_info(head), step=step, per_step=per_step,
         metrics=_metrics(base, head, nb, nh), phases=phases, kernels=kernels, categories=categories,
         copies=copies, findings=findings, verdict=verdict, regression=regression, notes=tuple(notes),
-        settings=settings, created=when, tool_version=__version__, kernel_overlap=overlap,
+        settings=settings, created=when, tool_version=__version__, kernel_overlap=overlap, job=job,
     )
+
+
+def _job_diff(base: RunSummary, head: RunSummary, notes: list[str]) -> Any:
+    """The per-rank comparison of two jobs (None unless both sides are jobs)."""
+    from analyzer.diff.jobs import compare_jobs
+
+    if base.job is None and head.job is None:
+        return None
+    if base.job is None or head.job is None:
+        which, other = ("BASE", "HEAD") if base.job is not None else ("HEAD", "BASE")
+        job = base.job if base.job is not None else head.job
+        notes.append(f"{which} is a {job.world_size}-rank job and {other} a single run: the step times compare the "
+                     f"job's slowest rank per step with the single run; no per-rank comparison")
+        return None
+    return compare_jobs(base.job, head.job)
 
 
 def _info(run: RunSummary) -> RunInfo:
@@ -247,13 +270,24 @@ def _method(settings: DiffSettings, exact: bool | None) -> str:
     return stats.METHOD.format(conf=settings.confidence, dist=dist, min_steps=stats.MIN_STEPS,
                                alpha=1 - settings.confidence,
                                floor=f"the largest of {fmt_pct(settings.min_effect_pct)}, the drift either run "
-                                     f"shows within itself and {stats.SPREAD_FACTOR:g}x either run's step-time "
-                                     "spread")
+                                     "shows within itself and the run-to-run variation of host-bound time "
+                                     f"({stats.HOST_RUN_TO_RUN:g} x the larger share of the step the GPU was idle, "
+                                     "calibrated on repeated runs)")
+
+
+def _host(run: RunSummary) -> float | None:
+    return stats.host_share(run.gpu_busy_ns, run.analyzed_ns, run.device_count)
 
 
 def _compare_steps(base: RunSummary, head: RunSummary, settings: DiffSettings, notes: list[str]) -> StepComparison:
-    b = np.asarray(base.steps.durations_ns, dtype=np.float64)
-    h = np.asarray(head.steps.durations_ns, dtype=np.float64)
+    return compare_step_times(base.steps, head.steps, _host(base), _host(head), settings, notes)
+
+
+def compare_step_times(sb: Steps, sh: Steps, host_b: float | None, host_h: float | None, settings: DiffSettings,
+                       notes: list[str]) -> StepComparison:
+    """The step-time verdict from each run's steps and host share (see :mod:`analyzer.diff.stats`)."""
+    b = np.asarray(sb.durations_ns, dtype=np.float64)
+    h = np.asarray(sh.durations_ns, dtype=np.float64)
     dropped = int((b <= 0).sum() + (h <= 0).sum())
     b, h = b[b > 0], h[h > 0]
     if dropped:
@@ -262,16 +296,23 @@ def _compare_steps(base: RunSummary, head: RunSummary, settings: DiffSettings, n
     spread_b, spread_h = stats.spread(b), stats.spread(h)
     drift_base = None if drift_b is None else 100.0 * drift_b
     drift_head = None if drift_h is None else 100.0 * drift_h
-    # what sets the noise floor, largest first: (percent, why)
-    sources = [(settings.min_effect_pct, "the minimum effect (--min-effect)")]
-    for label, d, sp in (("BASE", drift_b, spread_b), ("HEAD", drift_h, spread_h)):
-        if d is not None:
-            sources.append((abs(d) * 100.0, f"{label}'s own steps drifted {fmt_pct(abs(d) * 100.0)} during its run"))
-        if sp is not None:
-            sources.append((stats.SPREAD_FACTOR * sp * 100.0,
-                            f"{stats.SPREAD_FACTOR:g}x the {fmt_pct(sp * 100.0)} spread of {label}'s steps "
-                            "(interquartile range over median)"))
-    floor, floor_source = max(sources, key=lambda s: s[0])
+    # what sets the noise floor (log scale), largest first: (log floor, why, kind)
+    sources = [(stats.log_floor(settings.min_effect_pct), "the minimum effect (--min-effect)", "min-effect")]
+    for label, d, n in (("BASE", drift_b, len(b)), ("HEAD", drift_h, len(h))):
+        if d is not None and d > -1:
+            half = n // 2
+            sources.append((abs(math.log1p(d)), f"{label}'s own steps drifted {_signed(100.0 * d)} during its run "
+                            f"(median of its last {half} steps against its first {half})", "drift"))
+    hosts = [(x, label) for x, label in ((host_b, "BASE"), (host_h, "HEAD")) if x is not None]
+    if hosts:
+        x, label = max(hosts)
+        sources.append((stats.HOST_RUN_TO_RUN * x, f"two runs of one program differ by up to "
+                        f"{fmt_pct(stats.floor_pct(stats.HOST_RUN_TO_RUN * x))} when the GPU is idle "
+                        f"{fmt_pct(100.0 * x)} of the step ({label}): the host's speed varies from run to run "
+                        "(calibrated on repeated runs, docs/diff-calibration.md)", "run-to-run"))
+    floor_log, floor_source, floor_kind = max(sources, key=lambda s: s[0])
+    floor = stats.floor_pct(floor_log)
+    apart = stats.separated(b, h)
 
     def make(status: str, reason: str, est: stats.ShiftEstimate | None = None) -> StepComparison:
         high = None if est is None or not math.isfinite(est.ci_high_pct) else est.ci_high_pct
@@ -288,6 +329,9 @@ def _compare_steps(base: RunSummary, head: RunSummary, settings: DiffSettings, n
             spread_head_pct=None if spread_h is None else 100.0 * spread_h, reason=reason,
             method=_method(settings, None if est is None else est.exact),
             base_durations_ns=tuple(int(v) for v in b), head_durations_ns=tuple(int(v) for v in h),
+            host_base_pct=None if host_b is None else 100.0 * host_b,
+            host_head_pct=None if host_h is None else 100.0 * host_h,
+            separated=apart, floor_source=floor_kind,
         )
 
     missing = [label for label, arr in (("BASE", b), ("HEAD", h)) if not len(arr)]
@@ -296,36 +340,55 @@ def _compare_steps(base: RunSummary, head: RunSummary, settings: DiffSettings, n
             " no loop iterations (no repeated NVTX step ranges, no repeating GPU op sequence)"
         return make("not-comparable", why + "; annotate each training step with an NVTX range (e.g. step_N) to get "
                     "a step-time comparison")
-    sb, sh = base.steps, head.steps
-    if sb.source != sh.source:
+    if sb.source != sh.source and {sb.source, sh.source} <= USER_MARKED:
+        notes.append(f"BASE's steps are {_step_kind(sb.source)} and HEAD's {_step_kind(sh.source)}: both mark the "
+                     "program's own iterations, so they are compared as the same unit of work")
+    elif sb.source != sh.source:
+        named = sb if sb.source == "nvtx" else sh if sh.source == "nvtx" else None
+        hint = (f"if both runs have the {named.stem!r} ranges, pass --window '{named.stem.removesuffix('N')}*' so they "
+                "are the steps of both" if named is not None and named.stem.endswith("N") and "," not in named.stem
+                else "annotate the steps with NVTX ranges in both")
         return make("not-comparable", f"BASE's steps are {_step_kind(sb.source)} and HEAD's {_step_kind(sh.source)}: "
-                    "not the same unit of work; annotate the steps with NVTX ranges in both")
+                    f"not the same unit of work; {hint}")
     if sb.source == "periodic" and sb.ops_per_step != sh.ops_per_step:
         return make("not-comparable", f"without NVTX steps, iterations were found as repeating GPU op sequences of "
                     f"{sb.ops_per_step} ops in BASE and {sh.ops_per_step} in HEAD: not the same unit of work; "
                     "annotate the steps with NVTX ranges")
-    if sb.source == "nvtx" and sb.stem != sh.stem:
+    if sb.source == sh.source == "nvtx" and sb.stem != sh.stem:
         notes.append(f"the steps are named differently ({sb.stem!r} in BASE, {sh.stem!r} in HEAD); "
                      "they are compared as the same unit of work")
     est = stats.compare_steps(b, h, settings.confidence)
     if len(b) < stats.MIN_STEPS or len(h) < stats.MIN_STEPS:
         return make("inconclusive", f"too few steps to tell a change from noise ({len(b)} vs {len(h)}; at least "
-                    f"{stats.MIN_STEPS} per run are needed); profile more steps", est)
+                    f"{stats.MIN_STEPS} per run are needed, and with these counts the smallest possible p-value is "
+                    f"{est.min_p_value:.2g}); profile at least {stats.MIN_STEPS} steps per run", est)
     if not est.rejects:
         return make("unchanged", f"the {est.confidence:.0%} interval of the change ({_signed(est.ci_low_pct)} .. "
                     f"{_pct_or_open(est.ci_high_pct)}) includes no change (p = {est.p_value:.2g})", est)
-    if abs(est.change_pct) < floor:
-        return make("unchanged", f"the change ({_signed(est.change_pct)}) is statistically detectable "
-                    f"(p = {est.p_value:.2g}) but smaller than the noise floor of {fmt_pct(floor)} ({floor_source}); "
-                    "two runs of one program can differ this much", est)
+    if abs(math.log(est.ratio)) < floor_log:
+        order = ("every HEAD step is shorter than every BASE step" if apart < 0 else
+                 "every HEAD step is longer than every BASE step" if apart > 0 else "")
+        seen = f"{order}, " if order else ""
+        take = (f"to call it, the change must exceed {fmt_pct(floor)}"
+                + (", or profile more steps of the steady state so the drift settles" if floor_kind == "drift" else
+                   ", or lower --min-effect" if floor_kind == "min-effect" else
+                   ", or a second run of each side must show the same change"))
+        return make("unchanged", f"{seen}a change of {_signed(est.change_pct)} (p = {est.p_value:.2g}), but smaller "
+                    f"than the noise floor of {fmt_pct(floor)}: {floor_source}; {take}", est)
     return make("faster" if est.change_pct < 0 else "slower",
                 f"the {est.confidence:.0%} interval of the change is {_signed(est.ci_low_pct)} .. "
                 f"{_signed(est.ci_high_pct)} (p = {est.p_value:.2g}) and the change exceeds the noise floor of "
-                f"{fmt_pct(floor)}", est)
+                f"{fmt_pct(floor)} ({floor_source})", est)
+
+
+#: step sources that mark the program's own iterations (NVTX or torch.profiler step ranges, or the
+#: stretch from one program annotation to the next): comparable with each other
+USER_MARKED = frozenset({"nvtx", "annotation"})
 
 
 def _step_kind(source: str) -> str:
-    return {"nvtx": "NVTX ranges", "periodic": "repeating GPU op sequences (no NVTX steps)"}.get(source, source)
+    return {"nvtx": "NVTX ranges", "periodic": "repeating GPU op sequences (no NVTX steps)",
+            "annotation": "spans between a repeated annotation (no step ranges)"}.get(source, source)
 
 
 def _signed(pct: float | None) -> str:
@@ -466,6 +529,8 @@ def _metrics(base: RunSummary, head: RunSummary, nb: int, nh: int) -> tuple[Metr
     bytes_b = sum(r.bytes for r in base.copies.rows)
     bytes_h = sum(r.bytes for r in head.copies.rows)
     unit = "per step" if nb > 1 or nh > 1 or (base.steps.total and head.steps.total) else "per window"
+    if base.job is not None or head.job is not None:
+        unit += " (a job: all ranks summed)"
     return (
         Metric("gpu_busy_ns", f"GPU busy {unit}", "ns", per(base.gpu_busy_ns, nb), per(head.gpu_busy_ns, nh)),
         Metric("gpu_busy_share", "GPU busy share of the window", "share", share(base), share(head)),
@@ -567,6 +632,18 @@ def _ms_pair(a: float | None, b: float | None) -> str:
     return f"{a / 1e6:,.{digits}f} -> {b / 1e6:,.{digits}f} ms"
 
 
+def _floor_why(step: StepComparison) -> str:
+    if step.floor_source == "run-to-run":
+        idle = max(x for x in (step.host_base_pct, step.host_head_pct) if x is not None)
+        return f" (GPU idle {fmt_pct(idle)} of the step: host speed varies between runs)"
+    if step.floor_source == "drift":
+        drifts = [(abs(d), label, d) for label, d in (("BASE", step.drift_base_pct), ("HEAD", step.drift_head_pct))
+                  if d is not None]
+        _, label, d = max(drifts)
+        return f" ({label}'s steps drifted {_signed(d)} within its run)"
+    return ""
+
+
 def _verdict(step: StepComparison, findings: tuple[FindingChange, ...], settings: DiffSettings) -> str:
     counts = f"{step.n_base} vs {step.n_head} steps"
     pair = _ms_pair(step.base_median_ns, step.head_median_ns)
@@ -582,7 +659,8 @@ def _verdict(step: StepComparison, findings: tuple[FindingChange, ...], settings
         change = f", {_signed(step.change_pct)}" if step.change_pct is not None else ""
         if step.change_pct is not None and step.p_value is not None and step.ci_low_pct is not None and (
                 step.ci_low_pct > 0 or (step.ci_high_pct is not None and step.ci_high_pct < 0)):
-            change += f", within the {fmt_pct(step.noise_floor_pct)} noise of these runs"
+            every = {-1: "every step faster, yet ", 1: "every step slower, yet "}.get(step.separated, "")
+            change += f", {every}within the {fmt_pct(step.noise_floor_pct)} noise of these runs{_floor_why(step)}"
         text = f"No significant change in step time ({pair}{change}, {counts})"
     elif step.status == "inconclusive":
         change = f", {_signed(step.change_pct)}" if step.change_pct is not None else ""

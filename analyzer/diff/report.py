@@ -81,6 +81,10 @@ def _step(s: StepComparison, confidence: float) -> dict[str, Any]:
         "drift_head_pct": py_value(s.drift_head_pct),
         "spread_base_pct": py_value(s.spread_base_pct),
         "spread_head_pct": py_value(s.spread_head_pct),
+        "host_base_pct": py_value(s.host_base_pct),
+        "host_head_pct": py_value(s.host_head_pct),
+        "separated": s.separated,
+        "floor_source": s.floor_source,
         "reason": s.reason,
         "method": s.method,
         "base_durations_ns": list(s.base_durations_ns),
@@ -114,6 +118,43 @@ def _finding(f: FindingChange) -> dict[str, Any]:
     }
 
 
+#: per-rank columns of a job diff: (key, label), ns per step
+JOB_COLUMNS = (("step_ns", "Step"), ("compute_ns", "Compute"), ("wait_ns", "Waiting for others"),
+               ("exposed_transfer_ns", "Exposed comm. (waits left out)"), ("lead_ns", "Others waited for it"))
+
+
+def _rank_numbers(x: Any) -> dict[str, Any] | None:
+    if x is None:
+        return None
+    return {"label": x.label, "steps": x.steps, **{k: py_value(getattr(x, k)) for k, _ in JOB_COLUMNS},
+            "exposed_ns": py_value(x.exposed_ns), "exposed_wait_ns": py_value(x.exposed_wait_ns),
+            "comm_ns": py_value(x.comm_ns)}
+
+
+def _job(j: Any) -> dict[str, Any] | None:
+    if j is None:
+        return None
+    return {
+        "base_world_size": j.base_world, "head_world_size": j.head_world,
+        "base_straggler": j.base_straggler, "head_straggler": j.head_straggler,
+        "moved": list(j.moved),
+        "ranks": [{"rank": rc.rank, "base": _rank_numbers(rc.base), "head": _rank_numbers(rc.head)} for rc in j.ranks],
+    }
+
+
+def job_cells(j: Any) -> list[tuple[int, list[tuple[str, str]]]]:
+    """Per rank: (BASE, HEAD) text per :data:`JOB_COLUMNS` column, ns per step."""
+    out = []
+    for rc in j.ranks:
+        cells = []
+        for key, _ in JOB_COLUMNS:
+            b = getattr(rc.base, key) if rc.base is not None else None
+            h = getattr(rc.head, key) if rc.head is not None else None
+            cells.append((_dur(b), _dur(h)))
+        out.append((rc.rank, cells))
+    return out
+
+
 def diff_dict(r: DiffResult) -> dict[str, Any]:
     """The diff as JSON-ready data (key order is the output order)."""
     f = r.findings
@@ -143,6 +184,7 @@ def diff_dict(r: DiffResult) -> dict[str, Any]:
         "categories": _change_rows(r.categories, "category", None),
         "copies": _change_rows(r.copies, "kind", None),
         "kernel_overlap": py_value(r.kernel_overlap),
+        "job": _job(r.job),
         "notes": list(r.notes),
         "settings": {
             "min_effect_pct": r.settings.min_effect_pct,
@@ -278,6 +320,8 @@ def _markdown(r: DiffResult, rows: int, chars: int) -> str:
             f"HEAD: `{md_text(r.head.path, 160)}`{_origin(r.head.input_kind)} \u00b7 {md_text(r.head.steps_description, 160)}", ""]
     if r.notes:
         out += ["**Notes:**", ""] + [f"- {md_text(n, 400)}" for n in r.notes] + [""]
+    if r.job is not None:
+        out += _md_job(r.job)
     # findings
     out += ["## Findings", ""]
     shown = [f for f in r.findings if f.status != "unchanged"] + [f for f in r.findings if f.status == "unchanged"]
@@ -310,6 +354,22 @@ def _markdown(r: DiffResult, rows: int, chars: int) -> str:
             out += ["", "</details>", ""]
     out += [f"<sub>Method: {md_text(s.method, 600)}. gpu-trace-analyzer {md_text(r.tool_version)}.</sub>", ""]
     return "\n".join(out)
+
+
+def _md_job(j: Any) -> list[str]:
+    out = [f"## Job: per rank, per step ({j.base_world} ranks \u2192 {j.head_world})", ""]
+    if j.moved:
+        out += ["**What moved:**", ""] + [f"- {md_text(m, 300)}" for m in j.moved] + [""]
+    else:
+        out += ["Nothing moved between the ranks: no straggler appeared or went, no rank's compute, waiting or "
+                "exposed communication changed by a sizeable share of the step.", ""]
+    header = ["Rank"] + [f"{label} {side}" for _, label in JOB_COLUMNS for side in ("BASE", "HEAD")]
+    body = [[str(rank)] + [v for pair in cells for v in pair] for rank, cells in job_cells(j)[:64]]
+    out += _md_table(header, body, ["l"] + ["r"] * (len(header) - 1))
+    out += ["", "<sub>Step: the rank's mean step time; the job's step time is the slowest rank's per step. "
+            "Exposed communication: communication kernels with no compute beside them, less the time they waited "
+            "for other ranks (that is in the waiting columns).</sub>", ""]
+    return out
 
 
 def _origin(kind: str) -> str:
@@ -378,7 +438,7 @@ def render_diff_html(r: DiffResult) -> str:
     helpers: dict[str, Callable[..., Any]] = {
         "delta": delta_text, "cpu_delta": cpu_delta_text, "metric_value": metric_value,
         "metric_change": metric_change, "impact": impact_text, "dur": _dur, "count": _count,
-        "ci": ci_text, "signed": signed_pct, "grew": _grew,
+        "ci": ci_text, "signed": signed_pct, "grew": _grew, "job_cells": job_cells,
     }
     return template.render(r=r, css=stylesheet(), status_word=STATUS_WORD, steps_chart=steps_svg(r.step),
-                           negligible_step=NEGLIGIBLE_STEP_SHARE, **helpers)
+                           negligible_step=NEGLIGIBLE_STEP_SHARE, job_columns=JOB_COLUMNS, **helpers)

@@ -4,6 +4,15 @@ Every module listed in :data:`analyzer.facts.registry.FACT_MODULES` registers it
 """
 from __future__ import annotations
 
-from analyzer.facts.registry import FactContext, FactSpec, FactStore, all_specs, fact, get_spec, load_all
+from analyzer.facts.registry import (
+    FactContext,
+    FactSpec,
+    FactStore,
+    UnknownFactError,
+    all_specs,
+    fact,
+    get_spec,
+    load_all,
+)
 
-__all__ = ["FactContext", "FactSpec", "FactStore", "all_specs", "fact", "get_spec", "load_all"]
+__all__ = ["FactContext", "FactSpec", "FactStore", "UnknownFactError", "all_specs", "fact", "get_spec", "load_all"]

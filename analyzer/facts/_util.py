@@ -39,7 +39,8 @@ class Union:
 
 
 def union_intervals(start: np.ndarray, end: np.ndarray, group: np.ndarray | None = None) -> Union:
-    """Merge overlapping or touching ``[start, end)`` intervals within each group."""
+    """Merge overlapping or touching ``[start, end)`` intervals within each group (an interval ending
+    before it starts counts as empty)."""
     s_in = np.asarray(start, dtype=np.int64)
     e_in = np.asarray(end, dtype=np.int64)
     g_in = np.zeros(len(s_in), dtype=np.int64) if group is None else np.asarray(group, dtype=np.int64)
@@ -59,14 +60,7 @@ def union_intervals(start: np.ndarray, end: np.ndarray, group: np.ndarray | None
     new_group = np.empty(n, dtype=bool)
     new_group[0] = True
     new_group[1:] = g[1:] != g[:-1]
-    # running maximum of the end within each group (pandas' grouped cummax is vectorized; one group:
-    # numpy's accumulate gives the same values without the groupby)
-    if new_group[1:].any():
-        run_max = pd.Series(e).groupby(g, sort=False).cummax().to_numpy()
-    else:
-        run_max = np.maximum.accumulate(e)
-    new_block = new_group.copy()
-    new_block[1:] |= s[1:] > run_max[:-1]
+    new_block = block_opens(s, e, new_group)
     first = np.flatnonzero(new_block)
     block = np.cumsum(new_block) - 1
     return Union(
@@ -76,6 +70,57 @@ def union_intervals(start: np.ndarray, end: np.ndarray, group: np.ndarray | None
         order=order,
         block=block,
     )
+
+
+def block_opens(start: np.ndarray, end: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """The one merge rule of every interval union here: for intervals sorted by start within runs of a
+    group (``first`` marks each run's first row), True where a merged block opens: at a run's first
+    interval, or where an interval starts after every earlier interval of its run has ended (touching
+    intervals merge)."""
+    run_max = grouped_cummax(end, first) if first[1:].any() else np.maximum.accumulate(end)
+    opens = first.copy()
+    np.logical_or(opens[1:], start[1:] > run_max[:-1], out=opens[1:])
+    return opens
+
+
+def grouped_cummax(values: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """Running maximum of int64 ``values`` restarting where ``first`` is True (runs of a group). Each
+    run is lifted above the previous one by a multiple of the value span, so one ``accumulate`` does
+    all runs exactly; pandas' grouped cummax when that could overflow."""
+    group = np.cumsum(first) - 1
+    lo, hi = int(values.min()), int(values.max())
+    span = hi - lo + 1
+    if span * (int(group[-1]) + 1) < 1 << 62:
+        lift = group * span - lo
+        return np.maximum.accumulate(values + lift) - lift
+    return pd.Series(values).groupby(group).cummax().to_numpy(np.int64)
+
+
+def union_sorted(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(start, end)`` of the merged blocks of one group, as :func:`union_intervals` gives them. For
+    intervals already ordered by start (API calls, in the loader's order) it needs no sort and none of
+    the order, group and block arrays union_intervals returns (each as large as 10 M calls); ``end``
+    may be clamped in place (pass a copy you no longer need)."""
+    if len(start) < 2 or not (start[1:] >= start[:-1]).all():
+        u = union_intervals(start, end)
+        return u.start, u.end
+    np.maximum(end, start, out=end)
+    first = np.zeros(len(start), dtype=bool)
+    first[0] = True
+    opens = np.flatnonzero(block_opens(start, end, first))
+    return start[opens], np.maximum.reduceat(end, opens)
+
+
+def union_length_sorted(key: np.ndarray, start: np.ndarray, end: np.ndarray) -> pd.Series:
+    """Per key, the length of the union of its ``[start, end)`` intervals (overlaps counted once), for
+    non-empty intervals already in (key, start) order; indexed by key, named ``union_ns``."""
+    first = np.ones(len(key), dtype=bool)
+    first[1:] = key[1:] != key[:-1]
+    seg = np.flatnonzero(block_opens(start, end, first))
+    seg_len = np.maximum.reduceat(end, seg) - start[seg]
+    seg_key = key[seg]
+    bounds = np.flatnonzero(np.r_[True, seg_key[1:] != seg_key[:-1]])
+    return pd.Series(np.add.reduceat(seg_len, bounds), index=seg_key[bounds], name="union_ns")
 
 
 def covered_until(us: np.ndarray, ue: np.ndarray, t: np.ndarray) -> np.ndarray:

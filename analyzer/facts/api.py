@@ -121,7 +121,7 @@ def _api_rows(ctx: FactContext, classify: Callable[[str], object]) -> tuple[pd.D
     return out, label[kept]
 
 
-def _sync_kind(name: str) -> str | None:
+def sync_kind(name: str) -> str | None:
     if name in SYNC_APIS:
         return SYNC_APIS[name]
     if _SYNC_MEMCPY.match(name):
@@ -194,7 +194,7 @@ def sync_call_rows(
         if codes is None or base is None:
             codes, uniques = factorize_objects(text(api["name"]))
             base = np.array([_base_name(u) for u in uniques] + [None], dtype=object)
-        label = np.array([_sync_kind(b) for b in base[:-1]] + [None], dtype=object)  # per distinct name
+        label = np.array([sync_kind(b) for b in base[:-1]] + [None], dtype=object)  # per distinct name
         keep = pd.notna(label)[codes]
         if window is not None:
             st = api["start"].to_numpy()

@@ -280,7 +280,7 @@ def _copy_details(ctx: FactContext, ops: pd.DataFrame, pos: np.ndarray, code) ->
 def _api_classes(ctx: FactContext) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per row of ``trace.api``: cause code of time spent inside it (launch_bound, host_sync, setup),
     and a detail code into the returned labels (the call's base name)."""
-    from analyzer.facts.api import _sync_kind, api_base_codes
+    from analyzer.facts.api import sync_kind, api_base_codes
 
     api = ctx.trace.api
     codes, base = api_base_codes(ctx.store)
@@ -288,7 +288,7 @@ def _api_classes(ctx: FactContext) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     per_name = np.full(len(names), _C["launch_bound"], dtype=np.int8)
     async_copy = np.zeros(len(names), dtype=bool)
     for i, b in enumerate(names):
-        kind = _sync_kind(b) if b else None
+        kind = sync_kind(b) if b else None
         if kind in ("device", "stream", "event", "memcpy", "memset") or _syncing_alloc(b):
             per_name[i] = _C["host_sync"]
         elif kind == "async_copy":

@@ -12,10 +12,12 @@ Window: replays whose first GPU operation starts in the window.
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
-from analyzer.facts._util import column, new_frame, starts_in_window, text_array, text_codes
+from analyzer.facts._util import column, new_frame, starts_in_window, text_array, text_codes, union_intervals
 from analyzer.facts.occupancy import known_launch_config
 from analyzer.facts.registry import FactContext, fact
 from analyzer.loading.model import GRAPH_EXECUTION
@@ -119,9 +121,10 @@ _UNKNOWN_COLUMNS = {
     "device": "GPU device id",
     "kernels": "kernels starting in the window",
     "kernel_ns": "their summed duration (ns)",
-    "unknown_count": "kernels without a recorded grid or block (whole graph executions included)",
+    "unknown_count": "kernels without a recorded grid or block (whole graph executions are not counted: "
+                     "they are no kernels)",
     "unknown_ns": "their summed duration (ns)",
-    "graph_count": "of those, kernels a CUDA graph replay ran or whole graph executions",
+    "graph_count": "of those, kernels a CUDA graph replay ran",
     "example": "the longest such kernel's short name",
 }
 
@@ -136,13 +139,15 @@ def unknown_launch_config(ctx: FactContext) -> pd.DataFrame:
         "block_z"])
     if k.empty:
         return pd.DataFrame({c: pd.Series(dtype=object if c == "example" else "int64") for c in _UNKNOWN_COLUMNS})
-    unknown = ~known_launch_config(k)
-    graph = column(k, "in_graph", 0).fillna(0).to_numpy(dtype=np.int64) > 0
+    in_graph = column(k, "in_graph", 0).fillna(0).to_numpy(dtype=np.int64)
+    # whole graph executions are no kernels: graph-replays says how to record their kernels
+    unknown = ~known_launch_config(k) & (in_graph != GRAPH_EXECUTION)
+    graph = in_graph > 0
     device = column(k, "device", 0).fillna(0).to_numpy(dtype=np.int64)
     dur = k["duration"].to_numpy(dtype=np.int64)
     rows = []
     for d in np.unique(device[unknown]).tolist():
-        mine = device == d
+        mine = (device == d) & (in_graph != GRAPH_EXECUTION)
         sel = mine & unknown
         longest = np.flatnonzero(sel)[int(np.argmax(dur[sel]))]
         rows.append({"device": d, "kernels": int(mine.sum()), "kernel_ns": int(dur[mine].sum()),
@@ -160,3 +165,97 @@ def graph_executions_without_kernels(trace: object) -> int:
     if k is None or "in_graph" not in k.columns or k.empty:
         return 0
     return int((k["in_graph"].to_numpy() == GRAPH_EXECUTION).sum())
+
+
+# ---------------------------------------------------------------------------------------------------
+# one-time work the steady state does not repeat: torch.compile's compilation, CUDA graph capture
+
+#: ranges torch.profiler records while torch.compile compiles (dynamo, AOT autograd, inductor): the
+#: ``(dynamo_timed)`` phases and the named stages around them. ``Torch-Compiled Region``,
+#: ``CompiledFunction`` and ``TorchDynamo Cache Lookup`` run the compiled code on every call: not compilation.
+COMPILE_RANGE = re.compile(
+    r"\(dynamo_timed\)$|^(?:dynamo|entire_frame_compile|backend_compile|inductor_compile|compile_fx_inner"
+    r"|fx_codegen_and_compile|compile_attempt_\d+|_compile\.compile_inner|async_compile\.\w+"
+    r"|compile_fx\.<locals>\.\w+|create_aot_dispatcher_function|GraphLowering\.compile_to_fn)$")
+#: CUDA graph capture (a span from BeginCapture to EndCapture on one thread) and instantiation calls
+#: (CUDA names: HIP's map to them, :func:`analyzer.loading.api_names.cuda_equivalent`)
+CAPTURE_BEGIN = frozenset({"cudaStreamBeginCapture", "cuStreamBeginCapture", "cudaStreamBeginCaptureToGraph"})
+CAPTURE_END = frozenset({"cudaStreamEndCapture", "cuStreamEndCapture"})
+GRAPH_SETUP_APIS = frozenset({"cudaGraphInstantiate", "cudaGraphInstantiateWithFlags",
+                              "cudaGraphInstantiateWithParams", "cuGraphInstantiate", "cuGraphInstantiateWithFlags",
+                              "cuGraphInstantiateWithParams", "cudaGraphUpload", "cuGraphUpload"})
+
+_SETUP_COLUMNS = {
+    "kind": "'torch.compile' (compilation ranges) or 'CUDA graph capture' (capture spans, instantiation)",
+    "count": "ranges or calls of this kind in the trace",
+    "total_ns": "their union on the host (ns): nested compilation stages counted once",
+    "before_window_ns": "the part inside the setup before the window (from the first GPU operation to the "
+                        "window's start, as setup_ns counts it; ns)",
+    "in_window_ns": "the part inside the window (ns): recompilation or capture in the steady state",
+    "first_start": "the first one's start (ns)",
+}
+
+
+@fact("setup_activity", columns=_SETUP_COLUMNS, scope_keys=("kind",))
+def setup_activity(ctx: FactContext) -> pd.DataFrame:
+    """One row per kind of one-time work found in the whole trace (torch.compile compilation, CUDA graph
+    capture and instantiation), with how much of it lies before the window (setup) and inside it. Kinds
+    the trace does not show have no row (nsys shows compilation only where the program marks it)."""
+    t, w = ctx.trace, ctx.window
+    parts: list[tuple[str, np.ndarray, np.ndarray]] = []
+    nv = t.nvtx
+    if len(nv):
+        codes, labels = text_codes(nv["text"])
+        hit = np.array([bool(COMPILE_RANGE.search(str(x))) for x in labels] + [False], dtype=bool)
+        rows = hit[np.where(codes < 0, len(labels), codes)]
+        if rows.any():
+            parts.append(("torch.compile", nv["start"].to_numpy(np.int64)[rows], nv["end"].to_numpy(np.int64)[rows]))
+    if len(t.api):
+        from analyzer.facts.api import api_base_codes
+
+        codes, base = api_base_codes(ctx.store)
+        begin = np.array([b in CAPTURE_BEGIN for b in base], dtype=bool)[codes]
+        end = np.array([b in CAPTURE_END for b in base], dtype=bool)[codes]
+        setup = np.array([b in GRAPH_SETUP_APIS for b in base], dtype=bool)[codes]
+        s, e = _capture_spans(t.api, begin, end)
+        if setup.any() or len(s):
+            s = np.concatenate([s, t.api["start"].to_numpy(np.int64)[setup]])
+            e = np.concatenate([e, t.api["end"].to_numpy(np.int64)[setup]])
+            parts.append(("CUDA graph capture", s, e))
+    rows_out = []
+    for kind, s, e in parts:
+        order = np.argsort(s, kind="stable")
+        u = union_intervals(s[order], np.maximum(e[order], s[order]))
+        setup_start = w.start_ns - max(int(getattr(w, "setup_ns", 0) or 0), 0)  # the first GPU operation
+        before = np.clip(np.minimum(u.end, w.start_ns) - np.maximum(u.start, setup_start), 0, None).sum()
+        inside = np.clip(np.minimum(u.end, w.end_ns) - np.maximum(u.start, w.start_ns), 0, None).sum()
+        rows_out.append({"kind": kind, "count": len(s), "total_ns": int((u.end - u.start).sum()),
+                         "before_window_ns": int(before), "in_window_ns": int(inside),
+                         "first_start": int(s.min())})
+    if not rows_out:
+        return pd.DataFrame({c: pd.Series(dtype=object if c == "kind" else "int64") for c in _SETUP_COLUMNS})
+    return pd.DataFrame(rows_out, columns=list(_SETUP_COLUMNS))
+
+
+def _capture_spans(api: pd.DataFrame, begin: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(starts, ends)`` of stream captures: each BeginCapture call to the next EndCapture call's end on
+    the same thread (a capture left open runs to the thread's last call)."""
+    if not begin.any():
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    tid = column(api, "tid", -1).fillna(-1).to_numpy(np.int64)
+    start = api["start"].to_numpy(np.int64)
+    stop = api["end"].to_numpy(np.int64)
+    out_s, out_e = [], []
+    for th in np.unique(tid[begin]).tolist():
+        mine = tid == th
+        b = np.sort(start[begin & mine])
+        e_starts = start[end & mine]
+        e_ends = stop[end & mine]
+        order = np.argsort(e_starts, kind="stable")
+        e_starts, e_ends = e_starts[order], e_ends[order]
+        pos = np.searchsorted(e_starts, b, side="left")
+        last = int(stop[mine].max())
+        out_s.append(b)
+        out_e.append(np.where(pos < len(e_ends), e_ends[np.minimum(pos, len(e_ends) - 1)] if len(e_ends) else last,
+                              last))
+    return np.concatenate(out_s), np.concatenate(out_e)

@@ -36,6 +36,7 @@ from analyzer.facts._util import (
     text_array,
     text_codes,
     union_intervals,
+    union_sorted,
 )
 from analyzer.facts.nvtx import innermost_open, main_threads, ranges_only
 from analyzer.facts.registry import FactContext, fact
@@ -278,26 +279,9 @@ def _host_api(api: pd.DataFrame, tid: np.ndarray, t: np.ndarray, start: np.ndarr
         out[q] = np.where(own_open, rows[kk], np.where(hold_open, rows[hold], -1))
         del k, found, kk, own_open, hold, hold_open, holder, tq
         if start is not None and end is not None:
-            us, ue = _union_spans(starts, ends)  # (may clamp ``ends``, used no more)
+            us, ue = union_sorted(starts, ends)  # (may clamp ``ends``, used no more)
             covered[q] = covered_until(us, ue, end[q]) - covered_until(us, ue, start[q])
     return out, covered
-
-
-def _union_spans(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Merged ``[start, end)`` blocks of one group, as :func:`union_intervals` gives them. Calls come
-    ordered by start (the loader's order): then one running maximum suffices, without the order,
-    group and block arrays union_intervals returns (each as large as the thread's 10 M calls)."""
-    if len(start) < 2 or not (start[1:] >= start[:-1]).all():
-        u = union_intervals(start, end)
-        return u.start, u.end
-    np.maximum(end, start, out=end)  # ``end`` is the caller's gathered copy
-    run_max = np.maximum.accumulate(end)
-    new_block = np.empty(len(start), dtype=bool)
-    new_block[0] = True
-    np.greater(start[1:], run_max[:-1], out=new_block[1:])
-    del run_max
-    first = np.flatnonzero(new_block)
-    return start[first], np.maximum.reduceat(end, first)
 
 
 @fact("gpu_gaps", columns=_GAP_COLUMNS, requires=("gpu_ops",),

@@ -33,7 +33,7 @@ def _periods(ctx: FactContext) -> tuple[np.ndarray, np.ndarray, list[str], str]:
     if spans:
         starts = np.asarray(spans.starts, dtype=np.int64)
         ends = np.asarray(spans.ends, dtype=np.int64)
-        if spans.source == "nvtx":
+        if spans.source in ("nvtx", "annotation"):
             return starts, ends, [str(n) for n in spans.names], "steps"
         return starts, ends, [f"period {i + 1}" for i in range(len(starts))], "periods"
     edges = np.round(np.linspace(w.start_ns, w.end_ns, 11)).astype(np.int64)

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from analyzer.errors import ParameterError
-from analyzer.facts._util import factorize_objects
+from analyzer.facts._util import factorize_objects, union_length_sorted
 from analyzer.facts.nvtx_ranges import innermost_open, ranges_only
 from analyzer.loading.columns import narrow_int
 from analyzer.loading.model import Trace
@@ -128,9 +128,10 @@ def ancestor_pairs(nvtx: pd.DataFrame) -> pd.DataFrame:
 def union_length(frame: pd.DataFrame, key: str) -> pd.Series:
     """Per ``key``: total length of the union of ``[start, end)`` intervals (overlaps counted once).
 
-    Vectorized: sort by (key, start); an interval opens a new merged segment when it is the first of
+    Vectorized: sort by (key, start), then :func:`~analyzer.facts._util.union_length_sorted` (the merge
+    rule of every interval union: an interval opens a new merged segment when it is the first of
     its key or starts after the running maximum end of the earlier intervals of its key; a segment's
-    length is its maximum end minus its first start."""
+    length is its maximum end minus its first start)."""
     if frame.empty:
         return pd.Series(dtype="int64", name="union_ns")
     k = frame[key].to_numpy()
@@ -139,37 +140,7 @@ def union_length(frame: pd.DataFrame, key: str) -> pd.Series:
     order = np.lexsort((s, k))
     k, s, e = k[order], s[order], e[order]
     del order
-    return _union_length_sorted(k, s, e)
-
-
-def _union_length_sorted(k: np.ndarray, s: np.ndarray, e: np.ndarray) -> pd.Series:
-    """:func:`union_length` of intervals already in (key, start) order (non-empty)."""
-    first = np.ones(len(k), dtype=bool)
-    first[1:] = k[1:] != k[:-1]
-    running = _grouped_cummax(e, first)
-    # a segment opens at a key's first row or where the start passes the running end before it
-    # (compared in place: no shifted copy of ``running``)
-    opens = first.copy()
-    opens[1:] |= s[1:] > running[:-1]
-    del running
-    seg = np.flatnonzero(opens)
-    seg_len = np.maximum.reduceat(e, seg) - s[seg]
-    seg_key = k[seg]
-    bounds = np.flatnonzero(np.r_[True, seg_key[1:] != seg_key[:-1]])
-    return pd.Series(np.add.reduceat(seg_len, bounds), index=seg_key[bounds], name="union_ns")
-
-
-def _grouped_cummax(values: np.ndarray, first: np.ndarray) -> np.ndarray:
-    """Running maximum of int64 ``values`` restarting where ``first`` is True (runs of a group). Each
-    run is lifted above the previous one by a multiple of the value span, so one ``accumulate`` does
-    all runs exactly; pandas' grouped cummax when that could overflow."""
-    group = np.cumsum(first) - 1
-    lo, hi = int(values.min()), int(values.max())
-    span = hi - lo + 1
-    if span * (int(group[-1]) + 1) < 1 << 62:
-        lift = group * span - lo
-        return np.maximum.accumulate(values + lift) - lift
-    return pd.Series(values).groupby(group).cummax().to_numpy(np.int64)
+    return union_length_sorted(k, s, e)
 
 
 def _expand_to_ancestors(flat: dict[str, np.ndarray], pairs: pd.DataFrame,
@@ -633,7 +604,7 @@ class PhaseIndex:
         end = ops["end"].to_numpy()[order]
         out["last_op_end"] = np.maximum.reduceat(end, bounds)
         keys = inst[bounds]
-        busy_ns = (_union_length_sorted(inst, start, end).reindex(keys).to_numpy(np.int64) if busy
+        busy_ns = (union_length_sorted(inst, start, end).reindex(keys).to_numpy(np.int64) if busy
                    else np.zeros(len(keys), np.int64))
         del end, start, inst
         out["first_launch"] = np.minimum.reduceat(self._launch_of(op, ops["row"].to_numpy()[order]), bounds)

@@ -99,14 +99,25 @@ def fact(
     return register
 
 
+class UnknownFactError(LookupError):
+    """A fact no module registers. Its own type, not ``KeyError``: a ``KeyError`` raised while a fact is
+    computed (a missing column, a bad lookup) is a bug in that fact and must not read as "this fact is
+    not available"."""
+
+    def __init__(self, name: str, known: Iterable[str] = (), hint: str = "") -> None:
+        self.name = name
+        self.known = tuple(known)
+        known_text = f"; known facts: {', '.join(self.known)}" if self.known else ""
+        super().__init__(f"unknown fact {name!r}{known_text}" + (f" ({hint})" if hint else ""))
+
+
 def get_spec(name: str) -> FactSpec:
-    """The spec of fact ``name``; fails loudly with the known names."""
+    """The spec of fact ``name``; raises :class:`UnknownFactError` with the known names."""
     _ensure_loaded()
     try:
         return FACTS[name]
     except KeyError:
-        known = ", ".join(sorted(FACTS))
-        raise KeyError(f"unknown fact {name!r}; known facts: {known}") from None
+        raise UnknownFactError(name, sorted(FACTS)) from None
 
 
 def all_specs() -> dict[str, FactSpec]:
@@ -305,7 +316,7 @@ class FactStore:
             if name not in cached or name in busy:
                 try:
                     todo.extend(get_spec(name).requires)
-                except KeyError:  # not a registered fact: the reader fails on its own
+                except UnknownFactError:  # the reader fails on its own
                     pass
         open_ = (need - cached) | busy
         memos = {k for k in self._memo if k not in self._memo_users or self._memo_users[k] & open_}
@@ -337,7 +348,7 @@ class FactStore:
                 for name in sorted(need - self._cache.keys() - self._running.keys() - self._failed_ahead):
                     try:
                         requires = set(get_spec(name).requires)
-                    except KeyError:
+                    except UnknownFactError:
                         continue
                     inputs = requires | {k for k, users in self._memo_users.items()
                                          if name in users and k in self._memo}

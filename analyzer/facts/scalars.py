@@ -20,6 +20,8 @@ SCALAR_DOCS: dict[str, str] = {
     "window_start_ns": "window start (ns, trace-relative)",
     "window_end_ns": "window end (ns)",
     "setup_ns": "one-time setup before the window (ns)",
+    "setup_compile_ns": "of setup_ns, the host time torch.compile spent compiling (dynamo/inductor ranges; ns)",
+    "setup_graph_capture_ns": "of setup_ns, CUDA graph capture and instantiation (ns)",
     "trace_ns": "capture length (ns)",
     "device_count": "GPUs with activity in the window",
     "kernel_count": "kernels starting in the window",
@@ -77,7 +79,8 @@ def _ncu_softmax_launches(store: FactStore) -> float:
 
 
 #: the facts :func:`trace_scalars` reads
-SCALAR_FACTS: tuple[str, ...] = ("gpu_busy", "gpu_gaps", "sync_calls", "alloc_calls", "timeline_breakdown")
+SCALAR_FACTS: tuple[str, ...] = ("gpu_busy", "gpu_gaps", "sync_calls", "alloc_calls", "setup_activity",
+                                 "timeline_breakdown")
 
 
 def trace_scalars(store: FactStore) -> dict[str, float]:
@@ -101,6 +104,8 @@ def trace_scalars(store: FactStore) -> dict[str, float]:
     sync = store.get("sync_calls")
     sync = sync.loc[sync["blocking"].to_numpy(dtype=bool)] if len(sync) else sync
     alloc = store.get("alloc_calls")
+    setup = store.get("setup_activity")
+    setup_of = dict(zip(setup["kind"].astype(str), setup["before_window_ns"].astype(float))) if len(setup) else {}
     devices = int(busy["device"].nunique()) if len(busy) else 0
     span = float(max(devices, 1) * w.duration_ns)
     busy_ns = float(busy["duration"].sum()) if len(busy) else 0.0
@@ -117,6 +122,8 @@ def trace_scalars(store: FactStore) -> dict[str, float]:
         "window_start_ns": float(w.start_ns),
         "window_end_ns": float(w.end_ns),
         "setup_ns": float(w.setup_ns),
+        "setup_compile_ns": setup_of.get("torch.compile", 0.0),
+        "setup_graph_capture_ns": setup_of.get("CUDA graph capture", 0.0),
         "trace_ns": float(t.info.duration_ns),
         "device_count": float(devices),
         "kernel_count": float(km.sum()),

@@ -19,7 +19,9 @@ GPU work takes 30 ms). For the first step, the previous completion is the end of
 before it (the host may have queued it ahead), or the step's start when the GPU was already idle.
 
 For op-sequence periods (no NVTX), a period's ops are the ``period`` ops from its first one (in start
-order); it completes when the last of them ends.
+order); it completes when the last of them ends. For iterations marked by an annotation that occurs once
+per iteration (``Optimizer.step#...``, source ``annotation``), an iteration's ops are those launched
+between one instance's start and the next; it completes like an NVTX step.
 """
 from __future__ import annotations
 
@@ -61,6 +63,13 @@ def steps(ctx: FactContext) -> pd.DataFrame:
     if spans.source == "periodic":
         gpu_end, gpu_ns, kcount, prev_done = _periods(ops, start, end, spans.period)
         done = np.where(gpu_end >= 0, gpu_end, end)
+    elif spans.source == "annotation":  # from one annotation to the next: the GPU work launched between
+        gpu_end, gpu_ns, kcount = _launched(ops, start, end)
+        done = np.maximum(end, gpu_end)
+        launch = np.where(ops["api_start"].to_numpy(dtype=np.int64) >= 0, ops["api_start"].to_numpy(dtype=np.int64),
+                          o_start)
+        before = launch < start[0]
+        prev_done = int(o_end[before].max()) if before.any() else int(start[0])
     else:
         inst = ctx.get("nvtx_instances").set_index("range_id")
         ids = np.asarray(spans.range_ids, dtype=np.int64)
@@ -86,6 +95,26 @@ def steps(ctx: FactContext) -> pd.DataFrame:
         "gpu_ns": gpu_ns,
         "kernel_count": kcount,
     })
+
+
+def _launched(ops: pd.DataFrame, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per span ``[start, end)`` (by launch time: the API call, else the op's start): last end, op time and
+    kernel count of the GPU ops launched inside (-1 / 0 / 0 without any)."""
+    api = ops["api_start"].to_numpy(dtype=np.int64)
+    o_start = ops["start"].to_numpy(dtype=np.int64)
+    launch = np.where(api >= 0, api, o_start)
+    o_end = ops["end"].to_numpy(dtype=np.int64)
+    is_kernel = (ops["op"].to_numpy() == "kernel").astype(np.int64)
+    n = len(start)
+    grp = np.searchsorted(start, launch, side="right") - 1
+    inside = grp >= 0
+    inside[inside] = launch[inside] < end[grp[inside]]
+    g = grp[inside]
+    gpu_end = np.full(n, -1, dtype=np.int64)
+    np.maximum.at(gpu_end, g, o_end[inside])
+    gpu_ns = np.bincount(g, weights=(o_end - o_start)[inside], minlength=n).astype(np.int64)
+    kcount = np.bincount(g, weights=is_kernel[inside], minlength=n).astype(np.int64)
+    return gpu_end, gpu_ns, kcount
 
 
 def _periods(

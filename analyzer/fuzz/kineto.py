@@ -14,6 +14,7 @@ trace. Runs only where the Kineto loader (issue 13) is installed; before that a 
 from __future__ import annotations
 
 import copy
+import decimal
 import gzip
 import json
 import lzma
@@ -141,6 +142,41 @@ def mutation_strategy() -> Any:
     )
 
 
+def json_kernel_totals(data: bytes) -> tuple[int, int] | None:
+    """(kernels, total kernel time in ns) of a Chrome trace as Python's own ``json`` reads it (numbers
+    exact, as ``Decimal``): complete (``X``) events of a kernel category whose ``ts`` is a number from 0
+    to 2^63 ns (truncated to the nanosecond), each ``dur`` in ns rounded to even, a negative one or one
+    past 2^63 ns counted as 0 (the loader's data-quality rule). None when ``json`` cannot read the
+    text, it is no trace, or a kernel's ``dur`` is text (which the loader reads as a number where it
+    can: nothing exact to compare)."""
+    from analyzer.loading.kineto import KERNEL_CATS
+
+    try:
+        doc = json.loads(data.decode("utf-8"), parse_float=decimal.Decimal, parse_int=decimal.Decimal)
+    except (ValueError, RecursionError):
+        return None
+    events = doc.get("traceEvents") if isinstance(doc, dict) else doc
+    if not isinstance(events, list):
+        return None
+    n = total = 0
+    for e in events:
+        if not isinstance(e, dict) or e.get("ph") != "X" or e.get("cat") not in KERNEL_CATS:
+            continue
+        ts = e.get("ts")
+        if not isinstance(ts, decimal.Decimal) or not ts.is_finite():
+            continue
+        if not 0 <= int(ts * 1000) < 2**63:
+            continue
+        dur = e.get("dur")
+        if isinstance(dur, str):
+            return None
+        us = float(dur) if isinstance(dur, (decimal.Decimal, bool)) else float("nan")
+        ns = 0.0 if us != us else us * 1000.0
+        n += 1
+        total += 0 if ns < 0 or ns >= 2.0**63 else round(ns)
+    return n, total
+
+
 def base_traces() -> list[Path]:
     from analyzer.testing import DATA_DIR
 
@@ -163,14 +199,19 @@ class Runner:
         self.options = AnalysisOptions(timeout=timeout)
         self.pack = load_rules(self.options)
         self.docs: dict[Path, Any] = {}
+        self.loaded: Any = None  # the last case's loaded trace (None when the run refused it)
+        self.compared = 0  # cases whose kernel totals were checked against Python's json
 
     def analyze(self, trace: Path, output: Path) -> Outcome:
         from analyzer.fileio import atomic_write
         from analyzer.pipeline import analyze_paths
         from analyzer.reports import build_report, render
 
+        self.loaded = None
+
         def run() -> None:
             analyses = analyze_paths([trace], self.options, pack=self.pack)
+            self.loaded = analyses[0].trace if len(analyses) == 1 else None
             atomic_write(output, render(build_report(analyses), "json"))
 
         return run_guarded(run)
@@ -190,12 +231,29 @@ class Runner:
         outcome = self.analyze(trace, self.workdir / "kineto-report.json")
         try:
             check_outcome(outcome, names=[str(trace), trace.name])
+            if outcome.rc in (0, 1) and self.loaded is not None:
+                self.compared += check_kernels_as_json_reads_them(trace.read_bytes(), self.loaded)
             if sha256(trace) != before or sorted(os.listdir(folder)) != listing:
                 raise FuzzFailure("the input file or its folder changed")
         except FuzzFailure as err:
             raise FuzzFailure(f"{err} [base {base.name}; mutations {[str(m) for m in mutations]}; "
                               f"damage {damage}]") from None
         return outcome
+
+
+def check_kernels_as_json_reads_them(data: bytes, trace: Any) -> int:
+    """The property that matters (issue 33): a trace the run accepted has the kernel count and total
+    kernel time Python's ``json`` reads from the same text (:func:`json_kernel_totals`). Returns 1 when
+    compared, 0 when there is nothing exact to compare. Raises :class:`FuzzFailure`."""
+    want = json_kernel_totals(data)
+    if want is None:
+        return 0
+    k = trace.kernels
+    got = (len(k), int(k["duration"].astype("int64").sum()) if len(k) else 0)
+    if got != want:
+        raise FuzzFailure(f"kernels {got[0]:,} and {got[1]:,} ns where Python's json reads {want[0]:,} and "
+                          f"{want[1]:,} ns")
+    return 1
 
 
 def run_cases(n: int, seed: int, workdir: Path, *, stats: Any = None, derandomize: bool = False) -> Any:
@@ -222,6 +280,7 @@ def run_cases(n: int, seed: int, workdir: Path, *, stats: Any = None, derandomiz
         stats.stop_if_out_of_time()
         outcome = runner.case(base, mutations, dmg, stats.cases)
         stats.record(outcome, names=["damaged.pt.trace.json"])
+        stats.extra["kernel_totals_checked_against_json"] = runner.compared
 
     if not derandomize:
         one = hseed(seed)(one)

@@ -297,6 +297,8 @@ class Runner:
         self.pack = load_rules(self.options)
         self.outcomes: dict[str, tuple[int, str]] = {}  # loaded-trace fingerprint -> (exit code, stderr)
         self.reused = 0
+        self.loaded: Any = None  # the last case's loaded trace (None when loading failed)
+        self.compared = 0  # cases whose kernel totals were checked against SQLite's own read
 
     def analyze(self, trace: Path, output: Path) -> Outcome:
         """The pipeline as ``analyze TRACE --format json -o OUTPUT`` runs it. A case whose loaded trace
@@ -309,11 +311,13 @@ class Runner:
         from analyzer.watchdog import Watchdog, stage
 
         seen: list[str] = []
+        self.loaded = None
 
         def run() -> None:
             with Watchdog(self.options.timeout, str(trace)):
                 with stage("loading"):
                     loaded = load_trace(trace)
+                self.loaded = loaded
                 key = fingerprint(loaded)
                 if key is not None and key in self.outcomes:
                     seen.append(key)
@@ -343,6 +347,8 @@ class Runner:
         outcome = self.analyze(trace, self.workdir / "report.json")
         try:
             check_outcome(outcome, names=[str(trace), trace.name])
+            if outcome.rc in (0, 1) and self.loaded is not None:
+                self.compared += check_kernels_as_sqlite_reads_them(trace, self.loaded)
             if sha256(trace) != before:
                 raise FuzzFailure("the input file changed")
             if sorted(os.listdir(folder)) != listing:
@@ -350,6 +356,47 @@ class Runner:
         except FuzzFailure as err:
             raise FuzzFailure(f"{err} [base {base.name}; mutations {applied}]") from None
         return outcome, applied
+
+
+def sqlite_kernel_totals(path: Path) -> tuple[int, int] | None:
+    """(kernels, total kernel time in ns) of ``path`` as SQLite itself reads them (a full scan of the
+    kernel table, found by SQLite's own name matching), or None when the table is absent or any of its
+    rows lacks integer ``start``/``end`` with ``end >= start`` (values the loader deliberately treats as
+    unknown). Raises ``sqlite3.DatabaseError`` when SQLite cannot read the table (a malformed file)."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+    try:
+        try:
+            n, clean, total = conn.execute(
+                'SELECT count(*), sum(typeof(start) = \'integer\' AND typeof("end") = \'integer\' '
+                'AND "end" >= start), sum(CAST("end" AS INTEGER) - CAST(start AS INTEGER)) '
+                "FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()
+        except sqlite3.OperationalError as err:
+            if any(m in str(err) for m in ("no such table", "no such column", "integer overflow")):
+                return None  # nothing to compare: no kernel table, or times past 64-bit sums
+            raise
+    finally:
+        conn.close()
+    if n == 0 or clean != n:
+        return None
+    return int(n), int(total)
+
+
+def check_kernels_as_sqlite_reads_them(path: Path, trace: Any) -> int:
+    """The property that matters (issue 33): a trace the run accepted has the kernel count and total
+    kernel time SQLite's own read of the same file gives; a file SQLite cannot read must be refused.
+    Returns 1 when compared, 0 when the file's kernel values are not all plain (see
+    :func:`sqlite_kernel_totals`). Raises :class:`FuzzFailure`."""
+    try:
+        want = sqlite_kernel_totals(path)
+    except sqlite3.DatabaseError as err:
+        raise FuzzFailure(f"analyzed a file whose kernel table SQLite cannot read ({err})") from None
+    if want is None:
+        return 0
+    k = trace.kernels
+    got = (len(k), int((k["end"].astype("int64") - k["start"].astype("int64")).sum()) if len(k) else 0)
+    if got != want:
+        raise FuzzFailure(f"kernels {got[0]:,} and {got[1]:,} ns where SQLite reads {want[0]:,} and {want[1]:,} ns")
+    return 1
 
 
 def fingerprint(trace: Any) -> str | None:
@@ -413,6 +460,7 @@ def run_cases(n: int, seed: int, workdir: Path, *, stats: Any = None, derandomiz
         stats.record(outcome, names=[f"{base.stem}-damaged.sqlite"])
         stats.extra["mutations_applied"] = stats.extra.get("mutations_applied", 0) + len(applied)
         stats.extra["same_loaded_trace_as_an_earlier_case"] = runner.reused
+        stats.extra["kernel_totals_checked_against_sqlite"] = runner.compared
 
     if not derandomize:
         one = hseed(seed)(one)

@@ -26,6 +26,7 @@ from analyzer.analysis import Window, step_spans
 from analyzer.facts._util import column, text, union_intervals
 from analyzer.facts.comm import JobRankContext
 from analyzer.facts.nccl_nvtx import internal_ranges
+from analyzer.facts.registry import UnknownFactError
 from analyzer.findings import Finding
 from analyzer.job.ranks import RankHint, rank_hint
 from analyzer.loading.model import Trace
@@ -317,7 +318,7 @@ def finish_rank(state: RankState, summary: RankSummary, pack: Any, job: RankJobI
     Findings matching ``accepted`` (:class:`analyzer.accepted.AcceptedFindings`; their fingerprints
     include the rank) are marked accepted."""
     from analyzer.trace_analysis import finish
-    from analyzer.reports.viewmodel import Limits, _section
+    from analyzer.reports.viewmodel import Limits, trace_section
 
     store = state.store
     if job is not None:
@@ -330,7 +331,7 @@ def finish_rank(state: RankState, summary: RankSummary, pack: Any, job: RankJobI
 
         findings = apply_accepted(findings, accepted, analysis.window)
     analysis.findings = findings
-    section = _section(analysis, job.section_index if job is not None else summary.index + 1, True, Limits())
+    section = trace_section(analysis, job.section_index if job is not None else summary.index + 1, True, Limits())
     overlap_rows = store.get("comm_overlap")
     dev_rows = overlap_rows.loc[overlap_rows["device"] == summary.device] if len(overlap_rows) else overlap_rows
     overlap = {c: int(dev_rows[c].iloc[0]) for c in ("compute_ns", "comm_ns", "overlap_ns", "exposed_ns",
@@ -358,7 +359,7 @@ def phase_gpu_per_step(store: Any, steps: int) -> dict[str, float]:
     """GPU ns per step of each phase directly inside the step (``step_N/forward`` -> ``forward``)."""
     try:
         proj = store.get("nvtx_projection")
-    except KeyError:
+    except UnknownFactError:
         return {}
     if proj.empty or steps <= 0:
         return {}

@@ -51,7 +51,7 @@ def contract_frame(columns: tuple[str, ...], data: Mapping[str, Any], *, compact
     if not data or len(next(iter(data.values()))) == 0:
         return empty_frame(columns)
     if not compact:
-        return pd.DataFrame({c: _column(data[c]) for c in columns}, copy=False)
+        return pd.DataFrame({c: text_column(data[c]) for c in columns}, copy=False)
     out: dict[str, Any] = {}
     for c in columns:
         v = data[c]
@@ -74,7 +74,7 @@ def by_start(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.take(np.argsort(start, kind="stable")).reset_index(drop=True)
 
 
-def _column(values: Any) -> np.ndarray | pd.Series:
+def text_column(values: Any) -> np.ndarray | pd.Series:
     """Text stays ``object`` (as in :func:`empty_frame`): rows share the Python string of their id, where
     pandas' default string inference would copy every row's text into a new buffer."""
     if isinstance(values, TextCodes):

@@ -36,7 +36,7 @@ from analyzer.loading.api_names import host_side_summary, launch_calls
 from analyzer.loading import attribution as attr
 from analyzer.loading.capabilities import missing_capabilities
 from analyzer.loading.common import CC_LIMITS, DEFAULT_SMEM_PER_BLOCK, strip_api_suffix  # noqa: F401 (re-exported)
-from analyzer.loading.common import _column as _text_column
+from analyzer.loading.common import text_column as _text_column
 from analyzer.loading.common import by_start as _by_start
 from analyzer.loading.common import contract_frame as _frame
 from analyzer.loading.common import fill_cc_limits as _fill_cc_limits
@@ -643,6 +643,11 @@ class _Loader:
         if graph_stats or untimed_graphs:
             extras["cuda_graphs"] = {"executions": 0, "with_kernels": 0, "without_kernels": 0, **graph_stats,
                                      "untimed": untimed_graphs}
+        if untimed_graphs:  # said once, in the report's notes
+            extras.setdefault("notes", []).append(
+                f"{untimed_graphs:,} CUDA graph executions in {GRAPH_TABLE} carry no timestamps (CUPTI could not "
+                "time them) and are left out of GPU time; record with nsys profile --cuda-graph-trace=node to "
+                "time their kernels.")
         session = self._session_times()
         if session:
             extras["session_times"] = list(session)  # (local, UTC) wall-clock start: the machine's UTC offset

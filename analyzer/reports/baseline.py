@@ -30,6 +30,7 @@ import pandas as pd
 from analyzer.analysis import Analysis
 from analyzer.errors import InputError
 from analyzer.facts.nvtx_ranges import NUMBERED, generic_paths
+from analyzer.facts.registry import UnknownFactError
 from analyzer.reports.values import flat_parameters, gpu_label
 
 #: Caps on what one JSON report carries for a diff (rows beyond are summed into ``other_ns``).
@@ -47,7 +48,7 @@ _LAUNCH_SUFFIX = re.compile(r"(?:_\d+|\s*\[\d+\]|\s*#\d+)$")
 class Steps:
     """Per-step durations of one run (see the ``steps`` fact for what a duration is)."""
 
-    source: str  # "nvtx" | "periodic" | "none"
+    source: str  # "nvtx" | "periodic" | "annotation" | "none"
     description: str
     durations_ns: tuple[int, ...]
     names: tuple[str, ...]
@@ -157,6 +158,8 @@ class RunSummary:
     rules: Table
     findings: Table = field(default_factory=lambda: Table((), 0))  # FindingRow per finding
     notes: tuple[str, ...] = field(default=())
+    #: a multi-GPU job: its :class:`analyzer.diff.jobs.JobSummary` (the run is then the job as one run)
+    job: Any = None
 
     # -- JSON --------------------------------------------------------------------------------------
     def baseline_dict(self) -> dict[str, Any]:
@@ -238,7 +241,7 @@ def summarize(analysis: Analysis) -> RunSummary:
     def get(name: str) -> pd.DataFrame | None:
         try:
             return analysis.facts.get(name)
-        except KeyError as err:
+        except UnknownFactError as err:
             notes.append(f"fact {name!r} not available: {err}")
             return None
 
@@ -463,7 +466,7 @@ def from_report(doc: Any, path: str, *, trace_index: int | None = None) -> RunSu
     if len(names) != len(durations):
         raise r.error("baseline.steps: names and durations_ns differ in length")
     steps = Steps(
-        source=r.choice(st, "source", ("nvtx", "periodic", "none"), "steps"),
+        source=r.choice(st, "source", ("nvtx", "periodic", "annotation", "none"), "steps"),
         description=r.text(st, "description", "steps"),
         durations_ns=durations,
         names=names,

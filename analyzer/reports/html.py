@@ -81,6 +81,8 @@ def environment() -> Environment:
         utilization_svg=svg.utilization_svg,
         bars_svg=svg.bars_svg,
         paired_svg=svg.paired_svg,
+        breakdown_svg=svg.breakdown_svg,
+        cause_colour=svg.cause_colour,
         roofline_svg=svg.roofline_svg,
         swimlanes_svg=jobsvg.swimlanes_svg,
     )

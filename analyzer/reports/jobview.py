@@ -27,8 +27,8 @@ from analyzer.reports.viewmodel import (
     Link,
     ReportView,
     Table,
-    _finding_views,
-    _table,
+    finding_views,
+    table_view,
 )
 
 
@@ -92,7 +92,7 @@ def _rank_table(job: Any, sections: dict[int, str], limits: Limits) -> Table:
         return Table(cols, (), 0, "")
     frame["rank"] = [Link(f"rank {int(r)}", sections.get(int(r), "")) for r in frame["rank"]]
     frame["last"] = [f"{int(a)} of {int(b)}" for a, b in zip(frame["last_count"], frame["instances"])]
-    return _table(frame, cols, limits.devices * 64, limits.cell_chars,
+    return table_view(frame, cols, limits.devices * 64, limits.cell_chars,
                   caption="Per rank, inside its analysis window (communication: union of NCCL kernel time)")
 
 
@@ -118,7 +118,7 @@ def _collective_table(job: Any, limits: Limits) -> tuple[Table | None, str]:
         Column("spread_ns", "Arrival spread (median)", "ns"), Column("busbw", "Bus bandwidth", "bandwidth"),
         Column("bus_share", "of link peak", "share"),
     )
-    return _table(agg, cols, limits.top_kernels, limits.cell_chars,
+    return table_view(agg, cols, limits.top_kernels, limits.cell_chars,
                   caption="Collectives matched on every rank inside the job window"), link
 
 
@@ -186,7 +186,7 @@ def _verdict(job: Any, findings: tuple[FindingView, ...], rank_sections: list[An
 def build_job_report(job: Any, *, title: str | None = None, created: datetime | None = None,
                      limits: Limits = Limits()) -> ReportView:
     """The report of a multi-GPU job: the job section first, then one section per rank."""
-    from analyzer import __version__
+    from analyzer._version import __version__
 
     sections = []
     anchors: dict[int, str] = {}
@@ -196,7 +196,7 @@ def build_job_report(job: Any, *, title: str | None = None, created: datetime | 
         s = replace(s, header=replace(s.header, trace_name=name))
         sections.append(s)
         anchors[res.rank] = s.anchor
-    findings, _ = _finding_views(list(job.findings), int(job.window.duration_ns), "job-", limits)
+    findings, _ = finding_views(list(job.findings), int(job.window.duration_ns), "job-", limits)
     ranks_table = _rank_table(job, anchors, limits)
     coll, link = _collective_table(job, limits)
     lanes, span = _lanes(job, anchors)

@@ -11,6 +11,8 @@ from typing import Any
 from analyzer.reports.values import py_value
 from analyzer.reports.viewmodel import (
     BarChart,
+    BreakdownBar,
+    BreakdownView,
     GapSummary,
     Header,
     ReportView,
@@ -93,6 +95,24 @@ def _gaps(g: GapSummary | None) -> dict[str, Any] | None:
     }
 
 
+def _bar(b: BreakdownBar) -> dict[str, Any]:
+    return {"key": b.label, "total_ns": b.total_ns, "causes": {c: ns for c, ns in b.parts}}
+
+
+def _breakdown(b: BreakdownView) -> dict[str, Any]:
+    return {
+        "device": b.device,
+        "summary": b.summary,
+        "window_ns": b.window.total_ns,
+        "causes": {c: ns for c, ns in b.window.parts},
+        "details": _records(b.details),
+        "steps": [_bar(x) for x in b.steps],
+        "steps_total": b.steps_total,
+        "ranges": [_bar(x) for x in b.ranges],
+        "ranges_total": b.ranges_total,
+    }
+
+
 def _section(s: TraceSection) -> dict[str, Any]:
     info, window, summary = _header(s.header)
     overview: dict[str, Any] = {
@@ -101,6 +121,8 @@ def _section(s: TraceSection) -> dict[str, Any]:
         "nvtx": _records(s.nvtx),
         "gaps": _gaps(s.gaps),
     }
+    if s.breakdown:
+        overview["breakdown"] = [_breakdown(b) for b in s.breakdown]
     if s.phases is not None:
         overview["phases"] = {**(_records(s.phases) or {}), "caption": s.phases.caption}
     if s.signals is not None:

@@ -13,7 +13,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from analyzer.reports.format import DASH, fmt_cell, fmt_duration, fmt_share, fmt_time, plural, truncate
-from analyzer.reports.viewmodel import PHASE_CORE_COLUMNS, FindingView, Link, ReportView, Table, TraceSection
+from analyzer.reports.viewmodel import (
+    PHASE_CORE_COLUMNS,
+    FindingView,
+    Link,
+    ReportView,
+    Table,
+    TraceSection,
+    cause_label,
+)
 
 MAX_CHARS = 65_000
 
@@ -163,6 +171,29 @@ def _finding_details(f: FindingView, level: _Level) -> list[str]:
     return lines
 
 
+def _breakdown(s: TraceSection) -> list[str]:
+    """Where each GPU's window went (the timeline breakdown): one compact table, a row per cause."""
+    lines: list[str] = []
+    for b in s.breakdown:
+        total = b.window.total_ns or 1
+        lines += [f"**Where GPU {b.device}'s time went** ({fmt_duration(b.window.total_ns)}, every nanosecond "
+                  "has one cause):", "",
+                  "| Cause | Time | % of window | Largest part |", "|---|---:|---:|---|"]
+        largest: dict[str, tuple[str, int]] = {}
+        label_of = {cause_label(c): c for c, _ in b.window.parts}
+        for row in b.details.records():
+            cause = label_of.get(str(row["cause"]), str(row["cause"]))
+            if cause not in largest:
+                largest[cause] = (str(row["detail"]), int(row["duration_ns"] or 0))
+        for cause, ns in sorted(b.window.parts, key=lambda p: -p[1]):
+            part = largest.get(cause)
+            part_text = f"{md_text(part[0], 60)} ({fmt_duration(part[1])})" if part else DASH
+            lines.append(f"| {md_text(cause_label(cause))} | {fmt_duration(ns)} | {100.0 * ns / total:.1f}% | "
+                         f"{part_text} |")
+        lines.append("")
+    return lines
+
+
 def _section(s: TraceSection, level: _Level, multi: bool) -> list[str]:
     h = s.header
     label = "Nsight Compute report" if s.kind == "ncu" else "Trace"
@@ -222,6 +253,8 @@ def _section(s: TraceSection, level: _Level, multi: bool) -> list[str]:
         if h.tally:
             lines += ["", f"_{md_text(h.tally, 400)}_"]
         lines.append("")
+    lines += _breakdown(s)
+    if s.findings:
         for f in s.findings[: level.details]:
             lines += _finding_details(f, level)
         if level.details < len(s.findings):

@@ -31,6 +31,10 @@ def summary_text(report: ReportView, *, max_findings: int = 20, width: int | Non
                 + (f"; setup before the window {fmt_ms(h.setup_ns)}" if h.setup_ns else "")
             )
         lines.append(f"  verdict: {h.verdict}")
+        for b in section.breakdown[:2]:  # the timeline breakdown, one line per GPU
+            lines.append(truncate(f"  time on GPU {b.device}: {b.summary}", width))
+        if len(section.breakdown) > 2:
+            lines.append(f"  ... the breakdown of {len(section.breakdown) - 2} more GPU(s) in the report")
         shown = section.findings[:max_findings]
         # the rule column as wide as its longest name (ids are at most 8 characters), capped
         name_w = min(max((len(fv.rule) for fv in shown), default=0), _MAX_RULE_WIDTH)

@@ -12,8 +12,16 @@ from collections.abc import Iterable
 
 from markupsafe import Markup
 
-from analyzer.reports.format import fmt_duration, fmt_float, fmt_pct, fmt_share, fmt_si, truncate
-from analyzer.reports.viewmodel import BarChart, PairedBar, RooflineChart, UtilizationChart
+from analyzer.reports.format import fmt_duration, fmt_float, fmt_impact_pct, fmt_pct, fmt_share, fmt_si, truncate
+from analyzer.reports.viewmodel import (
+    BREAKDOWN_CAUSES,
+    BarChart,
+    BreakdownBar,
+    PairedBar,
+    RooflineChart,
+    UtilizationChart,
+    cause_label,
+)
 
 # Okabe-Ito palette (distinguishable with the common colour-vision deficiencies).
 BLUE, ORANGE, SKY, GREEN, YELLOW, NAVY, VERMILLION, PURPLE = (
@@ -29,15 +37,15 @@ def esc(value: object) -> str:
     return html.escape(str(value), quote=True)
 
 
-def _n(x: float) -> str:
+def coord(x: float) -> str:
     """A coordinate with one decimal, no ``-0.0``."""
     text = f"{x:.1f}"
     return "0.0" if text == "-0.0" else text
 
 
-def _svg(width: float, height: float, label: str, body: Iterable[str], cls: str) -> Markup:
+def svg_chart(width: float, height: float, label: str, body: Iterable[str], cls: str) -> Markup:
     parts = [
-        (f'<svg class="chart {cls}" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {_n(width)} {_n(height)}" '
+        (f'<svg class="chart {cls}" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {coord(width)} {coord(height)}" '
         f'width="100%" role="img" aria-label="{esc(label)}" font-family="{esc(FONT)}" font-size="11">'),
         f"<title>{esc(label)}</title>",
         *body,
@@ -46,15 +54,15 @@ def _svg(width: float, height: float, label: str, body: Iterable[str], cls: str)
     return Markup("".join(parts))
 
 
-def _text(x: float, y: float, text: str, *, anchor: str = "start", cls: str = "", fill: str = INK,
+def svg_text(x: float, y: float, text: str, *, anchor: str = "start", cls: str = "", fill: str = INK,
           size: float | None = None, weight: str = "") -> str:
-    attrs = f'x="{_n(x)}" y="{_n(y)}" fill="{fill}"'
+    attrs = f'x="{coord(x)}" y="{coord(y)}" fill="{fill}"'
     if anchor != "start":
         attrs += f' text-anchor="{anchor}"'
     if cls:
         attrs += f' class="{cls}"'
     if size:
-        attrs += f' font-size="{_n(size)}"'
+        attrs += f' font-size="{coord(size)}"'
     if weight:
         attrs += f' font-weight="{weight}"'
     return f"<text {attrs}>{esc(text)}</text>"
@@ -64,7 +72,7 @@ def _rect(x: float, y: float, w: float, h: float, fill: str, *, title: str = "",
           extra: str = "") -> str:
     c = f' class="{cls}"' if cls else ""
     e = f" {extra}" if extra else ""
-    head = f'<rect{c} x="{_n(x)}" y="{_n(y)}" width="{_n(max(w, 0.0))}" height="{_n(max(h, 0.0))}" fill="{fill}"{e}'
+    head = f'<rect{c} x="{coord(x)}" y="{coord(y)}" width="{coord(max(w, 0.0))}" height="{coord(max(h, 0.0))}" fill="{fill}"{e}'
     return f"{head}><title>{esc(title)}</title></rect>" if title else f"{head}/>"
 
 
@@ -96,7 +104,7 @@ def _metric_line(values: tuple, series: object, colour: str, what: str, x_of: ob
             run = []
             continue
         xm = (x_of(a) + x_of(b)) / 2  # type: ignore[operator]
-        run.append(f"{_n(xm)},{_n(y + bar_h * (1 - min(max(v, 0.0), 1.0)))}")
+        run.append(f"{coord(xm)},{coord(y + bar_h * (1 - min(max(v, 0.0), 1.0)))}")
     if len(run) > 1:
         out.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.6" points="{" ".join(run)}"/>')
     if out:
@@ -121,13 +129,13 @@ def utilization_svg(chart: UtilizationChart, width: float = 960.0) -> Markup:
     y = top
     for s in chart.series:
         head, _, rest = s.label.partition(" \u00b7 ")
-        body.append(_text(left - 8, y + bar_h / 2 - 2, truncate(head, 24), anchor="end", weight="600"))
+        body.append(svg_text(left - 8, y + bar_h / 2 - 2, truncate(head, 24), anchor="end", weight="600"))
         if rest:
-            body.append(_text(left - 8, y + bar_h / 2 + 11, truncate(rest, 26), anchor="end", fill=MUTED, size=10))
+            body.append(svg_text(left - 8, y + bar_h / 2 + 11, truncate(rest, 26), anchor="end", fill=MUTED, size=10))
         body.append(_rect(left, y, plot_w, bar_h, TRACK))
         for frac in (0.5,):
             gy = y + bar_h * (1 - frac)
-            body.append(f'<line x1="{_n(left)}" x2="{_n(left + plot_w)}" y1="{_n(gy)}" y2="{_n(gy)}" '
+            body.append(f'<line x1="{coord(left)}" x2="{coord(left + plot_w)}" y1="{coord(gy)}" y2="{coord(gy)}" '
                         f'stroke="{GRID}" stroke-dasharray="2 3"/>')
         for a, b, u in zip(s.bin_start, s.bin_end, s.util):
             x0, x1 = x_of(a), x_of(b)
@@ -145,7 +153,7 @@ def utilization_svg(chart: UtilizationChart, width: float = 960.0) -> Markup:
                               title=f"{s.label}: {g.label} at {fmt_duration(g.start - chart.start_ns)}"))
         y += row_h
     for lane_i, lane in enumerate(chart.lanes):
-        body.append(_text(left - 8, y + 14, truncate(lane.label, 30), anchor="end", fill=MUTED, size=10))
+        body.append(svg_text(left - 8, y + 14, truncate(lane.label, 30), anchor="end", fill=MUTED, size=10))
         body.append(_rect(left, y, plot_w, lane_h - 2, "#f6f8fa"))
         for i, sp in enumerate(lane.spans):
             x0, x1 = x_of(sp.start), x_of(sp.end)
@@ -155,22 +163,22 @@ def utilization_svg(chart: UtilizationChart, width: float = 960.0) -> Markup:
             body.append(_rect(x0, y, w, lane_h - 2, fill, title=tip, cls="span", extra=f'stroke="{SKY}" stroke-width="0.5"'))
             chars = int((w - 6) / 6.2)
             if chars >= 3:
-                body.append(_text(x0 + 3, y + 13, truncate(sp.label, chars), size=10))
+                body.append(svg_text(x0 + 3, y + 13, truncate(sp.label, chars), size=10))
         y += lane_h
     # time axis
     y += 4
-    body.append(f'<line x1="{_n(left)}" x2="{_n(left + plot_w)}" y1="{_n(y)}" y2="{_n(y)}" stroke="{MUTED}"/>')
+    body.append(f'<line x1="{coord(left)}" x2="{coord(left + plot_w)}" y1="{coord(y)}" y2="{coord(y)}" stroke="{MUTED}"/>')
     step = nice_step(span, 8)
     t = 0.0
     while t <= span + 1e-9:
         x = left + plot_w * t / span
-        body.append(f'<line x1="{_n(x)}" x2="{_n(x)}" y1="{_n(y)}" y2="{_n(y + 4)}" stroke="{MUTED}"/>')
-        body.append(_text(x, y + 16, fmt_duration(t) if t else "0", anchor="middle", fill=MUTED, size=10))
+        body.append(f'<line x1="{coord(x)}" x2="{coord(x)}" y1="{coord(y)}" y2="{coord(y + 4)}" stroke="{MUTED}"/>')
+        body.append(svg_text(x, y + 16, fmt_duration(t) if t else "0", anchor="middle", fill=MUTED, size=10))
         t += step
-    body.append(_text(left + plot_w, y + 32, "time since the window start", anchor="end", fill=MUTED, size=10))
+    body.append(svg_text(left + plot_w, y + 32, "time since the window start", anchor="end", fill=MUTED, size=10))
     height = y + 38
     label = f"GPU busy share over time for {len(chart.series)} device(s), idle gaps in red"
-    return _svg(width, height, label, body, "util")
+    return svg_chart(width, height, label, body, "util")
 
 
 def bars_svg(chart: BarChart, width: float = 560.0) -> Markup:
@@ -182,12 +190,53 @@ def bars_svg(chart: BarChart, width: float = 560.0) -> Markup:
     for i, b in enumerate(chart.bars):
         y = 4 + i * row
         w = plot_w * b.value / top
-        body.append(_text(left - 8, y + 14, truncate(b.label, 30), anchor="end"))
+        body.append(svg_text(left - 8, y + 14, truncate(b.label, 30), anchor="end"))
         body.append(_rect(left, y + 3, w, row - 8, PALETTE[i % len(PALETTE)], cls="bar",
                           title=f"{b.label}: {fmt_duration(b.value)} ({fmt_share(b.share)}), {b.count:,} kernels"))
-        body.append(_text(left + w + 6, y + 14, f"{fmt_duration(b.value)} \u00b7 {fmt_share(b.share)}", fill=MUTED))
+        body.append(svg_text(left + w + 6, y + 14, f"{fmt_duration(b.value)} \u00b7 {fmt_share(b.share)}", fill=MUTED))
     height = 8 + row * max(1, len(chart.bars))
-    return _svg(width, height, chart.title, body, "bars")
+    return svg_chart(width, height, chart.title, body, "bars")
+
+
+#: one colour per breakdown cause: busy time in blues/greens, what held the GPU back in warm colours
+CAUSE_COLOURS = {
+    "compute": BLUE, "exposed_comm": PURPLE, "exposed_copy": SKY, "launch_bound": ORANGE,
+    "host_sync": VERMILLION, "host_work": YELLOW, "wait_other": GREEN, "setup": NAVY, "unknown": GRID,
+}
+
+
+def cause_colour(cause: str) -> str:
+    return CAUSE_COLOURS.get(cause, MUTED)
+
+
+def breakdown_svg(bars: tuple[BreakdownBar, ...], title: str, width: float = 960.0) -> Markup:
+    """Stacked horizontal bars of the timeline breakdown (one per step, NVTX range or the window), on one
+    time scale, with a legend of the causes drawn; each part's tooltip gives its time and share."""
+    left, right, row, top = 240.0, 90.0, 22.0, 24.0
+    plot_w = width - left - right
+    peak = max((b.total_ns for b in bars), default=0) or 1
+    drawn = {c for b in bars for c, _ in b.parts}
+    body: list[str] = []
+    x = left
+    for cause, label in [*BREAKDOWN_CAUSES, *((c, cause_label(c)) for c in sorted(drawn - set(CAUSE_COLOURS)))]:
+        if cause not in drawn:
+            continue
+        body.append(_rect(x, 4, 10, 10, cause_colour(cause)))
+        body.append(svg_text(x + 14, 13, label, fill=MUTED))
+        x += 24 + 6.2 * len(label)
+    for i, b in enumerate(bars):
+        y = top + i * row
+        body.append(svg_text(left - 8, y + 13, truncate(b.label, 38), anchor="end"))
+        bx = left
+        for cause, ns in b.parts:
+            w = plot_w * ns / peak
+            share = 100.0 * ns / b.total_ns if b.total_ns else 0.0
+            body.append(_rect(bx, y + 3, w, row - 7, cause_colour(cause), cls="bar",
+                              title=f"{b.label}: {cause_label(cause)} {fmt_duration(ns)} ({fmt_impact_pct(share)})"))
+            bx += w
+        body.append(svg_text(bx + 5, y + 13, fmt_duration(b.total_ns), fill=MUTED, size=10))
+    height = top + row * max(1, len(bars))
+    return svg_chart(width, height, title, body, "breakdown")
 
 
 def paired_svg(pairs: tuple[PairedBar, ...], width: float = 960.0) -> Markup:
@@ -196,19 +245,19 @@ def paired_svg(pairs: tuple[PairedBar, ...], width: float = 960.0) -> Markup:
     plot_w = width - left - right
     peak = max((max(p.cpu_ns, p.gpu_ns) for p in pairs), default=0) or 1
     body: list[str] = [
-        _rect(left, 4, 10, 10, ORANGE), _text(left + 14, 13, "CPU time in range", fill=MUTED),
-        _rect(left + 130, 4, 10, 10, BLUE), _text(left + 144, 13, "GPU time of work launched in range", fill=MUTED),
+        _rect(left, 4, 10, 10, ORANGE), svg_text(left + 14, 13, "CPU time in range", fill=MUTED),
+        _rect(left + 130, 4, 10, 10, BLUE), svg_text(left + 144, 13, "GPU time of work launched in range", fill=MUTED),
     ]
     for i, p in enumerate(pairs):
         y = top + i * row
-        body.append(_text(left - 8, y + 15, truncate(p.label, 46), anchor="end"))
+        body.append(svg_text(left - 8, y + 15, truncate(p.label, 46), anchor="end"))
         for j, (value, color, what) in enumerate(((p.cpu_ns, ORANGE, "CPU"), (p.gpu_ns, BLUE, "GPU"))):
             w = plot_w * value / peak
             by = y + 2 + j * 12
             body.append(_rect(left, by, w, 10, color, cls="bar", title=f"{p.label}: {what} {fmt_duration(value)}"))
-            body.append(_text(left + w + 5, by + 9, fmt_duration(value), fill=MUTED, size=10))
+            body.append(svg_text(left + w + 5, by + 9, fmt_duration(value), fill=MUTED, size=10))
     height = top + row * max(1, len(pairs))
-    return _svg(width, height, "NVTX ranges: CPU time and GPU-projected time", body, "paired")
+    return svg_chart(width, height, "NVTX ranges: CPU time and GPU-projected time", body, "paired")
 
 
 def roofline_svg(chart: RooflineChart, width: float = 640.0, height: float = 400.0) -> Markup:
@@ -237,13 +286,13 @@ def roofline_svg(chart: RooflineChart, width: float = 640.0, height: float = 400
     body: list[str] = [_rect(left, top, pw, ph, "#fbfcfd", extra=f'stroke="{GRID}"')]
     for k in range(x_lo, x_hi + 1):
         x = X(10.0 ** k)
-        body.append(f'<line x1="{_n(x)}" x2="{_n(x)}" y1="{_n(top)}" y2="{_n(top + ph)}" stroke="{GRID}" stroke-width="0.6"/>')
-        body.append(_text(x, top + ph + 15, fmt_float(10.0 ** k, 3), anchor="middle", fill=MUTED, size=10))
+        body.append(f'<line x1="{coord(x)}" x2="{coord(x)}" y1="{coord(top)}" y2="{coord(top + ph)}" stroke="{GRID}" stroke-width="0.6"/>')
+        body.append(svg_text(x, top + ph + 15, fmt_float(10.0 ** k, 3), anchor="middle", fill=MUTED, size=10))
     for k in range(y_lo, y_hi + 1):
         y = Y(10.0 ** k)
-        body.append(f'<line x1="{_n(left)}" x2="{_n(left + pw)}" y1="{_n(y)}" y2="{_n(y)}" stroke="{GRID}" stroke-width="0.6"/>')
-        body.append(_text(left - 6, y + 4, fmt_si(10.0 ** k, "FLOP/s"), anchor="end", fill=MUTED, size=10))
-    body.append(_text(left + pw / 2, height - 8, "arithmetic intensity (FLOP/byte, log)", anchor="middle", fill=MUTED))
+        body.append(f'<line x1="{coord(left)}" x2="{coord(left + pw)}" y1="{coord(y)}" y2="{coord(y)}" stroke="{GRID}" stroke-width="0.6"/>')
+        body.append(svg_text(left - 6, y + 4, fmt_si(10.0 ** k, "FLOP/s"), anchor="end", fill=MUTED, size=10))
+    body.append(svg_text(left + pw / 2, height - 8, "arithmetic intensity (FLOP/byte, log)", anchor="middle", fill=MUTED))
     # roofs: from the left edge along the memory roof to the ridge, then flat
     x0 = 10.0 ** x_lo
     y0 = max(x0 * chart.peak_bandwidth, 10.0 ** y_lo)
@@ -252,24 +301,24 @@ def roofline_svg(chart: RooflineChart, width: float = 640.0, height: float = 400
     roof_tip = f"roofline: {fmt_si(chart.peak_bandwidth, 'B/s')} memory, {fmt_si(chart.peak_flops, 'FLOP/s')} compute"
     body.append(
         f'<polyline class="roof" fill="none" stroke="{INK}" stroke-width="2" points="'
-        f'{_n(X(x0))},{_n(Y(y0))} {_n(X(ridge))},{_n(Y(chart.peak_flops))} {_n(X(x_end))},{_n(Y(chart.peak_flops))}">'
+        f'{coord(X(x0))},{coord(Y(y0))} {coord(X(ridge))},{coord(Y(chart.peak_flops))} {coord(X(x_end))},{coord(Y(chart.peak_flops))}">'
         f"<title>{esc(roof_tip)}</title></polyline>"
     )
     rx, ry = X(ridge), Y(chart.peak_flops)
-    body.append(f'<line x1="{_n(rx)}" x2="{_n(rx)}" y1="{_n(ry)}" y2="{_n(top + ph)}" stroke="{MUTED}" stroke-dasharray="3 3"/>')
-    body.append(f'<circle class="ridge" cx="{_n(rx)}" cy="{_n(ry)}" r="4" fill="{INK}">'
+    body.append(f'<line x1="{coord(rx)}" x2="{coord(rx)}" y1="{coord(ry)}" y2="{coord(top + ph)}" stroke="{MUTED}" stroke-dasharray="3 3"/>')
+    body.append(f'<circle class="ridge" cx="{coord(rx)}" cy="{coord(ry)}" r="4" fill="{INK}">'
                 f"<title>{esc('ridge point: ' + fmt_float(ridge, 3) + ' FLOP/byte')}</title></circle>")
-    body.append(_text(rx + 5, top + ph - 6, f"ridge {fmt_float(ridge, 3)} FLOP/B", fill=MUTED, size=10))
-    body.append(_text(left + pw - 4, ry - 6, f"peak {fmt_si(chart.peak_flops, 'FLOP/s')}", anchor="end", fill=MUTED, size=10))
+    body.append(svg_text(rx + 5, top + ph - 6, f"ridge {fmt_float(ridge, 3)} FLOP/B", fill=MUTED, size=10))
+    body.append(svg_text(left + pw - 4, ry - 6, f"peak {fmt_si(chart.peak_flops, 'FLOP/s')}", anchor="end", fill=MUTED, size=10))
     total = sum(p.duration_ns for p in chart.points) or 1.0
     for p in sorted(chart.points, key=lambda q: (-q.duration_ns, q.name)):
         r = 3.5 + 7.0 * math.sqrt(p.duration_ns / total)
         roof = min(chart.peak_flops, p.intensity * chart.peak_bandwidth)
         tip = (f"{p.name}: {fmt_float(p.intensity, 3)} FLOP/B, {fmt_si(p.flops, 'FLOP/s')} "
                f"({fmt_pct(100.0 * p.flops / roof) if roof > 0 else 'n/a'} of roof), {fmt_duration(p.duration_ns)}")
-        body.append(f'<circle class="dot" cx="{_n(X(p.intensity))}" cy="{_n(Y(p.flops))}" r="{_n(r)}" '
+        body.append(f'<circle class="dot" cx="{coord(X(p.intensity))}" cy="{coord(Y(p.flops))}" r="{coord(r)}" '
                     f'fill="{BLUE}" fill-opacity="0.7" stroke="#fff" stroke-width="1"><title>{esc(tip)}</title></circle>')
-    return _svg(width, height, "Roofline: achieved FLOP/s against arithmetic intensity", body, "roofline")
+    return svg_chart(width, height, "Roofline: achieved FLOP/s against arithmetic intensity", body, "roofline")
 
 
 def steps_svg(step: object, width: float = 960.0, height: float = 300.0) -> Markup:
@@ -281,7 +330,7 @@ def steps_svg(step: object, width: float = 960.0, height: float = 300.0) -> Mark
     runs = [(label, values, color) for label, values, color in (("BASE", base, BLUE), ("HEAD", head, ORANGE)) if values]
     label = "Step times of BASE and HEAD, per step and as distributions"
     if not runs:
-        return _svg(width, 40.0, label, [_text(10, 24, "No step times to draw.", fill=MUTED)], "steps")
+        return svg_chart(width, 40.0, label, [svg_text(10, 24, "No step times to draw.", fill=MUTED)], "steps")
     left, right, top, bottom = 70.0, 16.0, 26.0, 40.0
     dist_w = 220.0
     series_w = width - left - right - dist_w - 30.0
@@ -308,15 +357,15 @@ def steps_svg(step: object, width: float = 960.0, height: float = 300.0) -> Mark
     body: list[str] = []
     for t in ticks:
         y = Y(t)
-        body.append(f'<line x1="{_n(left)}" x2="{_n(width - right)}" y1="{_n(y)}" y2="{_n(y)}" stroke="{GRID}" '
+        body.append(f'<line x1="{coord(left)}" x2="{coord(width - right)}" y1="{coord(y)}" y2="{coord(y)}" stroke="{GRID}" '
                     'stroke-width="0.6"/>')
-        body.append(_text(left - 6, y + 4, fmt_duration(t) if t else "0", anchor="end", fill=MUTED, size=10))
-    body.append(_text(left, top - 10, "time per step" + (" (log scale)" if log else ""), fill=MUTED, size=10))
+        body.append(svg_text(left - 6, y + 4, fmt_duration(t) if t else "0", anchor="end", fill=MUTED, size=10))
+    body.append(svg_text(left, top - 10, "time per step" + (" (log scale)" if log else ""), fill=MUTED, size=10))
     # legend
     lx = left + 190
     for name, _vs, color in runs:
         body.append(_rect(lx, top - 19, 10, 10, color))
-        body.append(_text(lx + 14, top - 10, name, size=10, weight="600"))
+        body.append(svg_text(lx + 14, top - 10, name, size=10, weight="600"))
         lx += 70
     # per-step series
     longest = max(len(vs) for _, vs, _ in runs)
@@ -324,17 +373,17 @@ def steps_svg(step: object, width: float = 960.0, height: float = 300.0) -> Mark
         def X(i: int) -> float:
             return left + 8 + (series_w - 16) * (i / max(1, longest - 1) if longest > 1 else 0.5)
 
-        pts = " ".join(f"{_n(X(i))},{_n(Y(v))}" for i, v in enumerate(vs))
+        pts = " ".join(f"{coord(X(i))},{coord(Y(v))}" for i, v in enumerate(vs))
         body.append(f'<polyline class="series" fill="none" stroke="{color}" stroke-width="1.5" stroke-opacity="0.6" '
                     f'points="{pts}"/>')
         for i, v in enumerate(vs[:2000]):
-            body.append(f'<circle class="step" cx="{_n(X(i))}" cy="{_n(Y(v))}" r="2.6" fill="{color}">'
+            body.append(f'<circle class="step" cx="{coord(X(i))}" cy="{coord(Y(v))}" r="2.6" fill="{color}">'
                         f"<title>{esc(f'{name} step {i + 1}: {fmt_duration(v)}')}</title></circle>")
-    body.append(_text(left + series_w / 2, height - 10, f"steps in run order ({longest:,} at most)", anchor="middle",
+    body.append(svg_text(left + series_w / 2, height - 10, f"steps in run order ({longest:,} at most)", anchor="middle",
                       fill=MUTED, size=10))
     # distributions
     dx = left + series_w + 30.0
-    body.append(f'<line x1="{_n(dx - 15)}" x2="{_n(dx - 15)}" y1="{_n(top)}" y2="{_n(top + ph)}" stroke="{GRID}"/>')
+    body.append(f'<line x1="{coord(dx - 15)}" x2="{coord(dx - 15)}" y1="{coord(top)}" y2="{coord(top + ph)}" stroke="{GRID}"/>')
     slot = dist_w / len(runs)
     for k, (name, vs, color) in enumerate(runs):
         s = sorted(vs)
@@ -347,13 +396,13 @@ def steps_svg(step: object, width: float = 960.0, height: float = 300.0) -> Mark
 
         cx = dx + slot * (k + 0.5)
         q1, med, q3 = q(0.25), q(0.5), q(0.75)
-        body.append(f'<line x1="{_n(cx)}" x2="{_n(cx)}" y1="{_n(Y(s[-1]))}" y2="{_n(Y(s[0]))}" stroke="{color}"/>')
+        body.append(f'<line x1="{coord(cx)}" x2="{coord(cx)}" y1="{coord(Y(s[-1]))}" y2="{coord(Y(s[0]))}" stroke="{color}"/>')
         tip = f"{name}: median {fmt_duration(med)}, 25-75% {fmt_duration(q1)} .. {fmt_duration(q3)}, " \
               f"range {fmt_duration(s[0])} .. {fmt_duration(s[-1])}, {len(s):,} steps"
         body.append(_rect(cx - 22, Y(q3), 44, max(Y(q1) - Y(q3), 1.5), color, cls="box", title=tip,
                           extra='fill-opacity="0.35" stroke="' + color + '"'))
-        body.append(f'<line class="median" x1="{_n(cx - 24)}" x2="{_n(cx + 24)}" y1="{_n(Y(med))}" '
-                    f'y2="{_n(Y(med))}" stroke="{INK}" stroke-width="2"/>')
-        body.append(_text(cx, min(Y(q3), Y(med)) - 6, fmt_duration(med), anchor="middle", size=10, weight="600"))
-        body.append(_text(cx, height - 10, f"{name} ({len(s):,})", anchor="middle", fill=MUTED, size=10))
-    return _svg(width, height, label, body, "steps")
+        body.append(f'<line class="median" x1="{coord(cx - 24)}" x2="{coord(cx + 24)}" y1="{coord(Y(med))}" '
+                    f'y2="{coord(Y(med))}" stroke="{INK}" stroke-width="2"/>')
+        body.append(svg_text(cx, min(Y(q3), Y(med)) - 6, fmt_duration(med), anchor="middle", size=10, weight="600"))
+        body.append(svg_text(cx, height - 10, f"{name} ({len(s):,})", anchor="middle", fill=MUTED, size=10))
+    return svg_chart(width, height, label, body, "steps")

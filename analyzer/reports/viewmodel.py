@@ -4,7 +4,7 @@ Everything a rendering shows is decided here (what to show, in which order, capp
 Markdown and JSON renderers only format. The view model holds aggregates and capped tables only, so a
 report of a 10M-kernel trace is as small as one of a 10-kernel trace.
 
-A fact that is not registered yet (``facts.get`` raises ``KeyError``) or that lacks a column this module
+A fact that is not registered yet (``facts.get`` raises :class:`~analyzer.facts.registry.UnknownFactError`) or that lacks a column this module
 needs does not fail the report: its section is omitted and :attr:`TraceSection.notes` says why. The
 optional ``phases`` fact and Nsight Compute data (``Analysis.ncu``) add sections only when present.
 """
@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from analyzer.analysis import Analysis
+from analyzer.facts.registry import UnknownFactError
 from analyzer.findings import Finding, Severity
 from analyzer.impacts import Explained, explain, is_problem, is_symptom, report_order, union_adds
 from analyzer.reports.format import fmt_duration, fmt_impact_pct, fmt_ms, fmt_share, plural, truncate
@@ -52,6 +53,9 @@ class Limits:
     nvtx_lane_threads: int = 2  # lanes of top-level NVTX ranges under the utilization chart
     nvtx_lane_ranges: int = 150  # ranges drawn per lane (longest first)
     cell_chars: int = 240  # longest text shown in one table cell
+    breakdown_steps: int = 60  # steps drawn per GPU in the breakdown chart (the first ones)
+    breakdown_ranges: int = 12  # NVTX ranges drawn per GPU in the breakdown chart (most time first)
+    breakdown_details: int = 20  # rows of the breakdown's detail table per GPU
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -324,6 +328,59 @@ class SignalsView:
     notes: tuple[str, ...] = ()  # what was not recorded (and how to record it), what could not be used
 
 
+#: The timeline breakdown's causes (fact ``timeline_breakdown``) in the order reports stack them, with
+#: the words they are shown with; a cause not listed here is shown after them under its own name.
+BREAKDOWN_CAUSES: tuple[tuple[str, str], ...] = (
+    ("compute", "compute"),
+    ("exposed_comm", "exposed communication"),
+    ("exposed_copy", "exposed copies"),
+    ("launch_bound", "launch-bound"),
+    ("host_sync", "host sync"),
+    ("host_work", "host work"),
+    ("wait_other", "waiting on other work"),
+    ("setup", "setup"),
+    ("unknown", "unknown"),
+)
+_CAUSE_LABEL = dict(BREAKDOWN_CAUSES)
+
+
+def cause_label(cause: str) -> str:
+    """How reports name a breakdown cause: ``launch_bound`` -> ``launch-bound``."""
+    return _CAUSE_LABEL.get(cause, cause.replace("_", " "))
+
+
+@dataclass(frozen=True)
+class BreakdownBar:
+    """One stacked bar of the timeline breakdown: a step, an NVTX range or the whole window, its time
+    split by cause (``parts``: (cause, ns), in :data:`BREAKDOWN_CAUSES` order, no zero parts)."""
+
+    label: str
+    total_ns: int
+    parts: tuple[tuple[str, int], ...]
+
+    def ns(self, cause: str) -> int:
+        return sum(v for c, v in self.parts if c == cause)
+
+
+@dataclass(frozen=True)
+class BreakdownView:
+    """Where one GPU's window went (fact ``timeline_breakdown``): every nanosecond has one cause.
+
+    ``window`` holds the whole window; ``details`` the window's rows by cause and detail (kernel category,
+    copy direction, CUDA call, NVTX range), largest first; ``steps`` the window's steps in order and
+    ``ranges`` the NVTX ranges holding the most time, each capped (``*_total``: how many there were).
+    ``summary`` is the window in one line of shares ("host work 53.7% · compute 40.0% · ...")."""
+
+    device: int
+    window: BreakdownBar
+    details: Table
+    steps: tuple[BreakdownBar, ...]
+    steps_total: int
+    ranges: tuple[BreakdownBar, ...]
+    ranges_total: int
+    summary: str
+
+
 @dataclass(frozen=True)
 class TraceSection:
     index: int
@@ -349,6 +406,7 @@ class TraceSection:
     not_applicable: tuple[str, ...] = ()  # rules of the pack this input cannot feed, e.g. "gpu-idle-gaps"
     not_applicable_reason: str = ""  # why, e.g. "needs a timeline (an Nsight Systems trace)"
     kind: str = "nsys"  # "nsys": a timeline; "ncu": an Nsight Compute report on its own
+    breakdown: tuple[BreakdownView, ...] = ()  # per GPU: where its window went (timeline breakdown)
 
 
 @dataclass(frozen=True)
@@ -400,7 +458,7 @@ class _Unavailable(Exception):
 def _fact(analysis: Analysis, name: str, columns: Iterable[str]) -> pd.DataFrame:
     try:
         frame = analysis.facts.get(name)
-    except KeyError as err:
+    except UnknownFactError as err:
         reason = str(err.args[0]) if err.args else name
         raise _Unavailable(f"fact {name!r} is not available ({truncate(reason, 160)})") from None
     missing = [c for c in columns if c not in frame.columns]
@@ -412,7 +470,7 @@ def _fact(analysis: Analysis, name: str, columns: Iterable[str]) -> pd.DataFrame
 def _optional_fact(analysis: Analysis, name: str) -> pd.DataFrame | None:
     try:
         return analysis.facts.get(name)
-    except KeyError:
+    except UnknownFactError:
         return None
 
 
@@ -425,7 +483,7 @@ def _cell(value: Any, limit: int) -> Any:
     return value
 
 
-def _table(
+def table_view(
     frame: pd.DataFrame,
     columns: Sequence[Column],
     limit: int,
@@ -485,7 +543,7 @@ def _labelize(name: str) -> str:
     return text[:1].upper() + text[1:] if text else name
 
 
-def _finding_views(
+def finding_views(
     findings: list[Finding], window_ns: int, prefix: str, limits: Limits
 ) -> tuple[tuple[FindingView, ...], dict[str, str]]:
     ranked = report_order(findings)
@@ -819,7 +877,7 @@ def _signals(analysis: Analysis, limits: Limits) -> SignalsView | None:
                 Column("code_location", "Code location", "code"),
                 Column("name", "CUDA API", "code"), Column("calls", "Calls", "int"),
                 Column("api_ns", "API time", "ns"), Column("nvtx_path", "NVTX range", "code"))
-        parts["code_locations"] = _table(locs, cols, limits.top_kernels, limits.cell_chars,
+        parts["code_locations"] = table_view(locs, cols, limits.top_kernels, limits.cell_chars,
                                          "CUDA API calls in the window by the code that made them, most "
                                          "time first")
     elif trace.api_stacks.empty and any(f.rule in _CALL_SITE_RULES for f in analysis.findings):
@@ -832,7 +890,7 @@ def _signals(analysis: Analysis, limits: Limits) -> SignalsView | None:
                 Column("tensor_active_gemm", "Tensor pipes active while GEMMs ran", "pct"),
                 Column("dram_read", "DRAM read", "pct"), Column("dram_write", "DRAM write", "pct"),
                 Column("pcie_rx", "PCIe RX", "pct"), Column("pcie_tx", "PCIe TX", "pct"))
-        parts["gpu_metrics"] = _table(act, cols, limits.devices, limits.cell_chars,
+        parts["gpu_metrics"] = table_view(act, cols, limits.devices, limits.cell_chars,
                                       "sampled GPU metrics over the window (% of peak)")
     unmapped = cast("list[str] | None", trace.extras.get("gpu_metrics_unmapped"))
     if unmapped and (act is None or not len(act) or act["sm_active"].isna().all()):
@@ -845,12 +903,12 @@ def _signals(analysis: Analysis, limits: Limits) -> SignalsView | None:
                 Column("energy_j", "Energy (J)", "float"), Column("avg_power_w", "Mean power (W)", "float"),
                 Column("steps", "Steps", "int"), Column("energy_per_step_j", "Energy per step (J)", "float"),
                 Column("resolution_ns", "Resolution", "ns"))
-        parts["energy"] = _table(energy, cols, limits.devices, limits.cell_chars, "over the analysis window")
+        parts["energy"] = table_view(energy, cols, limits.devices, limits.cell_chars, "over the analysis window")
         steps = _optional_fact(analysis, "energy_steps")
         if steps is not None and len(steps):
             scol = (Column("device", "GPU", "int"), Column("step", "Step", "code"),
                     Column("energy_j", "Energy (J)", "float"), Column("avg_power_w", "Mean power (W)", "float"))
-            parts["energy_steps"] = _table(steps, scol, limits.phase_rows, limits.cell_chars)
+            parts["energy_steps"] = table_view(steps, scol, limits.phase_rows, limits.cell_chars)
         for _, row in energy.iterrows():
             if row["source"] == "power readings" and row["window_ns"] < 5e9:
                 notes.append(f"GPU {int(row['device'])}: the power log has power readings only (nvidia-smi "
@@ -914,7 +972,7 @@ def _categories(analysis: Analysis, limits: Limits) -> tuple[BarChart, Table]:
         for c, t, s, n in zip(head["category"].tolist(), head["total_ns"].tolist(),
                               head["share"].tolist(), head["count"].tolist())
     )
-    table = _table(
+    table = table_view(
         cats,
         (Column("category", "Category", "text"), Column("count", "Kernels", "int"),
          Column("total_ns", "GPU time", "ns"), Column("share", "Share", "share")),
@@ -931,7 +989,7 @@ def _top_kernels(analysis: Analysis, limits: Limits) -> Table:
     )
     frame = _fact(analysis, "top_kernels", [c.key for c in cols])
     frame = frame.sort_values(["total_ns", "name"], ascending=[False, True], kind="stable")
-    return _table(frame, cols, limits.top_kernels, limits.cell_chars, "sorted by total GPU time")
+    return table_view(frame, cols, limits.top_kernels, limits.cell_chars, "sorted by total GPU time")
 
 
 def _nvtx(analysis: Analysis, limits: Limits) -> tuple[tuple[PairedBar, ...], Table]:
@@ -946,7 +1004,7 @@ def _nvtx(analysis: Analysis, limits: Limits) -> tuple[tuple[PairedBar, ...], Ta
         PairedBar(truncate(str(p), 80), int(c), int(g))
         for p, c, g in zip(head["path"].tolist(), head["cpu_ns"].fillna(0).tolist(), head["gpu_ns"].fillna(0).tolist())
     )
-    table = _table(frame, cols, limits.nvtx_rows, limits.cell_chars, "sorted by CPU time")
+    table = table_view(frame, cols, limits.nvtx_rows, limits.cell_chars, "sorted by CPU time")
     return bars, table
 
 
@@ -967,8 +1025,59 @@ def _gaps(analysis: Analysis, devices: int, limits: Limits) -> GapSummary:
         largest_ns=int(dur.max()) if len(dur) else 0,
         median_ns=float(np.median(dur)) if len(dur) else 0.0,
         share=(float(dur.sum()) / window) if window > 0 else None,
-        table=_table(ordered, cols, limits.gap_rows, limits.cell_chars, "longest first", total=len(gaps)),
+        table=table_view(ordered, cols, limits.gap_rows, limits.cell_chars, "longest first", total=len(gaps)),
     )
+
+
+def _bars(frame: pd.DataFrame, order: dict[str, int]) -> list[BreakdownBar]:
+    """One bar per ``key`` of ``frame`` (rows of one device and scope), keys in first-seen order."""
+    sums = frame.groupby(["key", "cause"], sort=False)["duration_ns"].sum()
+    out: dict[str, list[tuple[str, int]]] = {}
+    for (key, cause), ns in sums.items():
+        if ns > 0:
+            out.setdefault(str(key), []).append((str(cause), int(ns)))
+    bars = []
+    for key, parts in out.items():
+        parts.sort(key=lambda p: (order.get(p[0], len(order)), p[0]))
+        bars.append(BreakdownBar(key, sum(v for _, v in parts), tuple(parts)))
+    return bars
+
+
+def _breakdown(analysis: Analysis, limits: Limits) -> tuple[BreakdownView, ...]:
+    """The timeline breakdown per GPU (empty when the fact is not there: a trace or a build without it)."""
+    frame = _optional_fact(analysis, "timeline_breakdown")
+    if frame is None or frame.empty:
+        return ()
+    need = ("device", "scope", "key", "cause", "detail", "duration_ns")
+    missing = [c for c in need if c not in frame.columns]
+    if missing:
+        raise _Unavailable(f"fact 'timeline_breakdown' lacks columns {', '.join(missing)}")
+    order = {c: i for i, (c, _) in enumerate(BREAKDOWN_CAUSES)}
+    frame = frame[list(need)]
+    views = []
+    cols = (Column("cause", "Cause", "text"), Column("detail", "Detail", "code"),
+            Column("duration_ns", "Time", "ns"), Column("share", "Of the window", "share"))
+    for dev in sorted(int(d) for d in pd.unique(frame["device"]))[: limits.devices]:
+        mine = frame[frame["device"] == dev]
+        win = mine[mine["scope"] == "window"]
+        (window,) = _bars(win.assign(key="window"), order) or [BreakdownBar("window", 0, ())]
+        total = max(window.total_ns, 1)
+        details = win.assign(share=win["duration_ns"] / total, cause=win["cause"].map(cause_label))
+        details = details.sort_values(["duration_ns", "cause", "detail"], ascending=[False, True, True],
+                                      kind="stable")
+        steps = _bars(mine[mine["scope"] == "step"], order)
+        ranges = sorted(_bars(mine[mine["scope"] == "range"], order), key=lambda b: (-b.total_ns, b.label))
+        summary = " \u00b7 ".join(f"{cause_label(c)} {fmt_impact_pct(100.0 * v / total)}"
+                                  for c, v in sorted(window.parts, key=lambda p: -p[1]))
+        views.append(BreakdownView(
+            device=dev, window=window,
+            details=table_view(details, cols, limits.breakdown_details, limits.cell_chars,
+                           "the window by cause and detail, largest first"),
+            steps=tuple(steps[: limits.breakdown_steps]), steps_total=len(steps),
+            ranges=tuple(ranges[: limits.breakdown_ranges]), ranges_total=len(ranges),
+            summary=summary,
+        ))
+    return tuple(views)
 
 
 _PHASE_KNOWN: tuple[Column, ...] = (
@@ -1002,7 +1111,7 @@ def _phases(frame: pd.DataFrame, limits: Limits) -> Table:
     shown = frame
     if "measure" in frame.columns:
         shown = frame.assign(measure=frame["measure"].map(lambda m: MEASURE_LABELS.get(m, m)))
-    return _table(shown, cols[:_PHASE_MAX_COLUMNS], limits.phase_rows, limits.cell_chars, phase_caption(frame))
+    return table_view(shown, cols[:_PHASE_MAX_COLUMNS], limits.phase_rows, limits.cell_chars, phase_caption(frame))
 
 
 def phase_caption(frame: pd.DataFrame, names: int = 3) -> str:
@@ -1056,7 +1165,7 @@ def _ncu(ncu: Any, limits: Limits, timeline: bool = True) -> tuple[Table, Roofli
     ]
     if "matched_ns" in frame.columns and timeline:
         cols.insert(2, Column("matched_ns", "Timeline time", "ns"))
-    table = _table(frame, cols, limits.ncu_rows, limits.cell_chars, "Nsight Compute per-kernel metrics")
+    table = table_view(frame, cols, limits.ncu_rows, limits.cell_chars, "Nsight Compute per-kernel metrics")
     ai = frame["arithmetic_intensity"].astype("float64")
     fl = frame["achieved_flops"].astype("float64")
     ok = frame[(ai > 0) & (fl > 0) & np.isfinite(ai) & np.isfinite(fl)]
@@ -1102,7 +1211,7 @@ def _ncu_rules(ncu: Any, limits: Limits) -> Table | None:
         Column("kernel", "Kernel", "code"), Column("rule", "ncu rule", "text"), Column("type", "Type", "text"),
         Column("speedup_pct", "Est. speed-up", "pct"), Column("description", "What ncu said", "text"),
     ]
-    return _table(frame, cols, limits.ncu_rows, max(limits.cell_chars, 400),
+    return table_view(frame, cols, limits.ncu_rows, max(limits.cell_chars, 400),
                   "What Nsight Compute's own rules said")
 
 
@@ -1119,7 +1228,7 @@ def with_findings(section: TraceSection, findings: list[Finding], limits: Limits
     multi-GPU job's rank sections are built where the rank's trace is, and findings marked afterwards
     (``--write-accepted``) are shown through this."""
     h = section.header
-    views, _ = _finding_views(findings, h.analyzed_ns, f"t{section.index}-", limits or Limits())
+    views, _ = finding_views(findings, h.analyzed_ns, f"t{section.index}-", limits or Limits())
     verdict, problems, impact = _verdict(findings, h.analyzed_ns, h.gpu_busy_share, h.device_count,
                                          not_checked=len(section.not_checked))
     summed, tally = _tally(findings, impact)
@@ -1134,7 +1243,7 @@ def with_findings(section: TraceSection, findings: list[Finding], limits: Limits
     return replace(section, header=header, findings=views, findings_total=len(findings))
 
 
-def _section(analysis: Analysis, index: int, multi: bool, limits: Limits) -> TraceSection:
+def trace_section(analysis: Analysis, index: int, multi: bool, limits: Limits) -> TraceSection:
     trace, window = analysis.trace, analysis.window
     notes: list[str] = []
     gpus, names, used = _gpu_label(trace)
@@ -1153,7 +1262,7 @@ def _section(analysis: Analysis, index: int, multi: bool, limits: Limits) -> Tra
             busy_share = busy_ns / (window.duration_ns * devices)
         kernel_ns, kernel_count = _kernel_time(analysis)
     prefix = f"t{index}-" if multi else ""
-    findings, _ = _finding_views(analysis.findings, window.duration_ns, prefix, limits)
+    findings, _ = finding_views(analysis.findings, window.duration_ns, prefix, limits)
     verdict, problems, impact = _verdict(analysis.findings, window.duration_ns, busy_share, devices,
                                          not_checked=len(getattr(analysis, "not_checked", ()) or ()))
     summed, tally = _tally(analysis.findings, impact)
@@ -1216,6 +1325,9 @@ def _section(analysis: Analysis, index: int, multi: bool, limits: Limits) -> Tra
     def gaps() -> None:
         parts["gaps"] = _gaps(analysis, devices, limits)
 
+    def breakdown() -> None:
+        parts["breakdown"] = _breakdown(analysis, limits)
+
     if ncu_only:
         notes.append("An Nsight Compute report on its own: the timeline sections (GPU utilization, kernel "
                      "categories, NVTX ranges, idle gaps) need an Nsight Systems trace of the same program "
@@ -1226,6 +1338,7 @@ def _section(analysis: Analysis, index: int, multi: bool, limits: Limits) -> Tra
         attempt("Top kernels", kernels)
         attempt("NVTX ranges", nvtx)
         attempt("Idle gaps", gaps)
+        attempt("Timeline breakdown", breakdown)
         phases = _optional_fact(analysis, "phases")
         if phases is not None:
             parts["phases"] = _phases(phases, limits)
@@ -1265,7 +1378,7 @@ def _baseline(analysis: Analysis, notes: list[str]) -> dict[str, Any] | None:
 
     try:
         return summarize(analysis).baseline_dict()
-    except (KeyError, ValueError) as err:  # a fact a synthetic or partial analysis lacks
+    except (UnknownFactError, ValueError) as err:  # a fact a synthetic or partial analysis lacks
         notes.append(f"diff baseline not written: {truncate(str(err), 160)}")
         return None
 
@@ -1300,12 +1413,12 @@ def build_report(
 ) -> ReportView:
     """Build the view model of one report over one or more analyses (one section per trace, plus a
     comparison table when there are several)."""
-    from analyzer import __version__
+    from analyzer._version import __version__
 
     if not analyses:
         raise ValueError("build_report needs at least one analysis")
     multi = len(analyses) > 1
-    sections = tuple(_section(a, i, multi, limits) for i, a in enumerate(analyses, start=1))
+    sections = tuple(trace_section(a, i, multi, limits) for i, a in enumerate(analyses, start=1))
     if title is None:
         title = (
             f"GPU {'kernel' if sections[0].kind == 'ncu' else 'trace'} diagnosis: {sections[0].header.trace_name}"

@@ -59,6 +59,8 @@ def _rule_section(rule: Rule) -> list[str]:
         (
             f"**Severity** {rule.severity} · **category** {rule.category} · **scope** {rule.scope} · "
             f"**reads** {', '.join(f'`{f}`' for f in rule.requires)}"
+            + (" · **a symptom**: reported as what the causes explain, never added to the verdict's total"
+               if rule.kind == "symptom" else "")
         ),
         "",
         *_needs(rule),

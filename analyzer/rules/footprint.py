@@ -7,9 +7,9 @@ needs one that holds its impact on the *GPU* timeline, found from the rows it gr
 - rows with a time but no device (host calls: synchronizations, allocations): the GPU idle gaps
   those calls overlap, on the finding's device or on every device (``"host"``): a synchronization
   costs the GPU the idle time around it, not the time the host spent inside the call;
-- rows of the timeline breakdown (time per cause, summed per window, step or NVTX range): the
-  segments of the GPU timeline they sum (``"breakdown"``: launch-bound idle time lies between the
-  kernels, exposed copies where no kernel runs);
+- rows of the timeline breakdown (a ``cause`` per row, no time: ``timeline_breakdown``): the timeline
+  segments (``timeline_segments``) of the same device, cause and detail (and step or NVTX range, for
+  step and range rows): the exact time the breakdown counted (``"breakdown"``);
 - rows without a time (one row per kernel name or per device: occupancy, GPU metrics): the GPU time
   of the finding's scope: the executions of its kernel, else its device's (or every device's) busy
   time (``"scope"``).
@@ -21,7 +21,7 @@ closed spaces, which lowers the finding's density, never its impact).
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 import numpy as np
 import pandas as pd
 
@@ -31,18 +31,46 @@ from analyzer.findings import Footprint, Scope
 MAX_INTERVALS = 200_000
 
 
+#: columns of a rule's rows the footprint reads (the engine keeps them past a rule's ``where``)
+COLUMNS = ("start", "end", "duration", "device", "cause", "detail", "scope", "key")
+
+
+#: what a rule may say about where its impact lies (``footprint:`` in the pack): ``auto`` (from its
+#: rows, as this module's docstring says) or ``idle_before`` (the GPU idle gap that ends where each of
+#: its rows starts: the wait for that op, e.g. the launch overhead of tiny kernels)
+FOOTPRINTS = ("auto", "idle_before")
+
+
+def footprint_reads(columns: Collection[str], scope: str, how: str = "auto") -> tuple[str, ...]:
+    """The facts :func:`footprint` reads beyond a rule's own, for a source with ``columns``: none for
+    rows with a time and a device, ``gpu_gaps`` for host calls, ``timeline_segments`` for rows of the
+    timeline breakdown, else the scope's GPU time (``kernel_categories`` or ``gpu_busy``). A rule
+    declares them (``Rule.reads``) so the fact store keeps them until its footprints are made."""
+    timed = "start" in columns and ("end" in columns or "duration" in columns)
+    if how == "idle_before" and timed and "device" in columns:
+        return ("gpu_gaps",)
+    if timed:
+        return () if "device" in columns else ("gpu_gaps",)
+    if "cause" in columns and "device" in columns:
+        return ("timeline_segments",)
+    return ("kernel_categories",) if scope == "kernel" else ("gpu_busy",)
+
+
 def footprint(rows: pd.DataFrame, positions: np.ndarray, scope: Scope, window: Window,
-              fact: Callable[[str], pd.DataFrame]) -> Footprint | None:
+              fact: Callable[[str], pd.DataFrame], how: str = "auto") -> Footprint | None:
     """The footprint of the finding that grouped ``rows.iloc[positions]`` (None: not found: a fact it
     needs is missing on this input)."""
     try:
         times = _times(rows, positions)
+        if how == "idle_before" and times is not None and "device" in rows.columns:
+            device = pd.to_numeric(rows["device"].iloc[positions], errors="coerce").fillna(-1).to_numpy("int64")
+            return _idle_before(device, times[0], window, fact)
         if times is not None and "device" in rows.columns:
             device = pd.to_numeric(rows["device"].iloc[positions], errors="coerce").fillna(-1).to_numpy("int64")
             return _build(device, *times, window, "rows")
         if times is not None:
             return _host(times, scope, window, fact)
-        if BREAKDOWN_KEYS <= set(rows.columns):
+        if "cause" in rows.columns and "device" in rows.columns:
             return _breakdown(rows.iloc[positions], window, fact)
         return _scope(scope, window, fact)
     except Exception:  # noqa: BLE001 - a fact this input lacks (a job's cross-rank store, ncu alone): unknown
@@ -62,17 +90,16 @@ def _times(rows: pd.DataFrame, positions: np.ndarray) -> tuple[np.ndarray, np.nd
     return start, end
 
 
-#: the columns that make a row one of the timeline breakdown's (analyzer.facts.breakdown)
-BREAKDOWN_KEYS = frozenset({"device", "scope", "key", "cause", "detail", "duration_ns"})
-
-
-def _breakdown(rows: pd.DataFrame, window: Window, fact: Callable[[str], pd.DataFrame]) -> Footprint:
-    """The timeline segments the breakdown rows ``rows`` sum."""
-    from analyzer.facts.breakdown import breakdown_row_segments
-
-    seg = breakdown_row_segments(rows, fact("timeline_segments"))
-    return _build(seg["device"].to_numpy("int64"), seg["start"].to_numpy(float), seg["end"].to_numpy(float),
-                  window, "breakdown")
+def _idle_before(device: np.ndarray, start: np.ndarray, window: Window,
+                 fact: Callable[[str], pd.DataFrame]) -> Footprint:
+    """The GPU idle gaps that end where one of the rows starts (same device)."""
+    gaps = fact("gpu_gaps")
+    g_dev = gaps["device"].to_numpy("int64")
+    g_end = gaps["end"].to_numpy("int64")
+    ends = pd.MultiIndex.from_arrays([g_dev, g_end])
+    starts = pd.MultiIndex.from_arrays([device, np.rint(np.nan_to_num(start, nan=-1)).astype("int64")])
+    hit = ends.isin(starts)
+    return _build(g_dev[hit], gaps["start"].to_numpy(float)[hit], g_end[hit].astype(float), window, "idle_before")
 
 
 def _host(times: tuple[np.ndarray, np.ndarray], scope: Scope, window: Window,
@@ -95,6 +122,17 @@ def _host(times: tuple[np.ndarray, np.ndarray], scope: Scope, window: Window,
         hit = np.zeros(len(g_start), dtype=bool)
     device = gaps["device"].to_numpy("int64")[hit]
     return _build(device, g_start[hit], g_end[hit], window, "host")
+
+
+def _breakdown(rows: pd.DataFrame, window: Window, fact: Callable[[str], pd.DataFrame]) -> Footprint:
+    """The timeline segments behind rows of the timeline breakdown: same device, cause and detail, and
+    the same step (step rows) or NVTX range (range rows): exactly the time the rows sum
+    (:func:`analyzer.facts.breakdown.breakdown_row_segments`)."""
+    from analyzer.facts.breakdown import breakdown_row_segments
+
+    hit = breakdown_row_segments(rows, fact("timeline_segments"))
+    return _build(hit["device"].to_numpy("int64"), hit["start"].to_numpy(float), hit["end"].to_numpy(float),
+                  window, "breakdown")
 
 
 def _scope(scope: Scope, window: Window, fact: Callable[[str], pd.DataFrame]) -> Footprint:
@@ -122,8 +160,9 @@ def _merge(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     start, end = start[ok], end[ok]
     if len(start) == 0:
         return start, end
-    order = np.argsort(start, kind="stable")
-    start, end = start[order], end[order]
+    if len(start) > 1 and not (start[1:] >= start[:-1]).all():  # facts come ordered by start: often no sort
+        order = np.argsort(start, kind="stable")
+        start, end = start[order], end[order]
     reach = np.maximum.accumulate(end)
     new = np.r_[True, start[1:] > reach[:-1]]
     return start[new], np.maximum.reduceat(reach, np.flatnonzero(new))
@@ -154,9 +193,13 @@ def _build(device: np.ndarray, start: np.ndarray, end: np.ndarray, window: Windo
 def _coarsen(start: np.ndarray, end: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:
     """At most ``limit`` intervals: the shortest spaces between consecutive intervals are closed."""
     space = start[1:] - end[:-1]
-    keep = np.zeros(len(space), dtype=bool)
-    keep[np.argsort(space, kind="stable")[len(space) - (limit - 1):]] = True  # the longest spaces stay open
-    new = np.r_[True, keep]
+    kth = len(space) - (limit - 1)
+    threshold = np.partition(space, kth)[kth]  # the longest limit - 1 spaces stay open (ties: a few more)
+    new = np.r_[True, space > threshold]
+    new[1:][space == threshold] = True
+    if new.sum() > limit:  # ties at the threshold: keep the first ones
+        extra = np.flatnonzero(new[1:] & (space == threshold))
+        new[1 + extra[: int(new.sum()) - limit]] = False
     firsts = np.flatnonzero(new)
     return start[firsts], np.maximum.reduceat(end, firsts)
 

@@ -42,6 +42,7 @@ from analyzer.rules.model import (
 )
 from analyzer.rules.overrides import apply_overrides, check_bounds, set_parameter
 from analyzer.rules.selection import SelectorError, resolve
+from analyzer.rules.footprint import FOOTPRINTS, footprint_reads
 from analyzer.rules.templates import compile_template
 from analyzer.rules.units import UNITS, UnitError, parse_quantity
 from analyzer.yamlsafe import LineDict, LineList, load_yaml
@@ -50,7 +51,7 @@ VERSION = 1
 DEFAULT_PACK = Path(__file__).parent / "packs" / "default.yaml"
 REQUIRED = ("id", "name", "title", "severity", "source", "condition", "message", "what", "why", "fix")
 OPTIONAL = ("category", "scope", "group_by", "parameters", "where", "let", "impact", "evidence",
-            "references", "explains", "tests", "calibration", "needs", "kind", "verdict")
+            "references", "explains", "tests", "calibration", "needs", "kind", "verdict", "footprint")
 TOP_KEYS = ("version", "extends", "rules", "disable", "enable", "override")
 OVERRIDE_KEYS = ("severity", "parameters")
 PARAM_KEYS = ("default", "unit", "doc", "min", "max")
@@ -444,6 +445,10 @@ class _Loader:
         if kind not in FINDING_KINDS:
             self.problem(f'unknown kind "{kind}" in {where}', file, data.line_of("kind"), rid,
                          did_you_mean(kind, FINDING_KINDS) or f"kinds: {', '.join(FINDING_KINDS)}")
+        how = self.text(data, "footprint", where, file, rid, required=False) or "auto"
+        if how not in FOOTPRINTS:
+            self.problem(f'unknown footprint "{how}" in {where}', file, data.line_of("footprint"), rid,
+                         did_you_mean(how, FOOTPRINTS) or f"footprints: {', '.join(FOOTPRINTS)}")
         verdict = self.text(data, "verdict", where, file, rid, required=False) or ""
         verdict_template = None
         if verdict:
@@ -482,6 +487,8 @@ class _Loader:
             impact=impact, evidence=evidence, message=fields["message"], what=fields["what"],
             why=fields["why"], fix=fields["fix"], calibration=calibration, references=tuple(references),
             explains=tuple(explains), kind=kind, verdict=verdict, verdict_template=verdict_template,
+            footprint=how,
+            footprint_reads=footprint_reads(columns, scope, how) if impact is not None and kind == "cause" else (),
             tests=tuple(tests), file=file, line=data.line,
             columns=tuple(sorted(read & columns)), template=template, needs=tuple(sorted(needs)),
         )

@@ -160,6 +160,11 @@ class Rule:
     #: biggest cause's), e.g. "host-bound: the GPU waited for Python ... {{ share | pct }} of the time"
     verdict: str = ""
     verdict_template: MessageTemplate | None = field(default=None, compare=False, repr=False)
+    #: where the impact lies on the GPU timeline (analyzer.rules.footprint.FOOTPRINTS): "auto" (from the
+    #: rows) or "idle_before" (the idle gap before each row's op: launch overhead)
+    footprint: str = "auto"
+    #: facts the findings' footprints read beyond ``requires`` (analyzer.rules.footprint.footprint_reads)
+    footprint_reads: tuple[str, ...] = ()
     tests: tuple[RuleTest, ...] = ()
     file: str = ""
     line: int = 0
@@ -211,6 +216,11 @@ class Rule:
         """Facts this rule reads: its source plus any fact_*() arguments."""
         extra = sorted({f for _, e in self.expressions for f in e.facts} - {self.source})
         return (self.source, *extra)
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        """Every fact evaluating the rule reads: ``requires`` plus what its findings' footprints read."""
+        return (*self.requires, *(f for f in self.footprint_reads if f not in self.requires))
 
     @property
     def params(self) -> dict[str, Any]:

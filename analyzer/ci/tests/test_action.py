@@ -175,3 +175,24 @@ def test_push_event_does_not_comment_and_bad_input_fails(tmp_path: Path, github:
     r = Runner({"base": str(missing), "head": good}, "pull_request", tmp_path / "b", env).run()
     assert r.failed == ("Diff", 2) and "no such file" in r.stdout + r.stderr
     assert not fake.requests
+
+
+def test_job_diff_in_the_comment_and_the_gate(tmp_path: Path, github: Any) -> None:
+    """Two multi-GPU jobs, each given as a glob of its rank files (torch.profiler, tests/data/ddp/kineto):
+    the comment carries the job diff (the straggler, the per-rank table) and the gate fails on the job's
+    slower step."""
+    from analyzer.testing import DATA_DIR
+
+    kineto = DATA_DIR / "ddp" / "kineto"
+    if not list(kineto.glob("ddp_straggler_2gpu_rank*.pt.trace.json.xz")):
+        pytest.skip("tests/data/ddp/kineto not here")
+    fake, env = github
+    inputs = {"base": str(kineto / "ddp_straggler_fixed_2gpu_rank*.pt.trace.json.xz"),
+              "head": str(kineto / "ddp_straggler_2gpu_rank*.pt.trace.json.xz"), "fail-on-regression": "5%"}
+    r = Runner(inputs, "pull_request", tmp_path, env).run()
+    assert r.failed == ("Gate", 1), (r.failed, r.stdout)
+    assert r.outputs["diff"]["regression"] == "true"
+    [comment] = fake.on(12)
+    body = comment["body"]
+    assert "job: new straggler: the others wait 36.0 ms per step for rank 1 in HEAD" in body
+    assert "## Job: per rank, per step (2 ranks \u2192 2)" in body and "| Rank | Step BASE | Step HEAD |" in body

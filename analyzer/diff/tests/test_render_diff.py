@@ -115,10 +115,32 @@ def test_noise_floor_from_drift_and_min_effect() -> None:
     r = diff_runs(drifting, above_all, DiffSettings(), created=CREATED)
     assert r.step.p_value is not None and r.step.change_pct is not None
     assert r.step.p_value < 0.001 and 10 < r.step.change_pct < 20
-    assert r.step.status == "unchanged" and r.step.noise_floor_pct >= 19 and "spread of BASE" in r.step.reason
+    assert r.step.status == "unchanged" and r.step.noise_floor_pct >= 19 and r.step.floor_source == "drift"
+    # it says why, with the numbers, and what it would take
+    assert "BASE's own steps drifted +20%" in r.step.reason and "to call it, the change must exceed 20%" in r.step.reason
+    assert r.step.separated == 1 and r.step.reason.startswith("every HEAD step is longer than every BASE step")
+    assert "every step slower, yet within the 20% noise of these runs (BASE's steps drifted +20% within its run)" \
+        in r.verdict
     assert r.step.drift_base_pct is not None and r.step.drift_base_pct > 19
     ten_pct = run_summary(1.1, steps=20, seed=5)
     r = diff_runs(steady, ten_pct, DiffSettings(), created=CREATED)
     assert r.step.status == "slower" and r.step.significant
     r = diff_runs(steady, ten_pct, DiffSettings(min_effect_pct=15), created=CREATED)
     assert r.step.status == "unchanged" and "--min-effect" in r.step.reason
+
+
+def test_user_marked_iterations_compare_across_kinds() -> None:
+    """NVTX/ProfilerStep ranges in one run and iterations between a program annotation in the other both
+    mark the program's own loop: compared, with a note; against GPU op periods they are not."""
+    from analyzer.diff.compare import compare_step_times
+
+    nvtx = run_summary(1.0, steps=12).steps
+    marks = replace(run_summary(0.5, steps=12, seed=4).steps, source="annotation",
+                    names=tuple(f"iteration {i}" for i in range(12)))
+    notes: list[str] = []
+    r = compare_step_times(nvtx, marks, 0.1, 0.1, DiffSettings(), notes)
+    assert r.status == "faster" and any("same unit of work" in n and "annotation" in n for n in notes)
+    assert not any("named differently" in n for n in notes)
+    periods = replace(marks, source="periodic", ops_per_step=40)
+    r = compare_step_times(nvtx, periods, 0.1, 0.1, DiffSettings(), [])
+    assert r.status == "not-comparable" and "--window 'step_*'" in r.reason

@@ -14,7 +14,18 @@ import pytest
 
 from analyzer.analysis import Window
 from analyzer.facts import FactStore
-from analyzer.facts._util import categorical_parts, concat_codes, first_positions, key_groups, text_array, text_codes
+from analyzer.facts._util import (
+    categorical_parts,
+    concat_codes,
+    first_positions,
+    key_groups,
+    text_array,
+    text_codes,
+    union_intervals,
+    union_length_sorted,
+    union_sorted,
+)
+from analyzer.facts.phase_index import union_length
 from analyzer.loading.columns import categorical
 from analyzer.testing import real_trace
 
@@ -46,6 +57,39 @@ def test_key_groups_equals_a_stable_sort(name):
         cut = np.flatnonzero(sk[1:] != sk[:-1]) + 1
         np.testing.assert_array_equal(starts, np.r_[0, cut])
         np.testing.assert_array_equal(ends, np.r_[cut, len(sk)])
+
+
+def _union_by_loop(start: np.ndarray, end: np.ndarray) -> list[tuple[int, int]]:
+    """The textbook merge, one interval at a time (touching intervals merge; end before start: empty)."""
+    blocks: list[list[int]] = []
+    for s, e in sorted(zip(start.tolist(), np.maximum(end, start).tolist())):
+        if blocks and s <= blocks[-1][1]:
+            blocks[-1][1] = max(blocks[-1][1], e)
+        else:
+            blocks.append([s, e])
+    return [(s, e) for s, e in blocks]
+
+
+@pytest.mark.parametrize("name", TRACES)
+def test_one_interval_union_behind_every_entry_point(name):
+    """union_intervals (per group), union_sorted (one group, sorted) and union_length (per key) merge
+    the real kernels and API calls exactly as the one-at-a-time merge does."""
+    t = _trace(name)
+    for frame, key in ((t.kernels, "stream"), (t.api, "tid")):
+        start, end = frame["start"].to_numpy(np.int64), frame["end"].to_numpy(np.int64)
+        keys = frame[key].to_numpy(np.int64)
+        u = union_intervals(start, end, keys)
+        lengths = union_length(pd.DataFrame({"k": keys, "start": start, "end": end}), "k")
+        for k in np.unique(keys)[:8]:
+            sel = keys == k
+            expected = _union_by_loop(start[sel], end[sel])
+            assert list(zip(u.start[u.group == k].tolist(), u.end[u.group == k].tolist())) == expected
+            order = np.argsort(start[sel], kind="stable")
+            us, ue = union_sorted(start[sel][order], end[sel][order].copy())
+            assert list(zip(us.tolist(), ue.tolist())) == expected
+            assert lengths[k] == sum(e - s for s, e in expected)
+        order = np.lexsort((start, keys))
+        assert union_length_sorted(keys[order], start[order], end[order]).equals(lengths)
 
 
 @pytest.mark.parametrize("name", TRACES)

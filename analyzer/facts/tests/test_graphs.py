@@ -92,3 +92,123 @@ def test_graph_replay_gaps_are_between_replays():
     r = a.facts.get("graph_replays")
     assert len(r) == 1
     assert np.isnan(r["gap_before_ns"].iloc[0])  # a device's first replay has no gap before it
+
+
+COMPILE = Path(__file__).resolve().parents[3] / "tests" / "data" / "kineto" / "compile_train_default_h200.pt.trace.json.xz"
+
+
+def test_torch_compile_compilation_is_setup_with_its_duration():
+    a = _analysis(COMPILE)
+    setup = a.facts.get("setup_activity").set_index("kind")
+    compile_ = setup.loc["torch.compile"]
+    # the compilation ran in step_0, which the window leaves out: all of it inside the setup, none in the window
+    assert compile_["in_window_ns"] == 0
+    assert 0.9 * a.window.setup_ns < compile_["before_window_ns"] <= a.window.setup_ns
+    # the outermost 'dynamo' range, read from the trace's own events, bounds the union from below
+    nv = a.trace.nvtx
+    dynamo = nv.loc[nv["text"].astype(str) == "dynamo", "duration"]
+    assert len(dynamo) == 1 and compile_["total_ns"] >= int(dynamo.iloc[0])
+    found = [f for f in a.findings if f.rule == "setup-time"]
+    assert len(found) == 1 and "torch.compile compiled for" in found[0].message
+    # the runtime ranges of the compiled code are never compilation
+    assert not setup.empty and set(setup.index) == {"torch.compile"}
+
+
+# --------------------------------------------------------------------------------------------------
+# nsys, graph-level (default) and node-level tracing: the round-3 decode loop and its CUDA graph twin
+ROUND3 = Path(__file__).resolve().parents[3] / "tests" / "data" / "round3"
+GRAPH_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
+                "CUPTI_ACTIVITY_KIND_GRAPH_TRACE")
+
+
+@lru_cache(maxsize=4)
+def _sqlite(name: str, tmp: str) -> Path:
+    import shutil
+
+    out = Path(tmp) / f"{name}.sqlite"
+    if not out.exists():
+        with lzma.open(ROUND3 / f"{name}.sqlite.xz") as src, out.open("wb") as dst:
+            shutil.copyfileobj(src, dst)
+    return out
+
+
+def _sql_busy_share(db: Path, origin: int, start: int, end: int) -> float:
+    """The union of every GPU table's intervals (graph executions included) inside [start, end), straight
+    from the export."""
+    import sqlite3
+
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    tables = {r[0] for r in con.execute("select name from sqlite_master where type='table'")}
+    rows = sorted(r for t in GRAPH_TABLES if t in tables
+                  for r in con.execute(f"select start - {origin}, end - {origin} from {t}"))
+    busy, cur_s, cur_e = 0, None, None
+    for s, e in rows:
+        s, e = max(s, start), min(e, end)
+        if e <= s:
+            continue
+        if cur_s is None or s > cur_e:
+            busy += 0 if cur_s is None else cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    busy += 0 if cur_s is None else cur_e - cur_s
+    return busy / (end - start)
+
+
+LAUNCH_OR_IDLE = {"tiny-kernels", "gpu-idle-gaps", "low-gpu-utilization", "small-grid"}
+
+
+def test_graph_level_trace_counts_graph_executions_as_gpu_work(tmp_path_factory):
+    db = _sqlite("decode_eager_fixed", str(tmp_path_factory.getbasetemp()))
+    a = _analysis(ROUND3 / "decode_eager_fixed.sqlite.xz")
+    k = a.trace.kernels
+    import sqlite3
+
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    executions = con.execute("select count(*) from CUPTI_ACTIVITY_KIND_GRAPH_TRACE").fetchone()[0]
+    assert int((k["in_graph"] == 2).sum()) == executions == a.trace.extras["cuda_graphs"]["without_kernels"]
+    w = a.window
+    busy = a.facts.get("gpu_busy")["duration"].sum() / w.duration_ns
+    sql = _sql_busy_share(db, a.trace.info.origin_ns, w.start_ns, w.end_ns)
+    assert abs(busy - sql) < 0.02 and busy > 0.9  # was 0.2% before graph executions were GPU work
+    assert w.source == "nvtx" and w.steps is not None and all(s.startswith("step_") for s in w.steps.names)
+    rules = {f.rule for f in a.findings}
+    assert not rules & LAUNCH_OR_IDLE, rules
+    replays = [f for f in a.findings if f.rule == "graph-replays"]
+    assert len(replays) == 1 and "--cuda-graph-trace=node" in replays[0].message
+    # executions are no kernels: the unknown-launch-config note is not about them
+    assert "unknown-launch-config" not in rules
+    # each replay is attributed to the step range that launched it
+    r = a.facts.get("graph_replays")
+    assert len(r) == len(w.steps.names) * 8 and set(r["nvtx_path"].astype(str).str.split("/").str[0]) <= set(
+        w.steps.names)
+
+
+def test_node_level_trace_does_not_count_a_replay_twice(tmp_path_factory):
+    db = _sqlite("decode_eager_fixed_node", str(tmp_path_factory.getbasetemp()))
+    a = _analysis(ROUND3 / "decode_eager_fixed_node.sqlite.xz")
+    import sqlite3
+
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    node_kernels = con.execute(
+        "select count(*) from CUPTI_ACTIVITY_KIND_KERNEL where graphNodeId is not null").fetchone()[0]
+    k = a.trace.kernels
+    assert int((k["in_graph"] == 1).sum()) == node_kernels > 10_000
+    assert int((k["in_graph"] == 2).sum()) == 0
+    w = a.window
+    busy = a.facts.get("gpu_busy")["duration"].sum() / w.duration_ns
+    assert abs(busy - _sql_busy_share(db, a.trace.info.origin_ns, w.start_ns, w.end_ns)) < 0.02
+    rules = {f.rule for f in a.findings}
+    assert "tiny-kernels" not in rules and "graph-replays" in rules
+    stats = a.facts.get("launch_stats")
+    replays = a.facts.get("graph_replays")
+    assert int(stats["launch_count"].sum()) == len(replays) + int(
+        ((k["in_graph"] == 0) & (k["start"] >= w.start_ns) & (k["start"] < w.end_ns)).sum())
+
+
+def test_eager_twin_is_launch_bound_in_every_recording():
+    for path in (ROUND3 / "decode_eager.sqlite.xz", ROUND3 / "decode_eager.pt.trace.json.gz"):
+        assert "tiny-kernels" in {f.rule for f in _analysis(path).findings}, path.name
+    torch_graph = _analysis(ROUND3 / "decode_eager_fixed.pt.trace.json.gz")
+    rules = {f.rule for f in torch_graph.findings}
+    assert "tiny-kernels" not in rules and "graph-replays" in rules

@@ -11,20 +11,59 @@ pytest.importorskip("hypothesis")
 from analyzer.fuzz import diff, kineto, ncu, nsys, rules  # noqa: E402
 from analyzer.fuzz.harness import Stats  # noqa: E402
 
-# cases per harness in `make test`: about a minute in all on one core
+# cases per harness in `make test`: about a minute in all on one core; each harness also stops after
+# SMOKE_SECONDS (a loaded CI machine runs fewer cases, never longer)
 CASES = {"nsys": 12, "ncu": 20, "rules": 40, "kineto": 12, "diff": 20}
+SMOKE_SECONDS = 60.0
+#: the harnesses that check the property that matters on every accepted case (issue 33): the report's
+#: kernel count and total kernel time equal what SQLite / Python's json read from the same file
+PROPERTY = {"nsys": "kernel_totals_checked_against_sqlite", "kineto": "kernel_totals_checked_against_json"}
 
 
 @pytest.mark.parametrize("harness", [nsys, ncu, rules, kineto, diff], ids=["nsys", "ncu", "rules", "kineto", "diff"])
 def test_seeded_fuzz_cases(harness, tmp_path):
+    import time
+
+    from analyzer.fuzz.harness import OutOfTime
+
     name = harness.__name__.rsplit(".", 1)[-1]
     if name == "nsys" and not nsys.base_traces():
         pytest.skip("no real nsys export to start from")
     if name == "kineto" and not (kineto.is_available() and kineto.base_traces()):
         pytest.skip("the Kineto loader (issue 13) has not landed")
-    stats = harness.run_cases(CASES[name], 0, tmp_path, stats=Stats(name), derandomize=True)
-    assert stats.cases >= CASES[name]
+    stats = Stats(name, deadline=time.time() + SMOKE_SECONDS)
+    try:
+        harness.run_cases(CASES[name], 0, tmp_path, stats=stats, derandomize=True)
+    except OutOfTime:
+        assert stats.cases >= 3, "the smoke run's time ran out before 3 cases"
+    else:
+        assert stats.cases >= CASES[name]
     assert not stats.failures
+    if name in PROPERTY:
+        assert stats.extra.get(PROPERTY[name], 0) >= 1, stats.as_dict()
+
+
+def test_the_property_check_catches_a_wrong_kernel_read(tmp_path):
+    """The checks fail a run whose trace differs from SQLite's / json's read by one kernel (what the
+    damaged-tree fallback did before: rows skipped), and pass the trace as loaded."""
+    import gzip
+
+    from analyzer.fuzz.harness import FuzzFailure
+    from analyzer.loading import load_trace
+
+    base = nsys.base_traces()[0]
+    trace = load_trace(base)
+    assert nsys.check_kernels_as_sqlite_reads_them(base, trace) == 1
+    trace.kernels = trace.kernels.iloc[1:]
+    with pytest.raises(FuzzFailure, match="where SQLite reads"):
+        nsys.check_kernels_as_sqlite_reads_them(base, trace)
+    json_base = next(p for p in kineto.base_traces() if p.suffix == ".gz")
+    data = gzip.open(json_base).read()
+    trace = load_trace(json_base)
+    assert kineto.check_kernels_as_json_reads_them(data, trace) == 1
+    trace.kernels = trace.kernels.iloc[:-1]
+    with pytest.raises(FuzzFailure, match="where Python's json reads"):
+        kineto.check_kernels_as_json_reads_them(data, trace)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from analyzer.analysis import Analysis, Window
+from analyzer.facts.registry import UnknownFactError
 from analyzer.findings import Finding, Footprint, Scope, Severity
 from analyzer.loading.model import (
     GPU_COLUMNS,
@@ -29,13 +30,13 @@ MS = 1_000_000
 
 @dataclass
 class DictFacts:
-    """A fact source over precomputed frames; unknown names raise ``KeyError`` like the real store."""
+    """A fact source over precomputed frames; unknown names raise ``UnknownFactError`` like the real store."""
 
     frames: dict[str, pd.DataFrame] = field(default_factory=dict)
 
     def get(self, name: str) -> pd.DataFrame:
         if name not in self.frames:
-            raise KeyError(f"unknown fact {name!r}")
+            raise UnknownFactError(name)
         return self.frames[name]
 
 
@@ -137,7 +138,24 @@ def _facts(window: Window, kernel_names: list[str], nvtx_texts: list[str], proce
         "gpu_ns": np.array([460, 190, 230, 30, 0]) * MS,
         "kernel_count": [3200, 1200, 1800, 200, 0],
     })
+    # the timeline breakdown: per GPU the 900 ms window as compute / host work / launch-bound, per step
+    # (8 steps of 112.5 ms) and per NVTX range; details and keys carry the trace's names
+    k0, n0 = kernel_names[0], nvtx_texts[0]
+    parts = (("compute", k0, 500), ("host_work", f"{n0}/dataloader", 300), ("launch_bound", "cudaLaunchKernel", 100))
+    rows = []
+    for dev in (0, 1):
+        for cause, detail, ms in parts:
+            rows.append((dev, "window", "", cause, detail, ms * MS))
+            for i in range(2, 10):
+                rows.append((dev, "step", nvtx_texts[i % len(nvtx_texts)] + ("" if i < len(nvtx_texts) else f"#{i}"),
+                             cause, detail, ms * MS // 8))
+        rows += [(dev, "range", f"{n0}/forward", "compute", k0, 500 * MS),
+                 (dev, "range", f"{n0}/dataloader", "host_work", f"{n0}/dataloader", 300 * MS),
+                 (dev, "range", "", "launch_bound", "cudaLaunchKernel", 100 * MS)]
+    breakdown = pd.DataFrame(rows, columns=["device", "scope", "key", "cause", "detail", "duration_ns"])
+    breakdown["share"] = breakdown["duration_ns"] / breakdown.groupby(["device", "scope", "key"])["duration_ns"].transform("sum")
     return {
+        "timeline_breakdown": breakdown,
         "utilization": pd.concat(util_parts, ignore_index=True),
         "gpu_busy": pd.concat(busy_parts, ignore_index=True),
         "gpu_gaps": pd.concat(gap_parts, ignore_index=True),

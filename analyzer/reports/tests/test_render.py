@@ -22,7 +22,7 @@ from analyzer.reports.tests.helpers import (
     external_loads,
     scrub,
 )
-from analyzer.reports.tests.synthetic import make_analysis
+from analyzer.reports.tests.synthetic import MS, make_analysis
 
 GOLDEN = Path(__file__).parent / "golden"
 CREATED = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -170,7 +170,8 @@ def test_html_has_anchors_and_self_links():
     for f in report.traces[0].findings:
         assert f'id="{f.anchor}"' in html
         assert f'href="#{f.anchor}"' in html
-    assert html.count('<svg class="chart') == 4  # utilization, categories, NVTX, roofline
+    # utilization, categories, NVTX, roofline; per GPU the breakdown of the window, its steps, its ranges
+    assert html.count('<svg class="chart') == 4 + 2 * 3
 
 
 def test_html_template_autoescape_is_on():
@@ -190,8 +191,15 @@ def test_json_shape():
     assert list(t) == ["info", "window", "summary", "findings", "findings_total", "overview", "notes", "baseline"]
     assert list(t["baseline"]) == ["steps", "totals", "phases", "kernels", "categories", "copies", "rules",
                                   "findings"]
-    assert list(t["overview"]) == ["categories", "top_kernels", "nvtx", "gaps", "phases", "signals", "ncu",
-                                   "roofline"]
+    assert list(t["overview"]) == ["categories", "top_kernels", "nvtx", "gaps", "breakdown", "phases", "signals",
+                                   "ncu", "roofline"]
+    (b0, b1) = t["overview"]["breakdown"]
+    assert list(b0) == ["device", "summary", "window_ns", "causes", "details", "steps", "steps_total", "ranges",
+                        "ranges_total"]
+    assert b0["causes"] == {"compute": 500 * MS, "launch_bound": 100 * MS, "host_work": 300 * MS}
+    assert sum(b0["causes"].values()) == b0["window_ns"] == t["window"]["duration_ns"]
+    assert b0["summary"] == "compute 55.6% \u00b7 host work 33.3% \u00b7 launch-bound 11.1%"
+    assert len(b0["steps"]) == b0["steps_total"] == 8 and b0["ranges_total"] == 3
     f = t["findings"][0]
     assert f["key"] == "gpu-idle-gaps-0" and f["severity"] == "error"
     assert f["evidence"]["total_rows"] == 40 and len(f["evidence"]["rows"]) == 20

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from analyzer.analysis import Window
-from analyzer.facts.registry import FactSpec
+from analyzer.facts.registry import FactSpec, UnknownFactError
 
 MS = 1_000_000
 
@@ -85,7 +85,7 @@ class FakeStore:
     def get(self, name: str) -> pd.DataFrame:
         self.asked.append(name)
         if name not in self.frames:
-            raise KeyError(f"unknown fact {name!r}")
+            raise UnknownFactError(name)
         return self.frames[name]
 
 
