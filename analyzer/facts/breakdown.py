@@ -94,11 +94,11 @@ _SETUP_API = re.compile(
 def host_wait_kind(detail: str) -> str:
     """What a ``host_sync`` segment's call is: ``alloc`` (an allocation or free), ``copy`` (a blocking copy
     or memset) or ``sync`` (an explicit synchronization, and anything else)."""
-    from analyzer.facts.api import ALLOC_APIS, _sync_kind
+    from analyzer.facts.api import ALLOC_APIS, sync_kind
 
     if detail in ALLOC_APIS:
         return "alloc"
-    kind = _sync_kind(detail)
+    kind = sync_kind(detail)
     return "copy" if kind in ("memcpy", "memset", "async_copy") else "sync"
 
 
