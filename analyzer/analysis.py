@@ -102,7 +102,7 @@ class FactSource(Protocol):
 REPORT_FACTS: frozenset[str] = frozenset({
     "gpu_busy", "utilization", "gpu_gaps", "gpu_ops", "category_summary", "top_kernels", "nvtx_projection",
     "nvtx_instances", "phases", "steps", "copy_throughput", "code_locations", "sm_activity", "energy",
-    "energy_steps", "timeline_breakdown",
+    "energy_steps", "timeline_breakdown", "memory_timeline", "memory_steps", "memory_ranges", "memory_growth",
 })
 
 

@@ -84,8 +84,9 @@ def cli() -> None:
               help="Analysis window: an NVTX glob ('step_*'), a time span ('2.5s:7s') or 'full'. "
                    "Default: the repeated NVTX ranges with warmup excluded, else the part after setup.")
 @click.option("--exclude-ranges", multiple=True, default=("warmup*",), show_default=True,
-              help="NVTX ranges (globs, comma-separated or repeated) left out of the window and of phase "
-                   "tables; '' for none.")
+              help="NVTX ranges left out of the window and of phase tables, with everything nested in them: "
+                   "a glob on the name (on the path with a '/'), or re:REGEX; repeated or comma-separated; "
+                   "'' or 'none' for none.")
 @click.option("--only-ranges", default=None, help="Phase tables keep only NVTX ranges matching this glob.")
 @click.option("--timeout", type=FiniteFloat(0, MAX_TIMEOUT_SECONDS), default=None, metavar="SECONDS",
               envvar="ANALYZER_TIMEOUT",
@@ -135,6 +136,7 @@ def run_cmd(
     them such as one trace per rank; ncu files among them are joined to the traces; ncu files alone
     give a kernel report)."""
     from analyzer.api import run as run_analysis
+    from analyzer.facts.phase_index import exclude_option
     from analyzer.findings import Severity
     from analyzer.reports import render
     from analyzer.trace_analysis import AnalysisOptions
@@ -151,7 +153,7 @@ def run_cmd(
         window_spec=window_spec,
         ncu_files=tuple(ncu_files),
         power_files=tuple(power_files),
-        exclude_ranges=tuple(p.strip() for item in exclude_ranges for p in item.split(",") if p.strip()),
+        exclude_ranges=exclude_option(exclude_ranges),
         only_ranges=only_ranges,
         timeout=timeout,
         accepted_file=accepted_file,
@@ -194,7 +196,7 @@ def run_cmd(
         if recorded is not None:
             out.write(f"accepted: wrote {recorded} finding{'s' if recorded != 1 else ''} to {write_accepted}\n")
         elif accepted_file is not None:
-            out.write(_accepted_line(outcome.findings, accepted_file))
+            out.write(_accepted_line(outcome.findings, accepted_file, result.accepted))
         if str(target) != "-":
             out.write(f"report: {target}\n")
     if fail_on is not None:
@@ -209,16 +211,17 @@ def _has_dask() -> bool:
     return importlib.util.find_spec("distributed") is not None
 
 
-def _accepted_line(findings: list[Any], path: Path) -> str:
-    """How the accepted-findings file matched: accepted, grown past it, entries that no longer fire."""
-    from analyzer.accepted import load_accepted, unmatched
+def _accepted_line(findings: list[Any], path: Path, accepted: Any) -> str:
+    """How the accepted-findings file (``accepted``, read from ``path`` before the run) matched:
+    accepted, grown past it, entries that no longer fire."""
+    from analyzer.accepted import unmatched
 
     held = sum(1 for f in findings if f.acceptance is not None and not f.acceptance.counts)
     grown = sum(1 for f in findings if f.acceptance is not None and f.acceptance.counts)
     line = f"accepted: {held} finding{'s' if held != 1 else ''} accepted by {path}"
     if grown:
         line += f", {grown} grew past {'its' if grown == 1 else 'their'} acceptance and count{'s' if grown == 1 else ''}"
-    gone = unmatched(load_accepted(path), findings)
+    gone = unmatched(accepted, findings)
     if gone:
         names = ", ".join(sorted({e.rule for e in gone})[:5])
         line += (f"; {len(gone)} entr{'y' if len(gone) == 1 else 'ies'} no longer fire ({names}): "

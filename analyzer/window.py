@@ -64,6 +64,7 @@ from analyzer.facts._util import column, concat_codes, factorize_objects, text, 
 from analyzer.facts.nccl_nvtx import internal_ranges
 from analyzer.facts.nvtx import operator_ranges
 from analyzer.facts.nvtx_ranges import parent_positions, ranges_only
+from analyzer.facts.phase_index import match_ranges, parse_patterns
 from analyzer.loading.columns import categorical
 from analyzer.loading.model import Trace
 from analyzer.saferegex import PatternError, UserPattern, compile_glob
@@ -199,11 +200,9 @@ def _excluded(nv: pd.DataFrame, patterns: tuple[str, ...]) -> tuple[np.ndarray, 
     """(own match, own match or nested in a matching range) per range row."""
     if nv.empty:  # e.g. a trace whose NVTX events are all marks or zero-length
         return np.zeros(0, dtype=bool), np.zeros(0, dtype=bool)
-    texts = text(nv["text"])
-    uniq = texts.unique()
-    globs = [_glob(p, "--exclude-ranges") for p in patterns]
-    hit = {t: any(g.search(t) for g in globs) for t in uniq}  # distinct texts only
-    own = texts.map(hit).to_numpy(dtype=bool)
+    # the one meaning of --exclude-ranges (analyzer.facts.phase_index.exclude_option): a glob on the
+    # range's name, on its path when it holds a '/', or re:REGEX, as the phase tables match it
+    own = match_ranges(parse_patterns(patterns), text(nv["text"]), text(column(nv, "path", "")))
     inherited = own.copy()
     parent = parent_positions(nv)
     cur = parent.copy()

@@ -25,7 +25,7 @@ from analyzer.testing import real_trace
 
 def _missing(trace) -> dict[str, str]:
     return missing_capabilities(kernels=trace.kernels, memcpy=trace.memcpy, memset=trace.memset, api=trace.api,
-                                gpus=trace.gpus)
+                                gpus=trace.gpus, memory=trace.memory)
 
 
 def _without_memory_kinds(trace):

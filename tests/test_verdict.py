@@ -8,6 +8,7 @@ import json
 import re
 from pathlib import Path
 
+import markupsafe
 import pytest
 
 from analyzer.impacts import is_problem, report_order
@@ -133,6 +134,11 @@ def test_numbers_agree_across_formats(case):
     md_verdict = re.search(r"^\*\*Verdict:\*\* (.*)$", md, re.M).group(1)
     assert _md_unescape(md_verdict) == verdict
     assert f"  verdict: {verdict}" in term.splitlines()
+    page = render(report, "html")
+    assert f'<span class="verdict-text">{markupsafe.escape(verdict)}</span>' in page
+    for f in trace["findings"]:  # the HTML table's impact cells
+        if f["impact_ns"] is not None:
+            assert f'<td class="num">{f["impact_pct"]:.1f}%</td>' in page
     # its total and share are the summary's numbers
     total = trace["summary"]["problem_impact_ns"]
     m = re.search(r"worth ([\d.,]+) ms \(([\d.]+)% of the analyzed time", verdict)

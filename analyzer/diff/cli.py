@@ -42,7 +42,7 @@ def _targets(outputs: tuple[Path, ...], fmt: str | None, base: Path, head: Path)
     """(path, format) per ``-o``: the format from the extension, else ``--format``, else html."""
     if not outputs:
         chosen = fmt or "html"
-        return [(Path("reports") / f"diff-{trace_stem(base)}-{trace_stem(head)}.{chosen}", chosen)]
+        return [(Path("reports") / f"diff-{_stem(base)}-{_stem(head)}.{chosen}", chosen)]
     if sum(1 for o in outputs if str(o) == "-") > 1:
         raise click.UsageError("-o - (stdout) can be given once")
     out = []
@@ -54,6 +54,11 @@ def _targets(outputs: tuple[Path, ...], fmt: str | None, base: Path, head: Path)
         else:
             out.append((o, by_ext or fmt or "html"))
     return out
+
+
+def _stem(path: Path) -> str:
+    """The name part of a default report path (a glob's wildcards dropped: ``rank*`` -> ``rank``)."""
+    return re.sub(r"[*?\[\]]+", "", trace_stem(path)).strip("_-.") or "job"
 
 
 def _percent(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
@@ -91,8 +96,9 @@ def _percent(ctx: click.Context, param: click.Parameter, value: str | None) -> f
 @click.option("--window", "window_spec", default=None, metavar="SPEC",
               help="Analysis window for both traces; an NVTX glob ('step_*') also picks the steps compared.")
 @click.option("--exclude-ranges", multiple=True, default=("warmup*",), show_default=True,
-              help="NVTX ranges (globs, comma-separated or repeated) left out of the window and of phase "
-                   "tables; '' for none.")
+              help="NVTX ranges left out of the window and of phase tables, with everything nested in them: "
+                   "a glob on the name (on the path with a '/'), or re:REGEX; repeated or comma-separated; "
+                   "'' or 'none' for none.")
 @click.option("--timeout", type=FiniteFloat(0, MAX_TIMEOUT_SECONDS), default=None, metavar="SECONDS",
               envvar="ANALYZER_TIMEOUT",
               help="Stop a trace's analysis after SECONDS and name the stage that ran away (default: none).")
@@ -108,6 +114,7 @@ def diff(ctx: click.Context, base: Path, head: Path, rules_files: tuple[str, ...
     a JSON report keeps the findings it was written with."""
     from analyzer.diff.compare import DEFAULT_MIN_EFFECT_PCT, DiffSettings, diff_runs
     from analyzer.diff.inputs import load_run
+    from analyzer.facts.phase_index import exclude_option
     from analyzer.fileio import atomic_write
     from analyzer.pipeline import AnalysisOptions, load_accepted_findings, load_rules
     from analyzer.diff.report import render_diff
@@ -120,7 +127,7 @@ def diff(ctx: click.Context, base: Path, head: Path, rules_files: tuple[str, ...
         rules_files=tuple(rules_files),
         rule_settings=rule_settings(ctx),
         window_spec=window_spec,
-        exclude_ranges=tuple(p.strip() for item in exclude_ranges for p in item.split(",") if p.strip()),
+        exclude_ranges=exclude_option(exclude_ranges),
         timeout=timeout,
     )
     pack = load_rules(options)  # a bad rule pack or --set fails before any trace is read

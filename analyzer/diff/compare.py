@@ -17,7 +17,7 @@ import numpy as np
 
 from analyzer.diff import stats
 from analyzer.reports.baseline import RunSummary, Steps, Table
-from analyzer.reports.format import fmt_ms, fmt_pct, plural
+from analyzer.reports.format import fmt_bytes, fmt_ms, fmt_pct, plural
 
 DEFAULT_MIN_EFFECT_PCT = 3.0
 SHALLOW_OVERLAP = 0.2  # below this share of common kernel time, the two runs look like different programs
@@ -303,9 +303,14 @@ def compare_step_times(sb: Steps, sh: Steps, host_b: float | None, host_h: float
             half = n // 2
             sources.append((abs(math.log1p(d)), f"{label}'s own steps drifted {_signed(100.0 * d)} during its run "
                             f"(median of its last {half} steps against its first {half})", "drift"))
-    hosts = [(x, label) for x, label in ((host_b, "BASE"), (host_h, "HEAD")) if x is not None]
-    if hosts:
-        x, label = max(hosts)
+    unknown = [label for x, label in ((host_b, "BASE"), (host_h, "HEAD")) if x is None]
+    if unknown:  # without the GPU's busy time, assume the worst: a host-bound loop
+        sources.append((stats.HOST_RUN_TO_RUN, f"two runs of a host-bound program differ by up to "
+                        f"{fmt_pct(stats.floor_pct(stats.HOST_RUN_TO_RUN))}, and {' and '.join(unknown)} do"
+                        f"{'es' if len(unknown) == 1 else ''} not say how busy the GPU was (calibrated on repeated "
+                        "runs, docs/diff-calibration.md)", "run-to-run"))
+    else:
+        x, label = max((x, label) for x, label in ((host_b, "BASE"), (host_h, "HEAD")) if x is not None)
         sources.append((stats.HOST_RUN_TO_RUN * x, f"two runs of one program differ by up to "
                         f"{fmt_pct(stats.floor_pct(stats.HOST_RUN_TO_RUN * x))} when the GPU is idle "
                         f"{fmt_pct(100.0 * x)} of the step ({label}): the host's speed varies from run to run "
@@ -510,6 +515,9 @@ def _context_notes(base: RunSummary, head: RunSummary, overlap: float | None, ph
     if base.window_source != head.window_source:
         notes.append(f"the analysis windows were chosen differently (BASE: {base.window_description}; "
                      f"HEAD: {head.window_description})")
+    memory = _memory_note(base, head)
+    if memory:
+        notes.append(memory)
     for label, run in (("BASE", base), ("HEAD", head)):
         for note in run.notes:
             notes.append(f"{label}: {note}")
@@ -531,6 +539,14 @@ def _metrics(base: RunSummary, head: RunSummary, nb: int, nh: int) -> tuple[Metr
     unit = "per step" if nb > 1 or nh > 1 or (base.steps.total and head.steps.total) else "per window"
     if base.job is not None or head.job is not None:
         unit += " (a job: all ranks summed)"
+    memory: tuple[Metric, ...] = ()
+    if base.memory_peak_bytes is not None or head.memory_peak_bytes is not None:
+        memory = (
+            Metric("memory_peak_bytes", "Peak GPU memory", "bytes", _num(base.memory_peak_bytes),
+                   _num(head.memory_peak_bytes)),
+            Metric("memory_growth_bytes", "GPU memory growth per step", "bytes", _num(base.memory_growth_bytes),
+                   _num(head.memory_growth_bytes)),
+        )
     return (
         Metric("gpu_busy_ns", f"GPU busy {unit}", "ns", per(base.gpu_busy_ns, nb), per(head.gpu_busy_ns, nh)),
         Metric("gpu_busy_share", "GPU busy share of the window", "share", share(base), share(head)),
@@ -538,7 +554,26 @@ def _metrics(base: RunSummary, head: RunSummary, nb: int, nh: int) -> tuple[Metr
         Metric("kernel_count", f"Kernels {unit}", "count", base.kernel_count / nb, head.kernel_count / nh),
         Metric("copy_ns", f"Memcpy time {unit}", "ns", copy_b / nb, copy_h / nh),
         Metric("copy_bytes", f"Bytes copied {unit}", "bytes", bytes_b / nb, bytes_h / nh),
+        *memory,
     )
+
+
+def _num(value: int | None) -> float | None:
+    return None if value is None else float(value)
+
+
+def _memory_note(base: RunSummary, head: RunSummary) -> str | None:
+    """What happened to peak device memory and its growth per step, when both runs recorded it."""
+    b, h = base.memory_peak_bytes, head.memory_peak_bytes
+    if b is None or h is None or b <= 0:
+        return None
+    change = 100.0 * (h / b - 1.0)
+    way = "went down" if change <= -1 else "went up" if change >= 1 else "stayed"
+    text = f"peak GPU memory {way}: {fmt_bytes(b)} in BASE, {fmt_bytes(h)} in HEAD ({change:+.0f}%)"
+    gb, gh = base.memory_growth_bytes, head.memory_growth_bytes
+    if gb is not None and gh is not None and (gb > 0 or gh > 0):
+        text += f"; growth per step {fmt_bytes(gb)} in BASE, {fmt_bytes(gh)} in HEAD"
+    return text
 
 
 # -- findings ----------------------------------------------------------------------------------------
@@ -634,8 +669,10 @@ def _ms_pair(a: float | None, b: float | None) -> str:
 
 def _floor_why(step: StepComparison) -> str:
     if step.floor_source == "run-to-run":
-        idle = max(x for x in (step.host_base_pct, step.host_head_pct) if x is not None)
-        return f" (GPU idle {fmt_pct(idle)} of the step: host speed varies between runs)"
+        known = [x for x in (step.host_base_pct, step.host_head_pct) if x is not None]
+        if len(known) < 2:
+            return " (GPU busy time unknown: assumed host-bound, whose speed varies between runs)"
+        return f" (GPU idle {fmt_pct(max(known))} of the step: host speed varies between runs)"
     if step.floor_source == "drift":
         drifts = [(abs(d), label, d) for label, d in (("BASE", step.drift_base_pct), ("HEAD", step.drift_head_pct))
                   if d is not None]

@@ -11,6 +11,8 @@ Everything here works on int64 nanosecond arrays. The two workhorses:
 """
 from __future__ import annotations
 
+import re
+
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -351,3 +353,11 @@ def map_distinct(series: pd.Series, fn: Callable[[str], object]) -> np.ndarray:
     codes, uniques = factorize_objects(text(series))
     values = np.array([fn(u) for u in uniques] + [None], dtype=object)  # distinct values only
     return values[codes]
+
+
+_NUMBERED = re.compile(r"(?<=[A-Za-z_#\-])\d+(?=/|$)")
+
+
+def generic_path(path: str) -> str:
+    """``step_12/load_batch`` -> ``step_N/load_batch``: the same phase in every step."""
+    return _NUMBERED.sub("N", path)

@@ -65,9 +65,9 @@ import re
 import numpy as np
 import pandas as pd
 
-from analyzer.facts._util import column, key_groups, text, text_codes
+from analyzer.facts._util import column, generic_path, key_groups, text, text_codes
 from analyzer.facts.nvtx import main_threads
-from analyzer.facts.nvtx_ranges import generic_paths, innermost_open, ranges_only
+from analyzer.facts.nvtx_ranges import innermost_open, ranges_only
 from analyzer.facts.registry import FactContext, fact
 
 #: default longest host time between two CUDA calls that still counts as dispatch (ns)
@@ -457,8 +457,7 @@ def _generic_keys(paths: np.ndarray) -> np.ndarray:
     codes, uniques = pd.factorize(paths)
     if not len(uniques):
         return np.empty(0, dtype=object)
-    generic = generic_paths(str(x) for x in uniques)
-    return np.array([generic[str(x)] for x in uniques], dtype=object)[codes]
+    return np.array([generic_path(str(x)) for x in uniques], dtype=object)[codes]
 
 
 #: host-work segments shorter than this get no host_activity; at most this many (the longest) get one
@@ -662,7 +661,7 @@ def timeline_breakdown(ctx: FactContext) -> pd.DataFrame:
     * ``scope`` ``window`` (``key`` ""): the whole window of the device; its rows sum to the window;
     * ``scope`` ``step`` (``key`` = step name): each step from the previous step's completion to its own
       (the ``steps`` fact), clipped to the window;
-    * ``scope`` ``range`` (``key`` = NVTX path, a component numbered in three ways or more made generic:
+    * ``scope`` ``range`` (``key`` = NVTX path with each component's trailing number made generic:
       ``step_N/load_batch``): busy time by the range that launched the op, idle time by the range open
       on the feeding thread; ``key`` "" holds the time outside every range.
 

@@ -186,7 +186,8 @@ GRAPH_SETUP_APIS = frozenset({"cudaGraphInstantiate", "cudaGraphInstantiateWithF
                               "cuGraphInstantiateWithParams", "cudaGraphUpload", "cuGraphUpload"})
 
 _SETUP_COLUMNS = {
-    "kind": "'torch.compile' (compilation ranges) or 'CUDA graph capture' (capture spans, instantiation)",
+    "kind": "'torch.compile' (compilation ranges), 'compiler processes' (ptxas, cc1 ... started by the "
+            "program, from OS runtime calls) or 'CUDA graph capture' (capture spans, instantiation)",
     "count": "ranges or calls of this kind in the trace",
     "total_ns": "their union on the host (ns): nested compilation stages counted once",
     "before_window_ns": "the part inside the setup before the window (from the first GPU operation to the "
@@ -222,6 +223,9 @@ def setup_activity(ctx: FactContext) -> pd.DataFrame:
             s = np.concatenate([s, t.api["start"].to_numpy(np.int64)[setup]])
             e = np.concatenate([e, t.api["end"].to_numpy(np.int64)[setup]])
             parts.append(("CUDA graph capture", s, e))
+    s, e = _compiler_process_spans(t)
+    if len(s):
+        parts.append(("compiler processes", s, e))
     rows_out = []
     for kind, s, e in parts:
         order = np.argsort(s, kind="stable")
@@ -235,6 +239,31 @@ def setup_activity(ctx: FactContext) -> pd.DataFrame:
     if not rows_out:
         return pd.DataFrame({c: pd.Series(dtype=object if c == "kind" else "int64") for c in _SETUP_COLUMNS})
     return pd.DataFrame(rows_out, columns=list(_SETUP_COLUMNS))
+
+
+#: compilers a program starts to build GPU code at run time (Triton: ptxas; inductor's C++ wrapper and
+#: torch.utils.cpp_extension: gcc/cc1/ld; NVRTC-less JIT: nvcc, cicc), by their process/thread name
+COMPILER_PROCESSES = frozenset({"ptxas", "cc1", "cc1plus", "gcc", "gcc-real", "g++", "c++", "ld", "ld.gold",
+                                "as", "nvcc", "cicc", "nvlink", "fatbinary", "clang", "clang++", "ld.lld"})
+
+
+def _compiler_process_spans(trace: object) -> tuple[np.ndarray, np.ndarray]:
+    """``(starts, ends)``: per compiler process the trace saw (nsys with OS runtime tracing records the
+    program's child processes), the span of its OS runtime calls. Where compilation is visible in an nsys
+    trace without torch.profiler's ranges."""
+    threads = getattr(trace, "threads", None)
+    osrt = getattr(trace, "osrt", None)
+    if threads is None or osrt is None or not len(threads) or not len(osrt):
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    names = threads["name"].astype(str).str.strip().str.lower()
+    compilers = threads.loc[names.isin(COMPILER_PROCESSES).to_numpy(), "pid"].to_numpy(np.int64)
+    if not len(compilers):
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    o = osrt.loc[np.isin(osrt["pid"].to_numpy(np.int64), compilers), ["pid", "start", "end"]]
+    if o.empty:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    span = o.groupby("pid").agg(start=("start", "min"), end=("end", "max"))
+    return span["start"].to_numpy(np.int64), span["end"].to_numpy(np.int64)
 
 
 def _capture_spans(api: pd.DataFrame, begin: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -5,9 +5,6 @@ share these.
 """
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable
-
 import numpy as np
 import pandas as pd
 
@@ -57,31 +54,4 @@ def innermost_open(nvtx: pd.DataFrame, tid: np.ndarray, t: np.ndarray) -> np.nda
         todo = todo[closed]
         cand[todo] = parent[c[closed]]
     out[:] = cand
-    return out
-
-
-#: a path component ending in a number: ``step_12``, ``layer.3``, ``ProfilerStep#7``
-NUMBERED = re.compile(r"^(?P<stem>.*?[^\d\s_\-#:.]?)(?P<sep>[\s_\-#:.]*)(?P<num>\d+)$")
-
-
-def generic_paths(paths: Iterable[str]) -> dict[str, str]:
-    """Path -> generic path: a component's trailing number becomes ``N`` when its stem occurs with at
-    least three different numbers among ``paths`` (``step_0``..``step_11`` -> ``step_N``)."""
-    paths = list(dict.fromkeys(paths))
-    numbers: dict[tuple[str, str], set[str]] = {}
-    for path in paths:
-        for comp in path.split("/"):
-            m = NUMBERED.match(comp)
-            if m and m.group("stem"):
-                numbers.setdefault((m.group("stem"), m.group("sep")), set()).add(m.group("num"))
-    enumerated = {k for k, v in numbers.items() if len(v) >= 3}
-    out = {}
-    for path in paths:
-        comps = []
-        for comp in path.split("/"):
-            m = NUMBERED.match(comp)
-            if m and (m.group("stem"), m.group("sep")) in enumerated:
-                comp = f"{m.group('stem')}{m.group('sep')}N"
-            comps.append(comp)
-        out[path] = "/".join(comps)
     return out

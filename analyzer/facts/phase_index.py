@@ -79,7 +79,32 @@ def parse_patterns(patterns: str | Iterable[str] | None) -> tuple[RangePattern, 
     return tuple(RangePattern.parse(p) for p in patterns)
 
 
-def _match_any(patterns: Sequence[RangePattern], names: pd.Series, paths: pd.Series) -> np.ndarray:
+#: ``--exclude-ranges none`` (or ``''``) excludes nothing
+NO_EXCLUDE = "none"
+
+
+def exclude_option(values: str | Iterable[str] | None) -> tuple[str, ...]:
+    """The one meaning of ``--exclude-ranges`` (``analyze``, ``analyze diff``, ``analyze sweep``, the Python
+    API): NVTX range patterns (:class:`RangePattern`: a glob on the name, or on the path when it holds a
+    ``/``; ``re:REGEX`` searched), repeated or comma-separated (a regex is taken whole); ``''`` or
+    ``none`` excludes nothing; None: the default ``warmup*``. Every pattern is checked here, so a bad one
+    fails before any trace is read (:class:`~analyzer.errors.ParameterError`). The window chooser and
+    the phase tables both leave out the matching ranges and everything nested in them."""
+    if values is None:
+        return DEFAULT_EXCLUDE
+    items = [values] if isinstance(values, str) else list(values)
+    out: list[str] = []
+    for item in items:
+        parts = [item] if item.strip().startswith(_REGEX_PREFIXES) else item.split(",")
+        out += [p.strip() for p in parts if p.strip()]
+    if any(p.lower() == NO_EXCLUDE for p in out):
+        return ()
+    parse_patterns(out)
+    return tuple(out)
+
+
+def match_ranges(patterns: Sequence[RangePattern], names: pd.Series, paths: pd.Series) -> np.ndarray:
+    """Per row: its name (or, for a pattern with ``/``, its path) matches any of ``patterns``."""
     out = np.zeros(len(names), dtype=bool)
     for pattern in patterns:
         # Map over the distinct values only: range names repeat (forward x steps x layers).
@@ -507,7 +532,7 @@ class PhaseIndex:
                 ids = np.empty(0, np.int64)
             else:
                 hit = nvtx["range_id"].to_numpy(np.int64)[
-                    _match_any(patterns, nvtx["text"], nvtx["path"])]
+                    match_ranges(patterns, nvtx["text"], nvtx["path"])]
                 ids = np.unique(self.pairs.loc[self.pairs["ancestor_id"].isin(hit), "range_id"]
                                 .to_numpy(np.int64))
             self._excluded[key] = ids
@@ -523,7 +548,7 @@ class PhaseIndex:
         parsed = parse_patterns(patterns)
         if not parsed:
             return frame
-        return frame[_match_any(parsed, frame["text"], frame["path"])]
+        return frame[match_ranges(parsed, frame["text"], frame["path"])]
 
     # -- per instance ----------------------------------------------------------------------------
     def instance_gpu(

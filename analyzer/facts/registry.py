@@ -535,6 +535,7 @@ FACT_MODULES: tuple[str, ...] = (
     "analyzer.facts.gpumetrics",
     "analyzer.facts.energy",
     "analyzer.facts.breakdown",
+    "analyzer.facts.memory",
 )
 
 

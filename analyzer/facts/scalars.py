@@ -22,6 +22,7 @@ SCALAR_DOCS: dict[str, str] = {
     "setup_ns": "one-time setup before the window (ns)",
     "setup_compile_ns": "of setup_ns, the host time torch.compile spent compiling (dynamo/inductor ranges; ns)",
     "setup_graph_capture_ns": "of setup_ns, CUDA graph capture and instantiation (ns)",
+    "setup_compiler_ns": "of setup_ns, time compiler processes the program started (ptxas, cc1 ...) ran (ns)",
     "trace_ns": "capture length (ns)",
     "device_count": "GPUs with activity in the window",
     "kernel_count": "kernels starting in the window",
@@ -44,6 +45,9 @@ SCALAR_DOCS: dict[str, str] = {
     "sync_time_ns": "summed blocking sync call time (ns)",
     "alloc_call_count": "allocation / free calls in the window",
     "alloc_time_ns": "summed allocation / free call time (ns)",
+    "memory_growth_per_step": "growth per step (B) of the GPU whose memory grows fastest and steadily (three "
+    "quarters of its step-to-step slopes above zero, see the memory_growth fact); 0 when no GPU's memory grows "
+    "so or the trace has no memory events",
     "window_steps": "steps the window is made of (NVTX step instances or periods of the repeating GPU op "
     "sequence); 0 when the window has no such structure",
     "timeline": "1 when the input has a timeline (an Nsight Systems trace), 0 for an Nsight Compute report "
@@ -80,7 +84,7 @@ def _ncu_softmax_launches(store: FactStore) -> float:
 
 #: the facts :func:`trace_scalars` reads
 SCALAR_FACTS: tuple[str, ...] = ("gpu_busy", "gpu_gaps", "sync_calls", "alloc_calls", "setup_activity",
-                                 "timeline_breakdown")
+                                 "memory_growth", "timeline_breakdown")
 
 
 def trace_scalars(store: FactStore) -> dict[str, float]:
@@ -106,6 +110,8 @@ def trace_scalars(store: FactStore) -> dict[str, float]:
     alloc = store.get("alloc_calls")
     setup = store.get("setup_activity")
     setup_of = dict(zip(setup["kind"].astype(str), setup["before_window_ns"].astype(float))) if len(setup) else {}
+    growth = store.get("memory_growth")
+    steady = growth.loc[growth["slope_low"].to_numpy(dtype=float) > 0] if len(growth) else growth
     devices = int(busy["device"].nunique()) if len(busy) else 0
     span = float(max(devices, 1) * w.duration_ns)
     busy_ns = float(busy["duration"].sum()) if len(busy) else 0.0
@@ -124,6 +130,7 @@ def trace_scalars(store: FactStore) -> dict[str, float]:
         "setup_ns": float(w.setup_ns),
         "setup_compile_ns": setup_of.get("torch.compile", 0.0),
         "setup_graph_capture_ns": setup_of.get("CUDA graph capture", 0.0),
+        "setup_compiler_ns": setup_of.get("compiler processes", 0.0),
         "trace_ns": float(t.info.duration_ns),
         "device_count": float(devices),
         "kernel_count": float(km.sum()),
@@ -149,6 +156,7 @@ def trace_scalars(store: FactStore) -> dict[str, float]:
         **breakdown_scalars(store.get("timeline_breakdown")),
         "ncu_softmax_launches": _ncu_softmax_launches(store),
         "timeline": 0.0 if t.extras.get("ncu_only") else 1.0,
+        "memory_growth_per_step": float(steady["bytes_per_step"].max()) if len(steady) else 0.0,
         "window_steps": float(len(getattr(w, "steps", ()) or ())),
     }
 

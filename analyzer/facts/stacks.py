@@ -347,7 +347,9 @@ def code_locations(ctx: FactContext) -> pd.DataFrame:
 
 
 def _kind(name: str) -> str:
-    n = str(name)
+    from analyzer.loading.api_names import cuda_equivalent
+
+    n = cuda_equivalent(str(name))  # HIP calls by their CUDA equivalents (one table)
     if "Synchronize" in n or n.startswith("cudaEventQuery") or n.startswith("cudaStreamQuery"):
         return "sync"
     if "Malloc" in n or "Free" in n or "MemAlloc" in n or "HostAlloc" in n or "HostRegister" in n:

@@ -14,7 +14,6 @@ swimlane items). Only summaries and results travel; traces never do.
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from analyzer.analysis import Window, step_spans
-from analyzer.facts._util import column, text, union_intervals
+from analyzer.facts._util import column, generic_path, text, union_intervals
 from analyzer.facts.comm import JobRankContext
 from analyzer.facts.nccl_nvtx import internal_ranges
 from analyzer.facts.registry import UnknownFactError
@@ -347,12 +346,6 @@ def finish_rank(state: RankState, summary: RankSummary, pack: Any, job: RankJobI
                       phases=phase_gpu_per_step(store, len(steps)))
 
 
-_NUMBERED = re.compile(r"(?<=[A-Za-z_#\-])\d+(?=/|$)")
-
-
-def generic_path(path: str) -> str:
-    """``step_12/load_batch`` -> ``step_N/load_batch``: the same phase in every step."""
-    return _NUMBERED.sub("N", path)
 
 
 def phase_gpu_per_step(store: Any, steps: int) -> dict[str, float]:

@@ -99,7 +99,7 @@ def split_processes(trace: Trace) -> list[Trace]:
             frame = getattr(trace, name)
             if name in ("kernels", "memcpy", "memset"):
                 frames[name] = _rows_of(frame, pid, owner)
-            elif name in ("api", "sync", "nvtx", "processes", "threads"):
+            elif name in ("api", "sync", "nvtx", "processes", "threads", "memory"):
                 frames[name] = _rows_of(frame, pid)
             else:  # gpus: the devices this process used
                 frames[name] = frame

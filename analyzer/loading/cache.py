@@ -69,7 +69,7 @@ import pandas as pd
 
 from analyzer.loading.model import FRAME_COLUMNS, Trace, TraceInfo
 
-FORMAT = 1  # bump when the entry layout changes
+FORMAT = 2  # bump when the entry layout changes
 RACY_SECONDS = 3.0
 DEFAULT_MAX_BYTES = 5 * 10**9
 _HASH_CHUNK = 1 << 22

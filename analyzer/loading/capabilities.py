@@ -27,11 +27,16 @@ CAPABILITIES: dict[str, str] = {
     "kernel_resources": "registers per thread and shared memory per block of each kernel",
     "kernel_launch_config": "grid and block dimensions of each kernel",
     "gpu_properties": "the GPU's SM count and per-SM limits",
+    "memory_events": "the device memory allocations and frees over time",
     "ncu_metrics": "the Nsight Compute metrics a rule judges (throughput, occupancy, FLOP and memory counters) "
                    "in at least one profiled launch",
     "steady_state_loop": "repeated GPU work (a loop whose iterations the window found: steps, annotations "
                          "that repeat like iterations, or a repeating GPU op sequence)",
 }
+
+#: what to record for memory events (said once, by the memory rules and the report)
+MEMORY_EVENTS_HINT = ("record them with nsys profile --cuda-memory-usage=true, or "
+                      "torch.profiler.profile(profile_memory=True)")
 
 
 def window_capabilities(window: object) -> dict[str, str]:
@@ -45,13 +50,20 @@ def window_capabilities(window: object) -> dict[str, str]:
                                  "annotations, no repeating GPU op sequence): setup only, one serving step "
                                  "or a single pass, judged as one pass"}
 
+
 _HOST_SIDE = {"H2D": "src_kind", "D2H": "dst_kind", "H2H": "src_kind"}
 
 
 def missing_capabilities(*, kernels: pd.DataFrame, memcpy: pd.DataFrame, memset: pd.DataFrame,
-                         api: pd.DataFrame, gpus: pd.DataFrame) -> dict[str, str]:
-    """Capabilities (see :data:`CAPABILITIES`) the loaded frames lack, each with a one-line reason."""
+                         api: pd.DataFrame, gpus: pd.DataFrame,
+                         memory: pd.DataFrame | None = None) -> dict[str, str]:
+    """Capabilities (see :data:`CAPABILITIES`) the loaded frames lack, each with a one-line reason.
+    ``memory``: the memory frame (None: the loader reads none, so memory events are missing too)."""
     out: dict[str, str] = {}
+    if memory is None or not len(memory) or not (memory["device"].to_numpy() >= 0).any():
+        what = ("no device memory allocation or free" if memory is None or not len(memory)
+                else "memory events, but none that names its device")
+        out["memory_events"] = f"the trace records {what} ({MEMORY_EVENTS_HINT})"
     ops = len(kernels) + len(memcpy) + len(memset)
     if ops and api.empty:
         out["api_calls"] = "the trace records no CUDA runtime or driver API calls"

@@ -83,6 +83,7 @@ from analyzer.loading.model import (
     GPU_COLUMNS,
     KERNEL_COLUMNS,
     MEMCPY_COLUMNS,
+    MEMORY_COLUMNS,
     MEMSET_COLUMNS,
     NVTX_COLUMNS,
     PROCESS_COLUMNS,
@@ -148,6 +149,13 @@ class _Args(msgspec.Struct):
     out_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
     dtype: Any = None
     pg_name: Any = msgspec.field(default=None, name="Process Group Name")
+    # torch.profiler(profile_memory=True) "[memory]" instant events: the caching allocator's block
+    mem_bytes: Any = msgspec.field(default=None, name="Bytes")  # > 0 allocated, < 0 freed
+    total_allocated: Any = msgspec.field(default=None, name="Total Allocated")
+    total_reserved: Any = msgspec.field(default=None, name="Total Reserved")
+    addr: Any = msgspec.field(default=None, name="Addr")
+    device_id: Any = msgspec.field(default=None, name="Device Id")
+    device_type: Any = msgspec.field(default=None, name="Device Type")  # c10::DeviceType: 0 CPU, 1 CUDA
     name: Any = None  # process_name / thread_name metadata
     labels: Any = None  # process_labels metadata ("CPU", "GPU 0")
 
@@ -689,7 +697,8 @@ class _KinetoLoader:
         ends = [g.end for g in (kernels, memcpy, memset, runtime, driver, ranges, syncs) if len(g.start)]
         last = int(max((int(e.max()) for e in ends), default=origin))
         pyfuncs = group(frozenset({"python_function"}), label="Python call")
-        for g in (kernels, memcpy, memset, runtime, driver, ranges, syncs, flows, pyfuncs):
+        instants = group(frozenset({"cpu_instant_event"}), ph_codes == _code(ph_names, "i"), label="instant event")
+        for g in (kernels, memcpy, memset, runtime, driver, ranges, syncs, flows, pyfuncs, instants):
             g.start = g.start - origin
         self.say(f"torch.profiler trace: {len(kernels.events):,} kernels, {len(memcpy.events):,} copies, "
                  f"{len(runtime.events) + len(driver.events):,} CUDA API calls, {len(ranges.events):,} ranges")
@@ -702,6 +711,7 @@ class _KinetoLoader:
         memcpy_frame = self._memcpy(memcpy, flow_ids, launch)
         memset_frame = self._memset(memset, flow_ids, launch)
         sync_frame = self._sync(syncs, launch)
+        memory_frame = self._memory(instants, threads, timeline)
         api_frame = by_start(contract_frame(API_COLUMNS, api_frame_data, compact=True))
         stacks, api_stacks = empty_frame(STACK_COLUMNS), empty_frame(API_STACK_COLUMNS)
         if len(pyfuncs.events):
@@ -717,7 +727,7 @@ class _KinetoLoader:
         base = _int_or(doc.baseTimeNanoseconds, 0) if doc.baseTimeNanoseconds is not None else 0
         generation = _generation(present, flows, events, ranges, kernels)
         unavailable = missing_capabilities(kernels=kernel_frame, memcpy=memcpy_frame, memset=memset_frame,
-                                           api=api_frame, gpus=gpus)
+                                           api=api_frame, gpus=gpus, memory=memory_frame)
         if "memcpy_memory_kind" in unavailable:
             names = sorted(set(_texts(memcpy.field("name")).tolist()))[:2]
             unavailable["memcpy_memory_kind"] = (
@@ -752,7 +762,7 @@ class _KinetoLoader:
             extras["notes"] = [note]
         return Trace(info=info, kernels=kernel_frame, memcpy=memcpy_frame, memset=memset_frame, api=api_frame,
                      sync=sync_frame, nvtx=nvtx, gpus=gpus, processes=processes, threads=thread_frame,
-                     stacks=stacks, api_stacks=api_stacks, extras=extras)
+                     stacks=stacks, api_stacks=api_stacks, memory=memory_frame, extras=extras)
 
     # -- ranges ------------------------------------------------------------------------------------
     def _ranges(self, g: _Group, threads: _ThreadKeys) -> tuple[pd.DataFrame, attr.NvtxTimeline]:
@@ -868,6 +878,54 @@ class _KinetoLoader:
         data.update({"bytes": _ints(g.arg("nbytes")),
                      "mem_kind": _per_distinct(_texts(g.field("name")), _memset_kind)})
         return by_start(contract_frame(MEMSET_COLUMNS, data, compact=True))
+
+    def _memory(self, g: _Group, threads: _ThreadKeys, timeline: attr.NvtxTimeline) -> pd.DataFrame:
+        """``[memory]`` instant events (``profile_memory=True``) -> the memory frame: one row per caching-
+        allocator block allocated (``Bytes`` > 0) or freed (< 0), with the allocator's running totals
+        after it and the range open on the event's thread (else on its process). CUDA blocks
+        (``Device Type`` 1) are device memory, CPU blocks (0) host memory; a CUDA event without a
+        ``Device Id`` keeps device -1."""
+        names = _texts(g.field("name"))
+        rows = np.flatnonzero(names == "[memory]")
+        if not len(rows):
+            return empty_frame(MEMORY_COLUMNS)
+        evs = [g.events[i] for i in rows.tolist()]
+        sub = _Group(evs, g.start[rows], g.dur[rows])
+        signed = _ints(sub.arg("mem_bytes"), 0)
+        keep = signed != 0
+        if not keep.all():
+            sub = _Group([e for e, k in zip(sub.events, keep.tolist()) if k], sub.start[keep], sub.dur[keep])
+            signed = signed[keep]
+        n = len(sub.events)
+        if n == 0:
+            return empty_frame(MEMORY_COLUMNS)
+        dtype = _ints(sub.arg("device_type"))
+        kind = np.full(n, "unknown", dtype=object)
+        kind[dtype == 1] = "device"
+        kind[dtype == 0] = "host"
+        device = np.where(dtype == 1, _ints(sub.arg("device_id")), -1)
+        device[device < -1] = -1
+        pid = _ints(sub.field("pid"))
+        tid = _ints(sub.field("tid"))
+        ids = timeline.thread_at(threads.keys(pid, tid), sub.start)
+        none = ids < 0
+        how = np.where(none, 0, 2).astype(np.int8)
+        if none.any():
+            proc = timeline.process_at(pid[none], sub.start[none])
+            ids[none] = proc
+            how[np.flatnonzero(none)[proc >= 0]] = 1
+        data: dict[str, Any] = {
+            "start": sub.start, "device": device, "op": np.where(signed > 0, "alloc", "free").astype(object),
+            "bytes": np.abs(signed), "address": _ints(sub.arg("addr")), "mem_kind": kind,
+            "source": np.full(n, "allocator", dtype=object),
+            "total_allocated": _ints(sub.arg("total_allocated")), "total_reserved": _ints(sub.arg("total_reserved")),
+            "stream": np.full(n, -1, dtype=np.int64), "correlation_id": np.full(n, -1, dtype=np.int64),
+            "pool_bytes": np.full(n, -1, dtype=np.int64),
+            "api_name": np.full(n, "", dtype=object), "api_start": np.full(n, -1, dtype=np.int64),
+            "pid": pid, "tid": tid, "attribution": np.array(["none", "process", "thread"], dtype=object)[how],
+        }
+        data.update(attr.range_columns(self._range_text, self._range_path, ids))
+        return by_start(contract_frame(MEMORY_COLUMNS, data, compact=True))
 
     def _sync(self, g: _Group, launch: attr.Launches) -> pd.DataFrame:
         if not g.events:

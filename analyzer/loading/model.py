@@ -38,6 +38,18 @@ Attribution columns (shared by kernels, memcpy, memset):
 ``attribution``     how the range was found: ``"thread"`` (ranges on the launching thread),
                     ``"process"`` (launching thread had none open; ranges open on another thread of the
                     same process were used, e.g. PyTorch's autograd worker), or ``"none"``
+
+CUDA graphs (kernel columns ``in_graph`` and ``graph_id``)
+-----------------------------------------------------------
+A graph replay is one launch call (``cudaGraphLaunch``, ``cuGraphLaunch``, ``hipGraphLaunch``) that runs
+many kernels; they share the launch's correlation id, so their attribution columns name that call and the
+NVTX range open around it. ``in_graph`` is 1 for each such kernel (node-level nsys tracing, torch.profiler;
+or a kernel carrying a graph node id). With nsys' default ``--cuda-graph-trace=graph`` the export holds
+only whole executions (``CUPTI_ACTIVITY_KIND_GRAPH_TRACE``): each becomes one kernel row named ``CUDA graph
+<graphId>`` with ``in_graph`` = 2 and no launch configuration (grid, block, registers -1), so it is GPU work
+in every fact (busy time, gaps, windows, steps, phases, diff, jobs). An execution whose kernels the
+export holds adds no row: nothing is counted twice. ``trace.extras["cuda_graphs"]`` counts the executions
+read (``executions``, ``with_kernels``, ``without_kernels``, ``untimed``).
 """
 from __future__ import annotations
 
@@ -244,6 +256,25 @@ GPU_METRIC_COLUMNS: tuple[str, ...] = (
     "value",  # float: percent of peak (0..100) for throughput metrics, MHz for clocks
 )
 
+MEMORY_COLUMNS: tuple[str, ...] = (
+    "start",  # event time (ns)
+    "device",  # CUDA device ordinal, -1 when the event names none (host memory, or a damaged event)
+    "op",  # "alloc" | "free"
+    "bytes",  # size of the allocation or free (B, > 0)
+    "address",  # address allocated or freed, -1 when unknown
+    "mem_kind",  # "device" | "device_static" | "array" | "managed" | "pinned" | "pageable" | "host" | "unknown"
+    "source",  # "cuda": CUDA driver allocations (nsys --cuda-memory-usage=true; what the process holds
+    #            from the device, for PyTorch its caching allocator's reserved segments);
+    #            "allocator": PyTorch caching-allocator blocks (torch.profiler profile_memory=True)
+    "total_allocated",  # the allocator's running total after the event (B), -1 when the trace has none
+    "total_reserved",  # the allocator's reserved total after the event (B), -1 when the trace has none
+    "stream",  # -1 when unknown
+    "correlation_id",  # the allocating/freeing API call (nsys), -1 when unknown
+    "pool_bytes",  # size of the stream-ordered memory pool used (cudaMallocAsync), -1 when none
+) + ATTRIBUTION_COLUMNS
+#: device memory kinds: what counts against a GPU's capacity
+DEVICE_MEMORY_KINDS: frozenset[str] = frozenset({"device", "device_static", "array"})
+
 POWER_COLUMNS: tuple[str, ...] = (
     "start",  # sample time (ns, on the trace's clock)
     "device",  # GPU index as the power log names it
@@ -300,6 +331,8 @@ class Trace:
     osrt: pd.DataFrame = field(default_factory=lambda: empty_frame(OSRT_COLUMNS))
     gpu_metrics: pd.DataFrame = field(default_factory=lambda: empty_frame(GPU_METRIC_COLUMNS))
     power: pd.DataFrame = field(default_factory=lambda: empty_frame(POWER_COLUMNS))
+    # device allocations and frees (nsys --cuda-memory-usage=true, torch.profiler profile_memory=True)
+    memory: pd.DataFrame = field(default_factory=lambda: empty_frame(MEMORY_COLUMNS))
     # Free-form extras a loader found (e.g. raw metadata rows); never required by rules.
     extras: dict[str, object] = field(default_factory=dict)
 
@@ -349,6 +382,7 @@ FRAME_COLUMNS: dict[str, tuple[str, ...]] = {
     "osrt": OSRT_COLUMNS,
     "gpu_metrics": GPU_METRIC_COLUMNS,
     "power": POWER_COLUMNS,
+    "memory": MEMORY_COLUMNS,
 }
 
 
@@ -357,7 +391,7 @@ def empty_frame(columns: tuple[str, ...]) -> pd.DataFrame:
     text = {
         "short_name", "name", "api_name", "nvtx_range", "nvtx_path", "attribution", "direction",
         "src_kind", "dst_kind", "mem_kind", "kind", "sync_type", "text", "domain", "path",
-        "source", "symbol", "module", "state", "metric",
+        "source", "symbol", "module", "state", "metric", "op",
     }
     real = {"value", "power_w", "energy_j", "sm_clock_mhz"}
     return pd.DataFrame(

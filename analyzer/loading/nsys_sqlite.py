@@ -46,6 +46,7 @@ from analyzer.loading.model import (
     GPU_COLUMNS,
     KERNEL_COLUMNS,
     MEMCPY_COLUMNS,
+    MEMORY_COLUMNS,
     MEMSET_COLUMNS,
     NVTX_COLUMNS,
     PROCESS_COLUMNS,
@@ -70,6 +71,7 @@ SYNC_TABLE = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
 #: whole CUDA graph executions (nsys' default --cuda-graph-trace=graph: the graph's kernels are not traced)
 GRAPH_TABLE = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
 NVTX_TABLE = "NVTX_EVENTS"
+MEMORY_TABLE = "CUDA_GPU_MEMORY_USAGE_EVENTS"  # nsys profile --cuda-memory-usage=true
 METADATA_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")
 
 # tables that mark a file as an nsys export (any one suffices)
@@ -134,6 +136,11 @@ MEMSET_FETCH = _OP_FETCH | {"bytes": "bytes", "mem_kind": "memKind"}
 SYNC_FETCH = _OP_FETCH | {"sync_type": "syncType"}
 API_FETCH = {"start": "start", "end": "end", "global_tid": "globalTid", "correlation_id": "correlationId",
              "name_id": "nameId", "return_value": "returnValue", "event_class": "eventClass"}
+MEMORY_FETCH = {"start": "start", "global_pid": "globalPid", "device": "deviceId", "address": "address",
+                "bytes": "bytes", "mem_kind": "memKind", "oper": "memoryOperationType",
+                "correlation_id": "correlationId", "stream": "streamId", "pool_bytes": "localMemoryPoolSize"}
+#: ENUM_CUDA_DEV_MEM_EVENT_OPER as nsys 2025.3 writes it, for exports without the enum table
+MEMORY_OPER_NAMES = {0: "CUDA_DEV_MEM_EVENT_OPR_ALLOCATION", 1: "CUDA_DEV_MEM_EVENT_OPR_DEALLOCATION"}
 NVTX_FETCH = {"start": "start", "end": "end", "event_type": "eventType", "global_tid": "globalTid",
               "text_id": "textId", "domain_id": "domainId"}
 # fetched columns stored in 32 bits when the trace's values fit (ids, enums, launch dimensions)
@@ -376,6 +383,15 @@ def _memkind_label(enum_name: str) -> str:
     return "unknown"
 
 
+def _memory_kind_label(enum_name: str) -> str:
+    """A memory kind of the memory frame: as copies name them, with static device memory (module
+    globals, ``__device__`` variables) told apart."""
+    n = enum_name.upper()
+    if "STATIC" in n and "DEVICE" in n:
+        return "device_static"
+    return _memkind_label(n)
+
+
 def _sync_label(enum_name: str) -> str:
     n = enum_name.upper()
     label = n.removeprefix("CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_")
@@ -542,12 +558,15 @@ class _Loader:
         add("mc", MEMCPY_TABLE, MEMCPY_FETCH, "memcpy")
         add("ms", MEMSET_TABLE, MEMSET_FETCH, "memset")
         add("sy", SYNC_TABLE, SYNC_FETCH, "synchronization")
+        if r.has(MEMORY_TABLE):
+            add("mem", MEMORY_TABLE, MEMORY_FETCH, "device memory events")
         if r.has(GRAPH_TABLE):
             add("g", GRAPH_TABLE, GRAPH_FETCH, "CUDA graph executions")
         jobs["strings"] = lambda: StringTable(r)
         res = r.fetch_parallel(jobs)
         strings: StringTable = res.pop("strings")
         k, mc, ms, sy = (res.pop(n) for n in ("k", "mc", "ms", "sy"))
+        mem = res.pop("mem", None)
         g = res.pop("g", None)
         untimed_graphs = 0
         if g is not None:  # start = end = 0: CUPTI could not time the execution (left out, counted)
@@ -617,6 +636,7 @@ class _Loader:
             "mem_kind": _map_codes(ms["mem_kind"], mem_labels, "unknown"),
         })
         sync = self._sync_frame(sy, launch)
+        memory = self._memory_frame(mem, origin, launch, mem_kinds)
         api_frame = _frame(API_COLUMNS, api_frame_data, compact=True).pipe(_by_start)
 
         self.say("reading GPUs, processes and threads")
@@ -636,7 +656,7 @@ class _Loader:
             hostname=schema.hostname or schema.metadata.get("EXPORT_HOST") or None,
             export_schema=schema.generation,
             unavailable=missing_capabilities(kernels=kernels, memcpy=memcpy, memset=memset, api=api_frame,
-                                             gpus=gpus),
+                                             gpus=gpus, memory=memory),
             utc_origin_ns=self._utc_origin(int(origin)),
         )
         extras: dict[str, Any] = {"metadata": dict(schema.metadata), **signal_extras}
@@ -657,7 +677,7 @@ class _Loader:
             extras.setdefault("notes", []).extend(r.damage_notes)
         return Trace(info=info, kernels=kernels, memcpy=memcpy, memset=memset, api=api_frame,
                      sync=sync, nvtx=nvtx, gpus=gpus, processes=processes, threads=threads, extras=extras,
-                     **signals)
+                     memory=memory, **signals)
 
     def _api_where(self, table: str) -> ValuesIn | None:
         """Leave out the extra rows nsys writes for ``--cudabacktrace``: with it, every call that got a
@@ -837,6 +857,37 @@ class _Loader:
         if "in_graph" in columns:
             data["in_graph"] = attr.graph_membership(data["api_name"], d["graph_node_id"], d.get("in_graph"))
         return _frame(columns, data, compact=True).pipe(_by_start)
+
+    def _memory_frame(self, d: dict[str, np.ndarray] | None, origin: int, launch: attr.Launches,
+                      mem_kinds: dict[int, str]) -> pd.DataFrame:
+        """``CUDA_GPU_MEMORY_USAGE_EVENTS`` (one row per cudaMalloc/cudaFree and their driver, pool and
+        static-memory kin) -> the memory frame: operation, size, kind, and the API call and NVTX range
+        that allocated it. Rows with a negative size or an operation nsys does not name are left out."""
+        if d is None or len(d["start"]) == 0:
+            return empty_frame(MEMORY_COLUMNS)
+        opers = _enum(self.r, "ENUM_CUDA_DEV_MEM_EVENT_OPER", MEMORY_OPER_NAMES)
+        op_labels = {i: ("free" if "DEALLOC" in n.upper() or "FREE" in n.upper() else
+                         "alloc" if "ALLOC" in n.upper() else "") for i, n in opers.items()}
+        op = _map_codes(d["oper"], op_labels, "")
+        keep = (op != "") & (d["bytes"] >= 0) & (d["start"] >= 0)
+        if not keep.all():
+            d = {c: v[keep] for c, v in d.items()}
+            op = op[keep]
+        if len(d["start"]) == 0:
+            return empty_frame(MEMORY_COLUMNS)
+        n = len(d["start"])
+        pid = _pid(d["global_pid"])
+        data: dict[str, Any] = {
+            "start": d["start"] - origin, "device": d["device"], "op": op, "bytes": d["bytes"],
+            "address": d["address"],
+            "mem_kind": _map_codes(d["mem_kind"], {i: _memory_kind_label(k) for i, k in mem_kinds.items()},
+                                   "unknown"),
+            "source": np.full(n, "cuda", dtype=object),
+            "total_allocated": np.full(n, -1, dtype=np.int64), "total_reserved": np.full(n, -1, dtype=np.int64),
+            "stream": d["stream"], "correlation_id": d["correlation_id"], "pool_bytes": d["pool_bytes"],
+        }
+        data.update(attr.launch_columns(launch, pid, d["correlation_id"], self._nvtx_text, self._nvtx_path))
+        return _frame(MEMORY_COLUMNS, data, compact=True).pipe(_by_start)
 
     def _sync_frame(self, d: dict[str, np.ndarray], launch: attr.Launches) -> pd.DataFrame:
         if len(d["start"]) == 0:

@@ -14,10 +14,9 @@ from typing import Any, TypeVar
 import click
 
 from analyzer.errors import AnalyzerError
-from analyzer.facts.phase_index import DEFAULT_EXCLUDE, parse_patterns
+from analyzer.facts.phase_index import DEFAULT_EXCLUDE, NO_EXCLUDE, exclude_option, parse_patterns
 
 F = TypeVar("F", bound=Callable[..., Any])
-NO_EXCLUDE = "none"
 
 
 class _CliError(click.ClickException):
@@ -40,20 +39,15 @@ def phase_options(fn: F) -> F:
     fn = click.option(
         "--exclude-ranges", "exclude_ranges", metavar="PATTERN", multiple=True,
         help="Phase tables: drop NVTX ranges matching PATTERN and everything nested in them "
-             f"(repeatable; default {', '.join(DEFAULT_EXCLUDE)}; '{NO_EXCLUDE}' keeps all).")(fn)
+             f"(a glob on the name, on the path with a '/', or re:REGEX; repeated or comma-separated; default "
+             f"{', '.join(DEFAULT_EXCLUDE)}; '{NO_EXCLUDE}' or '' keeps all).")(fn)
     return fn
 
 
 def phase_settings(exclude_ranges: Sequence[str] = (), only_ranges: str | None = None) -> dict[str, Any]:
     """Analysis options for the ``phases`` fact from the parsed :func:`phase_options` values.
     Patterns are validated here so that a bad regex fails before any trace is read."""
-    if not exclude_ranges:
-        exclude: tuple[str, ...] = DEFAULT_EXCLUDE
-    elif any(p.strip().lower() == NO_EXCLUDE for p in exclude_ranges):
-        exclude = ()
-    else:
-        exclude = tuple(exclude_ranges)
-    parse_patterns(exclude)
+    exclude = exclude_option(exclude_ranges) if exclude_ranges else DEFAULT_EXCLUDE
     parse_patterns(only_ranges)
     return {"phase_exclude": exclude, "phase_include": only_ranges}
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +29,6 @@ import pandas as pd
 
 from analyzer.analysis import Analysis
 from analyzer.errors import InputError
-from analyzer.facts.nvtx_ranges import NUMBERED, generic_paths
 from analyzer.facts.registry import UnknownFactError
 from analyzer.reports.values import flat_parameters, gpu_label
 
@@ -37,6 +36,7 @@ from analyzer.reports.values import flat_parameters, gpu_label
 MAX_STEPS = 20_000
 MAX_PHASES = 400
 MAX_KERNELS = 600
+NUMBERED = re.compile(r"^(?P<stem>.*?[^\d\s_\-#:.]?)(?P<sep>[\s_\-#:.]*)(?P<num>\d+)$")
 _LAUNCH_SUFFIX = re.compile(r"(?:_\d+|\s*\[\d+\]|\s*#\d+)$")
 
 
@@ -158,6 +158,10 @@ class RunSummary:
     rules: Table
     findings: Table = field(default_factory=lambda: Table((), 0))  # FindingRow per finding
     notes: tuple[str, ...] = field(default=())
+    # device memory (None: the trace recorded none): the highest level in the window over its GPUs, and
+    # the fastest growth per step (Theil-Sen slope, whole bytes) of a GPU with two steps or more
+    memory_peak_bytes: int | None = None
+    memory_growth_bytes: int | None = None
     #: a multi-GPU job: its :class:`analyzer.diff.jobs.JobSummary` (the run is then the job as one run)
     job: Any = None
 
@@ -181,6 +185,8 @@ class RunSummary:
                 "kernel_ns": self.kernel_ns,
                 "kernel_count": self.kernel_count,
                 "device_count": self.device_count,
+                "memory_peak_bytes": self.memory_peak_bytes,
+                "memory_growth_bytes_per_step": self.memory_growth_bytes,
             },
             "phases": _table_dict(self.phases, PHASE_FIELDS),
             "kernels": _table_dict(self.kernels, KERNEL_FIELDS),
@@ -215,6 +221,29 @@ def _table_dict(table: Table, fields: Sequence[str]) -> dict[str, Any]:
 def _generic(component: str) -> str:
     m = NUMBERED.match(component)
     return f"{m.group('stem')}{m.group('sep')}N" if m and m.group("stem") else component
+
+
+def generic_paths(paths: Iterable[str]) -> dict[str, str]:
+    """Path -> generic path: a component's trailing number becomes ``N`` when its stem occurs with at
+    least three different numbers among ``paths`` (``step_0``..``step_11`` -> ``step_N``)."""
+    paths = list(dict.fromkeys(paths))
+    numbers: dict[tuple[str, str], set[str]] = {}
+    for path in paths:
+        for comp in path.split("/"):
+            m = NUMBERED.match(comp)
+            if m and m.group("stem"):
+                numbers.setdefault((m.group("stem"), m.group("sep")), set()).add(m.group("num"))
+    enumerated = {k for k, v in numbers.items() if len(v) >= 3}
+    out = {}
+    for path in paths:
+        comps = []
+        for comp in path.split("/"):
+            m = NUMBERED.match(comp)
+            if m and (m.group("stem"), m.group("sep")) in enumerated:
+                comp = f"{m.group('stem')}{m.group('sep')}N"
+            comps.append(comp)
+        out[path] = "/".join(comps)
+    return out
 
 
 def kernel_family(name: str) -> str:
@@ -253,6 +282,7 @@ def summarize(analysis: Analysis) -> RunSummary:
     kernels = _kernels(kernels_frame)
     kernel_ns = int(kernels_frame["total_ns"].sum()) if kernels_frame is not None and len(kernels_frame) else 0
     kernel_count = int(kernels_frame["count"].sum()) if kernels_frame is not None and len(kernels_frame) else 0
+    peak, growth = _memory(analysis)
     return RunSummary(
         name=trace.name,
         path=str(trace.info.path),
@@ -278,7 +308,25 @@ def summarize(analysis: Analysis) -> RunSummary:
         rules=_rules(analysis.findings),
         findings=_findings(analysis.findings),
         notes=tuple(notes),
+        memory_peak_bytes=peak,
+        memory_growth_bytes=growth,
     )
+
+
+def _memory(analysis: Analysis) -> tuple[int | None, int | None]:
+    """Peak device memory over the GPUs and the fastest growth per step (None, None without memory
+    events)."""
+    if "memory_events" in analysis.trace.info.unavailable:
+        return None, None
+    try:
+        growth = analysis.facts.get("memory_growth")
+    except UnknownFactError:
+        return None, None
+    if not len(growth):
+        return None, None
+    stepped = growth.loc[growth["steps"].to_numpy() >= 2]
+    rate = int(round(float(stepped["bytes_per_step"].max()))) if len(stepped) else None
+    return int(growth["peak_bytes"].max()), rate
 
 
 def _steps(frame: pd.DataFrame | None, window: Any) -> Steps:
@@ -497,6 +545,11 @@ def from_report(doc: Any, path: str, *, trace_index: int | None = None) -> RunSu
         copies=r.table(base, "copies", COPY_FIELDS, CopyRow, (str, int, int, int)),
         rules=r.table(base, "rules", RULE_FIELDS, RuleRow, (str, str, str, str, int, (int, None), str)),
         findings=r.table(base, "findings", FINDING_FIELDS, FindingRow, (str, str, (int, None))),
+        # absent from reports written before memory was read
+        memory_peak_bytes=r.integer(totals, "memory_peak_bytes", "totals", optional=True)
+        if "memory_peak_bytes" in totals else None,
+        memory_growth_bytes=r.integer(totals, "memory_growth_bytes_per_step", "totals", optional=True)
+        if "memory_growth_bytes_per_step" in totals else None,
     )
 
 

@@ -133,6 +133,14 @@ def _section(s: TraceSection) -> dict[str, Any]:
             "energy_steps": _records(s.signals.energy_steps),
             "notes": list(s.signals.notes),
         }
+    if s.memory is not None:
+        overview["memory"] = {
+            "devices": _records(s.memory.devices),
+            "steps": _records(s.memory.steps),
+            "ranges": _records(s.memory.ranges),
+            "notes": list(s.memory.notes),
+        }
+        summary["memory"] = list(s.memory.lines)
     if s.ncu is not None:
         overview["ncu"] = _records(s.ncu)
         if s.ncu_rules is not None:

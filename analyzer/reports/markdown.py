@@ -215,6 +215,10 @@ def _section(s: TraceSection, level: _Level, multi: bool) -> list[str]:
             f"kernel time: {fmt_duration(h.kernel_ns)}",
         ]
     lines += [" · ".join(facts), ""]
+    if s.memory is not None:
+        lines += [f"**Memory:** {md_text(line, 600)}" + ("  " if i + 1 < len(s.memory.lines) else "")
+                  for i, line in enumerate(s.memory.lines)] + [""]
+        lines += ["> " + md_text(n, 300) for n in s.memory.notes] + ([""] if s.memory.notes else [])
     if multi:
         lines += [f"**Verdict:** {md_text(h.verdict, 400)}", ""]
     if s.notes:
@@ -277,6 +281,9 @@ def _section(s: TraceSection, level: _Level, multi: bool) -> list[str]:
             if table is not None and table.rows:
                 lines += ["<details>", f"<summary>{title}</summary>", ""]
                 lines += _table(table, max(level.overview_rows, 5)) + ["", "</details>", ""]
+    if s.memory is not None and s.memory.steps is not None and s.memory.steps.rows:
+        lines += ["<details>", "<summary>Peak memory per step</summary>", ""]
+        lines += _table(s.memory.steps, max(level.overview_rows, 5)) + ["", "</details>", ""]
     if level.overview_rows:
         if s.ncu is not None and s.kind == "ncu":
             lines += ["<details>", "<summary>Nsight Compute: per-kernel metrics</summary>", ""]

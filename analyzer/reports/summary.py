@@ -31,6 +31,10 @@ def summary_text(report: ReportView, *, max_findings: int = 20, width: int | Non
                 + (f"; setup before the window {fmt_ms(h.setup_ns)}" if h.setup_ns else "")
             )
         lines.append(f"  verdict: {h.verdict}")
+        if section.memory is not None:
+            lines += [truncate(f"  {line}", width) for line in section.memory.lines]
+            lines += [truncate(f"  {line}", width) for line in _step_peaks(section)]
+            lines += [truncate(f"  note: {note}", width) for note in section.memory.notes]
         for b in section.breakdown[:2]:  # the timeline breakdown, one line per GPU
             lines.append(truncate(f"  time on GPU {b.device}: {b.summary}", width))
         if len(section.breakdown) > 2:
@@ -60,6 +64,26 @@ def summary_text(report: ReportView, *, max_findings: int = 20, width: int | Non
             lines.append(truncate(f"  not available in this trace (not run): {names}", width))
         lines.append("")
     return "\n".join(lines)
+
+
+def _step_peaks(section: object) -> list[str]:
+    """Per GPU: the lowest and highest per-step peak (the full table is in every report format)."""
+    steps = section.memory.steps  # type: ignore[attr-defined]
+    if steps is None or not steps.rows:
+        return []
+    from analyzer.rules.templates import FILTERS
+
+    size = FILTERS["bytes"]
+    by_device: dict[object, list[dict[str, object]]] = {}
+    for rec in steps.records():
+        by_device.setdefault(rec["device"], []).append(rec)
+    out = []
+    for device, recs in by_device.items():
+        low = min(recs, key=lambda r: r["peak_bytes"])  # type: ignore[arg-type,return-value]
+        high = max(recs, key=lambda r: r["peak_bytes"])  # type: ignore[arg-type,return-value]
+        out.append(f"GPU {device} peak per step: {size(low['peak_bytes'])} ({low['step']}) to "
+                   f"{size(high['peak_bytes'])} ({high['step']}) over {len(recs)} steps")
+    return out
 
 
 __all__ = ["summary_text", "fmt_pct"]

@@ -114,11 +114,27 @@ def _metric_line(values: tuple, series: object, colour: str, what: str, x_of: ob
     return out
 
 
+def _memory_row(s: object, x_of: object, left: float, plot_w: float, y: float, h: float) -> list[str]:
+    """Device memory in use (highest level per bin) as a step line from 0 to the series' ``memory_top``."""
+    top = max(int(s.memory_top), 1)  # type: ignore[attr-defined]
+    body = [svg_text(left - 8, y + h / 2 + 4, "memory", anchor="end", fill=MUTED, size=10),
+            _rect(left, y, plot_w, h, "#f6f8fa")]
+    points: list[str] = []
+    for a, b, v in zip(s.bin_start, s.bin_end, s.memory):  # type: ignore[attr-defined]
+        yv = y + h * (1 - min(max(v / top, 0.0), 1.0))
+        points += [f"{coord(x_of(a))},{coord(yv)}", f"{coord(x_of(b))},{coord(yv)}"]  # type: ignore[operator]
+    label = str(s.memory_label)  # type: ignore[attr-defined]
+    body.append(f'<g class="memory"><title>{esc(label)}</title><polyline fill="none" stroke="{PURPLE}" '
+                f'stroke-width="1.6" points="{" ".join(points)}"/></g>')
+    body.append(svg_text(left + plot_w - 4, y + 10, truncate(label, 90), anchor="end", fill=MUTED, size=9))
+    return body
+
+
 def utilization_svg(chart: UtilizationChart, width: float = 960.0) -> Markup:
     """Busy share per time bin per device (bars), idle gaps (marks under each device) and lanes of
     top-level NVTX ranges, over a shared time axis relative to the window start."""
     left, right, top = 170.0, 12.0, 8.0
-    row_h, bar_h, gap_h, lane_h = 62.0, 40.0, 7.0, 20.0
+    row_h, bar_h, gap_h, lane_h, mem_h = 62.0, 40.0, 7.0, 20.0, 26.0
     plot_w = width - left - right
     span = max(1, chart.end_ns - chart.start_ns)
 
@@ -152,6 +168,9 @@ def utilization_svg(chart: UtilizationChart, width: float = 960.0) -> Markup:
             body.append(_rect(x0, gy, max(x1 - x0, 1.0), gap_h, VERMILLION, cls="gap",
                               title=f"{s.label}: {g.label} at {fmt_duration(g.start - chart.start_ns)}"))
         y += row_h
+        if s.memory:
+            body += _memory_row(s, x_of, left, plot_w, y, mem_h)
+            y += mem_h + 8
     for lane_i, lane in enumerate(chart.lanes):
         body.append(svg_text(left - 8, y + 14, truncate(lane.label, 30), anchor="end", fill=MUTED, size=10))
         body.append(_rect(left, y, plot_w, lane_h - 2, "#f6f8fa"))

@@ -22,7 +22,16 @@ from analyzer.analysis import Analysis
 from analyzer.facts.registry import UnknownFactError
 from analyzer.findings import Finding, Severity
 from analyzer.impacts import Explained, explain, is_problem, is_symptom, report_order, union_adds
-from analyzer.reports.format import fmt_duration, fmt_impact_pct, fmt_ms, fmt_share, plural, truncate
+from analyzer.reports.format import (
+    cap_text,
+    fmt_bytes,
+    fmt_duration,
+    fmt_impact_pct,
+    fmt_ms,
+    fmt_share,
+    plural,
+    truncate,
+)
 from analyzer.reports.values import Link
 from analyzer.reports.values import flat_parameters as _flat_parameters
 from analyzer.reports.values import gpu_label as _gpu_label
@@ -140,6 +149,11 @@ class UtilSeries:
     # measured GPU metrics on the same bins (0..1 of SMs / of tensor peak; None: no sample), or empty
     sm_active: tuple[float | None, ...] = ()
     tensor_active: tuple[float | None, ...] = ()
+    # device memory in use on the same bins: the highest level in each bin (B), or empty without memory
+    # events; drawn as a line under the bars, 0 to ``memory_top`` (the highest level drawn)
+    memory: tuple[int, ...] = ()
+    memory_top: int = 0
+    memory_label: str = ""
 
 
 @dataclass(frozen=True)
@@ -382,6 +396,19 @@ class BreakdownView:
 
 
 @dataclass(frozen=True)
+class MemoryView:
+    """Device memory over the window (``memory_growth``, ``memory_steps``, ``memory_ranges`` facts): one
+    summary line per GPU (the same text in every format), the per-GPU table, the peak per step and per
+    NVTX range."""
+
+    lines: tuple[str, ...]
+    devices: Table
+    steps: Table | None = None
+    ranges: Table | None = None
+    notes: tuple[str, ...] = ()  # events left out or combined (no device, several processes on a GPU)
+
+
+@dataclass(frozen=True)
 class TraceSection:
     index: int
     anchor: str  # section id, "trace-1"
@@ -406,6 +433,7 @@ class TraceSection:
     not_applicable: tuple[str, ...] = ()  # rules of the pack this input cannot feed, e.g. "gpu-idle-gaps"
     not_applicable_reason: str = ""  # why, e.g. "needs a timeline (an Nsight Systems trace)"
     kind: str = "nsys"  # "nsys": a timeline; "ncu": an Nsight Compute report on its own
+    memory: MemoryView | None = None  # device memory over time (None: the trace has no memory events)
     breakdown: tuple[BreakdownView, ...] = ()  # per GPU: where its window went (timeline breakdown)
 
 
@@ -806,6 +834,7 @@ def _utilization(analysis: Analysis, names: dict[int, str], limits: Limits) -> U
                 for a, b, d in zip(g["start"].tolist(), g["end"].tolist(), g["duration"].tolist())
             )
         sm, tensor = _metric_lines(analysis, dev, s, e)
+        mem, mem_top, mem_label = _memory_line(analysis, dev, s, e)
         series.append(
             UtilSeries(
                 device=dev,
@@ -816,6 +845,9 @@ def _utilization(analysis: Analysis, names: dict[int, str], limits: Limits) -> U
                 gaps=dev_gaps,
                 sm_active=sm,
                 tensor_active=tensor,
+                memory=mem,
+                memory_top=mem_top,
+                memory_label=mem_label,
             )
         )
     return UtilizationChart(
@@ -861,6 +893,113 @@ def _metric_lines(analysis: Analysis, device: int, starts: np.ndarray,
         out.append(tuple(float(f"{sums[i] / counts[i] / 100:.4f}") if counts[i] else None
                          for i in range(len(starts))))
     return out[0], out[1]
+
+
+def _memory_line(analysis: Analysis, device: int, starts: np.ndarray,
+                 ends: np.ndarray) -> tuple[tuple[int, ...], int, str]:
+    """The highest device memory level in each chart bin (B), the top of the line's scale (the highest
+    of them) and its label (with the share of the GPU's memory); ``()`` without memory events for
+    ``device``."""
+    if not len(starts) or "memory_events" in analysis.trace.info.unavailable:
+        return (), 0, ""
+    tl = _optional_fact(analysis, "memory_timeline")
+    growth = _optional_fact(analysis, "memory_growth")
+    if tl is None or growth is None or not len(tl):
+        return (), 0, ""
+    mine = tl.loc[tl["device"].to_numpy() == device]
+    row = growth.loc[growth["device"].to_numpy() == device]
+    if mine.empty or row.empty:
+        return (), 0, ""
+    t = mine["start"].to_numpy(dtype=np.int64)
+    level = mine["bytes"].to_numpy(dtype=np.int64)
+    before = int(level[0] - mine["delta"].iloc[0])
+    pos = np.searchsorted(t, starts, side="right") - 1
+    out = np.where(pos >= 0, level[np.clip(pos, 0, None)], before)  # the level as each bin opens
+    idx = np.searchsorted(np.r_[starts, ends[-1:]], t, side="right") - 1
+    ok = (idx >= 0) & (idx < len(starts))
+    np.maximum.at(out, idx[ok], level[ok])
+    cap = int(row["capacity_bytes"].iloc[0])
+    top = max(int(out.max()), 1)  # the highest level drawn: growth stays visible on a large GPU
+    what = "allocated" if str(row["measure"].iloc[0]) == "allocated" else "held from CUDA"
+    label = f"memory {what}, 0 to {fmt_bytes(top)}" + (
+        f" ({100.0 * top / cap:.1f}% of the GPU's {fmt_bytes(cap)})" if cap > 0 else "")
+    return tuple(int(x) for x in out), top, label
+
+
+def memory_line_text(row: Any) -> str:
+    """One GPU's memory summary (a ``memory_growth`` row) as every format prints it."""
+    from analyzer.rules.templates import FILTERS
+
+    size = FILTERS["bytes"]
+    what = "allocated" if str(row["measure"]) == "allocated" else "held from CUDA"
+    text = f"GPU {int(row['device'])} memory ({what}): peak {size(row['peak_bytes'])}"
+    if row["peak_step"]:
+        text += f" in {row['peak_step']}"
+    if row["peak_range"]:
+        text += f" (set in {row['peak_range']})"
+    if int(row["capacity_bytes"]) > 0:
+        text += f", {float(row['peak_share']) * 100:.1f}% of {size(row['capacity_bytes'])}"
+    if int(row["steps"]) >= 2:
+        span = f"{int(row['steps'])} steps ({row['first_step']} to {row['last_step']}"
+        if float(row["bytes_per_step"]) == 0 and float(row["slope_low"]) == 0 and float(row["slope_high"]) == 0:
+            text += f"; no growth over {span})"
+        else:
+            text += (f"; {size(row['bytes_per_step'])} per step over {span}, middle half of the step-to-step "
+                     f"slopes {size(row['slope_low'])} to {size(row['slope_high'])})")
+    return text
+
+
+def _memory_notes(memory: pd.DataFrame, growth: pd.DataFrame) -> tuple[str, ...]:
+    """What the memory levels leave out or combine, said once: events that name no GPU, GPUs whose
+    memory several processes hold."""
+    notes = []
+    kind = memory["mem_kind"].astype(str).to_numpy() if len(memory) else np.empty(0, dtype=object)
+    lost = int(((memory["device"].to_numpy() < 0) & (kind != "host")).sum()) if len(memory) else 0
+    if lost:
+        notes.append(f"{plural(lost, 'memory event')} name no GPU and are left out of the memory levels")
+    for _, row in growth.iterrows():
+        if int(row["processes"]) > 1:
+            notes.append(f"GPU {int(row['device'])}: memory events of {int(row['processes'])} processes; their "
+                         "allocations are added up (each holds its own memory)")
+    return tuple(notes)
+
+
+def _memory(analysis: Analysis, limits: Limits) -> MemoryView | None:
+    """The memory section: None when the trace has no memory events (the not-checked rules say what
+    to record)."""
+    if "memory_events" in analysis.trace.info.unavailable:
+        return None
+    growth = _optional_fact(analysis, "memory_growth")
+    if growth is None or not len(growth):
+        return None
+    dcols = (Column("device", "GPU", "int"), Column("measure", "Measure", "text"),
+             Column("peak_bytes", "Peak", "bytes"), Column("peak_step", "Peak step", "text"),
+             Column("peak_range", "Peak set in", "text"), Column("capacity_bytes", "GPU memory", "bytes"),
+             Column("peak_share", "Peak share", "share"), Column("bytes_per_step", "Growth per step", "bytes"),
+             Column("slope_low", "Slope p25", "bytes"), Column("slope_high", "Slope p75", "bytes"),
+             Column("steps", "Steps", "int"), Column("growth_range", "Kept memory allocated in", "text"),
+             Column("unmatched_frees", "Frees before capture", "int"))
+    view: dict[str, Any] = {
+        "lines": tuple(memory_line_text(r) for _, r in growth.iterrows()),
+        "notes": _memory_notes(analysis.trace.memory, growth),
+        "devices": table_view(growth, dcols, limits.devices, limits.cell_chars),
+    }
+    steps = _optional_fact(analysis, "memory_steps")
+    if steps is not None and len(steps):
+        scols = (Column("device", "GPU", "int"), Column("step", "Step", "text"),
+                 Column("start_bytes", "At start", "bytes"), Column("peak_bytes", "Peak", "bytes"),
+                 Column("end_bytes", "At end", "bytes"), Column("growth", "Change", "bytes"),
+                 Column("peak_range", "Peak set in", "text"))
+        view["steps"] = table_view(steps, scols, limits.phase_rows, limits.cell_chars, "peak memory per step")
+    ranges = _optional_fact(analysis, "memory_ranges")
+    if ranges is not None and len(ranges):
+        rcols = (Column("device", "GPU", "int"), Column("nvtx_path", "NVTX range", "text"),
+                 Column("peak_bytes", "Peak", "bytes"), Column("peak_steps", "Steps it set the peak", "int"),
+                 Column("alloc_bytes", "Allocated", "bytes"), Column("free_bytes", "Freed", "bytes"),
+                 Column("kept_bytes", "Kept at window end", "bytes"), Column("events", "Events", "int"))
+        ordered = ranges.sort_values(["peak_bytes", "nvtx_path"], ascending=[False, True], kind="stable")
+        view["ranges"] = table_view(ordered, rcols, limits.phase_rows, limits.cell_chars)
+    return MemoryView(**view)
 
 
 def _signals(analysis: Analysis, limits: Limits) -> SignalsView | None:
@@ -1358,6 +1497,12 @@ def trace_section(analysis: Analysis, index: int, multi: bool, limits: Limits) -
         parts["signals"] = _signals(analysis, limits)
 
     attempt("Call stacks, GPU metrics and power", signals)
+
+    def memory() -> None:
+        parts["memory"] = _memory(analysis, limits)
+
+    if not ncu_only:
+        attempt("Device memory", memory)
     return TraceSection(
         kind="ncu" if ncu_only else "nsys",
         index=index,
@@ -1436,7 +1581,7 @@ def build_report(
     when = created or datetime.now(timezone.utc)
     if when.tzinfo is None:
         when = when.replace(tzinfo=timezone.utc)
-    return ReportView(
+    return cap_text(ReportView(  # names from a trace are bounded in every format
         title=title,
         created=when.replace(microsecond=0),
         tool_version=__version__,
@@ -1444,4 +1589,4 @@ def build_report(
         traces=sections,
         comparison=_comparison(sections) if multi else None,
         limits=limits,
-    )
+    ))

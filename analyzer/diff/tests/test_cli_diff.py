@@ -207,3 +207,10 @@ def test_bad_accepted_file_is_a_one_line_error_before_any_trace_is_read(
     line = _one_line_error(*run(["diff", reports["dataloader_starved"], missing_trace, "--accepted",
                                  tmp_path / "none.yaml"], capsys)[::2])
     assert "no such accepted-findings file" in line, line
+
+
+def test_default_report_name_of_a_glob_has_no_wildcards() -> None:
+    from analyzer.diff.cli import _targets
+
+    [(path, fmt)] = _targets((), None, Path("main/ddp_rank*.sqlite.xz"), Path("pr/ddp_rank?.sqlite"))
+    assert str(path) == "reports/diff-ddp_rank-ddp_rank.html" and fmt == "html"

@@ -8,6 +8,7 @@ from dataclasses import replace
 from datetime import datetime, timezone
 
 import numpy as np
+import pytest
 
 from analyzer.diff.compare import DiffSettings, diff_runs
 from analyzer.reports.baseline import (
@@ -144,3 +145,14 @@ def test_user_marked_iterations_compare_across_kinds() -> None:
     periods = replace(marks, source="periodic", ops_per_step=40)
     r = compare_step_times(nvtx, periods, 0.1, 0.1, DiffSettings(), [])
     assert r.status == "not-comparable" and "--window 'step_*'" in r.reason
+
+
+def test_unknown_gpu_busy_time_assumes_a_host_bound_loop() -> None:
+    """A report that does not say how busy the GPU was gets the host-bound floor, and the verdict says so."""
+    from analyzer.diff import stats
+
+    base = replace(run_summary(1.0, steps=12), gpu_busy_ns=None)
+    r = diff_runs(base, run_summary(1.3, steps=12, seed=6), DiffSettings(), created=CREATED)
+    assert r.step.status == "unchanged" and r.step.floor_source == "run-to-run"
+    assert r.step.noise_floor_pct == pytest.approx(stats.floor_pct(stats.HOST_RUN_TO_RUN))
+    assert "GPU busy time unknown: assumed host-bound" in r.verdict and "BASE does not say" in r.step.reason

@@ -212,3 +212,15 @@ def test_eager_twin_is_launch_bound_in_every_recording():
     torch_graph = _analysis(ROUND3 / "decode_eager_fixed.pt.trace.json.gz")
     rules = {f.rule for f in torch_graph.findings}
     assert "tiny-kernels" not in rules and "graph-replays" in rules
+
+
+def test_compilers_the_program_started_are_setup_in_an_nsys_trace():
+    a = _analysis(ROUND3 / "compile_train.sqlite.xz")
+    setup = a.facts.get("setup_activity").set_index("kind")
+    assert "compiler processes" in setup.index and "torch.compile" not in setup.index  # no ranges under nsys
+    row = setup.loc["compiler processes"]
+    threads = a.trace.threads
+    ptxas = set(threads.loc[threads["name"].astype(str) == "ptxas", "pid"].astype(int))
+    assert ptxas and row["count"] >= len(ptxas)
+    assert 0 < row["before_window_ns"] <= a.window.setup_ns and row["in_window_ns"] == 0
+    assert "compilers the program started" in next(f.message for f in a.findings if f.rule == "setup-time")

@@ -104,3 +104,28 @@ def test_bad_specs(spec, message):
 def test_glob_on_warmup_itself_is_honoured():
     w = choose_window(_loop(), "warmup")
     assert (w.start_ns, w.source) == (1_000_000, "nvtx")
+
+
+def test_exclude_ranges_has_one_meaning_for_the_window_and_the_phase_tables():
+    """``--exclude-ranges`` is parsed once (analyzer.facts.phase_index.exclude_option) and matched as
+    the phase tables match it, regexes and path patterns included, on a real trace."""
+    from analyzer.errors import ParameterError
+    from analyzer.facts.phase_index import PhaseIndex, exclude_option
+    from analyzer.loading import load_trace
+    from analyzer.testing import real_trace
+
+    assert exclude_option(None) == ("warmup*",)
+    assert exclude_option(["warmup*, step_0", "re:^a{1,3}$"]) == ("warmup*", "step_0", "re:^a{1,3}$")
+    assert exclude_option(["none"]) == () == exclude_option([""])
+    with pytest.raises(ParameterError):
+        exclude_option(["re:("])
+    t = load_trace(real_trace("dataloader_starved"))
+    by_glob = choose_window(t, exclude=exclude_option(["warmup*"]))
+    assert (by_glob.start_ns, by_glob.description.split(",")[0]) == (8860219952, "12 NVTX steps step_0..step_11")
+    by_regex = choose_window(t, exclude=exclude_option(["re:^warm"]))  # was a literal glob for the window
+    assert (by_regex.start_ns, by_regex.end_ns) == (by_glob.start_ns, by_glob.end_ns)
+    two = choose_window(t, exclude=exclude_option(["re:^step_[01]$"]))
+    assert two.description.startswith("10 NVTX steps step_2..step_11")
+    # the phase tables leave out the same ranges
+    kept = set(PhaseIndex.build(t).measured_ranges(exclude_option(["re:^step_[01]$"]))["text"].astype(str))
+    assert {"step_0", "step_1"}.isdisjoint(kept) and "step_2" in kept
