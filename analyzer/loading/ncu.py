@@ -36,6 +36,7 @@ import pandas as pd
 
 from analyzer.boundedio import BoundedReadError, max_input_bytes, read_regular
 from analyzer.errors import InputError, UnsupportedFormatError
+from analyzer.loading.names import matching_open
 
 if TYPE_CHECKING:
     from analyzer.loading.model import Trace
@@ -344,16 +345,8 @@ def _strip_trailing_group(s: str, open_ch: str, close_ch: str) -> str:
     """Remove a balanced ``open_ch ... close_ch`` group that ends ``s`` (parameters, template args)."""
     if not s.endswith(close_ch):
         return s
-    depth = 0
-    for i in range(len(s) - 1, -1, -1):
-        ch = s[i]
-        if ch == close_ch:
-            depth += 1
-        elif ch == open_ch:
-            depth -= 1
-            if depth == 0:
-                return s[:i].rstrip()
-    return s
+    i = matching_open(s, open_ch, close_ch)
+    return s[:i].rstrip() if i >= 0 else s
 
 
 def _after_last_top_level(s: str, sep: str) -> str:
