@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import csv
 import re
+import stat
 from pathlib import Path
 
 from analyzer.loading.ncu.model import NCU_DETAILS_CSV, NCU_RAW_CSV, NCU_REP, NCU_REP_MAGIC
@@ -27,6 +28,8 @@ def detect_ncu(path: str | Path) -> str | None:
     the first MiB (console noise may precede it); raw vs details by whether ``Metric Name`` exists."""
     p = Path(path)
     try:
+        if not stat.S_ISREG(p.stat().st_mode):  # a FIFO would block this read forever
+            return None
         with p.open("rb") as fh:
             head = fh.read(_SNIFF_BYTES)
     except OSError:
