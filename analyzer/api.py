@@ -30,7 +30,7 @@ from analyzer.job.run import JobOutcome
 from analyzer.pipeline import analyze_inputs
 from analyzer.progress import Progress
 from analyzer.reports import ReportView, build_report, render
-from analyzer.trace_analysis import AnalysisOptions
+from analyzer.trace_analysis import AnalysisOptions, load_accepted_findings
 
 PathLike = str | Path
 
@@ -42,6 +42,8 @@ class AnalysisResult:
 
     outcome: JobOutcome
     created: datetime | None = None  # the report's creation time (None: now)
+    #: the accepted findings the run applied (analyzer.accepted.AcceptedFindings; None without a file)
+    accepted: Any = None
     _report: ReportView | None = field(default=None, init=False, repr=False)
 
     @property
@@ -134,10 +136,12 @@ def _job_fact(job: Any, name: str) -> pd.DataFrame:
 def run(paths: Sequence[Path], options: AnalysisOptions, *, job: bool | None = None, scheduler: Any = None,
         workers: int | None = None, progress: Progress = None, created: datetime | None = None,
         ) -> AnalysisResult:
-    """The whole analysis of ``paths`` with ``options``: what ``analyze`` and :func:`analyze` run."""
+    """The whole analysis of ``paths`` with ``options``: what ``analyze`` and :func:`analyze` run. The
+    accepted-findings file is read here, once, before any trace."""
+    accepted = load_accepted_findings(options)
     outcome = analyze_inputs(list(paths), options, job=job, scheduler=scheduler, workers=workers,
-                             progress=progress)
-    return AnalysisResult(outcome, created=created)
+                             progress=progress, accepted=accepted)
+    return AnalysisResult(outcome, created=created, accepted=accepted)
 
 
 def analyze(

@@ -196,7 +196,7 @@ def run_cmd(
         if recorded is not None:
             out.write(f"accepted: wrote {recorded} finding{'s' if recorded != 1 else ''} to {write_accepted}\n")
         elif accepted_file is not None:
-            out.write(_accepted_line(outcome.findings, accepted_file))
+            out.write(_accepted_line(outcome.findings, accepted_file, result.accepted))
         if str(target) != "-":
             out.write(f"report: {target}\n")
     if fail_on is not None:
@@ -211,16 +211,17 @@ def _has_dask() -> bool:
     return importlib.util.find_spec("distributed") is not None
 
 
-def _accepted_line(findings: list[Any], path: Path) -> str:
-    """How the accepted-findings file matched: accepted, grown past it, entries that no longer fire."""
-    from analyzer.accepted import load_accepted, unmatched
+def _accepted_line(findings: list[Any], path: Path, accepted: Any) -> str:
+    """How the accepted-findings file (``accepted``, read from ``path`` before the run) matched:
+    accepted, grown past it, entries that no longer fire."""
+    from analyzer.accepted import unmatched
 
     held = sum(1 for f in findings if f.acceptance is not None and not f.acceptance.counts)
     grown = sum(1 for f in findings if f.acceptance is not None and f.acceptance.counts)
     line = f"accepted: {held} finding{'s' if held != 1 else ''} accepted by {path}"
     if grown:
         line += f", {grown} grew past {'its' if grown == 1 else 'their'} acceptance and count{'s' if grown == 1 else ''}"
-    gone = unmatched(load_accepted(path), findings)
+    gone = unmatched(accepted, findings)
     if gone:
         names = ", ".join(sorted({e.rule for e in gone})[:5])
         line += (f"; {len(gone)} entr{'y' if len(gone) == 1 else 'ies'} no longer fire ({names}): "

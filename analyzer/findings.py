@@ -206,7 +206,7 @@ class Finding:
             if v is not None
         )
         raw = f"{self.rule}-{suffix}" if suffix else self.rule
-        return "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in raw)[:120]
+        return "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in raw[:120])  # 1:1, so cut first
 
     def to_dict(self) -> dict[str, Any]:
         return {

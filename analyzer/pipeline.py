@@ -46,17 +46,20 @@ __all__ = [
 
 def analyze_paths(
     paths: Sequence[Path], options: AnalysisOptions, *, progress: Progress = None, pack: Any = None,
+    accepted: Any = None,
 ) -> list[Analysis]:
     """Analyze every trace in ``paths``; ncu files among them (by content) and ``options.ncu_files``
     are loaded once and joined to each trace. A directory stands for the trace files in it (HTA's
     layout of a multi-process job: one torch.profiler trace per rank), in natural name order
     (``rank2`` before ``rank10``).
-    ``pack``: an already loaded rule pack (else from ``options``). Each trace's analysis runs under a
-    :class:`~analyzer.watchdog.Watchdog` of ``options.timeout`` seconds."""
+    ``pack``: an already loaded rule pack (else from ``options``); ``accepted``: the accepted findings
+    already read (else from ``options``: the file is read once per run). Each trace's analysis runs
+    under a :class:`~analyzer.watchdog.Watchdog` of ``options.timeout`` seconds."""
     if pack is None:
         with stage("loading the rules"):
             pack = load_rules(options)  # rules fail before any trace is read
-    accepted = load_accepted_findings(options)  # and so does the accepted-findings file
+    if accepted is None:
+        accepted = load_accepted_findings(options)  # and so does the accepted-findings file
     traces, ncu_paths = split_inputs(paths, options)
     if not traces:  # Nsight Compute reports on their own: a kernel report per file
         return [analyze_ncu(p, pack, options=options, progress=progress) for p in ncu_paths]
@@ -134,21 +137,26 @@ def trace_files_in(folder: Path) -> tuple[list[Path], list[Path]]:
 
 def analyze_inputs(paths: Sequence[Path], options: AnalysisOptions, *, job: bool | None = None,
                    scheduler: Any = None, workers: int | None = None, progress: Progress = None,
-                   pack: Any = None) -> Any:
+                   pack: Any = None, accepted: Any = None) -> Any:
     """What ``analyze`` runs: the inputs as one multi-GPU job when they are one (several rank files,
     or one report holding several ranks; ``job`` True/False forces it), else each on its own (as
-    :func:`analyze_paths`). Returns an :class:`analyzer.job.run.JobOutcome`."""
+    :func:`analyze_paths`). Returns an :class:`analyzer.job.run.JobOutcome`. ``pack`` and ``accepted``:
+    the rule pack and accepted findings already loaded (else from ``options``); either way the
+    accepted-findings file is read once and applied once, inside each analysis, before any report."""
     from analyzer.job.run import JobOutcome, analyze_job  # the job machinery only when inputs are given
 
     if pack is None:
         with stage("loading the rules"):
             pack = load_rules(options)
-    accepted = load_accepted_findings(options)  # checked before any trace is read
+    if accepted is None:
+        accepted = load_accepted_findings(options)  # checked before any trace is read
     if job is False:
-        return JobOutcome(None, analyze_paths(paths, options, progress=progress, pack=pack), "--no-job")
+        return JobOutcome(None, analyze_paths(paths, options, progress=progress, pack=pack,
+                                                        accepted=accepted), "--no-job")
     traces, ncu_paths = split_inputs(paths, options)
     if not traces:  # Nsight Compute reports on their own
-        return JobOutcome(None, analyze_paths(paths, options, progress=progress, pack=pack), "")
+        return JobOutcome(None, analyze_paths(paths, options, progress=progress, pack=pack,
+                                                        accepted=accepted), "")
     ncu = load_ncu_paths(ncu_paths)
     loaded = {}
     if len(traces) == 1 and scheduler is None:
@@ -172,5 +180,5 @@ def analyze_inputs(paths: Sequence[Path], options: AnalysisOptions, *, job: bool
     outcome = analyze_job(traces, options, pack=pack, scheduler=scheduler, workers=workers, force=job,
                           ncu=ncu, progress=progress, loaded=loaded, accepted=accepted)
     if outcome.job is None and outcome.analyses is None:
-        outcome.analyses = analyze_paths(traces, options, progress=progress, pack=pack)
+        outcome.analyses = analyze_paths(traces, options, progress=progress, pack=pack, accepted=accepted)
     return outcome

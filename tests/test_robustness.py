@@ -243,14 +243,14 @@ def test_xz_cache_on_a_read_only_home(tmp_path, capsys, monkeypatch):
     """An unwritable cache folder (read-only home) falls back to a private temporary folder."""
     with _tmpfs(tmp_path / "home", "1m") as home:
         _remount_ro(home)
-        monkeypatch.setenv("XDG_CACHE_HOME", str(home / ".cache"))
+        monkeypatch.setenv("ANALYZER_CACHE_DIR", str(home / ".cache" / "gpu-trace-analyzer"))
         rc, err = _run(capsys, str(DATA_DIR / f"{TRACE}.sqlite.xz"), "-o", str(tmp_path / "r.json"), "-q")
         assert rc == 0, err
 
 
 def test_xz_cache_full_disk(tmp_path, capsys, monkeypatch):
     with _tmpfs(tmp_path / "cache", "64k") as cache:
-        monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+        monkeypatch.setenv("ANALYZER_CACHE_DIR", str(cache))
         # --no-cache: a trace cache entry of this file (another test's run) would skip the decompression
         rc, err = _run(capsys, str(DATA_DIR / f"{TRACE}.sqlite.xz"), "-o", str(tmp_path / "r.json"), "-q",
                        "--no-cache")

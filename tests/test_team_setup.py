@@ -274,3 +274,22 @@ def test_fingerprints_survive_a_second_run_of_the_same_program(
     one, two = findings(project / "one.json"), findings(project / "two.json")
     assert {f["fingerprint"] for f in one.values()} == {f["fingerprint"] for f in two.values()}
     assert code == 0, out
+
+
+def test_the_accepted_file_is_read_once_per_run(project: Path, capsys: pytest.CaptureFixture[str],
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """One orchestration: the accepted-findings file is read once, before any trace, and that reading is
+    what marks the findings and what the summary line counts (was 2 readings, 3 with --no-job)."""
+    import analyzer.accepted as acc
+
+    accepted = project / ".gpu" / "accepted.yaml"
+    code, out, _ = run(capsys, STARVED_FIXED, "--isolated", "--write-accepted", accepted, "-o", project / "r.json")
+    assert code == 0 and accepted.is_file()
+    reads: list[object] = []
+    real = acc.load_accepted
+    monkeypatch.setattr(acc, "load_accepted", lambda *a, **k: reads.append(a) or real(*a, **k))
+    for extra in ((), ("--no-job",)):
+        reads.clear()
+        code, out, _ = run(capsys, STARVED_FIXED, "--isolated", "--accepted", accepted, *extra, "-o", project / "a.json")
+        assert code == 0 and "findings accepted by" in out, out
+        assert len(reads) == 1, (extra, reads)

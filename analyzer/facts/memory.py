@@ -21,6 +21,8 @@ spread: one step that frees a cache or allocates once moves neither.
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
@@ -93,6 +95,8 @@ GROWTH_COLUMNS = {
     "peak_share": "peak_bytes / capacity_bytes (0 when unknown)",
     "headroom_bytes": "capacity_bytes - peak_bytes (B; -1 when the capacity is unknown)",
     "steps_to_fill": "steps until the level reaches capacity at bytes_per_step (-1: not growing or unknown)",
+    "fill_step": "the step at which the level would reach capacity, named like the window's steps "
+    "(step_22 + 1465 steps: step_1487); '' when not growing, the capacity is unknown or the steps are not numbered",
     "unmatched_frees": "frees of memory no event of the trace allocated (allocated before the capture)",
     "processes": "processes with memory events on this GPU",
 }
@@ -263,6 +267,15 @@ def memory_ranges(ctx: FactContext) -> pd.DataFrame:
     return out[list(RANGE_COLUMNS)].astype({c: "int64" for c in RANGE_COLUMNS if c != "nvtx_path"})
 
 
+def _step_after(last: str, ahead: float) -> str:
+    """``step_22`` and 1465 steps ahead -> ``step_1487``; ``""`` when ``last`` ends in no number or
+    nothing is ahead."""
+    m = re.match(r"^(.*?)(\d+)$", last)
+    if not m or ahead < 0:
+        return ""
+    return f"{m.group(1)}{int(m.group(2)) + int(ahead)}"
+
+
 def _where_kept(ranges: pd.DataFrame) -> tuple[str, float]:
     """The deepest NVTX range (itself and the ranges inside it) that allocated at least half of the bytes
     still held at the window's end, with its share: ``step_N/forward`` when its ops split what stays
@@ -308,7 +321,8 @@ def memory_growth(ctx: FactContext) -> pd.DataFrame:
     capacity, and the growth per step across the window's steps (Theil-Sen slope of the step-end level,
     its spread, the range that allocated what stays, steps until the GPU fills)."""
     tl = ctx.get("memory_timeline")
-    empty = _empty(GROWTH_COLUMNS, ("measure", "first_step", "last_step", "peak_step", "peak_range", "growth_range"),
+    empty = _empty(GROWTH_COLUMNS, ("measure", "first_step", "last_step", "peak_step", "peak_range", "growth_range",
+                                    "fill_step"),
                    ("bytes_per_step", "slope_low", "slope_high", "growing_steps", "growth_range_share", "peak_share",
                     "steps_to_fill"))
     if not len(tl):
@@ -357,6 +371,7 @@ def memory_growth(ctx: FactContext) -> pd.DataFrame:
         if cap > 0 and slope > 0:
             to_fill = float(np.ceil(max(cap - end_b, 0) / slope))
         row.update(
+            fill_step=_step_after(str(row["last_step"]), to_fill),
             bytes_per_step=slope, slope_low=lo, slope_high=hi, growing_steps=growing, start_bytes=start_b,
             end_bytes=end_b, total_growth=end_b - start_b,
             growth_range=kept_path, growth_range_share=kept_share,

@@ -96,7 +96,7 @@ def _say_once(key: str, message: str) -> None:
         sys.stderr.write(f"note: trace cache: {message}\n")
 
 
-def _trusted(st: os.stat_result) -> bool:
+def trusted(st: os.stat_result) -> bool:
     """Owned by this user and not writable by group or others."""
     geteuid = getattr(os, "geteuid", None)
     return (geteuid is None or st.st_uid == geteuid()) and not st.st_mode & 0o022
@@ -167,7 +167,7 @@ def _read_private(path: Path) -> bytes:
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
     with os.fdopen(fd, "rb") as fh:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or not _trusted(st):
+        if not stat.S_ISREG(st.st_mode) or not trusted(st):
             raise _Untrusted(f"{path} is not a private file of yours")
         return fh.read()
 
@@ -426,7 +426,7 @@ class TraceCache:
             return True
         except OSError:
             return False
-        if _trusted(st):
+        if trusted(st):
             return True
         _say_once("root", f"{self.root} is not private to you (another user's, or writable by others); "
                           "not used. Make it yours and chmod 700 it, or set ANALYZER_CACHE_DIR")
@@ -486,7 +486,7 @@ class TraceCache:
         entry = self.root / digest
         try:
             st = os.lstat(entry)
-            if not stat.S_ISDIR(st.st_mode) or not _trusted(st):
+            if not stat.S_ISDIR(st.st_mode) or not trusted(st):
                 raise _Untrusted(f"{entry} is not a private folder of yours")
             meta = json.loads(_read_private(entry / "meta.json"))
         except _Untrusted as err:

@@ -37,8 +37,25 @@ NSYS_GLOBS = (
 
 
 def default_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "gpu-trace-analyzer"
+    """The analyzer's cache directory (:func:`analyzer.loading.cache.cache_home`: ``ANALYZER_CACHE_DIR``,
+    else the XDG cache)."""
+    from analyzer.loading.cache import cache_home
+
+    return cache_home()
+
+
+def _usable(target: Path) -> bool:
+    """A derived file (export, decompressed copy) to serve: a regular file of this user's, not a link,
+    that no one else can write to (anyone who could might have put another trace there)."""
+    import stat
+
+    from analyzer.loading.cache import trusted
+
+    try:
+        st = os.lstat(target)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_size > 0 and trusted(st)
 
 
 def find_nsys() -> str | None:
@@ -79,7 +96,7 @@ def cached_sqlite_for_report(report: Path, *, cache_dir: Path | None = None,
     say = progress or (lambda _m: None)
     cache = (cache_dir or default_cache_dir()) / "nsys-export"
     target = cache / f"{report.stem}-{cache_key(report)}.sqlite"
-    if target.is_file() and target.stat().st_size > 0:
+    if _usable(target) and _usable_folder(cache):
         say(f"using cached SQLite export {target}")
         return target
     nsys = find_nsys()
@@ -113,6 +130,7 @@ def cached_sqlite_for_report(report: Path, *, cache_dir: Path | None = None,
         tmp.unlink(missing_ok=True)
         detail = _last_line(proc.stderr) or _last_line(proc.stdout) or f"exit code {proc.returncode}"
         raise _export_failure(report, nsys, detail, installed_version(nsys))
+    os.chmod(tmp, 0o600)  # private like the rest of the cache (served only while no one else can write it)
     os.replace(tmp, target)
     return target
 
@@ -157,11 +175,11 @@ def cached_decompressed(path: Path, *, cache_dir: Path | None = None, progress: 
     cache = (cache_dir or default_cache_dir()) / "decompressed"
     stem = path.name.removesuffix(".xz")
     target = cache / f"{cache_key(path)}-{stem}"
-    if target.is_file():
+    if _usable(target) and _usable_folder(cache):
         return target
     cache = writable_cache(cache)
     target = cache / target.name
-    if target.is_file():
+    if _usable(target):
         return target
     say(f"decompressing {path.name} (once; cached in {cache})")
     fd, tmp_name = tempfile.mkstemp(prefix=".xz-", dir=cache)
@@ -177,7 +195,7 @@ def cached_decompressed(path: Path, *, cache_dir: Path | None = None, progress: 
     except OSError as exc:  # full disk while decompressing: nothing half-written stays in the cache
         Path(tmp_name).unlink(missing_ok=True)
         raise InputError(path, f"cannot decompress the .xz file into {cache} ({exc.strerror or exc})",
-                         hint="free disk space there, set XDG_CACHE_HOME elsewhere, or pass the "
+                         hint="free disk space there, set ANALYZER_CACHE_DIR elsewhere, or pass the "
                               "decompressed .sqlite") from exc
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
@@ -189,13 +207,24 @@ def cached_decompressed(path: Path, *, cache_dir: Path | None = None, progress: 
 _FALLBACK_CACHE: Path | None = None
 
 
+def _usable_folder(folder: Path) -> bool:
+    from analyzer.loading.cache import trusted
+
+    try:
+        return trusted(os.stat(folder))
+    except OSError:
+        return False
+
+
 def writable_cache(cache: Path) -> Path:
     """``cache`` (created), or a private temporary folder removed at exit when it cannot be written
     (a read-only home directory, a full disk)."""
     global _FALLBACK_CACHE
+    from analyzer.loading.cache import make_private_dir
+
     try:
-        cache.mkdir(parents=True, exist_ok=True)
-        if os.access(cache, os.W_OK | os.X_OK):
+        make_private_dir(cache)
+        if os.access(cache, os.W_OK | os.X_OK) and _usable_folder(cache):
             return cache
     except OSError:
         pass

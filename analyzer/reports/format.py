@@ -184,3 +184,39 @@ def truncate(text: str, limit: int) -> str:
     if limit <= 0 or len(text) <= limit:
         return text
     return text[: max(1, limit - 1)] + "\u2026"
+
+
+#: the longest text a report holds in one place (a kernel or NVTX name in a verdict, a finding's
+#: headline, message, scope or evidence, a table cell): real kernel names run to a few thousand
+#: characters, rule prose under 1,000; a damaged trace's 10 MB name must not make a 60 MB report
+MAX_TEXT_CHARS = 4000
+
+
+def cap_text(obj: Any, limit: int = MAX_TEXT_CHARS) -> Any:
+    """``obj`` with every string longer than ``limit`` cut (:func:`truncate`), through dataclasses,
+    tuples, lists and dicts (keys too); the same object when nothing was cut. Every output format is
+    rendered from the capped report, so the cap holds in HTML, JSON, Markdown and the terminal alike.
+    Text already marked safe (``Markup``: charts, the stylesheet) is left whole: cutting it would cut
+    its markup."""
+    import dataclasses
+
+    from markupsafe import Markup
+
+    if isinstance(obj, str):
+        return obj if len(obj) <= limit or isinstance(obj, Markup) else truncate(obj, limit)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        changes = {}
+        for f in dataclasses.fields(obj):
+            value = getattr(obj, f.name)
+            capped = cap_text(value, limit)
+            if capped is not value:
+                changes[f.name] = capped
+        return dataclasses.replace(obj, **changes) if changes else obj
+    if type(obj) in (tuple, list):
+        items = [cap_text(v, limit) for v in obj]
+        return obj if all(a is b for a, b in zip(items, obj)) else type(obj)(items)
+    if type(obj) is dict:
+        pairs = [(cap_text(k, limit), cap_text(v, limit)) for k, v in obj.items()]
+        same = all(k2 is k and v2 is v for (k2, v2), (k, v) in zip(pairs, obj.items()))
+        return obj if same else dict(pairs)
+    return obj

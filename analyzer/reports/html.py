@@ -82,7 +82,6 @@ def environment() -> Environment:
         bars_svg=svg.bars_svg,
         paired_svg=svg.paired_svg,
         breakdown_svg=svg.breakdown_svg,
-        cause_colour=svg.cause_colour,
         roofline_svg=svg.roofline_svg,
         swimlanes_svg=jobsvg.swimlanes_svg,
     )

@@ -18,7 +18,7 @@ import pandas as pd
 
 from analyzer.analysis import step_spans
 from analyzer.findings import Severity
-from analyzer.reports.format import fmt_ms, plural
+from analyzer.reports.format import cap_text, fmt_ms, plural
 from analyzer.reports.values import py_value
 from analyzer.reports.viewmodel import (
     Column,
@@ -225,7 +225,7 @@ def build_job_report(job: Any, *, title: str | None = None, created: datetime | 
     when = created or datetime.now(timezone.utc)
     if when.tzinfo is None:
         when = when.replace(tzinfo=timezone.utc)
-    return ReportView(
+    return cap_text(ReportView(  # names from a trace are bounded in every format
         title=title or f"GPU trace diagnosis: {job.world_size}-rank job",
         created=when.replace(microsecond=0),
         tool_version=__version__,
@@ -234,7 +234,7 @@ def build_job_report(job: Any, *, title: str | None = None, created: datetime | 
         comparison=None,
         limits=limits,
         job=section,
-    )
+    ))
 
 
 def job_problem_count(section: JobSection) -> int:

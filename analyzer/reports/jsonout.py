@@ -10,6 +10,7 @@ from typing import Any
 
 from analyzer.reports.values import py_value
 from analyzer.reports.viewmodel import (
+    BREAKDOWN_CAUSES,
     BarChart,
     BreakdownBar,
     BreakdownView,
@@ -18,6 +19,7 @@ from analyzer.reports.viewmodel import (
     ReportView,
     Table,
     TraceSection,
+    cause_label,
 )
 
 SCHEMA_VERSION = "1.2"
@@ -99,13 +101,23 @@ def _bar(b: BreakdownBar) -> dict[str, Any]:
     return {"key": b.label, "total_ns": b.total_ns, "causes": {c: ns for c, ns in b.parts}}
 
 
+def _cause_keys(records: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The detail table with each cause as the fact names it (``launch_bound``), not as shown."""
+    if records is None:
+        return None
+    keys = {cause_label(c): c for c, _ in BREAKDOWN_CAUSES}
+    for row in records["rows"]:
+        row["cause"] = keys.get(row["cause"], row["cause"])
+    return records
+
+
 def _breakdown(b: BreakdownView) -> dict[str, Any]:
     return {
         "device": b.device,
         "summary": b.summary,
         "window_ns": b.window.total_ns,
         "causes": {c: ns for c, ns in b.window.parts},
-        "details": _records(b.details),
+        "details": _cause_keys(_records(b.details)),
         "steps": [_bar(x) for x in b.steps],
         "steps_total": b.steps_total,
         "ranges": [_bar(x) for x in b.ranges],

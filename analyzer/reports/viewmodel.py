@@ -22,7 +22,16 @@ from analyzer.analysis import Analysis
 from analyzer.facts.registry import UnknownFactError
 from analyzer.findings import Finding, Severity
 from analyzer.impacts import Explained, explain, is_problem, is_symptom, report_order, union_adds
-from analyzer.reports.format import fmt_bytes, fmt_duration, fmt_impact_pct, fmt_ms, fmt_share, plural, truncate
+from analyzer.reports.format import (
+    cap_text,
+    fmt_bytes,
+    fmt_duration,
+    fmt_impact_pct,
+    fmt_ms,
+    fmt_share,
+    plural,
+    truncate,
+)
 from analyzer.reports.values import Link
 from analyzer.reports.values import flat_parameters as _flat_parameters
 from analyzer.reports.values import gpu_label as _gpu_label
@@ -1572,7 +1581,7 @@ def build_report(
     when = created or datetime.now(timezone.utc)
     if when.tzinfo is None:
         when = when.replace(tzinfo=timezone.utc)
-    return ReportView(
+    return cap_text(ReportView(  # names from a trace are bounded in every format
         title=title,
         created=when.replace(microsecond=0),
         tool_version=__version__,
@@ -1580,4 +1589,4 @@ def build_report(
         traces=sections,
         comparison=_comparison(sections) if multi else None,
         limits=limits,
-    )
+    ))

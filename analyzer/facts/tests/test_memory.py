@@ -152,7 +152,9 @@ def test_memory_growth_fires_on_the_leak_only(leak, fixed, churn) -> None:
     assert len(f) == 1
     msg = f[0].message
     assert "grows 96.0 MiB per step over 19 steps (step_4 to step_22" in msg
-    assert "`step_N/forward`" in msg and "more steps (after step_22)" in msg
+    g = leak.facts.get("memory_growth").iloc[0]
+    assert "`step_N/forward`" in msg and f"fill in about {int(g['steps_to_fill']):,} more steps (around step_" in msg
+    assert g["fill_step"] == f"step_{22 + int(g['steps_to_fill'])}"
     assert not [x for x in fixed.findings if x.rule.startswith("memory-")]
     assert not [x for x in churn.findings if x.rule.startswith("memory-")]
     churn_alloc = next(x for x in churn.findings if x.rule == "alloc-in-loop")

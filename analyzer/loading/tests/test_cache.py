@@ -325,3 +325,24 @@ def test_eviction_deletes_only_what_the_cache_wrote(trace_file, tmp_path):
     after = sorted(str(p.relative_to(user)) for p in user.rglob("*"))
     assert set(before) <= set(after)
     assert [e for e in cache.entries() if e[2].name != "a" * 64] == []
+
+
+def test_derived_files_follow_the_cache_dir_and_its_trust(tmp_path, monkeypatch, capsys):
+    """Decompressed copies of .sqlite.xz traces live under ANALYZER_CACHE_DIR like the trace cache
+    (they went to the XDG cache whatever it said), in a private folder, and a copy someone else could
+    have written (here: another real trace put in its place, group/world-writable) is not served."""
+    from analyzer.loading.nsys_rep import cached_decompressed
+    from analyzer.testing import DATA_DIR, real_trace
+
+    monkeypatch.setenv("ANALYZER_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    packed = tmp_path / "tiny_kernels.sqlite.xz"
+    shutil.copyfile(DATA_DIR / "tiny_kernels.sqlite.xz", packed)
+    copy = cached_decompressed(packed)
+    assert copy.is_relative_to(tmp_path / "cache") and not (tmp_path / "xdg").exists()
+    assert (copy.parent.stat().st_mode & 0o777, copy.stat().st_mode & 0o777) == (0o700, 0o600)
+    truth = len(load_trace(packed).kernels)
+    shutil.copyfile(real_trace("healthy"), copy)  # another trace where the copy was
+    copy.chmod(0o666)
+    assert cached_decompressed(packed) == copy and len(load_trace(packed).kernels) == truth
+    assert copy.stat().st_mode & 0o777 == 0o600  # written again, privately

@@ -251,3 +251,16 @@ def test_html_runs_no_code_from_the_cache_directory(tmp_path):
     assert not marker.exists()
     assert sorted(p.name for p in folder.iterdir()) == sorted(  # nothing written there either
         fs_cache.pattern % fs_cache.get_cache_key(n, loader.get_source(env, n)[1]) for n in loader.list_templates())
+
+
+def test_names_are_capped_in_every_format():
+    """A damaged trace's 2 MB kernel name (issue 33: 10 MB names made a 63 MB HTML report, 1 MB ones 24 MB of
+    JSON): every format holds at most 4,000 characters of it in one place (format.MAX_TEXT_CHARS), and the
+    report stays small."""
+    name = "void huge<" + "A" * 2_000_000 + ">(int)"
+    report = build_report([make_analysis(kernel_names=[name])], created=CREATED)
+    for fmt in ("html", "md", "json"):
+        text = render(report, fmt)
+        longest = max((len(m) for m in re.findall(r"A{100,}", text)), default=0)
+        assert 0 < longest < 4000, (fmt, longest)
+        assert len(text) < 1_000_000, (fmt, len(text))
