@@ -85,5 +85,14 @@ class OutputError(AnalyzerError):
         super().__init__(f"{self.path}: {message}", hint=hint)
 
 
+class ClusterError(AnalyzerError):
+    """Per-rank work on Dask failed: a task raised, could not be serialized, its worker died, or nothing
+    finished within the wait limit (:mod:`analyzer.job.remote`). One line, never a hang."""
+
+    def __init__(self, message: str, *, hint: str | None = None, exit_code: int = EXIT_USAGE) -> None:
+        self.exit_code = exit_code
+        super().__init__(message, hint=hint)
+
+
 class StageTimeoutError(AnalyzerError):
     """The analysis of one trace ran past its time limit (``--timeout``); names the stage it was in."""

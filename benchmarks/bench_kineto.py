@@ -85,13 +85,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--write", action="store_true", help="also write benchmarks/RESULTS-kineto.md")
     args = ap.parse_args(argv)
-    inputs = list(args.traces) or default_inputs()
+    inputs = [p.resolve() for p in args.traces] or default_inputs()  # HTA reads paths below trace_dir="/"
     if not inputs:
         print("no torch.profiler GPU traces given or committed under tests/data/kineto/", file=sys.stderr)
         return 2
     tmp = Path(tempfile.mkdtemp(prefix="bench-kineto-"))
     if args.scale:
-        from benchmarks.make_big_kineto import replay
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from make_big_kineto import replay
 
         base = max(inputs, key=lambda p: p.stat().st_size)
         for k in (int(x) for x in args.scale.split(",") if x.strip()):

@@ -1,6 +1,6 @@
 """Build a big nsys SQLite trace by replaying a real export back to back.
 
-    python benchmarks/make_big_trace.py SRC.sqlite OUT.sqlite --kernels 1000000
+    python benchmarks/make_big_trace.py SRC.sqlite[.xz] OUT.sqlite --kernels 1000000
 
 The replayed window is the source's GPU activity: from the first API call that launched GPU work to the
 last GPU operation's end, widened to the NVTX ranges that overlap it (so ranges stay properly nested).
@@ -13,10 +13,12 @@ All copying is ``INSERT ... SELECT`` inside SQLite (no Python rows), so a millio
 from __future__ import annotations
 
 import argparse
+import lzma
 import math
 import shutil
 import sqlite3
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -161,7 +163,16 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.src.resolve() == args.out.resolve():
         ap.error("OUT must differ from SRC")
-    build(args.src, args.out, args.kernels)
+    with tempfile.TemporaryDirectory(prefix="make_big_trace-") as tmp:
+        src = args.src
+        if src.suffix == ".xz":  # a committed export (tests/data/*.sqlite.xz): decompressed to a temporary file
+            src = Path(tmp) / src.with_suffix("").name
+            with lzma.open(args.src) as f, open(src, "wb") as dst:
+                shutil.copyfileobj(f, dst, 1 << 20)
+        with open(src, "rb") as f:
+            if f.read(16) != b"SQLite format 3\x00":
+                ap.error(f"{args.src} is not an nsys SQLite export (.sqlite or .sqlite.xz)")
+        build(src, args.out, args.kernels)
     return 0
 
 

@@ -33,3 +33,108 @@ def test_make_big_kineto_replays_every_timed_event_exactly(tmp_path: Path) -> No
     steps = sorted(e["name"] for e in _timed(big) if str(e.get("name", "")).startswith("ProfilerStep#"))
     assert len(steps) == len(set(steps)) == 3 * sum(
         1 for e in _timed(src) if str(e.get("name", "")).startswith("ProfilerStep#"))
+
+
+# -- every other script, on the smallest input and options (issue 34: benchmarks that run) ------------
+TINY = REPO / "tests" / "data" / "tiny_kernels.sqlite.xz"  # 14,403 kernels, 28,834 runtime calls
+TINY_KERNELS = 14_403
+
+
+def _run(*args: object, timeout: float = 300) -> str:
+    """A benchmark script in its own process, from the repository root; its stdout (stderr on failure)."""
+    proc = subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True, cwd=REPO,
+                          timeout=timeout)
+    assert proc.returncode == 0, (args, proc.stdout[-2000:], proc.stderr[-3000:])
+    return proc.stdout
+
+
+def _row(text: str, first: str) -> list[str]:
+    """The cells of the Markdown / space-separated table row starting with ``first``."""
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.startswith("|") else line.split()
+        if cells and cells[0] == first:
+            return cells
+    raise AssertionError(f"no row {first!r} in:\n{text}")
+
+
+def test_make_big_trace_and_bench_load(tmp_path: Path) -> None:
+    """The committed ``.sqlite.xz`` is a valid source (decompressed on the fly); the copy holds whole
+    replays of its window; bench_load times our loader on it."""
+    import sqlite3
+
+    big = tmp_path / "big.sqlite"
+    _run(REPO / "benchmarks" / "make_big_trace.py", TINY, big, "--kernels", TINY_KERNELS + 1)
+    con = sqlite3.connect(big)
+    (n,), = con.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL")
+    con.close()
+    assert n == 2 * TINY_KERNELS  # two whole copies of the window
+    out = _run(REPO / "benchmarks" / "bench_load.py", big, "--repeat", "1", "--only", "load_trace")
+    cells = _row(out, "load_trace")
+    assert float(cells[1]) > 0 and float(cells[2]) > 0 and cells[3] == "1.00"
+    bad = subprocess.run([sys.executable, REPO / "benchmarks" / "make_big_trace.py", REPO / "README.md",
+                          tmp_path / "x.sqlite"], capture_output=True, text=True, cwd=REPO)
+    assert bad.returncode == 2 and "not an nsys SQLite export" in bad.stderr
+
+
+def test_run_py_end_to_end_on_a_tiny_size(tmp_path: Path) -> None:
+    committed = (REPO / "benchmarks" / "RESULTS.md").read_bytes()
+    results = tmp_path / "RESULTS.md"
+    _run(REPO / "benchmarks" / "run.py", "--sizes", "1k", "--source", TINY, "--workdir", tmp_path,
+         "--results", results, "--only", "analyze", "load cached", "--no-chromium", "--timeout", "240")
+    rows = {cells[1]: cells for cells in ([c.strip() for c in line.strip("|").split("|")]
+                                          for line in results.read_text().splitlines() if line.startswith("|  "))}
+    for contender in ("analyze", "load cached"):
+        assert rows[contender][0] == "1k" and float(rows[contender][2]) > 0, rows  # a measured wall time
+    assert (REPO / "benchmarks" / "RESULTS.md").read_bytes() == committed  # --results was honoured
+
+
+def test_bench_kineto_with_a_replayed_copy() -> None:
+    """Ours and HTA's parser on a committed trace and a 2x replay (make_big_kineto through --scale)."""
+    out = _run(REPO / "benchmarks" / "bench_kineto.py", KINETO, "--repeat", "1", "--scale", "2")
+    for name in ("healthy.pt.trace.json.gz", "healthy_x2.pt.trace.json"):
+        cells = _row(out, name)
+        assert float(cells[2]) > 0 and float(cells[3]) > 0, cells  # ours: seconds, MB
+        try:
+            import hta  # noqa: F401
+        except ImportError:
+            continue
+        assert float(cells[4]) > 0, cells  # HTA ran too (it failed on relative paths once)
+
+
+def test_hta_crosscheck_agrees() -> None:
+    import pytest
+
+    pytest.importorskip("hta")
+    out = _run(REPO / "benchmarks" / "hta_crosscheck.py", KINETO)
+    assert "0 quantities outside the tolerance" in out and " ok  rank 0" in out
+
+
+def test_facts_snapshot_write_and_compare(tmp_path: Path) -> None:
+    _run(REPO / "benchmarks" / "facts_snapshot.py", "write", tmp_path / "a", TINY)
+    (snap,) = (tmp_path / "a").iterdir()
+    assert snap.stat().st_size > 1000
+    out = _run(REPO / "benchmarks" / "facts_snapshot.py", "compare", tmp_path / "a", tmp_path / "a")
+    assert "1 traces compared, 0 differences" in out
+
+
+def test_stages_and_memstages_with_an_output_file(tmp_path: Path) -> None:
+    """Both run the real CLI in their process, with the user's -o and format (they crashed on -o once)."""
+    out = _run(REPO / "benchmarks" / "stages.py", TINY, "--format", "md", "-o", tmp_path / "s.md")
+    assert "# " in (tmp_path / "s.md").read_text()
+    stages = {line[:44].strip(): line[44:].split() for line in out.splitlines()}
+    for stage in ("loading", "rules", "building the report", "whole process"):
+        assert float(stages[stage][0]) > 0, (stage, out)  # wall seconds of each top-level stage
+    out = _run(REPO / "benchmarks" / "memstages.py", TINY, "--format", "md", "-o", tmp_path / "m.md")
+    assert (tmp_path / "m.md").stat().st_size > 0
+    assert "process peak (VmHWM):" in out and " loading" in out
+
+
+def test_bench_jobs_two_ranks_serial_and_one_worker(tmp_path: Path) -> None:
+    import pytest
+
+    pytest.importorskip("distributed")
+    jobs = tmp_path / "JOBS.md"
+    _run(REPO / "benchmarks" / "bench_jobs.py", "--sizes", "2", "--workers", "1", "--serial-up-to", "2",
+         "--workdir", tmp_path, "--out", jobs)
+    rows = [line for line in jobs.read_text().splitlines() if line.startswith("| 2 |")]
+    assert len(rows) == 2 and all("yes: rank [0]" in r for r in rows), rows  # the planted straggler

@@ -114,3 +114,21 @@ def test_size_is_counted_while_reading(tmp_path, capsys):
         boundedio.read_regular(big, 1 << 20)
     rc = main([str(real_trace("healthy")), "-q", "--rules", str(big), "-o", str(tmp_path / "r.md")])
     assert rc == 2 and "limit" in _one_error_line(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("option", ["trace", "--ncu", "--power"])
+def test_a_fifo_or_device_as_an_input_is_refused_at_once(option, tmp_path, capsys):
+    """A FIFO given as the trace (or an ncu file) blocked the first read forever; /dev/zero as the trace
+    is refused as a device, not read."""
+    fifo = _fifo(tmp_path)
+    if option == "trace":
+        argv = [str(fifo)]
+    else:
+        argv = [str(real_trace("healthy")), option, str(fifo)]
+    rc = main([*argv, "-q", "--no-cache", "-o", str(tmp_path / "r.md")])
+    line = _one_error_line(capsys.readouterr().err)
+    assert rc == 2 and str(fifo) in line, line
+    if option == "trace":
+        assert "FIFO" in line
+        assert main(["/dev/zero", "-q", "-o", str(tmp_path / "r.md")]) == 2
+        assert "is a device, not a trace file" in _one_error_line(capsys.readouterr().err)

@@ -85,9 +85,7 @@ def mean_step_ns(name: str) -> float:
 NO_REAL_FIRE_CASE_YET = {"memory-bound", "uncoalesced-access", "tail-effect",
                          # multi-GPU: no workload plants a compute imbalance yet, and nsys 2025.3 exports
                          # no NCCL message sizes (bandwidth unknown): see their calibration text
-                         "rank-imbalance", "collective-bandwidth-low",
-                         # no committed trace peaks within 5% of its GPU's memory yet (round-3 memory_peak)
-                         "memory-near-capacity"}
+                         "rank-imbalance", "collective-bandwidth-low"}
 
 
 # --------------------------------------------------------------------------------------------------

@@ -221,21 +221,6 @@ def test_accepted_findings_of_a_job(tmp_path):
     assert main([*files, "-q", "-o", str(md), "--accepted", str(accepted), "--fail-on", "warning"]) == 0
 
 
-def test_dask_report_equals_serial():
-    distributed = pytest.importorskip("distributed")
-    from analyzer.reports import render
-    from analyzer.reports.jobview import build_job_report
-
-    files = _files("ddp_straggler_2gpu_rank*.sqlite.xz")
-    serial = job("ddp_straggler_2gpu_rank*.sqlite.xz")
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=None) as cluster, distributed.Client(cluster) as client:
-        dask = analyze_inputs(files, AnalysisOptions(), scheduler=client)
-    for fmt in ("json", "md", "html"):
-        assert render(build_job_report(dask.job, created=WHEN), fmt) == \
-            render(build_job_report(serial.job, created=WHEN), fmt)
-
-
 def test_strong_scaling_one_and_two_gpus():
     from analyzer.phases.scaling import render_scaling, strong_scaling
 

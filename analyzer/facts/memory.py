@@ -91,6 +91,9 @@ GROWTH_COLUMNS = {
     "peak_range": "NVTX range of the event that set it (step numbers as N)",
     "growth_range": "NVTX range that allocated most of the bytes still held at the window's end",
     "growth_range_share": "its share of those bytes (0..1)",
+    "peak_held_in": "NVTX range whose allocations hold most of the memory at the peak (allocated before it, "
+    "not yet freed; the deepest range holding half or more)",
+    "peak_held_share": "its share of the memory held at the peak that the trace saw allocated (0..1)",
     "capacity_bytes": "the GPU's memory (B), 0 when the trace does not say",
     "peak_share": "peak_bytes / capacity_bytes (0 when unknown)",
     "headroom_bytes": "capacity_bytes - peak_bytes (B; -1 when the capacity is unknown)",
@@ -276,18 +279,16 @@ def _step_after(last: str, ahead: float) -> str:
     return f"{m.group(1)}{int(m.group(2)) + int(ahead)}"
 
 
-def _where_kept(ranges: pd.DataFrame) -> tuple[str, float]:
-    """The deepest NVTX range (itself and the ranges inside it) that allocated at least half of the bytes
-    still held at the window's end, with its share: ``step_N/forward`` when its ops split what stays
-    (``aten::gelu`` 47%, ``aten::addmm`` 47%); ``("", 0.0)`` when nothing stays."""
-    if not len(ranges):
-        return "", 0.0
-    kept = ranges.loc[ranges["kept_bytes"].to_numpy() > 0]
-    total = float(kept["kept_bytes"].sum()) if len(kept) else 0.0
+def _deepest_majority(paths: list[str], sizes: object) -> tuple[str, float]:
+    """The deepest NVTX range (itself and the ranges inside it) holding at least half of ``sizes``, with
+    its share: ``step_N/forward`` when its ops split the bytes (``aten::gelu`` 47%, ``aten::addmm`` 47%);
+    ``("", 0.0)`` when there are none."""
+    weights = np.asarray(sizes, dtype=np.float64)
+    total = float(weights.sum()) if len(weights) else 0.0
     if total <= 0:
         return "", 0.0
     under: dict[str, float] = {}
-    for path, b in zip(kept["nvtx_path"].astype(str), kept["kept_bytes"].astype(float)):
+    for path, b in zip(paths, weights.tolist()):
         parts = path.split("/") if path else [""]
         for i in range(1, len(parts) + 1):
             key = "/".join(parts[:i])
@@ -295,6 +296,18 @@ def _where_kept(ranges: pd.DataFrame) -> tuple[str, float]:
     best = max((p for p, b in under.items() if b >= total / 2),
                key=lambda p: (p.count("/") if p else -1, under[p], p), default="")
     return best, (under[best] / total if best in under else 0.0)
+
+
+def _held_at(g: pd.DataFrame, t: int) -> tuple[str, float]:
+    """The NVTX range whose allocations hold most of one GPU's memory at time ``t`` (allocated at or
+    before it, not yet freed), with its share of the memory the trace saw allocated and still held."""
+    start = g["start"].to_numpy(dtype=np.int64)
+    delta = g["delta"].to_numpy(dtype=np.int64)
+    freed = g["freed_at"].to_numpy(dtype=np.int64)
+    alive = (delta > 0) & (start <= t) & ((freed < 0) | (freed > t))
+    if not alive.any():
+        return "", 0.0
+    return _deepest_majority(g["nvtx_path"].to_numpy(dtype=object)[alive].astype(str).tolist(), delta[alive])
 
 
 def theil_sen(y: np.ndarray, max_points: int = 400) -> tuple[float, float, float]:
@@ -322,9 +335,9 @@ def memory_growth(ctx: FactContext) -> pd.DataFrame:
     its spread, the range that allocated what stays, steps until the GPU fills)."""
     tl = ctx.get("memory_timeline")
     empty = _empty(GROWTH_COLUMNS, ("measure", "first_step", "last_step", "peak_step", "peak_range", "growth_range",
-                                    "fill_step"),
+                                    "fill_step", "peak_held_in"),
                    ("bytes_per_step", "slope_low", "slope_high", "growing_steps", "growth_range_share", "peak_share",
-                    "steps_to_fill"))
+                    "steps_to_fill", "peak_held_share"))
     if not len(tl):
         return empty
     steps = ctx.get("memory_steps")
@@ -340,11 +353,11 @@ def memory_growth(ctx: FactContext) -> pd.DataFrame:
         before = int(level[0] - g["delta"].iloc[0])
         at_window_start = int(_level_at(times, level, before, np.array([w.start_ns]))[0])
         inside = (times >= w.start_ns) & (times < w.end_ns)
-        peak, peak_range = at_window_start, ""
+        peak, peak_range, peak_time = at_window_start, "", int(w.start_ns)
         if inside.any():
             j = int(np.flatnonzero(inside)[np.argmax(level[inside])])
             if level[j] > peak:
-                peak, peak_range = int(level[j]), str(g["nvtx_path"].iloc[j])
+                peak, peak_range, peak_time = int(level[j]), str(g["nvtx_path"].iloc[j]), int(times[j])
         s = steps.loc[steps["device"] == device] if len(steps) else steps
         n = len(s)
         row: dict[str, object] = {
@@ -362,9 +375,13 @@ def memory_growth(ctx: FactContext) -> pd.DataFrame:
             k = int(np.argmax(s["peak_bytes"].to_numpy(dtype=np.int64)))
             if int(s["peak_bytes"].iloc[k]) >= peak:
                 row.update(peak_bytes=int(s["peak_bytes"].iloc[k]), peak_range=str(s["peak_range"].iloc[k]))
+                peak_time = int(s["peak_time"].iloc[k])
             row["peak_step"] = str(s["step"].iloc[k])
         r = ranges.loc[ranges["device"] == device] if len(ranges) else ranges
-        kept_path, kept_share = _where_kept(r)
+        kept = r.loc[r["kept_bytes"].to_numpy() > 0] if len(r) else r
+        kept_path, kept_share = _deepest_majority(kept["nvtx_path"].astype(str).tolist() if len(kept) else [],
+                                                  kept["kept_bytes"].to_numpy(dtype=np.float64) if len(kept) else [])
+        held_path, held_share = _held_at(g, peak_time)
         cap = capacity.get(device, 0)
         peak_b = int(row["peak_bytes"])  # type: ignore[call-overload]
         to_fill = -1.0
@@ -375,6 +392,7 @@ def memory_growth(ctx: FactContext) -> pd.DataFrame:
             bytes_per_step=slope, slope_low=lo, slope_high=hi, growing_steps=growing, start_bytes=start_b,
             end_bytes=end_b, total_growth=end_b - start_b,
             growth_range=kept_path, growth_range_share=kept_share,
+            peak_held_in=held_path, peak_held_share=held_share,
             capacity_bytes=cap, peak_share=peak_b / cap if cap > 0 else 0.0,
             headroom_bytes=cap - peak_b if cap > 0 else -1, steps_to_fill=to_fill,
             unmatched_frees=int(((g["op"] == "free") & ~g["matched"].astype(bool)).sum()),

@@ -11,12 +11,14 @@
 4. Here: the job tables (:mod:`analyzer.facts.job`) and the job rules on them.
 
 With ``scheduler`` (a Dask ``distributed.Client`` or a scheduler address), steps 1 and 3 run as Dask
-tasks; each file's loaded trace stays in its worker's memory between the phases (a future), so no
-trace ever travels. The result is the same object as the serial path's (a test checks that the
+tasks (:mod:`analyzer.job.remote`): each file's loaded ranks stay in its worker's process between the
+phases, only summaries and results travel or are held by Dask, and every wait has a time limit, so
+a failed task, a dead worker or a stalled cluster ends the run with one line instead of a hang. The result is the same object as the serial path's (a test checks that the
 reports are byte for byte equal).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
@@ -29,7 +31,6 @@ import numpy as np
 import pandas as pd
 
 from analyzer.analysis import StepSpans, Window, step_spans
-from analyzer.errors import InputError
 from analyzer.facts.comm import JobRankContext, bus_factor
 from analyzer.findings import Finding
 from analyzer.job.cross import RankComm, align, waits
@@ -151,17 +152,8 @@ def _phase1(path: str, index: int, options: Any, ncu: Any = None, keep_trace: bo
     return _FileState(summaries, states, trace if keep_trace and len(parts) > 1 else None)
 
 
-def _summaries(fs: _FileState) -> list[RankSummary]:
-    return fs.summaries
-
-
 def _phase2(fs: _FileState, pack: Any, inputs: list[RankJobInput | None], accepted: Any = None) -> list[RankResult]:
     return [finish_rank(st, s, pack, inp, accepted) for st, s, inp in zip(fs.states, fs.summaries, inputs)]
-
-
-def _phase2_one(fs: _FileState, pack: Any, i: int, inp: RankJobInput | None, accepted: Any = None) -> RankResult:
-    """Phase 2 of one rank of the file state (a Dask task per rank keeps results small)."""
-    return finish_rank(fs.states[i], fs.summaries[i], pack, inp, accepted)
 
 
 # -- job detection ---------------------------------------------------------------------------------
@@ -252,73 +244,6 @@ class _Serial:
         return out
 
 
-class _Dask:
-    """Runs the phases as Dask tasks; each file's state stays on its worker as a future."""
-
-    def __init__(self, client: Any) -> None:
-        self.client = client
-        self.futures: list[Any] = []
-
-    def phase1(self, paths: Sequence[Path], options: Any) -> list[list[RankSummary]]:
-        # rank indices need the number of ranks per file: a first light pass would read every file
-        # twice, so files are numbered in order by a large stride and renumbered afterwards
-        stride = 1 << 20
-        self.futures = [self.client.submit(_phase1, str(p), i * stride, options, pure=False)
-                        for i, p in enumerate(paths)]
-        summaries = self.client.gather([self.client.submit(_summaries, f, pure=False) for f in self.futures])
-        index = 0
-        for file_summaries in summaries:
-            for s in file_summaries:
-                s.index = index
-                index += 1
-        return summaries
-
-    def phase2(self, pack: Any, inputs: list[list[RankJobInput | None]], accepted: Any = None
-               ) -> list[list[RankResult]]:
-        tasks = [[self.client.submit(_phase2_one, f, pack, i, inp, accepted, pure=False)
-                  for i, inp in enumerate(inps)]
-                 for f, inps in zip(self.futures, inputs)]
-        results = [self.client.gather(t) for t in tasks]
-        for f in self.futures:
-            f.release()
-        return results
-
-    def separately(self, pack: Any, options: Any, accepted: Any = None) -> list[Any] | None:
-        for f in self.futures:
-            f.release()
-        return None  # the caller analyzes the files the usual way
-
-
-def _client(scheduler: Any, workers: int | None) -> tuple[Any, Callable[[], None]]:
-    """A Dask client for ``scheduler``: a ``Client`` as is, an address string, or ``"local"`` for a
-    local cluster (``workers`` processes, default the cores, memory-limited per worker)."""
-    try:
-        from distributed import Client, LocalCluster
-    except ImportError:
-        raise InputError(Path("--scheduler"), "Dask's distributed package is not installed",
-                         hint="pip install 'gpu-trace-analyzer[dask]' (or distributed), or drop --scheduler") from None
-    if not isinstance(scheduler, str):
-        return scheduler, lambda: None
-    if scheduler == "local":
-        import os
-
-        n = workers or max(1, os.cpu_count() or 1)
-        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None)
-        client = Client(cluster)
-
-        def close() -> None:
-            client.close()
-            cluster.close()
-
-        return client, close
-    try:
-        client = Client(scheduler, timeout=30)
-    except (OSError, TimeoutError) as err:
-        raise InputError(Path(scheduler), f"cannot reach the Dask scheduler ({err})",
-                         hint="check the address (tcp://host:8786) or drop --scheduler") from None
-    return client, client.close
-
-
 # -- the job ----------------------------------------------------------------------------------------
 def analyze_job(
     paths: Sequence[Path],
@@ -339,11 +264,17 @@ def analyze_job(
     from analyzer.trace_analysis import load_rules
 
     pack = pack if pack is not None else load_rules(options)
-    close: Callable[[], None] = lambda: None  # noqa: E731
+    cleanup = contextlib.ExitStack()
     runner: Any
     if scheduler is not None:
-        client, close = _client(scheduler, workers)
-        runner = _Dask(client)
+        from analyzer.job.remote import DaskRunner, dask_client, quiet_dask
+
+        with contextlib.ExitStack() as opening:
+            opening.enter_context(quiet_dask())
+            client, close = dask_client(scheduler, workers)
+            opening.callback(close)
+            runner = DaskRunner(client, options)
+            cleanup = opening.pop_all()  # closed (cluster, then Dask's logging) when the job ends
     else:
         runner = _Serial(ncu, progress, loaded)
     try:
@@ -389,8 +320,12 @@ def analyze_job(
         results = [r for fr in runner.phase2(pack, inputs, accepted) for r in fr]
         for r, s in zip(results, summaries):  # the client's summaries carry the final input indices
             r.summary = s
+    except BaseException:
+        if scheduler is not None:
+            runner.release()
+        raise
     finally:
-        close()
+        cleanup.close()
     results.sort(key=lambda r: r.rank)
     tables = _tables(results, plan, world, how)
     findings = _job_findings(pack, tables, plan.window)

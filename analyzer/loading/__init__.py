@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from analyzer.errors import InputError, UnsupportedFormatError
 from analyzer.loading.model import Trace, TraceInfo, empty_frame
-from analyzer.loading.sqlite_reader import SQLITE_MAGIC, fold_name, sqlite_uri
+from analyzer.loading.sqlite_reader import SQLITE_MAGIC, fold_name, sqlite_uri, wal_of
 
 if TYPE_CHECKING:
     from analyzer.loading.cache import TraceCache
@@ -40,6 +40,13 @@ def _check_path(path: Path) -> None:
     if path.is_dir():
         raise InputError(path, "is a directory, not a trace file",
                          hint="pass the .sqlite export (or .nsys-rep report) inside it")
+    import stat
+
+    mode = path.stat().st_mode
+    if not stat.S_ISREG(mode):  # a FIFO would block the first read forever, a device never end
+        kind = ("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+                else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+        raise InputError(path, f"is {kind}, not a trace file", hint="save the trace to a file and pass that")
 
 
 def detect_format(path: str | Path) -> str:
@@ -100,6 +107,8 @@ def _has_nsys_tables(path: Path) -> bool:
             conn.close()
     except (sqlite3.DatabaseError, UnicodeDecodeError):  # sqlite3 decodes its error message, which can quote damaged bytes
         return True  # let the loader report the corruption precisely
+    if wal_of(path) is not None:
+        return True  # tables may be in its -wal: the loader reads the file with it
     return any(t.lower() in names for t in NSYS_MARKER_TABLES)
 
 

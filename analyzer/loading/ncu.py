@@ -25,6 +25,7 @@ from __future__ import annotations
 import csv
 import io
 import re
+import stat
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -404,6 +405,8 @@ def detect_ncu(path: str | Path) -> str | None:
     the first MiB (console noise may precede it); raw vs details by whether ``Metric Name`` exists."""
     p = Path(path)
     try:
+        if not stat.S_ISREG(p.stat().st_mode):  # a FIFO would block this read forever
+            return None
         with p.open("rb") as fh:
             head = fh.read(_SNIFF_BYTES)
     except OSError:

@@ -930,15 +930,17 @@ def memory_line_text(row: Any) -> str:
     """One GPU's memory summary (a ``memory_growth`` row) as every format prints it."""
     from analyzer.rules.templates import FILTERS
 
-    size = FILTERS["bytes"]
+    size, pct = FILTERS["bytes"], FILTERS["pct"]
     what = "allocated" if str(row["measure"]) == "allocated" else "held from CUDA"
     text = f"GPU {int(row['device'])} memory ({what}): peak {size(row['peak_bytes'])}"
     if row["peak_step"]:
         text += f" in {row['peak_step']}"
-    if row["peak_range"]:
+    if row["peak_held_in"]:
+        text += f" ({pct(row['peak_held_share'])} of it allocated in {row['peak_held_in']})"
+    elif row["peak_range"]:
         text += f" (set in {row['peak_range']})"
     if int(row["capacity_bytes"]) > 0:
-        text += f", {float(row['peak_share']) * 100:.1f}% of {size(row['capacity_bytes'])}"
+        text += f", {pct(row['peak_share'])} of {size(row['capacity_bytes'])}"
     if int(row["steps"]) >= 2:
         span = f"{int(row['steps'])} steps ({row['first_step']} to {row['last_step']}"
         if float(row["bytes_per_step"]) == 0 and float(row["slope_low"]) == 0 and float(row["slope_high"]) == 0:
@@ -974,7 +976,8 @@ def _memory(analysis: Analysis, limits: Limits) -> MemoryView | None:
         return None
     dcols = (Column("device", "GPU", "int"), Column("measure", "Measure", "text"),
              Column("peak_bytes", "Peak", "bytes"), Column("peak_step", "Peak step", "text"),
-             Column("peak_range", "Peak set in", "text"), Column("capacity_bytes", "GPU memory", "bytes"),
+             Column("peak_range", "Peak set in", "text"), Column("peak_held_in", "Peak held in", "text"),
+             Column("capacity_bytes", "GPU memory", "bytes"),
              Column("peak_share", "Peak share", "share"), Column("bytes_per_step", "Growth per step", "bytes"),
              Column("slope_low", "Slope p25", "bytes"), Column("slope_high", "Slope p75", "bytes"),
              Column("steps", "Steps", "int"), Column("growth_range", "Kept memory allocated in", "text"),

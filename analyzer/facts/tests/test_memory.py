@@ -279,3 +279,89 @@ def test_diff_reports_the_peak_going_down(leak, fixed) -> None:
     doc = json.loads(render(build_report([leak], created=created), "json"))
     again = from_report(doc, "leak.json")
     assert (again.memory_peak_bytes, again.memory_growth_bytes) == (base.memory_peak_bytes, base.memory_growth_bytes)
+
+
+# -- round 3: memory_leak and memory_peak, each with its twin, recorded with nsys and torch.profiler ----------
+R3 = DATA / "round3"
+
+
+@pytest.fixture(scope="module")
+def r3():
+    cache: dict[str, object] = {}
+
+    def get(name: str):
+        if name not in cache:
+            cache[name] = analyze_trace(R3 / name)
+        return cache[name]
+
+    return get
+
+
+def _allocator_growth(trace: Path) -> float:
+    """Median growth per profiler step of the allocator's own ``Total Allocated`` (the last ``[memory]``
+    event before each ``ProfilerStep#N`` ends), read straight from the JSON."""
+    with gzip.open(trace, "rt") as fh:
+        events = json.load(fh)["traceEvents"]
+    mem = sorted((e["ts"], e["args"]["Total Allocated"]) for e in events
+                 if e.get("name") == "[memory]" and e["args"].get("Device Type") == 1)
+    ends = sorted(e["ts"] + e["dur"] for e in events
+                  if str(e.get("name", "")).startswith("ProfilerStep#") and e.get("ph") == "X")
+    ts = np.array([t for t, _ in mem])
+    total = np.array([v for _, v in mem])
+    at_end = total[np.searchsorted(ts, ends, side="right") - 1]
+    return float(np.median(np.diff(at_end)))
+
+
+@pytest.mark.parametrize("ext", ["sqlite.xz", "pt.trace.json.gz"])
+def test_round3_leak_grows_as_the_allocator_says_and_its_twin_does_not(r3, ext) -> None:
+    reported = _allocator_growth(R3 / "memory_leak.pt.trace.json.gz")
+    assert 250 * 2**20 < reported < 270 * 2**20  # ~260 MiB per step, as the workload describes
+    leak, fixed = r3(f"memory_leak.{ext}"), r3(f"memory_leak_fixed.{ext}")
+    g = leak.facts.get("memory_growth").iloc[0]
+    assert abs(g["bytes_per_step"] - reported) <= 0.1 * reported
+    f = next(x for x in leak.findings if x.rule == "memory-growth")
+    first, last = ("step_0", "step_19") if ext == "sqlite.xz" else ("ProfilerStep#3", "ProfilerStep#21")
+    assert f"grows 256.0 MiB per step over {g['steps']} steps ({first} to {last}" in f.message
+    if ext == "pt.trace.json.gz":  # the allocator's blocks: the range that keeps them
+        assert "100.0% of what stays is allocated in `ProfilerStep#N/step_N/validate`" in f.message
+    else:  # CUDA allocations: where the cache ran short, said as such
+        assert "the allocator asked CUDA for" in f.message
+    assert not [x for x in fixed.findings if x.rule.startswith("memory-")]
+    alloc = next(x for x in leak.findings if x.rule == "alloc-in-loop")
+    assert "GPU memory also grows 256.0 MiB per step" in alloc.message
+
+
+@pytest.mark.parametrize("ext", ["sqlite.xz", "pt.trace.json.gz"])
+def test_round3_peak_per_step_in_every_format_and_diff_says_it_went_down(r3, ext) -> None:
+    from datetime import datetime, timezone
+
+    from analyzer.diff.compare import DiffSettings, diff_runs
+    from analyzer.reports import build_report, render
+    from analyzer.reports.baseline import summarize
+
+    leak, fixed = r3(f"memory_leak.{ext}"), r3(f"memory_leak_fixed.{ext}")
+    view = build_report([leak])
+    steps = leak.facts.get("memory_steps")
+    doc = json.loads(render(view, "json"))
+    assert doc["traces"][0]["overview"]["memory"]["steps"]["total_rows"] == len(steps)
+    md = render(view, "md")
+    assert "<summary>Peak memory per step</summary>" in md and f"| 0 | {steps['step'].iloc[0]}".replace("_", "\\_") in md
+    from analyzer.reports.summary import summary_text
+    assert "GPU 0 peak per step:" in summary_text(view, width=300)
+    result = diff_runs(summarize(leak), summarize(fixed), DiffSettings(),
+                       created=datetime(2026, 1, 1, tzinfo=timezone.utc))
+    peak = next(m for m in result.metrics if m.key == "memory_peak_bytes")
+    assert peak.head < peak.base / 4
+    assert any(n.startswith("peak GPU memory went down") for n in result.notes)
+
+
+@pytest.mark.parametrize("ext", ["sqlite.xz", "pt.trace.json.gz"])
+def test_round3_peak_near_capacity(r3, ext) -> None:
+    peak, fixed = r3(f"memory_peak.{ext}"), r3(f"memory_peak_fixed.{ext}")
+    g = peak.facts.get("memory_growth").iloc[0]
+    assert 0.85 < g["peak_share"] < 0.95 and g["peak_held_share"] > 0.99
+    f = next(x for x in peak.findings if x.rule == "memory-near-capacity")
+    assert "89.7% of its 139.8 GiB" in f.message
+    assert "score" in g["peak_held_in"]  # the phase that holds the peak: the score matrix
+    assert not [x for x in fixed.findings if x.rule.startswith("memory-")]
+    assert fixed.facts.get("memory_growth").iloc[0]["peak_share"] < 0.02

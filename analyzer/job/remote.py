@@ -1,0 +1,334 @@
+"""The Dask side of a job (:mod:`analyzer.job.run`): what runs on the workers, and waiting for it.
+
+Only plain data travels or is held as a task result: a phase-1 task returns its file's
+:class:`~analyzer.job.rank.RankSummary` objects and the address of the worker that ran it; a phase-2
+task returns one :class:`~analyzer.job.rank.RankResult`. The ranks' traces and fact stores (which hold
+locks and whole traces, and must never be pickled) stay in a registry in the worker's process
+(:data:`_STATES`) between the phases; the phase-2 task of a rank is pinned to that worker and takes
+its state out of the registry (it is freed after its last reader).
+
+Nothing waits forever. Every wait on tasks goes through :func:`wait_for`, which gives up with one
+:class:`~analyzer.errors.ClusterError` line when
+
+- a task raised (its error, one line; a user error such as an unreadable trace keeps its message),
+- a result or an argument cannot be serialized,
+- a worker died (killed, or over its memory limit) and Dask gave up on the task, or the worker
+  holding a rank's state between the phases left,
+- no task finished for :func:`stall_timeout` seconds: ``ANALYZER_DASK_TIMEOUT`` (seconds) when set,
+  else :data:`DEFAULT_STALL_S`, or the per-trace ``--timeout`` when that is longer. The clock starts
+  again at every finished task, so a job of many ranks on few workers is not cut short.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from analyzer.errors import ClusterError, InputError
+
+#: seconds without any finished task before a Dask job gives up (``ANALYZER_DASK_TIMEOUT`` overrides)
+DEFAULT_STALL_S = 600.0
+TIMEOUT_ENV = "ANALYZER_DASK_TIMEOUT"
+#: how often a wait looks at the cluster (workers that left) while tasks run
+POLL_S = 0.5
+
+# -- worker side -------------------------------------------------------------------------------------
+#: (job token, input index, rank index in the file) -> RankState, in each worker's process
+_STATES: dict[tuple[str, int, int], Any] = {}
+_LOCK = threading.Lock()
+
+
+def _worker_address() -> str:
+    from distributed import get_worker
+
+    return str(get_worker().address)
+
+
+def _error(err: BaseException) -> dict[str, Any]:
+    """A task's error as plain data (exceptions with their own constructors may not unpickle)."""
+    from analyzer.errors import AnalyzerError
+
+    return {"error": str(err) or type(err).__name__, "kind": type(err).__name__,
+            "user": isinstance(err, AnalyzerError), "exit_code": getattr(err, "exit_code", 2)}
+
+
+def phase1_task(path: str, index: int, options: Any, token: str) -> dict[str, Any]:
+    """Phase 1 of one input file on a worker: its rank summaries and this worker's address; the
+    ranks' states stay in this process."""
+    from analyzer.job.run import _phase1
+
+    try:
+        fs = _phase1(path, index, options)
+        with _LOCK:
+            for i, st in enumerate(fs.states):
+                _STATES[(token, index, i)] = st
+        return {"worker": _worker_address(), "summaries": fs.summaries}
+    except Exception as err:  # noqa: BLE001 - reported as one line by the client
+        return _error(err)
+
+
+def phase2_task(token: str, index: int, part: int, summary: Any, pack: Any, inp: Any,
+                accepted: Any = None) -> Any:
+    """Phase 2 of one rank, on the worker that prepared it (its state leaves the registry)."""
+    from analyzer.job.rank import finish_rank
+
+    with _LOCK:
+        state = _STATES.pop((token, index, part), None)
+    if state is None:
+        return {"error": f"the prepared state of {summary.label} is gone from worker "
+                         f"{_worker_address()} (the worker restarted)", "kind": "lost", "user": False,
+                "exit_code": 2}
+    try:
+        return finish_rank(state, summary, pack, inp, accepted)
+    except Exception as err:  # noqa: BLE001
+        return _error(err)
+
+
+def forget(token: str) -> int:
+    """Drop every rank state of job ``token`` held in this process (after a failure, or when the inputs
+    turn out not to be one job); the number dropped."""
+    with _LOCK:
+        keys = [k for k in _STATES if k[0] == token]
+        for k in keys:
+            del _STATES[k]
+    return len(keys)
+
+
+# -- client side -------------------------------------------------------------------------------------
+def stall_timeout(options: Any = None) -> float:
+    """Seconds a Dask wait allows without any task finishing (see the module docstring)."""
+    raw = os.environ.get(TIMEOUT_ENV, "").strip()
+    if raw:
+        try:
+            value = float(raw)
+        except ValueError:
+            value = -1.0
+        if not (value > 0 and value < float("inf")):
+            raise ClusterError(f"{TIMEOUT_ENV}={raw!r} is not a number of seconds above 0",
+                               hint=f"e.g. {TIMEOUT_ENV}=900, or unset it for {DEFAULT_STALL_S:.0f} s")
+        return value
+    per_trace = getattr(options, "timeout", None) or 0.0
+    return max(DEFAULT_STALL_S, float(per_trace))
+
+
+def _alive(client: Any) -> set[str] | None:
+    try:
+        return set(client.scheduler_info().get("workers", {}))
+    except Exception:  # noqa: BLE001 - the scheduler is unreachable: the stall timeout decides
+        return None
+
+
+def _paused(client: Any) -> list[str]:
+    try:
+        workers = client.scheduler_info().get("workers", {})
+    except Exception:  # noqa: BLE001
+        return []
+    return [a for a, w in workers.items() if str(w.get("status", "")).lower().endswith("paused")]
+
+
+def _raise_failed(future: Any, what: str) -> None:
+    from distributed.client import FutureCancelledError
+
+    try:
+        err = future.exception(timeout=5)
+    except FutureCancelledError:
+        err = None
+    except Exception as other:  # noqa: BLE001 - the exception itself could not be read back
+        err = other
+    name = type(err).__name__ if err is not None else ""
+    if name == "KilledWorker":
+        raise ClusterError(f"a Dask worker died while running {what} (killed, or over its memory limit)",
+                           hint="give the workers more memory (fewer per host) or analyze fewer ranks at once") from None
+    if err is None or future.status == "cancelled":
+        raise ClusterError(f"Dask dropped the task for {what} (its worker or the scheduler was lost)",
+                           hint="check the cluster, or run without --scheduler") from None
+    text = str(err) or name
+    if "serializ" in text.lower() or "pickle" in text.lower():
+        raise ClusterError(f"{what}: a task's data could not be serialized for Dask ({text.splitlines()[0]})",
+                           hint="run without --scheduler, and please report it") from None
+    raise ClusterError(f"{what} failed on a Dask worker: {name}: {text.splitlines()[0]}",
+                       hint="run without --scheduler to see it here") from None
+
+
+def _check(result: Any, what: str) -> Any:
+    """A task's result, or its plain error raised here as one line."""
+    if isinstance(result, dict) and "error" in result:
+        if result.get("user"):
+            raise ClusterError(str(result["error"]), exit_code=int(result.get("exit_code") or 2))
+        raise ClusterError(f"{what} failed on a Dask worker: {result['kind']}: {result['error']}",
+                           hint="run without --scheduler to see it here")
+    return result
+
+
+def wait_for(client: Any, futures: Sequence[Any], what: Callable[[int], str], *, stall_s: float,
+             pinned: dict[int, str] | None = None) -> list[Any]:
+    """The results of ``futures`` (in order), never waiting forever (see the module docstring).
+    ``what(i)`` names future i in messages; ``pinned``: future i -> the worker it must run on (a worker
+    that left fails the wait at once)."""
+    from distributed import wait
+
+    pending = set(range(len(futures)))
+    results: list[Any] = [None] * len(futures)
+    last = time.monotonic()
+    while pending:
+        try:
+            wait([futures[i] for i in pending], timeout=POLL_S, return_when="FIRST_COMPLETED")
+        except TimeoutError:
+            pass
+        finished = [i for i in pending if futures[i].done()]
+        for i in finished:
+            f = futures[i]
+            if f.status != "finished":
+                _raise_failed(f, what(i))
+            try:
+                results[i] = _check(f.result(timeout=stall_s), what(i))
+            except ClusterError:
+                raise
+            except Exception as err:  # noqa: BLE001 - reading the result back failed (serialization)
+                text = str(err).splitlines()[0] if str(err) else type(err).__name__
+                raise ClusterError(f"{what(i)}: its result could not be read back from Dask ({text})",
+                                   hint="run without --scheduler, and please report it") from None
+            f.release()
+            pending.discard(i)
+        now = time.monotonic()
+        if finished:
+            last = now
+            continue
+        if pinned:
+            alive = _alive(client)
+            gone = sorted({pinned[i] for i in pending if i in pinned} - alive) if alive is not None else []
+            if gone:
+                lost = [what(i) for i in sorted(pending) if pinned.get(i) in gone]
+                raise ClusterError(f"the Dask worker {gone[0]} holding {lost[0]}"
+                                   f"{f' and {len(lost) - 1} more rank(s)' if len(lost) > 1 else ''} "
+                                   "left (killed, or over its memory limit)",
+                                   hint="give the workers more memory (fewer per host) or analyze fewer ranks at once")
+        if now - last > stall_s:
+            paused = _paused(client)
+            why = f" ({len(paused)} worker(s) paused for memory)" if paused else ""
+            raise ClusterError(f"no Dask task finished in {stall_s:.0f} s while waiting for {what(min(pending))}"
+                               f"{why}; {len(pending)} of {len(futures)} task(s) still pending",
+                               hint=f"check the cluster, or set {TIMEOUT_ENV}=SECONDS for a longer wait")
+    return results
+
+
+@contextmanager
+def quiet_dask() -> Iterator[None]:
+    """Dask's own log lines (a worker restarting, a task's traceback) are not shown to the user: the job
+    reports one line of its own. ``ANALYZER_DEBUG=1`` keeps them."""
+    if os.environ.get("ANALYZER_DEBUG"):
+        yield
+        return
+    log = logging.getLogger("distributed")
+    level = log.level
+    log.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
+class DaskRunner:
+    """Runs the phases of :func:`analyzer.job.run.analyze_job` as Dask tasks (see the module docstring)."""
+
+    def __init__(self, client: Any, options: Any = None) -> None:
+        self.client = client
+        self.token = uuid.uuid4().hex
+        self.stall_s = stall_timeout(options)
+        self.where: list[str] = []  # input -> the worker holding its ranks' states
+        self.summaries: list[list[Any]] = []
+        self.stride = 1 << 20  # input i's ranks are keyed from i * stride (renumbered on the client)
+
+    def _submit(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+        try:
+            return self.client.submit(fn, *args, pure=False, **kw)
+        except Exception as err:  # noqa: BLE001 - an argument cannot be serialized
+            text = str(err).splitlines()[0] if str(err) else type(err).__name__
+            raise ClusterError(f"a Dask task could not be sent ({type(err).__name__}: {text[:300]})",
+                               hint="run without --scheduler") from None
+
+    def phase1(self, paths: Sequence[Path], options: Any) -> list[list[Any]]:
+        # rank indices need the number of ranks per file: a first light pass would read every file
+        # twice, so files are numbered in order by a large stride and renumbered afterwards
+        futures = [self._submit(phase1_task, str(p), i * self.stride, options, self.token)
+                   for i, p in enumerate(paths)]
+        out = wait_for(self.client, futures, lambda i: f"preparing {Path(paths[i]).name}", stall_s=self.stall_s)
+        self.where = [str(r["worker"]) for r in out]
+        self.summaries = [list(r["summaries"]) for r in out]
+        index = 0
+        for file_summaries in self.summaries:
+            for s in file_summaries:
+                s.index = index
+                index += 1
+        return self.summaries
+
+    def phase2(self, pack: Any, inputs: list[list[Any]], accepted: Any = None) -> list[list[Any]]:
+        futures: list[Any] = []
+        pinned: dict[int, str] = {}
+        names: list[str] = []
+        shape: list[int] = []
+        for f, (inps, sums) in enumerate(zip(inputs, self.summaries)):
+            shape.append(len(inps))
+            for i, (inp, s) in enumerate(zip(inps, sums)):
+                pinned[len(futures)] = self.where[f]
+                names.append(f"finishing {s.label}")
+                futures.append(self._submit(phase2_task, self.token, f * self.stride, i, s, pack, inp, accepted,
+                                            workers=[self.where[f]], allow_other_workers=False))
+        flat = wait_for(self.client, futures, lambda i: names[i], stall_s=self.stall_s, pinned=pinned)
+        out, k = [], 0
+        for n in shape:
+            out.append(flat[k:k + n])
+            k += n
+        return out
+
+    def separately(self, pack: Any, options: Any, accepted: Any = None) -> list[Any] | None:
+        self.release()
+        return None  # the caller analyzes the files the usual way
+
+    def release(self) -> None:
+        """Drop what the workers still hold for this job (best effort, never waits)."""
+        try:
+            self.client.run(forget, self.token, wait=False)
+        except Exception:  # noqa: BLE001 - a cluster that is gone holds nothing
+            pass
+
+
+def dask_client(scheduler: Any, workers: int | None) -> tuple[Any, Callable[[], None]]:
+    """A Dask client for ``scheduler``: a ``Client`` as is, an address string, or ``"local"`` for a
+    local cluster (``workers`` processes, default the cores, memory-limited per worker)."""
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError:
+        raise InputError(Path("--scheduler"), "Dask's distributed package is not installed",
+                         hint="pip install 'gpu-trace-analyzer[dask]' (or distributed), or drop --scheduler") from None
+    if not isinstance(scheduler, str):
+        return scheduler, lambda: None
+    if scheduler == "local":
+        n = workers or max(1, os.cpu_count() or 1)
+        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
+                               silence_logs=logging.CRITICAL if not os.environ.get("ANALYZER_DEBUG") else logging.WARN)
+        client = Client(cluster)
+
+        def close() -> None:
+            for step in (client.close, cluster.close):
+                try:
+                    step(timeout=30)
+                except Exception:  # noqa: BLE001 - closing a broken cluster must not hide the job's error
+                    pass
+
+        return client, close
+    try:
+        client = Client(scheduler, timeout=30)
+    except (OSError, TimeoutError) as err:
+        raise InputError(Path(scheduler), f"cannot reach the Dask scheduler ({err})",
+                         hint="check the address (tcp://host:8786) or drop --scheduler") from None
+    return client, lambda: client.close(timeout=30)
+
+
+__all__ = ["DEFAULT_STALL_S", "DaskRunner", "TIMEOUT_ENV", "dask_client", "quiet_dask", "stall_timeout", "wait_for"]

@@ -1,0 +1,156 @@
+"""Jobs on Dask never hang (issue 34): the same report as the serial path on one local worker process,
+only plain summaries travel, and a task that raises, a result or argument that cannot be serialized, a
+worker that dies between the phases and a cluster where nothing finishes each end in one line, quickly.
+
+Real jobs: the 2-GPU DDP straggler (tests/data/ddp, both layouts) and PARAM's 8-rank DLRM
+(tests/data/public/param_dlrm_8rank, torch.profiler). One local cluster of one worker (processes) per
+module; the test that kills a worker starts its own.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from analyzer.errors import ClusterError
+from analyzer.pipeline import AnalysisOptions, analyze_inputs
+from analyzer.testing import DATA_DIR
+
+distributed = pytest.importorskip("distributed")
+
+WHEN = datetime(2026, 1, 1, tzinfo=timezone.utc)
+JOBS = {
+    "ddp rank files": ("ddp", "ddp_straggler_2gpu_rank*.sqlite.xz"),
+    "ddp one report": ("ddp", "ddp_straggler_2gpu.sqlite.xz"),
+    "param dlrm 8 ranks": ("public", "param_dlrm_8rank"),
+}
+#: a failure must end the run well before any default time limit (seconds, on a loaded 2-core machine)
+QUICK_S = 60
+
+
+def _paths(name: str) -> list[Path]:
+    folder, pattern = JOBS[name]
+    paths = sorted((DATA_DIR / folder).glob(pattern))
+    if not paths:
+        pytest.skip(f"no {pattern} in {DATA_DIR / folder} (see tests/data/MANIFEST.md)")
+    return paths
+
+
+@pytest.fixture(scope="module")
+def client():
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0",
+                                  silence_logs=50) as cluster, distributed.Client(cluster) as c:
+        yield c
+
+
+@pytest.mark.parametrize("name", JOBS)
+def test_one_worker_gives_the_serial_report(client, name):
+    from analyzer.reports import render
+    from analyzer.reports.jobview import build_job_report
+
+    serial = analyze_inputs(_paths(name), AnalysisOptions())
+    dask = analyze_inputs(_paths(name), AnalysisOptions(), scheduler=client)
+    assert serial.job is not None and dask.job is not None
+    assert dask.job.world_size == serial.job.world_size >= 2
+    for fmt in ("json", "md", "html"):
+        assert render(build_job_report(dask.job, created=WHEN), fmt) == \
+            render(build_job_report(serial.job, created=WHEN), fmt)
+    # what came back from the worker is plain data: no trace, fact store or lock anywhere inside
+    for r in dask.job.ranks:
+        _assert_plain(r.summary)
+        _assert_plain(r)
+
+
+class _Plain(pickle.Pickler):
+    def reducer_override(self, obj):  # noqa: ANN001, ANN201
+        from analyzer.facts import FactStore
+        from analyzer.loading.model import Trace
+
+        if isinstance(obj, (Trace, FactStore)) or type(obj).__name__ in ("RLock", "lock"):
+            raise AssertionError(f"{type(obj).__name__} inside a Dask result")
+        return NotImplemented
+
+
+def _assert_plain(obj: object) -> None:
+    import io
+
+    _Plain(io.BytesIO(), protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
+
+
+def test_a_task_that_raises_is_one_line(client, tmp_path, capsys):
+    """A rank file cut short: its phase-1 task raises on the worker; the run ends with that file's own
+    message (and the CLI with one line, exit 2)."""
+    from analyzer.cli import main
+
+    good, other = _paths("ddp rank files")
+    bad = tmp_path / other.name
+    bad.write_bytes(other.read_bytes()[: 2000])
+    t = time.monotonic()
+    with pytest.raises(ClusterError) as err:
+        analyze_inputs([good, bad], AnalysisOptions(), scheduler=client)
+    assert bad.name in str(err.value) and "\n" not in str(err.value)
+    capsys.readouterr()
+    rc = main([str(good), str(bad), "--scheduler", client.scheduler.address, "-q", "-o", str(tmp_path / "x.md")])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1 and lines[0].startswith("error: ") and bad.name in lines[0], lines
+    assert time.monotonic() - t < QUICK_S
+
+
+def test_what_cannot_be_serialized_is_one_line(client):
+    from analyzer.job.remote import wait_for
+    from analyzer.job.run import analyze_job
+
+    t = time.monotonic()
+    # a task result holding a lock (what a task result holding a whole trace did)
+    future = client.submit(threading.RLock, pure=False)
+    with pytest.raises(ClusterError, match="lock") as err:
+        wait_for(client, [future], lambda i: "a lock", stall_s=QUICK_S)
+    assert "\n" not in str(err.value)
+    # an argument holding a lock: refused when sent, before anything waits
+    with pytest.raises(ClusterError, match="could not be sent"):
+        analyze_job(_paths("ddp rank files"), AnalysisOptions(), scheduler=client, accepted=threading.RLock())
+    assert time.monotonic() - t < QUICK_S
+
+
+def test_nothing_finishing_is_one_line_after_the_time_limit(client, monkeypatch):
+    from analyzer.job.remote import TIMEOUT_ENV, stall_timeout, wait_for
+
+    monkeypatch.setenv(TIMEOUT_ENV, "1")
+    assert stall_timeout() == 1.0
+    future = client.submit(time.sleep, 30, pure=False)
+    t = time.monotonic()
+    with pytest.raises(ClusterError, match=r"no Dask task finished in 1 s .*1 of 1 task\(s\) still pending"):
+        wait_for(client, [future], lambda i: "a sleeper", stall_s=stall_timeout())
+    assert time.monotonic() - t < 10
+    future.cancel()
+    monkeypatch.setenv(TIMEOUT_ENV, "soon")
+    with pytest.raises(ClusterError, match=TIMEOUT_ENV):
+        stall_timeout()
+    monkeypatch.delenv(TIMEOUT_ENV)
+    assert stall_timeout(AnalysisOptions(timeout=7200)) == 7200 and stall_timeout() == 600
+
+
+def test_a_worker_killed_between_the_phases_is_one_line(tmp_path):
+    """The worker holding the ranks' traces dies after phase 1 (SIGKILL, as the kernel's OOM killer
+    does): the run ends at once naming it, instead of waiting for phase-2 tasks no worker can run."""
+    paths = _paths("ddp rank files")
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0",
+                                  silence_logs=50) as cluster, distributed.Client(cluster) as c:
+        pids = c.run(os.getpid)
+
+        def kill_between_phases(note: str) -> None:
+            if "matching collectives" in note:
+                for pid in pids.values():
+                    os.kill(pid, signal.SIGKILL)
+
+        t = time.monotonic()
+        with pytest.raises(ClusterError, match="left") as err:
+            analyze_inputs(paths, AnalysisOptions(), scheduler=c, progress=kill_between_phases)
+        assert "\n" not in str(err.value) and "ddp_straggler_2gpu_rank" in str(err.value)
+        assert time.monotonic() - t < QUICK_S
