@@ -480,7 +480,7 @@ def _loop_strip_trailing_group(s: str, open_ch: str, close_ch: str) -> str:
 @settings(max_examples=300, deadline=None)
 @given(st.text(alphabet=_NAME_ALPHABET, max_size=60))
 def test_ncu_trailing_group_equals_its_per_character_loop(name):
-    from analyzer.loading.ncu import _strip_trailing_group
+    from analyzer.loading.ncu.names import _strip_trailing_group
 
     for pair in (("(", ")"), ("<", ">")):
         assert _strip_trailing_group(name, *pair) == _loop_strip_trailing_group(name, *pair)
