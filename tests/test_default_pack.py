@@ -28,6 +28,9 @@ PACK_FILE = ROOT / "analyzer" / "rules" / "packs" / "default.yaml"
 PAIRS = [
     ("dataloader_starved", "dataloader_starved_fixed", "gpu-idle-gaps"),
     ("dataloader_starved", "dataloader_starved_fixed", "low-gpu-utilization"),
+    ("dataloader_starved", "dataloader_starved_fixed", "host-work-in-loop"),
+    ("tiny_kernels", "tiny_kernels_fixed", "launch-bound"),
+    ("pageable_h2d", "pageable_h2d_fixed", "exposed-copies"),
     ("tiny_kernels", "tiny_kernels_fixed", "tiny-kernels"),
     ("tiny_kernels", "tiny_kernels_fixed", "small-grid"),
     ("pageable_h2d", "pageable_h2d_fixed", "h2d-dominance"),
@@ -43,7 +46,8 @@ PAIRS = [
 REQUIRED = {
     "gpu-idle-gaps", "low-gpu-utilization", "tiny-kernels", "h2d-dominance", "pageable-memcpy", "sync-memcpy",
     "host-sync-in-loop", "memory-bound-softmax", "low-occupancy", "elementwise-dominance",
-    "fp32-gemm-no-tensor-cores", "small-grid", "alloc-in-loop", "setup-time",
+    "fp32-gemm-no-tensor-cores", "small-grid", "alloc-in-loop", "setup-time", "launch-bound", "exposed-copies",
+    "host-work-in-loop",
 }
 TRANSFORMERS = [f"{m}_{mode}_ctx{c}" for m in ("small", "medium")
                 for mode in ("forward", "forward_backward", "training") for c in (128, 256)]
@@ -51,7 +55,7 @@ TRANSFORMERS = [f"{m}_{mode}_ctx{c}" for m in ("small", "medium")
 #: fp32 GEMMs without TF32; small fp32 kernels that make the GPU launch bound; setup; phase ranges
 #: that end before their GPU work (the workload's phases do not synchronize; see test_async_ranges).
 TRANSFORMER_EXPECTED = {"fp32-gemm-no-tensor-cores", "tiny-kernels", "low-gpu-utilization", "setup-time",
-                        "async-range-timing"}
+                        "async-range-timing", "launch-bound"}
 #: where async-range-timing fires on the committed transformer traces, and on which range
 TRANSFORMER_ASYNC = {"medium_forward_ctx256": "forward", "medium_training_ctx128": "optimizer_step",
                      "medium_training_ctx256": "optimizer_step", "small_training_ctx128": "optimizer_step",
@@ -141,6 +145,8 @@ def test_twin_is_faster(pathology, twin, rule):
 #: rules whose impact is meant as the whole gain (not a lower bound): its share of the window must
 #: be within 10 points of the step time the twin saved (measured: 54.1 vs 55.4, 90.7 vs 93.4, 93.1 vs 95.4)
 FULL_ESTIMATES = [("dataloader_starved", "dataloader_starved_fixed", "gpu-idle-gaps"),
+                  ("dataloader_starved", "dataloader_starved_fixed", "host-work-in-loop"),
+                  ("pageable_h2d", "pageable_h2d_fixed", "exposed-copies"),
                   ("alloc_churn", "alloc_churn_fixed", "alloc-in-loop"),
                   ("occupancy", "occupancy_fixed", "low-occupancy")]
 
@@ -177,7 +183,8 @@ def test_bounded_impacts():
     assert "shared_memory" in occ.message
 
 
-NVTX_COLUMNS = ("nvtx_path", "host_nvtx_path", "label")  # label: the window step (window_periods)
+# label: the window step (window_periods); key: the NVTX path of a timeline_breakdown range row
+NVTX_COLUMNS = ("nvtx_path", "host_nvtx_path", "label", "key")
 
 
 @pytest.mark.parametrize("pathology, twin, rule", PAIRS, ids=[f"{r}-{p}" for p, _, r in PAIRS])
@@ -198,6 +205,10 @@ def test_explains_links():
     assert by_rule["gpu-idle-gaps"].key in by_rule["low-gpu-utilization"].explained_by
     host = {f.rule: f for f in analysis("host_sync").findings}
     assert host["low-gpu-utilization"].key in host["host-sync-in-loop"].explains
+    # the causes from the timeline breakdown explain the symptoms, so the verdict counts the causes
+    assert by_rule["gpu-idle-gaps"].key in by_rule["host-work-in-loop"].explains
+    tiny = {f.rule: f for f in analysis("tiny_kernels").findings}
+    assert {tiny[r].key for r in ("tiny-kernels", "low-gpu-utilization")} <= set(tiny["launch-bound"].explains)
 
 
 def test_healthy_raises_nothing_at_warning_or_above():

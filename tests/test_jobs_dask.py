@@ -110,7 +110,7 @@ def test_what_cannot_be_serialized_is_one_line(client):
     # a task result holding a lock (what a task result holding a whole trace did)
     future = client.submit(threading.RLock, pure=False)
     with pytest.raises(ClusterError, match="lock") as err:
-        wait_for(client, [future], lambda i: "a lock", stall_s=QUICK_S)
+        wait_for(client, [future], lambda i: "returning a lock", stall_s=QUICK_S)
     assert "\n" not in str(err.value)
     # an argument holding a lock: refused when sent, before anything waits
     with pytest.raises(ClusterError, match="could not be sent"):
@@ -125,8 +125,8 @@ def test_nothing_finishing_is_one_line_after_the_time_limit(client, monkeypatch)
     assert stall_timeout() == 1.0
     future = client.submit(time.sleep, 30, pure=False)
     t = time.monotonic()
-    with pytest.raises(ClusterError, match=r"no Dask task finished in 1 s .*1 of 1 task\(s\) still pending"):
-        wait_for(client, [future], lambda i: "a sleeper", stall_s=stall_timeout())
+    with pytest.raises(ClusterError, match=r"no Dask task finished in 1 s, still sleeping; 1 of 1 task\(s\) pending"):
+        wait_for(client, [future], lambda i: "sleeping", stall_s=stall_timeout())
     assert time.monotonic() - t < 10
     future.cancel()
     monkeypatch.setenv(TIMEOUT_ENV, "soon")
@@ -154,3 +154,28 @@ def test_a_worker_killed_between_the_phases_is_one_line(tmp_path):
             analyze_inputs(paths, AnalysisOptions(), scheduler=c, progress=kill_between_phases)
         assert "\n" not in str(err.value) and "ddp_straggler_2gpu_rank" in str(err.value)
         assert time.monotonic() - t < QUICK_S
+
+
+def test_a_worker_over_its_memory_limit_is_one_line_from_the_cli(tmp_path):
+    """``analyze rank*.sqlite --scheduler local``, with Dask configured (its own environment variables)
+    to kill a worker above 190 MB (an idle worker holds about 100 MB; preparing a DDP rank takes more)
+    and to give up on a task at the first death: the worker dies while preparing a rank; the command
+    prints one line and exits 2."""
+    import subprocess
+    import sys
+
+    from distributed.system import MEMORY_LIMIT  # a local worker's limit: this machine's memory
+
+    env = {**os.environ, "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "0",
+           "DASK_DISTRIBUTED__WORKER__MEMORY__TERMINATE": f"{190e6 / MEMORY_LIMIT:.6f}",
+           "ANALYZER_DASK_TIMEOUT": str(QUICK_S)}
+    env.pop("ANALYZER_DEBUG", None)
+    t = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "analyzer.cli", *map(str, _paths("ddp rank files")),
+                           "--scheduler", "local", "--workers", "1", "-q", "-o", str(tmp_path / "job.md")],
+                          capture_output=True, text=True, env=env, cwd=Path(__file__).resolve().parents[1],
+                          timeout=2 * QUICK_S)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error: a Dask worker died while preparing ddp_straggler_2gpu_rank"), lines
+    assert not (tmp_path / "job.md").exists() and time.monotonic() - t < QUICK_S + 30

@@ -65,8 +65,9 @@ import re
 import numpy as np
 import pandas as pd
 
-from analyzer.facts._util import column, key_groups, text, text_codes
-from analyzer.facts.nvtx import innermost_open, main_threads, ranges_only
+from analyzer.facts._util import column, generic_path, key_groups, text, text_codes
+from analyzer.facts.nvtx import main_threads
+from analyzer.facts.nvtx_ranges import innermost_open, ranges_only
 from analyzer.facts.registry import FactContext, fact
 
 #: default longest host time between two CUDA calls that still counts as dispatch (ns)
@@ -90,6 +91,17 @@ _SETUP_API = re.compile(
 
 # allocating or freeing device or page-locked memory synchronizes implicitly (CUDA C++ Programming
 # Guide, "Implicit Synchronization"): every alloc/free call but the stream-ordered (pool) ones
+def host_wait_kind(detail: str) -> str:
+    """What a ``host_sync`` segment's call is: ``alloc`` (an allocation or free), ``copy`` (a blocking copy
+    or memset) or ``sync`` (an explicit synchronization, and anything else)."""
+    from analyzer.facts.api import ALLOC_APIS, sync_kind
+
+    if detail in ALLOC_APIS:
+        return "alloc"
+    kind = sync_kind(detail)
+    return "copy" if kind in ("memcpy", "memset", "async_copy") else "sync"
+
+
 def _syncing_alloc(name: str) -> bool:
     from analyzer.facts.api import ALLOC_APIS
 
@@ -105,14 +117,21 @@ SEGMENT_COLUMNS = {
              "setup | unknown",
     "detail": "kernel category, copy direction and memory kind, CUDA call, 'dispatch', NVTX range or "
               "why unknown",
+    "duration": "end - start (ns)",
     "nvtx_path": "NVTX path of the launching thread's innermost range ('' none)",
-    "step": "step the segment lies in ('' outside every step or without steps)",
+    "range_key": "nvtx_path with enumerated components made generic (step_12/load_batch -> "
+                 "step_N/load_batch): the breakdown's range key",
+    "step": "step the segment's start lies in ('' outside every step or without steps)",
+    "host_tid": "feeding thread of an idle segment (-1 for busy time or unknown)",
+    "host_activity": "for the longest host_work segments: the feeding thread's CPU samples and OS-runtime "
+                     "calls inside it, when recorded ('' otherwise)",
 }
 
 BREAKDOWN_COLUMNS = {
     "device": "GPU device id",
     "scope": "window | step | range",
-    "key": "'' for the window, the step name, or the NVTX path ('' = no range)",
+    "key": "'' for the window, the step name, or the NVTX path with enumerated components made generic "
+           "(step_12/load_batch -> step_N/load_batch; '' = no range)",
     "cause": SEGMENT_COLUMNS["cause"],
     "detail": SEGMENT_COLUMNS["detail"],
     "duration_ns": "time the cause holds in that scope row-group (ns)",
@@ -120,6 +139,11 @@ BREAKDOWN_COLUMNS = {
     "cause_share": "duration_ns / that cause's total time in the window on the device (0..1): which "
                    "steps, ranges or details hold it",
     "segments": "number of disjoint intervals summed",
+    "key_cause_ns": "the row's cause in its (device, scope, key) group, all details together (ns)",
+    "key_cause_share": "key_cause_ns / that cause's total time in the window on the device (0..1): the "
+                       "step's or range's part of the cause",
+    "device_host_held_ns": "on the row's device, window time the host held the GPU back (launch_bound + "
+                           "host_sync + host_work, ns): the window minus it is the GPU-bound floor",
 }
 
 
@@ -343,7 +367,7 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
     w = ctx.window
     ops = ctx.get("gpu_ops")
     if w.duration_ns <= 0 or ops.empty:
-        return _empty(SEGMENT_COLUMNS, ("device", "start", "end"))
+        return _empty(SEGMENT_COLUMNS, ("device", "start", "end", "duration", "host_tid"))
     dispatch_ns = int(ctx.options.get("dispatch_gap_ns", DISPATCH_GAP_NS) or DISPATCH_GAP_NS)
     level, op_detail, labels = _op_classes(ctx, ops)
     index = {x: i for i, x in enumerate(labels)}
@@ -412,6 +436,8 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
         "_cause": np.r_[busy_frame["cause"], idle["cause"]].astype(np.int64),
         "_detail": np.r_[busy_frame["detail"], idle["detail"]].astype(np.int64),
         "nvtx_path": np.r_[busy_frame["path"], idle["path"]],
+        "host_tid": np.r_[np.full(len(busy_frame["start"]), -1, dtype=np.int64), idle["tid"]].astype(np.int64),
+        "_pid": np.r_[np.full(len(busy_frame["start"]), -1, dtype=np.int64), idle["pid"]].astype(np.int64),
     })
     seg = seg.sort_values(["device", "start"], kind="stable", ignore_index=True)
     lab = np.asarray(labels + [""], dtype=object)
@@ -419,7 +445,44 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
     seg["detail"] = lab[seg.pop("_detail").to_numpy()]
     seg["step"] = _step_names(ctx, seg)
     seg["nvtx_path"] = seg["nvtx_path"].fillna("").astype(object)
+    seg["range_key"] = _generic_keys(seg["nvtx_path"].to_numpy(object))
+    seg["duration"] = seg["end"] - seg["start"]
+    seg["host_activity"] = _host_activity(ctx, seg)
     return seg[list(SEGMENT_COLUMNS)]
+
+
+def _generic_keys(paths: np.ndarray) -> np.ndarray:
+    """Each NVTX path with enumerated components made generic (``step_12/load_batch`` ->
+    ``step_N/load_batch``: the same code every step), computed once per distinct path."""
+    codes, uniques = pd.factorize(paths)
+    if not len(uniques):
+        return np.empty(0, dtype=object)
+    return np.array([generic_path(str(x)) for x in uniques], dtype=object)[codes]
+
+
+#: host-work segments shorter than this get no host_activity; at most this many (the longest) get one
+HOST_ACTIVITY_MIN_NS = 50_000
+HOST_ACTIVITY_MAX = 1000
+
+
+def _host_activity(ctx: FactContext, seg: pd.DataFrame) -> np.ndarray:
+    """CPU samples and OS-runtime calls of the feeding thread inside the longest host-work segments (the
+    text :func:`analyzer.facts.stacks.host_activity` writes; "" elsewhere or when not recorded)."""
+    from analyzer.facts.stacks import host_activity
+
+    out = np.full(len(seg), "", dtype=object)
+    t = ctx.trace
+    if t.cpu_samples.empty and t.osrt.empty:
+        return out
+    dur = seg["duration"].to_numpy()
+    pick = np.flatnonzero((seg["cause"].to_numpy(object) == "host_work") & (dur >= HOST_ACTIVITY_MIN_NS))
+    if len(pick) > HOST_ACTIVITY_MAX:
+        pick = pick[np.argsort(-dur[pick], kind="stable")[:HOST_ACTIVITY_MAX]]
+    if len(pick):
+        spans = pd.DataFrame({"start": seg["start"].to_numpy()[pick], "end": seg["end"].to_numpy()[pick],
+                              "host_pid": seg["_pid"].to_numpy()[pick], "host_tid": seg["host_tid"].to_numpy()[pick]})
+        out[pick] = host_activity(t, spans)
+    return out
 
 
 def _classify_idle(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev: np.ndarray, g0: np.ndarray, g1: np.ndarray,
@@ -518,6 +581,7 @@ def _classify_idle(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev:
             emit(q[qi], s, e, tc[si], td[si])
     if out_s:
         dev, s, e, c, d, t, p = (np.concatenate(x) for x in (out_dev, out_s, out_e, out_c, out_d, out_t, out_p))
+        t = np.where(c == _C["unknown"], -1, t)
     else:
         dev = s = e = d = t = p = np.empty(0, dtype=np.int64)
         c = np.empty(0, dtype=np.int8)
@@ -557,7 +621,7 @@ def _classify_idle(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev:
     if hw.any():
         d = d.copy()
         d[hw] = [code(x if x else "(no NVTX range)") for x in rng[hw]]
-    return {"device": dev, "start": s, "end": e, "cause": c, "detail": d, "path": path}
+    return {"device": dev, "start": s, "end": e, "cause": c, "detail": d, "path": path, "tid": t, "pid": p}
 
 
 def _step_names(ctx: FactContext, seg: pd.DataFrame) -> np.ndarray:
@@ -597,8 +661,9 @@ def timeline_breakdown(ctx: FactContext) -> pd.DataFrame:
     * ``scope`` ``window`` (``key`` ""): the whole window of the device; its rows sum to the window;
     * ``scope`` ``step`` (``key`` = step name): each step from the previous step's completion to its own
       (the ``steps`` fact), clipped to the window;
-    * ``scope`` ``range`` (``key`` = NVTX path): busy time by the range that launched the op, idle time
-      by the range open on the feeding thread; ``key`` "" holds the time outside every range.
+    * ``scope`` ``range`` (``key`` = NVTX path with each component's trailing number made generic:
+      ``step_N/load_batch``): busy time by the range that launched the op, idle time by the range open
+      on the feeding thread; ``key`` "" holds the time outside every range.
 
     ``cause`` is one of compute, exposed_comm, exposed_copy, launch_bound, host_sync, host_work,
     wait_other, setup, unknown; ``detail`` refines it (kernel category, copy direction and memory kind,
@@ -607,14 +672,14 @@ def timeline_breakdown(ctx: FactContext) -> pd.DataFrame:
     (device, scope, key) group (sums to 1), ``cause_share`` its part of the device's window total of
     that cause, ``segments`` the number of disjoint intervals summed."""
     seg = ctx.get("timeline_segments")
-    ints = ("device", "duration_ns", "segments")
+    ints = ("device", "duration_ns", "segments", "key_cause_ns", "device_host_held_ns")
     if seg.empty:
-        return _empty(BREAKDOWN_COLUMNS, ints, ("share", "cause_share"))
+        return _empty(BREAKDOWN_COLUMNS, ints, ("share", "cause_share", "key_cause_share"))
     dur = (seg["end"] - seg["start"]).to_numpy(dtype=np.int64)
     base = pd.DataFrame({"device": seg["device"].to_numpy(dtype=np.int64), "cause": seg["cause"].to_numpy(object),
                          "detail": seg["detail"].to_numpy(object), "duration_ns": dur})
     window = base.assign(scope="window", key="")
-    ranges = base.assign(scope="range", key=seg["nvtx_path"].to_numpy(object))
+    ranges = base.assign(scope="range", key=seg["range_key"].to_numpy(object))
     parts = [window, ranges]
     steps = ctx.get("steps")
     if not steps.empty:
@@ -629,13 +694,47 @@ def timeline_breakdown(ctx: FactContext) -> pd.DataFrame:
         duration_ns=("duration_ns", "sum"), segments=("duration_ns", "size")).reset_index()
     group_total = out.groupby(["device", "scope", "key"], sort=False)["duration_ns"].transform("sum")
     out["share"] = out["duration_ns"] / group_total.where(group_total > 0, 1)
-    win = out.loc[out["scope"] == "window"].groupby(["device", "cause"])["duration_ns"].sum()
-    cause_total = pd.MultiIndex.from_frame(out[["device", "cause"]]).map(lambda k: win.get(k, 0))
-    cause_total = np.asarray(cause_total, dtype=np.float64)
-    out["cause_share"] = np.where(cause_total > 0, out["duration_ns"] / np.where(cause_total > 0, cause_total, 1), 0.0)
-    scope_order = out["scope"].map({"window": 0, "step": 1, "range": 2})
-    out = out.assign(_o=scope_order).sort_values(["device", "_o", "key", "duration_ns"],
-                                                  ascending=[True, True, True, False], kind="stable")
-    out["duration_ns"] = out["duration_ns"].astype(np.int64)
-    out["segments"] = out["segments"].astype(np.int64)
+    out["key_cause_ns"] = out.groupby(["device", "scope", "key", "cause"], sort=False)["duration_ns"].transform("sum")
+    is_win = (out["scope"] == "window").to_numpy()
+    win = out.loc[is_win].groupby(["device", "cause"])["duration_ns"].sum()
+    cause_total = win.reindex(pd.MultiIndex.from_frame(out[["device", "cause"]])).fillna(0).to_numpy(dtype=np.float64)
+    safe = np.where(cause_total > 0, cause_total, 1.0)
+    out["cause_share"] = np.where(cause_total > 0, out["duration_ns"] / safe, 0.0)
+    out["key_cause_share"] = np.where(cause_total > 0, out["key_cause_ns"] / safe, 0.0)
+    held = out.loc[is_win & out["cause"].isin(HOST_CAUSES).to_numpy()].groupby("device")["duration_ns"].sum()
+    out["device_host_held_ns"] = out["device"].map(held).fillna(0).astype(np.int64)
+    # window rows by time; steps in their order; ranges by their time of the row's cause (so the
+    # first range row of a cause is the range holding most of it), each group's details by time
+    step_rank = {name: i for i, name in enumerate(steps["step"].tolist())} if not steps.empty else {}
+    order_key = np.where(out["scope"] == "step", out["key"].map(step_rank).fillna(-1).to_numpy(dtype=np.float64),
+                         np.where(out["scope"] == "range", -out["key_cause_ns"].to_numpy(dtype=np.float64), 0.0))
+    out = out.assign(_s=out["scope"].map({"window": 0, "step": 1, "range": 2}), _k=order_key)
+    out = out.sort_values(["device", "_s", "_k", "key", "cause", "duration_ns"],
+                          ascending=[True, True, True, True, True, False], kind="stable")
+    for c in ("duration_ns", "segments", "key_cause_ns"):
+        out[c] = out[c].astype(np.int64)
     return out[list(BREAKDOWN_COLUMNS)].reset_index(drop=True)
+
+
+def breakdown_row_segments(rows: pd.DataFrame, segments: pd.DataFrame) -> pd.DataFrame:
+    """The segments (rows of ``timeline_segments``) that ``rows`` of ``timeline_breakdown`` sum: those of
+    the same device, cause and detail, and of the same step (``step`` rows) or range (``range`` rows).
+    Where a finding's time lies on the GPU timeline when it is read from the breakdown."""
+    if rows.empty or segments.empty:
+        return segments.iloc[0:0]
+    parts = []
+    for scope, key_column in (("window", None), ("step", "step"), ("range", "range_key")):
+        mine = rows.loc[rows["scope"].to_numpy(object) == scope]
+        if mine.empty:
+            continue
+        on = ["device", "cause", "detail"] + ([key_column] if key_column else [])
+        want = pd.DataFrame({"device": mine["device"].to_numpy(np.int64), "cause": mine["cause"].to_numpy(object),
+                             "detail": mine["detail"].to_numpy(object)})
+        if key_column:
+            want[key_column] = mine["key"].to_numpy(object)
+        want = want.drop_duplicates()
+        have = segments[on].astype({"device": np.int64}).reset_index()
+        hit = have.merge(want, on=on, how="inner")["index"].to_numpy()
+        parts.append(hit)
+    pos = np.unique(np.concatenate(parts)) if parts else np.empty(0, dtype=np.int64)
+    return segments.loc[pos]

@@ -52,6 +52,18 @@ SCALAR_DOCS: dict[str, str] = {
     "sequence); 0 when the window has no such structure",
     "timeline": "1 when the input has a timeline (an Nsight Systems trace), 0 for an Nsight Compute report "
     "analyzed on its own (the window is then its profiled kernel time)",
+    "launch_bound_ns": "idle GPU time while the host was launching work (timeline_breakdown's launch_bound: "
+    "launch calls, Python dispatch between them, launch latency), summed over devices (ns)",
+    "host_sync_ns": "idle GPU time while the host was blocked in an explicit synchronization "
+    "(cudaStreamSynchronize, cudaDeviceSynchronize, cudaEventSynchronize) or returning from one (ns)",
+    "host_copy_wait_ns": "idle GPU time while the host was blocked in a copy or memset it waits for (synchronous "
+    "cudaMemcpy, asynchronous copies from or to pageable memory) (ns)",
+    "host_alloc_wait_ns": "idle GPU time while the host was inside an allocation or free call (ns)",
+    "host_work_ns": "idle GPU time while the host ran its own code with no CUDA call (timeline_breakdown's "
+    "host_work) (ns)",
+    "exposed_copy_ns": "time copies and memsets ran with no kernel running on their GPU (ns)",
+    "exposed_comm_ns": "time communication kernels ran with no compute kernel on their GPU (ns)",
+    "wait_other_ns": "idle GPU time with the next op already queued (another stream, an event, a rank) (ns)",
     "ncu_softmax_launches": "Nsight Compute launches of softmax kernels joined to this trace (0 without ncu data);"
     " trace-only softmax estimates defer to the measured rule when this is non-zero",
 }
@@ -72,7 +84,7 @@ def _ncu_softmax_launches(store: FactStore) -> float:
 
 #: the facts :func:`trace_scalars` reads
 SCALAR_FACTS: tuple[str, ...] = ("gpu_busy", "gpu_gaps", "sync_calls", "alloc_calls", "setup_activity",
-                                 "memory_growth")
+                                 "memory_growth", "timeline_breakdown")
 
 
 def trace_scalars(store: FactStore) -> dict[str, float]:
@@ -141,6 +153,7 @@ def trace_scalars(store: FactStore) -> dict[str, float]:
         "sync_time_ns": total(sync),
         "alloc_call_count": float(len(alloc)),
         "alloc_time_ns": total(alloc),
+        **breakdown_scalars(store.get("timeline_breakdown")),
         "ncu_softmax_launches": _ncu_softmax_launches(store),
         "timeline": 0.0 if t.extras.get("ncu_only") else 1.0,
         "memory_growth_per_step": float(steady["bytes_per_step"].max()) if len(steady) else 0.0,
@@ -148,4 +161,28 @@ def trace_scalars(store: FactStore) -> dict[str, float]:
     }
 
 
-__all__ = ["SCALAR_DOCS", "SCALAR_FACTS", "trace_scalars"]
+def breakdown_scalars(breakdown: pd.DataFrame) -> dict[str, float]:
+    """The window's time per cause from the ``timeline_breakdown`` fact, summed over devices, with the
+    host_sync time split by the call (explicit synchronization, a copy, an allocation): each rule's
+    impact is one of these, so no nanosecond is counted by two rules."""
+    from analyzer.facts.breakdown import host_wait_kind
+
+    names = ("launch_bound_ns", "host_sync_ns", "host_copy_wait_ns", "host_alloc_wait_ns", "host_work_ns",
+             "exposed_copy_ns", "exposed_comm_ns", "wait_other_ns")
+    out = dict.fromkeys(names, 0.0)
+    if breakdown.empty:
+        return out
+    win = breakdown.loc[breakdown["scope"].to_numpy(object) == "window"]
+    by = win.groupby(["cause", "detail"], sort=False)["duration_ns"].sum()
+    for (cause, detail), ns in by.items():
+        if cause == "host_sync":
+            key = {"sync": "host_sync_ns", "copy": "host_copy_wait_ns", "alloc": "host_alloc_wait_ns"}[
+                host_wait_kind(str(detail))]
+        else:
+            key = f"{cause}_ns"
+        if key in out:
+            out[key] += float(ns)
+    return out
+
+
+__all__ = ["SCALAR_DOCS", "SCALAR_FACTS", "breakdown_scalars", "trace_scalars"]

@@ -133,24 +133,20 @@ def _paused(client: Any) -> list[str]:
 
 
 def _raise_failed(future: Any, what: str) -> None:
-    from distributed.client import FutureCancelledError
-
     try:
         err = future.exception(timeout=5)
-    except FutureCancelledError:
+    except Exception:  # noqa: BLE001 - cancelled (the task is gone), or its error cannot be read back
         err = None
-    except Exception as other:  # noqa: BLE001 - the exception itself could not be read back
-        err = other
     name = type(err).__name__ if err is not None else ""
     if name == "KilledWorker":
-        raise ClusterError(f"a Dask worker died while running {what} (killed, or over its memory limit)",
+        raise ClusterError(f"a Dask worker died while {what} (killed, or over its memory limit)",
                            hint="give the workers more memory (fewer per host) or analyze fewer ranks at once") from None
     if err is None or future.status == "cancelled":
-        raise ClusterError(f"Dask dropped the task for {what} (its worker or the scheduler was lost)",
+        raise ClusterError(f"Dask dropped a task while {what} (its worker or the scheduler was lost)",
                            hint="check the cluster, or run without --scheduler") from None
     text = str(err) or name
     if "serializ" in text.lower() or "pickle" in text.lower():
-        raise ClusterError(f"{what}: a task's data could not be serialized for Dask ({text.splitlines()[0]})",
+        raise ClusterError(f"a task's data could not be serialized for Dask while {what} ({text.splitlines()[0]})",
                            hint="run without --scheduler, and please report it") from None
     raise ClusterError(f"{what} failed on a Dask worker: {name}: {text.splitlines()[0]}",
                        hint="run without --scheduler to see it here") from None
@@ -192,7 +188,7 @@ def wait_for(client: Any, futures: Sequence[Any], what: Callable[[int], str], *,
                 raise
             except Exception as err:  # noqa: BLE001 - reading the result back failed (serialization)
                 text = str(err).splitlines()[0] if str(err) else type(err).__name__
-                raise ClusterError(f"{what(i)}: its result could not be read back from Dask ({text})",
+                raise ClusterError(f"a result could not be read back from Dask while {what(i)} ({text})",
                                    hint="run without --scheduler, and please report it") from None
             f.release()
             pending.discard(i)
@@ -205,15 +201,15 @@ def wait_for(client: Any, futures: Sequence[Any], what: Callable[[int], str], *,
             gone = sorted({pinned[i] for i in pending if i in pinned} - alive) if alive is not None else []
             if gone:
                 lost = [what(i) for i in sorted(pending) if pinned.get(i) in gone]
-                raise ClusterError(f"the Dask worker {gone[0]} holding {lost[0]}"
-                                   f"{f' and {len(lost) - 1} more rank(s)' if len(lost) > 1 else ''} "
-                                   "left (killed, or over its memory limit)",
+                raise ClusterError(f"the Dask worker {gone[0]} left while {lost[0]}"
+                                   f"{f' (and {len(lost) - 1} more rank(s) it held)' if len(lost) > 1 else ''}; "
+                                   "it was killed, or went over its memory limit",
                                    hint="give the workers more memory (fewer per host) or analyze fewer ranks at once")
         if now - last > stall_s:
             paused = _paused(client)
             why = f" ({len(paused)} worker(s) paused for memory)" if paused else ""
-            raise ClusterError(f"no Dask task finished in {stall_s:.0f} s while waiting for {what(min(pending))}"
-                               f"{why}; {len(pending)} of {len(futures)} task(s) still pending",
+            raise ClusterError(f"no Dask task finished in {stall_s:g} s, still {what(min(pending))}"
+                               f"{why}; {len(pending)} of {len(futures)} task(s) pending",
                                hint=f"check the cluster, or set {TIMEOUT_ENV}=SECONDS for a longer wait")
     return results
 

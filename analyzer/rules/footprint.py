@@ -8,8 +8,8 @@ needs one that holds its impact on the *GPU* timeline, found from the rows it gr
   those calls overlap, on the finding's device or on every device (``"host"``): a synchronization
   costs the GPU the idle time around it, not the time the host spent inside the call;
 - rows of the timeline breakdown (a ``cause`` per row, no time: ``timeline_breakdown``): the timeline
-  segments (``timeline_segments``) of the same device, cause and detail (and step, for step rows):
-  the exact time the breakdown counted (``"breakdown"``);
+  segments (``timeline_segments``) of the same device, cause and detail (and step or NVTX range, for
+  step and range rows): the exact time the breakdown counted (``"breakdown"``);
 - rows without a time (one row per kernel name or per device: occupancy, GPU metrics): the GPU time
   of the finding's scope: the executions of its kernel, else its device's (or every device's) busy
   time (``"scope"``).
@@ -125,19 +125,12 @@ def _host(times: tuple[np.ndarray, np.ndarray], scope: Scope, window: Window,
 
 
 def _breakdown(rows: pd.DataFrame, window: Window, fact: Callable[[str], pd.DataFrame]) -> Footprint:
-    """The timeline segments behind rows of the timeline breakdown: same device, cause and detail (rows
-    of a step: that step's segments only). Range rows match on cause and detail: a rule that keeps
-    only some ranges gets every range's segments of those details, its density lowered accordingly."""
-    segments = fact("timeline_segments")
-    keys = ["device", "cause"] + (["detail"] if "detail" in rows.columns and "detail" in segments.columns else [])
-    if "scope" in rows.columns and "step" in segments.columns and (rows["scope"].astype(str) == "step").all():
-        keys.append("step")
-        rows = rows.assign(step=rows["key"].astype(str)) if "key" in rows.columns else rows
-    if not set(keys) <= set(rows.columns):
-        keys = [k for k in keys if k in rows.columns]
-    wanted = pd.MultiIndex.from_frame(rows[keys].astype(str).drop_duplicates())
-    have = pd.MultiIndex.from_frame(segments[keys].astype(str))
-    hit = segments[have.isin(wanted)]
+    """The timeline segments behind rows of the timeline breakdown: same device, cause and detail, and
+    the same step (step rows) or NVTX range (range rows): exactly the time the rows sum
+    (:func:`analyzer.facts.breakdown.breakdown_row_segments`)."""
+    from analyzer.facts.breakdown import breakdown_row_segments
+
+    hit = breakdown_row_segments(rows, fact("timeline_segments"))
     return _build(hit["device"].to_numpy("int64"), hit["start"].to_numpy(float), hit["end"].to_numpy(float),
                   window, "breakdown")
 

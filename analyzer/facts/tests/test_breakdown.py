@@ -9,7 +9,7 @@ from analyzer.facts import load_all
 from analyzer.facts.breakdown import CAUSES
 from analyzer.facts.tests._build import store, trace
 from analyzer.loading import load_trace
-from analyzer.testing import DATA_DIR, available, real_trace
+from analyzer.testing import DATA_DIR, real_trace
 from analyzer.window import choose_window
 
 load_all()
@@ -18,18 +18,20 @@ US = 1_000
 
 
 def _committed() -> list[str]:
-    names = available()
-    names += ["ddp/" + n for n in available("ddp/*.sqlite.xz")]
-    kineto = DATA_DIR / "kineto"
-    names += sorted("kineto/" + p.name for p in kineto.glob("*.pt.trace.json*")) if kineto.is_dir() else []
-    return names
+    """Every trace under tests/data: nsys exports (``.sqlite.xz``, as ``real_trace`` stems) and
+    torch.profiler traces (paths relative to tests/data)."""
+    if not DATA_DIR.is_dir():
+        return []
+    nsys = sorted(str(p.relative_to(DATA_DIR)).removesuffix(".sqlite.xz") for p in DATA_DIR.rglob("*.sqlite.xz"))
+    kineto = sorted(str(p.relative_to(DATA_DIR)) for p in DATA_DIR.rglob("*.pt.trace.json*"))
+    return nsys + kineto
 
 
 def _load(name: str):  # type: ignore[no-untyped-def]
     from analyzer.errors import InputError
 
     try:
-        return load_trace(DATA_DIR / name if name.startswith("kineto/") else real_trace(name))
+        return load_trace(DATA_DIR / name if ".pt.trace.json" in name else real_trace(name))
     except InputError as err:  # CPU-only torch.profiler traces: nothing to partition
         pytest.skip(str(err))
 

@@ -176,8 +176,8 @@ def test_hostile_content_in_an_extended_pack_stops_everything(tmp_path):
 @pytest.mark.parametrize("selector, expected", [
     ("gpu-idle-gaps", {"GPU001"}),
     ("gpu001", {"GPU001"}),
-    ("GPU", {"GPU001", "GPU002", "GPU003"}),
-    ("utilization", {"GPU001", "GPU002", "GPU003"}),
+    ("GPU", {"GPU001", "GPU002", "GPU003", "GPU004"}),
+    ("utilization", {"GPU001", "GPU002", "GPU003", "GPU004"}),
     ("ncu-*", set()),
     ("*-measured", {"NCU001", "NCU005", "NCU006", "KRN004"}),
     ("NCU00?", {f"NCU00{i}" for i in range(1, 10)}),
@@ -198,7 +198,8 @@ def test_selection_layers_like_ruff(default):
     assert pack.reasons["GPU001"] == "ignore gpu-idle-gaps (--ignore)"
     # --select starts over; --extend-select adds one back
     pack = apply_settings(default, [config, RuleSettings(select=("utilization",))])
-    assert {r.name for r in pack.rules} == {"gpu-idle-gaps", "low-gpu-utilization", "low-sm-activity"}
+    assert {r.name for r in pack.rules} == {"gpu-idle-gaps", "low-gpu-utilization", "low-sm-activity",
+                                            "host-work-in-loop"}
     pack = apply_settings(default, [config, RuleSettings(extend_select=("tiny-kernels",))])
     assert pack.is_enabled("tiny-kernels") and not pack.is_enabled("NCU004")
     # --set reaches a rule that is switched off; values apply file first, then command line

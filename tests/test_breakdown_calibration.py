@@ -1,0 +1,35 @@
+"""docs/breakdown-calibration.md is what benchmarks/breakdown_calibration.py computes (checked on one
+pair here; ``python benchmarks/breakdown_calibration.py --check`` checks every pair)."""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "breakdown_calibration.py"
+
+
+def _module():  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location("breakdown_calibration", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_calibration_table_is_current_for_tiny_kernels():
+    cal = _module()
+    pair = next((p for p in cal.pairs() if p[0] == "tiny_kernels" and p[1] == "nsys"), None)
+    if pair is None:
+        pytest.skip("tiny_kernels pair not in tests/data")
+    row = cal.row(*pair)
+    doc = cal.DOC.read_text()
+    # the pair's line in the first table and the rule's line in the second, as the script writes them
+    for line in cal.table([row]).splitlines()[2:] + cal.rule_table([row]).splitlines()[2:]:
+        assert line in doc, f"{line!r} not in {cal.DOC.name}: run python benchmarks/breakdown_calibration.py --write"
+    # and the launch-bound impact is within 25% of what the twin saved
+    assert row.rule == "launch-bound" and 0.75 <= row.ratio <= 1.25 and not row.twin_fires
