@@ -140,3 +140,15 @@ def test_bench_jobs_two_ranks_serial_and_one_spilling_worker(tmp_path: Path) -> 
     assert "spill to disk above 0.0001 of their memory limit" in jobs.read_text()
     rows = [line for line in jobs.read_text().splitlines() if line.startswith("| 2 |")]
     assert len(rows) == 2 and all("yes: rank [0]" in r for r in rows), rows  # the planted straggler
+
+
+def test_breakdown_calibration_one_pair() -> None:
+    """The script's own command line on one pair (tests/test_breakdown_calibration.py checks its table
+    against docs/breakdown-calibration.md)."""
+    out = _run(REPO / "benchmarks" / "breakdown_calibration.py", "--only", "tiny_kernels")
+    rows = [line for line in out.splitlines() if line.startswith("| tiny_kernels |")]
+    assert {r.split("|")[2].strip() for r in rows} == {"nsys", "torch.profiler"}, out
+    assert all(" launch-bound " in r for r in rows)
+    bad = subprocess.run([sys.executable, REPO / "benchmarks" / "breakdown_calibration.py", "--only", "x",
+                          "--write"], capture_output=True, text=True, cwd=REPO)
+    assert bad.returncode == 2 and "cannot be combined" in bad.stderr
