@@ -1,7 +1,7 @@
 """Many rank traces of one job: the job analysis serially and on a local Dask cluster of 1 and 2 workers.
 
     python benchmarks/bench_jobs.py [--sizes 8,32,64] [--workers 1,2] [--serial-up-to 8]
-                                    [--workdir /tmp/bench_jobs] [--out benchmarks/JOBS.md]
+                                    [--spill FRACTION] [--workdir /tmp/bench_jobs] [--out benchmarks/JOBS.md]
 
 1. Builds an N-rank job from the real 2-GPU straggler job (tests/data/ddp/ddp_straggler_2gpu_rank*):
    N - 1 copies of rank 0's trace (a healthy rank that waits in every collective) and one copy of
@@ -12,7 +12,9 @@
    The copies are the real exports otherwise (same kernels, NVTX, API calls).
 2. Runs ``analyze job_rank*.sqlite --format json`` in a fresh subprocess per configuration: serially
    (up to ``--serial-up-to`` ranks: every trace passes through the client) and with
-   ``--scheduler local --workers W``. Measures wall time and the client's peak RSS (``os.wait4`` on
+   ``--scheduler local --workers W`` (with ``--spill F``: Dask's workers spill what they hold to disk
+   above F of their memory limit, ``distributed.worker.memory.target/spill``, to show that nothing a
+   job leaves with Dask needs to stay in memory). Measures wall time and the client's peak RSS (``os.wait4`` on
    the client process: its own, the Dask workers are separate processes and not counted).
 3. Checks that the report names the planted straggler at every size, and writes a Markdown table with
    the machine and date to ``--out``, plus an estimate for 1,024 ranks.
@@ -70,7 +72,7 @@ def build_job(n: int, workdir: Path, seed: int = 11) -> tuple[Path, int]:
     return folder, straggler
 
 
-def run(folder: Path, workers: int | None, out: Path) -> dict:
+def run(folder: Path, workers: int | None, out: Path, spill: float | None = None) -> dict:
     """One configuration in a fresh client process: wall time, client peak RSS, the straggler found."""
     files = sorted(folder.glob("job_rank*.sqlite"), key=lambda p: int(p.stem.rsplit("rank", 1)[1]))
     cmd = [sys.executable, "-m", "analyzer.cli", *map(str, files), "--format", "json", "-o", str(out), "-q"]
@@ -79,6 +81,8 @@ def run(folder: Path, workers: int | None, out: Path) -> dict:
     else:
         cmd += ["--scheduler", "none"]  # in the client process (8+ files default to a local cluster)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
+    if spill is not None:  # Dask's own configuration, through its environment variables
+        env["DASK_DISTRIBUTED__WORKER__MEMORY__TARGET"] = env["DASK_DISTRIBUTED__WORKER__MEMORY__SPILL"] = str(spill)
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, cwd=REPO)
     _, status, usage = os.wait4(proc.pid, 0)
@@ -96,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default="8,32,64")
     ap.add_argument("--workers", default="1,2")
     ap.add_argument("--serial-up-to", type=int, default=8)
+    ap.add_argument("--spill", type=float, default=None,
+                    help="Dask workers spill to disk above this fraction of their memory limit (e.g. 0.01)")
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/bench_jobs"))
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "JOBS.md")
     args = ap.parse_args(argv)
@@ -107,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         folder, straggler = build_job(n, args.workdir)
         configs = ([None] if n <= args.serial_up_to else []) + workers
         for w in configs:
-            res = run(folder, w, args.workdir / f"report{n}_{w or 0}.json")
+            res = run(folder, w, args.workdir / f"report{n}_{w or 0}.json", args.spill if w else None)
             found = res["straggler"] == [straggler]
             rows.append({"ranks": n, "mode": f"Dask, {w} worker{'s' if w > 1 else ''}" if w else "serial",
                          "straggler": straggler, "found": found, **res})
@@ -123,7 +129,9 @@ def main(argv: list[str] | None = None) -> int:
         "plus its rank 1 (the straggler) at rank N/3, each copy with its own session clock skewed by up "
         "to +-25 ms (a 3.9 MB SQLite file, 17k kernels, per rank). Wall time of the whole `analyze` "
         "process (JSON report); client peak RSS is the `analyze` process alone (Dask workers are "
-        "separate processes).", "",
+        "separate processes)."
+        + (f" Dask workers spill to disk above {args.spill:g} of their memory limit (`--spill`)." if args.spill
+           is not None else ""), "",
         "| Ranks | Mode | Wall | Client peak RSS | Straggler found (planted) | Report |",
         "|---:|---|---:|---:|---|---:|",
     ]

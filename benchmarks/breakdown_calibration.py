@@ -13,6 +13,7 @@ and compared:
     python benchmarks/breakdown_calibration.py            # print the table
     python benchmarks/breakdown_calibration.py --write    # and write docs/breakdown-calibration.md
     python benchmarks/breakdown_calibration.py --check    # exit 1 when the file differs from the table
+    python benchmarks/breakdown_calibration.py --only tiny_kernels   # one pair's rows (the CI smoke test)
 
 Run from the repository root (``python -m`` style: the checkout's ``analyzer`` is imported).
 """
@@ -170,8 +171,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write", action="store_true", help=f"write {DOC.relative_to(ROOT)}")
     ap.add_argument("--check", action="store_true", help="exit 1 when the file differs")
+    ap.add_argument("--only", nargs="+", metavar="PAIR", help="only these pairs (e.g. tiny_kernels); print only")
     args = ap.parse_args(argv)
-    rows = [row(*p) for p in pairs()]
+    if args.only and (args.write or args.check):
+        ap.error("--only prints a partial table: it cannot be combined with --write or --check")
+    chosen = [p for p in pairs() if not args.only or p[0] in args.only]
+    if args.only and not chosen:
+        ap.error(f"no pair named {', '.join(args.only)} in tests/data")
+    rows = [row(*p) for p in chosen]
     text = render(rows)
     print(text)
     if args.write:

@@ -129,12 +129,26 @@ def test_stages_and_memstages_with_an_output_file(tmp_path: Path) -> None:
     assert "process peak (VmHWM):" in out and " loading" in out
 
 
-def test_bench_jobs_two_ranks_serial_and_one_worker(tmp_path: Path) -> None:
+def test_bench_jobs_two_ranks_serial_and_one_spilling_worker(tmp_path: Path) -> None:
+    """Serially and on one Dask worker told to spill everything it holds (what once failed to pickle)."""
     import pytest
 
     pytest.importorskip("distributed")
     jobs = tmp_path / "JOBS.md"
     _run(REPO / "benchmarks" / "bench_jobs.py", "--sizes", "2", "--workers", "1", "--serial-up-to", "2",
-         "--workdir", tmp_path, "--out", jobs)
+         "--spill", "0.0001", "--workdir", tmp_path, "--out", jobs)
+    assert "spill to disk above 0.0001 of their memory limit" in jobs.read_text()
     rows = [line for line in jobs.read_text().splitlines() if line.startswith("| 2 |")]
     assert len(rows) == 2 and all("yes: rank [0]" in r for r in rows), rows  # the planted straggler
+
+
+def test_breakdown_calibration_one_pair() -> None:
+    """The script's own command line on one pair (tests/test_breakdown_calibration.py checks its table
+    against docs/breakdown-calibration.md)."""
+    out = _run(REPO / "benchmarks" / "breakdown_calibration.py", "--only", "tiny_kernels")
+    rows = [line for line in out.splitlines() if line.startswith("| tiny_kernels |")]
+    assert {r.split("|")[2].strip() for r in rows} == {"nsys", "torch.profiler"}, out
+    assert all(" launch-bound " in r for r in rows)
+    bad = subprocess.run([sys.executable, REPO / "benchmarks" / "breakdown_calibration.py", "--only", "x",
+                          "--write"], capture_output=True, text=True, cwd=REPO)
+    assert bad.returncode == 2 and "cannot be combined" in bad.stderr

@@ -39,15 +39,19 @@ _REPLAY_COLUMNS = {
     "nvtx_path": "NVTX ranges open at the launch",
     "gap_before_ns": "time between the previous replay's end and this one's start, on the same device "
                      "(ns; NaN for the device's first replay in the window, 0 when they overlap)",
+    "idle_before_ns": "of that gap, the time the device ran nothing at all (ns; other GPU work in the gap, "
+                      "e.g. eager kernels between two replays, is not idle; NaN as gap_before_ns)",
 }
 
 
 def _empty_replays() -> pd.DataFrame:
     text = {"api_name", "nvtx_path"}
-    return pd.DataFrame({c: pd.Series(dtype=object if c in text else "int64") for c in _REPLAY_COLUMNS})
+    real = {"gap_before_ns", "idle_before_ns"}
+    return pd.DataFrame({c: pd.Series(dtype=object if c in text else "float64" if c in real else "int64")
+                         for c in _REPLAY_COLUMNS})
 
 
-@fact("graph_replays", columns=_REPLAY_COLUMNS, scope_keys=("device", "nvtx_path"))
+@fact("graph_replays", columns=_REPLAY_COLUMNS, requires=("gpu_busy",), scope_keys=("device", "nvtx_path"))
 def graph_replays(ctx: FactContext) -> pd.DataFrame:
     """One row per CUDA graph replay starting in the window, in start order per device, with the idle
     time between consecutive replays."""
@@ -114,7 +118,34 @@ def graph_replays(ctx: FactContext) -> pd.DataFrame:
             reach = np.maximum.accumulate(e[idx])
             gap[idx[1:]] = np.maximum(s[idx[1:]] - reach[:-1], 0)
     out["gap_before_ns"] = gap
+    out["idle_before_ns"] = _idle_in_gaps(ctx.get("gpu_busy"), dev, s - np.nan_to_num(gap).astype(np.int64), s,
+                                          np.isnan(gap))
     return out.sort_values("start", kind="stable", ignore_index=True)[list(_REPLAY_COLUMNS)]
+
+
+def _idle_in_gaps(busy: pd.DataFrame, device: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                  none: np.ndarray) -> np.ndarray:
+    """Per gap ``[lo, hi)`` on ``device``: its length minus the device's busy time inside it (``busy``:
+    the gpu_busy union, sorted per device); NaN where ``none``."""
+    out = np.where(none, np.nan, (hi - lo).astype(np.float64))
+    if busy.empty:
+        return out
+    for d in np.unique(device).tolist():
+        mine = np.flatnonzero((device == d) & ~none)
+        b = busy.loc[busy["device"].to_numpy() == d]
+        if not len(mine) or b.empty:
+            continue
+        bs, be = b["start"].to_numpy(np.int64), b["end"].to_numpy(np.int64)
+        done = np.concatenate(([0], np.cumsum(be - bs)))
+
+        def covered(t: np.ndarray) -> np.ndarray:  # busy time before t
+            i = np.searchsorted(bs, t, side="right")  # intervals starting at or before t
+            partial = np.where(i > 0, np.clip(t - bs[np.maximum(i - 1, 0)], 0, None)
+                               - np.clip(t - be[np.maximum(i - 1, 0)], 0, None), 0)
+            return done[np.maximum(i - 1, 0)] * (i > 0) + partial
+
+        out[mine] = (hi[mine] - lo[mine]) - (covered(hi[mine]) - covered(lo[mine]))
+    return out
 
 
 _UNKNOWN_COLUMNS = {

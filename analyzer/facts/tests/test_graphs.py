@@ -224,3 +224,21 @@ def test_compilers_the_program_started_are_setup_in_an_nsys_trace():
     assert ptxas and row["count"] >= len(ptxas)
     assert 0 < row["before_window_ns"] <= a.window.setup_ns and row["in_window_ns"] == 0
     assert "compilers the program started" in next(f.message for f in a.findings if f.rule == "setup-time")
+
+
+def test_host_bound_graph_loop_is_idle_time_between_replays():
+    a = _analysis(ROUND3 / "compile_train_fixed.sqlite.xz")
+    r = a.facts.get("graph_replays")
+    w = a.window
+    idle = w.duration_ns - int(a.facts.get("gpu_busy")["duration"].sum())
+    between = float(np.nansum(r["idle_before_ns"]))
+    # idle time before each replay is GPU idle time: never more than the window's, never more than the gap
+    assert 0 < between <= idle
+    gaps = r["gap_before_ns"].to_numpy()
+    assert (np.nan_to_num(r["idle_before_ns"].to_numpy()) <= np.nan_to_num(gaps)).all()
+    found = [f for f in a.findings if f.rule == "host-bound-graph-loop"]
+    assert len(found) == 1 and abs(found[0].impact_ns - between) < 1
+    low = [f for f in a.findings if f.rule == "low-gpu-utilization"]
+    assert low and found[0].key in low[0].explained_by
+    # the CUDA graph decode loop is GPU-bound: silent
+    assert "host-bound-graph-loop" not in {f.rule for f in _analysis(ROUND3 / "decode_eager_fixed.sqlite.xz").findings}

@@ -276,10 +276,13 @@ def test_tampered_entries_are_never_served(trace_file, cache, monkeypatch, capsy
 
 def test_cache_is_private_and_refuses_what_others_can_write(trace_file, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(cache_mod, "_SAID", set(), raising=False)
-    monkeypatch.setattr(os, "umask", lambda mask=0: 0)  # a permissive umask must not leak into the cache
     home = tmp_path / "home-cache"
     cache = TraceCache(home / "traces", limit=10**9)
-    Counting(monkeypatch).load(trace_file, cache)
+    old_mask = os.umask(0)  # a permissive umask must not leak into the cache
+    try:
+        Counting(monkeypatch).load(trace_file, cache)
+    finally:
+        os.umask(old_mask)
     monkeypatch.undo()
     monkeypatch.setattr(cache_mod, "_SAID", set(), raising=False)
     assert (home.stat().st_mode & 0o777, cache.root.stat().st_mode & 0o777) == (0o700, 0o700)
