@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -50,7 +50,12 @@ from analyzer.job.rank import (
     prepare_file,
 )
 from analyzer.job.ranks import number_ranks
-from analyzer.trace_analysis import rules_label
+from analyzer.trace_analysis import AnalysisOptions, rules_label
+
+if TYPE_CHECKING:
+    from analyzer.accepted import AcceptedFindings
+    from analyzer.loading.ncu import NcuReport
+    from analyzer.rules.model import RulePack
 
 Progress = Callable[[str], None] | None
 #: a rank counts as late at a collective when it arrived this much after the second latest
@@ -217,16 +222,16 @@ class _Serial:
 # -- the job ----------------------------------------------------------------------------------------
 def analyze_job(
     paths: Sequence[Path],
-    options: Any,
+    options: AnalysisOptions,
     *,
-    pack: Any = None,
+    pack: RulePack | None = None,
     scheduler: Any = None,
     workers: int | None = None,
     force: bool | None = None,
-    ncu: Any = None,
+    ncu: NcuReport | None = None,
     progress: Progress = None,
     loaded: dict[str, Any] | None = None,
-    accepted: Any = None,
+    accepted: AcceptedFindings | None = None,
 ) -> JobOutcome:
     """Analyze ``paths`` as one multi-GPU job. ``force`` True: a job even if it does not look like
     one; None: detect. When the inputs are not one job, the outcome carries the per-input analyses

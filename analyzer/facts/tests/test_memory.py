@@ -194,6 +194,11 @@ def test_frees_without_allocation_start_the_level_at_zero(churn) -> None:
     assert (tl["bytes"] >= 0).all() and tl["bytes"].min() == 0
     g = a.facts.get("memory_growth").iloc[0]
     assert g["unmatched_frees"] >= 1
+    from analyzer.reports.viewmodel import build_report
+
+    notes = build_report([a]).traces[0].memory.notes
+    assert any("of memory allocated before the capture" in n for n in notes)
+    assert not build_report([churn]).traces[0].memory.notes
 
 
 def test_events_without_device_and_several_processes(leak) -> None:

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import re
 
+from analyzer.loading.names import matching_open
+
 
 # --------------------------------------------------------------------------------------------------
 # Kernel names
@@ -42,16 +44,8 @@ def _strip_trailing_group(s: str, open_ch: str, close_ch: str) -> str:
     """Remove a balanced ``open_ch ... close_ch`` group that ends ``s`` (parameters, template args)."""
     if not s.endswith(close_ch):
         return s
-    depth = 0
-    for i in range(len(s) - 1, -1, -1):
-        ch = s[i]
-        if ch == close_ch:
-            depth += 1
-        elif ch == open_ch:
-            depth -= 1
-            if depth == 0:
-                return s[:i].rstrip()
-    return s
+    i = matching_open(s, open_ch, close_ch)
+    return s[:i].rstrip() if i >= 0 else s
 
 
 def _after_last_top_level(s: str, sep: str) -> str:
