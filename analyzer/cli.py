@@ -23,7 +23,15 @@ import click
 from analyzer._version import __version__
 from analyzer._paths import trace_stem
 from analyzer.config.cli import ConfigGroup
-from analyzer.config.options import MAX_TIMEOUT_SECONDS, FiniteFloat, accepted_options, pack_options, rule_settings
+from analyzer.config.options import (
+    MAX_TIMEOUT_SECONDS,
+    FiniteFloat,
+    accepted_options,
+    no_cache_option,
+    output_format,
+    pack_options,
+    rule_settings,
+)
 from analyzer.errors import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, AnalyzerError
 from analyzer.progress import progress_printer
 from analyzer.watchdog import stage
@@ -50,6 +58,7 @@ class _DefaultGroup(ConfigGroup):
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
+            _no_such_command(ctx, self, args[0])
             args = ["run", *args]
         elif not args:
             args = ["run"]
@@ -57,6 +66,35 @@ class _DefaultGroup(ConfigGroup):
 
     def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         formatter.write_usage("analyze", "TRACE... [OPTIONS] | COMMAND [ARGS]...")
+
+    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The form a user types first, ``analyze TRACE... [OPTIONS]``, documented in full: the default
+        command's options come before the other commands."""
+        self.format_usage(ctx, formatter)
+        self.format_help_text(ctx, formatter)
+        default = self.commands.get("run")
+        if default is not None:
+            sub = click.Context(default, info_name="analyze", parent=ctx)
+            rows = [rec for p in default.get_params(sub) if isinstance(p, click.Option)
+                    and p.name not in ("help", "version") and (rec := p.get_help_record(sub)) is not None]
+            with formatter.section("Analysis options (analyze TRACE... [OPTIONS], also 'analyze run')"):
+                formatter.write_text(" ".join((default.help or "").split()))
+                formatter.write_paragraph()
+                formatter.write_dl(rows)
+        self.format_options(ctx, formatter)
+        self.format_epilog(ctx, formatter)
+
+
+def _no_such_command(ctx: click.Context, group: click.Group, first: str) -> None:
+    """Refuse a first argument that is no file and looks like a mistyped command (``analyze difff a b``),
+    with the command it is closest to; anything else is a TRACE for the default command."""
+    from analyzer.rules.expr import did_you_mean
+
+    if first.startswith("-") or any(c in first for c in "/\\.*?[") or Path(first).exists():
+        return
+    hint = did_you_mean(first, [n for n in group.commands if n != "run"])
+    if hint:
+        raise click.UsageError(f"no such command or trace '{first}'; {hint}", ctx)
 
 
 @click.group(cls=_DefaultGroup, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
@@ -70,7 +108,8 @@ def cli() -> None:
 @click.argument("traces", nargs=-1, required=True, type=click.Path(dir_okay=True, path_type=Path))
 @pack_options
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
-              help="Report format. Default: from --output's extension, else html.")
+              help="Report format. Default: the one --output's extension names (.html, .md, .json), else "
+                   "html; an extension that names another format, or none (.pdf), is refused.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
               help="Report path ('-' for stdout). Default: reports/<trace>.<format>.")
 @click.option("--fail-on", type=click.Choice(["info", "warning", "error"]), default=None,
@@ -92,9 +131,7 @@ def cli() -> None:
               envvar="ANALYZER_TIMEOUT",
               help="Stop a trace's analysis after SECONDS and name the stage that ran away (default: none).")
 @accepted_options
-@click.option("--no-cache", is_flag=True,
-              help="Neither read nor write the columnar trace cache (kept in the user's cache directory; "
-                   "ANALYZER_CACHE_DIR / ANALYZER_CACHE_MAX / ANALYZER_NO_CACHE=1).")
+@no_cache_option
 @click.option("--job/--no-job", "job", default=None,
               help="Analyze the inputs as one multi-GPU job (per-rank analyses plus cross-rank facts), "
                    "or never. Default: when they are one (several rank files of one run, or one report "
@@ -141,7 +178,7 @@ def run_cmd(
     from analyzer.reports import render
     from analyzer.trace_analysis import AnalysisOptions
 
-    fmt = fmt or _format_from_output(output)
+    fmt = output_format(output, fmt)
     if output is not None and str(output) != "-":
         from analyzer.fileio import output_target
 
@@ -201,8 +238,23 @@ def run_cmd(
             out.write(f"report: {target}\n")
     if fail_on is not None:
         threshold = Severity.parse(fail_on)
-        if any(f.severity >= threshold and f.counts for f in outcome.findings):
+        tripped = [f for f in outcome.findings if f.severity >= threshold and f.counts]
+        if tripped:
+            click.echo(fail_on_line(tripped, fail_on), err=True)
             raise SystemExit(EXIT_FINDINGS)
+
+
+def fail_on_line(tripped: list[Any], fail_on: str) -> str:
+    """The one line that says why ``--fail-on`` failed the run: how many findings, at which severity,
+    from which rules (the most severe first), like a linter's "Found N errors"."""
+    by_rule: dict[str, int] = {}  # in order: the most severe first
+    for f in sorted(tripped, key=lambda f: -int(f.severity)):
+        label = f"{f.id} {f.rule} ({f.severity})"
+        by_rule[label] = by_rule.get(label, 0) + 1
+    names = [label + (f" x{n}" if n > 1 else "") for label, n in by_rule.items()]
+    shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more rules" if len(names) > 8 else "")
+    n = len(tripped)
+    return f"fail-on {fail_on}: {n} finding{'s' if n != 1 else ''} at {fail_on} or above: {shown} (exit 1)"
 
 
 def _has_dask() -> bool:
@@ -247,16 +299,6 @@ def _record_accepted(path: Path, outcome: Any, previous: Any) -> int:
     count = write_accepted(path, outcome.finding_sources(), previous)
     outcome.mark_accepted(load_accepted(path))
     return count
-
-
-def _format_from_output(output: Path | None) -> str:
-    if output is not None:
-        suffix = output.suffix.lower().lstrip(".")
-        if suffix in ("md", "markdown"):
-            return "md"
-        if suffix in FORMATS:
-            return suffix
-    return "html"
 
 
 def _mount_subcommands() -> None:
@@ -338,6 +380,9 @@ def guarded(run: Callable[[], object]) -> int:
             return 130
         click.echo("error: aborted", err=True)
         return EXIT_USAGE
+    except _NO_ARGS_IS_HELP as err:  # a group without its subcommand (analyze rules): its help, as --help
+        click.echo(err.ctx.get_help() if err.ctx is not None else str(err))
+        return EXIT_OK
     except click.UsageError as err:
         hint = f" (see '{err.ctx.command_path} --help')" if err.ctx is not None else ""
         click.echo(f"error: {one_line(err.format_message())}{hint}", err=True)
@@ -363,6 +408,10 @@ def guarded(run: Callable[[], object]) -> int:
                    "the traceback and please report it)", err=True)
         return 3
     return EXIT_OK
+
+
+#: click's "a group was called without a subcommand" (click >= 8.2; older click prints the help itself)
+_NO_ARGS_IS_HELP: Any = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
 
 def one_line(text: str, limit: int = 2000) -> str:

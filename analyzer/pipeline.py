@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from analyzer.analysis import Analysis
 from analyzer.errors import InputError
@@ -36,6 +36,12 @@ from analyzer.trace_analysis import (
 )
 from analyzer.watchdog import Watchdog, stage
 
+if TYPE_CHECKING:
+    from analyzer.accepted import AcceptedFindings
+    from analyzer.job.run import JobOutcome
+    from analyzer.loading.ncu import NcuReport
+    from analyzer.rules.model import RulePack
+
 __all__ = [
     "AnalysisOptions", "NCU_FACTS", "NO_TIMELINE", "Progress", "analyze_inputs", "analyze_loaded",
     "analyze_ncu", "analyze_paths", "analyze_trace", "default_rules_path", "fact_threads", "finish",
@@ -45,8 +51,8 @@ __all__ = [
 
 
 def analyze_paths(
-    paths: Sequence[Path], options: AnalysisOptions, *, progress: Progress = None, pack: Any = None,
-    accepted: Any = None,
+    paths: Sequence[Path], options: AnalysisOptions, *, progress: Progress = None, pack: RulePack | None = None,
+    accepted: AcceptedFindings | None = None,
 ) -> list[Analysis]:
     """Analyze every trace in ``paths``; ncu files among them (by content) and ``options.ncu_files``
     are loaded once and joined to each trace. A directory stands for the trace files in it (HTA's
@@ -99,7 +105,7 @@ def split_inputs(paths: Sequence[Path], options: AnalysisOptions) -> tuple[list[
     return traces, ncu_paths
 
 
-def load_ncu_paths(ncu_paths: Sequence[Path]) -> Any:
+def load_ncu_paths(ncu_paths: Sequence[Path]) -> NcuReport | None:
     """The Nsight Compute data of ``ncu_paths`` loaded once (None without any)."""
     from analyzer.loading.ncu import load_ncu
 
@@ -137,7 +143,7 @@ def trace_files_in(folder: Path) -> tuple[list[Path], list[Path]]:
 
 def analyze_inputs(paths: Sequence[Path], options: AnalysisOptions, *, job: bool | None = None,
                    scheduler: Any = None, workers: int | None = None, progress: Progress = None,
-                   pack: Any = None, accepted: Any = None) -> Any:
+                   pack: RulePack | None = None, accepted: AcceptedFindings | None = None) -> JobOutcome:
     """What ``analyze`` runs: the inputs as one multi-GPU job when they are one (several rank files,
     or one report holding several ranks; ``job`` True/False forces it), else each on its own (as
     :func:`analyze_paths`). Returns an :class:`analyzer.job.run.JobOutcome`. ``pack`` and ``accepted``:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from analyzer._paths import shown_path
 from analyzer.analysis import Analysis
@@ -19,6 +19,15 @@ from analyzer.errors import InputError
 from analyzer.findings import NotChecked
 from analyzer.progress import Progress
 from analyzer.watchdog import note, stage
+
+if TYPE_CHECKING:  # the boundary's types; the modules themselves are imported when a trace is analyzed
+    from analyzer.accepted import AcceptedFindings
+    from analyzer.facts.registry import FactStore
+    from analyzer.loading.cache import TraceCache
+    from analyzer.loading.model import Trace
+    from analyzer.loading.ncu import NcuReport
+    from analyzer.rules.model import RulePack
+    from analyzer.rules.selection import RuleSettings
 
 
 def default_rules_path() -> Path:
@@ -40,7 +49,7 @@ class AnalysisOptions:
     rules_files: tuple[str | Path, ...] = ()
     #: parameter values and rule selection, layer by layer (project configuration, command line);
     #: analyzer.rules.selection.RuleSettings
-    rule_settings: tuple[Any, ...] = ()
+    rule_settings: tuple[RuleSettings, ...] = ()
     #: findings the project accepts (analyzer.accepted): marked in reports, not counted by --fail-on
     accepted_file: Path | None = None
     accepted_growth: float | None = None  # None: analyzer.accepted.DEFAULT_MAX_GROWTH
@@ -57,7 +66,7 @@ class AnalysisOptions:
         return (self.rules_file,) if self.rules_file is not None else ("default",)
 
 
-def load_rules(options: AnalysisOptions) -> Any:
+def load_rules(options: AnalysisOptions) -> RulePack:
     """Load, validate, override and select the rule pack before any trace is read."""
     from analyzer.rules import apply_overrides, load_pack
     from analyzer.rules.selection import apply_settings
@@ -68,7 +77,7 @@ def load_rules(options: AnalysisOptions) -> Any:
     return apply_overrides(pack, list(options.sets)) if options.sets else pack
 
 
-def load_accepted_findings(options: AnalysisOptions) -> Any:
+def load_accepted_findings(options: AnalysisOptions) -> AcceptedFindings | None:
     """The accepted-findings file of ``options`` (None without one), checked before any trace is read."""
     if options.accepted_file is None:
         return None
@@ -80,13 +89,13 @@ def load_accepted_findings(options: AnalysisOptions) -> Any:
 
 def analyze_trace(
     path: Path | str,
-    pack: Any = None,
+    pack: RulePack | None = None,
     *,
     options: AnalysisOptions | None = None,
-    ncu: Any = None,
+    ncu: NcuReport | None = None,
     progress: Progress = None,
-    trace: Any = None,
-    accepted: Any = None,
+    trace: Trace | None = None,
+    accepted: AcceptedFindings | None = None,
 ) -> Analysis:
     """Analyze one nsys trace with ``pack`` (loaded from ``options`` when None). ``trace``: the trace
     already loaded from ``path`` (the fuzz harness loads first to recognise repeated cases). Findings
@@ -105,8 +114,8 @@ def analyze_trace(
     return analyze_loaded(trace, pack, options=options, ncu=ncu, progress=progress, accepted=accepted)
 
 
-def prepare(trace: Any, options: AnalysisOptions, *, ncu: Any = None, progress: Progress = None,
-            extra_fact_options: dict[str, Any] | None = None) -> Any:
+def prepare(trace: Trace, options: AnalysisOptions, *, ncu: NcuReport | None = None, progress: Progress = None,
+            extra_fact_options: dict[str, Any] | None = None) -> FactStore:
     """Window and fact store of a loaded trace: everything before the rules run. A multi-GPU job
     prepares every rank this way, matches collectives across ranks, then finishes each rank with
     :func:`finish` (its fact store then knows the rank's waits)."""
@@ -147,7 +156,7 @@ def _caused_by(err: BaseException, kind: type[BaseException]) -> bool:
     return False
 
 
-def finish(store: Any, pack: Any, *, progress: Progress = None, accepted: Any = None,
+def finish(store: FactStore, pack: RulePack, *, progress: Progress = None, accepted: AcceptedFindings | None = None,
            keep: Iterable[str] | None = None) -> Analysis:
     """Evaluate ``pack`` over a prepared fact store: the :class:`Analysis` of one trace; findings matching
     ``accepted`` (an :class:`analyzer.accepted.AcceptedFindings`) are marked accepted. ``keep``: the facts
@@ -166,7 +175,7 @@ def finish(store: Any, pack: Any, *, progress: Progress = None, accepted: Any = 
     return _analysis(store, findings, pack, parameters_of=pack, ncu=trace.extras.get("ncu"), not_checked=not_checked)
 
 
-def _evaluate(pack: Any, store: Any, *, keep: Iterable[str] | None = None) -> list[Any]:
+def _evaluate(pack: RulePack, store: FactStore, *, keep: Iterable[str] | None = None) -> list[Any]:
     """The findings of ``pack`` over ``store`` (the "rules" stage). An overflow of 64-bit arithmetic is the
     trace's fault (timestamps or sizes no real trace has), so it becomes one line naming the trace, not
     an error of the rule file. ``keep``: see :func:`finish`."""
@@ -230,8 +239,9 @@ def _analysis(store: Any, findings: list[Any], pack: Any, *, parameters_of: Any,
     )
 
 
-def analyze_loaded(trace: Any, pack: Any = None, *, options: AnalysisOptions | None = None, ncu: Any = None,
-                   progress: Progress = None, accepted: Any = None) -> Analysis:
+def analyze_loaded(trace: Trace, pack: RulePack | None = None, *, options: AnalysisOptions | None = None,
+                   ncu: NcuReport | None = None, progress: Progress = None,
+                   accepted: AcceptedFindings | None = None) -> Analysis:
     """Analyze an already loaded :class:`~analyzer.loading.model.Trace` (one rank of a multi-process
     report, a synthetic trace): :func:`prepare` then :func:`finish`. The analysis keeps the facts reports
     read (:data:`~analyzer.analysis.REPORT_FACTS`); the others are freed after their last rule."""
@@ -244,7 +254,7 @@ def analyze_loaded(trace: Any, pack: Any = None, *, options: AnalysisOptions | N
                   keep=REPORT_FACTS)
 
 
-def split_by_capability(pack: Any, unavailable: Mapping[str, str]) -> tuple[Any, list[NotChecked]]:
+def split_by_capability(pack: RulePack, unavailable: Mapping[str, str]) -> tuple[RulePack, list[NotChecked]]:
     """The pack without the rules that need data the trace lacks, and those rules as
     :class:`~analyzer.findings.NotChecked` (in pack order)."""
     if not unavailable:
@@ -271,7 +281,7 @@ def noting(progress: Progress) -> Callable[[str], None]:
     return say
 
 
-def trace_cache(options: AnalysisOptions, *, background: bool = False) -> Any:
+def trace_cache(options: AnalysisOptions, *, background: bool = False) -> TraceCache | None:
     from analyzer.loading.cache import TraceCache, enabled_by_env
 
     return TraceCache(background=background) if options.cache and enabled_by_env() else None
@@ -283,7 +293,7 @@ NO_TIMELINE = "needs a timeline (an Nsight Systems trace)"
 
 
 def analyze_ncu(
-    path: Path | str, pack: Any = None, *, options: AnalysisOptions | None = None, progress: Progress = None,
+    path: Path | str, pack: RulePack | None = None, *, options: AnalysisOptions | None = None, progress: Progress = None,
 ) -> Analysis:
     """Analyze an Nsight Compute report on its own: the rules over ncu facts run on the profiled
     launches (their impacts from the profiled durations, as their messages say); every other rule is

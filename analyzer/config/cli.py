@@ -120,9 +120,18 @@ class ConfigCommand(click.Command):
 
 
 class ConfigGroup(click.Group):
-    """A group whose subcommands are :class:`ConfigCommand` by default."""
+    """A group whose subcommands are :class:`ConfigCommand` by default; a mistyped subcommand is
+    answered with the closest one (``analyze rules lst``: did you mean "list"?)."""
 
     command_class = ConfigCommand
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and self.get_command(ctx, name) is None:
+            hint = did_you_mean(name, self.list_commands(ctx))
+            if hint:
+                ctx.fail(f"no such command '{name}'; {hint}")
+        return super().resolve_command(ctx, args)
 
 
 ConfigGroup.group_class = ConfigGroup

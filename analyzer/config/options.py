@@ -42,6 +42,39 @@ class FiniteFloat(click.ParamType):
         return number
 
 
+def no_cache_option(function: F) -> F:
+    """``--no-cache`` (the command receives ``no_cache``), the same for every command that reads traces."""
+    return click.option(
+        "--no-cache", is_flag=True,
+        help="Neither read nor write the columnar trace cache (kept in the user's cache directory; "
+             "ANALYZER_CACHE_DIR / ANALYZER_CACHE_MAX / ANALYZER_NO_CACHE=1).")(function)
+
+
+#: the report formats an ``-o`` file's extension names (``.htm``, ``.markdown`` too)
+REPORT_EXTENSIONS = {"html": "html", "htm": "html", "md": "md", "markdown": "md", "json": "json"}
+
+
+def output_format(output: Path | None, fmt: str | None, default: str = "html") -> str:
+    """The format of a report written to ``output`` (``-o``): ``--format`` if given, else the one the
+    file's extension names, else ``default``. A file's name says what it holds, so an extension that
+    names another format than ``--format`` (``-o out.md --format html``) or that is no report format
+    (``-o out.pdf``) is refused with one line; a name without extension (or ``-``, stdout) takes any."""
+    if output is None or str(output) == "-" or not output.suffix:
+        return fmt or default
+    suffix = output.suffix.lower().lstrip(".")
+    by_ext = REPORT_EXTENSIONS.get(suffix)
+    if by_ext is None:
+        raise click.BadParameter(
+            f"{output.name}: .{suffix} is not a report format; name the file .html, .md or .json "
+            "(the format follows the extension), or give --format with a name without extension",
+            param_hint="'-o' / '--output'")
+    if fmt is not None and fmt != by_ext:
+        raise click.BadParameter(
+            f"{output.name} is a .{suffix} file but --format says {fmt}; drop --format (the format follows "
+            f"the extension) or name the file .{fmt}", param_hint="'-o' / '--output'")
+    return by_ext
+
+
 #: the longest --timeout: a week (the biggest traces take minutes)
 MAX_TIMEOUT_SECONDS = 7 * 24 * 3600.0
 

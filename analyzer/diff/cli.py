@@ -14,7 +14,7 @@ import click
 
 from analyzer._paths import trace_stem
 from analyzer.config.cli import ConfigCommand
-from analyzer.config.options import MAX_TIMEOUT_SECONDS, FiniteFloat, pack_options, rule_settings
+from analyzer.config.options import MAX_TIMEOUT_SECONDS, FiniteFloat, no_cache_option, output_format, pack_options, rule_settings
 from analyzer.errors import EXIT_FINDINGS, ParameterError
 from analyzer.progress import progress_printer
 
@@ -39,21 +39,14 @@ Examples:
 
 
 def _targets(outputs: tuple[Path, ...], fmt: str | None, base: Path, head: Path) -> list[tuple[Path, str]]:
-    """(path, format) per ``-o``: the format from the extension, else ``--format``, else html."""
+    """(path, format) per ``-o``: the format its extension names, else ``--format``, else html (an
+    extension that names another format than ``--format``, or none, is refused: :func:`output_format`)."""
     if not outputs:
         chosen = fmt or "html"
         return [(Path("reports") / f"diff-{_stem(base)}-{_stem(head)}.{chosen}", chosen)]
     if sum(1 for o in outputs if str(o) == "-") > 1:
         raise click.UsageError("-o - (stdout) can be given once")
-    out = []
-    for o in outputs:
-        suffix = o.suffix.lower().lstrip(".")
-        by_ext = "md" if suffix in ("md", "markdown") else suffix if suffix in FORMATS else None
-        if len(outputs) == 1 and fmt:
-            out.append((o, fmt))
-        else:
-            out.append((o, by_ext or fmt or "html"))
-    return out
+    return [(o, output_format(o, fmt)) for o in outputs]
 
 
 def _stem(path: Path) -> str:
@@ -75,7 +68,8 @@ def _percent(ctx: click.Context, param: click.Parameter, value: str | None) -> f
 @click.argument("head", type=click.Path(dir_okay=True, path_type=Path))
 @pack_options
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
-              help="Report format. Default: from --output's extension, else html.")
+              help="Report format. Default: the one --output's extension names (.html, .md, .json), else "
+                   "html; an extension that names another format, or none (.pdf), is refused.")
 @click.option("-o", "--output", "outputs", type=click.Path(path_type=Path), multiple=True,
               help="Report path ('-' for stdout); repeat it for several formats at once (-o d.md -o d.html), each "
                    "by its extension. Default: reports/diff-<base>-<head>.<format>.")
@@ -102,13 +96,14 @@ def _percent(ctx: click.Context, param: click.Parameter, value: str | None) -> f
 @click.option("--timeout", type=FiniteFloat(0, MAX_TIMEOUT_SECONDS), default=None, metavar="SECONDS",
               envvar="ANALYZER_TIMEOUT",
               help="Stop a trace's analysis after SECONDS and name the stage that ran away (default: none).")
+@no_cache_option
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
 @click.pass_context
 def diff(ctx: click.Context, base: Path, head: Path, rules_files: tuple[str, ...], sets: tuple[str, ...],
          select: tuple[str, ...], extend_select: tuple[str, ...], ignore: tuple[str, ...], fmt: str | None,
          outputs: tuple[Path, ...], fail_pct: float | None, min_effect: float | None,
          accepted_file: Path | None, accepted_growth: float | None, window_spec: str | None,
-         exclude_ranges: tuple[str, ...], timeout: float | None, quiet: bool) -> None:
+         exclude_ranges: tuple[str, ...], timeout: float | None, no_cache: bool, quiet: bool) -> None:
     """Compare BASE and HEAD: step time with its significance, where the time moved (NVTX phases,
     kernels, copies) and which findings are new, resolved or changed. The rule options apply to traces;
     a JSON report keeps the findings it was written with."""
@@ -129,6 +124,7 @@ def diff(ctx: click.Context, base: Path, head: Path, rules_files: tuple[str, ...
         window_spec=window_spec,
         exclude_ranges=exclude_option(exclude_ranges),
         timeout=timeout,
+        cache=not no_cache,
     )
     pack = load_rules(options)  # a bad rule pack or --set fails before any trace is read
     accepted = load_accepted_findings(replace(options, accepted_file=accepted_file,

@@ -30,7 +30,7 @@ from analyzer.reports.format import (
     truncate,
 )
 from analyzer.reports.jsonout import SCHEMA_VERSION
-from analyzer.reports.markdown import MAX_CHARS, md_text
+from analyzer.reports.markdown import MAX_CHARS, md_code, md_text
 from analyzer.reports.values import py_value
 
 DiffFormat = Literal["html", "md", "json"]
@@ -316,8 +316,8 @@ def _markdown(r: DiffResult, rows: int, chars: int) -> str:
         table.append([md_text(m.label), metric_value(m, m.base), metric_value(m, m.head), metric_change(m)])
     out += _md_table(["", "BASE", "HEAD", "Change"], table, ["l", "r", "r", "r"])
     out += ["", f"**Why:** {md_text(s.reason, 600)}.", ""]
-    out += [f"BASE: `{md_text(r.base.path, 160)}`{_origin(r.base.input_kind)} \u00b7 {md_text(r.base.steps_description, 160)}  ",
-            f"HEAD: `{md_text(r.head.path, 160)}`{_origin(r.head.input_kind)} \u00b7 {md_text(r.head.steps_description, 160)}", ""]
+    out += [f"BASE: {md_code(r.base.path, 160)}{_origin(r.base.input_kind)} \u00b7 {md_text(r.base.steps_description, 160)}  ",
+            f"HEAD: {md_code(r.head.path, 160)}{_origin(r.head.input_kind)} \u00b7 {md_text(r.head.steps_description, 160)}", ""]
     if r.notes:
         out += ["**Notes:**", ""] + [f"- {md_text(n, 400)}" for n in r.notes] + [""]
     if r.job is not None:
@@ -398,12 +398,12 @@ def _md_changes(title: str, t: ChangeTable, rows: int, chars: int, *, phases: bo
         return [*out, nothing, ""]
     if phases:
         header = ["NVTX range", "GPU BASE", "GPU HEAD", "GPU change", "CPU BASE", "CPU HEAD", "CPU change"]
-        body = [[f"`{md_text(x.label, chars)}`", _dur(x.base_ns), _dur(x.head_ns), delta_text(x),
+        body = [[md_code(x.label, chars, cell=True), _dur(x.base_ns), _dur(x.head_ns), delta_text(x),
                  _dur(x.base_cpu_ns), _dur(x.head_cpu_ns), cpu_delta_text(x)] for x in moved]
         out += _md_table(header, body, ["l", "r", "r", "r", "r", "r", "r"])
     else:
         header = ["Name"] + ([detail] if detail else []) + ["BASE", "HEAD", "Change", "Calls BASE", "Calls HEAD"]
-        body = [[f"`{md_text(x.label, chars)}`"] + ([md_text(x.detail, 30)] if detail else [])
+        body = [[md_code(x.label, chars, cell=True)] + ([md_text(x.detail, 30)] if detail else [])
                 + [_dur(x.base_ns), _dur(x.head_ns), delta_text(x), _count(x.base_count), _count(x.head_count)]
                 for x in moved]
         out += _md_table(header, body, ["l"] + (["l"] if detail else []) + ["r"] * 5)
@@ -411,10 +411,10 @@ def _md_changes(title: str, t: ChangeTable, rows: int, chars: int, *, phases: bo
         out.append(f"\n{len(moved)} of {t.total_rows} compared, by absolute change.")
     extra = []
     if t.new:
-        extra.append("only in HEAD: " + ", ".join(f"`{md_text(n, 60)}`" for n in t.new[:8])
+        extra.append("only in HEAD: " + ", ".join(md_code(n, 60) for n in t.new[:8])
                      + (f" and {len(t.new) - 8} more" if len(t.new) > 8 else ""))
     if t.gone:
-        extra.append("only in BASE: " + ", ".join(f"`{md_text(n, 60)}`" for n in t.gone[:8])
+        extra.append("only in BASE: " + ", ".join(md_code(n, 60) for n in t.gone[:8])
                      + (f" and {len(t.gone) - 8} more" if len(t.gone) > 8 else ""))
     if extra:
         out += ["", "; ".join(extra)]

@@ -119,8 +119,8 @@ SEGMENT_COLUMNS = {
               "why unknown",
     "duration": "end - start (ns)",
     "nvtx_path": "NVTX path of the launching thread's innermost range ('' none)",
-    "range_key": "nvtx_path with enumerated components made generic (step_12/load_batch -> "
-                 "step_N/load_batch): the breakdown's range key",
+    "range_key": "nvtx_path cut before the first framework operator (aten::...), enumerated components "
+                 "made generic (step_12/load_batch -> step_N/load_batch): the breakdown's range key",
     "step": "step the segment's start lies in ('' outside every step or without steps)",
     "host_tid": "feeding thread of an idle segment (-1 for busy time or unknown)",
     "host_activity": "for the longest host_work segments: the feeding thread's CPU samples and OS-runtime "
@@ -130,8 +130,8 @@ SEGMENT_COLUMNS = {
 BREAKDOWN_COLUMNS = {
     "device": "GPU device id",
     "scope": "window | step | range",
-    "key": "'' for the window, the step name, or the NVTX path with enumerated components made generic "
-           "(step_12/load_batch -> step_N/load_batch; '' = no range)",
+    "key": "'' for the window, the step name, or the range_key of timeline_segments (the NVTX path without "
+           "framework operators, step_12/load_batch -> step_N/load_batch; '' = no range)",
     "cause": SEGMENT_COLUMNS["cause"],
     "detail": SEGMENT_COLUMNS["detail"],
     "duration_ns": "time the cause holds in that scope row-group (ns)",
@@ -452,12 +452,22 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
 
 
 def _generic_keys(paths: np.ndarray) -> np.ndarray:
-    """Each NVTX path with enumerated components made generic (``step_12/load_batch`` ->
-    ``step_N/load_batch``: the same code every step), computed once per distinct path."""
+    """Each NVTX path as the program's own ranges name it: cut before the first framework operator
+    (``aten::add_``, autograd nodes: :data:`analyzer.facts.nvtx.OPERATOR_TEXTS`, which torch.profiler
+    traces nest under the annotations) and with enumerated components made generic (``step_12/load_batch``
+    -> ``step_N/load_batch``: the same code every step); computed once per distinct path."""
+    from analyzer.facts.nvtx import OPERATOR_TEXTS
+
     codes, uniques = pd.factorize(paths)
     if not len(uniques):
         return np.empty(0, dtype=object)
-    return np.array([generic_path(str(x)) for x in uniques], dtype=object)[codes]
+
+    def key(path: str) -> str:
+        parts = path.split("/")
+        cut = next((i for i, p in enumerate(parts) if OPERATOR_TEXTS.match(p)), len(parts))
+        return generic_path("/".join(parts[:cut]))
+
+    return np.array([key(str(x)) for x in uniques], dtype=object)[codes]
 
 
 #: host-work segments shorter than this get no host_activity; at most this many (the longest) get one
@@ -661,9 +671,9 @@ def timeline_breakdown(ctx: FactContext) -> pd.DataFrame:
     * ``scope`` ``window`` (``key`` ""): the whole window of the device; its rows sum to the window;
     * ``scope`` ``step`` (``key`` = step name): each step from the previous step's completion to its own
       (the ``steps`` fact), clipped to the window;
-    * ``scope`` ``range`` (``key`` = NVTX path with each component's trailing number made generic:
-      ``step_N/load_batch``): busy time by the range that launched the op, idle time by the range open
-      on the feeding thread; ``key`` "" holds the time outside every range.
+    * ``scope`` ``range`` (``key`` = NVTX path cut before the first framework operator, each component's
+      trailing number made generic: ``step_N/load_batch``): busy time by the range that launched the op,
+      idle time by the range open on the feeding thread; ``key`` "" holds the time outside every range.
 
     ``cause`` is one of compute, exposed_comm, exposed_copy, launch_bound, host_sync, host_work,
     wait_other, setup, unknown; ``detail`` refines it (kernel category, copy direction and memory kind,

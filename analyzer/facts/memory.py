@@ -144,8 +144,8 @@ def _device_levels(m: pd.DataFrame) -> pd.DataFrame:
     reserved = m["total_reserved"].to_numpy(dtype=np.int64)
     allocator = text(m["source"]).iloc[0] == "allocator"
     one_process = len(np.unique(pid)) <= 1
-    if allocator and one_process and (allocated >= 0).all():
-        level = allocated.copy()
+    if allocator and one_process and (allocated >= 0).any():
+        level = _fill_totals(allocated, delta)
     else:  # CUDA allocations, or allocator totals of several processes: the signed sizes summed
         level = np.cumsum(delta)
         lowest = int(level.min()) if len(level) else 0
@@ -164,6 +164,16 @@ def _device_levels(m: pd.DataFrame) -> pd.DataFrame:
         "freed_at": freed_at, "matched": matched, "pid": pid,
         "nvtx_path": _generic(text(m["nvtx_path"]).to_numpy(dtype=object)),
     })
+
+
+def _fill_totals(total: np.ndarray, delta: np.ndarray) -> np.ndarray:
+    """The allocator's running total, with events that lack it (-1) filled from the nearest earlier
+    event that has it plus the sizes since (the nearest later one for leading events)."""
+    if (total >= 0).all():
+        return total.copy()
+    running = np.cumsum(delta)
+    offset = pd.Series(np.where(total >= 0, total - running, np.nan)).ffill().bfill().to_numpy()
+    return (running + offset).astype(np.int64)
 
 
 def _generic(paths: np.ndarray) -> np.ndarray:

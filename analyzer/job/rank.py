@@ -27,8 +27,9 @@ from analyzer.facts.comm import JobRankContext
 from analyzer.facts.nccl_nvtx import internal_ranges
 from analyzer.facts.registry import UnknownFactError
 from analyzer.findings import Finding
-from analyzer.job.ranks import RankHint, rank_hint
+from analyzer.job.ranks import RankHint, rank_hint, split_processes
 from analyzer.loading.model import Trace
+from analyzer.progress import Progress
 
 #: cap on swimlane items per kind and rank (the HTML stays small at any trace size)
 LANE_ITEMS = 400
@@ -364,5 +365,42 @@ def phase_gpu_per_step(store: Any, steps: int) -> dict[str, float]:
     return {str(k): float(v) / steps for k, v in sums.items()}
 
 
-__all__ = ["RankJobInput", "RankResult", "RankState", "RankSummary", "describe_intervals", "finish_rank",
-           "generic_path", "phase_gpu_per_step", "prepare_rank"]
+@dataclass
+class FileState:
+    """One input file after phase 1: its ranks' summaries and states (a report of several processes
+    gives several)."""
+
+    summaries: list[RankSummary]
+    states: list[RankState]
+    trace: Any = None  # the loaded file (kept here only; a multi-process report before the split)
+
+
+def prepare_file(path: str, index: int, options: Any, ncu: Any = None, keep_trace: bool = False,
+            progress: Progress = None, trace: Any = None) -> FileState:
+    """Phase 1 of one input file: loaded (unless ``trace`` is given), split into its processes, each
+    prepared as a rank (:func:`prepare_rank`)."""
+    from analyzer.loading import load_trace
+
+    if trace is None:
+        from analyzer.trace_analysis import trace_cache
+
+        trace = load_trace(Path(path), progress=progress, cache=trace_cache(options))
+    parts = split_processes(trace)
+    summaries, states = [], []
+    for i, part in enumerate(parts):
+        label = Path(path).name if len(parts) == 1 else f"{Path(path).name} pid {part.extras.get('job_pid')}"
+        s, st = prepare_rank(part, options, index=index + i, label=label, file=str(path),
+                             ncu=ncu if len(parts) == 1 else None)
+        summaries.append(s)
+        states.append(st)
+    return FileState(summaries, states, trace if keep_trace and len(parts) > 1 else None)
+
+
+def finish_file(fs: FileState, pack: Any, inputs: list[RankJobInput | None], accepted: Any = None) -> list[RankResult]:
+    """Phase 2 of one input file: each of its ranks finished with the job's inputs."""
+    return [finish_rank(st, s, pack, inp, accepted) for st, s, inp in zip(fs.states, fs.summaries, inputs)]
+
+
+__all__ = ["RankJobInput", "RankResult", "RankState", "RankSummary", "FileState", "describe_intervals", "finish_file", "finish_rank",
+           "generic_path", "phase_gpu_per_step", "prepare_file",
+           "prepare_rank"]

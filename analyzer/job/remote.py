@@ -61,10 +61,10 @@ def _error(err: BaseException) -> dict[str, Any]:
 def phase1_task(path: str, index: int, options: Any, token: str) -> dict[str, Any]:
     """Phase 1 of one input file on a worker: its rank summaries and this worker's address; the
     ranks' states stay in this process."""
-    from analyzer.job.run import _phase1
+    from analyzer.job.rank import prepare_file
 
     try:
-        fs = _phase1(path, index, options)
+        fs = prepare_file(path, index, options)
         with _LOCK:
             for i, st in enumerate(fs.states):
                 _STATES[(token, index, i)] = st

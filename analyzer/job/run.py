@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -41,16 +41,21 @@ from analyzer.facts.job import (
     empty,
 )
 from analyzer.job.rank import (
+    FileState,
     RankJobInput,
     RankResult,
-    RankState,
     RankSummary,
-    finish_rank,
+    finish_file,
     generic_path,
-    prepare_rank,
+    prepare_file,
 )
-from analyzer.job.ranks import number_ranks, split_processes
-from analyzer.trace_analysis import rules_label
+from analyzer.job.ranks import number_ranks
+from analyzer.trace_analysis import AnalysisOptions, rules_label
+
+if TYPE_CHECKING:
+    from analyzer.accepted import AcceptedFindings
+    from analyzer.loading.ncu import NcuReport
+    from analyzer.rules.model import RulePack
 
 Progress = Callable[[str], None] | None
 #: a rank counts as late at a collective when it arrived this much after the second latest
@@ -73,13 +78,6 @@ class JobAnalysis:
     notes: list[str] = field(default_factory=list)
     rules_file: str = ""
     parameters: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class _FileState:
-    summaries: list[RankSummary]
-    states: list[RankState]
-    trace: Any = None  # the loaded file (kept here only; a multi-process report before the split)
 
 
 @dataclass
@@ -133,29 +131,6 @@ class _FindingSource:
 
 
 # -- phase 1/3 task bodies (module-level: picklable for Dask) ---------------------------------------
-def _phase1(path: str, index: int, options: Any, ncu: Any = None, keep_trace: bool = False,
-            progress: Progress = None, trace: Any = None) -> _FileState:
-    from analyzer.loading import load_trace
-
-    if trace is None:
-        from analyzer.trace_analysis import trace_cache
-
-        trace = load_trace(Path(path), progress=progress, cache=trace_cache(options))
-    parts = split_processes(trace)
-    summaries, states = [], []
-    for i, part in enumerate(parts):
-        label = Path(path).name if len(parts) == 1 else f"{Path(path).name} pid {part.extras.get('job_pid')}"
-        s, st = prepare_rank(part, options, index=index + i, label=label, file=str(path),
-                             ncu=ncu if len(parts) == 1 else None)
-        summaries.append(s)
-        states.append(st)
-    return _FileState(summaries, states, trace if keep_trace and len(parts) > 1 else None)
-
-
-def _phase2(fs: _FileState, pack: Any, inputs: list[RankJobInput | None], accepted: Any = None) -> list[RankResult]:
-    return [finish_rank(st, s, pack, inp, accepted) for st, s, inp in zip(fs.states, fs.summaries, inputs)]
-
-
 # -- job detection ---------------------------------------------------------------------------------
 def several_runs(summaries: Sequence[RankSummary]) -> str:
     """Why these inputs are several runs rather than one job ("" when nothing they record says so): a
@@ -211,7 +186,7 @@ class _Serial:
     """Runs the phases here (the reference the Dask path must equal)."""
 
     def __init__(self, ncu: Any = None, progress: Progress = None, loaded: dict[str, Any] | None = None) -> None:
-        self.files: list[_FileState] = []
+        self.files: list[FileState] = []
         self.ncu = ncu
         self.progress = progress
         self.loaded = dict(loaded or {})  # path -> a trace the caller already loaded
@@ -220,7 +195,7 @@ class _Serial:
         out = []
         index = 0
         for p in paths:
-            fs = _phase1(str(p), index, options, self.ncu, keep_trace=True, progress=self.progress,
+            fs = prepare_file(str(p), index, options, self.ncu, keep_trace=True, progress=self.progress,
                          trace=self.loaded.pop(str(p), None))
             index += len(fs.summaries)
             self.files.append(fs)
@@ -229,7 +204,7 @@ class _Serial:
 
     def phase2(self, pack: Any, inputs: list[list[RankJobInput | None]], accepted: Any = None
                ) -> list[list[RankResult]]:
-        return [_phase2(fs, pack, inp, accepted) for fs, inp in zip(self.files, inputs)]
+        return [finish_file(fs, pack, inp, accepted) for fs, inp in zip(self.files, inputs)]
 
     def separately(self, pack: Any, options: Any, accepted: Any = None) -> list[Any] | None:
         """Each input analyzed on its own, from the states already prepared (not a job)."""
@@ -247,16 +222,16 @@ class _Serial:
 # -- the job ----------------------------------------------------------------------------------------
 def analyze_job(
     paths: Sequence[Path],
-    options: Any,
+    options: AnalysisOptions,
     *,
-    pack: Any = None,
+    pack: RulePack | None = None,
     scheduler: Any = None,
     workers: int | None = None,
     force: bool | None = None,
-    ncu: Any = None,
+    ncu: NcuReport | None = None,
     progress: Progress = None,
     loaded: dict[str, Any] | None = None,
-    accepted: Any = None,
+    accepted: AcceptedFindings | None = None,
 ) -> JobOutcome:
     """Analyze ``paths`` as one multi-GPU job. ``force`` True: a job even if it does not look like
     one; None: detect. When the inputs are not one job, the outcome carries the per-input analyses

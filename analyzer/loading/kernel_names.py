@@ -15,6 +15,8 @@ from functools import lru_cache
 #: anonymous namespaces as nsys, torch.profiler and ncu spell them (ncu's CSV drops the ``<`` of ``<unnamed>``)
 _ANON = re.compile(r"\((?:anonymous|anon) namespace\)::|<?\bunnamed>::")
 _MANGLED = re.compile(r"^_Z(?:N(?:[rVKO]+)?)?")
+#: characters of a name that are read (the function name comes first; the rest is arguments)
+_MAX_NAME = 1 << 16
 
 
 @lru_cache(maxsize=65536)
@@ -23,7 +25,7 @@ def split_kernel_name(name: str) -> tuple[str, str]:
     type, template argument lists or parameter list (``at::native::vectorized_elementwise_kernel``), and
     the text of its template argument lists joined by ``", "`` (``""`` when it has none). A name that is
     not C++ (``triton_poi_fused_add_0``, ``nvjet_...``) is its own function name."""
-    s = str(name).strip()
+    s = str(name).strip()[:_MAX_NAME]  # a damaged trace's 1 GB name: its head names the function
     if s.startswith("_Z"):
         return _split_mangled(s)
     s = _ANON.sub("", s)
@@ -33,6 +35,8 @@ def split_kernel_name(name: str) -> tuple[str, str]:
     depth = 0
     current: list[str] = []
     for ch in s:
+        if ch == "(" and depth == 0 and "".join(out).strip():
+            break  # a parameter list the strip above did not see (a truncated name): the function is before it
         if ch == "<":
             depth += 1
             if depth == 1:

@@ -3,7 +3,8 @@
 Always under :data:`MAX_CHARS` (GitHub rejects longer comments): when the full rendering is too long it
 degrades step by step (fewer evidence rows, no evidence, fewer ``<details>`` blocks, fewer table rows,
 no overview) and says what it left out. Every string from the trace is escaped for the context it lands
-in: Markdown text (backslash escapes, HTML entities) or raw HTML inside ``<summary>``.
+in: Markdown text (backslash escapes, never HTML entities), code spans (a fence longer than any backtick run
+inside) or raw HTML inside ``<summary>``; mentions and autolinks are broken by an invisible joiner.
 """
 from __future__ import annotations
 
@@ -25,24 +26,37 @@ from analyzer.reports.viewmodel import (
 
 MAX_CHARS = 65_000
 
-_MD_PUNCT = re.compile(r"([\\`*_\[\]|~])")
-_LEADING = re.compile(r"^(\s*)([#+\-=]|\d+[.)](?=\s|$))")
+_MD_PUNCT = re.compile(r"([\\`*_\[\]|~<&])")
+_LEADING = re.compile(r"^(\s*)([#+\-=>]|\d+[.)](?=\s|$))")
 _URL = re.compile(r"^https?://[^\s<>()\[\]|`\"'\\]+$")
+#: U+200D ZERO WIDTH JOINER: invisible, and it breaks what GitHub would turn into a mention (``@user``,
+#: ``@org/team``), an e-mail link (``a@b.org``) or an autolink (``www.x``, ``https://x``, ``ftp://x``)
+ZWJ = "\u200d"
+_ACTIVE = re.compile(r"@|(?i:www(?=\.)|(?:https?|ftp|mailto|xmpp)(?=:))")
+
+
+def neutralise(text: str) -> str:
+    """``text`` with every ``@`` mention, e-mail address and bare-URL autolink broken by an invisible
+    :data:`ZWJ` (on both sides of ``@``: an e-mail's local part must not touch it), so a posted comment
+    pings nobody and links nothing; the reader sees the same text."""
+    return _ACTIVE.sub(lambda m: (ZWJ + "@" if m.group(0) == "@" else m.group(0)) + ZWJ, text)
 
 
 def md_text(value: object, limit: int = 0, *, block: bool = False) -> str:
-    """Escape text for a Markdown table cell or inline text: one line, no active Markdown or HTML.
-    ``block``: the text starts a paragraph, so a leading ``#``, ``-``, ``+``, ``=`` or ``1.`` is escaped
-    too (it would start a heading or a list)."""
+    """Escape text for a Markdown table cell or inline text: one line, no active Markdown or HTML, no
+    mention or link. Backslash escapes only (no HTML entities, so the raw Markdown reads as the text).
+    ``block``: the text starts a paragraph, so a leading ``#``, ``-``, ``+``, ``=``, ``>`` or ``1.``
+    is escaped too (it would start a heading, a list or a quote; ``>`` is inert elsewhere, ``<`` never is)."""
     text = " ".join(str(value).split())
     if limit:
         text = truncate(text, limit)
     return _escape(text, block)
 
 
-def _escape(text: str, block: bool = False) -> str:
-    text = html.escape(text, quote=False)
+def _escape(text: str, block: bool = False, *, inert: bool = True) -> str:
     text = _MD_PUNCT.sub(r"\\\1", text)
+    if inert:
+        text = neutralise(text)
     if block:
         text = _LEADING.sub(
             lambda m: m.group(1) + (m.group(2)[:-1] + "\\" + m.group(2)[-1] if m.group(2)[0].isdigit()
@@ -52,13 +66,29 @@ def _escape(text: str, block: bool = False) -> str:
     return text
 
 
+def md_code(value: object, limit: int = 0, *, cell: bool = False) -> str:
+    """``value`` as an inline code span, verbatim: nothing inside a code span is active (no escapes,
+    no HTML, no mention, no link), so the text goes in unescaped, fenced by a run of backticks longer
+    than any inside it (and padded with a space where it starts or ends with a backtick). ``cell``: the
+    span sits in a table cell, where GFM splits on ``|`` before it sees code spans, so ``|`` is ``\\|``."""
+    text = " ".join(str(value).split())
+    if limit:
+        text = truncate(text, limit)
+    if not text:
+        return ""
+    fence = "`" * (max((len(r) for r in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text[0] == "`" or text[-1] == "`" else ""
+    if cell:
+        text = text.replace("|", "\\|")
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
 _CODE_SPAN = re.compile(r"`([^`\n]+)`")
 
 
 def md_prose(value: object, limit: int = 0) -> str:
     """Escape a rule's prose (what / why / fix) like :func:`md_text`, but keep its code spans
-    (```torch.compile```) as code spans, so GitHub shows them as code. Inside a code span nothing is
-    active (no Markdown, no HTML), so its text goes in verbatim."""
+    (```torch.compile```) as code spans (:func:`md_code`), so GitHub shows them as code."""
     text = " ".join(str(value).split())
     if limit:
         text = truncate(text, limit)
@@ -66,23 +96,24 @@ def md_prose(value: object, limit: int = 0) -> str:
     pos = 0
     for m in _CODE_SPAN.finditer(text):
         out.append(_escape(text[pos:m.start()], block=not out))
-        out.append(f"`{m.group(1)}`")
+        out.append(md_code(m.group(1)))
         pos = m.end()
     out.append(_escape(text[pos:], block=not out))
     return "".join(out)
 
 
 def html_text(value: object, limit: int = 0) -> str:
-    """Escape text for raw HTML inside Markdown (``<summary>``): entities only, one line."""
+    """Escape text for raw HTML inside Markdown (``<summary>``): entities only, one line; mentions and
+    e-mail addresses neutralised (GitHub looks for them in HTML text too)."""
     text = " ".join(str(value).split())
     if limit:
         text = truncate(text, limit)
-    return html.escape(text, quote=True)
+    return neutralise(html.escape(text, quote=True))
 
 
 def _ref(ref: str) -> str:
     if _URL.match(ref):
-        return f"[{md_text(ref)}]({ref})"
+        return f"[{_escape(ref, inert=False)}]({ref})"  # the pack's own link: its text needs no joiner
     return md_text(ref, 300)
 
 

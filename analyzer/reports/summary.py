@@ -1,10 +1,12 @@
-"""The plain-text summary the CLI prints: one block per trace, findings ranked by impact."""
+"""The plain-text summary the CLI prints: for a multi-GPU job first the job's block (verdict, per-rank
+table, job findings), then one block per trace, findings ranked by impact."""
 from __future__ import annotations
 
 import shutil
+from typing import Any
 
-from analyzer.reports.format import fmt_ms, fmt_pct, fmt_share, truncate
-from analyzer.reports.viewmodel import ReportView
+from analyzer.reports.format import fmt_cell, fmt_duration, fmt_ms, fmt_pct, fmt_share, plural, truncate
+from analyzer.reports.viewmodel import FindingView, Link, ReportView, Table
 
 _SEVERITY_MARK = {"error": "E", "warning": "W", "info": "i"}
 _MAX_RULE_WIDTH = 40
@@ -15,7 +17,7 @@ def summary_text(report: ReportView, *, max_findings: int = 20, width: int | Non
     findings (severity, id, rule, impact, message)."""
     if width is None:  # the terminal's width, never narrower than 110 columns
         width = max(110, shutil.get_terminal_size((110, 24)).columns)
-    lines: list[str] = []
+    lines: list[str] = _job_lines(report.job, report.verdict, max_findings, width) if report.job is not None else []
     for section in report.traces:
         h = section.header
         busy = fmt_share(h.gpu_busy_share) if h.gpu_busy_share is not None else "n/a"
@@ -39,19 +41,7 @@ def summary_text(report: ReportView, *, max_findings: int = 20, width: int | Non
             lines.append(truncate(f"  time on GPU {b.device}: {b.summary}", width))
         if len(section.breakdown) > 2:
             lines.append(f"  ... the breakdown of {len(section.breakdown) - 2} more GPU(s) in the report")
-        shown = section.findings[:max_findings]
-        # the rule column as wide as its longest name (ids are at most 8 characters), capped
-        name_w = min(max((len(fv.rule) for fv in shown), default=0), _MAX_RULE_WIDTH)
-        for fv in shown:
-            impact = f"{fv.impact_text:>10} {fv.impact_pct_text:>6}" if fv.impact_ns is not None else f"{'':>17}"
-            mark = _SEVERITY_MARK.get(fv.severity, "?")
-            tag = {"accepted": "[accepted] ", "grown": "[grew past acceptance] "}.get(fv.accepted, "")
-            if fv.accepted == "accepted":
-                mark = "a"
-            if fv.symptom:  # not added to the total: what the causes above explain of it
-                mark, tag = "s", f"symptom: {fv.explained}. "
-            rule = truncate(fv.rule, name_w)
-            lines.append(truncate(f"  {mark} {fv.id:<8} {rule:<{name_w}} {impact}  {tag}{fv.message}", width))
+        lines += _finding_lines(section.findings[:max_findings], width)
         if section.not_applicable:
             lines.append(f"  {len(section.not_applicable)} rules not applicable: {section.not_applicable_reason}")
         hidden = section.findings_total - min(len(section.findings), max_findings)
@@ -64,6 +54,64 @@ def summary_text(report: ReportView, *, max_findings: int = 20, width: int | Non
             lines.append(truncate(f"  not available in this trace (not run): {names}", width))
         lines.append("")
     return "\n".join(lines)
+
+
+def _finding_lines(shown: Any, width: int) -> list[str]:
+    """One line per finding: severity mark, id, rule, impact, message."""
+    lines = []
+    # the rule column as wide as its longest name (ids are at most 8 characters), capped
+    name_w = min(max((len(fv.rule) for fv in shown), default=0), _MAX_RULE_WIDTH)
+    for fv in shown:
+        lines.append(truncate(_finding_line(fv, name_w), width))
+    return lines
+
+
+def _finding_line(fv: FindingView, name_w: int) -> str:
+    impact = f"{fv.impact_text:>10} {fv.impact_pct_text:>6}" if fv.impact_ns is not None else f"{'':>17}"
+    mark = _SEVERITY_MARK.get(fv.severity, "?")
+    tag = {"accepted": "[accepted] ", "grown": "[grew past acceptance] "}.get(fv.accepted, "")
+    if fv.accepted == "accepted":
+        mark = "a"
+    if fv.symptom:  # not added to the total: what the causes above explain of it
+        mark, tag = "s", f"symptom: {fv.explained}. "
+    rule = truncate(fv.rule, name_w)
+    return f"  {mark} {fv.id:<8} {rule:<{name_w}} {impact}  {tag}{fv.message}"
+
+
+def _job_lines(job: Any, verdict: str, max_findings: int, width: int) -> list[str]:
+    """The job's block (a :class:`analyzer.reports.jobview.JobSection`), like a trace's: what it covers,
+    the job verdict, the per-rank table and the job findings (straggler, imbalance, collectives)."""
+    lines = [f"job: {job.ranks_given} of {job.world_size} ranks, numbered {job.numbering}",
+             f"  window: {fmt_duration(job.window_end_ns - job.window_start_ns)} ({plural(job.steps, 'step')}, "
+             f"{job.window_description})",
+             f"  verdict: {verdict}"]
+    lines += [truncate(f"  note: {n}", width) for n in job.notes]
+    lines += ["  " + row for row in text_table(job.ranks)]
+    if job.findings:
+        lines += _finding_lines(job.findings[:max_findings], width)
+        if len(job.findings) > max_findings:
+            lines.append(f"  ... {len(job.findings) - max_findings} more job finding(s) in the report")
+    else:
+        lines.append("  no job findings (straggler, rank imbalance, collective bandwidth)")
+    lines.append("")
+    return lines
+
+
+def text_table(table: Table, cell_chars: int = 36) -> list[str]:
+    """A report table as aligned plain-text lines (header first; numbers right-aligned), cells formatted
+    as in the other formats (:func:`~analyzer.reports.format.fmt_cell`) and cut at ``cell_chars``."""
+    if not table.columns:
+        return []
+    cells = [[truncate(c.label, cell_chars) for c in table.columns]]
+    for row in table.rows:
+        cells.append([truncate(v.text if isinstance(v, Link) else fmt_cell(v, c.kind), cell_chars)
+                      for v, c in zip(row, table.columns)])
+    widths = [max(len(r[i]) for r in cells) for i in range(len(table.columns))]
+    out = ["  ".join(cell.rjust(w) if c.numeric and k else cell.ljust(w)
+                     for cell, w, c in zip(r, widths, table.columns)).rstrip() for k, r in enumerate(cells)]
+    if table.omitted:
+        out.append(f"... {table.omitted_note}")
+    return out
 
 
 def _step_peaks(section: object) -> list[str]:

@@ -960,6 +960,10 @@ def _memory_notes(memory: pd.DataFrame, growth: pd.DataFrame) -> tuple[str, ...]
     if lost:
         notes.append(f"{plural(lost, 'memory event')} name no GPU and are left out of the memory levels")
     for _, row in growth.iterrows():
+        if int(row["unmatched_frees"]) > 0 and str(row["measure"]) == "reserved":
+            notes.append(f"GPU {int(row['device'])}: {plural(int(row['unmatched_frees']), 'free')} of memory allocated "
+                         "before the capture; its levels count from the lowest point of the capture (what the "
+                         "process held before is unknown)")
         if int(row["processes"]) > 1:
             notes.append(f"GPU {int(row['device'])}: memory events of {int(row['processes'])} processes; their "
                          "allocations are added up (each holds its own memory)")

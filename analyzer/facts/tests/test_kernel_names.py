@@ -109,3 +109,13 @@ def test_mangled_names_are_read_to_their_function():
     assert function == "aiter::add_rmsnorm_quant_kernel" and args.startswith("DF16b")
     assert split_kernel_name("_Z3fooPf") == ("foo", "")
     assert split_kernel_name("_Zgarbage") == ("_Zgarbage", "")
+
+
+def test_a_huge_damaged_name_is_read_quickly():
+    import time
+
+    name = "void ns::k<" + "int, " * 400_000 + "float>(" + "int, " * 200_000 + "float)"
+    t0 = time.perf_counter()
+    function, _ = split_kernel_name(name)
+    assert function == "ns::k" and time.perf_counter() - t0 < 2.0
+    assert kernel_function_name("void f(int") == "f"  # an unbalanced (truncated) parameter list

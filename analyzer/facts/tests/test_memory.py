@@ -194,6 +194,11 @@ def test_frees_without_allocation_start_the_level_at_zero(churn) -> None:
     assert (tl["bytes"] >= 0).all() and tl["bytes"].min() == 0
     g = a.facts.get("memory_growth").iloc[0]
     assert g["unmatched_frees"] >= 1
+    from analyzer.reports.viewmodel import build_report
+
+    notes = build_report([a]).traces[0].memory.notes
+    assert any("of memory allocated before the capture" in n for n in notes)
+    assert not build_report([churn]).traces[0].memory.notes
 
 
 def test_events_without_device_and_several_processes(leak) -> None:
@@ -365,3 +370,28 @@ def test_round3_peak_near_capacity(r3, ext) -> None:
     assert "score" in g["peak_held_in"]  # the phase that holds the peak: the score matrix
     assert not [x for x in fixed.findings if x.rule.startswith("memory-")]
     assert fixed.facts.get("memory_growth").iloc[0]["peak_share"] < 0.02
+
+
+def test_damaged_memory_events_load_without_traceback(tmp_path) -> None:
+    """The real trace with some ``[memory]`` events damaged: no device, a text size, a null total, an
+    unknown device type. They are read as far as they go; the rest analyses as before."""
+    with gzip.open(LEAK, "rt") as fh:
+        doc = json.load(fh)
+    mem = [e for e in doc["traceEvents"] if e.get("name") == "[memory]" and e["args"].get("Device Type") == 1]
+    mem[0]["args"].pop("Device Id")
+    mem[1]["args"]["Bytes"] = "lots"
+    mem[2]["args"]["Total Allocated"] = None
+    mem[3]["args"]["Device Type"] = 99
+    path = tmp_path / "damaged.pt.trace.json.gz"
+    with gzip.open(path, "wt") as fh:
+        json.dump(doc, fh)
+    a = analyze_trace(path)
+    m = a.trace.memory
+    assert len(m) == len(analyze_trace(LEAK).trace.memory) - 1  # the text size reads as no size
+    assert (m["device"] == -1).sum() >= 2  # no device id, unknown device type
+    g = a.facts.get("memory_growth").iloc[0]
+    assert g["bytes_per_step"] == 100_705_280
+    assert any(f.rule == "memory-growth" for f in a.findings)
+    # the event without a total takes the one before it plus its own size: the levels stay the allocator's
+    steps = a.facts.get("memory_steps")
+    assert list(steps["end_bytes"]) == [_allocated(LEAK)[int(n.split("_")[1])] for n in steps["step"]]

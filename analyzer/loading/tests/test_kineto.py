@@ -414,8 +414,9 @@ def test_short_name_equals_the_per_character_loop(name):
 def test_short_name_of_chunk_spanning_names_equals_the_loop(monkeypatch):
     """Names longer than a scan chunk (made small here): depth and the byte before a chunk carry over."""
     import analyzer.loading.kineto as kineto
+    import analyzer.loading.names as names
 
-    monkeypatch.setattr(kineto, "_SCAN_CHUNK", 7)
+    monkeypatch.setattr(names, "_SCAN_CHUNK", 7)
     rng = np.random.default_rng(1)
     for _ in range(300):
         name = "".join(rng.choice(list(_NAME_ALPHABET), size=int(rng.integers(0, 80))))
@@ -459,3 +460,27 @@ def test_values_out_of_range_are_counted_and_noted_once(tmp_path):
         assert render(report, fmt).count("Data quality: this torch.profiler trace") == 1, fmt
     healthy = load_trace(DATA_DIR / "kineto" / "healthy.pt.trace.json.gz")
     assert "notes" not in healthy.extras and not healthy.extras["kineto"]["out_of_range"]
+
+
+def _loop_strip_trailing_group(s: str, open_ch: str, close_ch: str) -> str:
+    """ncu's per-character loop that analyzer.loading.names.matching_open replaced (no ``->`` rule)."""
+    if not s.endswith(close_ch):
+        return s
+    depth = 0
+    for i in range(len(s) - 1, -1, -1):
+        if s[i] == close_ch:
+            depth += 1
+        elif s[i] == open_ch:
+            depth -= 1
+            if depth == 0:
+                return s[:i].rstrip()
+    return s
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=_NAME_ALPHABET, max_size=60))
+def test_ncu_trailing_group_equals_its_per_character_loop(name):
+    from analyzer.loading.ncu.names import _strip_trailing_group
+
+    for pair in (("(", ")"), ("<", ">")):
+        assert _strip_trailing_group(name, *pair) == _loop_strip_trailing_group(name, *pair)

@@ -113,7 +113,8 @@ def test_markdown_escapes_trace_strings():
     names = list(HOSTILE)
     a = make_analysis(kernel_names=names, nvtx_texts=names, process=HOSTILE[0])
     md = render(build_report([a], created=CREATED), "md")
-    assert "<script" not in md and "<img" not in md
+    rendered = pytest.importorskip("markdown_it").MarkdownIt("gfm-like").render(md)  # as GitHub shows it
+    assert "<script" not in rendered and "<img" not in rendered and "&lt;script&gt;" in rendered
     assert "`" not in md.replace("\\`", "")
     # every table row keeps its column count: no raw '|' from a kernel name splits a cell
     for block in re.split(r"\n\n", md):
@@ -125,7 +126,9 @@ def test_markdown_escapes_trace_strings():
 
 def test_md_text_escaping_rules():
     assert md_text("a|b") == "a\\|b"
-    assert md_text("<b>&") == "&lt;b&gt;&amp;"
+    assert md_text("<b>&") == "\\<b>\\&"  # backslash escapes, no entities: the raw text reads right too
+    assert md_text("> q", block=True) == "\\> q" and md_text("30 -> 13 ms") == "30 -> 13 ms"
+    assert md_text("@user www.x.org") == "\u200d@\u200duser www\u200d.x.org"
     assert md_text("`x` *y* _z_ [l](u)") == "\\`x\\` \\*y\\* \\_z\\_ \\[l\\](u)"
     assert md_text("# head", block=True) == "\\# head"
     assert md_text("1. item", block=True) == "1\\. item"

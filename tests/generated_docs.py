@@ -1,0 +1,102 @@
+"""Documentation generated from the code, never copied by hand: ``make docs`` writes it,
+``tests/test_generated_docs.py`` fails when it drifts.
+
+    .venv/bin/python tests/generated_docs.py --write    # rewrite every generated file and block
+    .venv/bin/python tests/generated_docs.py --check    # exit 1, with a diff, when one differs
+
+What it writes:
+
+- ``reports/demo.md`` and ``reports/demo.html``: the report of the demo trace (``make demo``'s input,
+  ``tests/data/dataloader_starved.sqlite.xz``), rendered as the reference reports are (fixed date,
+  portable paths), so they equal ``tests/data/reference-reports/dataloader_starved.*``;
+- the README's blocks between ``<!-- generated:NAME -->`` and ``<!-- /generated -->``: ``demo-terminal``
+  (what ``make demo`` prints) and ``demo-markdown`` (the opening of ``reports/demo.md``, its first
+  ``lines=N`` lines);
+- ``docs/rules.md`` (:mod:`analyzer.rules.docgen`, from the rule pack's metadata).
+"""
+from __future__ import annotations
+
+import argparse
+import difflib
+import re
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DEMO_TRACE = REPO / "tests" / "data" / "dataloader_starved.sqlite.xz"
+#: what ``make demo`` writes (an ignored path: a demo run leaves ``git status`` clean)
+DEMO_OUTPUT = "reports/dataloader_starved.html"
+BLOCK = re.compile(r"(<!-- generated:(?P<name>[\w-]+)(?P<args>[^>]*?) -->\n)(?P<body>.*?)(<!-- /generated -->)", re.S)
+TERMINAL_WIDTH = 110
+
+
+def demo_renderings() -> dict[str, str]:
+    """The demo report as Markdown, HTML and terminal text (the reference reports' date and paths)."""
+    sys.path.insert(0, str(REPO))
+    from reference_reports import CREATED, _portable  # tests/ is on sys.path when run as a script
+
+    from analyzer.pipeline import AnalysisOptions, analyze_paths
+    from analyzer.reports import build_report, render
+    from analyzer.reports.summary import summary_text
+
+    report = build_report(analyze_paths([DEMO_TRACE], AnalysisOptions()), created=CREATED)
+    terminal = summary_text(report, width=TERMINAL_WIDTH) + f"report: {DEMO_OUTPUT}\n"
+    return {"md": _portable(render(report, "md")), "html": _portable(render(report, "html")),
+            "terminal": _portable(terminal)}
+
+
+def fill_blocks(text: str, blocks: dict[str, str]) -> str:
+    """``text`` with each generated block's body replaced (``lines=N``: only the first N lines)."""
+    def body(m: re.Match[str]) -> str:
+        name, args = m.group("name"), m.group("args")
+        if name not in blocks:
+            raise KeyError(f"unknown generated block {name!r}")
+        content = blocks[name]
+        lines = re.search(r"lines=(\d+)", args)
+        if lines:
+            content = "\n".join(content.splitlines()[: int(lines.group(1))]) + "\n"
+        fence = "```markdown" if name.endswith("markdown") else "```console"
+        return f"{m.group(1)}{fence}\n{content}```\n{m.group(5)}"
+    return BLOCK.sub(body, text)
+
+
+def expected() -> dict[Path, str]:
+    """Every generated file, path -> the content the code gives today."""
+    from analyzer.rules import load_pack
+    from analyzer.rules.docgen import DEFAULT_PACK, render_docs
+
+    demo = demo_renderings()
+    readme = REPO / "README.md"
+    blocks = {"demo-terminal": "$ make demo\n" + demo["terminal"], "demo-markdown": demo["md"]}
+    return {
+        REPO / "reports" / "demo.md": demo["md"],
+        REPO / "reports" / "demo.html": demo["html"],
+        readme: fill_blocks(readme.read_text(encoding="utf-8"), blocks),
+        REPO / "docs" / "rules.md": render_docs(load_pack(DEFAULT_PACK)),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    mode = ap.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--write", action="store_true", help="rewrite the generated files and blocks")
+    mode.add_argument("--check", action="store_true", help="compare them with what the code gives")
+    args = ap.parse_args(argv)
+    bad = 0
+    for path, text in expected().items():
+        old = path.read_text(encoding="utf-8") if path.is_file() else ""
+        if old == text:
+            continue
+        if args.write:
+            path.write_text(text, encoding="utf-8")
+            print(f"{path.relative_to(REPO)}: written")
+        else:
+            bad += 1
+            diff = difflib.unified_diff(old.splitlines(), text.splitlines(), "committed", "generated", lineterm="", n=1)
+            print(f"{path.relative_to(REPO)} differs from what the code gives (make docs):")
+            print("\n".join(list(diff)[:30]))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
