@@ -209,7 +209,7 @@ def test_accepted_findings_gate_on_new_problems_only(project: Path, capsys: pyte
     assert code == 1
     fired = findings(target)
     new = {name for name, f in fired.items() if f["accepted"] is None and f["severity"] != "info"}
-    assert new == {"gpu-idle-gaps", "low-gpu-utilization", "pageable-memcpy"}
+    assert new == {"gpu-idle-gaps", "host-work-in-loop", "low-gpu-utilization", "pageable-memcpy"}
     assert fired["elementwise-dominance"]["accepted"]["counts"] is False  # 41.4 ms then and now
     assert "2 new problems worth" in out and "1 accepted finding not counted" in out
     # ...and the same run without the accepted file fails as well (the gate is the file, not the trace)
@@ -227,7 +227,7 @@ def test_an_accepted_finding_that_grew_counts_again(project: Path, capsys: pytes
     code, out, _ = run(capsys, *argv)
     assert code == 1 and "2 grew past their acceptance" in out
     md = (project / "r.md").read_text()
-    assert "| **warning** (grew past acceptance) | GPU001 gpu-idle-gaps |" in md
+    assert "| **warning** (grew past acceptance) (symptom) | GPU001 gpu-idle-gaps |" in md
     assert "its impact is now 28.6x that, more than the 1.5x allowed, so it counts again" in md
     # a team that tolerates more growth
     code, out, _ = run(capsys, *argv, "--accepted-growth", "50")

@@ -699,6 +699,9 @@ def _verdict(findings: list[Finding], window_ns: int, busy_share: float | None,
         if symptoms:
             s = symptoms[0]
             text = f"No cause found for the symptom: {s.headline or s.message}"
+            grown_symptoms = sum(1 for f in symptoms if f.acceptance is not None)
+            if grown_symptoms:
+                text += f"; {grown_symptoms} grew past {'its' if grown_symptoms == 1 else 'their'} acceptance"
         else:
             text = f"No {'new ' if accepted else ''}problems found in {fmt_duration(window_ns)} analyzed"
         if not_checked and not symptoms:
@@ -731,7 +734,7 @@ def _verdict(findings: list[Finding], window_ns: int, busy_share: float | None,
     pct = f" ({fmt_impact_pct(100.0 * total / span)} of {of}, overlaps counted once)" if span > 0 else ""
     named = "" if biggest.headline else f"; biggest: {biggest.title}"
     text = f"{lead}{plural(len(problems), kind)} worth {fmt_ms(total)}{pct}{named}{also}"
-    for s in symptoms[:2]:
+    for s in symptoms[:1]:  # the biggest symptom; the others are listed with what explains them
         ex = explain(s, findings)
         what = s.headline or s.title
         text += f"; {what}: {_explained_text(ex, window_ns)}"
