@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "tests")]  # this checkout's analyzer, never an installed one
 DEMO_TRACE = REPO / "tests" / "data" / "dataloader_starved.sqlite.xz"
 #: what ``make demo`` writes (an ignored path: a demo run leaves ``git status`` clean)
 DEMO_OUTPUT = "reports/dataloader_starved.html"
@@ -32,8 +33,7 @@ TERMINAL_WIDTH = 110
 
 def demo_renderings() -> dict[str, str]:
     """The demo report as Markdown, HTML and terminal text (the reference reports' date and paths)."""
-    sys.path.insert(0, str(REPO))
-    from reference_reports import CREATED, _portable  # tests/ is on sys.path when run as a script
+    from reference_reports import CREATED, _portable
 
     from analyzer.pipeline import AnalysisOptions, analyze_paths
     from analyzer.reports import build_report, render

@@ -164,6 +164,7 @@ def fmt_cell(value: Any, kind: str) -> str:
         "time": fmt_time,
         "pct": fmt_pct,
         "share": fmt_share,
+        "ratio": lambda v: f"{fmt_float(v, 3)}x",
         "int": fmt_int,
         "bytes": fmt_bytes,
         "flops": lambda v: fmt_si(v, "FLOP/s"),

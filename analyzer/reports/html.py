@@ -11,6 +11,7 @@ inside ``analyze``).
 from __future__ import annotations
 
 import functools
+import re
 from typing import Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
@@ -45,6 +46,12 @@ def cell(value: Any, column: Column) -> Markup:
     return escape(text)
 
 
+def prose(text: str) -> Markup:
+    """A rule's prose (what / why / fix): escaped text whose code spans (```torch.compile```) become
+    ``<code>`` (their content escaped like the rest)."""
+    return Markup(re.sub(r"`([^`\n]+)`", r"<code>\1</code>", str(escape(text))))
+
+
 def reference(ref: str) -> Markup:
     """A reference: an ``http(s)`` URL becomes a plain link (nothing is loaded from it), anything else
     is shown as text."""
@@ -65,6 +72,7 @@ def environment() -> Environment:
     )
     env.filters.update(
         cell=cell,
+        prose=prose,
         ref=reference,
         ms=fmt_ms,
         dur=fmt_duration,

@@ -525,7 +525,17 @@ def table_view(
     head = frame.head(max(0, limit))
     cols = [head[c.key].tolist() if c.key in head.columns else [None] * len(head) for c in columns]
     rows = tuple(tuple(_cell(v, cell_chars) for v in row) for row in zip(*cols)) if len(head) else ()
-    return cls(tuple(columns), rows, len(frame) if total is None else total, caption)
+    shown = tuple(honest_column(c, values) for c, values in zip(columns, cols))
+    return cls(shown, rows, len(frame) if total is None else total, caption)
+
+
+def honest_column(column: Column, values: Iterable[Any]) -> Column:
+    """``column`` as its values allow: a share column (0..1, shown as a percentage) holding a value above
+    1 is a ratio, not a share (GPU time summed over streams over a phase's span: 1.73, not "173%"), so it
+    is shown as one (``1.73x``) and its label says so."""
+    if column.kind == "share" and any(isinstance(v, (int, float)) and v == v and v > 1.0005 for v in values):
+        return Column(column.key, f"{column.label} (ratio, can pass 1)", "ratio")
+    return column
 
 
 _NS_NAMES = {"duration", "gap", "busy", "cpu", "gpu", "total", "mean", "median", "wait", "idle"}
@@ -566,8 +576,22 @@ def _evidence_kind(name: str, values: Iterable[Any] = ()) -> str:
     return "auto"
 
 
-def _labelize(name: str) -> str:
-    text = name.replace("_", " ").strip()
+#: a column name's unit word, dropped from its label when the cells carry their own unit (``busy_ns``
+#: over "12.3 ms" reads "Busy", not "Busy ns")
+_UNIT_WORDS = {"ns": ("ns",), "pct": ("pct",), "share": ("share",), "bytes": ("bytes",),
+               "flops": ("flops",), "bandwidth": ()}
+_ACRONYMS = {"cpu": "CPU", "gpu": "GPU", "nvtx": "NVTX", "api": "API", "sm": "SM", "id": "ID", "h2d": "H2D",
+             "d2h": "D2H", "cuda": "CUDA", "nccl": "NCCL", "pid": "PID", "tid": "TID", "p95": "p95"}
+
+
+def _labelize(name: str, kind: str = "auto") -> str:
+    """A column name as a header: words, known acronyms in capitals, and no unit word the formatted
+    cells already show (``cpu_mean_ns`` -> "CPU mean" over values in ms)."""
+    words = name.replace("_", " ").split()
+    if len(words) > 1 and words[-1].lower() in _UNIT_WORDS.get(kind, ()):
+        words = words[:-1]
+    words = [_ACRONYMS.get(w.lower(), w) for w in words]
+    text = " ".join(words)
     return text[:1].upper() + text[1:] if text else name
 
 
@@ -600,10 +624,16 @@ def finding_views(
             tuple(_cell(v, limits.cell_chars) for v in row[: len(f.evidence_columns)])
             for row in f.evidence[: limits.evidence_rows]
         )
+        kinds = [_evidence_kind(c, (r[i] for r in rows if i < len(r))) for i, c in enumerate(f.evidence_columns)]
         columns = tuple(
-            Column(c, _labelize(c), _evidence_kind(c, (r[i] for r in rows if i < len(r))))
-            for i, c in enumerate(f.evidence_columns)
+            honest_column(Column(c, _labelize(c, k), k), (r[i] for r in rows if i < len(r)))
+            for i, (c, k) in enumerate(zip(f.evidence_columns, kinds))
         )
+        # a column empty in every shown row says nothing (the JSON record keeps it)
+        keep = [i for i in range(len(columns)) if any(i < len(r) and r[i] not in (None, "") for r in rows)]
+        if rows and len(keep) < len(columns):
+            columns = tuple(columns[i] for i in keep)
+            rows = tuple(tuple(r[i] for i in keep) for r in rows)
         total = max(int(f.evidence_total or 0), len(f.evidence))
         evidence = EvidenceTable(columns, rows, total)
         impact_pct = f.impact_pct
@@ -1254,8 +1284,9 @@ def _phases(frame: pd.DataFrame, limits: Limits) -> Table:
     known = {c.key for c in _PHASE_KNOWN}
     if len(cols) < 4:  # an unfamiliar phases table: show what it has
         cols += [
-            Column(str(c), _labelize(str(c)), _evidence_kind(str(c), frame[c].head(limits.phase_rows).tolist()))
+            Column(str(c), _labelize(str(c), kind), kind)
             for c in frame.columns if c not in known
+            for kind in (_evidence_kind(str(c), frame[c].head(limits.phase_rows).tolist()),)
         ]
     shown = frame
     if "measure" in frame.columns:
