@@ -152,3 +152,17 @@ def test_breakdown_calibration_one_pair() -> None:
     bad = subprocess.run([sys.executable, REPO / "benchmarks" / "breakdown_calibration.py", "--only", "x",
                           "--write"], capture_output=True, text=True, cwd=REPO)
     assert bad.returncode == 2 and "cannot be combined" in bad.stderr
+
+
+def test_breakdown_vs_hta_check() -> None:
+    """The script's command line (tests/test_breakdown_vs_hta.py checks its numbers): every round-3 trace
+    compared and docs/breakdown-vs-hta.md current."""
+    import pytest
+
+    pytest.importorskip("hta")
+    round3 = REPO / "tests" / "data" / "round3"
+    if not any(round3.glob("*.pt.trace.json.gz")):
+        pytest.skip("round-3 traces absent")
+    out = _run(REPO / "benchmarks" / "breakdown_vs_hta.py", "--check")
+    for name in ("decode_eager", "optimizer_loop", "host_work_in_range", "copy_on_compute_stream"):
+        assert f"| {name} |" in out and f"| {name}_fixed |" in out, name

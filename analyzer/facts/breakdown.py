@@ -65,7 +65,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from analyzer.facts._util import column, generic_path, key_groups, text, text_codes
+from analyzer.facts._util import column, generic_path, key_groups, text, text_array, text_codes
 from analyzer.facts.nvtx import main_threads
 from analyzer.facts.nvtx_ranges import innermost_open, ranges_only
 from analyzer.facts.registry import FactContext, fact
@@ -429,45 +429,51 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
     }
     gdev, gs, ge, gprev, gnext = (np.concatenate([x[i] for x in gaps]) for i in range(5))
     idle = _classify_idle(ctx, ops, level, gdev, gs, ge, gprev, gnext, dispatch_ns, code)
+    # every column gathered in (device, start) order, text built from codes (no per-row strings: a
+    # million-kernel trace has millions of segments)
+    dev = np.r_[busy_frame["device"], idle["device"]].astype(np.int64)
+    start = np.r_[busy_frame["start"], idle["start"]].astype(np.int64)
+    order = np.lexsort((start, dev))
+    dev, start = dev[order], start[order]
+    end = np.r_[busy_frame["end"], idle["end"]].astype(np.int64)[order]
+    cause = np.r_[busy_frame["cause"], idle["cause"]].astype(np.int64)[order]
+    detail = np.r_[busy_frame["detail"], idle["detail"]].astype(np.int64)[order]
+    detail = np.where(detail < 0, len(labels), detail)
+    path_codes, paths = pd.factorize(np.r_[busy_frame["path"], idle["path"]].astype(object)[order])
+    paths = np.array(["" if x is None or (isinstance(x, float) and np.isnan(x)) else str(x) for x in paths]
+                     + [""], dtype=object)
+    path_codes = np.where(path_codes < 0, len(paths) - 1, path_codes)
+    key_codes, keys = pd.factorize(np.array(_generic_keys(paths), dtype=object))
+    host_tid = np.r_[np.full(len(busy_frame["start"]), -1, dtype=np.int64), idle["tid"]].astype(np.int64)[order]
+    pid = np.r_[np.full(len(busy_frame["start"]), -1, dtype=np.int64), idle["pid"]].astype(np.int64)[order]
+    step_codes, step_labels = _step_codes(ctx, start)
     seg = pd.DataFrame({
-        "device": np.r_[busy_frame["device"], idle["device"]].astype(np.int64),
-        "start": np.r_[busy_frame["start"], idle["start"]].astype(np.int64),
-        "end": np.r_[busy_frame["end"], idle["end"]].astype(np.int64),
-        "_cause": np.r_[busy_frame["cause"], idle["cause"]].astype(np.int64),
-        "_detail": np.r_[busy_frame["detail"], idle["detail"]].astype(np.int64),
-        "nvtx_path": np.r_[busy_frame["path"], idle["path"]],
-        "host_tid": np.r_[np.full(len(busy_frame["start"]), -1, dtype=np.int64), idle["tid"]].astype(np.int64),
-        "_pid": np.r_[np.full(len(busy_frame["start"]), -1, dtype=np.int64), idle["pid"]].astype(np.int64),
+        "device": dev, "start": start, "end": end,
+        "cause": text_array(cause, np.asarray(CAUSES, dtype=object)),
+        "detail": text_array(detail, np.asarray(labels + [""], dtype=object)),
+        "duration": end - start,
+        "nvtx_path": text_array(path_codes, paths),
+        "range_key": text_array(key_codes[path_codes], np.asarray(keys, dtype=object)),
+        "step": text_array(step_codes, step_labels),
+        "host_tid": host_tid,
     })
-    seg = seg.sort_values(["device", "start"], kind="stable", ignore_index=True)
-    lab = np.asarray(labels + [""], dtype=object)
-    seg["cause"] = np.asarray(CAUSES, dtype=object)[seg.pop("_cause").to_numpy()]
-    seg["detail"] = lab[seg.pop("_detail").to_numpy()]
-    seg["step"] = _step_names(ctx, seg)
-    seg["nvtx_path"] = seg["nvtx_path"].fillna("").astype(object)
-    seg["range_key"] = _generic_keys(seg["nvtx_path"].to_numpy(object))
-    seg["duration"] = seg["end"] - seg["start"]
-    seg["host_activity"] = _host_activity(ctx, seg)
+    seg["host_activity"] = _host_activity(ctx, seg, cause == _C["host_work"], pid)
     return seg[list(SEGMENT_COLUMNS)]
 
 
-def _generic_keys(paths: np.ndarray) -> np.ndarray:
-    """Each NVTX path as the program's own ranges name it: cut before the first framework operator
-    (``aten::add_``, autograd nodes: :data:`analyzer.facts.nvtx.OPERATOR_TEXTS`, which torch.profiler
-    traces nest under the annotations) and with enumerated components made generic (``step_12/load_batch``
-    -> ``step_N/load_batch``: the same code every step); computed once per distinct path."""
+def _generic_keys(paths: np.ndarray) -> list[str]:
+    """Each (distinct) NVTX path as the program's own ranges name it: cut before the first framework
+    operator (``aten::add_``, autograd nodes: :data:`analyzer.facts.nvtx.OPERATOR_TEXTS`, which
+    torch.profiler traces nest under the annotations) and with enumerated components made generic
+    (``step_12/load_batch`` -> ``step_N/load_batch``: the same code every step)."""
     from analyzer.facts.nvtx import OPERATOR_TEXTS
-
-    codes, uniques = pd.factorize(paths)
-    if not len(uniques):
-        return np.empty(0, dtype=object)
 
     def key(path: str) -> str:
         parts = path.split("/")
         cut = next((i for i, p in enumerate(parts) if OPERATOR_TEXTS.match(p)), len(parts))
         return generic_path("/".join(parts[:cut]))
 
-    return np.array([key(str(x)) for x in uniques], dtype=object)[codes]
+    return [key(str(x)) for x in paths]
 
 
 #: host-work segments shorter than this get no host_activity; at most this many (the longest) get one
@@ -475,24 +481,25 @@ HOST_ACTIVITY_MIN_NS = 50_000
 HOST_ACTIVITY_MAX = 1000
 
 
-def _host_activity(ctx: FactContext, seg: pd.DataFrame) -> np.ndarray:
+def _host_activity(ctx: FactContext, seg: pd.DataFrame, host_work: np.ndarray, pid: np.ndarray) -> object:
     """CPU samples and OS-runtime calls of the feeding thread inside the longest host-work segments (the
     text :func:`analyzer.facts.stacks.host_activity` writes; "" elsewhere or when not recorded)."""
     from analyzer.facts.stacks import host_activity
 
-    out = np.full(len(seg), "", dtype=object)
+    codes = np.zeros(len(seg), dtype=np.int64)
+    labels: list[str] = [""]
     t = ctx.trace
-    if t.cpu_samples.empty and t.osrt.empty:
-        return out
-    dur = seg["duration"].to_numpy()
-    pick = np.flatnonzero((seg["cause"].to_numpy(object) == "host_work") & (dur >= HOST_ACTIVITY_MIN_NS))
-    if len(pick) > HOST_ACTIVITY_MAX:
-        pick = pick[np.argsort(-dur[pick], kind="stable")[:HOST_ACTIVITY_MAX]]
-    if len(pick):
-        spans = pd.DataFrame({"start": seg["start"].to_numpy()[pick], "end": seg["end"].to_numpy()[pick],
-                              "host_pid": seg["_pid"].to_numpy()[pick], "host_tid": seg["host_tid"].to_numpy()[pick]})
-        out[pick] = host_activity(t, spans)
-    return out
+    if not (t.cpu_samples.empty and t.osrt.empty):
+        dur = seg["duration"].to_numpy()
+        pick = np.flatnonzero(host_work & (dur >= HOST_ACTIVITY_MIN_NS))
+        if len(pick) > HOST_ACTIVITY_MAX:
+            pick = pick[np.argsort(-dur[pick], kind="stable")[:HOST_ACTIVITY_MAX]]
+        if len(pick):
+            spans = pd.DataFrame({"start": seg["start"].to_numpy()[pick], "end": seg["end"].to_numpy()[pick],
+                                  "host_pid": pid[pick], "host_tid": seg["host_tid"].to_numpy()[pick]})
+            labels += list(host_activity(t, spans))
+            codes[pick] = np.arange(1, len(pick) + 1)
+    return text_array(codes, np.asarray(labels, dtype=object))
 
 
 def _classify_idle(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev: np.ndarray, g0: np.ndarray, g1: np.ndarray,
@@ -634,19 +641,17 @@ def _classify_idle(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev:
     return {"device": dev, "start": s, "end": e, "cause": c, "detail": d, "path": path, "tid": t, "pid": p}
 
 
-def _step_names(ctx: FactContext, seg: pd.DataFrame) -> np.ndarray:
-    """The step each segment lies in (segments crossing a step boundary are not split here: the
-    breakdown splits them; this is the step holding the segment's start)."""
+def _step_codes(ctx: FactContext, start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(codes, labels)``: the step holding each segment start (segments crossing a step boundary are
+    not split here: the breakdown splits them); the last label is "" (outside every step)."""
     steps = ctx.get("steps")
-    out = np.full(len(seg), "", dtype=object)
-    if steps.empty or seg.empty:
-        return out
+    if steps.empty or not len(start):
+        return np.zeros(len(start), dtype=np.int64), np.array([""], dtype=object)
     lo, hi, names = _step_bounds(steps)
-    s = seg["start"].to_numpy(dtype=np.int64)
-    k = np.searchsorted(lo, s, side="right") - 1
-    ok = (k >= 0) & (s < hi[np.maximum(k, 0)])
-    out[ok] = names[k[ok]]
-    return out
+    k = np.searchsorted(lo, start, side="right") - 1
+    ok = (k >= 0) & (start < hi[np.maximum(k, 0)])
+    labels = np.array([str(x) for x in names] + [""], dtype=object)
+    return np.where(ok, k, len(names)).astype(np.int64), labels
 
 
 def _step_bounds(steps: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -685,23 +690,34 @@ def timeline_breakdown(ctx: FactContext) -> pd.DataFrame:
     ints = ("device", "duration_ns", "segments", "key_cause_ns", "device_host_held_ns")
     if seg.empty:
         return _empty(BREAKDOWN_COLUMNS, ints, ("share", "cause_share", "key_cause_share"))
-    dur = (seg["end"] - seg["start"]).to_numpy(dtype=np.int64)
-    base = pd.DataFrame({"device": seg["device"].to_numpy(dtype=np.int64), "cause": seg["cause"].to_numpy(object),
-                         "detail": seg["detail"].to_numpy(object), "duration_ns": dur})
-    window = base.assign(scope="window", key="")
-    ranges = base.assign(scope="range", key=seg["range_key"].to_numpy(object))
-    parts = [window, ranges]
+    # summed on integer codes (a million-kernel trace has millions of segments), text put back per row
+    dev = seg["device"].to_numpy(dtype=np.int64)
+    start, end = seg["start"].to_numpy(dtype=np.int64), seg["end"].to_numpy(dtype=np.int64)
+    cause_codes, cause_labels = text_codes(seg["cause"])
+    detail_codes, detail_labels = text_codes(seg["detail"])
+    range_codes, range_labels = text_codes(seg["range_key"])
+
+    def summed(scope: str, pos: np.ndarray | None, keys: np.ndarray, key_labels: np.ndarray,
+               dur: np.ndarray) -> pd.DataFrame:
+        take = (lambda a: a) if pos is None else (lambda a: a[pos])
+        frame = pd.DataFrame({"d": take(dev), "k": keys, "c": take(cause_codes), "x": take(detail_codes), "n": dur})
+        g = frame.groupby(["d", "k", "c", "x"], sort=False).agg(duration_ns=("n", "sum"),
+                                                                segments=("n", "size")).reset_index()
+        return pd.DataFrame({
+            "device": g["d"].to_numpy(np.int64), "scope": scope,
+            "key": np.asarray(key_labels, dtype=object)[g["k"].to_numpy()],
+            "cause": np.asarray(cause_labels, dtype=object)[g["c"].to_numpy()],
+            "detail": np.asarray(detail_labels, dtype=object)[g["x"].to_numpy()],
+            "duration_ns": g["duration_ns"].to_numpy(np.int64), "segments": g["segments"].to_numpy(np.int64)})
+
+    parts = [summed("window", None, np.zeros(len(seg), dtype=np.int64), np.array([""], dtype=object), end - start),
+             summed("range", None, range_codes, range_labels, end - start)]
     steps = ctx.get("steps")
     if not steps.empty:
         lo, hi, names = _step_bounds(steps)
-        si, ci, s, e = intersect(seg["start"].to_numpy(dtype=np.int64), seg["end"].to_numpy(dtype=np.int64), lo, hi)
-        parts.append(pd.DataFrame({
-            "device": base["device"].to_numpy()[si], "cause": base["cause"].to_numpy()[si],
-            "detail": base["detail"].to_numpy()[si], "duration_ns": e - s, "scope": "step", "key": names[ci]}))
-    allrows = pd.concat(parts, ignore_index=True)
-    keys = ["device", "scope", "key", "cause", "detail"]
-    out = allrows.groupby(keys, sort=False, observed=True).agg(
-        duration_ns=("duration_ns", "sum"), segments=("duration_ns", "size")).reset_index()
+        si, ci, s, e = intersect(start, end, lo, hi)
+        parts.append(summed("step", si, ci, np.asarray([str(x) for x in names], dtype=object), e - s))
+    out = pd.concat(parts, ignore_index=True)
     group_total = out.groupby(["device", "scope", "key"], sort=False)["duration_ns"].transform("sum")
     out["share"] = out["duration_ns"] / group_total.where(group_total > 0, 1)
     out["key_cause_ns"] = out.groupby(["device", "scope", "key", "cause"], sort=False)["duration_ns"].transform("sum")
