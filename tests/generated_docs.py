@@ -12,14 +12,20 @@ What it writes:
 - the README's blocks between ``<!-- generated:NAME -->`` and ``<!-- /generated -->``: ``demo-terminal``
   (what ``make demo`` prints) and ``demo-markdown`` (the opening of ``reports/demo.md``, its first
   ``lines=N`` lines);
-- ``docs/rules.md`` (:mod:`analyzer.rules.docgen`, from the rule pack's metadata).
+- ``docs/rules.md`` (:mod:`analyzer.rules.docgen`, from the rule pack's metadata);
+- ``docs/writing-rules.md``'s ``config-example`` block: ``analyze config --ignore NCU`` run in a scratch
+  project made of the page's own ``pyproject.toml`` and ``.gpu/rules.yaml`` examples (the pack without
+  its ``rules:`` list, which points at another section).
 """
 from __future__ import annotations
 
 import argparse
 import difflib
+import os
 import re
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -45,6 +51,23 @@ def demo_renderings() -> dict[str, str]:
             "terminal": _portable(terminal)}
 
 
+def config_example(page: str) -> str:
+    """What ``analyze config --ignore NCU`` prints in a project made of the page's own examples."""
+    blocks = re.findall(r"```(\w+)\n(.*?)```", page, re.S)
+    pack = next(b for k, b in blocks if k == "yaml" and b.startswith("version: 1\nextends: default"))
+    pyproject = next(b for k, b in blocks if k == "toml" and b.startswith("[tool.gpu-trace-analyzer]\n"))
+    with tempfile.TemporaryDirectory() as scratch:
+        (Path(scratch) / ".gpu").mkdir()
+        (Path(scratch) / ".gpu" / "rules.yaml").write_text(pack.split("\nrules:")[0] + "\n", encoding="utf-8")
+        (Path(scratch) / "pyproject.toml").write_text(pyproject, encoding="utf-8")
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        done = subprocess.run([sys.executable, "-m", "analyzer.cli", "config", "--ignore", "NCU"], cwd=scratch,
+                              env=env, capture_output=True, text=True, timeout=300, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"analyze config failed on the page's examples: {done.stderr.strip()}")
+    return "$ analyze config --ignore NCU\n" + done.stdout
+
+
 def fill_blocks(text: str, blocks: dict[str, str]) -> str:
     """``text`` with each generated block's body replaced (``lines=N``: only the first N lines)."""
     def body(m: re.Match[str]) -> str:
@@ -68,7 +91,10 @@ def expected() -> dict[Path, str]:
     demo = demo_renderings()
     readme = REPO / "README.md"
     blocks = {"demo-terminal": "$ make demo\n" + demo["terminal"], "demo-markdown": demo["md"]}
+    rules_page = REPO / "docs" / "writing-rules.md"
+    page = rules_page.read_text(encoding="utf-8")
     return {
+        rules_page: fill_blocks(page, {"config-example": config_example(page)}),
         REPO / "reports" / "demo.md": demo["md"],
         REPO / "reports" / "demo.html": demo["html"],
         readme: fill_blocks(readme.read_text(encoding="utf-8"), blocks),

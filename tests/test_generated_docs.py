@@ -29,6 +29,12 @@ def test_demo_report_is_the_reference_report():
     assert demo.read_text(encoding="utf-8") == ref.read_text(encoding="utf-8")
 
 
+def test_the_config_example_is_filled():
+    page = (TESTS.parent / "docs" / "writing-rules.md").read_text(encoding="utf-8")
+    block = next(m for m in generated_docs.BLOCK.finditer(page) if m.group("name") == "config-example")
+    assert "$ analyze config --ignore NCU" in block.group("body") and "rule pack:" in block.group("body")
+
+
 def test_every_readme_block_is_filled():
     readme = (TESTS.parent / "README.md").read_text(encoding="utf-8")
     blocks = list(generated_docs.BLOCK.finditer(readme))
