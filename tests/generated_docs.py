@@ -54,7 +54,8 @@ def demo_renderings() -> dict[str, str]:
 def config_example(page: str) -> str:
     """What ``analyze config --ignore NCU`` prints in a project made of the page's own examples."""
     blocks = re.findall(r"```(\w+)\n(.*?)```", page, re.S)
-    pack = next(b for k, b in blocks if k == "yaml" and b.startswith("version: 1\nextends: default"))
+    pack = next(b for k, b in blocks if k == "yaml" and b.startswith("version: 1\nextends: default")
+                and "\ndisable:" in b and "\noverride:" in b)  # the composing pack of the .gpu/rules.yaml example
     pyproject = next(b for k, b in blocks if k == "toml" and b.startswith("[tool.gpu-trace-analyzer]\n"))
     with tempfile.TemporaryDirectory() as scratch:
         (Path(scratch) / ".gpu").mkdir()
