@@ -75,7 +75,7 @@ def best_of(code: str, repeat: int) -> tuple[float, float]:
 
 def default_inputs() -> list[Path]:
     folder = REPO / "tests" / "data" / "kineto"
-    return sorted(p for p in folder.glob("*.json*") if not p.name.startswith("cpu_"))
+    return sorted(p for p in folder.glob("*.pt.trace.json*") if not p.name.startswith("cpu_"))
 
 
 def main(argv: list[str] | None = None) -> int:

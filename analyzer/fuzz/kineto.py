@@ -181,7 +181,7 @@ def base_traces() -> list[Path]:
     from analyzer.testing import DATA_DIR
 
     folder = DATA_DIR / "kineto"
-    files = sorted(folder.glob("*.json*"), key=lambda p: p.stat().st_size) if folder.is_dir() else []
+    files = sorted(folder.glob("*.pt.trace.json*"), key=lambda p: p.stat().st_size) if folder.is_dir() else []
     return files[:3]
 
 

@@ -150,7 +150,7 @@ def test_reverse_direction_is_a_regression_that_fails_the_gate(name: str) -> Non
 def test_verdict_text_of_the_demo_pair() -> None:
     r = diff(summary("dataloader_starved"), summary("dataloader_starved_fixed"))
     assert r.verdict.startswith("HEAD is 55% faster per step (30.3 -> 13.6 ms, 2.2x, 12 vs 12 steps, significant)")
-    assert r.verdict.endswith("resolved: low-gpu-utilization, gpu-idle-gaps, pageable-memcpy")
+    assert r.verdict.endswith("resolved: low-gpu-utilization, gpu-idle-gaps, host-work-in-loop, pageable-memcpy")
     # where the time moved: the loader's CPU time per step, the H2D copy from pinned memory
     by_path = {p.key: p for p in r.phases.rows}
     load = by_path["step_N/load_batch"]
