@@ -14,7 +14,9 @@ from functools import lru_cache
 
 #: anonymous namespaces as nsys, torch.profiler and ncu spell them (ncu's CSV drops the ``<`` of ``<unnamed>``)
 _ANON = re.compile(r"\((?:anonymous|anon) namespace\)::|<?\bunnamed>::")
-_MANGLED = re.compile(r"^_Z(?:N(?:[rVKO]+)?)?")
+_LENGTH = re.compile(r"\d{1,20}")  # an identifier's length prefix (longer prefixes are not lengths)
+#: nested-name components read at most (a damaged name cannot make the walk unbounded)
+_MAX_COMPONENTS = 4096
 #: characters of a name that are read (the function name comes first; the rest is arguments)
 _MAX_NAME = 1 << 16
 
@@ -81,26 +83,44 @@ def _drop_trailing_group(s: str, open_ch: str, close_ch: str) -> str:
     return s
 
 
+def mangled_components(s: str) -> tuple[list[str], int, bool]:
+    """The identifiers of an Itanium-mangled name's name, where they end, and whether every length prefix
+    read was valid: ``_ZN3foo3barEv`` -> ``(["foo", "bar"], 11, True)``, ``_Z6kernelPf`` ->
+    ``(["kernel"], 9, True)``; a length running past the name stops the walk with ``False`` (the
+    identifiers before it kept).
+    A nested name (``_ZN``, after its cv- and ref-qualifiers) is read up to its template arguments or its
+    end, at most :data:`_MAX_COMPONENTS` identifiers; an unnested one is its first identifier alone (what
+    follows is the parameter list). The one reader of mangled names for the loaders and the categories."""
+    if not s.startswith("_Z"):
+        return [], 0, True
+    nested = s.startswith("_ZN")
+    i = 3 if nested else 2
+    if nested:
+        while i < len(s) and s[i] in "rVKRO":
+            i += 1
+    parts: list[str] = []
+    while len(parts) < _MAX_COMPONENTS:
+        m = _LENGTH.match(s, i)
+        if not m:
+            break
+        size = int(m.group(0))
+        start = m.end()
+        if size <= 0 or start + size > len(s):
+            return parts, i, False
+        parts.append(s[start:start + size])
+        i = start + size
+        if not nested:
+            break
+    return parts, i, True
+
+
 def _split_mangled(s: str) -> tuple[str, str]:
     """An Itanium-mangled name (``_ZN7ck_tile6kentryI...EEvDpT1_``): the length-prefixed identifiers of
     its (nested) name up to the template arguments (``I``) joined by ``::``, and the rest as the
     arguments' (still mangled) text. A name it cannot read is returned whole."""
-    m = _MANGLED.match(s)
-    if m is None:
+    parts, end, ok = mangled_components(s)
+    if not (ok and parts):
         return s, ""
-    i = m.end()
-    parts: list[str] = []
-    while i < len(s) and s[i].isdigit():
-        j = i
-        while j < len(s) and s[j].isdigit():
-            j += 1
-        length = int(s[i:j])
-        if length <= 0 or j + length > len(s):
-            return s, ""
-        parts.append(s[j:j + length])
-        i = j + length
-    if not parts:
-        return s, ""
-    rest = s[i:]
+    rest = s[end:]
     args = rest[1:] if rest.startswith("I") else ""
     return "::".join(parts), args

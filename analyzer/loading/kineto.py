@@ -76,6 +76,7 @@ from analyzer.loading.api_names import host_side_summary, launch_calls
 from analyzer.loading.capabilities import missing_capabilities
 from analyzer.loading.columns import TextCodes
 from analyzer.loading.common import by_start, contract_frame, fill_cc_limits, strip_api_suffix, text_as_object
+from analyzer.loading.kernel_names import mangled_components
 from analyzer.loading.names import last_separator, matching_open
 from analyzer.loading.python_stacks import python_call_stacks
 from analyzer.loading.model import (
@@ -486,35 +487,14 @@ def kernel_short_name(name: str) -> str:
     return s[last_separator(s):] or name
 
 
-_SOURCE_NAME = re.compile(r"(\d+)")
 _MAX_STRIPS = 64
-_MAX_COMPONENTS = 4096
 
 
 def _mangled_short(s: str) -> str:
     """The last identifier of an Itanium-mangled name's (nested) name: ``_ZN3foo3barEv`` -> ``bar``,
-    ``_Z6kernelPf`` -> ``kernel`` ("" when it does not parse). At most :data:`_MAX_COMPONENTS` nested
-    names are walked."""
-    i = 2
-    nested = s.startswith("_ZN")
-    if nested:
-        i = 3
-        while i < len(s) and s[i] in "rVKRO":  # cv- and ref-qualifiers of member functions
-            i += 1
-    last = ""
-    for _ in range(_MAX_COMPONENTS):
-        m = _SOURCE_NAME.match(s, i, min(len(s), i + 20))
-        if not m:
-            break
-        size = int(m.group(1))
-        start = m.end()
-        if size <= 0 or start + size > len(s):
-            break
-        last = s[start:start + size]
-        i = start + size
-        if not nested:
-            break
-    return last
+    ``_Z6kernelPf`` -> ``kernel`` ("" when it does not parse); read by the one mangled-name reader."""
+    parts = mangled_components(s)[0]
+    return parts[-1] if parts else ""
 
 
 def _memcpy_info(name: str) -> tuple[str, str, str]:
