@@ -25,7 +25,7 @@ $(VENV)/.dev: setup.cfg pyproject.toml | $(BIN)/python
 
 # writes reports/<trace>.html, an ignored path (the committed reports/demo.* come from `make docs`)
 demo: $(VENV)/.core
-	$(BIN)/analyze $(DEMO_TRACE)
+	@$(BIN)/analyze $(DEMO_TRACE)
 
 test: $(VENV)/.dev
 	$(BIN)/lint-imports --no-cache
