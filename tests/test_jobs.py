@@ -154,6 +154,23 @@ def test_job_report_in_three_formats():
     assert "waiting for another rank" in html
 
 
+#: every multi-GPU job of tests/data/ddp: each one-report job, and each job recorded one file per rank
+JOBS = [*sorted(p.name for p in DDP.glob("*_2gpu*.sqlite.xz") if "_rank" not in p.name),
+        *sorted(p.name.replace("_rank0.", "_rank*.") for p in DDP.glob("*_rank0.sqlite.xz"))]
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("pattern", JOBS)
+def test_job_report_reads_well_in_a_browser(pattern, tmp_path):
+    """The job's HTML report at 1,280 and 1,920 px: no clipped table, no squeezed column (issue 32; the
+    check: analyzer/reports/tests/layout.py). Each job is the one the tests above analyzed."""
+    from analyzer.reports import render
+    from analyzer.reports.jobview import build_job_report
+    from analyzer.reports.tests.layout import assert_html_layout
+
+    assert_html_layout(render(build_job_report(job(pattern).job, created=WHEN), "html"), tmp_path, "job")
+
+
 def test_unrelated_traces_are_not_a_job(tmp_path):
     out = analyze_inputs([real_trace("healthy"), real_trace("dataloader_starved")], AnalysisOptions())
     assert out.job is None and len(out.analyses) == 2 and "no NCCL kernels" in out.reason
