@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from analyzer.reports.tests import layout
 from analyzer.pipeline import AnalysisOptions, analyze_inputs, analyze_loaded
 from analyzer.testing import DATA_DIR, real_trace
 
@@ -160,15 +161,14 @@ JOBS = [*sorted(p.name for p in DDP.glob("*_2gpu*.sqlite.xz") if "_rank" not in 
 
 
 @pytest.mark.browser
+@pytest.mark.skipif(layout.CHROMIUM is None, reason=layout.NO_CHROMIUM)
 @pytest.mark.parametrize("pattern", JOBS)
 def test_job_report_reads_well_in_a_browser(pattern, tmp_path):
     """The job's HTML report at 1,280 and 1,920 px: no clipped table, no squeezed column (issue 32; the
     check: analyzer/reports/tests/layout.py). Each job is the one the tests above analyzed."""
     from analyzer.reports import render
     from analyzer.reports.jobview import build_job_report
-    from analyzer.reports.tests.layout import assert_html_layout
-
-    assert_html_layout(render(build_job_report(job(pattern).job, created=WHEN), "html"), tmp_path, "job")
+    layout.assert_html_layout(render(build_job_report(job(pattern).job, created=WHEN), "html"), tmp_path, "job")
 
 
 def test_unrelated_traces_are_not_a_job(tmp_path):

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from analyzer.reports.tests import layout
 from analyzer.diff.compare import DiffSettings, diff_runs
 from analyzer.diff.inputs import load_run
 from analyzer.diff.report import diff_dict, render_diff
@@ -170,10 +171,9 @@ JOB_DIFFS = [("ddp_straggler_2gpu.sqlite.xz", "ddp_straggler_fixed_2gpu.sqlite.x
 
 
 @pytest.mark.browser
+@pytest.mark.skipif(layout.CHROMIUM is None, reason=layout.NO_CHROMIUM)
 @pytest.mark.parametrize("base,head", JOB_DIFFS, ids=[b.split(".")[0] for b, _ in JOB_DIFFS])
 def test_job_diff_reads_well_in_a_browser(base: str, head: str, tmp_path: Path) -> None:
     """The job diff's HTML report at 1,280 and 1,920 px: no clipped table, no squeezed column (issue 32;
     the check: analyzer/reports/tests/layout.py)."""
-    from analyzer.reports.tests.layout import assert_html_layout
-
-    assert_html_layout(render_diff(diff(base, head), "html"), tmp_path, "job-diff")
+    layout.assert_html_layout(render_diff(diff(base, head), "html"), tmp_path, "job-diff")

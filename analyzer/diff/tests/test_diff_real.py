@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from analyzer.reports.tests import layout
 from analyzer.diff.compare import DEFAULT_MIN_EFFECT_PCT, DiffSettings, diff_runs
 from analyzer.reports.baseline import RunSummary, from_report, summarize
 from analyzer.pipeline import analyze_trace
@@ -312,11 +313,10 @@ DIFF_PAGES = list(dict.fromkeys([*((n, f"{n}_fixed") for n in sorted(PAIRS)),
 
 
 @pytest.mark.browser
+@pytest.mark.skipif(layout.CHROMIUM is None, reason=layout.NO_CHROMIUM)
 @pytest.mark.parametrize("base,head", DIFF_PAGES, ids=[f"{b}->{h}" for b, h in DIFF_PAGES])
 def test_diff_report_reads_well_in_a_browser(base: str, head: str, tmp_path: Path) -> None:
     """The diff's HTML report at 1,280 and 1,920 px: no clipped table, no squeezed column (issue 32; the
     check: analyzer/reports/tests/layout.py), from the summaries the tests above compared."""
     from analyzer.diff.report import render_diff
-    from analyzer.reports.tests.layout import assert_html_layout
-
-    assert_html_layout(render_diff(diff(summary(base), summary(head)), "html"), tmp_path, "diff")
+    layout.assert_html_layout(render_diff(diff(summary(base), summary(head)), "html"), tmp_path, "diff")
