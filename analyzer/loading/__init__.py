@@ -155,7 +155,7 @@ def _load(p: Path, fmt: str, progress: Callable[[str], None] | None, cache_dir: 
             hint="pass the Nsight Systems trace as the input and this file with --ncu",
         )
     if fmt == "json":
-        from analyzer.loading.kineto import load_kineto
+        from analyzer.loading.kineto.loader import load_kineto
 
         return load_kineto(p, progress=progress)
     if fmt == "empty":
