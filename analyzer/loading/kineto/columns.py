@@ -17,9 +17,7 @@ import numpy as np
 import pandas as pd
 
 from analyzer.loading.kernel_names import mangled_components
-from analyzer.loading.kineto.document import (
-    Event,
-)
+from analyzer.loading.kineto.document import Event
 from analyzer.loading.names import last_separator, matching_open
 
 _MEMCPY_NAME = re.compile(r"^Memcpy\s+(?P<kind>\w+)(?:\s*\((?P<src>[^)>]*?)\s*->\s*(?P<dst>[^)]*?)\))?")
