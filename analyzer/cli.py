@@ -60,9 +60,22 @@ class _DefaultGroup(ConfigGroup):
         if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
             _no_such_command(ctx, self, args[0])
             args = ["run", *args]
-        elif not args:
-            args = ["run"]
+        elif not args:  # plain ``analyze``: what to type, on one screen (the full help is --help)
+            click.echo(self.short_usage(ctx), err=True)
+            raise SystemExit(EXIT_USAGE)
         return super().parse_args(ctx, args)
+
+    def short_usage(self, ctx: click.Context) -> str:
+        """The usage line, what the command does, the examples and where the full help is."""
+        formatter = ctx.make_formatter()
+        self.format_usage(ctx, formatter)
+        self.format_help_text(ctx, formatter)
+        self.format_epilog(ctx, formatter)
+        commands = ", ".join(n for n in self.list_commands(ctx) if n != "run")
+        formatter.write_paragraph()
+        formatter.write_text(f"No trace given. 'analyze --help' shows every option; 'analyze COMMAND --help' one "
+                             f"command's ({commands}).")
+        return formatter.getvalue().rstrip("\n")
 
     def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         formatter.write_usage("analyze", "TRACE... [OPTIONS] | COMMAND [ARGS]...")
@@ -76,7 +89,7 @@ class _DefaultGroup(ConfigGroup):
         if default is not None:
             sub = click.Context(default, info_name="analyze", parent=ctx)
             rows = [rec for p in default.get_params(sub) if isinstance(p, click.Option)
-                    and p.name not in ("help", "version") and (rec := p.get_help_record(sub)) is not None]
+                    and "--help" not in p.opts and "--version" not in p.opts and (rec := p.get_help_record(sub)) is not None]
             with formatter.section("Analysis options (analyze TRACE... [OPTIONS], also 'analyze run')"):
                 formatter.write_text(" ".join((default.help or "").split()))
                 formatter.write_paragraph()

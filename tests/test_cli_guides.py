@@ -37,6 +37,15 @@ def test_top_level_help_documents_the_analysis_options(capsys):
     assert "-o, --output" in out and "Commands:" in out and "diff" in out
 
 
+def test_plain_analyze_says_what_to_type(capsys):
+    """``analyze`` alone: the usage, the examples and where the full help is, on one screen; exit 2."""
+    code, out, err = run([], capsys)
+    assert code == 2 and out == ""
+    assert err.startswith("Usage: analyze TRACE... [OPTIONS] | COMMAND [ARGS]...\n")
+    assert "analyze trace.sqlite --format md -o summary.md" in err and "'analyze --help'" in err
+    assert "Traceback" not in err and "error:" not in err and len(err.splitlines()) <= 24
+
+
 @pytest.mark.parametrize("argv,hint", [
     (["difff", "a.sqlite", "b.sqlite"], 'did you mean "diff"?'),
     (["rule", "list"], 'did you mean "rules"?'),

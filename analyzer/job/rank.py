@@ -318,7 +318,8 @@ def finish_rank(state: RankState, summary: RankSummary, pack: Any, job: RankJobI
     Findings matching ``accepted`` (:class:`analyzer.accepted.AcceptedFindings`; their fingerprints
     include the rank) are marked accepted."""
     from analyzer.trace_analysis import finish
-    from analyzer.reports.viewmodel import Limits, trace_section
+    from analyzer.reports.build import trace_section
+    from analyzer.reports.viewmodel import Limits
 
     store = state.store
     if job is not None:

@@ -115,7 +115,7 @@ class JobOutcome:
             self.analyses = [dataclasses.replace(a, findings=apply_accepted(a.findings, accepted, a.window))
                              for a in self.analyses or []]
             return
-        from analyzer.reports.viewmodel import with_findings
+        from analyzer.reports.build import with_findings
 
         self.job.findings = apply_accepted(self.job.findings, accepted, self.job.window)
         for r in self.job.ranks:

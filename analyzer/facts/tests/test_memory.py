@@ -194,7 +194,7 @@ def test_frees_without_allocation_start_the_level_at_zero(churn) -> None:
     assert (tl["bytes"] >= 0).all() and tl["bytes"].min() == 0
     g = a.facts.get("memory_growth").iloc[0]
     assert g["unmatched_frees"] >= 1
-    from analyzer.reports.viewmodel import build_report
+    from analyzer.reports.build import build_report
 
     notes = build_report([a]).traces[0].memory.notes
     assert any("of memory allocated before the capture" in n for n in notes)
@@ -214,7 +214,7 @@ def test_events_without_device_and_several_processes(leak) -> None:
     assert (tl["device"] == 0).all() and (tl["bytes"] >= 0).all()
     from analyzer.reports.markdown import render_markdown
     from analyzer.reports.summary import summary_text
-    from analyzer.reports.viewmodel import build_report
+    from analyzer.reports.build import build_report
 
     view = build_report([a])
     lost = int(((m["device"] < 0) & (m["mem_kind"] != "host")).sum())
@@ -243,7 +243,7 @@ def test_report_formats_agree(leak, tmp_path) -> None:
     from analyzer.reports.jsonout import report_dict
     from analyzer.reports.markdown import render_markdown
     from analyzer.reports.summary import summary_text
-    from analyzer.reports.viewmodel import build_report
+    from analyzer.reports.build import build_report
 
     view = build_report([leak])
     line = view.traces[0].memory.lines[0]
