@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from analyzer.errors import InputError
 from analyzer.loading import detect_format, load_trace
-from analyzer.loading.kineto import _memcpy_info, _memset_kind, kernel_short_name, parse_timestamps_ns
+from analyzer.loading.kineto.columns import kernel_short_name, memcpy_info, memset_kind, parse_timestamps_ns
 from analyzer.testing import DATA_DIR
 
 CPU_TRACE = DATA_DIR / "kineto" / "cpu_dataloader_starved.pt.trace.json.gz"
@@ -99,14 +99,14 @@ def test_short_name_of_kineto_spellings(name, short):
 
 def test_copy_and_memset_names():
     # Kineto's names (libkineto memcpyName/Memset, cupti_strings.cpp); ROCm's "Host" says no kind
-    assert _memcpy_info("Memcpy HtoD (Pageable -> Device)") == ("H2D", "pageable", "device")
-    assert _memcpy_info("Memcpy DtoH (Device -> Pinned)") == ("D2H", "device", "pinned")
-    assert _memcpy_info("Memcpy DtoD (Device -> Device)") == ("D2D", "device", "device")
-    assert _memcpy_info("Memcpy PtoP (Device -> Device)") == ("P2P", "device", "device")
-    assert _memcpy_info("Memcpy HtoD (Host -> Device)") == ("H2D", "unknown", "device")
-    assert _memcpy_info("Memcpy HtoD") == ("H2D", "unknown", "unknown")
-    assert _memset_kind("Memset (Device)") == "device"
-    assert _memset_kind("Memset (Unknown)") == "unknown"
+    assert memcpy_info("Memcpy HtoD (Pageable -> Device)") == ("H2D", "pageable", "device")
+    assert memcpy_info("Memcpy DtoH (Device -> Pinned)") == ("D2H", "device", "pinned")
+    assert memcpy_info("Memcpy DtoD (Device -> Device)") == ("D2D", "device", "device")
+    assert memcpy_info("Memcpy PtoP (Device -> Device)") == ("P2P", "device", "device")
+    assert memcpy_info("Memcpy HtoD (Host -> Device)") == ("H2D", "unknown", "device")
+    assert memcpy_info("Memcpy HtoD") == ("H2D", "unknown", "unknown")
+    assert memset_kind("Memset (Device)") == "device"
+    assert memset_kind("Memset (Unknown)") == "unknown"
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -211,20 +211,20 @@ def test_cli_bad_kineto_input_exits_2_without_traceback(tmp_path):
 # ----------------------------------------------------------------------------------------------------
 def _cpu_ranges(path: Path):
     """The range frame and generation of a CPU-only trace (no GPU: the loader itself refuses it)."""
-    from analyzer.loading import kineto
+    from analyzer.loading.kineto import columns, document, loader
 
     if not path.is_file():
         pytest.skip(f"{path} is absent")
-    doc = kineto._decode(gzip.decompress(path.read_bytes()), path)
+    doc = document.decode_document(gzip.decompress(path.read_bytes()), path)
     events = doc.traceEvents
     assert events
-    ranges = [e for e in events if e.ph == "X" and e.cat in kineto.RANGE_CATS]
-    group = kineto._Group(ranges, parse_timestamps_ns([e.ts for e in ranges]),
-                          np.array([round(float(e.dur) * 1000) for e in ranges], dtype=np.int64))
+    ranges = [e for e in events if e.ph == "X" and e.cat in document.RANGE_CATS]
+    group = columns.EventGroup(ranges, parse_timestamps_ns([e.ts for e in ranges]),
+                               np.array([round(float(e.dur) * 1000) for e in ranges], dtype=np.int64))
     group.start -= group.start.min()
-    frame, _ = kineto._KinetoLoader(path, None, None, "kineto-json")._ranges(group, kineto._ThreadKeys())
-    empty = kineto._Group([], np.empty(0, np.int64), np.empty(0, np.int64))
-    generation = kineto._generation({e.cat for e in events if e.ph == "X"}, empty, events, group, empty)
+    frame, _ = loader._KinetoLoader(path, None, None, "kineto-json")._ranges(group, loader._ThreadKeys())
+    empty = columns.EventGroup([], np.empty(0, np.int64), np.empty(0, np.int64))
+    generation = loader.trace_generation({e.cat for e in events if e.ph == "X"}, empty, events, group, empty)
     return frame, generation
 
 
@@ -413,7 +413,7 @@ def test_short_name_equals_the_per_character_loop(name):
 
 def test_short_name_of_chunk_spanning_names_equals_the_loop(monkeypatch):
     """Names longer than a scan chunk (made small here): depth and the byte before a chunk carry over."""
-    import analyzer.loading.kineto as kineto
+    import analyzer.loading.kineto.columns as kineto
     import analyzer.loading.names as names
 
     monkeypatch.setattr(names, "_SCAN_CHUNK", 7)
