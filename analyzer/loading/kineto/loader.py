@@ -283,7 +283,7 @@ class _KinetoLoader:
         return data, attr.Launches(api, name, thread_nvtx, timeline, nvtx)
 
     # -- GPU operations ---------------------------------------------------------------------------------
-    def _op_columns(self, g: EventGroup, flow_ids: _FlowIds, launch: attr.Launches) -> dict[str, np.ndarray]:
+    def _op_columns(self, g: EventGroup, flow_ids: _FlowIds, launch: attr.Launches) -> dict[str, Any]:
         pid = ints(g.field("pid"))
         tid = g.field("tid")
         device = ints(g.arg("device"))
@@ -293,7 +293,7 @@ class _KinetoLoader:
         if no_stream.any():
             stream = np.where(no_stream, ints(tid), stream)  # "stream 7" (2021) or the stream id (current)
         corr = flow_ids.fill(ints(g.arg("correlation")), g, "f")
-        data: dict[str, np.ndarray] = {
+        data: dict[str, Any] = {  # arrays, and the launching call's texts as TextCodes
             "start": g.start, "end": g.end, "duration": g.dur, "device": device,
             "context": ints(g.arg("context")), "stream": stream, "correlation_id": corr,
         }
