@@ -1,6 +1,6 @@
 """Decoded events as numpy columns: exact nanosecond timestamps from the JSON text, integers, floats,
-texts and dims from JSON scalars, the collective columns c10d records, and what Kineto's names
-say (kernel short names, copy direction and memory kinds).
+texts and dims from JSON scalars, the collective columns c10d records, and what Kineto's copy and
+memset names say (direction and memory kinds).
 
 :class:`EventColumns` takes the events of each decoded chunk, sorts them into the loader's groups
 (kernels, copies, API calls, ranges, flows ...), converts only the fields each group reads (names
@@ -21,7 +21,6 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from analyzer.loading.kernel_names import mangled_components
 from analyzer.loading.kineto.document import (
     DRIVER_CATS,
     FLOW_CATS,
@@ -33,7 +32,6 @@ from analyzer.loading.kineto.document import (
     SYNC_CATS,
     Event,
 )
-from analyzer.loading.names import last_separator, matching_open
 
 _MEMCPY_NAME = re.compile(r"^Memcpy\s+(?P<kind>\w+)(?:\s*\((?P<src>[^)>]*?)\s*->\s*(?P<dst>[^)]*?)\))?")
 
@@ -231,43 +229,6 @@ def per_distinct(values: np.ndarray, fn: Callable[[str], Any], dtype: Any = obje
     table = np.empty(len(uniq), dtype=dtype)
     table[:] = [fn(u) for u in uniq]
     return table[codes]
-
-
-def kernel_short_name(name: str) -> str:
-    """The function's own name from a demangled kernel name, as Nsight Systems' ``shortName``:
-    ``void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, ...>(int, ...)``
-    -> ``vectorized_elementwise_kernel``; plain names (``ampere_sgemm_128x64_nn``) stay as they are.
-    Names Kineto left mangled (``_ZN19cutlass_cudnn_train6KernelI...``) give their last unqualified
-    identifier (``Kernel``).
-
-    The bracket scans are :mod:`analyzer.loading.names`' (numpy over the name's bytes: a damaged
-    trace's 1 GB name takes seconds). At most :data:`_MAX_STRIPS` trailing ``<...>`` groups are removed
-    (real names have one or two)."""
-    s = name.strip()
-    if s.startswith("_Z"):
-        return _mangled_short(s) or s
-    if s.endswith(")"):
-        i = matching_open(s, "(", ")", arrow=True)
-        if i > 0:
-            s = s[:i].rstrip()
-    for _ in range(_MAX_STRIPS):
-        if not s.endswith(">"):
-            break
-        i = matching_open(s, "<", ">", arrow=True)
-        if i <= 0:
-            break
-        s = s[:i].rstrip()
-    return s[last_separator(s):] or name
-
-
-_MAX_STRIPS = 64
-
-
-def _mangled_short(s: str) -> str:
-    """The last identifier of an Itanium-mangled name's (nested) name: ``_ZN3foo3barEv`` -> ``bar``,
-    ``_Z6kernelPf`` -> ``kernel`` ("" when it does not parse); read by the one mangled-name reader."""
-    parts = mangled_components(s)[0]
-    return parts[-1] if parts else ""
 
 
 def memcpy_info(name: str) -> tuple[str, str, str]:

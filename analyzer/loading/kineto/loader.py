@@ -17,12 +17,12 @@ from analyzer.loading.api_names import host_side_summary, launch_calls
 from analyzer.loading.capabilities import missing_capabilities
 from analyzer.loading.columns import TextCodes
 from analyzer.loading.common import by_start, contract_frame, fill_cc_limits, strip_api_suffix, text_as_object
+from analyzer.loading.kernel_names import kernel_short_name
 from analyzer.loading.kineto.columns import (
     EventColumns,
     EventGroup,
     comm_columns,
     int_or,
-    kernel_short_name,
     memcpy_info,
     memset_kind,
     per_distinct,
