@@ -345,7 +345,7 @@ def test_async_forward_is_read_from_the_gpu_timeline_and_explains_non_monotonic_
     assert timing.loc[("small", 256, "step"), "python_ms"] == pytest.approx(30.4)
     assert "python_disagrees" not in flags
     md = render_sweep(r, "md")
-    assert "## Forward pass time (ms per step, mean ± std)" in md and "30.20 ± 0.00 [gpu]" in md
+    assert "## Forward pass time (ms per step, mean ± std)" in md and "30.20 ± 0.00 \\[gpu\\]" in md  # [ escaped
     assert "## nsys against Python (ms per step)" in md and "30.30 ± 0.10 (n=3)" in md
 
 
@@ -380,7 +380,7 @@ def test_oom_sidecar_and_lost_configurations(tmp_path):
     assert "has no trace or .pytime.json" in flags_of(r, "small", "forward", 512)["missing"]
     assert set(r.forward["context"]) == {128, 256, 512, 1024} and len(r.forward) == 6
     md = render_sweep(r, "md")
-    assert "medium_forward_ctx1024.pytime.json" in md
+    assert "medium\\_forward\\_ctx1024.pytime.json" in md  # a file name from the run: escaped text
 
 
 def test_broken_sidecars_are_reported_not_fatal(tmp_path):
