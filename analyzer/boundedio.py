@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -97,6 +97,21 @@ def read_decompressed(stream: IO[bytes], limit: int) -> bytearray:
         buf += chunk
         if len(buf) > limit:
             raise _over(limit)
+
+
+def read_blocks(stream: IO[bytes], limit: int | None, size: int = 4 << 20) -> Iterator[bytes]:
+    """``stream`` (a gzip/xz reader, or a plain file with ``limit`` None) in blocks of up to ``size``
+    bytes, at most ``limit`` bytes in all: :class:`BoundedReadError` past it, raised at the block that
+    crosses it. Memory: one block."""
+    total = 0
+    while True:
+        block = stream.read(size)
+        if not block:
+            return
+        total += len(block)
+        if limit is not None and total > limit:
+            raise _over(limit)
+        yield block
 
 
 def copy_decompressed(stream: IO[bytes], out: IO[bytes], limit: int) -> int:

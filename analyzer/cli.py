@@ -375,7 +375,7 @@ def guarded(run: Callable[[], object]) -> int:
         click.echo(err.ctx.get_help() if err.ctx is not None else str(err))
         return EXIT_OK
     except click.UsageError as err:
-        hint = f" (see '{err.ctx.command_path} --help')" if err.ctx is not None else ""
+        hint = f" (see '{_help_path(err.ctx)} --help')" if err.ctx is not None else ""
         click.echo(f"error: {one_line(err.format_message())}{hint}", err=True)
         return EXIT_USAGE
     except click.ClickException as err:
@@ -399,6 +399,14 @@ def guarded(run: Callable[[], object]) -> int:
                    "the traceback and please report it)", err=True)
         return 3
     return EXIT_OK
+
+
+def _help_path(ctx: click.Context) -> str:
+    """The command whose --help documents ``ctx``'s options: ``analyze`` for the default command (the
+    user typed ``analyze TRACE ...``, and ``analyze --help`` shows its options in full), else its own."""
+    if ctx.command is cli.commands.get("run") and ctx.parent is not None and ctx.parent.parent is None:
+        return ctx.parent.command_path
+    return ctx.command_path
 
 
 #: click's "a group was called without a subcommand" (click >= 8.2; older click prints the help itself)
