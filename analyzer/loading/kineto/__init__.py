@@ -45,10 +45,13 @@ Times are parsed from the JSON text to exact integer nanoseconds (a float64 cann
 timestamp in microseconds to the nanosecond, nor the 2024+ relative ones above ~52 days); the trace
 origin is the earliest event, ``TraceInfo.origin_ns`` that instant in epoch nanoseconds.
 
-Parsing: one ``msgspec`` decode of the whole document into typed structs that keep only the fields read
-here (large ``args`` such as ``Input Dims`` or ``Call stack`` are skipped, not built), then columns
-per event kind; no Python dict per event. Every malformed input is an
-:class:`~analyzer.errors.InputError` with one line saying what is wrong.
+Parsing streams: the decompressed text is read in blocks, the ``traceEvents`` array cut into chunks of
+whole events, each chunk decoded by ``msgspec`` into typed structs that keep only the fields read here
+(large ``args`` such as ``Input Dims`` or ``Call stack`` are skipped, not built) and at once turned
+into the columns of its event kind; no event object outlives its chunk and the text is never held
+whole, so memory grows with the columns, not with the JSON. A file the stream gives up on (an
+unexpected layout, damaged text) is decoded whole, which names what is wrong with it. Every malformed
+input is an :class:`~analyzer.errors.InputError` with one line saying what is wrong.
 
 The package: :mod:`~analyzer.loading.kineto.document` recognises and decodes the file,
 :mod:`~analyzer.loading.kineto.columns` turns decoded events into columns, and

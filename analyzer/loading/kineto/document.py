@@ -1,6 +1,13 @@
 """The torch.profiler document: its format recognised (compression by magic bytes, JSON object or
 bare event list, torch.profiler's event categories) and decoded into typed structs that keep only
 the fields the loader reads.
+
+Two ways to decode: :class:`EventStream` reads the decompressed text in blocks and decodes the
+``traceEvents`` array chunk by chunk (the caller turns each chunk into columns and drops it, so
+memory holds about one block of text and one chunk of structs, never the whole text or one object
+per event of the file); :func:`decode_document` decodes a whole text at once. The loader streams,
+and falls back to the whole text where the stream gives up (:class:`StreamFallback`: a layout it does
+not expect, or text that does not decode), so a damaged file gets the whole decode's one line.
 """
 from __future__ import annotations
 
@@ -9,12 +16,13 @@ import lzma
 import os
 import re
 import zlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from analyzer.boundedio import BoundedReadError, decompressed_limit, read_decompressed
+from analyzer.boundedio import BoundedReadError, decompressed_limit, read_blocks, read_decompressed
 from analyzer.errors import InputError
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -197,3 +205,185 @@ def _decode_json(buf: bytes | bytearray, shown: Path) -> Document:
     except RecursionError as exc:  # a trace nests a few levels; thousands mean a damaged or foreign file
         raise InputError(shown, "the JSON nests lists or objects thousands of levels deep, which no trace does",
                          hint="pass a torch.profiler trace (.pt.trace.json or .json.gz)") from exc
+
+
+# ----------------------------------------------------------------------------------------------------
+# streaming: traceEvents in chunks of whole events
+# ----------------------------------------------------------------------------------------------------
+class StreamFallback(Exception):
+    """The streaming split cannot go on (an unexpected layout or text that does not decode): the
+    caller reads the file whole with :func:`decode_document`, which names the problem."""
+
+
+_BLOCK = 4 << 20
+_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_BOM = b"\xef\xbb\xbf"
+_WS = b" \t\r\n"
+_TRIES = 4  # cut candidates tried per block (real files: the first one)
+_LOOKS = 20_000  # opening braces looked at per block for a candidate
+
+
+def _blocks(path: Path, shown: Path) -> Iterator[bytes]:
+    """The decompressed text of ``path`` in blocks, bounded as :func:`read_json_bytes` bounds it, with
+    the same one-line errors."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(6)
+            if not head:
+                raise InputError(shown, "file is empty", hint="record the trace again")
+            fh.seek(0)
+            limit: int | None = decompressed_limit(os.fstat(fh.fileno()).st_size)
+            stream: Any
+            if head.startswith(GZIP_MAGIC):
+                stream = gzip.GzipFile(fileobj=fh, mode="rb")
+            elif head.startswith(XZ_MAGIC):
+                stream = lzma.LZMAFile(fh, "rb")
+            else:
+                stream, limit = fh, None  # a plain file is read as it is
+            with stream:
+                yield from read_blocks(stream, limit, _BLOCK)
+    except (EOFError, gzip.BadGzipFile, zlib.error, lzma.LZMAError) as exc:
+        raise InputError(shown, f"the compressed trace is truncated or corrupt ({exc})",
+                         hint="copy or record it again") from exc
+    except BoundedReadError as exc:
+        raise InputError(shown, f"the compressed trace {exc.reason}", hint=exc.hint) from None
+    except OSError as exc:
+        raise InputError(shown, f"cannot read the file ({exc.strerror or exc})", hint="check its permissions") from exc
+
+
+def _decode_chunk(text: bytes) -> list[Event] | None:
+    """The events of one JSON array text, with :func:`decode_document`'s repairs of invalid Unicode; None
+    when it does not decode."""
+    buf = text
+    for _ in range(3):
+        try:
+            return _LIST_DECODER.decode(buf)
+        except UnicodeDecodeError:
+            buf = buf.decode("utf-8", "replace").encode("utf-8")
+        except (msgspec.DecodeError, RecursionError):  # ValidationError is a DecodeError
+            if not _LONE_SURROGATE.search(buf):
+                return None
+            buf = _LONE_SURROGATE.sub(rb"\\ufffd", buf)
+    return None
+
+
+class EventStream:
+    """The ``traceEvents`` of a torch.profiler JSON file, decoded chunk by chunk.
+
+    No scan of the text: a chunk ends at a candidate separator between two events (``}`` ``,`` ``{``,
+    the last in the block), and decoding ``[`` + the text since the last cut + ``]`` checks the guess.
+    For valid JSON that text decodes only when the comma separates elements of the events array (cut
+    inside a string or a nested value, something stays open), so a failed guess tries an earlier
+    candidate, then waits for more text. The end of the array is found the same way from the end of
+    the file (its last ``]`` that closes a decodable list), and the rest of the document -- the text
+    before the array and after it, with ``[]`` in its place -- must decode with that empty list as its
+    only ``traceEvents``. Every piece decoding makes the whole file valid JSON with exactly these
+    events, so the result is the whole-file decode's. Anything else raises :class:`StreamFallback`
+    (after at most a few blocks of pending text)."""
+
+    def __init__(self, path: Path, shown: Path) -> None:
+        self.path = path
+        self.shown = shown
+        self.document: Document | None = None
+        self.bytes_read = 0
+
+    def read(self, add: Callable[[list[Event]], None]) -> None:
+        """Hand every chunk's events to ``add``; then :attr:`document` holds the other members."""
+        head = bytearray()
+        buf = bytearray()  # "[" + events text not yet decoded
+        searched = 0  # candidates at or after this offset of buf were tried
+        bare = False
+        for block in _blocks(self.path, self.shown):
+            self.bytes_read += len(block)
+            if not buf:  # still before the events array
+                if not head and block.startswith(_BOM):
+                    block = block[3:]
+                head += block
+                opened = self._events_open(head)
+                if opened is None:
+                    if len(head) > 4 * _BLOCK:
+                        raise StreamFallback
+                    continue
+                bare = head.lstrip(_WS)[:1] == b"["
+                buf = bytearray(b"[") + head[opened + 1:]
+                del head[opened + 1:]
+                searched = 1
+            else:
+                buf += block
+            cut = self._cut(buf, searched, add)
+            if cut:
+                del buf[1:cut + 1]
+            searched = len(buf)
+            if len(buf) > 4 * _BLOCK:
+                raise StreamFallback
+        if not buf:
+            raise StreamFallback
+        tail = self._close(buf, add)
+        rest = bytes(head + tail)
+        if rest.count(b"traceEvents") > (0 if bare else 1):  # another traceEvents member
+            raise StreamFallback
+        try:
+            doc = decode_document(rest, self.shown)
+        except InputError:
+            raise StreamFallback from None
+        if doc.traceEvents != []:
+            raise StreamFallback
+        doc.traceEvents = None
+        self.document = doc
+
+    @staticmethod
+    def _events_open(head: bytearray) -> int | None:
+        """Offset in ``head`` of the ``[`` that opens the events array, if read yet."""
+        stripped = head.lstrip(_WS)
+        if not stripped:
+            return None
+        if stripped[:1] == b"[":
+            return len(head) - len(stripped)
+        if stripped[:1] != b"{":
+            raise StreamFallback
+        m = _EVENTS_KEY.search(head)
+        return None if m is None else m.end() - 1
+
+    @staticmethod
+    def _cut(buf: bytearray, searched: int, add: Callable[[list[Event]], None]) -> int:
+        """Decode the events before the last separator of ``buf`` that proves to be one, hand them to
+        ``add`` and return the separator's offset (0: none yet)."""
+        hi, tries = len(buf), 0
+        for _ in range(_LOOKS):
+            brace = buf.rfind(b"{", searched, hi)
+            if brace < 0 or tries >= _TRIES:
+                return 0
+            hi = brace
+            comma = _before(buf, brace)
+            if comma < 0 or buf[comma] != ord(",") or (close := _before(buf, comma)) < 0 or buf[close] != ord("}"):
+                continue
+            tries += 1
+            events = _decode_chunk(bytes(buf[:comma]) + b"]")
+            if events is not None:
+                add(events)
+                return comma
+        return 0
+
+    @staticmethod
+    def _close(buf: bytearray, add: Callable[[list[Event]], None]) -> bytes:
+        """Decode the last events (up to the ``]`` that closes the array) and return the text from it."""
+        hi = len(buf)
+        for _ in range(2 * _TRIES):
+            end = buf.rfind(b"]", 0, hi)
+            if end < 0:
+                break
+            events = _decode_chunk(bytes(buf[:end + 1]))
+            if events is not None:
+                add(events)
+                return bytes(buf[end:])
+            hi = end
+        raise StreamFallback
+
+
+def _before(buf: bytearray, i: int) -> int:
+    """Offset of the last non-whitespace byte before ``i`` (-1: none within 4 kB)."""
+    j = i - 1
+    stop = max(-1, i - 4096)
+    while j > stop and buf[j] in _WS:
+        j -= 1
+    return j if j > stop else -1

@@ -5,7 +5,6 @@ devices, processes, threads, memory and call stacks (see :mod:`analyzer.loading.
 from __future__ import annotations
 
 from collections.abc import Callable
-from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -20,34 +19,23 @@ from analyzer.loading.columns import TextCodes
 from analyzer.loading.common import by_start, contract_frame, fill_cc_limits, strip_api_suffix, text_as_object
 from analyzer.loading.kernel_names import kernel_short_name
 from analyzer.loading.kineto.columns import (
+    EventColumns,
     EventGroup,
-    code_of,
     comm_columns,
-    dims,
-    factorize,
-    floats,
     int_or,
-    ints,
     memcpy_info,
     memset_kind,
-    parse_timestamps_ns,
     per_distinct,
     texts,
 )
 from analyzer.loading.kineto.document import (
-    DRIVER_CATS,
-    FLOW_CATS,
     GEN_2021_CATS,
-    KERNEL_CATS,
-    MEMCPY_CATS,
-    MEMSET_CATS,
     OTHER_ACCELERATOR_CATS,
     PYTORCH_CATS,
-    RANGE_CATS,
-    RUNTIME_CATS,
-    SYNC_CATS,
     Document,
     Event,
+    EventStream,
+    StreamFallback,
     decode_document,
     read_json_bytes,
 )
@@ -87,6 +75,21 @@ class _KinetoLoader:
 
     def run(self) -> Trace:
         self.say(f"reading {self.shown.name}")
+        stream = EventStream(self.path, self.shown)
+        columns = EventColumns()
+        try:
+            stream.read(columns.add)
+            doc = stream.document
+            if doc is None or not columns.events:  # no events: the whole-file path says so
+                raise StreamFallback
+            self.say(f"parsed {stream.bytes_read / 1e6:,.1f} MB of JSON in chunks")
+        except StreamFallback:
+            doc, columns = self._whole_file()
+        return self._build(doc, columns)
+
+    def _whole_file(self) -> tuple[Document, EventColumns]:
+        """The document decoded at once (a layout the streaming split does not expect, or a damaged
+        file: this path names what is wrong)."""
         buf = read_json_bytes(self.path, self.shown)
         self.say(f"parsing JSON ({len(buf) / 1e6:,.1f} MB)")
         doc = decode_document(buf, self.shown)
@@ -98,75 +101,51 @@ class _KinetoLoader:
         if not events:
             raise InputError(self.shown, "the trace has no events (empty traceEvents)",
                              hint="record a few steps inside the profiler's active window")
-        return self._build(doc, events)
+        columns = EventColumns()
+        columns.add(events)
+        doc.traceEvents = None
+        return doc, columns
 
     # -- classification ---------------------------------------------------------------------------
-    def _build(self, doc: Document, events: list[Event]) -> Trace:
-        self.say(f"classifying {len(events):,} events")
-        ph_codes, ph_names = factorize(list(map(attrgetter("ph"), events)))
-        cat_codes, cat_names = factorize(list(map(attrgetter("cat"), events)))
-        is_x = ph_codes == code_of(ph_names, "X")
-        cat_counts = pd.Series(cat_names[cat_codes[is_x]]).value_counts() if is_x.any() else pd.Series(dtype=int)
+    def _build(self, doc: Document, columns: EventColumns) -> Trace:
+        self.say(f"classifying {columns.events:,} events")
+        x_cats = columns.x_categories()
+        cat_counts = pd.Series(x_cats).value_counts() if len(x_cats) else pd.Series(dtype=int)
         present = {str(c) for c in cat_counts.index}
         if not present & PYTORCH_CATS:
             found = ", ".join(f"{c or '(none)'}" for c in list(cat_counts.index[:5])) or "no complete (X) events"
             raise InputError(self.shown, f"a Chrome trace, but not from torch.profiler (event categories: {found})",
                              hint="pass a trace written by torch.profiler (export_chrome_trace or "
                                   "tensorboard_trace_handler)")
-        untimed = [0]
         quality = _Quality()
 
-        def group(cats: frozenset[str], phase_mask: np.ndarray | None = None, label: str = "event") -> EventGroup:
-            wanted = [i for i, c in enumerate(cat_names) if c in cats]
-            mask = (is_x if phase_mask is None else phase_mask) & np.isin(cat_codes, wanted)
-            idx = np.flatnonzero(mask)
-            evs = [events[i] for i in idx.tolist()]
-            start = parse_timestamps_ns([e.ts for e in evs])
-            timed = start >= 0
-            if not timed.all():  # an event without a usable timestamp cannot be placed: left out
-                negative = [bytes(e.ts).lstrip().startswith(b"-") for e, ok in zip(evs, timed.tolist()) if not ok]
-                quality.add("negative_ts", label, sum(negative))
-                untimed[0] += int((~timed).sum())
-                evs = [e for e, ok in zip(evs, timed.tolist()) if ok]
-                start = start[timed]
-            dur_ns = np.nan_to_num(floats([e.dur for e in evs]), nan=0.0) * 1000.0
-            negative_dur = dur_ns < 0
-            huge_dur = dur_ns >= 2.0**63  # past int64 nanoseconds (2^64 would wrap); inf too
-            quality.add("negative_dur", label, int(negative_dur.sum()))
-            quality.add("huge_dur", label, int(huge_dur.sum()))
-            dur = np.rint(np.where(negative_dur | huge_dur, 0.0, dur_ns)).astype(np.int64)
-            return EventGroup(evs, start, dur)
+        def group(name: str) -> EventGroup:
+            return columns.group(name, quality)
 
-        kernels = group(KERNEL_CATS, label="kernel")
-        memcpy = group(MEMCPY_CATS, label="memcpy")
-        memset = group(MEMSET_CATS, label="memset")
-        if len(kernels.events) + len(memcpy.events) + len(memset.events) == 0:
-            if untimed[0]:
-                raise InputError(self.shown, f"no GPU operation carries a usable timestamp (ts) ({untimed[0]:,} without)",
+        kernels, memcpy, memset = group("kernels"), group("memcpy"), group("memset")
+        if kernels.n + memcpy.n + memset.n == 0:
+            untimed = sum(columns.untimed(name) for name in ("kernels", "memcpy", "memset"))
+            if untimed:
+                raise InputError(self.shown, f"no GPU operation carries a usable timestamp (ts) ({untimed:,} without)",
                                  hint="record the trace again")
             other = sorted({OTHER_ACCELERATOR_CATS[c] for c in present if c in OTHER_ACCELERATOR_CATS})
             if other:
                 raise InputError(self.shown, f"the trace records {', '.join(other)} activity, which this analyzer "
                                  "does not read (no CUDA kernel, gpu_memcpy or gpu_memset events)",
                                  hint="profile a CUDA (or ROCm) run")
-        runtime = group(RUNTIME_CATS, label="CUDA API call")
-        driver = group(DRIVER_CATS, label="CUDA API call")
-        if len(kernels.events) + len(memcpy.events) + len(memset.events) == 0:
+        runtime, driver = group("runtime"), group("driver")
+        if kernels.n + memcpy.n + memset.n == 0:
             raise _no_gpu_activity(self.shown, present, runtime, driver)
-        ranges = group(RANGE_CATS, label="range")
-        syncs = group(SYNC_CATS, label="synchronization")
-        spans = group(frozenset({"Trace"}), label="trace span")
-        flows = group(FLOW_CATS, np.isin(ph_codes, [i for i, p in enumerate(ph_names) if p in ("s", "f", "t")]))
+        ranges, syncs, spans, flows = group("ranges"), group("syncs"), group("spans"), group("flows")
         starts = np.concatenate([g.start for g in (kernels, memcpy, memset, runtime, driver, ranges, syncs, spans)])
         origin = int(starts.min())
         ends = [g.end for g in (kernels, memcpy, memset, runtime, driver, ranges, syncs) if len(g.start)]
         last = int(max((int(e.max()) for e in ends), default=origin))
-        pyfuncs = group(frozenset({"python_function"}), label="Python call")
-        instants = group(frozenset({"cpu_instant_event"}), ph_codes == code_of(ph_names, "i"), label="instant event")
+        pyfuncs, instants = group("pyfuncs"), group("instants")
         for g in (kernels, memcpy, memset, runtime, driver, ranges, syncs, flows, pyfuncs, instants):
             g.start = g.start - origin
-        self.say(f"torch.profiler trace: {len(kernels.events):,} kernels, {len(memcpy.events):,} copies, "
-                 f"{len(runtime.events) + len(driver.events):,} CUDA API calls, {len(ranges.events):,} ranges")
+        self.say(f"torch.profiler trace: {kernels.n:,} kernels, {memcpy.n:,} copies, "
+                 f"{runtime.n + driver.n:,} CUDA API calls, {ranges.n:,} ranges")
 
         threads = _ThreadKeys()
         flow_ids = _FlowIds(flows)
@@ -179,22 +158,21 @@ class _KinetoLoader:
         memory_frame = self._memory(instants, threads, timeline)
         api_frame = by_start(contract_frame(API_COLUMNS, api_frame_data, compact=True))
         stacks, api_stacks = empty_frame(STACK_COLUMNS), empty_frame(API_STACK_COLUMNS)
-        if len(pyfuncs.events):
-            self.say(f"Python call stacks from {len(pyfuncs.events):,} python_function events")
-            stacks, api_stacks = python_call_stacks(
-                ints(pyfuncs.field("pid")), ints(pyfuncs.field("tid")), pyfuncs.start, pyfuncs.end,
-                texts(pyfuncs.field("name")), api_frame)
+        if pyfuncs.n:
+            self.say(f"Python call stacks from {pyfuncs.n:,} python_function events")
+            stacks, api_stacks = python_call_stacks(pyfuncs.col("pid"), pyfuncs.col("tid"), pyfuncs.start,
+                                                    pyfuncs.end, pyfuncs.col("name"), api_frame)
         gpus = _match_devices(self._gpus(doc.deviceProperties),
                               [f["device"] for f in (kernel_frame, memcpy_frame, memset_frame) if len(f)])
-        processes, thread_frame = self._processes_threads(events, ph_codes == code_of(ph_names, "M"))
+        processes, thread_frame = self._processes_threads(columns.meta)
 
         rank, world = _distributed(doc.distributedInfo)
         base = int_or(doc.baseTimeNanoseconds, 0) if doc.baseTimeNanoseconds is not None else 0
-        generation = trace_generation(present, flows, events, ranges, kernels)
+        generation = trace_generation(present, flows, ranges, kernels)
         unavailable = missing_capabilities(kernels=kernel_frame, memcpy=memcpy_frame, memset=memset_frame,
                                            api=api_frame, gpus=gpus, memory=memory_frame)
         if "memcpy_memory_kind" in unavailable:
-            names = sorted(set(texts(memcpy.field("name")).tolist()))[:2]
+            names = sorted(set(memcpy.col("name").tolist()))[:2]
             unavailable["memcpy_memory_kind"] = (
                 "torch.profiler names the copies without their host memory kind ("
                 + ", ".join(repr(n) for n in names) + "), so pageable and pinned copies cannot be told apart")
@@ -232,10 +210,10 @@ class _KinetoLoader:
     # -- ranges ------------------------------------------------------------------------------------
     def _ranges(self, g: EventGroup, threads: _ThreadKeys) -> tuple[pd.DataFrame, attr.NvtxTimeline]:
         keep = np.flatnonzero(g.start >= 0)
-        pid = ints(g.field("pid"))[keep]
-        tid = ints(g.field("tid"))[keep]
-        text = texts(g.field("name"))[keep]
-        cats = texts(g.field("cat"))[keep]
+        pid = g.col("pid")[keep]
+        tid = g.col("tid")[keep]
+        text = g.col("name")[keep]
+        cats = g.col("cat")[keep]
         start = g.start[keep]
         end = g.end[keep]
         order = np.lexsort((-end, start))  # by start, outer ranges first
@@ -260,15 +238,14 @@ class _KinetoLoader:
     def _api(self, runtime: EventGroup, driver: EventGroup, flow_ids: _FlowIds, threads: _ThreadKeys,
              nvtx: pd.DataFrame, timeline: attr.NvtxTimeline
              ) -> tuple[dict[str, Any], attr.Launches]:
-        evs = runtime.events + driver.events
-        n = len(evs)
-        g = EventGroup(evs, np.concatenate([runtime.start, driver.start]), np.concatenate([runtime.dur, driver.dur]))
-        pid = ints(g.field("pid"))
-        tid = ints(g.field("tid"))
-        corr = ints(g.arg("correlation"))
+        g = EventGroup.concat(runtime, driver)
+        n = g.n
+        pid = g.col("pid")
+        tid = g.col("tid")
+        corr = g.col("correlation")
         corr = flow_ids.fill(corr, g, "s")
-        is_driver = np.concatenate([np.zeros(len(runtime.events), np.int64), np.ones(len(driver.events), np.int64)])
-        name = TextCodes.of(per_distinct(texts(g.field("name")), strip_api_suffix))
+        is_driver = np.concatenate([np.zeros(runtime.n, np.int64), np.ones(driver.n, np.int64)])
+        name = TextCodes.of(per_distinct(g.col("name"), strip_api_suffix))
         start = g.start
         end = np.maximum(g.end, start)
         key = threads.keys(pid, tid)
@@ -283,39 +260,39 @@ class _KinetoLoader:
         return data, attr.Launches(api, name, thread_nvtx, timeline, nvtx)
 
     # -- GPU operations ---------------------------------------------------------------------------------
-    def _op_columns(self, g: EventGroup, flow_ids: _FlowIds, launch: attr.Launches) -> dict[str, np.ndarray]:
-        pid = ints(g.field("pid"))
-        tid = g.field("tid")
-        device = ints(g.arg("device"))
+    def _op_columns(self, g: EventGroup, flow_ids: _FlowIds, launch: attr.Launches) -> dict[str, Any]:
+        pid = g.col("pid")
+        tid = g.col("tid")
+        device = g.col("device")
         device = np.where(device >= 0, device, pid)  # current format: the event's pid is the device
-        stream = ints(g.arg("stream"))
+        stream = g.col("stream")
         no_stream = stream < 0
         if no_stream.any():
-            stream = np.where(no_stream, ints(tid), stream)  # "stream 7" (2021) or the stream id (current)
-        corr = flow_ids.fill(ints(g.arg("correlation")), g, "f")
-        data: dict[str, np.ndarray] = {
+            stream = np.where(no_stream, tid, stream)  # "stream 7" (2021) or the stream id (current)
+        corr = flow_ids.fill(g.col("correlation"), g, "f")
+        data: dict[str, Any] = {  # arrays, and the launching call's texts as TextCodes
             "start": g.start, "end": g.end, "duration": g.dur, "device": device,
-            "context": ints(g.arg("context")), "stream": stream, "correlation_id": corr,
+            "context": g.col("context"), "stream": stream, "correlation_id": corr,
         }
         data.update(attr.launch_columns(launch, None, corr, self._range_text, self._range_path))
         return data
 
     def _kernels(self, g: EventGroup, flow_ids: _FlowIds, launch: attr.Launches) -> pd.DataFrame:
-        if not g.events:
+        if not g.n:
             return empty_frame(KERNEL_COLUMNS)
         data = self._op_columns(g, flow_ids, launch)
-        names = texts(g.field("name"))
-        grid, block = dims(g.arg("grid")), dims(g.arg("block"))
+        names = g.col("name")
+        grid, block = g.col("grid"), g.col("block")
         n = len(names)
         data.update({
             "short_name": per_distinct(names, kernel_short_name), "name": names,
             "grid_x": grid[:, 0], "grid_y": grid[:, 1], "grid_z": grid[:, 2],
             "block_x": block[:, 0], "block_y": block[:, 1], "block_z": block[:, 2],
-            "registers_per_thread": ints(g.arg("registers")),
+            "registers_per_thread": g.col("registers"),
             "static_smem": np.zeros(n, dtype=np.int64),
-            "dynamic_smem": np.maximum(ints(g.arg("smem")), 0),
+            "dynamic_smem": np.maximum(g.col("smem"), 0),
             "launch_type": np.full(n, -1, dtype=np.int64),
-            "graph_node_id": ints(g.arg("graph_node")),
+            "graph_node_id": g.col("graph_node"),
             "graph_id": np.full(n, -1, dtype=np.int64),  # torch.profiler does not name the graph
         })
         data["in_graph"] = attr.graph_membership(data["api_name"], data["graph_node_id"])
@@ -325,23 +302,23 @@ class _KinetoLoader:
         return by_start(frame)
 
     def _memcpy(self, g: EventGroup, flow_ids: _FlowIds, launch: attr.Launches) -> pd.DataFrame:
-        if not g.events:
+        if not g.n:
             return empty_frame(MEMCPY_COLUMNS)
         data = self._op_columns(g, flow_ids, launch)
-        info = per_distinct(texts(g.field("name")), memcpy_info)
+        info = per_distinct(g.col("name"), memcpy_info)
         data.update({
-            "bytes": ints(g.arg("nbytes")),
+            "bytes": g.col("nbytes"),
             "direction": texts([i[0] for i in info]), "src_kind": texts([i[1] for i in info]),
             "dst_kind": texts([i[2] for i in info]),
         })
         return by_start(contract_frame(MEMCPY_COLUMNS, data, compact=True))
 
     def _memset(self, g: EventGroup, flow_ids: _FlowIds, launch: attr.Launches) -> pd.DataFrame:
-        if not g.events:
+        if not g.n:
             return empty_frame(MEMSET_COLUMNS)
         data = self._op_columns(g, flow_ids, launch)
-        data.update({"bytes": ints(g.arg("nbytes")),
-                     "mem_kind": per_distinct(texts(g.field("name")), memset_kind)})
+        data.update({"bytes": g.col("nbytes"),
+                     "mem_kind": per_distinct(g.col("name"), memset_kind)})
         return by_start(contract_frame(MEMSET_COLUMNS, data, compact=True))
 
     def _memory(self, g: EventGroup, threads: _ThreadKeys, timeline: attr.NvtxTimeline) -> pd.DataFrame:
@@ -350,28 +327,27 @@ class _KinetoLoader:
         after it and the range open on the event's thread (else on its process). CUDA blocks
         (``Device Type`` 1) are device memory, CPU blocks (0) host memory; a CUDA event without a
         ``Device Id`` keeps device -1."""
-        names = texts(g.field("name"))
+        names = g.col("name")
         rows = np.flatnonzero(names == "[memory]")
         if not len(rows):
             return empty_frame(MEMORY_COLUMNS)
-        evs = [g.events[i] for i in rows.tolist()]
-        sub = EventGroup(evs, g.start[rows], g.dur[rows])
-        signed = ints(sub.arg("mem_bytes"), 0)
+        sub = g.take(rows)
+        signed = sub.col("mem_bytes")
         keep = signed != 0
         if not keep.all():
-            sub = EventGroup([e for e, k in zip(sub.events, keep.tolist()) if k], sub.start[keep], sub.dur[keep])
+            sub = sub.take(np.flatnonzero(keep))
             signed = signed[keep]
-        n = len(sub.events)
+        n = sub.n
         if n == 0:
             return empty_frame(MEMORY_COLUMNS)
-        dtype = ints(sub.arg("device_type"))
+        dtype = sub.col("device_type")
         kind = np.full(n, "unknown", dtype=object)
         kind[dtype == 1] = "device"
         kind[dtype == 0] = "host"
-        device = np.where(dtype == 1, ints(sub.arg("device_id")), -1)
+        device = np.where(dtype == 1, sub.col("device_id"), -1)
         device[device < -1] = -1
-        pid = ints(sub.field("pid"))
-        tid = ints(sub.field("tid"))
+        pid = sub.col("pid")
+        tid = sub.col("tid")
         ids = timeline.thread_at(threads.keys(pid, tid), sub.start)
         none = ids < 0
         how = np.where(none, 0, 2).astype(np.int8)
@@ -381,9 +357,9 @@ class _KinetoLoader:
             how[np.flatnonzero(none)[proc >= 0]] = 1
         data: dict[str, Any] = {
             "start": sub.start, "device": device, "op": np.where(signed > 0, "alloc", "free").astype(object),
-            "bytes": np.abs(signed), "address": ints(sub.arg("addr")), "mem_kind": kind,
+            "bytes": np.abs(signed), "address": sub.col("addr"), "mem_kind": kind,
             "source": np.full(n, "allocator", dtype=object),
-            "total_allocated": ints(sub.arg("total_allocated")), "total_reserved": ints(sub.arg("total_reserved")),
+            "total_allocated": sub.col("total_allocated"), "total_reserved": sub.col("total_reserved"),
             "stream": np.full(n, -1, dtype=np.int64), "correlation_id": np.full(n, -1, dtype=np.int64),
             "pool_bytes": np.full(n, -1, dtype=np.int64),
             "api_name": np.full(n, "", dtype=object), "api_start": np.full(n, -1, dtype=np.int64),
@@ -393,15 +369,14 @@ class _KinetoLoader:
         return by_start(contract_frame(MEMORY_COLUMNS, data, compact=True))
 
     def _sync(self, g: EventGroup, launch: attr.Launches) -> pd.DataFrame:
-        if not g.events:
+        if not g.n:
             return empty_frame(SYNC_COLUMNS)
-        corr = ints(g.arg("correlation"))
+        corr = g.col("correlation")
         idx = launch.index.lookup(None, corr)
-        kinds = [k if isinstance(k, str) else n for k, n in zip(g.arg("sync_kind"), g.field("name"))]
         data = {
-            "start": g.start, "end": g.end, "duration": g.dur, "device": ints(g.arg("device")),
-            "context": ints(g.arg("context")), "stream": ints(g.arg("stream")), "correlation_id": corr,
-            "sync_type": per_distinct(texts(kinds), lambda k: _SYNC_KINDS.get(k.strip().lower(), "unknown")),
+            "start": g.start, "end": g.end, "duration": g.dur, "device": g.col("device"),
+            "context": g.col("context"), "stream": g.col("stream"), "correlation_id": corr,
+            "sync_type": per_distinct(g.col("kind"), lambda k: _SYNC_KINDS.get(k.strip().lower(), "unknown")),
             "pid": attr.take(launch.pid, idx), "tid": attr.take(launch.tid, idx),
         }
         return by_start(contract_frame(SYNC_COLUMNS, data, compact=True))
@@ -441,8 +416,7 @@ class _KinetoLoader:
         frame = pd.DataFrame.from_records([records[d] for d in sorted(records)], columns=list(GPU_COLUMNS))
         return text_as_object(frame.astype({c: "int64" for c in GPU_COLUMNS if c != "name"}))
 
-    def _processes_threads(self, events: list[Event], is_meta: np.ndarray) -> tuple[pd.DataFrame, pd.DataFrame]:
-        meta = [events[i] for i in np.flatnonzero(is_meta).tolist()]
+    def _processes_threads(self, meta: list[Event]) -> tuple[pd.DataFrame, pd.DataFrame]:
         procs: dict[int, str] = {}
         gpu_pids: set[int] = set()
         thread_names: dict[tuple[int, int], str] = {}
@@ -510,7 +484,7 @@ def _no_gpu_activity(shown: Path, cats: set[str], runtime: EventGroup, driver: E
     """The one line for a trace without GPU operations: what the host did through the CUDA API (a capture
     that launched kernels still says how much time went to API calls and synchronization) and the
     likely reason, read from the trace itself."""
-    names = texts(runtime.field("name") + driver.field("name"))
+    names = np.concatenate([runtime.col("name"), driver.col("name")])
     durs = np.concatenate([runtime.dur, driver.dur])
     starts = np.concatenate([runtime.start, driver.start])
     span = int((starts + durs).max() - starts.min()) if len(starts) else 0
@@ -584,11 +558,11 @@ class _FlowIds:
         if self._by_phase is None:
             self._by_phase = {"s": {}, "f": {}}
             flows = self._flows
-            if flows.events:
-                ids = ints(flows.field("id"))
-                pid = ints(flows.field("pid"))
-                tid = ints(flows.field("tid"))
-                for p, e_pid, e_tid, t, i in zip(texts(flows.field("ph")), pid.tolist(), tid.tolist(),
+            if flows.n:
+                ids = flows.col("id")
+                pid = flows.col("pid")
+                tid = flows.col("tid")
+                for p, e_pid, e_tid, t, i in zip(flows.col("ph"), pid.tolist(), tid.tolist(),
                                                   flows.start.tolist(), ids.tolist()):
                     if i >= 0:
                         self._by_phase["s" if p == "s" else "f"][(e_pid, e_tid, t)] = i
@@ -596,11 +570,11 @@ class _FlowIds:
 
     def fill(self, corr: np.ndarray, g: EventGroup, phase: str) -> np.ndarray:
         missing = np.flatnonzero(corr < 0)
-        if not len(missing) or not self._flows.events:
+        if not len(missing) or not self._flows.n:
             return corr
         table = self._table(phase)
-        pid = ints([g.events[i].pid for i in missing.tolist()])
-        tid = ints([g.events[i].tid for i in missing.tolist()])
+        pid = g.col("pid")[missing]
+        tid = g.col("tid")[missing]
         out = corr.copy()
         for j, i in enumerate(missing.tolist()):
             out[i] = table.get((int(pid[j]), int(tid[j]), int(g.start[i])), -1)
@@ -669,15 +643,15 @@ def _distributed(info: Any) -> tuple[int | None, int | None]:
     return (r if r >= 0 else None), (w if w > 0 else None)
 
 
-def trace_generation(cats: set[str], flows: EventGroup, events: list[Event], ranges: EventGroup, kernels: EventGroup) -> str:
+def trace_generation(cats: set[str], flows: EventGroup, ranges: EventGroup, kernels: EventGroup) -> str:
     """Which vocabulary/time format the trace uses: ``2021`` (Operator/Runtime/Kernel), ``2024+``
     (nanosecond decimals), ``2023`` (``ac2g`` flows), ``2022`` (``async_cpu_to_gpu`` flows), ``2022+``."""
     if cats & GEN_2021_CATS:
         return "2021"
-    sample = [e.ts for e in (kernels.events[:50] + ranges.events[:50])]
+    sample = kernels.head[:50] + ranges.head[:50]
     if any(b"." in bytes(r) for r in sample):
         return "2024+"
-    flow_cats = set(texts(flows.field("cat")).tolist())
+    flow_cats = set(flows.col("cat").tolist())
     if "ac2g" in flow_cats:
         return "2023"
     if "async_cpu_to_gpu" in flow_cats:

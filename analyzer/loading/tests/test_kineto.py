@@ -218,13 +218,15 @@ def _cpu_ranges(path: Path):
     doc = document.decode_document(gzip.decompress(path.read_bytes()), path)
     events = doc.traceEvents
     assert events
-    ranges = [e for e in events if e.ph == "X" and e.cat in document.RANGE_CATS]
-    group = columns.EventGroup(ranges, parse_timestamps_ns([e.ts for e in ranges]),
-                               np.array([round(float(e.dur) * 1000) for e in ranges], dtype=np.int64))
+    built = columns.EventColumns()
+    built.add(events)
+    quality = loader._Quality()
+    group = built.group("ranges", quality)
+    assert group.n == sum(e.ph == "X" and e.cat in document.RANGE_CATS for e in events)
     group.start -= group.start.min()
     frame, _ = loader._KinetoLoader(path, None, None, "kineto-json")._ranges(group, loader._ThreadKeys())
-    empty = columns.EventGroup([], np.empty(0, np.int64), np.empty(0, np.int64))
-    generation = loader.trace_generation({e.cat for e in events if e.ph == "X"}, empty, events, group, empty)
+    generation = loader.trace_generation({e.cat for e in events if e.ph == "X"}, built.group("flows", quality),
+                                         group, built.group("kernels", quality))
     return frame, generation
 
 
