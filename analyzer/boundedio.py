@@ -15,6 +15,7 @@ Real traces expand 6x (nsys SQLite, xz) to 33x (a small torch.profiler JSON, und
 """
 from __future__ import annotations
 
+import io
 import os
 import re
 import stat
@@ -85,7 +86,7 @@ def _over(limit: int) -> BoundedReadError:
         "bomb?)", f"if the trace really is that large, set {ENV} higher (e.g. {ENV}={-(-2 * limit // 10**9)}GB)")
 
 
-def read_decompressed(stream: IO[bytes], limit: int) -> bytearray:
+def read_decompressed(stream: io.BufferedIOBase | IO[bytes], limit: int) -> bytearray:
     """All of ``stream`` (a gzip/xz reader), at most ``limit`` bytes; :class:`BoundedReadError` past it.
     Memory: the content plus one chunk (a ``bytearray`` grown in place and returned as it is, not pieces
     joined into a second copy)."""

@@ -210,16 +210,14 @@ def run_cmd(
         accepted_growth=accepted_growth,
         cache=not no_cache,
     )
-    previous = _previous_accepted(write_accepted, options)
     if scheduler is None and len(traces) >= LOCAL_DASK_MIN_FILES and job is not False and _has_dask():
         scheduler = "local"
     if scheduler is not None and scheduler.strip().lower() == "none":
         scheduler = None
-    result = run_analysis(list(traces), options, job=job, scheduler=scheduler, workers=workers, progress=progress)
+    result = run_analysis(list(traces), options, job=job, scheduler=scheduler, workers=workers, progress=progress,
+                          write_accepted=write_accepted)
     outcome = result.outcome
-    recorded = None
-    if write_accepted is not None:
-        recorded = _record_accepted(write_accepted, outcome, previous)
+    recorded = outcome.recorded
     if progress:
         sys.stderr.write("\r\x1b[2K")
     from analyzer.watchdog import Watchdog
@@ -292,26 +290,6 @@ def _accepted_line(findings: list[Any], path: Path, accepted: Any) -> str:
         line += (f"; {len(gone)} entr{'y' if len(gone) == 1 else 'ies'} no longer fire ({names}): "
                  "fixed? rerun with --write-accepted to drop them")
     return line + "\n"
-
-
-def _previous_accepted(path: Path | None, options: Any) -> Any:
-    """The accepted-findings file about to be rewritten (its reasons are kept), checked before any trace
-    is read; None when there is none yet."""
-    if path is None or not path.exists():
-        return None
-    from analyzer.accepted import load_accepted
-
-    return load_accepted(path)
-
-
-def _record_accepted(path: Path, outcome: Any, previous: Any) -> int:
-    """Write ``--write-accepted`` and mark this run's findings (``outcome``: an
-    :class:`analyzer.job.run.JobOutcome`) as accepted by it (they are, now)."""
-    from analyzer.accepted import load_accepted, write_accepted
-
-    count = write_accepted(path, outcome.finding_sources(), previous)
-    outcome.mark_accepted(load_accepted(path))
-    return count
 
 
 def _mount_subcommands() -> None:
