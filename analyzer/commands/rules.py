@@ -32,7 +32,7 @@ def default_analyze(
     outcome = analyze_inputs(paths, options, pack=apply_overrides(pack, sets))
     if outcome.job is not None:
         return [*outcome.job.findings, *(f for r in outcome.job.ranks for f in r.findings)]
-    return [f for a in outcome.analyses for f in a.findings]
+    return [f for a in outcome.analyses or [] for f in a.findings]
 
 
 rules_file_option = click.option(

@@ -58,6 +58,7 @@ def _show(ctx: click.Context, **params: Any) -> None:
 
         accepted = load_accepted_findings(AnalysisOptions(accepted_file=accepted_file,
                                                           accepted_growth=params.get("accepted_growth")))
+        assert accepted is not None  # a file was named
         echo("")
         echo(f"accepted findings: {accepted.path}: {len(accepted)} entr{'y' if len(accepted) == 1 else 'ies'}; "
              f"one counts again when its impact grows more than {accepted.max_growth:g}x")

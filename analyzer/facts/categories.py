@@ -66,7 +66,8 @@ def load_categories(path: str | Path | None = None) -> tuple[Category, ...]:
         arg_pats = entry.get("args") or []
         if not isinstance(arg_pats, list):
             raise InputError(file, f"category {entry['name']!r}: 'args' must be a list")
-        compiled, compiled_args = [], []
+        compiled: list[UserPattern] = []
+        compiled_args: list[UserPattern] = []
         for pat, into in [(p, compiled) for p in pats] + [(p, compiled_args) for p in arg_pats]:
             try:
                 into.append(compile_regex(str(pat), what="category pattern"))

@@ -17,6 +17,7 @@ import pytest
 
 from analyzer.facts.memory import theil_sen
 from analyzer.pipeline import analyze_loaded, analyze_trace
+from analyzer.reports.viewmodel import MemoryView, ReportView
 
 DATA = Path(__file__).resolve().parents[3] / "tests" / "data"
 LEAK = DATA / "kineto" / "retained_graph.pt.trace.json.gz"
@@ -180,6 +181,13 @@ def test_near_capacity_fires_when_the_peak_fills_the_gpu(leak) -> None:
 
 
 # -- bad input -----------------------------------------------------------------------------------------
+def _memory(view: ReportView) -> MemoryView:
+    """The first trace's memory section (present: these traces record allocations)."""
+    memory = view.traces[0].memory
+    assert memory is not None
+    return memory
+
+
 def _with_memory(analysis, memory: pd.DataFrame):
     t = analysis.trace
     return analyze_loaded(type(t)(**{**t.__dict__, "memory": memory}))
@@ -196,9 +204,9 @@ def test_frees_without_allocation_start_the_level_at_zero(churn) -> None:
     assert g["unmatched_frees"] >= 1
     from analyzer.reports.build import build_report
 
-    notes = build_report([a]).traces[0].memory.notes
+    notes = _memory(build_report([a])).notes
     assert any("of memory allocated before the capture" in n for n in notes)
-    assert not build_report([churn]).traces[0].memory.notes
+    assert not _memory(build_report([churn])).notes
 
 
 def test_events_without_device_and_several_processes(leak) -> None:
@@ -218,7 +226,7 @@ def test_events_without_device_and_several_processes(leak) -> None:
 
     view = build_report([a])
     lost = int(((m["device"] < 0) & (m["mem_kind"] != "host")).sum())
-    assert view.traces[0].memory.notes == (
+    assert _memory(view).notes == (
         f"{lost:,} memory events name no GPU and are left out of the memory levels",
         "GPU 0: memory events of 2 processes; their allocations are added up (each holds its own memory)")
     text, md = summary_text(view, width=400), render_markdown(view)
@@ -246,7 +254,7 @@ def test_report_formats_agree(leak, tmp_path) -> None:
     from analyzer.reports.build import build_report
 
     view = build_report([leak])
-    line = view.traces[0].memory.lines[0]
+    line = _memory(view).lines[0]
     assert line.startswith("GPU 0 memory (allocated): peak 2.4 GiB in step_22")
     assert "96.0 MiB per step over 19 steps" in line
     doc = report_dict(view)
@@ -275,7 +283,8 @@ def test_diff_reports_the_peak_going_down(leak, fixed) -> None:
     assert base.memory_growth_bytes == 100_705_280 and head.memory_growth_bytes == 0
     result = diff_runs(base, head, DiffSettings(), created=created)
     metrics = {m.key: m for m in result.metrics}
-    assert metrics["memory_peak_bytes"].head < metrics["memory_peak_bytes"].base / 5
+    peak = metrics["memory_peak_bytes"]
+    assert peak.head is not None and peak.base is not None and peak.head < peak.base / 5
     assert metrics["memory_growth_bytes"].base == 100_705_280 and metrics["memory_growth_bytes"].head == 0
     note = next(n for n in result.notes if n.startswith("peak GPU memory"))
     assert note.startswith("peak GPU memory went down: 2.44 GiB in BASE, 361 MiB in HEAD (-86%)")
@@ -356,7 +365,7 @@ def test_round3_peak_per_step_in_every_format_and_diff_says_it_went_down(r3, ext
     result = diff_runs(summarize(leak), summarize(fixed), DiffSettings(),
                        created=datetime(2026, 1, 1, tzinfo=timezone.utc))
     peak = next(m for m in result.metrics if m.key == "memory_peak_bytes")
-    assert peak.head < peak.base / 4
+    assert peak.head is not None and peak.base is not None and peak.head < peak.base / 4
     assert any(n.startswith("peak GPU memory went down") for n in result.notes)
 
 

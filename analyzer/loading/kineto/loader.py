@@ -260,7 +260,8 @@ class _KinetoLoader:
         return data, attr.Launches(api, name, thread_nvtx, timeline, nvtx)
 
     # -- GPU operations ---------------------------------------------------------------------------------
-    def _op_columns(self, g: EventGroup, flow_ids: _FlowIds, launch: attr.Launches) -> dict[str, np.ndarray]:
+    def _op_columns(self, g: EventGroup, flow_ids: _FlowIds, launch: attr.Launches) -> dict[str, Any]:
+        """Times, device, stream and the attribution columns (arrays, and text as TextCodes)."""
         pid = g.col("pid")
         tid = g.col("tid")
         device = g.col("device")
@@ -270,7 +271,7 @@ class _KinetoLoader:
         if no_stream.any():
             stream = np.where(no_stream, tid, stream)  # "stream 7" (2021) or the stream id (current)
         corr = flow_ids.fill(g.col("correlation"), g, "f")
-        data: dict[str, np.ndarray] = {
+        data: dict[str, Any] = {
             "start": g.start, "end": g.end, "duration": g.dur, "device": device,
             "context": g.col("context"), "stream": stream, "correlation_id": corr,
         }
