@@ -15,12 +15,13 @@ Real traces expand 6x (nsys SQLite, xz) to 33x (a small torch.profiler JSON, und
 """
 from __future__ import annotations
 
+import io
 import os
 import re
 import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Protocol
+from typing import IO
 
 RATIO = 32  # decompressed bytes allowed per compressed byte
 FLOOR = 64 * 2**20  # small compressed files may expand this far whatever their ratio
@@ -85,14 +86,7 @@ def _over(limit: int) -> BoundedReadError:
         "bomb?)", f"if the trace really is that large, set {ENV} higher (e.g. {ENV}={-(-2 * limit // 10**9)}GB)")
 
 
-class Readable(Protocol):
-    """What the bounded readers read from: a file, or a gzip / xz / bz2 reader (``GzipFile`` is no
-    ``IO[bytes]`` to a type checker)."""
-
-    def read(self, size: int = ..., /) -> bytes: ...
-
-
-def read_decompressed(stream: Readable, limit: int) -> bytearray:
+def read_decompressed(stream: io.BufferedIOBase | IO[bytes], limit: int) -> bytearray:
     """All of ``stream`` (a gzip/xz reader), at most ``limit`` bytes; :class:`BoundedReadError` past it.
     Memory: the content plus one chunk (a ``bytearray`` grown in place and returned as it is, not pieces
     joined into a second copy)."""
@@ -106,7 +100,7 @@ def read_decompressed(stream: Readable, limit: int) -> bytearray:
             raise _over(limit)
 
 
-def read_blocks(stream: Readable, limit: int | None, size: int = 4 << 20) -> Iterator[bytes]:
+def read_blocks(stream: IO[bytes], limit: int | None, size: int = 4 << 20) -> Iterator[bytes]:
     """``stream`` (a gzip/xz reader, or a plain file with ``limit`` None) in blocks of up to ``size``
     bytes, at most ``limit`` bytes in all: :class:`BoundedReadError` past it, raised at the block that
     crosses it. Memory: one block."""
@@ -121,7 +115,7 @@ def read_blocks(stream: Readable, limit: int | None, size: int = 4 << 20) -> Ite
         yield block
 
 
-def copy_decompressed(stream: Readable, out: IO[bytes], limit: int) -> int:
+def copy_decompressed(stream: IO[bytes], out: IO[bytes], limit: int) -> int:
     """Copy ``stream`` to ``out`` in chunks, at most ``limit`` bytes; returns the bytes copied."""
     total = 0
     while True:

@@ -29,10 +29,7 @@ def default_analyze(
 
     paths = [path] if isinstance(path, Path) else list(path)
     options = AnalysisOptions(sets=tuple(sets), window_spec=window, ncu_files=tuple(ncu))
-    outcome = analyze_inputs(paths, options, pack=apply_overrides(pack, sets))
-    if outcome.job is not None:
-        return [*outcome.job.findings, *(f for r in outcome.job.ranks for f in r.findings)]
-    return [f for a in outcome.analyses or [] for f in a.findings]
+    return analyze_inputs(paths, options, pack=apply_overrides(pack, sets)).findings
 
 
 rules_file_option = click.option(

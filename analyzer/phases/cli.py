@@ -13,23 +13,23 @@ from typing import Any, TypeVar
 
 import click
 
-from analyzer.errors import AnalyzerError
+from analyzer.errors import EXIT_USAGE, AnalyzerError
 from analyzer.facts.phase_index import DEFAULT_EXCLUDE, NO_EXCLUDE, exclude_option, parse_patterns
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 class _CliError(click.ClickException):
-    """An :class:`AnalyzerError` shown as ``error: ...`` (see :func:`_cli_error`)."""
+    """An :class:`AnalyzerError` shown as ``error: ...`` with the analyzer's exit code for bad input or
+    usage (2: what every error of a sweep is)."""
+
+    exit_code = EXIT_USAGE
+
+    def __init__(self, err: AnalyzerError) -> None:
+        super().__init__(str(err))
 
     def format_message(self) -> str:
         return self.message
-
-
-def _cli_error(err: AnalyzerError) -> _CliError:
-    """``err`` as a click error with the analyzer's exit code (click reads ``exit_code`` from the class)."""
-    kind = type(f"_CliError{err.exit_code}", (_CliError,), {"exit_code": err.exit_code})
-    return kind(str(err))
 
 
 def phase_options(fn: F) -> F:
@@ -101,7 +101,7 @@ def sweep(paths: tuple[Path, ...], fmt: str, output: Path | None, key_pattern: s
         try:
             text = render_scaling(strong_scaling(list(paths)))
         except AnalyzerError as err:
-            raise _cli_error(err) from None
+            raise _CliError(err) from None
         if output is None:
             sys.stdout.write(text)
         else:
@@ -140,7 +140,7 @@ def sweep(paths: tuple[Path, ...], fmt: str, output: Path | None, key_pattern: s
             atomic_write(output, render_sweep(result, fmt))
             click.echo(str(output))
     except AnalyzerError as err:
-        raise _cli_error(err) from None
+        raise _CliError(err) from None
     n_flags = len(result.flags)
     if n_flags:
         click.echo(f"{n_flags} row(s) flagged: see the 'Rows that cannot be right' table", err=True)

@@ -17,7 +17,6 @@ import pytest
 
 from analyzer.facts.memory import theil_sen
 from analyzer.pipeline import analyze_loaded, analyze_trace
-from analyzer.reports.viewmodel import MemoryView, ReportView
 
 DATA = Path(__file__).resolve().parents[3] / "tests" / "data"
 LEAK = DATA / "kineto" / "retained_graph.pt.trace.json.gz"
@@ -181,13 +180,6 @@ def test_near_capacity_fires_when_the_peak_fills_the_gpu(leak) -> None:
 
 
 # -- bad input -----------------------------------------------------------------------------------------
-def _memory(view: ReportView) -> MemoryView:
-    """The first trace's memory section (present: these traces record allocations)."""
-    memory = view.traces[0].memory
-    assert memory is not None
-    return memory
-
-
 def _with_memory(analysis, memory: pd.DataFrame):
     t = analysis.trace
     return analyze_loaded(type(t)(**{**t.__dict__, "memory": memory}))
@@ -204,9 +196,12 @@ def test_frees_without_allocation_start_the_level_at_zero(churn) -> None:
     assert g["unmatched_frees"] >= 1
     from analyzer.reports.build import build_report
 
-    notes = _memory(build_report([a])).notes
+    memory = build_report([a]).traces[0].memory
+    assert memory is not None
+    notes = memory.notes
     assert any("of memory allocated before the capture" in n for n in notes)
-    assert not _memory(build_report([churn])).notes
+    churn_memory = build_report([churn]).traces[0].memory
+    assert churn_memory is not None and not churn_memory.notes
 
 
 def test_events_without_device_and_several_processes(leak) -> None:
@@ -225,8 +220,10 @@ def test_events_without_device_and_several_processes(leak) -> None:
     from analyzer.reports.build import build_report
 
     view = build_report([a])
+    memory = view.traces[0].memory
+    assert memory is not None
     lost = int(((m["device"] < 0) & (m["mem_kind"] != "host")).sum())
-    assert _memory(view).notes == (
+    assert memory.notes == (
         f"{lost:,} memory events name no GPU and are left out of the memory levels",
         "GPU 0: memory events of 2 processes; their allocations are added up (each holds its own memory)")
     text, md = summary_text(view, width=400), render_markdown(view)
@@ -254,7 +251,9 @@ def test_report_formats_agree(leak, tmp_path) -> None:
     from analyzer.reports.build import build_report
 
     view = build_report([leak])
-    line = _memory(view).lines[0]
+    memory = view.traces[0].memory
+    assert memory is not None
+    line = memory.lines[0]
     assert line.startswith("GPU 0 memory (allocated): peak 2.4 GiB in step_22")
     assert "96.0 MiB per step over 19 steps" in line
     doc = report_dict(view)
@@ -283,8 +282,8 @@ def test_diff_reports_the_peak_going_down(leak, fixed) -> None:
     assert base.memory_growth_bytes == 100_705_280 and head.memory_growth_bytes == 0
     result = diff_runs(base, head, DiffSettings(), created=created)
     metrics = {m.key: m for m in result.metrics}
-    peak = metrics["memory_peak_bytes"]
-    assert peak.head is not None and peak.base is not None and peak.head < peak.base / 5
+    peak_head, peak_base = metrics["memory_peak_bytes"].head, metrics["memory_peak_bytes"].base
+    assert peak_head is not None and peak_base is not None and peak_head < peak_base / 5
     assert metrics["memory_growth_bytes"].base == 100_705_280 and metrics["memory_growth_bytes"].head == 0
     note = next(n for n in result.notes if n.startswith("peak GPU memory"))
     assert note.startswith("peak GPU memory went down: 2.44 GiB in BASE, 361 MiB in HEAD (-86%)")

@@ -261,7 +261,6 @@ class _KinetoLoader:
 
     # -- GPU operations ---------------------------------------------------------------------------------
     def _op_columns(self, g: EventGroup, flow_ids: _FlowIds, launch: attr.Launches) -> dict[str, Any]:
-        """Times, device, stream and the attribution columns (arrays, and text as TextCodes)."""
         pid = g.col("pid")
         tid = g.col("tid")
         device = g.col("device")
@@ -271,7 +270,7 @@ class _KinetoLoader:
         if no_stream.any():
             stream = np.where(no_stream, tid, stream)  # "stream 7" (2021) or the stream id (current)
         corr = flow_ids.fill(g.col("correlation"), g, "f")
-        data: dict[str, Any] = {
+        data: dict[str, Any] = {  # arrays, and the launching call's texts as TextCodes
             "start": g.start, "end": g.end, "duration": g.dur, "device": device,
             "context": g.col("context"), "stream": stream, "correlation_id": corr,
         }
@@ -595,7 +594,7 @@ def _link_secondary_threads(key: np.ndarray, pid: np.ndarray, tid: np.ndarray, t
     if len(key) == 0:
         return out
     frame = pd.DataFrame({"key": key, "pid": pid, "tid": tid,
-                          "step": pd.Series(text, dtype=object).str.startswith("ProfilerStep#").to_numpy()})
+                          "step": per_distinct(text, lambda t: t.startswith("ProfilerStep#"), dtype=bool)})
     stats = frame.groupby(["pid", "key", "tid"], sort=False).agg(n=("step", "size"), steps=("step", "sum")).reset_index()
     stats["is_pid"] = stats["pid"] == stats["tid"]
     stats = stats.sort_values(["pid", "steps", "is_pid", "n"], ascending=[True, False, False, False])
