@@ -161,17 +161,17 @@ def load_yaml_text(text: str, file: str, kind: str = "rule file") -> Any:
     except _Refused as err:
         raise UnsafeRuleError(str(err), file=file, line=err.line) from None
     except yaml.constructor.ConstructorError as err:
-        tag_line = err.problem_mark.line + 1 if err.problem_mark else None
+        line = err.problem_mark.line + 1 if err.problem_mark else None
         raise UnsafeRuleError(
             f"YAML tag not allowed in a {kind} ({(err.problem or '').strip()})",
             file=file,
-            line=tag_line,
+            line=line,
             hint=f"a {kind} is plain data: mappings, lists, strings and numbers",
         ) from None
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
-        mark_line = mark.line + 1 if mark else None
-        raise RuleError(f"invalid YAML: {err.problem or err.context}", file=file, line=mark_line) from None
+        line = mark.line + 1 if mark else None
+        raise RuleError(f"invalid YAML: {err.problem or err.context}", file=file, line=line) from None
     except (yaml.YAMLError, RecursionError) as err:
         raise RuleError(f"invalid YAML: {type(err).__name__}", file=file) from None
     except ValueError as err:  # a scalar the constructor cannot build: an integer of 4,300+ digits
