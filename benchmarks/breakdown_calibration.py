@@ -208,12 +208,6 @@ def render(rows: list[Row]) -> str:
              "(38.9 to 69.3 ms and 76.5 to 91.8 ms) with the same code there, which makes its step saving "
              "understate the optimizer's (ratio 1.28 on the step, 0.95 on the range; the second recording "
              "1.04 and 0.95).\n")
-    text += ("\ncopy_on_compute_stream's nsys recording (1.27) is right about its own copies: the impact is the "
-             "exposed copy time, 0.935 ms a step, because its 32 MiB copies ran at 36 GB/s (0.86-1.04 ms each) "
-             "while its twin's ran at 51 GB/s (0.655 ms) and both torch.profiler recordings' at 55 GB/s "
-             "(0.607 ms, ratio 1.00). The twin also keeps 0.145 ms a step of its prefetch exposed (0.098 ms "
-             "under torch.profiler); the impact minus that is 1.07 of the saving. What the copies cost in "
-             "another run cannot be read from this one.\n")
     text += ("\nhost_sync cannot be calibrated on its step saving: its two recordings differ by 90 ms of window, "
              "so the measured saving is 103.0 ms, then 13.3 ms. Its twin removes the synchronizations but "
              "stays launch-bound in `step_N/micro_N` (launch-bound fires on both, in the same range), and the "

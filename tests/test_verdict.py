@@ -15,7 +15,8 @@ from analyzer.impacts import is_problem, report_order
 from analyzer.pipeline import AnalysisOptions, analyze_paths
 from analyzer.reports import build_report, render
 from analyzer.reports.summary import summary_text
-from analyzer.reports.viewmodel import BREAKDOWN_CAUSES, cause_name
+from analyzer.reports.sections.findings import cause_name
+from analyzer.reports.viewmodel import BREAKDOWN_CAUSES
 
 DATA = Path(__file__).resolve().parent / "data"
 # a data-loading gap per step; host syncs + fp32 GEMMs + tiny kernels; allocation churn whose gaps are
