@@ -342,7 +342,13 @@ def finish_rank(state: RankState, summary: RankSummary, pack: RulePack, job: Ran
         store.update_options({"job_rank": job.context}, forget=("comm_kernels",))
     analysis = finish(store, pack)
     rank = job.rank if job is not None else summary.index
-    findings = [dataclasses.replace(f, scope=dataclasses.replace(f.scope, rank=rank)) for f in analysis.findings]
+    scoped = [dataclasses.replace(f, scope=dataclasses.replace(f.scope, rank=rank)) for f in analysis.findings]
+    # the rank is part of a finding's key: the links between this rank's findings (a symptom's
+    # explained_by, a cause's explains) follow their new keys, or no cause would explain a symptom
+    renamed = {old.key: new.key for old, new in zip(analysis.findings, scoped)}
+    findings = [dataclasses.replace(f, explains=tuple(renamed.get(k, k) for k in f.explains),
+                                    explained_by=tuple(renamed.get(k, k) for k in f.explained_by))
+                for f in scoped]
     analysis.findings = findings
     section = trace_section(analysis, job.section_index if job is not None else summary.index + 1, True, Limits())
     overlap_rows = store.get("comm_overlap")
