@@ -214,3 +214,27 @@ def test_full_window_calls_nothing_setup_for_lying_before_the_first_step():
     assert by_cause.idxmax() == "host_work" and by_cause["host_work"] > 0.5 * by_cause.sum()
     hw = before.loc[before["cause"] == "host_work"].groupby("detail")["duration"].sum()
     assert hw.idxmax() == "setup"  # the workload's own NVTX range, not the breakdown's cause
+
+
+def test_a_gpu_only_trace_partitions_its_window_and_says_what_it_cannot_classify(tmp_path):
+    """Bad input (issue 27): a capture with GPU activity only (no CUDA API calls, no NVTX, no OS
+    runtime), made from the real ``healthy`` trace by dropping those tables from a copy. The breakdown
+    still covers the window exactly; the idle time it cannot attribute is ``unknown`` and says why."""
+    import shutil
+    import sqlite3
+
+    from analyzer.facts import FactStore
+
+    path = tmp_path / "gpu_only.sqlite"
+    shutil.copyfile(real_trace("healthy"), path)
+    with sqlite3.connect(path) as db:
+        for table in ("CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS", "OSRT_API", "OSRT_CALLCHAINS"):
+            db.execute(f"DROP TABLE IF EXISTS {table}")
+    t = load_trace(path)
+    st = FactStore(t, choose_window(t), {})
+    check_partition(st)
+    b = st.get("timeline_breakdown")
+    win = b.loc[b["scope"] == "window"]
+    idle = win.loc[win["cause"].isin(["launch_bound", "host_sync", "host_work", "wait_other", "setup", "unknown"])]
+    assert set(idle["cause"]) == {"unknown"} and set(idle["detail"]) == {"no CUDA API calls in the trace"}
+    assert idle["duration_ns"].sum() > 0
