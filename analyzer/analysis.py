@@ -120,6 +120,9 @@ class Analysis:
     #: (rule name, why) of the pack's rules that could not run on this input (e.g. timeline rules on an
     #: Nsight Compute report alone)
     not_applicable: tuple[tuple[str, str], ...] = ()
+    #: rule name -> its latent impact (ns): the impact of the groups its ``where`` kept but its
+    #: ``condition`` did not fire on (below a threshold); rules with none are absent
+    latent_impacts: dict[str, int] = field(default_factory=dict)
 
     @property
     def ncu_only(self) -> bool:

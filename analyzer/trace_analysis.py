@@ -168,18 +168,23 @@ def finish(store: FactStore, pack: RulePack, *, progress: Progress = None, accep
 
     runnable, not_checked = split_by_capability(pack, {**trace.info.unavailable, **window_capabilities(window)})
     noting(progress)(f"{trace.name}: evaluating {len(runnable.rules)} rules")
-    findings = _evaluate(runnable, store, keep=keep)
+    latent: dict[str, int] = {}
+    findings = _evaluate(runnable, store, keep=keep, latent=latent)
     if accepted is not None:
         from analyzer.accepted import apply_accepted
 
         findings = apply_accepted(findings, accepted, window)
-    return _analysis(store, findings, pack, parameters_of=pack, not_checked=not_checked)
+    analysis = _analysis(store, findings, pack, parameters_of=pack, not_checked=not_checked)
+    analysis.latent_impacts = latent
+    return analysis
 
 
-def _evaluate(pack: RulePack, store: FactStore, *, keep: Iterable[str] | None = None) -> list[Finding]:
+def _evaluate(pack: RulePack, store: FactStore, *, keep: Iterable[str] | None = None,
+              latent: dict[str, int] | None = None) -> list[Finding]:
     """The findings of ``pack`` over ``store`` (the "rules" stage). An overflow of 64-bit arithmetic is the
     trace's fault (timestamps or sizes no real trace has), so it becomes one line naming the trace, not
-    an error of the rule file. ``keep``: see :func:`finish`."""
+    an error of the rule file. ``keep``: see :func:`finish`; ``latent``: filled with each rule's latent
+    impact (:func:`analyzer.rules.engine.evaluate`)."""
     from analyzer.facts.scalars import SCALAR_FACTS, trace_scalars
     from analyzer.rules import evaluate
     from analyzer.rules.model import RuleEvaluationError
@@ -196,7 +201,7 @@ def _evaluate(pack: RulePack, store: FactStore, *, keep: Iterable[str] | None = 
             scalars = trace_scalars(store)
             if keep is not None:
                 store.done_with(SCALAR_FACTS)
-            findings = evaluate(pack, store, store.window, scalars, threads=threads)
+            findings = evaluate(pack, store, store.window, scalars, threads=threads, latent=latent)
             ended = True
             return findings
         except RuleEvaluationError as err:

@@ -114,7 +114,9 @@ def _finding(f: FindingChange) -> dict[str, Any]:
         "base_count": f.base_count, "head_count": f.head_count,
         "base_impact_ns": f.base_impact_ns, "head_impact_ns": f.head_impact_ns,
         "base_impact_per_step_ns": py_value(f.base_impact_per_step_ns),
-        "head_impact_per_step_ns": py_value(f.head_impact_per_step_ns), "message": f.message,
+        "head_impact_per_step_ns": py_value(f.head_impact_per_step_ns),
+        "base_latent_per_step_ns": py_value(f.base_latent_per_step_ns),
+        "head_latent_per_step_ns": py_value(f.head_latent_per_step_ns), "message": f.message,
     }
 
 
@@ -174,6 +176,8 @@ def diff_dict(r: DiffResult) -> dict[str, Any]:
         "findings": {
             "new": [x.rule for x in f if x.status == "new"],
             "resolved": [x.rule for x in f if x.status == "resolved"],
+            "uncovered": [x.rule for x in f if x.status == "uncovered"],
+            "masked": [x.rule for x in f if x.status == "masked"],
             "changed": [{"rule": x.rule, "base_impact_ns": x.base_impact_ns, "head_impact_ns": x.head_impact_ns}
                         for x in f if x.status == "changed"],
             "unchanged": [x.rule for x in f if x.status == "unchanged"],
@@ -249,6 +253,13 @@ def metric_change(m: Metric) -> str:
 
 def impact_text(ns: float | None) -> str:
     return DASH if ns is None else fmt_duration(ns)
+
+
+def _impact_or_latent(ns: float | None, latent: float | None) -> str:
+    """A finding's impact per step, else the rule's time there below its thresholds."""
+    if ns is None and latent is not None:
+        return f"{fmt_duration(latent)} below threshold"
+    return impact_text(ns)
 
 
 def quantiles(durations: tuple[int, ...]) -> tuple[float, ...] | None:
@@ -330,7 +341,8 @@ def _markdown(r: DiffResult, rows: int, chars: int) -> str:
         for f in shown[: max(rows, 5) * 2]:
             status = f.status + (" (accepted)" if f.accepted else "") + (" \u2191" if _grew(f) else "")
             frows.append([md_text(status), f"{md_text(f.id)} {md_text(f.rule)}", md_text(f.severity),
-                          impact_text(f.base_impact_per_step_ns), impact_text(f.head_impact_per_step_ns),
+                          _impact_or_latent(f.base_impact_per_step_ns, f.base_latent_per_step_ns),
+                          _impact_or_latent(f.head_impact_per_step_ns, f.head_latent_per_step_ns),
                           md_text(f.message, chars * 2)])
         out += _md_table(["Status", "Rule", "Severity", f"BASE impact {unit}", f"HEAD impact {unit}",
                           "Finding (HEAD, else BASE)"], frows, ["l", "l", "l", "r", "r", "l"])
@@ -437,7 +449,7 @@ def render_diff_html(r: DiffResult) -> str:
     template = environment().get_template("diff.html.j2")
     helpers: dict[str, Callable[..., Any]] = {
         "delta": delta_text, "cpu_delta": cpu_delta_text, "metric_value": metric_value,
-        "metric_change": metric_change, "impact": impact_text, "dur": _dur, "count": _count,
+        "metric_change": metric_change, "impact": impact_text, "latent": _impact_or_latent, "dur": _dur, "count": _count,
         "ci": ci_text, "signed": signed_pct, "grew": _grew, "job_cells": job_cells,
     }
     return template.render(r=r, css=stylesheet(), status_word=STATUS_WORD, steps_chart=steps_svg(r.step),

@@ -164,6 +164,9 @@ class RunSummary:
     memory_growth_bytes: int | None = None
     #: a multi-GPU job: its :class:`analyzer.diff.jobs.JobSummary` (the run is then the job as one run)
     job: Any = None
+    #: (rule, ns): each rule's latent impact, its time below its thresholds (``Analysis.latent_impacts``;
+    #: empty for a run read from a JSON report)
+    latent_impacts: tuple[tuple[str, int], ...] = ()
 
     # -- JSON --------------------------------------------------------------------------------------
     def baseline_dict(self) -> dict[str, Any]:
@@ -194,6 +197,7 @@ class RunSummary:
             "copies": _table_dict(self.copies, COPY_FIELDS),
             "rules": _table_dict(self.rules, RULE_FIELDS),
             "findings": _table_dict(self.findings, FINDING_FIELDS),
+            "latent_impacts": {rule: ns for rule, ns in self.latent_impacts},
         }
 
 
@@ -310,6 +314,7 @@ def summarize(analysis: Analysis) -> RunSummary:
         notes=tuple(notes),
         memory_peak_bytes=peak,
         memory_growth_bytes=growth,
+        latent_impacts=tuple(sorted((str(k), int(v)) for k, v in getattr(analysis, "latent_impacts", {}).items())),
     )
 
 
@@ -550,7 +555,16 @@ def from_report(doc: Any, path: str, *, trace_index: int | None = None) -> RunSu
         if "memory_peak_bytes" in totals else None,
         memory_growth_bytes=r.integer(totals, "memory_growth_bytes_per_step", "totals", optional=True)
         if "memory_growth_bytes_per_step" in totals else None,
+        latent_impacts=_latent_impacts(r, base),
     )
+
+
+def _latent_impacts(r: _Reader, base: dict[str, Any]) -> tuple[tuple[str, int], ...]:
+    """The ``latent_impacts`` block (absent from reports written before it was kept: none)."""
+    if "latent_impacts" not in base:
+        return ()
+    latent = r.obj(base, "latent_impacts", "baseline")
+    return tuple(sorted((str(k), r.integer(latent, k, "baseline.latent_impacts")) for k in latent))
 
 
 def _version(value: Any) -> tuple[int, int] | None:

@@ -49,7 +49,7 @@ def builtins_for(window: Window, scalars: Mapping[str, float]) -> dict[str, Any]
 
 
 def evaluate(pack: RulePack, store: FactSource, window: Window, scalars: Mapping[str, float], *,
-             threads: int = 1) -> list[Finding]:
+             threads: int = 1, latent: dict[str, int] | None = None) -> list[Finding]:
     """Findings of every rule in ``pack``, linked and ranked. Raises :class:`RuleEvaluationError`
     naming the rule when a rule cannot be evaluated on this trace.
 
@@ -57,13 +57,17 @@ def evaluate(pack: RulePack, store: FactSource, window: Window, scalars: Mapping
     taken (for a store whose facts may be read from two threads: a :class:`FactStore`). The findings
     are the same as on one thread, in the same order; when rules fail, the error raised is the first
     failing rule's in pack order, as on one thread (rules are taken in order, so every earlier rule
-    was evaluated)."""
+    was evaluated).
+
+    ``latent``: when given, filled with each rule's *latent impact*: its impact summed over the groups
+    that passed ``where`` but not ``condition`` (time the rule would count had its thresholds been met;
+    ``analyze diff`` tells a finding the fix uncovered from one it introduced with it)."""
     rules = list(pack.rules)
     results: list[list[_Fired] | None] = [None] * len(rules)
     errors: dict[int, BaseException] = {}
     if threads <= 1 or len(rules) < 2:
         for i, rule in enumerate(rules):
-            results[i] = _evaluate_one(rule, store, window, scalars)
+            results[i] = _evaluate_one(rule, store, window, scalars, latent)
     else:
         import threading
 
@@ -82,7 +86,7 @@ def evaluate(pack: RulePack, store: FactSource, window: Window, scalars: Mapping
                         return
                     taken[0] = i + 1
                 try:
-                    results[i] = _evaluate_one(rules[i], store, window, scalars)
+                    results[i] = _evaluate_one(rules[i], store, window, scalars, latent)
                 except Exception as err:  # noqa: BLE001 - raised in pack order below
                     with lock:
                         errors[i] = err
@@ -103,20 +107,22 @@ def evaluate(pack: RulePack, store: FactSource, window: Window, scalars: Mapping
     return rank(_link(pack, fired))
 
 
-def _evaluate_one(rule: Rule, store: FactSource, window: Window, scalars: Mapping[str, float]) -> list[_Fired]:
+def _evaluate_one(rule: Rule, store: FactSource, window: Window, scalars: Mapping[str, float],
+                  latent: dict[str, int] | None = None) -> list[_Fired]:
     """One rule's fired groups; a :class:`FactStore` is told when the rule is done with its facts (it
     frees facts after their last rule)."""
     from analyzer.watchdog import stage
 
     with stage(f"rule {rule.id} ({rule.name})"):
-        fired = evaluate_rule(rule, store, window, scalars)
+        fired = evaluate_rule(rule, store, window, scalars, latent)
         done_with = getattr(store, "done_with", None)
         if done_with is not None:
             done_with(rule.reads)
     return fired
 
 
-def evaluate_rule(rule: Rule, store: FactSource, window: Window, scalars: Mapping[str, float]) -> list[_Fired]:
+def evaluate_rule(rule: Rule, store: FactSource, window: Window, scalars: Mapping[str, float],
+                  latent: dict[str, int] | None = None) -> list[_Fired]:
     def fail(what: str, cause: BaseException | None = None) -> RuleEvaluationError:
         err = RuleEvaluationError(f"{rule.id} ({rule.name}): {what}", file=rule.file or None, line=rule.line)
         err.rule_id = rule.id
@@ -157,11 +163,23 @@ def evaluate_rule(rule: Rule, store: FactSource, window: Window, scalars: Mappin
     for name, expr in rule.lets:
         env.lets[name] = _per_group(run(f"let.{name}", expr), ngroups)
     fire = _per_group(run("condition", rule.condition), ngroups).fillna(False).astype(bool).to_numpy()
-    if not fire.any():
+    if not fire.any() and latent is None:
         return []
     impact = None
     if rule.impact is not None:
-        impact = pd.to_numeric(_per_group(run("impact", rule.impact), ngroups), errors="coerce").to_numpy(float)
+        try:
+            impact = pd.to_numeric(_per_group(run("impact", rule.impact), ngroups), errors="coerce").to_numpy(float)
+        except RuleEvaluationError:
+            if fire.any():
+                raise
+            return []  # only the latent impact asked for it: a rule that fires nowhere fails nowhere
+        if latent is not None:
+            below = impact[~fire]
+            below = below[np.isfinite(below) & (below > 0)]
+            if len(below):
+                latent[rule.name] = latent.get(rule.name, 0) + int(below.sum())
+    if not fire.any():
+        return []
     return _findings(rule, env, np.flatnonzero(fire), impact, window, fail)
 
 

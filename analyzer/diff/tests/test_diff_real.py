@@ -245,6 +245,10 @@ def test_round3_repeats_are_no_significant_change(name: str) -> None:
         r = diff(summary(f"round3/{base}"), summary(f"round3/{head}"), fail_on_regression_pct=5)
         assert r.step.status == "unchanged" and not r.regression, r.step.reason
         assert r.verdict.startswith("No significant change in step time")
+        # no finding invented either way: optimizer_loop's rerun is 37% slower (launch-bound +40% per
+        # step), within the noise, so neither "worse" nor "smaller" (issue 30's repeat pairs)
+        assert not [f.rule for f in r.findings if f.status != "unchanged" and f.status != "changed"], r.verdict
+        assert not any(w in r.verdict for w in ("new: ", "resolved: ", "worse: ", "smaller: ", "uncovered (", "masked ("))
 
 
 def test_a_host_bound_rerun_that_separates_says_why_and_what_it_would_take() -> None:
@@ -320,3 +324,73 @@ def test_diff_report_reads_well_in_a_browser(base: str, head: str, tmp_path: Pat
     check: analyzer/reports/tests/layout.py), from the summaries the tests above compared."""
     from analyzer.diff.report import render_diff
     layout.assert_html_layout(render_diff(diff(summary(base), summary(head)), "html"), tmp_path, "diff")
+
+
+#: round-3 pathology -> twin (tests/data/round3, nsys and torch.profiler) and alloc_churn: what each fix
+#: must be said to resolve (the cause first), what may persist smaller, and the exact sets of problems
+#: the diff calls new and uncovered (each checked against the traces: see the comments)
+#: (resolved at least, resolved or smaller, new exactly, uncovered exactly)
+FIX_FINDINGS: dict[str, tuple[set[str], set[str], set[str], set[str]]] = {
+    "decode_eager": ({"launch-bound", "tiny-kernels", "low-gpu-utilization"}, set(), set(), set()),
+    # the fused optimizer removes the per-tensor kernels; forward and backward stay launch-bound
+    "optimizer_loop": ({"elementwise-dominance"}, {"launch-bound", "tiny-kernels"}, set(), set()),
+    "copy_on_compute_stream": ({"exposed-copies"}, set(), set(), set()),
+    "host_work_in_range": ({"host-work-in-loop"}, set(), set(), set()),
+    # the CUDA graphs leave the host's time between replays (1.2 ms of the 1.84 ms step): a true finding
+    "compile_train": ({"tiny-kernels"}, {"launch-bound"}, {"host-bound-graph-loop"}, set()),
+    "memory_leak": ({"alloc-in-loop", "memory-growth"}, set(), set(), set()),
+    "memory_peak": ({"memory-near-capacity"}, set(), set(), set()),
+    # the twin still copies each batch into its pinned buffer on the host (2.5 ms a step, 3.7 in BASE)
+    # and then to the GPU on the compute stream (2.0 ms, 2.5 in BASE): under 10% and 8% of BASE's
+    # 14x longer step, over them in HEAD's; uncovered, not new
+    "alloc_churn": ({"alloc-in-loop"}, set(), set(), {"host-work-in-loop", "exposed-copies"}),
+}
+#: where torch.profiler's recording differs: under the profiler the twin's main thread still waits
+#: 3.7 ms a step in ``wait_weights`` for the loader thread (7.3 ms in BASE), so host-work-in-loop
+#: persists, halved; compile_train's small-grid time is 0.15 ms a step in both
+FIX_FINDINGS_PT = {
+    **FIX_FINDINGS,
+    "host_work_in_range": (set(), {"host-work-in-loop"}, set(), set()),
+    "compile_train": ({"tiny-kernels"}, {"launch-bound"}, {"host-bound-graph-loop"}, {"small-grid"}),
+}
+
+
+def _fix_pair(name: str, fmt: str) -> tuple[Any, Any]:
+    if fmt == "nsys":
+        stem = name if name == "alloc_churn" else f"round3/{name}"
+        return summary(stem), summary(f"{stem}_fixed")
+    from analyzer.testing import DATA_DIR
+
+    folder = DATA_DIR / ("kineto" if name == "alloc_churn" else "round3")
+    return tuple(_pt_summary(str(folder / f"{n}.pt.trace.json.gz")) for n in (name, f"{name}_fixed"))  # type: ignore[return-value]
+
+
+@cache
+def _pt_summary(path: str) -> RunSummary:
+    return summarize(analyze_trace(Path(path)))
+
+
+@pytest.mark.parametrize("fmt", ["nsys", "torch"])
+@pytest.mark.parametrize("name", sorted(FIX_FINDINGS))
+def test_each_fix_resolves_its_cause_and_adds_no_false_finding(name: str, fmt: str) -> None:
+    resolved, resolved_or_smaller, new, uncovered = (FIX_FINDINGS if fmt == "nsys" else FIX_FINDINGS_PT)[name]
+    r = diff(*_fix_pair(name, fmt), fail_on_regression_pct=5)
+    problems = [f for f in r.findings if f.problem]
+    got = {s: {f.rule for f in problems if f.status == s} for s in ("new", "resolved", "uncovered", "masked")}
+    assert resolved <= got["resolved"], r.verdict
+    for rule in resolved_or_smaller:
+        f = next(f for f in r.findings if f.rule == rule)
+        assert f.status == "resolved" or (f.head_impact_per_step_ns or 0) <= 0.75 * (f.base_impact_per_step_ns or 0), \
+            (rule, r.verdict)
+    assert got["new"] == new and got["uncovered"] == uncovered and not got["masked"], r.verdict
+    assert not r.regression
+    if r.step.status != "inconclusive":  # torch.profiler recorded 4 steps of decode_eager and optimizer_loop
+        assert r.step.significant or name.startswith("memory_"), r.verdict  # the memory fixes buy memory
+    # the verdict names what the fix resolved and what it uncovered, and nothing as new but ``new``
+    if got["resolved"]:
+        assert "resolved: " + ", ".join(f.rule for f in problems if f.status == "resolved") in r.verdict
+    assert ("new: " in r.verdict) == bool(new)
+    # the other direction: what the fix resolved comes back as new, what it uncovered as masked
+    back = diff(*reversed(_fix_pair(name, fmt)))
+    back_status = {f.rule: f.status for f in back.findings}
+    assert all(back_status[x] == "new" for x in resolved) and all(back_status[x] == "masked" for x in uncovered)
