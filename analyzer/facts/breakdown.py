@@ -412,8 +412,11 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
         # the piece ending where the gap starts / starting where it ends
         k_next = np.searchsorted(cov_s, ge, side="left")
         k_prev = np.searchsorted(cov_s, gs, side="left") - 1
-        nxt = np.where(k_next < len(cov_s), owner[np.minimum(k_next, len(owner) - 1)], -1)
-        prv = np.where(k_prev >= 0, owner[np.maximum(k_prev, 0)], -1)
+        if len(owner):
+            nxt = np.where(k_next < len(cov_s), owner[np.minimum(k_next, len(owner) - 1)], -1)
+            prv = np.where(k_prev >= 0, owner[np.maximum(k_prev, 0)], -1)
+        else:  # no op on the device covers any time (all of zero length): one gap, no neighbours
+            nxt = prv = np.full(len(gs), -1, dtype=np.int64)
         keep = (ge > w.start_ns) & (gs < w.end_ns)
         gaps.append((np.full(int(keep.sum()), dev), gs[keep], ge[keep], prv[keep], nxt[keep]))
 

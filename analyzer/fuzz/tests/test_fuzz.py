@@ -275,3 +275,21 @@ def test_ncu_compute_capability_not_a_whole_number(ncu_runner):
                               [ncu.CsvMutation("drop-rows", 5, 0.0), ncu.CsvMutation("drop-rows", 5, 0.0),
                                ncu.CsvMutation("insert", "\r", 0.92665)])
     assert outcome.rc in (0, 1, 2)
+
+
+
+@pytest.mark.parametrize("base, mutations", [
+    ("alloc_churn_fixed", [nsys.Mutation("view-table", "CUPTI_ACTIVITY_KIND_KERNEL", arg="junk")]),
+    (LEI, [nsys.Mutation("view-table", "CUPTI_ACTIVITY_KIND_KERNEL", arg="junk")]),
+    ("alloc_churn_fixed", [nsys.Mutation("end-before-start", "CUPTI_ACTIVITY_KIND_KERNEL", arg=0, rows="all"),
+                           nsys.Mutation("end-before-start", "CUPTI_ACTIVITY_KIND_MEMCPY", arg=0, rows="all")]),
+], ids=["kernels-a-view-2025.3", "kernels-a-view-2023.1", "every-op-zero-length"])
+def test_nsys_no_op_covering_any_time_on_a_device(nsys_runner, base, mutations):
+    """Found profiling the harness (seed 5, this round's timeline breakdown): with the kernel table a view
+    of no kernels, or every kernel and copy of zero length, no op covers any time on a device and the
+    breakdown indexed an empty owner array for that device's one gap (IndexError, internal error)."""
+    from analyzer.testing import real_trace
+
+    path = real_trace(base) if "." not in base else _public(base)
+    outcome, applied = nsys_runner.case(path, mutations)
+    assert applied and outcome.rc in (0, 1), outcome.stderr
