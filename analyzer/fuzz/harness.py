@@ -156,6 +156,11 @@ class Stats:
     seconds: float = 0.0
     slowest_case_s: float = 0.0
     max_case_cpu_s: float = 0.0
+    #: CPU seconds (all threads) inside the cases' guarded runs, summed
+    cpu_s: float = 0.0
+    #: ``time.process_time()`` when the harness started (imports done, base inputs not yet read): the
+    #: CPU of the whole process per case, harness work included, is measured from here
+    started_cpu: float | None = None
     peak_rss_mb: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
     #: where to write the numbers every 100 cases (a long run that is stopped still leaves them)
@@ -177,11 +182,25 @@ class Stats:
         self.seconds += outcome.seconds
         self.slowest_case_s = max(self.slowest_case_s, outcome.seconds)
         self.max_case_cpu_s = max(self.max_case_cpu_s, outcome.cpu_s)
+        self.cpu_s += outcome.cpu_s
+        if self.started_cpu is not None:
+            now = time.process_time()
+            if self.cases == 1:  # reading the base inputs and building the runner, before any case
+                self.extra["setup_cpu_s"] = round(now - self.started_cpu - outcome.cpu_s, 2)
+            self.extra["process_cpu_s"] = round(now - self.started_cpu, 2)
         self.peak_rss_mb = max(self.peak_rss_mb, outcome.rss_mb)
         if outcome.rc == 2:
             self.error_kinds[error_kind(outcome.message, names)] += 1
         if self.checkpoint is not None and self.cases % 100 == 0:
             self.dump(self.checkpoint)
+
+    def cpu_per_case(self) -> float | None:
+        """Mean CPU seconds of the whole process per case (all threads; the case, building its input,
+        the checks, hypothesis), setup left out: what a long run costs per case on a busy core."""
+        total, setup = self.extra.get("process_cpu_s"), self.extra.get("setup_cpu_s", 0.0)
+        if total is None or not self.cases:
+            return None
+        return round((total - setup) / self.cases, 4)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -191,6 +210,7 @@ class Stats:
             "top_errors": self.error_kinds.most_common(12),
             "failures": self.failures, "seconds": round(self.seconds, 1),
             "slowest_case_s": round(self.slowest_case_s, 2), "max_case_cpu_s": round(self.max_case_cpu_s, 2),
+            "cpu_s": round(self.cpu_s, 2), "cpu_per_case_s": self.cpu_per_case(),
             "peak_rss_mb": round(self.peak_rss_mb),
             **self.extra,
         }

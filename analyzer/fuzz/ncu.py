@@ -7,7 +7,9 @@ NaN/inf, 100 kB or non-UTF-8 values, embedded quotes and newlines; units changed
 garbled; rows dropped, duplicated, made ragged; the header removed or repeated) and byte-level ones
 (truncation, flipped bytes, a BOM, CRLF, NULs, Latin-1 text). The damaged file is joined to a real
 nsys trace and analyzed with the default pack; the trace-only facts are computed once per base
-trace and shared (they do not read ncu data), everything that reads the ncu report runs per case.
+trace and shared, and so are the fired groups of the rules that read only them (neither reads ncu data:
+each is the same on every case); everything that reads the ncu report (reading, joining, every ncu
+fact and every rule reading one, linking and ranking all findings, the JSON report) runs per case.
 """
 from __future__ import annotations
 
@@ -209,7 +211,7 @@ class Runner:
     read, joined over the analysis window, and every ncu fact, all rules and the report run."""
 
     def __init__(self, workdir: Path, trace_name: str = "tiny_kernels_fixed",
-                 timeout: float = CASE_TIMEOUT_S) -> None:
+                 timeout: float = CASE_TIMEOUT_S, share_trace_rules: bool = True) -> None:
         from analyzer.facts import FactStore
         from analyzer.facts.registry import dependency_graph
         from analyzer.loading import load_trace
@@ -237,6 +239,21 @@ class Runner:
                 except Exception:  # noqa: BLE001 - a fact this trace cannot give is simply not shared
                     pass
         self.shared = {k: v for k, v in store._cache.items() if k not in ncu_facts}
+        # rules that read no ncu fact fire the same groups on every case: evaluated once, here, on the
+        # shared facts (analyzer.rules.engine.evaluate(known=...) links and ranks them with the rest)
+        self.known: dict[str, Any] = {}
+        if share_trace_rules:
+            from analyzer.facts.scalars import trace_scalars
+            from analyzer.rules.engine import fire
+
+            store = FactStore(self.trace, self.window, self._fact_options(), _cache=dict(self.shared))
+            scalars = trace_scalars(store)
+            for rule in self.pack.rules:
+                if ncu_facts.isdisjoint(rule.reads):
+                    try:
+                        self.known[rule.id] = fire(rule, store, self.window, scalars)
+                    except Exception:  # noqa: BLE001 - a rule this trace cannot run runs per case (and fails there)
+                        pass
 
     def _fact_options(self) -> dict[str, Any]:
         return {"exclude_ranges": self.options.exclude_ranges, "only_ranges": self.options.only_ranges}
@@ -257,7 +274,7 @@ class Runner:
                 trace = dataclasses.replace(self.trace, extras=dict(self.trace.extras))
                 trace.extras["ncu"] = join_ncu(report, trace, window=(self.window.start_ns, self.window.end_ns))
                 store = FactStore(trace, self.window, self._fact_options(), _cache=dict(self.shared))
-                findings = evaluate(self.pack, store, self.window, trace_scalars(store))
+                findings = evaluate(self.pack, store, self.window, trace_scalars(store), known=self.known)
                 analysis = Analysis(trace=trace, window=self.window, findings=findings, facts=store,
                                     rules_file="default", parameters={}, ncu=trace.extras.get("ncu"))
                 atomic_write(output, render(build_report([analysis]), "json"))

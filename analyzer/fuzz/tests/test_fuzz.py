@@ -293,3 +293,30 @@ def test_nsys_no_op_covering_any_time_on_a_device(nsys_runner, base, mutations):
     path = real_trace(base) if "." not in base else _public(base)
     outcome, applied = nsys_runner.case(path, mutations)
     assert applied and outcome.rc in (0, 1), outcome.stderr
+
+
+@pytest.mark.parametrize("base, mutations, fired", [
+    ("naive_attention.raw.csv", [ncu.CsvMutation("crlf")], {"memory-bound-softmax-measured", "compute-bound"}),
+    ("naive_attention_fixed.raw.csv", [ncu.CsvMutation("drop-rows", 7, 0.4)], {"shared-bank-conflicts"}),
+], ids=["raw", "raw-rows-dropped"])
+def test_ncu_rules_shared_between_cases_give_the_full_report(ncu_runner, tmp_path, base, mutations, fired):
+    """The ncu harness evaluates the rules that read no ncu fact once (``Runner.known``); a case's JSON
+    report equals the one of a runner that evaluates every rule on every case, and the rules reading ncu
+    facts fire per case."""
+    import json
+
+    full = ncu.Runner(tmp_path / "full", share_trace_rules=False)
+    assert ncu_runner.known and not full.known
+    assert len(ncu_runner.known) < len(ncu_runner.pack.rules)
+    reports = []
+    for runner, name in ((ncu_runner, "shared"), (full, "full")):
+        target = tmp_path / name / "case.csv"
+        target.parent.mkdir()
+        ncu.build_case(NCU_DATA / base, target, mutations)
+        outcome = runner.analyze(target, tmp_path / name / "report.json")
+        assert outcome.rc == 0, outcome.stderr
+        doc = json.loads((tmp_path / name / "report.json").read_text().replace(str(target), "CASE"))
+        doc.pop("created", None)
+        reports.append(doc)
+    assert reports[0] == reports[1]
+    assert {f["rule"] for t in reports[0]["traces"] for f in t["findings"]} >= fired
