@@ -117,6 +117,69 @@ def damage_json_text(data: bytes, damage: tuple[str, float] | None) -> bytes:
     return data
 
 
+def trace_fingerprint(trace: Any) -> str | None:
+    """A digest of everything a loader produced: every field of the :class:`~analyzer.loading.model.Trace`
+    (each frame's columns, dtypes, index, values and ``attrs``; the info but for the folder of its path;
+    every extra, recursively). Two cases with one fingerprint get the same analysis: the pipeline after
+    loading is a deterministic function of the loaded trace. None when some part cannot be hashed
+    (then the case runs in full)."""
+    import dataclasses
+
+    digest = hashlib.sha256()
+    try:
+        for f in dataclasses.fields(trace):
+            value = getattr(trace, f.name)
+            if f.name == "info":  # the case's folder differs between equal cases; the file name does not
+                value = {g.name: (getattr(value, g.name).name if g.name == "path" else getattr(value, g.name))
+                         for g in dataclasses.fields(value)}
+            _feed(digest, f.name, value, 0)
+    except Exception:  # noqa: BLE001 - something unhashable: run the case in full
+        return None
+    return digest.hexdigest()
+
+
+def _feed(digest: Any, label: str, value: Any, depth: int) -> None:
+    import dataclasses
+
+    import numpy as np
+    import pandas as pd
+
+    if depth > 12:
+        raise ValueError("nested too deep to fingerprint")
+    digest.update(f"|{label}:{type(value).__name__}:".encode())
+    if isinstance(value, pd.DataFrame):
+        digest.update(f"{list(value.columns)}:{list(map(str, value.dtypes))}:{len(value)}".encode())
+        if len(value):
+            digest.update(pd.util.hash_pandas_object(value, index=True).to_numpy().tobytes())
+        _feed(digest, "attrs", dict(value.attrs), depth + 1)
+    elif isinstance(value, pd.Series):
+        digest.update(f"{value.name!r}:{value.dtype}:{len(value)}".encode())
+        if len(value):
+            digest.update(pd.util.hash_pandas_object(value, index=True).to_numpy().tobytes())
+    elif isinstance(value, np.ndarray):
+        digest.update(f"{value.dtype}:{value.shape}".encode())
+        if value.dtype == object:
+            digest.update(pd.util.hash_array(value.ravel()).tobytes())
+        else:
+            digest.update(np.ascontiguousarray(value).tobytes())
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for f in dataclasses.fields(value):
+            _feed(digest, f.name, getattr(value, f.name), depth + 1)
+    elif isinstance(value, dict):
+        for key in sorted(value, key=repr):
+            _feed(digest, repr(key), value[key], depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _feed(digest, str(i), item, depth + 1)
+    elif isinstance(value, (set, frozenset)):
+        for i, item in enumerate(sorted(value, key=repr)):
+            _feed(digest, str(i), item, depth + 1)
+    elif value is None or isinstance(value, (str, bytes, int, float, bool, complex, Path, np.generic)):
+        digest.update(repr(value).encode("utf-8", "surrogatepass"))
+    else:
+        raise TypeError(f"cannot fingerprint a {type(value).__name__}")
+
+
 def sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
