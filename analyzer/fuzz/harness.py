@@ -8,6 +8,7 @@ import json
 import resource
 import time
 from collections import Counter
+from types import MappingProxyType
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -117,22 +118,16 @@ def damage_json_text(data: bytes, damage: tuple[str, float] | None) -> bytes:
     return data
 
 
-def trace_fingerprint(trace: Any) -> str | None:
-    """A digest of everything a loader produced: every field of the :class:`~analyzer.loading.model.Trace`
-    (each frame's columns, dtypes, index, values and ``attrs``; the info but for the folder of its path;
-    every extra, recursively). Two cases with one fingerprint get the same analysis: the pipeline after
-    loading is a deterministic function of the loaded trace. None when some part cannot be hashed
-    (then the case runs in full)."""
-    import dataclasses
-
+def trace_fingerprint(loaded: Any) -> str | None:
+    """A digest of everything a loader produced (a :class:`~analyzer.loading.model.Trace`, an
+    :class:`~analyzer.loading.ncu.NcuReport`): every field, recursively; frames with their columns,
+    dtypes, index, values and ``attrs``; paths by their file name (equal cases sit in different
+    folders). Two cases with one fingerprint get the same analysis: the pipeline after loading is a
+    deterministic function of what was loaded. None when some part cannot be hashed (then the case
+    runs in full)."""
     digest = hashlib.sha256()
     try:
-        for f in dataclasses.fields(trace):
-            value = getattr(trace, f.name)
-            if f.name == "info":  # the case's folder differs between equal cases; the file name does not
-                value = {g.name: (getattr(value, g.name).name if g.name == "path" else getattr(value, g.name))
-                         for g in dataclasses.fields(value)}
-            _feed(digest, f.name, value, 0)
+        _feed(digest, "loaded", loaded, 0)
     except Exception:  # noqa: BLE001 - something unhashable: run the case in full
         return None
     return digest.hexdigest()
@@ -165,7 +160,7 @@ def _feed(digest: Any, label: str, value: Any, depth: int) -> None:
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
         for f in dataclasses.fields(value):
             _feed(digest, f.name, getattr(value, f.name), depth + 1)
-    elif isinstance(value, dict):
+    elif isinstance(value, (dict, MappingProxyType)):
         for key in sorted(value, key=repr):
             _feed(digest, repr(key), value[key], depth + 1)
     elif isinstance(value, (list, tuple)):
@@ -174,7 +169,9 @@ def _feed(digest: Any, label: str, value: Any, depth: int) -> None:
     elif isinstance(value, (set, frozenset)):
         for i, item in enumerate(sorted(value, key=repr)):
             _feed(digest, str(i), item, depth + 1)
-    elif value is None or isinstance(value, (str, bytes, int, float, bool, complex, Path, np.generic)):
+    elif isinstance(value, Path):
+        digest.update(repr(value.name).encode("utf-8", "surrogatepass"))
+    elif value is None or isinstance(value, (str, bytes, int, float, bool, complex, np.generic)):
         digest.update(repr(value).encode("utf-8", "surrogatepass"))
     else:
         raise TypeError(f"cannot fingerprint a {type(value).__name__}")

@@ -305,7 +305,8 @@ def test_ncu_rules_shared_between_cases_give_the_full_report(ncu_runner, tmp_pat
     facts fire per case."""
     import json
 
-    full = ncu.Runner(tmp_path / "full", share_trace_rules=False)
+    full = ncu.Runner(tmp_path / "full", share_trace_rules=False, reuse=False)
+    ncu_runner.outcomes.clear()  # no outcome of an earlier test to reuse: this case runs in full
     assert ncu_runner.known and not full.known
     assert len(ncu_runner.known) < len(ncu_runner.pack.rules)
     reports = []
@@ -320,3 +321,16 @@ def test_ncu_rules_shared_between_cases_give_the_full_report(ncu_runner, tmp_pat
         reports.append(doc)
     assert reports[0] == reports[1]
     assert {f["rule"] for t in reports[0]["traces"] for f in t["findings"]} >= fired
+
+
+def test_ncu_case_reading_as_an_earlier_one_reuses_its_outcome(ncu_runner):
+    """A damaged file the reader reads exactly as an earlier case's (CRLF line ends, console noise around
+    the CSV) reuses that case's outcome; one read differently (rows dropped) runs in full."""
+    base = NCU_DATA / "naive_attention.raw.csv"
+    ncu_runner.outcomes.clear()
+    before = ncu_runner.reused
+    first = ncu_runner.case(base, [ncu.CsvMutation("crlf")], 0)
+    again = ncu_runner.case(base, [ncu.CsvMutation("noise")], 1)
+    assert ncu_runner.reused == before + 1 and (again.rc, again.stderr) == (first.rc, first.stderr)
+    ncu_runner.case(base, [ncu.CsvMutation("drop-rows", 7, 0.4)], 2)
+    assert ncu_runner.reused == before + 1
