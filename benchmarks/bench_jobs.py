@@ -45,6 +45,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 DDP = REPO / "tests" / "data" / "ddp"
+# this checkout's analyzer, here and in the Dask workers this script starts (they inherit sys.path and
+# PYTHONPATH): an installed analyzer of another version would run the tasks otherwise
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
 
 
 def _unpack(src: Path, dst: Path) -> None:
@@ -136,7 +141,7 @@ def run(folder: Path, workers: int | None, out: Path, *, mode: str = "plain", sp
         cmd += ["--scheduler", cluster.scheduler_address]
     else:
         cmd += ["--scheduler", "none"]  # in the client process (8+ files default to a local cluster)
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = dict(os.environ)  # PYTHONPATH: this checkout first (above)
     try:
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, env=env, cwd=REPO)
