@@ -415,7 +415,7 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
         if len(owner):
             nxt = np.where(k_next < len(cov_s), owner[np.minimum(k_next, len(owner) - 1)], -1)
             prv = np.where(k_prev >= 0, owner[np.maximum(k_prev, 0)], -1)
-        else:  # no op on the device covers any time (all of zero length): one gap, no neighbours
+        else:  # every operation on the device lasts 0 ns (a trace without durations): one gap, no neighbours
             nxt = prv = np.full(len(gs), -1, dtype=np.int64)
         keep = (ge > w.start_ns) & (gs < w.end_ns)
         gaps.append((np.full(int(keep.sum()), dev), gs[keep], ge[keep], prv[keep], nxt[keep]))

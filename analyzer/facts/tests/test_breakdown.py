@@ -164,3 +164,28 @@ def test_copies_are_exposed_only_where_no_kernel_runs():
     kernels = [_kernel(10 * US, 20 * US, -1, -1)]
     got = _window_causes(trace(kernels=kernels, memcpy=memcpy), 0, 40 * US)
     assert got == {("compute", "other"): 10 * US, ("exposed_copy", "H2D pageable"): 30 * US}
+
+
+def test_kernels_without_durations_leave_one_idle_gap(tmp_path):
+    """A damaged torch.profiler trace whose kernels all lost their ``dur`` (read as 0 ns: found by the
+    kineto fuzz harness) still partitions its window: no busy piece, so no gap has a neighbour."""
+    import gzip
+    import json
+
+    from analyzer.facts import FactStore
+
+    src = DATA_DIR / "kineto" / "occupancy_fixed.pt.trace.json.gz"
+    if not src.is_file():
+        pytest.skip(f"{src} is absent")
+    doc = json.loads(gzip.decompress(src.read_bytes()))
+    for e in doc["traceEvents"]:
+        if e.get("cat") == "kernel":
+            e["dur"] = None
+    path = tmp_path / "no_durations.pt.trace.json"
+    path.write_text(json.dumps(doc))
+    t = load_trace(path)
+    assert len(t.kernels) and (t.kernels["duration"] == 0).all()
+    st = FactStore(t, choose_window(t), {})
+    check_partition(st)
+    b = st.get("timeline_breakdown")
+    assert not (b.loc[b["scope"] == "window", "cause"] == "compute").any()
