@@ -153,6 +153,10 @@ def summary_table(out: Path) -> str:
                      f"{r.codes['2']:,} | {r.kinds} | {r.failures} | {r.seconds / max(1, r.cases):.2f} s | "
                      f"{f'{r.process_cpu / r.cpu_cases:.3f} s' if r.cpu_cases else '-'} | "
                      f"{r.cpu:.1f} s | {r.rss} MiB |")
+    if rows and all(r.cpu_cases for r in rows.values()):
+        per_set = sum(r.process_cpu / r.cpu_cases for r in rows.values())
+        lines += ["", f"CPU for 10,000 cases of each harness above: {per_set * 10_000 / 3600:.1f} core-hours "
+                      f"({per_set * 10_000 / 2 / 60:.0f} minutes on 2 cores, one process per core)"]
     return "\n".join(lines)
 
 

@@ -31,7 +31,7 @@ def test_seeded_fuzz_cases(harness, tmp_path):
         pytest.skip("no real nsys export to start from")
     if name == "kineto" and not (kineto.is_available() and kineto.base_traces()):
         pytest.skip("the Kineto loader (issue 13) has not landed")
-    stats = Stats(name, deadline=time.time() + SMOKE_SECONDS)
+    stats = Stats(name, deadline=time.time() + SMOKE_SECONDS, started_cpu=time.process_time())
     try:
         harness.run_cases(CASES[name], 0, tmp_path, stats=stats, derandomize=True)
     except OutOfTime:
@@ -41,6 +41,15 @@ def test_seeded_fuzz_cases(harness, tmp_path):
     assert not stats.failures
     if name in PROPERTY:
         assert stats.extra.get(PROPERTY[name], 0) >= 1, stats.as_dict()
+    # the CPU a case costs, whole process (docs/robustness.md's 2-core projection), in the summary table
+    from analyzer.fuzz.__main__ import summary_table
+
+    per_case = stats.cpu_per_case()
+    assert per_case is not None and 0 < per_case < 30 and stats.extra["setup_cpu_s"] >= 0
+    (tmp_path / "results").mkdir()
+    stats.dump(tmp_path / "results" / f"fuzz-{name}-seed0.json")
+    table = summary_table(tmp_path / "results")
+    assert f"| {per_case:.3f} s |" in table and "minutes on 2 cores" in table, table
 
 
 def test_the_property_check_catches_a_wrong_kernel_read(tmp_path):
