@@ -245,12 +245,15 @@ class Runner:
         # rules that read no ncu fact fire the same groups on every case: evaluated once, here, on the
         # shared facts (analyzer.rules.engine.evaluate(known=...) links and ranks them with the rest)
         self.known: dict[str, Any] = {}
+        # the scalars those rules saw: a case whose own differ (ncu_softmax_launches reads the ncu data)
+        # evaluates every rule
+        self.known_scalars: dict[str, float] = {}
         if share_trace_rules:
             from analyzer.facts.scalars import trace_scalars
             from analyzer.rules.engine import fire
 
             store = FactStore(self.trace, self.window, self._fact_options(), _cache=dict(self.shared))
-            scalars = trace_scalars(store)
+            scalars = self.known_scalars = trace_scalars(store)
             for rule in self.pack.rules:
                 if ncu_facts.isdisjoint(rule.reads):
                     try:
@@ -288,7 +291,9 @@ class Runner:
                 window = (self.window.start_ns, self.window.end_ns)
                 trace = dataclasses.replace(self.trace, ncu=join_ncu(report, self.trace, window=window))
                 store = FactStore(trace, self.window, self._fact_options(), _cache=dict(self.shared))
-                findings = evaluate(self.pack, store, self.window, trace_scalars(store), known=self.known)
+                scalars = trace_scalars(store)
+                known = self.known if _same_scalars(scalars, self.known_scalars) else None
+                findings = evaluate(self.pack, store, self.window, scalars, known=known)
                 analysis = Analysis(trace=trace, window=self.window, findings=findings, facts=store,
                                     rules_file="default", parameters={}, ncu=trace.ncu)
                 seen.append(key or "")
@@ -320,6 +325,11 @@ class Runner:
         except FuzzFailure as err:
             raise FuzzFailure(f"{err} [base {base.name}; mutations {[str(m) for m in mutations]}]") from None
         return outcome
+
+
+def _same_scalars(a: dict[str, float], b: dict[str, float]) -> bool:
+    """Equal scalars (NaN equal to NaN)."""
+    return a.keys() == b.keys() and all(a[k] == b[k] or (a[k] != a[k] and b[k] != b[k]) for k in a)
 
 
 def run_cases(n: int, seed: int, workdir: Path, *, stats: Any = None, derandomize: bool = False) -> Any:

@@ -332,6 +332,30 @@ def test_ncu_rules_shared_between_cases_give_the_full_report(ncu_runner, tmp_pat
     assert {f["rule"] for t in reports[0]["traces"] for f in t["findings"]} >= fired
 
 
+def test_ncu_rules_shared_only_while_the_scalars_they_saw_hold(tmp_path):
+    """A rule that reads no ncu fact may still read a scalar that does: memory-bound-softmax stays silent
+    once ncu measured the softmax kernels (``ncu_softmax_launches``). On the naive-attention trace with
+    its own ncu export the shared runner's report equals a full evaluation's (the trace-only verdict
+    fires without ncu data, and is not carried into the case)."""
+    import json
+
+    shared = ncu.Runner(tmp_path / "shared", trace_name="naive_attention", reuse=False)
+    full = ncu.Runner(tmp_path / "full", trace_name="naive_attention", share_trace_rules=False, reuse=False)
+    assert shared.known.get("KRN001"), "memory-bound-softmax (KRN001) fires on the trace alone"
+    docs = []
+    for runner, name in ((shared, "shared"), (full, "full")):
+        target = tmp_path / name / "case.csv"
+        target.parent.mkdir(exist_ok=True)
+        ncu.build_case(NCU_DATA / "naive_attention.raw.csv", target, [ncu.CsvMutation("crlf")])
+        assert runner.analyze(target, tmp_path / name / "report.json").rc == 0
+        doc = json.loads((tmp_path / name / "report.json").read_text().replace(str(target), "CASE"))
+        doc.pop("created", None)
+        docs.append(doc)
+    assert docs[0] == docs[1]
+    rules = {f["rule"] for t in docs[0]["traces"] for f in t["findings"]}
+    assert "memory-bound-softmax-measured" in rules and "memory-bound-softmax" not in rules, rules
+
+
 def test_ncu_case_reading_as_an_earlier_one_reuses_its_outcome(ncu_runner):
     """A damaged file the reader reads exactly as an earlier case's (CRLF line ends, console noise around
     the CSV) reuses that case's outcome; one read differently (rows dropped) runs in full."""
