@@ -43,8 +43,10 @@ that launched the op before it). The op's *submission* is the end of its launch 
                   shorter than ``dispatch_gap_ns``)
 ``host_work``     the feeding thread ran its own code with no CUDA call for ``dispatch_gap_ns`` or
                   more; detail = the innermost NVTX range open on it (``(no NVTX range)`` without)
-``setup``         before the window's first step, or inside a one-time CUDA call (module or library
-                  load, graph capture or instantiation, device queries); detail says which
+``setup``         before the window's first step (in a window the analyzer chose; not in ``--window full``
+                  or a time span the user gave, which are analyzed whole), or inside a one-time CUDA
+                  call (module or library load, graph capture or instantiation, device queries); detail
+                  says which
 ``unknown``       the trace cannot tell; detail says why (no CUDA API calls recorded, the launching
                   thread is unknown)
 
@@ -79,6 +81,8 @@ IDLE_CAUSES = ("launch_bound", "host_sync", "host_work", "wait_other", "setup", 
 #: idle causes the host held the GPU back with (what the "GPU-bound floor" removes)
 HOST_CAUSES = ("launch_bound", "host_sync", "host_work")
 _C = {c: i for i, c in enumerate(CAUSES)}
+#: window sources the user chose (``Window.source``): nothing inside them is setup by position
+EXPLICIT_WINDOWS = ("full", "user")
 
 _BIG = np.iinfo(np.int64).max // 4
 
@@ -659,9 +663,11 @@ def _classify_idle(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev:
     else:
         dev = s = e = d = t = p = np.empty(0, dtype=np.int64)
         c = np.empty(0, dtype=np.int8)
-    # before the window's first step: setup
+    # before the window's first step: setup, in a window the analyzer chose (its steady state starts
+    # at the first step); a window the user chose (``--window full`` or a time span) is analyzed as a
+    # whole, so host time before its first step is classified by what the host did, like any other
     spans = w.steps
-    if spans is not None and len(spans.starts):
+    if spans is not None and len(spans.starts) and w.source not in EXPLICIT_WINDOWS:
         first = int(np.min(np.asarray(spans.starts, dtype=np.int64)))
         pre = (s < first) & np.isin(c, [_C[x] for x in HOST_CAUSES + ("unknown",)])
         if pre.any():
