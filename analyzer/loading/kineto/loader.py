@@ -594,7 +594,7 @@ def _link_secondary_threads(key: np.ndarray, pid: np.ndarray, tid: np.ndarray, t
     if len(key) == 0:
         return out
     frame = pd.DataFrame({"key": key, "pid": pid, "tid": tid,
-                          "step": pd.Series(text, dtype=object).str.startswith("ProfilerStep#").to_numpy()})
+                          "step": per_distinct(text, lambda t: t.startswith("ProfilerStep#"), dtype=bool)})
     stats = frame.groupby(["pid", "key", "tid"], sort=False).agg(n=("step", "size"), steps=("step", "sum")).reset_index()
     stats["is_pid"] = stats["pid"] == stats["tid"]
     stats = stats.sort_values(["pid", "steps", "is_pid", "n"], ascending=[True, False, False, False])
