@@ -16,7 +16,7 @@ and peak RSS, then HTA / ours for time and memory. What each side does:
 Inputs: the files named, else every committed torch.profiler trace with GPU activity
 (``tests/data/kineto``, ``tests/data/round3``, ``tests/data/public``). HTA reads plain and gzipped
 JSON only, so an ``.xz`` input is recompressed to a temporary ``.json.gz`` that both sides read.
-``--scale K`` adds, for the largest input, a copy with its steps replayed K times back to back
+``--scale K`` adds, for the input with the most JSON text, a copy with its steps replayed K times back to back
 (``make_big_kineto``: events shifted in time, correlation and flow ids offset), to show how both grow;
 ``--no-hta-above MB`` measures only ours on larger inputs (HTA holds the whole JSON as Python objects:
 about 8x the text). A trace our loader refuses (no GPU activity) is listed with the reason.
@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         from make_big_kineto import replay
 
-        base = max(inputs, key=lambda p: p.stat().st_size)
+        base = max(inputs, key=json_size)  # the most JSON text
         for k in (int(x) for x in args.scale.split(",") if x.strip()):
             out = tmp / f"{base.name.split('.')[0]}_x{k}.pt.trace.json"
             replay(base, out, k)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import lzma
 import re
 import sys
 from decimal import Decimal
@@ -27,6 +28,8 @@ def _load(path: Path) -> dict:
     data = path.read_bytes()
     if data[:2] == b"\x1f\x8b":
         data = gzip.decompress(data)
+    elif data[:6] == b"\xfd7zXZ\x00":
+        data = lzma.decompress(data)
     # every float kept as its exact JSON text (msgspec.Raw), so nanosecond decimals survive the round
     # trip; the standard library's parse_float does this on every msgspec version (msgspec 0.22 dropped
     # decode's float_hook and encode's decimal_format keyword)

@@ -15,7 +15,12 @@ Busy time (from ``gpu_ops``, so every op ``gpu_ops`` lists counts, CUDA-graph ex
 At each instant the GPU is in the first of these that applies:
 
 ``compute``       a compute kernel (or any other GPU op that is not a copy, memset or communication
-                  kernel, e.g. a graph execution) runs; detail = kernel category (``categories.yaml``)
+                  kernel, e.g. a graph execution) runs; detail = kernel category (``categories.yaml``).
+                  Also the time between two kernels of one CUDA graph execution when nothing else
+                  runs (detail ``CUDA graph (between nodes)``, :func:`analyzer.facts.intervals.graph_spans`):
+                  the GPU resolving the graph's dependencies and starting the next node itself (a few
+                  hundred ns per edge, no host involved), the execution's own time as nsys' graph-level
+                  trace counts it, so node-level tracing and torch.profiler agree with it
 ``exposed_comm``  a communication kernel runs and no compute kernel does (the ``communication``
                   category of the comm facts); detail = the collective (``AllReduce``...)
 ``exposed_copy``  a copy or memset runs and no kernel does; detail = direction and host memory kind
@@ -69,6 +74,7 @@ import numpy as np
 import pandas as pd
 
 from analyzer.facts._util import column, generic_path, key_groups, text, text_array, text_codes
+from analyzer.facts.intervals import graph_spans
 from analyzer.facts.nvtx import main_threads
 from analyzer.facts.nvtx_ranges import innermost_open, ranges_only
 from analyzer.facts.registry import FactContext, fact
@@ -82,6 +88,8 @@ IDLE_CAUSES = ("launch_bound", "host_sync", "host_work", "wait_other", "setup", 
 #: idle causes the host held the GPU back with (what the "GPU-bound floor" removes)
 HOST_CAUSES = ("launch_bound", "host_sync", "host_work")
 _C = {c: i for i, c in enumerate(CAUSES)}
+#: ``compute`` detail of the time between dependent nodes of one CUDA graph execution
+GRAPH_NODE_GAPS = "CUDA graph (between nodes)"
 
 _BIG = np.iinfo(np.int64).max // 4
 
@@ -344,6 +352,52 @@ def _thread_timeline(starts: np.ndarray, ends: np.ndarray, cause: np.ndarray, de
     return s[order], e[order], c[order], d[order]
 
 
+_STREAM_WAIT = re.compile(r"StreamWaitEvent|StreamWaitValue|cuStreamWait")
+
+
+def _wait_details(ctx: FactContext, ops: pd.DataFrame, pos: np.ndarray, code) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """Detail codes of idle time the GPU spent with ``ops`` rows ``pos`` already queued: ``stream S waited
+    on an event (cudaStreamWaitEvent)`` when the thread that launched the op made a stream-wait call
+    since its previous launch (the op's stream was told to wait for work elsewhere: another stream, a
+    graph, another process's event), else ``queued (another stream or an event)``."""
+    plain = code("queued (another stream or an event)")
+    out = np.full(len(pos), plain, dtype=np.int64)
+    api = ctx.trace.api
+    if not len(pos) or api.empty:
+        return out
+    from analyzer.facts.api import api_base_codes
+
+    codes, base = api_base_codes(ctx.store)
+    is_wait_name = np.array([bool(b) and bool(_STREAM_WAIT.search(str(b))) for b in base], dtype=bool)
+    wait_rows = np.flatnonzero(is_wait_name[codes]) if len(codes) else np.empty(0, dtype=np.int64)
+    if not len(wait_rows):
+        return out
+    w_tid = api["tid"].to_numpy(dtype=np.int64)[wait_rows]
+    w_start = api["start"].to_numpy(dtype=np.int64)[wait_rows]
+    w_name = base[codes[wait_rows]]
+    o_tid = ops["tid"].to_numpy(dtype=np.int64)
+    o_launch = ops["api_start"].to_numpy(dtype=np.int64)
+    stream = column(ops, "stream", -1).fillna(-1).to_numpy(dtype=np.int64)
+    for tid in np.unique(o_tid[pos]).tolist():
+        mine = np.flatnonzero(o_tid[pos] == tid)
+        launches = np.sort(o_launch[(o_tid == tid) & (o_launch >= 0)])
+        wsel = np.flatnonzero(w_tid == tid)
+        if not len(wsel) or not len(launches):
+            continue
+        order = wsel[np.argsort(w_start[wsel], kind="stable")]
+        ws = w_start[order]
+        launch = o_launch[pos[mine]]
+        k = np.searchsorted(launches, launch, side="left")
+        prev = np.where(k > 0, launches[np.maximum(k - 1, 0)], -_BIG)
+        j = np.searchsorted(ws, launch, side="left") - 1
+        hit = (launch >= 0) & (j >= 0) & (ws[np.maximum(j, 0)] > prev)
+        for i, jj in zip(mine[hit].tolist(), j[hit].tolist()):  # distinct texts are few: codes are cached
+            st = int(stream[pos[i]])
+            where = f"stream {st}" if st >= 0 else "its stream"
+            out[i] = code(f"{where} waited on an event ({w_name[order[jj]]})")
+    return out
+
+
 def _submission(ctx: FactContext, ops: pd.DataFrame, pos: np.ndarray) -> np.ndarray:
     """End of the launch call of ``ops`` rows ``pos`` (the call start when its end is unknown, -1
     without a launch call)."""
@@ -391,6 +445,8 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
     starts = ops["start"].to_numpy(dtype=np.int64)
     ends = ops["end"].to_numpy(dtype=np.int64)
     devices = ops["device"].to_numpy(dtype=np.int64)
+    g_dev, g_start, g_end, _g_first, g_last = graph_spans(ops)
+    graph_code = code(GRAPH_NODE_GAPS)
     # busy segments per device and level, then the idle gaps between them (whole trace, then clipped)
     busy: list[tuple[np.ndarray, ...]] = []  # (device, start, end, cause, detail, op position)
     gaps: list[tuple[np.ndarray, ...]] = []  # (device, start, end, prev op, next op)
@@ -415,6 +471,17 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
                 r = r[ai]
             busy.append((np.full(len(s), dev), s, e, np.full(len(s), cause, dtype=np.int8), op_detail[r], r))
             # the covered time so far, and which op owns each piece (pieces are disjoint: starts unique)
+            cs = np.r_[cov_s, s]
+            o = np.argsort(cs, kind="stable")
+            cov_s, cov_e, owner = cs[o], np.r_[cov_e, e][o], np.r_[owner, r][o]
+        # inside a CUDA graph execution, between dependent nodes: the graph's own GPU time
+        m = (g_dev == dev) & (g_end > lo) & (g_start < hi)
+        if m.any() and len(cov_s):
+            fs, fe = _complement(cov_s, cov_e, lo, hi)
+            ai, _ci, s, e = intersect(g_start[m], g_end[m], fs, fe)
+            r = g_last[m][ai]
+            busy.append((np.full(len(s), dev), s, e, np.full(len(s), _C["compute"], dtype=np.int8),
+                         np.full(len(s), graph_code, dtype=np.int64), r))
             cs = np.r_[cov_s, s]
             o = np.argsort(cs, kind="stable")
             cov_s, cov_e, owner = cs[o], np.r_[cov_e, e][o], np.r_[owner, r][o]
@@ -563,8 +630,9 @@ def _classify_idle(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev:
     comm_next = has_next & (level[np.maximum(next_op, 0)] == 1)
     emit(all_idx[queued & comm_next], cs[queued & comm_next], ce[queued & comm_next], _C["wait_other"],
          code("collective (another rank)"))
-    emit(all_idx[queued & ~comm_next], cs[queued & ~comm_next], ce[queued & ~comm_next], _C["wait_other"],
-         code("queued (another stream or an event)"))
+    waited = queued & ~comm_next
+    emit(all_idx[waited], cs[waited], ce[waited], _C["wait_other"],
+         _wait_details(ctx, ops, next_op[waited], code))
     rest = ~queued
     # submitted during the gap: from the submission to the start, launch latency (or a wait)
     sub_in = rest & (submit > g0)
@@ -573,7 +641,7 @@ def _classify_idle(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev:
     lat = sub_in & (tail_len <= dispatch_ns)
     emit(all_idx[lat], tail_s[lat], ce[lat], _C["launch_bound"], code("launch latency"))
     late = sub_in & ~lat
-    emit(all_idx[late], tail_s[late], ce[late], _C["wait_other"], code("queued (another stream or an event)"))
+    emit(all_idx[late], tail_s[late], ce[late], _C["wait_other"], _wait_details(ctx, ops, next_op[late], code))
     host_e = np.where(sub_in, tail_s, ce)
     # the host part: what the feeding thread did, piece by piece
     api = ctx.trace.api

@@ -49,7 +49,8 @@ def builtins_for(window: Window, scalars: Mapping[str, float]) -> dict[str, Any]
 
 
 def evaluate(pack: RulePack, store: FactSource, window: Window, scalars: Mapping[str, float], *,
-             threads: int = 1, latent: dict[str, int] | None = None) -> list[Finding]:
+             threads: int = 1, latent: dict[str, int] | None = None,
+             known: Mapping[str, list[_Fired]] | None = None) -> list[Finding]:
     """Findings of every rule in ``pack``, linked and ranked. Raises :class:`RuleEvaluationError`
     naming the rule when a rule cannot be evaluated on this trace.
 
@@ -61,13 +62,24 @@ def evaluate(pack: RulePack, store: FactSource, window: Window, scalars: Mapping
 
     ``latent``: when given, filled with each rule's *latent impact*: its impact summed over the groups
     that passed ``where`` but not ``condition`` (time the rule would count had its thresholds been met;
-    ``analyze diff`` tells a finding the fix uncovered from one it introduced with it)."""
+    ``analyze diff`` tells a finding the fix uncovered from one it introduced with it). Rules taken
+    from ``known`` add nothing to it.
+
+    ``known``: rule id -> what :func:`fire` gave for that rule on facts equal to this store's (the ncu
+    fuzz harness: rules that read no ncu fact give the same on every damaged ncu file); those rules are
+    not evaluated again, everything else (linking, ranking) is as if they were."""
     rules = list(pack.rules)
     results: list[list[_Fired] | None] = [None] * len(rules)
     errors: dict[int, BaseException] = {}
+    if known:
+        for i, rule in enumerate(rules):
+            if rule.id in known:
+                results[i] = list(known[rule.id])
+        rules = [r if results[i] is None else None for i, r in enumerate(rules)]  # type: ignore[misc]
     if threads <= 1 or len(rules) < 2:
         for i, rule in enumerate(rules):
-            results[i] = _evaluate_one(rule, store, window, scalars, latent)
+            if rule is not None:
+                results[i] = _evaluate_one(rule, store, window, scalars, latent)
     else:
         import threading
 
@@ -82,6 +94,8 @@ def evaluate(pack: RulePack, store: FactSource, window: Window, scalars: Mapping
                     return
                 with lock:
                     i = taken[0]
+                    while i < len(rules) and rules[i] is None:  # known: nothing to evaluate
+                        i += 1
                     if i >= len(rules) or errors:
                         return
                     taken[0] = i + 1
@@ -105,6 +119,11 @@ def evaluate(pack: RulePack, store: FactSource, window: Window, scalars: Mapping
         raise errors[min(errors)]
     fired = [item for part in results for item in (part or ())]
     return rank(_link(pack, fired))
+
+
+def fire(rule: Rule, store: FactSource, window: Window, scalars: Mapping[str, float]) -> list[_Fired]:
+    """One rule's fired groups before linking and ranking (what ``evaluate(..., known=)`` takes)."""
+    return _evaluate_one(rule, store, window, scalars)
 
 
 def _evaluate_one(rule: Rule, store: FactSource, window: Window, scalars: Mapping[str, float],
@@ -296,6 +315,9 @@ def _findings(rule: Rule, env: Env, fired: np.ndarray, impact: np.ndarray | None
             except ExprError as err:
                 raise fail(f"verdict: {err.message}", err) from None
         scope = Scope(kind=rule.scope, **{_SCOPE_FIELDS[k]: _scope_value(k, v) for k, v in keys.items()})
+        if rule.scope == "device_range" and not scope.nvtx_path:
+            # the time outside every range (a trace without NVTX): the device's finding, keyed as one
+            scope = replace(scope, nvtx_path=None)
         evidence = rows.iloc[mine[: rule.evidence.limit]][list(rule.evidence.columns)]
         finding = Finding(
             rule=rule.name,
