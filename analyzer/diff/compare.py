@@ -629,7 +629,7 @@ def _finding_changes(base: RunSummary, head: RunSummary, nb: int, nh: int, accep
         assert top is not None
         sev = max((r.severity for r in (br, hr) if r is not None), key=lambda s: _SEVERITY_RANK.get(s, 0))
         if br is None:
-            status = "uncovered" if _latent_holds(base, rule, nb, hr.impact_ns, nh) else "new"
+            status = "uncovered" if _latent_holds(base, rule, nb, top.impact_ns, nh) else "new"
         elif hr is None:
             status = "masked" if _latent_holds(head, rule, nh, br.impact_ns, nb) else "resolved"
         else:
