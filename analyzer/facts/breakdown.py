@@ -65,10 +65,11 @@ import re
 import numpy as np
 import pandas as pd
 
-from analyzer.facts._util import column, generic_path, key_groups, text, text_array, text_codes
+from analyzer.facts._util import column, generic_path, key_groups, text, text_codes
 from analyzer.facts.nvtx import main_threads
 from analyzer.facts.nvtx_ranges import innermost_open, ranges_only
 from analyzer.facts.registry import FactContext, fact
+from analyzer.loading.columns import categorical, sorted_distinct
 
 #: default longest host time between two CUDA calls that still counts as dispatch (ns)
 DISPATCH_GAP_NS = 100_000
@@ -424,37 +425,39 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
     busy_frame = {
         "device": bdev[inside], "start": clip_s[inside], "end": clip_e[inside], "cause": bc[inside],
         "detail": bd[inside].astype(np.int64),
-        "path": np.asarray(op_paths, dtype=object)[op_paths_codes[bop[inside]]] if inside.any() else
-        np.empty(0, dtype=object),
+        "path_codes": op_paths_codes[bop[inside]].astype(np.int64),
     }
     gdev, gs, ge, gprev, gnext = (np.concatenate([x[i] for x in gaps]) for i in range(5))
     idle = _classify_idle(ctx, ops, level, gdev, gs, ge, gprev, gnext, dispatch_ns, code)
-    # every column gathered in (device, start) order, text built from codes (no per-row strings: a
-    # million-kernel trace has millions of segments)
+    # every column gathered in (device, start) order; text columns are categoricals built from codes
+    # (no per-row strings: a million-kernel trace has millions of segments, a few hundred texts)
     dev = np.r_[busy_frame["device"], idle["device"]].astype(np.int64)
     start = np.r_[busy_frame["start"], idle["start"]].astype(np.int64)
     order = np.lexsort((start, dev))
     dev, start = dev[order], start[order]
     end = np.r_[busy_frame["end"], idle["end"]].astype(np.int64)[order]
-    cause = np.r_[busy_frame["cause"], idle["cause"]].astype(np.int64)[order]
+    cause = np.r_[busy_frame["cause"], idle["cause"]].astype(np.int8)[order]
     detail = np.r_[busy_frame["detail"], idle["detail"]].astype(np.int64)[order]
-    detail = np.where(detail < 0, len(labels), detail)
-    path_codes, paths = pd.factorize(np.r_[busy_frame["path"], idle["path"]].astype(object)[order])
+    # NVTX paths: busy segments' codes into gpu_ops' labels, idle ones' into the range table's
+    n_op = len(op_paths)
+    idle_codes = idle["path_codes"]
+    path_codes = np.r_[busy_frame["path_codes"], np.where(idle_codes < 0, -1, idle_codes + n_op)][order]
+    paths = np.r_[np.asarray(op_paths, dtype=object), np.asarray(idle["path_labels"], dtype=object)]
     paths = np.array(["" if x is None or (isinstance(x, float) and np.isnan(x)) else str(x) for x in paths]
                      + [""], dtype=object)
     path_codes = np.where(path_codes < 0, len(paths) - 1, path_codes)
-    key_codes, keys = pd.factorize(np.array(_generic_keys(paths), dtype=object))
+    keys = np.array(_generic_keys(paths), dtype=object)
     host_tid = np.r_[np.full(len(busy_frame["start"]), -1, dtype=np.int64), idle["tid"]].astype(np.int64)[order]
     pid = np.r_[np.full(len(busy_frame["start"]), -1, dtype=np.int64), idle["pid"]].astype(np.int64)[order]
     step_codes, step_labels = _step_codes(ctx, start)
     seg = pd.DataFrame({
         "device": dev, "start": start, "end": end,
-        "cause": text_array(cause, np.asarray(CAUSES, dtype=object)),
-        "detail": text_array(detail, np.asarray(labels + [""], dtype=object)),
+        "cause": categorical(cause, CAUSES),
+        "detail": categorical(detail, labels),  # code -1 (a host-work detail never filled): ""
         "duration": end - start,
-        "nvtx_path": text_array(path_codes, paths),
-        "range_key": text_array(key_codes[path_codes], np.asarray(keys, dtype=object)),
-        "step": text_array(step_codes, step_labels),
+        "nvtx_path": categorical(path_codes, paths),
+        "range_key": categorical(path_codes, keys),
+        "step": categorical(step_codes, step_labels),
         "host_tid": host_tid,
     })
     seg["host_activity"] = _host_activity(ctx, seg, cause == _C["host_work"], pid)
@@ -499,7 +502,7 @@ def _host_activity(ctx: FactContext, seg: pd.DataFrame, host_work: np.ndarray, p
                                   "host_pid": pid[pick], "host_tid": seg["host_tid"].to_numpy()[pick]})
             labels += list(host_activity(t, spans))
             codes[pick] = np.arange(1, len(pick) + 1)
-    return text_array(codes, np.asarray(labels, dtype=object))
+    return categorical(codes, labels)
 
 
 def _classify_idle(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev: np.ndarray, g0: np.ndarray, g1: np.ndarray,
@@ -616,9 +619,12 @@ def _classify_idle(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev:
             d = np.where(pre, code("before the first step"), d)
             del s2
             dev, s, e, c, d, t, p = (np.r_[a, b] for a, b in zip((dev, s, e, c, d, t, p), keep_rows))
-    # NVTX path (and the host-work detail): the feeding thread's innermost range at the middle
-    path = np.full(len(s), "", dtype=object)
-    rng = np.full(len(s), "", dtype=object)
+    # NVTX path (and the host-work detail): the feeding thread's innermost range at the middle; as
+    # codes into the range table's distinct texts (code -1: no range)
+    path_codes = np.full(len(s), -1, dtype=np.int64)
+    path_labels = np.empty(0, dtype=object)
+    rng_codes = np.full(len(s), -1, dtype=np.int64)
+    rng_labels = np.empty(0, dtype=object)
     nv = ranges_only(ctx.trace.nvtx)
     if len(s) and not nv.empty:
         mid = s + (e - s) // 2
@@ -632,13 +638,19 @@ def _classify_idle(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev:
             sub[retry >= 0] = retry[retry >= 0]
             rpos[missing] = sub
         has = rpos >= 0
-        path[has] = text(column(nv, "path", "")).to_numpy(dtype=object)[rpos[has]]
-        rng[has] = text(nv["text"]).to_numpy(dtype=object)[rpos[has]]
+        nv_path, path_labels = text_codes(column(nv, "path", ""))
+        nv_text, rng_labels = text_codes(nv["text"])
+        path_codes[has] = nv_path[rpos[has]]
+        rng_codes[has] = nv_text[rpos[has]]
     hw = (c == _C["host_work"]) & (d < 0)
     if hw.any():
         d = d.copy()
-        d[hw] = [code(x if x else "(no NVTX range)") for x in rng[hw]]
-    return {"device": dev, "start": s, "end": e, "cause": c, "detail": d, "path": path, "tid": t, "pid": p}
+        used, inverse = np.unique(rng_codes[hw], return_inverse=True)
+        per = np.array([code(str(rng_labels[u]) if u >= 0 and rng_labels[u] else "(no NVTX range)") for u in used],
+                       dtype=np.int64)
+        d[hw] = per[inverse.reshape(-1)]
+    return {"device": dev, "start": s, "end": e, "cause": c, "detail": d, "path_codes": path_codes,
+            "path_labels": path_labels, "tid": t, "pid": p}
 
 
 def _step_codes(ctx: FactContext, start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -697,18 +709,33 @@ def timeline_breakdown(ctx: FactContext) -> pd.DataFrame:
     detail_codes, detail_labels = text_codes(seg["detail"])
     range_codes, range_labels = text_codes(seg["range_key"])
 
+    dev_codes, dev_values = pd.factorize(dev)
+    n_cause, n_detail = len(cause_labels), len(detail_labels)
+
     def summed(scope: str, pos: np.ndarray | None, keys: np.ndarray, key_labels: np.ndarray,
                dur: np.ndarray) -> pd.DataFrame:
+        """Durations summed per (device, key, cause, detail), groups in order of first appearance: one
+        mixed-radix integer key per segment, factorized (hash, no sort), then counted and summed."""
         take = (lambda a: a) if pos is None else (lambda a: a[pos])
-        frame = pd.DataFrame({"d": take(dev), "k": keys, "c": take(cause_codes), "x": take(detail_codes), "n": dur})
-        g = frame.groupby(["d", "k", "c", "x"], sort=False).agg(duration_ns=("n", "sum"),
-                                                                segments=("n", "size")).reset_index()
+        n_key = max(len(key_labels), 1)
+        combined = take(dev_codes).astype(np.int64) * n_key + np.asarray(keys, dtype=np.int64)
+        combined = (combined * n_cause + take(cause_codes)) * n_detail + take(detail_codes)
+        group, uniq = pd.factorize(combined)
+        segments = np.bincount(group, minlength=len(uniq))
+        if len(dur) and int(dur.max()) * len(dur) < 2**53:  # every partial sum exact in a double
+            total = np.bincount(group, weights=dur, minlength=len(uniq)).astype(np.int64)
+        else:
+            total = np.zeros(len(uniq), dtype=np.int64)
+            np.add.at(total, group, dur)
+        rest, x = np.divmod(uniq, n_detail)
+        rest, c = np.divmod(rest, n_cause)
+        d, k = np.divmod(rest, n_key)
         return pd.DataFrame({
-            "device": g["d"].to_numpy(np.int64), "scope": scope,
-            "key": np.asarray(key_labels, dtype=object)[g["k"].to_numpy()],
-            "cause": np.asarray(cause_labels, dtype=object)[g["c"].to_numpy()],
-            "detail": np.asarray(detail_labels, dtype=object)[g["x"].to_numpy()],
-            "duration_ns": g["duration_ns"].to_numpy(np.int64), "segments": g["segments"].to_numpy(np.int64)})
+            "device": np.asarray(dev_values, dtype=np.int64)[d], "scope": scope,
+            "key": np.asarray(key_labels, dtype=object)[k],
+            "cause": np.asarray(cause_labels, dtype=object)[c],
+            "detail": np.asarray(detail_labels, dtype=object)[x],
+            "duration_ns": total, "segments": segments.astype(np.int64)})
 
     parts = [summed("window", None, np.zeros(len(seg), dtype=np.int64), np.array([""], dtype=object), end - start),
              summed("range", None, range_codes, range_labels, end - start)]
@@ -748,19 +775,45 @@ def breakdown_row_segments(rows: pd.DataFrame, segments: pd.DataFrame) -> pd.Dat
     Where a finding's time lies on the GPU timeline when it is read from the breakdown."""
     if rows.empty or segments.empty:
         return segments.iloc[0:0]
+    # matched on codes: each text column's distinct texts get one number (equal texts: one code), the
+    # wanted rows are looked up among those texts, and every segment is tested with one ``isin``
+    cache: dict[str, tuple[np.ndarray, dict[str, int]]] = {}
+
+    def codes_of(name: str) -> tuple[np.ndarray, dict[str, int]]:
+        if name not in cache:
+            codes, labels = text_codes(segments[name])
+            canon = {}
+            for i, label in enumerate(labels.tolist()):
+                canon.setdefault(str(label), i)
+            remap = np.array([canon[str(x)] for x in labels.tolist()], dtype=np.int64)
+            cache[name] = (remap[codes], canon)
+        return cache[name]
+
+    seg_dev = segments["device"].to_numpy(np.int64)
+    dev_values = sorted_distinct(seg_dev)
+    dev_code = np.searchsorted(dev_values, seg_dev)
     parts = []
     for scope, key_column in (("window", None), ("step", "step"), ("range", "range_key")):
         mine = rows.loc[rows["scope"].to_numpy(object) == scope]
         if mine.empty:
             continue
-        on = ["device", "cause", "detail"] + ([key_column] if key_column else [])
-        want = pd.DataFrame({"device": mine["device"].to_numpy(np.int64), "cause": mine["cause"].to_numpy(object),
-                             "detail": mine["detail"].to_numpy(object)})
+        on = ["cause", "detail"] + ([key_column] if key_column else [])
+        want_dev = mine["device"].to_numpy(np.int64)
+        wd = np.searchsorted(dev_values, want_dev)
+        ok = (wd < len(dev_values)) & (dev_values[np.minimum(wd, len(dev_values) - 1)] == want_dev)
+        seg_key = dev_code.astype(np.int64)
+        want_key = wd.astype(np.int64)
+        want_col = {"cause": mine["cause"], "detail": mine["detail"]}
         if key_column:
-            want[key_column] = mine["key"].to_numpy(object)
-        want = want.drop_duplicates()
-        have = segments[on].astype({"device": np.int64}).reset_index()
-        hit = have.merge(want, on=on, how="inner")["index"].to_numpy()
-        parts.append(hit)
-    pos = np.unique(np.concatenate(parts)) if parts else np.empty(0, dtype=np.int64)
-    return segments.loc[pos]
+            want_col[key_column] = mine["key"]
+        for name in on:
+            codes, canon = codes_of(name)
+            width = max(len(canon), 1)
+            wanted = np.array([canon.get(str(x), -1) for x in want_col[name].to_numpy(object).tolist()],
+                              dtype=np.int64)
+            ok &= wanted >= 0
+            seg_key = seg_key * width + codes
+            want_key = want_key * width + wanted
+        parts.append(np.flatnonzero(np.isin(seg_key, want_key[ok])))
+    pos = sorted_distinct(np.concatenate(parts)) if parts else np.empty(0, dtype=np.int64)
+    return segments.iloc[pos]
