@@ -327,12 +327,21 @@ def _thread_timeline(starts: np.ndarray, ends: np.ndarray, cause: np.ndarray, de
     free_cause = np.where(short, np.where(prev_cause == _C["host_sync"], _C["host_sync"], _C["launch_bound"]),
                           _C["host_work"]).astype(np.int8)
     free_detail = np.where(short, np.where(prev_cause == _C["host_sync"], prev_detail, dispatch_code), -1)
-    s = np.r_[fs, gs[keep]]
-    e = np.r_[fe, ge[keep]]
-    c = np.r_[fc, free_cause[keep]]
-    d = np.r_[fd, free_detail[keep]]
-    order = np.argsort(s, kind="stable")
-    return s[order], e[order], c[order], d[order]
+    # interleaved in time order without a sort: free time i (after block i-1) starts where block i-1
+    # ends and ends where block i starts, so free 0, block 0, free 1, block 1 ... are sorted; the empty
+    # free spans are dropped
+    nb = len(fs)
+    take = np.ones(2 * nb + 1, dtype=bool)
+    take[0::2] = keep
+
+    def weave(block: np.ndarray, free: np.ndarray, dtype: type) -> np.ndarray:
+        out = np.empty(2 * nb + 1, dtype=dtype)
+        out[1::2] = block
+        out[0::2] = free
+        return out[take]
+
+    return (weave(fs, gs, np.int64), weave(fe, ge, np.int64), weave(fc, free_cause, np.int8),
+            weave(fd, free_detail, np.int64))
 
 
 def _submission(ctx: FactContext, ops: pd.DataFrame, pos: np.ndarray) -> np.ndarray:
