@@ -351,15 +351,36 @@ def _submission(ctx: FactContext, ops: pd.DataFrame, pos: np.ndarray) -> np.ndar
     api = ctx.trace.api
     if api.empty or not len(pos):
         return out
-    want = pd.DataFrame({"pid": ops["pid"].to_numpy(dtype=np.int64)[pos],
-                         "correlation_id": ops["correlation_id"].to_numpy(dtype=np.int64)[pos]})
+    want_pid = ops["pid"].to_numpy(dtype=np.int64)[pos]
+    want_corr = ops["correlation_id"].to_numpy(dtype=np.int64)[pos]
     corr = api["correlation_id"].to_numpy(dtype=np.int64)
-    hit = np.flatnonzero(np.isin(corr, want["correlation_id"].to_numpy()) & (corr >= 0))
+    hit = np.flatnonzero(np.isin(corr, want_corr) & (corr >= 0))
     if not len(hit):
         return out
-    table = pd.DataFrame({"pid": column(api, "pid", -1).fillna(-1).to_numpy(dtype=np.int64)[hit],
-                          "correlation_id": corr[hit],
-                          "_end": api["end"].to_numpy(dtype=np.int64)[hit]})
+    pid = column(api, "pid", -1).fillna(-1).to_numpy(dtype=np.int64)[hit]
+    corr = corr[hit]
+    api_end = api["end"].to_numpy(dtype=np.int64)[hit]
+    # one int64 key per (pid, correlation id): pid in the high half, the id (>= 0, 32 bits) in the low
+    if not (len(pid) and -(2**31) <= min(pid.min(), want_pid.min()) and max(pid.max(), want_pid.max()) < 2**31
+            and corr.max() < 2**32):
+        return _submission_merge(out, want_pid, want_corr, pid, corr, api_end)
+    key = (pid << 32) | corr
+    order = np.argsort(key, kind="stable")
+    key, api_end = key[order], api_end[order]
+    last = np.r_[key[1:] != key[:-1], True]  # the last call of each key, as drop_duplicates(keep="last")
+    key, api_end = key[last], api_end[last]
+    want_key = (want_pid << 32) | np.where(want_corr >= 0, want_corr, 0)
+    at = np.minimum(np.searchsorted(key, want_key), len(key) - 1)
+    has = (key[at] == want_key) & (want_corr >= 0) & (out >= 0)
+    out[has] = api_end[at[has]]
+    return out
+
+
+def _submission_merge(out: np.ndarray, want_pid: np.ndarray, want_corr: np.ndarray, pid: np.ndarray,
+                      corr: np.ndarray, api_end: np.ndarray) -> np.ndarray:
+    """:func:`_submission` by a frame merge, for ids beyond what its integer key holds."""
+    want = pd.DataFrame({"pid": want_pid, "correlation_id": want_corr})
+    table = pd.DataFrame({"pid": pid, "correlation_id": corr, "_end": api_end})
     table = table.drop_duplicates(["pid", "correlation_id"], keep="last")
     joined = want.merge(table, on=["pid", "correlation_id"], how="left")
     end = joined["_end"].to_numpy(dtype=np.float64)
@@ -428,6 +449,7 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
         gaps.append((np.full(int(keep.sum()), dev), gs[keep], ge[keep], prv[keep], nxt[keep]))
 
     bdev, bs, be, bc, bd, bop = (np.concatenate([x[i] for x in busy]) for i in range(6))
+    del busy
     clip_s, clip_e = np.maximum(bs, w.start_ns), np.minimum(be, w.end_ns)
     inside = clip_e > clip_s
     op_paths_codes, op_paths = text_codes(ops["nvtx_path"])
@@ -436,28 +458,41 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
         "detail": bd[inside].astype(np.int64),
         "path_codes": op_paths_codes[bop[inside]].astype(np.int64),
     }
+    del bdev, bs, be, bc, bd, bop, clip_s, clip_e, inside
     gdev, gs, ge, gprev, gnext = (np.concatenate([x[i] for x in gaps]) for i in range(5))
+    del gaps
     idle = _classify_idle(ctx, ops, level, gdev, gs, ge, gprev, gnext, dispatch_ns, code)
-    # every column gathered in (device, start) order; text columns are categoricals built from codes
-    # (no per-row strings: a million-kernel trace has millions of segments, a few hundred texts)
-    dev = np.r_[busy_frame["device"], idle["device"]].astype(np.int64)
-    start = np.r_[busy_frame["start"], idle["start"]].astype(np.int64)
-    order = np.lexsort((start, dev))
-    dev, start = dev[order], start[order]
-    end = np.r_[busy_frame["end"], idle["end"]].astype(np.int64)[order]
-    cause = np.r_[busy_frame["cause"], idle["cause"]].astype(np.int8)[order]
-    detail = np.r_[busy_frame["detail"], idle["detail"]].astype(np.int64)[order]
+    del gdev, gs, ge, gprev, gnext
+    # every column gathered in (device, start) order, each source freed once gathered (a million-kernel
+    # trace has millions of segments); text columns are categoricals built from codes (a few hundred texts)
+    n_busy = len(busy_frame["start"])
+
+    def gathered(name: str, dtype: type, busy_fill: int | None = None) -> np.ndarray:
+        first = busy_frame.pop(name) if busy_fill is None else np.full(n_busy, busy_fill, dtype=dtype)
+        both = np.concatenate([np.asarray(first, dtype=dtype), np.asarray(idle.pop(name), dtype=dtype)])
+        return both[order]
+
+    order = np.lexsort((np.r_[busy_frame["start"], idle["start"]], np.r_[busy_frame["device"], idle["device"]]))
+    dev = gathered("device", np.int64)
+    start = gathered("start", np.int64)
+    end = gathered("end", np.int64)
+    cause = gathered("cause", np.int8)
+    detail = gathered("detail", np.int64)
     # NVTX paths: busy segments' codes into gpu_ops' labels, idle ones' into the range table's
     n_op = len(op_paths)
-    idle_codes = idle["path_codes"]
-    path_codes = np.r_[busy_frame["path_codes"], np.where(idle_codes < 0, -1, idle_codes + n_op)][order]
+    idle_codes = idle.pop("path_codes")
+    idle["path_codes"] = np.where(idle_codes < 0, -1, idle_codes + n_op)
+    del idle_codes
+    path_codes = gathered("path_codes", np.int64)
     paths = np.r_[np.asarray(op_paths, dtype=object), np.asarray(idle["path_labels"], dtype=object)]
     paths = np.array(["" if x is None or (isinstance(x, float) and np.isnan(x)) else str(x) for x in paths]
                      + [""], dtype=object)
-    path_codes = np.where(path_codes < 0, len(paths) - 1, path_codes)
+    path_codes[path_codes < 0] = len(paths) - 1
     keys = np.array(_generic_keys(paths), dtype=object)
-    host_tid = np.r_[np.full(len(busy_frame["start"]), -1, dtype=np.int64), idle["tid"]].astype(np.int64)[order]
-    pid = np.r_[np.full(len(busy_frame["start"]), -1, dtype=np.int64), idle["pid"]].astype(np.int64)[order]
+    host_tid = gathered("tid", np.int64, -1)
+    pid = gathered("pid", np.int64, -1)
+    busy_frame.clear()
+    idle.clear()
     step_codes, step_labels = _step_codes(ctx, start)
     seg = pd.DataFrame({
         "device": dev, "start": start, "end": end,
@@ -468,7 +503,8 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
         "range_key": categorical(path_codes, keys),
         "step": categorical(step_codes, step_labels),
         "host_tid": host_tid,
-    })
+    }, copy=False)
+    del detail, path_codes, step_codes
     seg["host_activity"] = _host_activity(ctx, seg, cause == _C["host_work"], pid)
     return seg[list(SEGMENT_COLUMNS)]
 
