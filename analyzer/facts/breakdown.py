@@ -550,6 +550,43 @@ def _host_activity(ctx: FactContext, seg: pd.DataFrame, host_work: np.ndarray, p
     return categorical(codes, labels)
 
 
+def _host_pieces(ctx: FactContext, api: pd.DataFrame, qidx: np.ndarray, feeder: np.ndarray, cs: np.ndarray,
+                 host_e: np.ndarray, dispatch_ns: int, code, emit) -> None:  # type: ignore[no-untyped-def]
+    """Emit the host part ``[cs, host_e)`` of the gaps ``qidx``, piece by piece: what the feeding thread
+    did then (inside a CUDA call, dispatching between calls, returning from a sync, its own code)."""
+    a_cause, a_codes, a_names = _api_classes(ctx)
+    name_code = np.array([code(str(x)) for x in a_names], dtype=np.int64)
+    a_detail = name_code[a_codes] if len(a_codes) else np.empty(0, np.int64)
+    del a_codes
+    dispatch_code = code("dispatch")
+    a_start = api["start"].to_numpy(dtype=np.int64)
+    a_end = api["end"].to_numpy(dtype=np.int64)
+    a_tid = api["tid"].to_numpy(dtype=np.int64)
+    q_order, q_from, q_to = key_groups(feeder[qidx])
+    a_order, a_from, a_to = key_groups(a_tid)
+    a_threads = a_tid[a_order[a_from]] if len(a_from) else np.empty(0, np.int64)
+    del a_tid
+
+    def one_thread(q: np.ndarray, g: int) -> None:  # temporaries freed per thread
+        rows = np.sort(a_order[a_from[g]:a_to[g]])
+        rows = rows[np.argsort(a_start[rows], kind="stable")]
+        ts, te, tc, td = _thread_timeline(a_start[rows], a_end[rows], a_cause[rows], a_detail[rows],
+                                          dispatch_ns, dispatch_code)
+        del rows
+        qi, si, s, e = intersect(cs[q], host_e[q], ts, te)
+        del ts, te
+        emit(q[qi], s, e, tc[si], td[si])
+
+    for qa, qb in zip(q_from.tolist(), q_to.tolist()):
+        q = qidx[q_order[qa:qb]]
+        tid = int(feeder[q[0]])
+        g = int(np.searchsorted(a_threads, tid))
+        if g == len(a_threads) or a_threads[g] != tid:
+            emit(q, cs[q], host_e[q], _C["unknown"], code("no CUDA API calls on the launching thread"))
+            continue
+        one_thread(q, g)
+
+
 def _classify_idle(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev: np.ndarray, g0: np.ndarray, g1: np.ndarray,
                    prev_op: np.ndarray, next_op: np.ndarray, dispatch_ns: int, code) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
     """Idle segments (clipped to the window) from the gaps ``[g0, g1)`` (unclipped) with the ops
@@ -620,50 +657,33 @@ def _classify_idle(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev:
     emit(all_idx[no_thread], cs[no_thread], host_e[no_thread], _C["unknown"], code("launching thread unknown"))
     hq &= ~no_thread
     if hq.any():
-        a_cause, a_codes, a_names = _api_classes(ctx)
-        name_code = np.array([code(str(x)) for x in a_names], dtype=np.int64)
-        a_detail = name_code[a_codes] if len(a_codes) else np.empty(0, np.int64)
-        dispatch_code = code("dispatch")
-        a_start = api["start"].to_numpy(dtype=np.int64)
-        a_end = api["end"].to_numpy(dtype=np.int64)
-        a_tid = api["tid"].to_numpy(dtype=np.int64)
-        qidx = np.flatnonzero(hq)
-        q_order, q_from, q_to = key_groups(feeder[qidx])
-        a_order, a_from, a_to = key_groups(a_tid)
-        a_threads = a_tid[a_order[a_from]] if len(a_from) else np.empty(0, np.int64)
-        for qa, qb in zip(q_from.tolist(), q_to.tolist()):
-            q = qidx[q_order[qa:qb]]
-            tid = int(feeder[q[0]])
-            g = int(np.searchsorted(a_threads, tid))
-            if g == len(a_threads) or a_threads[g] != tid:
-                emit(q, cs[q], host_e[q], _C["unknown"], code("no CUDA API calls on the launching thread"))
-                continue
-            rows = np.sort(a_order[a_from[g]:a_to[g]])
-            rows = rows[np.argsort(a_start[rows], kind="stable")]
-            ts, te, tc, td = _thread_timeline(a_start[rows], a_end[rows], a_cause[rows], a_detail[rows],
-                                              dispatch_ns, dispatch_code)
-            qi, si, s, e = intersect(cs[q], host_e[q], ts, te)
-            emit(q[qi], s, e, tc[si], td[si])
-    if out_s:
-        dev, s, e, c, d, t, p = (np.concatenate(x) for x in (out_dev, out_s, out_e, out_c, out_d, out_t, out_p))
-        t = np.where(c == _C["unknown"], -1, t)
-    else:
-        dev = s = e = d = t = p = np.empty(0, dtype=np.int64)
-        c = np.empty(0, dtype=np.int8)
-    # before the window's first step: setup
+        _host_pieces(ctx, api, np.flatnonzero(hq), feeder, cs, host_e, dispatch_ns, code, emit)
+    del all_idx, queued, comm_next, rest, sub_in, tail_s, tail_len, lat, late, host_e, hq, no_thread
+    # the pieces as columns, each list freed once joined (millions of segments at a million kernels)
+    cols = {}
+    for name, parts, dtype in (("dev", out_dev, np.int64), ("s", out_s, np.int64), ("e", out_e, np.int64),
+                               ("c", out_c, np.int8), ("d", out_d, np.int64), ("t", out_t, np.int64),
+                               ("p", out_p, np.int64)):
+        cols[name] = np.concatenate(parts).astype(dtype, copy=False) if parts else np.empty(0, dtype=dtype)
+        parts.clear()
+    cols["t"][cols["c"] == _C["unknown"]] = -1
+    # before the window's first step: setup (arrays changed in place: they are this function's own)
     spans = w.steps
     if spans is not None and len(spans.starts):
         first = int(np.min(np.asarray(spans.starts, dtype=np.int64)))
+        s, e, c = cols["s"], cols["e"], cols["c"]
         pre = (s < first) & np.isin(c, [_C[x] for x in HOST_CAUSES + ("unknown",)])
         if pre.any():
-            cut = pre & (e > first)  # split at the first step
-            s2, e2 = s[cut].copy(), e[cut].copy()
-            keep_rows = [dev[cut], np.full(int(cut.sum()), first), e2, c[cut], d[cut], t[cut], p[cut]]
-            e = np.where(cut, first, e)
-            c = np.where(pre, _C["setup"], c).astype(np.int8)
-            d = np.where(pre, code("before the first step"), d)
-            del s2
-            dev, s, e, c, d, t, p = (np.r_[a, b] for a, b in zip((dev, s, e, c, d, t, p), keep_rows))
+            cut = pre & (e > first)  # split at the first step: the part after it keeps its cause
+            after = {name: a[cut] for name, a in cols.items()}
+            after["s"] = np.full(len(after["s"]), first, dtype=np.int64)
+            e[cut] = first
+            c[pre] = _C["setup"]
+            cols["d"][pre] = code("before the first step")
+            for name in cols:
+                cols[name] = np.concatenate([cols[name], after.pop(name)])
+        del s, e, c, pre
+    dev, s, e, c, d, t, p = (cols.pop(name) for name in ("dev", "s", "e", "c", "d", "t", "p"))
     # NVTX path (and the host-work detail): the feeding thread's innermost range at the middle; as
     # codes into the range table's distinct texts (code -1: no range)
     path_codes = np.full(len(s), -1, dtype=np.int64)
