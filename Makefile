@@ -25,7 +25,7 @@ $(VENV)/.dev: setup.cfg pyproject.toml | $(BIN)/python
 
 # writes reports/<trace>.html, an ignored path (the committed reports/demo.* come from `make docs`)
 demo: $(VENV)/.core
-	$(BIN)/analyze $(DEMO_TRACE)
+	@$(BIN)/analyze $(DEMO_TRACE)
 
 test: $(VENV)/.dev
 	$(BIN)/lint-imports --no-cache
@@ -36,7 +36,7 @@ lint: $(VENV)/.dev
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/mypy analyzer
 
-# every generated document: docs/rules.md, reports/demo.{md,html}, the README's example output
+# every generated document: docs/rules.md, reports/demo.{md,html,png}, the README's example output
 # (tests/generated_docs.py; tests/test_generated_docs.py fails when one drifts from the code)
 docs: $(VENV)/.core
 	$(BIN)/python tests/generated_docs.py --write

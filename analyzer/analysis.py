@@ -38,7 +38,7 @@ from typing import Any, Protocol
 import pandas as pd
 
 from analyzer.findings import Finding, NotChecked
-from analyzer.loading.model import Trace
+from analyzer.loading.model import NcuReport, Trace
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ class Analysis:
     facts: FactSource
     rules_file: str = ""
     parameters: dict[str, Any] = field(default_factory=dict)
-    ncu: Any = None  # analyzer.loading.ncu.NcuReport | None, joined to kernels when present
+    ncu: NcuReport | None = None  # Nsight Compute results joined to the kernels (the trace's ``ncu``)
     # rules not run because the trace lacks data they need (see analyzer.loading.capabilities)
     not_checked: list[NotChecked] = field(default_factory=list)
     #: (rule name, why) of the pack's rules that could not run on this input (e.g. timeline rules on an
@@ -124,4 +124,4 @@ class Analysis:
     @property
     def ncu_only(self) -> bool:
         """An Nsight Compute report analyzed without a timeline."""
-        return bool(self.trace.extras.get("ncu_only"))
+        return self.trace.ncu_only

@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -26,11 +26,15 @@ from analyzer.analysis import Analysis
 from analyzer.facts.phase_index import exclude_option
 from analyzer.facts.registry import all_specs
 from analyzer.findings import Finding
-from analyzer.job.run import JobOutcome
+from analyzer.job.run import JobAnalysis, JobOutcome
 from analyzer.pipeline import analyze_inputs
 from analyzer.progress import Progress
 from analyzer.reports import ReportView, build_report, render
 from analyzer.trace_analysis import AnalysisOptions, load_accepted_findings
+
+if TYPE_CHECKING:
+    from analyzer.accepted import AcceptedFindings
+    from analyzer.job.remote import Scheduler
 
 PathLike = str | Path
 
@@ -43,11 +47,11 @@ class AnalysisResult:
     outcome: JobOutcome
     created: datetime | None = None  # the report's creation time (None: now)
     #: the accepted findings the run applied (analyzer.accepted.AcceptedFindings; None without a file)
-    accepted: Any = None
+    accepted: AcceptedFindings | None = None
     _report: ReportView | None = field(default=None, init=False, repr=False)
 
     @property
-    def job(self) -> Any:
+    def job(self) -> JobAnalysis | None:
         """The multi-GPU job (:class:`analyzer.job.run.JobAnalysis`) when the inputs were one, else None."""
         return self.outcome.job
 
@@ -123,7 +127,7 @@ class _Facts(Mapping[str, pd.DataFrame]):
         return sum(1 for _ in self)
 
 
-def _job_fact(job: Any, name: str) -> pd.DataFrame:
+def _job_fact(job: JobAnalysis, name: str) -> pd.DataFrame:
     from analyzer.facts.registry import UnknownFactError
 
     tables = job.tables.tables
@@ -133,14 +137,15 @@ def _job_fact(job: Any, name: str) -> pd.DataFrame:
     return tables[name]
 
 
-def run(paths: Sequence[Path], options: AnalysisOptions, *, job: bool | None = None, scheduler: Any = None,
-        workers: int | None = None, progress: Progress = None, created: datetime | None = None,
-        ) -> AnalysisResult:
-    """The whole analysis of ``paths`` with ``options``: what ``analyze`` and :func:`analyze` run. The
-    accepted-findings file is read here, once, before any trace."""
+def run(paths: Sequence[Path], options: AnalysisOptions, *, job: bool | None = None,
+        scheduler: Scheduler | None = None, workers: int | None = None, progress: Progress = None,
+        created: datetime | None = None, write_accepted: Path | None = None) -> AnalysisResult:
+    """The whole analysis of ``paths`` with ``options``: what ``analyze`` and :func:`analyze` run
+    (:func:`analyzer.pipeline.analyze_inputs`: the accepted-findings file read once, before any trace, and
+    applied once, before any report). ``write_accepted``: record every finding there (``--write-accepted``)."""
     accepted = load_accepted_findings(options)
     outcome = analyze_inputs(list(paths), options, job=job, scheduler=scheduler, workers=workers,
-                             progress=progress, accepted=accepted)
+                             progress=progress, accepted=accepted, write_accepted=write_accepted)
     return AnalysisResult(outcome, created=created, accepted=accepted)
 
 

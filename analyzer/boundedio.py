@@ -15,10 +15,11 @@ Real traces expand 6x (nsys SQLite, xz) to 33x (a small torch.profiler JSON, und
 """
 from __future__ import annotations
 
+import io
 import os
 import re
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -85,7 +86,7 @@ def _over(limit: int) -> BoundedReadError:
         "bomb?)", f"if the trace really is that large, set {ENV} higher (e.g. {ENV}={-(-2 * limit // 10**9)}GB)")
 
 
-def read_decompressed(stream: IO[bytes], limit: int) -> bytearray:
+def read_decompressed(stream: io.BufferedIOBase | IO[bytes], limit: int) -> bytearray:
     """All of ``stream`` (a gzip/xz reader), at most ``limit`` bytes; :class:`BoundedReadError` past it.
     Memory: the content plus one chunk (a ``bytearray`` grown in place and returned as it is, not pieces
     joined into a second copy)."""
@@ -97,6 +98,21 @@ def read_decompressed(stream: IO[bytes], limit: int) -> bytearray:
         buf += chunk
         if len(buf) > limit:
             raise _over(limit)
+
+
+def read_blocks(stream: IO[bytes], limit: int | None, size: int = 4 << 20) -> Iterator[bytes]:
+    """``stream`` (a gzip/xz reader, or a plain file with ``limit`` None) in blocks of up to ``size``
+    bytes, at most ``limit`` bytes in all: :class:`BoundedReadError` past it, raised at the block that
+    crosses it. Memory: one block."""
+    total = 0
+    while True:
+        block = stream.read(size)
+        if not block:
+            return
+        total += len(block)
+        if limit is not None and total > limit:
+            raise _over(limit)
+        yield block
 
 
 def copy_decompressed(stream: IO[bytes], out: IO[bytes], limit: int) -> int:

@@ -60,9 +60,22 @@ class _DefaultGroup(ConfigGroup):
         if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
             _no_such_command(ctx, self, args[0])
             args = ["run", *args]
-        elif not args:
-            args = ["run"]
+        elif not args:  # plain ``analyze``: what to type, on one screen (the full help is --help)
+            click.echo(self.short_usage(ctx), err=True)
+            raise SystemExit(EXIT_USAGE)
         return super().parse_args(ctx, args)
+
+    def short_usage(self, ctx: click.Context) -> str:
+        """The usage line, what the command does, the examples and where the full help is."""
+        formatter = ctx.make_formatter()
+        self.format_usage(ctx, formatter)
+        self.format_help_text(ctx, formatter)
+        self.format_epilog(ctx, formatter)
+        commands = ", ".join(n for n in self.list_commands(ctx) if n != "run")
+        formatter.write_paragraph()
+        formatter.write_text(f"No trace given. 'analyze --help' shows every option; 'analyze COMMAND --help' one "
+                             f"command's ({commands}).")
+        return formatter.getvalue().rstrip("\n")
 
     def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         formatter.write_usage("analyze", "TRACE... [OPTIONS] | COMMAND [ARGS]...")
@@ -76,7 +89,7 @@ class _DefaultGroup(ConfigGroup):
         if default is not None:
             sub = click.Context(default, info_name="analyze", parent=ctx)
             rows = [rec for p in default.get_params(sub) if isinstance(p, click.Option)
-                    and p.name not in ("help", "version") and (rec := p.get_help_record(sub)) is not None]
+                    and "--help" not in p.opts and "--version" not in p.opts and (rec := p.get_help_record(sub)) is not None]
             with formatter.section("Analysis options (analyze TRACE... [OPTIONS], also 'analyze run')"):
                 formatter.write_text(" ".join((default.help or "").split()))
                 formatter.write_paragraph()
@@ -197,16 +210,14 @@ def run_cmd(
         accepted_growth=accepted_growth,
         cache=not no_cache,
     )
-    previous = _previous_accepted(write_accepted, options)
     if scheduler is None and len(traces) >= LOCAL_DASK_MIN_FILES and job is not False and _has_dask():
         scheduler = "local"
     if scheduler is not None and scheduler.strip().lower() == "none":
         scheduler = None
-    result = run_analysis(list(traces), options, job=job, scheduler=scheduler, workers=workers, progress=progress)
+    result = run_analysis(list(traces), options, job=job, scheduler=scheduler, workers=workers, progress=progress,
+                          write_accepted=write_accepted)
     outcome = result.outcome
-    recorded = None
-    if write_accepted is not None:
-        recorded = _record_accepted(write_accepted, outcome, previous)
+    recorded = outcome.recorded
     if progress:
         sys.stderr.write("\r\x1b[2K")
     from analyzer.watchdog import Watchdog
@@ -279,26 +290,6 @@ def _accepted_line(findings: list[Any], path: Path, accepted: Any) -> str:
         line += (f"; {len(gone)} entr{'y' if len(gone) == 1 else 'ies'} no longer fire ({names}): "
                  "fixed? rerun with --write-accepted to drop them")
     return line + "\n"
-
-
-def _previous_accepted(path: Path | None, options: Any) -> Any:
-    """The accepted-findings file about to be rewritten (its reasons are kept), checked before any trace
-    is read; None when there is none yet."""
-    if path is None or not path.exists():
-        return None
-    from analyzer.accepted import load_accepted
-
-    return load_accepted(path)
-
-
-def _record_accepted(path: Path, outcome: Any, previous: Any) -> int:
-    """Write ``--write-accepted`` and mark this run's findings (``outcome``: an
-    :class:`analyzer.job.run.JobOutcome`) as accepted by it (they are, now)."""
-    from analyzer.accepted import load_accepted, write_accepted
-
-    count = write_accepted(path, outcome.finding_sources(), previous)
-    outcome.mark_accepted(load_accepted(path))
-    return count
 
 
 def _mount_subcommands() -> None:
@@ -384,7 +375,7 @@ def guarded(run: Callable[[], object]) -> int:
         click.echo(err.ctx.get_help() if err.ctx is not None else str(err))
         return EXIT_OK
     except click.UsageError as err:
-        hint = f" (see '{err.ctx.command_path} --help')" if err.ctx is not None else ""
+        hint = f" (see '{_help_path(err.ctx)} --help')" if err.ctx is not None else ""
         click.echo(f"error: {one_line(err.format_message())}{hint}", err=True)
         return EXIT_USAGE
     except click.ClickException as err:
@@ -408,6 +399,14 @@ def guarded(run: Callable[[], object]) -> int:
                    "the traceback and please report it)", err=True)
         return 3
     return EXIT_OK
+
+
+def _help_path(ctx: click.Context) -> str:
+    """The command whose --help documents ``ctx``'s options: ``analyze`` for the default command (the
+    user typed ``analyze TRACE ...``, and ``analyze --help`` shows its options in full), else its own."""
+    if ctx.command is cli.commands.get("run") and ctx.parent is not None and ctx.parent.parent is None:
+        return ctx.parent.command_path
+    return ctx.command_path
 
 
 #: click's "a group was called without a subcommand" (click >= 8.2; older click prints the help itself)

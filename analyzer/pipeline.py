@@ -11,7 +11,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from analyzer.analysis import Analysis
 from analyzer.errors import InputError
@@ -38,8 +39,9 @@ from analyzer.watchdog import Watchdog, stage
 
 if TYPE_CHECKING:
     from analyzer.accepted import AcceptedFindings
+    from analyzer.job.remote import Scheduler
     from analyzer.job.run import JobOutcome
-    from analyzer.loading.ncu import NcuReport
+    from analyzer.loading.model import NcuReport, Trace
     from analyzer.rules.model import RulePack
 
 __all__ = [
@@ -54,28 +56,10 @@ def analyze_paths(
     paths: Sequence[Path], options: AnalysisOptions, *, progress: Progress = None, pack: RulePack | None = None,
     accepted: AcceptedFindings | None = None,
 ) -> list[Analysis]:
-    """Analyze every trace in ``paths``; ncu files among them (by content) and ``options.ncu_files``
-    are loaded once and joined to each trace. A directory stands for the trace files in it (HTA's
-    layout of a multi-process job: one torch.profiler trace per rank), in natural name order
-    (``rank2`` before ``rank10``).
-    ``pack``: an already loaded rule pack (else from ``options``); ``accepted``: the accepted findings
-    already read (else from ``options``: the file is read once per run). Each trace's analysis runs
-    under a :class:`~analyzer.watchdog.Watchdog` of ``options.timeout`` seconds."""
-    if pack is None:
-        with stage("loading the rules"):
-            pack = load_rules(options)  # rules fail before any trace is read
-    if accepted is None:
-        accepted = load_accepted_findings(options)  # and so does the accepted-findings file
-    traces, ncu_paths = split_inputs(paths, options)
-    if not traces:  # Nsight Compute reports on their own: a kernel report per file
-        return [analyze_ncu(p, pack, options=options, progress=progress) for p in ncu_paths]
-    ncu = load_ncu_paths(ncu_paths)
-    analyses = []
-    for p in traces:
-        with Watchdog(options.timeout, str(p)):
-            analyses.append(analyze_trace(p, pack, options=options, ncu=ncu, progress=progress,
-                                          accepted=accepted))
-    return analyses
+    """Every trace in ``paths`` analyzed on its own (never as one multi-GPU job): :func:`analyze_inputs`
+    with ``job=False``, one :class:`Analysis` per trace (or per Nsight Compute file when no trace is
+    given)."""
+    return analyze_inputs(paths, options, job=False, progress=progress, pack=pack, accepted=accepted).analyses or []
 
 
 def split_inputs(paths: Sequence[Path], options: AnalysisOptions) -> tuple[list[Path], list[Path]]:
@@ -113,7 +97,7 @@ def load_ncu_paths(ncu_paths: Sequence[Path]) -> NcuReport | None:
         return load_ncu(list(ncu_paths)) if ncu_paths else None
 
 
-def natural_key(name: str) -> list[Any]:
+def natural_key(name: str) -> list[int | str]:
     """Sort key comparing numbers as numbers (``rank2`` before ``rank10``)."""
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
 
@@ -142,49 +126,112 @@ def trace_files_in(folder: Path) -> tuple[list[Path], list[Path]]:
 
 
 def analyze_inputs(paths: Sequence[Path], options: AnalysisOptions, *, job: bool | None = None,
-                   scheduler: Any = None, workers: int | None = None, progress: Progress = None,
-                   pack: RulePack | None = None, accepted: AcceptedFindings | None = None) -> JobOutcome:
-    """What ``analyze`` runs: the inputs as one multi-GPU job when they are one (several rank files,
-    or one report holding several ranks; ``job`` True/False forces it), else each on its own (as
-    :func:`analyze_paths`). Returns an :class:`analyzer.job.run.JobOutcome`. ``pack`` and ``accepted``:
-    the rule pack and accepted findings already loaded (else from ``options``); either way the
-    accepted-findings file is read once and applied once, inside each analysis, before any report."""
-    from analyzer.job.run import JobOutcome, analyze_job  # the job machinery only when inputs are given
+                   scheduler: Scheduler | None = None, workers: int | None = None, progress: Progress = None,
+                   pack: RulePack | None = None, accepted: AcceptedFindings | None = None,
+                   write_accepted: Path | None = None) -> JobOutcome:
+    """What ``analyze`` runs, the one orchestration: inputs -> jobs -> per-rank analysis -> cross-rank
+    facts -> accepted findings (the report is built from the outcome).
+
+    The rules, the accepted-findings file and the inputs are each read once, before any trace: ncu files
+    told from traces by content, a directory standing for the files in it (:func:`split_inputs`), the
+    Nsight Compute data loaded once and joined to each trace. The traces are one multi-GPU job when they
+    are one (several rank files, or one report holding several ranks; ``job`` True/False forces it,
+    ``scheduler`` runs the ranks on Dask), else each trace is a rank on its own: an :class:`Analysis` per
+    trace. Nsight Compute files without a trace are each analyzed on their own. Each trace's analysis runs
+    under a :class:`~analyzer.watchdog.Watchdog` of ``options.timeout`` seconds.
+
+    Accepted findings are marked once, after every analysis: those of ``accepted`` (else
+    ``options.accepted_file``); with ``write_accepted``, every finding is recorded in that file first
+    (keeping the reasons of the entries it held) and marked as accepted by it.
+    ``pack``: an already loaded rule pack (else from ``options``)."""
+    from analyzer.job.run import JobOutcome
 
     if pack is None:
         with stage("loading the rules"):
-            pack = load_rules(options)
+            pack = load_rules(options)  # rules fail before any trace is read
     if accepted is None:
-        accepted = load_accepted_findings(options)  # checked before any trace is read
-    if job is False:
-        return JobOutcome(None, analyze_paths(paths, options, progress=progress, pack=pack,
-                                                        accepted=accepted), "--no-job")
+        accepted = load_accepted_findings(options)  # and so do the accepted-findings files
+    previous = _previous_accepted(write_accepted)
     traces, ncu_paths = split_inputs(paths, options)
-    if not traces:  # Nsight Compute reports on their own
-        return JobOutcome(None, analyze_paths(paths, options, progress=progress, pack=pack,
-                                                        accepted=accepted), "")
-    ncu = load_ncu_paths(ncu_paths)
-    loaded = {}
+    if not traces:  # Nsight Compute reports on their own: a kernel report per file
+        outcome = JobOutcome(None, [analyze_ncu(p, pack, options=options, progress=progress) for p in ncu_paths],
+                             "--no-job" if job is False else "")
+    else:
+        outcome = _analyze_traces(traces, options, pack, load_ncu_paths(ncu_paths), job=job, scheduler=scheduler,
+                                  workers=workers, progress=progress)
+    if write_accepted is not None:
+        from analyzer.accepted import load_accepted, write_accepted as record
+
+        outcome.recorded = record(write_accepted, outcome.finding_sources(), previous)
+        accepted = load_accepted(write_accepted)  # every finding of this run is accepted by it now
+    if accepted is not None:
+        outcome.mark_accepted(accepted)
+    return outcome
+
+
+def _previous_accepted(path: Path | None) -> AcceptedFindings | None:
+    """The accepted-findings file ``--write-accepted`` is about to rewrite (its reasons are kept), checked
+    before any trace is read; None when there is none yet."""
+    if path is None or not path.exists():
+        return None
+    from analyzer.accepted import load_accepted
+
+    return load_accepted(path)
+
+
+def _analyze_traces(traces: Sequence[Path], options: AnalysisOptions, pack: RulePack, ncu: NcuReport | None, *,
+                    job: bool | None, scheduler: Scheduler | None, workers: int | None,
+                    progress: Progress) -> JobOutcome:
+    """The traces of :func:`analyze_inputs` as one job or each on its own (no accepted findings yet)."""
+    from analyzer.job.run import JobOutcome, analyze_job  # the job machinery only when inputs are given
+
+    if job is False:
+        return JobOutcome(None, _each_alone(traces, options, pack, ncu, progress), "--no-job")
+    loaded: dict[str, Trace] = {}
     if len(traces) == 1 and scheduler is None:
         # one file: a job only if it holds several ranks; otherwise the plain single-trace path
         from analyzer.job.ranks import gpu_processes
-        from analyzer.loading import load_trace
 
-        # a new cache entry is written in the background while the rules run, finished before returning
-        cache = trace_cache(options, background=True)
-        try:
-            with Watchdog(options.timeout, str(traces[0])):
-                with stage("loading"):
-                    trace = load_trace(traces[0], progress=noting(progress), cache=cache)
-                if len(gpu_processes(trace)) < 2:
-                    return JobOutcome(None, [analyze_loaded(trace, pack, options=options, ncu=ncu,
-                                                            progress=progress, accepted=accepted)], "a single process")
-        finally:
-            if cache is not None:
-                cache.wait()
+        trace, alone = _load(traces[0], options, pack, ncu, progress,
+                             alone=lambda t: len(gpu_processes(t)) < 2)
+        if alone is not None:
+            return JobOutcome(None, [alone], "a single process")
         loaded[str(traces[0])] = trace
     outcome = analyze_job(traces, options, pack=pack, scheduler=scheduler, workers=workers, force=job,
-                          ncu=ncu, progress=progress, loaded=loaded, accepted=accepted)
+                          ncu=ncu, progress=progress, loaded=loaded)
     if outcome.job is None and outcome.analyses is None:
-        outcome.analyses = analyze_paths(traces, options, progress=progress, pack=pack, accepted=accepted)
+        # Dask found the inputs are not one job: its workers dropped their ranks (traces and fact stores
+        # never travel), so each trace is analyzed here, from the trace cache where it is on
+        outcome.analyses = _each_alone(traces, options, pack, ncu, progress)
     return outcome
+
+
+def _each_alone(traces: Sequence[Path], options: AnalysisOptions, pack: RulePack, ncu: NcuReport | None,
+                progress: Progress) -> list[Analysis]:
+    """Each trace analyzed on its own (one rank), in order."""
+    analyses = []
+    for path in traces:
+        _, analysis = _load(path, options, pack, ncu, progress, alone=lambda _trace: True)
+        assert analysis is not None
+        analyses.append(analysis)
+    return analyses
+
+
+def _load(path: Path, options: AnalysisOptions, pack: RulePack, ncu: NcuReport | None, progress: Progress, *,
+          alone: Callable[[Trace], bool]) -> tuple[Trace, Analysis | None]:
+    """Load the trace at ``path`` (a new cache entry is written in the background while the rules run,
+    finished before returning) and, when ``alone(trace)``, analyze it as one rank on its own, all under
+    the per-trace watchdog: (trace, its analysis or None)."""
+    from analyzer.loading import load_trace
+
+    cache = trace_cache(options, background=True)
+    try:
+        with Watchdog(options.timeout, str(path)):
+            with stage("loading"):
+                trace = load_trace(path, progress=noting(progress), cache=cache)
+            if not alone(trace):
+                return trace, None
+            return trace, analyze_loaded(trace, pack, options=options, ncu=ncu, progress=progress)
+    finally:
+        if cache is not None:
+            cache.wait()

@@ -135,7 +135,7 @@ def prepare(trace: Trace, options: AnalysisOptions, *, ncu: NcuReport | None = N
         from analyzer.loading.ncu import join_ncu
 
         with stage("joining ncu metrics"):
-            trace.extras["ncu"] = join_ncu(ncu, trace, window=(window.start_ns, window.end_ns))
+            trace.ncu = join_ncu(ncu, trace, window=(window.start_ns, window.end_ns))
     fact_options = {
         "exclude_ranges": options.exclude_ranges,
         "only_ranges": options.only_ranges,
@@ -172,7 +172,7 @@ def finish(store: FactStore, pack: RulePack, *, progress: Progress = None, accep
         from analyzer.accepted import apply_accepted
 
         findings = apply_accepted(findings, accepted, window)
-    return _analysis(store, findings, pack, parameters_of=pack, ncu=trace.extras.get("ncu"), not_checked=not_checked)
+    return _analysis(store, findings, pack, parameters_of=pack, ncu=trace.ncu, not_checked=not_checked)
 
 
 def _evaluate(pack: RulePack, store: FactStore, *, keep: Iterable[str] | None = None) -> list[Any]:
@@ -327,7 +327,7 @@ def analyze_ncu(
     if progress:
         progress(f"{trace.name}: evaluating {len(ncu_pack.rules)} rules")
     findings = _evaluate(ncu_pack, store) if ncu_pack.rules else []
-    return _analysis(store, findings, pack, parameters_of=ncu_pack, ncu=trace.extras["ncu"], not_applicable=skipped,
+    return _analysis(store, findings, pack, parameters_of=ncu_pack, ncu=trace.ncu, not_applicable=skipped,
                      not_checked=unread)
 
 

@@ -412,10 +412,7 @@ def _annotation_marks(
     nv = ranges_only(trace.nvtx)
     if nv.empty or not len(ops):
         return None
-    nv = nv.reset_index(drop=True)
-    keep = ~internal_ranges(nv) & ~operator_ranges(nv)
-    if exclude:
-        keep &= ~_excluded(nv, exclude)[1]
+    nv, keep = _program_annotations(nv, exclude)
     cand = nv.loc[keep]
     if cand.empty:
         return None
@@ -465,16 +462,23 @@ def _annotation_marks(
     return start, end, desc, spans
 
 
+def _program_annotations(nv: pd.DataFrame, exclude: tuple[str, ...]) -> tuple[pd.DataFrame, np.ndarray]:
+    """``nv`` (ranges, index reset) and which of them are the program's own annotations: not framework
+    operators, not library ranges, not excluded (``exclude``: the warmup patterns)."""
+    nv = nv.reset_index(drop=True)
+    keep = ~internal_ranges(nv) & ~operator_ranges(nv)
+    if exclude:
+        keep &= ~_excluded(nv, exclude)[1]
+    return nv, keep
+
+
 def _program_annotation_open_at(trace: Trace, t: int, exclude: tuple[str, ...]) -> int | None:
     """The earliest start of the program's own annotations (not framework operators, not library ranges,
     not excluded warmup) open at ``t``; None when none is."""
     nv = ranges_only(trace.nvtx)
     if nv.empty:
         return None
-    nv = nv.reset_index(drop=True)
-    keep = ~internal_ranges(nv) & ~operator_ranges(nv)
-    if exclude:
-        keep &= ~_excluded(nv, exclude)[1]
+    nv, keep = _program_annotations(nv, exclude)
     starts = nv["start"].to_numpy(dtype=np.int64)
     ends = nv["end"].to_numpy(dtype=np.int64)
     open_at = keep & (starts < t) & (ends > t)

@@ -144,7 +144,7 @@ def load_yaml_text(text: str, file: str, kind: str = "rule file") -> Any:
     try:
         loader = _Loader(text)  # its reader refuses NUL and other control characters right away
     except yaml.reader.ReaderError as err:
-        line = text.count("\n", 0, err.position) + 1
+        line: int | None = text.count("\n", 0, err.position) + 1
         char = f"U+{err.character:04X}" if isinstance(err.character, int) else repr(err.character)
         raise RuleError(f"invalid YAML: character {char} is not allowed in a {kind}",
                         file=file, line=line, hint="YAML text holds no NUL or other control characters") from None

@@ -34,7 +34,7 @@ CONTENDERS = ("load_trace", "load_trace[sqlite3]", "sqlite3.fetchall", "pandas.r
 
 def _fetch_plan() -> list[tuple[str, list[str], str | None]]:
     """(table, columns, where) that our loader reads, from the loader's own constants."""
-    from analyzer.loading import nsys_sqlite as ns
+    from analyzer.loading.nsys_sqlite import schema as ns
 
     plan = [
         (ns.KERNEL_TABLE, list(ns.KERNEL_FETCH.values()), None),

@@ -12,6 +12,9 @@ What it writes:
 - the README's blocks between ``<!-- generated:NAME -->`` and ``<!-- /generated -->``: ``demo-terminal``
   (what ``make demo`` prints) and ``demo-markdown`` (the opening of ``reports/demo.md``, its first
   ``lines=N`` lines);
+- ``reports/demo.png``: a headless-Chromium screenshot of ``reports/demo.html`` (``--write`` only, when
+  that file changed, the PNG is missing, or with ``--screenshot``; not compared by ``--check``: pixels
+  differ between Chromium builds and fonts). No test writes it, so a test run leaves ``git status`` clean;
 - ``docs/rules.md`` (:mod:`analyzer.rules.docgen`, from the rule pack's metadata);
 - ``docs/writing-rules.md``'s ``config-example`` block: ``analyze config --ignore NCU`` run in a scratch
   project made of the page's own ``pyproject.toml`` and ``.gpu/rules.yaml`` examples (the pack without
@@ -103,13 +106,37 @@ def expected() -> dict[Path, str]:
     }
 
 
+DEMO_HTML = REPO / "reports" / "demo.html"
+DEMO_PNG = REPO / "reports" / "demo.png"
+
+
+def screenshot_demo() -> str:
+    """Write ``reports/demo.png`` from ``reports/demo.html``: the verdict, the findings and the overview
+    charts (the first 3,200 px at 1,280 px wide). Returns what was done, for the log."""
+    from analyzer.reports.tests.cdp import Browser, find_chromium
+
+    chromium = find_chromium()
+    if chromium is None:
+        return f"{DEMO_PNG.relative_to(REPO)}: not rewritten (no chromium found: apt-get install chromium)"
+    with Browser(chromium) as browser:
+        browser.navigate(DEMO_HTML.as_uri())
+        problems = browser.problems()
+        if problems:
+            raise RuntimeError(f"{DEMO_HTML.relative_to(REPO)} does not open cleanly: {problems[:3]}")
+        browser.screenshot(DEMO_PNG, max_height=3200)
+    return f"{DEMO_PNG.relative_to(REPO)}: written (screenshot of {DEMO_HTML.relative_to(REPO)})"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     mode = ap.add_mutually_exclusive_group(required=True)
     mode.add_argument("--write", action="store_true", help="rewrite the generated files and blocks")
     mode.add_argument("--check", action="store_true", help="compare them with what the code gives")
+    ap.add_argument("--screenshot", action="store_true",
+                    help="with --write: rewrite reports/demo.png even when reports/demo.html did not change")
     args = ap.parse_args(argv)
     bad = 0
+    shoot = args.write and (args.screenshot or not DEMO_PNG.is_file())
     for path, text in expected().items():
         old = path.read_text(encoding="utf-8") if path.is_file() else ""
         if old == text:
@@ -117,11 +144,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.write:
             path.write_text(text, encoding="utf-8")
             print(f"{path.relative_to(REPO)}: written")
+            shoot = shoot or path == DEMO_HTML
         else:
             bad += 1
             diff = difflib.unified_diff(old.splitlines(), text.splitlines(), "committed", "generated", lineterm="", n=1)
             print(f"{path.relative_to(REPO)} differs from what the code gives (make docs):")
             print("\n".join(list(diff)[:30]))
+    if shoot:
+        print(screenshot_demo())
     return 1 if bad else 0
 
 

@@ -37,6 +37,15 @@ def test_top_level_help_documents_the_analysis_options(capsys):
     assert "-o, --output" in out and "Commands:" in out and "diff" in out
 
 
+def test_plain_analyze_says_what_to_type(capsys):
+    """``analyze`` alone: the usage, the examples and where the full help is, on one screen; exit 2."""
+    code, out, err = run([], capsys)
+    assert code == 2 and out == ""
+    assert err.startswith("Usage: analyze TRACE... [OPTIONS] | COMMAND [ARGS]...\n")
+    assert "analyze trace.sqlite --format md -o summary.md" in err and "'analyze --help'" in err
+    assert "Traceback" not in err and "error:" not in err and len(err.splitlines()) <= 24
+
+
 @pytest.mark.parametrize("argv,hint", [
     (["difff", "a.sqlite", "b.sqlite"], 'did you mean "diff"?'),
     (["rule", "list"], 'did you mean "rules"?'),
@@ -89,6 +98,8 @@ def test_an_output_extension_that_names_another_format_is_refused(command, argv,
     code, out, err = run(args, capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert all(w in err for w in words), err
+    # the analysis options are documented in 'analyze --help' (the user typed no 'run'); diff's in its own
+    assert err.rstrip().endswith("(see 'analyze diff --help')" if command else "(see 'analyze --help')"), err
     assert list(tmp_path.iterdir()) == []  # refused before any analysis or write
 
 
@@ -146,3 +157,11 @@ def test_a_job_prints_its_verdict_rank_table_and_findings_in_the_terminal(tmp_pa
     for f in doc["job"]["findings"]:
         assert f" {f['id']}" in job_block and f["rule"] in job_block
     assert rest.startswith("rank 0: ")  # then the ranks, as before
+    # the per-rank table fits the terminal as the findings do: its columns in blocks, none left out
+    import shutil
+
+    width = max(110, shutil.get_terminal_size((110, 24)).columns)
+    table = [ln for ln in job_block.splitlines() if ln.startswith(("  Rank ", "  rank "))]
+    assert all(len(ln) <= width for ln in table), table
+    for label in ("Input", "Step (mean)", "Waited for others", "Others waited for it", "Clock skew"):
+        assert label in job_block

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from analyzer.reports.tests import layout
 from analyzer.pipeline import AnalysisOptions, analyze_inputs, analyze_loaded
 from analyzer.testing import DATA_DIR, real_trace
 
@@ -152,6 +153,22 @@ def test_job_report_in_three_formats():
     html = render(report, "html")
     assert 'class="chart swimlanes"' in html and "rank 1" in html and "<script" not in html
     assert "waiting for another rank" in html
+
+
+#: every multi-GPU job of tests/data/ddp: each one-report job, and each job recorded one file per rank
+JOBS = [*sorted(p.name for p in DDP.glob("*_2gpu*.sqlite.xz") if "_rank" not in p.name),
+        *sorted(p.name.replace("_rank0.", "_rank*.") for p in DDP.glob("*_rank0.sqlite.xz"))]
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(layout.CHROMIUM is None, reason=layout.NO_CHROMIUM)
+@pytest.mark.parametrize("pattern", JOBS)
+def test_job_report_reads_well_in_a_browser(pattern, tmp_path):
+    """The job's HTML report at 1,280 and 1,920 px: no clipped table, no squeezed column (issue 32; the
+    check: analyzer/reports/tests/layout.py). Each job is the one the tests above analyzed."""
+    from analyzer.reports import render
+    from analyzer.reports.jobview import build_job_report
+    layout.assert_html_layout(render(build_job_report(job(pattern).job, created=WHEN), "html"), tmp_path, "job")
 
 
 def test_unrelated_traces_are_not_a_job(tmp_path):

@@ -116,7 +116,8 @@ def test_what_cannot_be_serialized_is_one_line(client):
     assert "\n" not in str(err.value)
     # an argument holding a lock: refused when sent, before anything waits
     with pytest.raises(ClusterError, match="could not be sent"):
-        analyze_job(_paths("ddp rank files"), AnalysisOptions(), scheduler=client, accepted=threading.RLock())
+        analyze_job(_paths("ddp rank files"), AnalysisOptions(fact_options={"lock": threading.RLock()}),
+                    scheduler=client)
     assert time.monotonic() - t < QUICK_S
 
 

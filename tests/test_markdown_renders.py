@@ -94,7 +94,17 @@ def rule_references() -> set[str]:
 
 # -- every committed reference report ------------------------------------------------------------------
 
-REFERENCE_MD = sorted(REF_DIR.glob("*.md"))
+#: every committed report: the reference reports, the demo report, the seeds' grid sweep (docs/sweep-h100)
+REFERENCE_MD = [*sorted(REF_DIR.glob("*.md")),
+                *(p for p in (REPO / "reports" / "demo.md", REPO / "docs" / "sweep-h100" / "sweep.md") if p.is_file())]
+
+
+def stray_backslashes(texts: list[str]) -> list[str]:
+    """Texts a reader sees with a backslash in them: the committed traces' names carry none, so any is an
+    escape shown literally. The sweep's key pattern (a regex, in a code span) is the one backslash meant."""
+    from analyzer.phases.sweep import DEFAULT_KEY_PATTERN
+
+    return [f"backslash in {t[:100]!r}" for t in texts if "\\" in t.replace(DEFAULT_KEY_PATTERN, "")]
 
 
 @pytest.mark.skipif(not REFERENCE_MD, reason="no reference reports in this checkout")
@@ -106,12 +116,29 @@ def test_every_reference_report_renders_as_plain_text():
     for path in REFERENCE_MD:
         md = path.read_text(encoding="utf-8")
         bad = check_inert(md, allowed)
-        texts, _, _ = seen(md)
-        # the committed traces' names carry no backslash: any the reader sees is an escape shown literally
-        bad += [f"backslash in {t[:100]!r}" for t in texts if "\\" in t]
+        bad += stray_backslashes(seen(md)[0])
         if bad:
             problems[path.name] = bad[:5]
     assert not problems, problems
+    assert any(p.name == "sweep.md" for p in REFERENCE_MD) or not (REPO / "docs" / "sweep-h100").is_dir()
+
+
+def test_sweep_markdown_shows_kernel_names_as_text():
+    """``analyze sweep`` on the committed grid subset (tests/data/sweep): the 2.7B training run's top
+    kernel ``at::native::<unnamed>::...`` is text, not an HTML tag GitHub would drop, the attention
+    note's ``B*H*T*T`` is not emphasis, and nothing is active or shown escaped."""
+    from analyzer.phases.render import render_sweep
+    from analyzer.phases.sweep import build_sweep
+    from analyzer.testing import DATA_DIR
+
+    if not any((DATA_DIR / "sweep").glob("*.sqlite.xz")):
+        pytest.skip("tests/data/sweep not in this checkout")
+    md = render_sweep(build_sweep([DATA_DIR / "sweep"]), "md")
+    assert check_inert(md, set()) == []
+    texts = seen(md)[0]
+    assert stray_backslashes(texts) == []
+    assert any("at::native::<unnamed>::distribution" in x for x in texts)
+    assert any("B*H*T*T" in x for x in texts)
 
 
 # -- injection strings through the real pipeline ---------------------------------------------------------

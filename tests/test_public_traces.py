@@ -201,7 +201,7 @@ def test_ncu_report_whose_throughput_metrics_are_empty_is_not_no_problems(pack):
     in all 12 launches, so the bound rules cannot judge a kernel. It said 'No problems found'; the rules
     are now listed as not run, naming the empty metrics, and the verdict says so."""
     from analyzer.loading.tests.test_nsys_public import PUBLIC as SHARED
-    from analyzer.reports.viewmodel import build_report
+    from analyzer.reports.build import build_report
 
     path = SHARED / "AveryClapp__ESMM-Research__profile.ncu-rep"
     if not path.is_file():

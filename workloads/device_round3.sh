@@ -12,6 +12,8 @@
 #                                               # torch.profiler: decode_eager, optimizer_loop
 #     PART=b bash workloads/device_round3.sh    # nsys: memory_leak, memory_peak, compile_train
 #                                               # (+_node); torch.profiler: those and copy/host work
+#     PART=c bash workloads/device_round3.sh    # copy_on_compute_stream and host_work_in_range again
+#                                               # (bf16 since 2026-11-27), nsys + torch.profiler
 # Every manifest.jsonl line holds the program's own measured step times (step_ms, mean_ms,
 # median_ms). Jobs left when the budget BUDGET_S (default 450 s) runs out are listed in skipped.txt.
 # Result: $OUT/round3_<PART>*.tar.xz (sqlite, analyze.txt, stats CSVs, torch traces, manifest, log),
@@ -19,7 +21,7 @@
 set -uo pipefail
 : "${OUT:?set OUT to the output directory}"
 PART=${PART:-a}
-[[ $PART == a || $PART == b ]] || { echo "PART must be a or b" >&2; exit 2; }
+[[ $PART == a || $PART == b || $PART == c ]] || { echo "PART must be a, b or c" >&2; exit 2; }
 BUDGET_S=${BUDGET_S:-450}; RESERVE_S=${RESERVE_S:-70}; MIN_JOB_S=${MIN_JOB_S:-20}
 PREFIX=${PREFIX:-round3_$PART}
 WORK=${WORK:-/tmp/wl_round3_$PART}
@@ -56,6 +58,11 @@ if [[ $PART == a ]]; then
         run_job 60 "${w}_run2" nsys -- "$w" --suffix _run2
         run_job 60 "${w}_fixed_run2" nsys -- "$w" --fixed --suffix _run2
     done
+elif [[ $PART == c ]]; then
+    pair 60 copy_on_compute_stream
+    pair 60 host_work_in_range
+    torch_pair 45 copy_on_compute_stream
+    torch_pair 45 host_work_in_range
 else
     pair 60 memory_leak
     pair 60 memory_peak

@@ -53,11 +53,13 @@ def _show(ctx: click.Context, **params: Any) -> None:
             echo(f"    {rule.name}.{param.name} = {format_quantity(param.value, param.unit)} "
                  f"(default {format_quantity(param.default, param.unit)})")
     accepted_file = params.get("accepted_file")
+    accepted = None
     if accepted_file is not None:
         from analyzer.trace_analysis import load_accepted_findings
 
         accepted = load_accepted_findings(AnalysisOptions(accepted_file=accepted_file,
                                                           accepted_growth=params.get("accepted_growth")))
+    if accepted is not None:
         echo("")
         echo(f"accepted findings: {accepted.path}: {len(accepted)} entr{'y' if len(accepted) == 1 else 'ies'}; "
              f"one counts again when its impact grows more than {accepted.max_growth:g}x")

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -65,7 +66,8 @@ def load_categories(path: str | Path | None = None) -> tuple[Category, ...]:
         arg_pats = entry.get("args") or []
         if not isinstance(arg_pats, list):
             raise InputError(file, f"category {entry['name']!r}: 'args' must be a list")
-        compiled, compiled_args = [], []
+        compiled: list[UserPattern] = []
+        compiled_args: list[UserPattern] = []
         for pat, into in [(p, compiled) for p in pats] + [(p, compiled_args) for p in arg_pats]:
             try:
                 into.append(compile_regex(str(pat), what="category pattern"))
@@ -171,8 +173,7 @@ def kernel_categories(ctx: FactContext) -> pd.DataFrame:
     if kernels.empty:
         kernels["category"] = pd.Series(dtype=object)
         return kernels
-    # built from the codes (not a million-row object array the frame would convert to its text dtype)
-    kernels["category"] = text_array(*classify_codes(kernels["name"], kernels["short_name"], table))
+    kernels["category"] = kernel_category_codes(kernels, table)
     return kernels
 
 
@@ -202,39 +203,73 @@ def category_summary(ctx: FactContext) -> pd.DataFrame:
     return out.sort_values("total_ns", ascending=False, ignore_index=True)
 
 
+#: ``top_kernels``' columns (also :func:`kernel_summary`'s, the one implementation both the fact and the
+#: phase tables' :func:`analyzer.facts.phase_table.top_kernels` use)
+TOP_KERNEL_COLUMNS: dict[str, str] = {
+    "name": "kernel name, the grouping key: demangled, else the short name (an export without the demangled one)",
+    "display_name": "shortened name for display",
+    "short_name": "short kernel name",
+    "category": "kernel category",
+    "count": "launches in the window",
+    "total_ns": "summed duration (ns)",
+    "mean_ns": "mean duration (ns)",
+    "median_ns": "median duration (ns)",
+    "min_ns": "shortest launch (ns)",
+    "max_ns": "longest launch (ns)",
+    "share": "total_ns / kernel time counted (0..1; 0 when that time is 0)",
+}
+
+
+def kernel_label_codes(kernels: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """``(codes, labels)``: an integer code per kernel row (int64, numbered by first appearance) and the
+    distinct labels it names: the demangled ``name``, else the ``short_name`` (a launch whose export has
+    no demangled name; ``""`` when it has neither). Grouping by codes avoids building millions of
+    strings; a categorical ``name`` is factorized by its own codes."""
+    names = kernels["name"]
+    # distinct names only: ``str()`` / emptiness tests per distinct value, then one gather
+    name_codes, name_uniq = factorize_objects(
+        names if isinstance(names.dtype, pd.CategoricalDtype) else names.astype(object))
+    empty = np.append(np.array([str(u) == "" for u in name_uniq], dtype=bool), True)
+    use_short = empty[name_codes]  # code -1 (missing) reads the trailing True
+    if not use_short.any():  # the usual case: the first factorization is the answer
+        codes, labels = name_codes, name_uniq
+    else:
+        mixed = np.where(use_short, kernels["short_name"].to_numpy(object), names.to_numpy(object))
+        codes, labels = factorize_objects(pd.Series(mixed, dtype=object).fillna(""))
+    return np.asarray(codes, dtype=np.int64), np.asarray(labels, dtype=object)
+
+
+def kernel_category_codes(kernels: pd.DataFrame, table: tuple[Category, ...]) -> Any:
+    """The ``category`` column of ``kernels`` (rows with ``name`` and ``short_name``) under ``table``, built
+    from the codes (not a million-row object array a frame would convert to its text dtype)."""
+    return text_array(*classify_codes(kernels["name"], kernels["short_name"], table))
+
+
 @fact(
     "top_kernels",
-    columns={
-        "name": "demangled kernel name (the grouping key)",
-        "display_name": "shortened name for display",
-        "short_name": "short kernel name",
-        "category": "kernel category",
-        "count": "launches in the window",
-        "total_ns": "summed duration (ns)",
-        "mean_ns": "mean duration (ns)",
-        "median_ns": "median duration (ns)",
-        "min_ns": "shortest launch (ns)",
-        "max_ns": "longest launch (ns)",
-        "share": "total_ns / kernel time in the window (0..1)",
-    },
+    columns=TOP_KERNEL_COLUMNS,
     requires=("kernel_categories",),
     scope_keys=("name", "category"),
 )
 def top_kernels(ctx: FactContext) -> pd.DataFrame:
-    """Kernels grouped by demangled name, by total time in the window (all of them, largest first)."""
-    k = ctx.get("kernel_categories")
-    cols = ["name", "display_name", "short_name", "category", "count", "total_ns", "mean_ns", "median_ns",
-            "min_ns", "max_ns", "share"]
-    if k.empty:
+    """Kernels grouped by name, by total time in the window (all of them, largest first; equal totals
+    by name)."""
+    return kernel_summary(ctx.get("kernel_categories"))
+
+
+def kernel_summary(kernels: pd.DataFrame) -> pd.DataFrame:
+    """One row per kernel name (:func:`kernel_label_codes`) of ``kernels`` (rows with ``name``,
+    ``short_name``, ``category``, ``duration``: ``kernel_categories``' rows or any selection of them),
+    :data:`TOP_KERNEL_COLUMNS`: launches, total / mean / median / min / max duration, ``share`` of the
+    summed duration of ``kernels`` (0 when that is 0), and the first launch's short name and category.
+    Largest total first, equal totals by name."""
+    cols = list(TOP_KERNEL_COLUMNS)
+    if kernels.empty:
         return pd.DataFrame({c: pd.Series(dtype=object if c in cols[:4] else "float64") for c in cols})
-    # group by integer name codes (first-appearance order, like ``groupby("name", sort=False)``, and
-    # missing names dropped like its ``dropna``): grouping a million ~1 kB names by their text cost
-    # 0.25 s of string hashing; the name index is rebuilt from the distinct names only
-    codes, uniques = factorize_objects(k["name"])
-    work = k[["short_name", "category", "duration"]]
-    keep = codes >= 0
-    if not keep.all():
-        work, codes = work[keep], codes[keep]
+    # group by integer name codes: grouping a million ~1 kB names by their text cost 0.25 s of string
+    # hashing; the name index is rebuilt from the distinct names only
+    codes, uniques = kernel_label_codes(kernels)
+    work = kernels[["short_name", "category", "duration"]]
     out = _per_code(work, codes, len(uniques))
     if out is None:
         out = work.groupby(codes, sort=False).agg(
@@ -244,14 +279,15 @@ def top_kernels(ctx: FactContext) -> pd.DataFrame:
         )
     out.index = pd.Index(uniques[out.index.to_numpy()], name="name")
     out = out.reset_index()
-    total = float(k["duration"].sum())
+    total = float(kernels["duration"].sum())
     out["share"] = out["total_ns"] / total if total > 0 else 0.0
     out["display_name"] = [shorten_kernel_name(str(n)) for n in out["name"]]  # distinct names only
-    return out.sort_values("total_ns", ascending=False, ignore_index=True)[cols]
+    out = out.sort_values(["total_ns", "name"], ascending=[False, True], kind="stable", ignore_index=True)
+    return out[cols]
 
 
 def _per_code(work: pd.DataFrame, codes: np.ndarray, ngroups: int) -> pd.DataFrame | None:
-    """:func:`top_kernels`' groupby of ``work`` by name ``codes`` (``0..ngroups-1`` numbered by first
+    """:func:`kernel_summary`'s groupby of ``work`` by name ``codes`` (``0..ngroups-1`` numbered by first
     appearance, every code present), by one stable sort of the codes and ``reduceat`` over each
     name's run: the same values (first short name and category, count, sum, mean, median, min, max)
     without the groupby machinery over a million launches. None (use the groupby) when its results

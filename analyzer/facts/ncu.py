@@ -1,7 +1,7 @@
 """Nsight Compute facts: per-launch hardware metrics joined to the nsys timeline, warp stalls, and
 ncu's own rule verdicts.
 
-The ncu data rides on the trace as ``trace.extras["ncu"]`` (an :class:`analyzer.loading.ncu.NcuReport`,
+The ncu data rides on the trace as ``trace.ncu`` (an :class:`analyzer.loading.model.NcuReport`,
 joined or not; the CLI attaches it for ``--ncu FILE``). Without it every fact here is an empty frame
 with its declared columns, so rules over these facts simply find nothing.
 
@@ -119,8 +119,8 @@ def roofline(kernels: pd.DataFrame) -> pd.DataFrame:
 
 
 def _report(ctx: FactContext) -> NcuReport | None:
-    report = ctx.trace.extras.get("ncu") if ctx.trace.extras else None
-    return report if isinstance(report, NcuReport) and len(report.kernels) else None
+    report = ctx.trace.ncu
+    return report if report is not None and len(report.kernels) else None
 
 
 def _without_communication(ctx: FactContext, kernels: pd.DataFrame) -> pd.DataFrame:
@@ -145,7 +145,7 @@ def ncu_kernels(ctx: FactContext) -> pd.DataFrame:
     report = _report(ctx)
     if report is None:
         return empty_ncu_frame(NCU_KERNELS_COLUMNS)
-    if ctx.trace.extras.get("ncu_only"):  # no timeline: the report carries its profiled totals
+    if ctx.trace.ncu_only:  # no timeline: the report carries its profiled totals
         kernels = (report if report.joined else profiled_totals(report)).kernels
         label = PROFILED_LABEL
     else:

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from analyzer.errors import ParameterError
-from analyzer.facts._util import factorize_objects, union_length_sorted
+from analyzer.facts._util import union_length_sorted
 from analyzer.facts.nvtx_ranges import innermost_open, ranges_only
 from analyzer.loading.columns import narrow_int
 from analyzer.loading.model import Trace
@@ -503,22 +503,11 @@ class PhaseIndex:
     @property
     def kernel_name_codes(self) -> tuple[np.ndarray, np.ndarray]:
         """``(codes, names)``: an integer code per kernel row and the distinct names (demangled,
-        else short). Grouping by codes avoids building millions of Python/Arrow strings."""
+        else short): :func:`analyzer.facts.categories.kernel_label_codes`, once per index."""
         if "names" not in self._cache:
-            k = self.trace.kernels
-            # Work on distinct names only: ``str()`` / emptiness tests per distinct value, then one gather
-            # (a million launches share a few hundred names; per-row ``astype(str)`` cost seconds).
-            names = k["name"]  # a categorical is factorized by its codes (same codes, no per-row strings)
-            name_codes, name_uniq = factorize_objects(
-                names if isinstance(names.dtype, pd.CategoricalDtype) else names.astype(object))
-            empty = np.append(np.array([str(u) == "" for u in name_uniq], dtype=bool), True)
-            use_short = empty[name_codes]  # code -1 (missing) reads the trailing True
-            if not use_short.any():  # the usual case: the first factorization is the answer
-                codes, uniques = name_codes, name_uniq
-            else:
-                names = np.where(use_short, k["short_name"].to_numpy(object), k["name"].to_numpy(object))
-                codes, uniques = factorize_objects(pd.Series(names, dtype=object).fillna(""))
-            self._cache["names"] = (codes.astype(np.int64), np.asarray(uniques, dtype=object))
+            from analyzer.facts.categories import kernel_label_codes
+
+            self._cache["names"] = kernel_label_codes(self.trace.kernels)
         return self._cache["names"]
 
     # -- selection -------------------------------------------------------------------------------

@@ -98,16 +98,13 @@ def _index(trace: Trace, index: PhaseIndex | None) -> PhaseIndex:
 
 
 def kernel_categories(trace: Trace, categories_file: str | Path | None = None) -> pd.Series:
-    """One category per kernel row (aligned to ``trace.kernels`` positions), from the facts layer's
-    table (:mod:`analyzer.facts.categories`, ``categories.yaml`` or ``categories_file``). A loader or
-    caller that already added a ``category`` column wins."""
-    if "category" in trace.kernels.columns:
-        return trace.kernels["category"].astype(object).reset_index(drop=True)
-    from analyzer.facts.categories import classify_names, load_categories
+    """One category per kernel row of the whole trace (aligned to ``trace.kernels`` positions): the
+    ``kernel_categories`` fact's column (:func:`analyzer.facts.categories.kernel_category_codes`, the
+    table of ``categories.yaml`` or ``categories_file``) without its window."""
+    from analyzer.facts.categories import kernel_category_codes, load_categories
 
-    table = load_categories(categories_file)
-    cats = classify_names(trace.kernels["name"], trace.kernels["short_name"], table)
-    return pd.Series(cats, dtype=object, name="category")
+    cats = kernel_category_codes(trace.kernels, load_categories(categories_file))
+    return pd.Series(np.asarray(cats, dtype=object), dtype=object, name="category")
 
 
 def _top_by_group(group: np.ndarray, name: np.ndarray, duration: np.ndarray, n: int) -> pd.DataFrame:
@@ -252,28 +249,27 @@ def top_kernels(
     exclude: str | Iterable[str] | None = DEFAULT_EXCLUDE,
     n: int | None = None,
     index: PhaseIndex | None = None,
+    categories: pd.Series | None = None,
 ) -> pd.DataFrame:
-    """Kernels by total time: ``name, count, total_ns, mean_ns, min_ns, max_ns, share``.
+    """Kernels by total time, the ``top_kernels`` fact's table
+    (:func:`analyzer.facts.categories.kernel_summary`: ``name, display_name, short_name, category,
+    count, total_ns, mean_ns, median_ns, min_ns, max_ns, share``) over the kernels of the whole trace
+    instead of the window's: with ``exclude=()`` every kernel (what ``nsys stats -r cuda_gpu_kern_sum``
+    reports); by default kernels launched inside excluded ranges (warmup) are left out, kernels outside
+    any range kept. ``share`` is of the kernel time counted here; ``n``: the first ``n`` rows only.
+    ``categories``: :func:`kernel_categories` of ``trace`` when already computed."""
+    from analyzer.facts.categories import kernel_summary
 
-    With ``exclude=()`` the whole trace (what ``nsys stats -r cuda_gpu_kern_sum`` reports); by default
-    kernels launched inside excluded ranges (warmup) are left out, kernels outside any range kept.
-    ``share`` is of the kernel time counted here."""
     idx = _index(trace, index)
     kernels = trace.kernels
     keep = np.ones(len(kernels), bool)
     dropped = idx.excluded_ids(exclude)
     if len(dropped):
         keep &= ~kernels["nvtx_id"].isin(dropped).to_numpy()
-    codes, names = idx.kernel_name_codes
-    frame = pd.DataFrame({"code": codes[keep], "duration": kernels["duration"].to_numpy(np.int64)[keep]})
-    out = frame.groupby("code").agg(count=("duration", "size"), total_ns=("duration", "sum"),
-                                    mean_ns=("duration", "mean"), min_ns=("duration", "min"),
-                                    max_ns=("duration", "max"))
-    out.insert(0, "name", names[out.index.to_numpy()] if len(out) else np.empty(0, object))
-    out = out.reset_index(drop=True)
-    total = out["total_ns"].sum()
-    out["share"] = out["total_ns"] / total if total else np.nan
-    out = out.sort_values(["total_ns", "name"], ascending=[False, True], ignore_index=True)
+    cats = kernel_categories(trace) if categories is None else categories.reset_index(drop=True)
+    rows = kernels.loc[keep, ["name", "short_name", "duration"]].reset_index(drop=True)
+    rows["category"] = cats.to_numpy(dtype=object)[keep]
+    out = kernel_summary(rows)
     return out if n is None else out.head(n)
 
 

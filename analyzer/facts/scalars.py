@@ -70,8 +70,8 @@ SCALAR_DOCS: dict[str, str] = {
 
 
 def _ncu_softmax_launches(store: FactStore) -> float:
-    ncu = store.trace.extras.get("ncu")
-    kernels = getattr(ncu, "kernels", None)
+    ncu = store.trace.ncu
+    kernels = ncu.kernels if ncu is not None else None
     if kernels is None or not len(kernels):
         return 0.0
     from analyzer.facts.categories import classify_names, load_categories
@@ -155,7 +155,7 @@ def trace_scalars(store: FactStore) -> dict[str, float]:
         "alloc_time_ns": total(alloc),
         **breakdown_scalars(store.get("timeline_breakdown")),
         "ncu_softmax_launches": _ncu_softmax_launches(store),
-        "timeline": 0.0 if t.extras.get("ncu_only") else 1.0,
+        "timeline": 0.0 if t.ncu_only else 1.0,
         "memory_growth_per_step": float(steady["bytes_per_step"].max()) if len(steady) else 0.0,
         "window_steps": float(len(getattr(w, "steps", ()) or ())),
     }

@@ -149,7 +149,7 @@ def json_kernel_totals(data: bytes) -> tuple[int, int] | None:
     past 2^63 ns counted as 0 (the loader's data-quality rule). None when ``json`` cannot read the
     text, it is no trace, or a kernel's ``dur`` is text (which the loader reads as a number where it
     can: nothing exact to compare)."""
-    from analyzer.loading.kineto import KERNEL_CATS
+    from analyzer.loading.kineto.document import KERNEL_CATS
 
     try:
         doc = json.loads(data.decode("utf-8"), parse_float=decimal.Decimal, parse_int=decimal.Decimal)

@@ -254,12 +254,12 @@ class Runner:
         def run() -> None:
             with Watchdog(self.timeout, str(ncu_path)):
                 report = load_ncu([ncu_path])
-                trace = dataclasses.replace(self.trace, extras=dict(self.trace.extras))
-                trace.extras["ncu"] = join_ncu(report, trace, window=(self.window.start_ns, self.window.end_ns))
+                window = (self.window.start_ns, self.window.end_ns)
+                trace = dataclasses.replace(self.trace, ncu=join_ncu(report, self.trace, window=window))
                 store = FactStore(trace, self.window, self._fact_options(), _cache=dict(self.shared))
                 findings = evaluate(self.pack, store, self.window, trace_scalars(store))
                 analysis = Analysis(trace=trace, window=self.window, findings=findings, facts=store,
-                                    rules_file="default", parameters={}, ncu=trace.extras.get("ncu"))
+                                    rules_file="default", parameters={}, ncu=trace.ncu)
                 atomic_write(output, render(build_report([analysis]), "json"))
 
         return run_guarded(run)

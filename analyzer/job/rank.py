@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -30,6 +30,13 @@ from analyzer.findings import Finding
 from analyzer.job.ranks import RankHint, rank_hint, split_processes
 from analyzer.loading.model import Trace
 from analyzer.progress import Progress
+
+if TYPE_CHECKING:  # the boundary's types
+    from analyzer.facts.registry import FactStore
+    from analyzer.loading.model import NcuReport
+    from analyzer.reports.viewmodel import TraceSection
+    from analyzer.rules.model import RulePack
+    from analyzer.trace_analysis import AnalysisOptions
 
 #: cap on swimlane items per kind and rank (the HTML stays small at any trace size)
 LANE_ITEMS = 400
@@ -64,7 +71,7 @@ class RankState:
     """What stays where the rank was prepared: its trace and fact store."""
 
     trace: Trace
-    store: Any
+    store: FactStore
 
 
 @dataclass(frozen=True)
@@ -85,7 +92,7 @@ class RankResult:
     summary: RankSummary
     rank: int
     findings: list[Finding]
-    section: Any  # analyzer.reports.viewmodel.TraceSection
+    section: TraceSection
     overlap: dict[str, int]  # comm_overlap of the main device, with waits
     lateness: pd.DataFrame  # inst, start, end, host_nvtx_path, host_api, gpu_busy_share, gpu_kernel
     lanes: dict[str, list[tuple[int, int, str]]]  # kind -> (start, end, label), this rank's clock
@@ -141,8 +148,8 @@ def _link(trace: Trace, device: int) -> tuple[str, dict[str, Any]]:
                      "pcie": hw.pcie.value, "pcie_detail": hw.pcie.detail, "gpu": hw.identified}
 
 
-def prepare_rank(trace: Trace, options: Any, *, index: int, label: str, file: str,
-                 ncu: Any = None) -> tuple[RankSummary, RankState]:
+def prepare_rank(trace: Trace, options: AnalysisOptions, *, index: int, label: str, file: str,
+                 ncu: NcuReport | None = None) -> tuple[RankSummary, RankState]:
     """Phase 1 for one loaded rank trace (see the module docstring)."""
     from analyzer.facts.comm import compute_kernel_mask
     from analyzer.facts.registry import FactContext
@@ -312,13 +319,13 @@ def _cap(items: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
     return sorted(sorted(items, key=lambda x: x[0] - x[1])[:LANE_ITEMS])
 
 
-def finish_rank(state: RankState, summary: RankSummary, pack: Any, job: RankJobInput | None,
-                accepted: Any = None) -> RankResult:
-    """Phase 2 (see the module docstring); ``job`` None: the rank alone (no cross-rank facts).
-    Findings matching ``accepted`` (:class:`analyzer.accepted.AcceptedFindings`; their fingerprints
-    include the rank) are marked accepted."""
+def finish_rank(state: RankState, summary: RankSummary, pack: RulePack, job: RankJobInput | None) -> RankResult:
+    """Phase 2 (see the module docstring); ``job`` None: the rank alone (no cross-rank facts). Accepted
+    findings are marked once the whole job is done (:meth:`analyzer.job.run.JobOutcome.mark_accepted`;
+    their fingerprints include the rank)."""
     from analyzer.trace_analysis import finish
-    from analyzer.reports.viewmodel import Limits, trace_section
+    from analyzer.reports.build import trace_section
+    from analyzer.reports.viewmodel import Limits
 
     store = state.store
     if job is not None:
@@ -326,10 +333,6 @@ def finish_rank(state: RankState, summary: RankSummary, pack: Any, job: RankJobI
     analysis = finish(store, pack)
     rank = job.rank if job is not None else summary.index
     findings = [dataclasses.replace(f, scope=dataclasses.replace(f.scope, rank=rank)) for f in analysis.findings]
-    if accepted is not None:
-        from analyzer.accepted import apply_accepted
-
-        findings = apply_accepted(findings, accepted, analysis.window)
     analysis.findings = findings
     section = trace_section(analysis, job.section_index if job is not None else summary.index + 1, True, Limits())
     overlap_rows = store.get("comm_overlap")
@@ -372,11 +375,11 @@ class FileState:
 
     summaries: list[RankSummary]
     states: list[RankState]
-    trace: Any = None  # the loaded file (kept here only; a multi-process report before the split)
+    trace: Trace | None = None  # the loaded file (kept here only; a multi-process report before the split)
 
 
-def prepare_file(path: str, index: int, options: Any, ncu: Any = None, keep_trace: bool = False,
-            progress: Progress = None, trace: Any = None) -> FileState:
+def prepare_file(path: str, index: int, options: AnalysisOptions, ncu: NcuReport | None = None,
+                 keep_trace: bool = False, progress: Progress = None, trace: Trace | None = None) -> FileState:
     """Phase 1 of one input file: loaded (unless ``trace`` is given), split into its processes, each
     prepared as a rank (:func:`prepare_rank`)."""
     from analyzer.loading import load_trace
@@ -396,9 +399,9 @@ def prepare_file(path: str, index: int, options: Any, ncu: Any = None, keep_trac
     return FileState(summaries, states, trace if keep_trace and len(parts) > 1 else None)
 
 
-def finish_file(fs: FileState, pack: Any, inputs: list[RankJobInput | None], accepted: Any = None) -> list[RankResult]:
+def finish_file(fs: FileState, pack: RulePack, inputs: list[RankJobInput | None]) -> list[RankResult]:
     """Phase 2 of one input file: each of its ranks finished with the job's inputs."""
-    return [finish_rank(st, s, pack, inp, accepted) for st, s, inp in zip(fs.states, fs.summaries, inputs)]
+    return [finish_rank(st, s, pack, inp) for st, s, inp in zip(fs.states, fs.summaries, inputs)]
 
 
 __all__ = ["RankJobInput", "RankResult", "RankState", "RankSummary", "FileState", "describe_intervals", "finish_file", "finish_rank",

@@ -28,9 +28,22 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from analyzer.errors import ClusterError, InputError
+
+if TYPE_CHECKING:  # the boundary's types (the task bodies import their modules when they run)
+    from typing import TypeAlias
+
+    from distributed import Client
+
+    from analyzer.analysis import Analysis
+    from analyzer.job.rank import RankJobInput, RankResult, RankState, RankSummary
+    from analyzer.rules.model import RulePack
+    from analyzer.trace_analysis import AnalysisOptions
+
+    #: where a job's phases run: a connected Dask ``Client``, a scheduler address, or ``"local"``
+    Scheduler: TypeAlias = "str | Client"
 
 #: seconds without any finished task before a Dask job gives up (``ANALYZER_DASK_TIMEOUT`` overrides)
 DEFAULT_STALL_S = 600.0
@@ -40,7 +53,7 @@ POLL_S = 0.5
 
 # -- worker side -------------------------------------------------------------------------------------
 #: (job token, input index, rank index in the file) -> RankState, in each worker's process
-_STATES: dict[tuple[str, int, int], Any] = {}
+_STATES: dict[tuple[str, int, int], RankState] = {}
 _LOCK = threading.Lock()
 
 
@@ -58,7 +71,7 @@ def _error(err: BaseException) -> dict[str, Any]:
             "user": isinstance(err, AnalyzerError), "exit_code": getattr(err, "exit_code", 2)}
 
 
-def phase1_task(path: str, index: int, options: Any, token: str) -> dict[str, Any]:
+def phase1_task(path: str, index: int, options: AnalysisOptions, token: str) -> dict[str, Any]:
     """Phase 1 of one input file on a worker: its rank summaries and this worker's address; the
     ranks' states stay in this process."""
     from analyzer.job.rank import prepare_file
@@ -73,8 +86,8 @@ def phase1_task(path: str, index: int, options: Any, token: str) -> dict[str, An
         return _error(err)
 
 
-def phase2_task(token: str, index: int, part: int, summary: Any, pack: Any, inp: Any,
-                accepted: Any = None) -> Any:
+def phase2_task(token: str, index: int, part: int, summary: RankSummary, pack: RulePack,
+                inp: RankJobInput | None) -> RankResult | dict[str, Any]:
     """Phase 2 of one rank, on the worker that prepared it (its state leaves the registry)."""
     from analyzer.job.rank import finish_rank
 
@@ -85,7 +98,7 @@ def phase2_task(token: str, index: int, part: int, summary: Any, pack: Any, inp:
                          f"{_worker_address()} (the worker restarted)", "kind": "lost", "user": False,
                 "exit_code": 2}
     try:
-        return finish_rank(state, summary, pack, inp, accepted)
+        return finish_rank(state, summary, pack, inp)
     except Exception as err:  # noqa: BLE001
         return _error(err)
 
@@ -101,7 +114,7 @@ def forget(token: str) -> int:
 
 
 # -- client side -------------------------------------------------------------------------------------
-def stall_timeout(options: Any = None) -> float:
+def stall_timeout(options: AnalysisOptions | None = None) -> float:
     """Seconds a Dask wait allows without any task finishing (see the module docstring)."""
     raw = os.environ.get(TIMEOUT_ENV, "").strip()
     if raw:
@@ -233,12 +246,12 @@ def quiet_dask() -> Iterator[None]:
 class DaskRunner:
     """Runs the phases of :func:`analyzer.job.run.analyze_job` as Dask tasks (see the module docstring)."""
 
-    def __init__(self, client: Any, options: Any = None) -> None:
+    def __init__(self, client: Client, options: AnalysisOptions | None = None) -> None:
         self.client = client
         self.token = uuid.uuid4().hex
         self.stall_s = stall_timeout(options)
         self.where: list[str] = []  # input -> the worker holding its ranks' states
-        self.summaries: list[list[Any]] = []
+        self.summaries: list[list[RankSummary]] = []
         self.stride = 1 << 20  # input i's ranks are keyed from i * stride (renumbered on the client)
 
     def _submit(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
@@ -249,7 +262,7 @@ class DaskRunner:
             raise ClusterError(f"a Dask task could not be sent ({type(err).__name__}: {text[:300]})",
                                hint="run without --scheduler") from None
 
-    def phase1(self, paths: Sequence[Path], options: Any) -> list[list[Any]]:
+    def phase1(self, paths: Sequence[Path], options: AnalysisOptions) -> list[list[RankSummary]]:
         # rank indices need the number of ranks per file: a first light pass would read every file
         # twice, so files are numbered in order by a large stride and renumbered afterwards
         futures = [self._submit(phase1_task, str(p), i * self.stride, options, self.token)
@@ -264,7 +277,7 @@ class DaskRunner:
                 index += 1
         return self.summaries
 
-    def phase2(self, pack: Any, inputs: list[list[Any]], accepted: Any = None) -> list[list[Any]]:
+    def phase2(self, pack: RulePack, inputs: list[list[RankJobInput | None]]) -> list[list[RankResult]]:
         futures: list[Any] = []
         pinned: dict[int, str] = {}
         names: list[str] = []
@@ -274,7 +287,7 @@ class DaskRunner:
             for i, (inp, s) in enumerate(zip(inps, sums)):
                 pinned[len(futures)] = self.where[f]
                 names.append(f"finishing {s.label}")
-                futures.append(self._submit(phase2_task, self.token, f * self.stride, i, s, pack, inp, accepted,
+                futures.append(self._submit(phase2_task, self.token, f * self.stride, i, s, pack, inp,
                                             workers=[self.where[f]], allow_other_workers=False))
         flat = wait_for(self.client, futures, lambda i: names[i], stall_s=self.stall_s, pinned=pinned)
         out, k = [], 0
@@ -283,9 +296,9 @@ class DaskRunner:
             k += n
         return out
 
-    def separately(self, pack: Any, options: Any, accepted: Any = None) -> list[Any] | None:
+    def separately(self, pack: RulePack, options: AnalysisOptions) -> list[Analysis] | None:
         self.release()
-        return None  # the caller analyzes the files the usual way
+        return None  # the caller analyzes each input on its own (analyzer.pipeline)
 
     def release(self) -> None:
         """Drop what the workers still hold for this job (best effort, never waits)."""
@@ -295,7 +308,7 @@ class DaskRunner:
             pass
 
 
-def dask_client(scheduler: Any, workers: int | None) -> tuple[Any, Callable[[], None]]:
+def dask_client(scheduler: Scheduler, workers: int | None) -> tuple[Client, Callable[[], None]]:
     """A Dask client for ``scheduler``: a ``Client`` as is, an address string, or ``"local"`` for a
     local cluster (``workers`` processes, default the cores, memory-limited per worker)."""
     try:

@@ -21,16 +21,15 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import pandas as pd
 
-from analyzer.analysis import StepSpans, Window, step_spans
+from analyzer.analysis import Analysis, StepSpans, Window, step_spans
 from analyzer.facts.comm import JobRankContext, bus_factor
 from analyzer.findings import Finding
 from analyzer.job.cross import RankComm, align, waits
@@ -52,12 +51,13 @@ from analyzer.job.rank import (
 from analyzer.job.ranks import number_ranks
 from analyzer.trace_analysis import AnalysisOptions, rules_label
 
+from analyzer.loading.model import NcuReport, Trace
+from analyzer.progress import Progress
+
 if TYPE_CHECKING:
     from analyzer.accepted import AcceptedFindings
-    from analyzer.loading.ncu import NcuReport
+    from analyzer.job.remote import Scheduler
     from analyzer.rules.model import RulePack
-
-Progress = Callable[[str], None] | None
 #: a rank counts as late at a collective when it arrived this much after the second latest
 LATE_MIN_NS = 20_000
 #: lateness intervals described per rank (the largest lags)
@@ -77,17 +77,40 @@ class JobAnalysis:
     offsets: dict[int, int]
     notes: list[str] = field(default_factory=list)
     rules_file: str = ""
-    parameters: dict[str, Any] = field(default_factory=dict)
+    parameters: dict[str, dict[str, object]] = field(default_factory=dict)
+
+
+class FindingSource(Protocol):
+    """What :func:`analyzer.accepted.write_accepted` reads of one analysis: its findings, the name of
+    its trace and its window."""
+
+    @property
+    def findings(self) -> list[Finding]: ...
+
+    @property
+    def trace(self) -> _Named: ...
+
+    @property
+    def window(self) -> Window: ...
+
+
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
 
 
 @dataclass
 class JobOutcome:
-    """``job`` when the inputs are one job; otherwise ``analyses`` (one per input, as the single-trace
-    pipeline gives them, reusing the traces already loaded) and ``reason``."""
+    """What :func:`analyzer.pipeline.analyze_inputs` found: ``job`` when the inputs are one multi-GPU
+    job; otherwise ``analyses`` (one per input, each trace one rank on its own) and ``reason``.
+    ``accepted``: the accepted findings marked (once, after every analysis, before any report);
+    ``recorded``: the entries written by ``--write-accepted`` (None without it)."""
 
     job: JobAnalysis | None
-    analyses: list[Any] | None = None
+    analyses: list[Analysis] | None = None
     reason: str = ""
+    accepted: AcceptedFindings | None = None
+    recorded: int | None = None
 
     @property
     def findings(self) -> list[Finding]:
@@ -96,26 +119,29 @@ class JobOutcome:
             return [*self.job.findings, *(f for r in self.job.ranks for f in r.findings)]
         return [f for a in self.analyses or [] for f in a.findings]
 
-    def finding_sources(self) -> list[Any]:
+    def finding_sources(self) -> list[FindingSource]:
         """What :func:`analyzer.accepted.write_accepted` reads (findings, trace name, window): the
         analyses, or the job's findings and each rank's."""
         if self.job is None:
             return list(self.analyses or [])
         job = self.job
-        sources = [_FindingSource(job.findings, SimpleNamespace(name=f"job of {job.world_size} ranks"), job.window)]
-        return sources + [_FindingSource(r.findings, SimpleNamespace(name=r.summary.label), r.window)
-                          for r in job.ranks]
+        sources: list[FindingSource] = [_FindingSource(job.findings, _Name(f"job of {job.world_size} ranks"),
+                                                       job.window)]
+        return sources + [_FindingSource(r.findings, _Name(r.summary.label), r.window) for r in job.ranks]
 
-    def mark_accepted(self, accepted: Any) -> None:
-        """Mark the findings matching ``accepted`` (an :class:`analyzer.accepted.AcceptedFindings`),
-        the rank sections' finding lists with them."""
+    def mark_accepted(self, accepted: AcceptedFindings) -> None:
+        """Mark the findings matching ``accepted``: each analysis's, or the job's and each rank's (the
+        rank sections, built where the ranks were analyzed, show them through
+        :func:`analyzer.reports.build.with_findings`). The orchestration's one application of the
+        accepted-findings file."""
         from analyzer.accepted import apply_accepted
 
+        self.accepted = accepted
         if self.job is None:
-            self.analyses = [dataclasses.replace(a, findings=apply_accepted(a.findings, accepted, a.window))
-                             for a in self.analyses or []]
+            for a in self.analyses or []:
+                a.findings = apply_accepted(a.findings, accepted, a.window)
             return
-        from analyzer.reports.viewmodel import with_findings
+        from analyzer.reports.build import with_findings
 
         self.job.findings = apply_accepted(self.job.findings, accepted, self.job.window)
         for r in self.job.ranks:
@@ -123,10 +149,15 @@ class JobOutcome:
             r.section = with_findings(r.section, r.findings)
 
 
+@dataclass(frozen=True)
+class _Name:
+    name: str
+
+
 @dataclass
 class _FindingSource:
     findings: list[Finding]
-    trace: Any  # .name
+    trace: _Name
     window: Window
 
 
@@ -185,38 +216,54 @@ def _rank_comm(summary: RankSummary, rank: int) -> RankComm:
 class _Serial:
     """Runs the phases here (the reference the Dask path must equal)."""
 
-    def __init__(self, ncu: Any = None, progress: Progress = None, loaded: dict[str, Any] | None = None) -> None:
+    def __init__(self, ncu: NcuReport | None = None, progress: Progress = None,
+                 loaded: dict[str, Trace] | None = None) -> None:
         self.files: list[FileState] = []
         self.ncu = ncu
         self.progress = progress
         self.loaded = dict(loaded or {})  # path -> a trace the caller already loaded
 
-    def phase1(self, paths: Sequence[Path], options: Any) -> list[list[RankSummary]]:
+    def phase1(self, paths: Sequence[Path], options: AnalysisOptions) -> list[list[RankSummary]]:
         out = []
         index = 0
         for p in paths:
             fs = prepare_file(str(p), index, options, self.ncu, keep_trace=True, progress=self.progress,
-                         trace=self.loaded.pop(str(p), None))
+                              trace=self.loaded.pop(str(p), None))
             index += len(fs.summaries)
             self.files.append(fs)
             out.append(fs.summaries)
         return out
 
-    def phase2(self, pack: Any, inputs: list[list[RankJobInput | None]], accepted: Any = None
-               ) -> list[list[RankResult]]:
-        return [finish_file(fs, pack, inp, accepted) for fs, inp in zip(self.files, inputs)]
+    def phase2(self, pack: RulePack, inputs: list[list[RankJobInput | None]]) -> list[list[RankResult]]:
+        return [finish_file(fs, pack, inp) for fs, inp in zip(self.files, inputs)]
 
-    def separately(self, pack: Any, options: Any, accepted: Any = None) -> list[Any] | None:
+    def separately(self, pack: RulePack, options: AnalysisOptions) -> list[Analysis] | None:
         """Each input analyzed on its own, from the states already prepared (not a job)."""
+        from analyzer.analysis import REPORT_FACTS
         from analyzer.trace_analysis import analyze_loaded, finish
 
         out = []
         for fs in self.files:
             if fs.trace is not None:  # a multi-process report that is not a job: the whole report
-                out.append(analyze_loaded(fs.trace, pack, options=options, ncu=self.ncu, accepted=accepted))
+                out.append(analyze_loaded(fs.trace, pack, options=options, ncu=self.ncu))
             else:
-                out.append(finish(fs.states[0].store, pack, accepted=accepted))
+                out.append(finish(fs.states[0].store, pack, keep=REPORT_FACTS))
         return out
+
+    def release(self) -> None:
+        """Nothing is held elsewhere."""
+
+
+class _Runner(Protocol):
+    """Where the phases run: here (:class:`_Serial`) or on Dask (:class:`analyzer.job.remote.DaskRunner`)."""
+
+    def phase1(self, paths: Sequence[Path], options: AnalysisOptions) -> list[list[RankSummary]]: ...
+
+    def phase2(self, pack: RulePack, inputs: list[list[RankJobInput | None]]) -> list[list[RankResult]]: ...
+
+    def separately(self, pack: RulePack, options: AnalysisOptions) -> list[Analysis] | None: ...
+
+    def release(self) -> None: ...
 
 
 # -- the job ----------------------------------------------------------------------------------------
@@ -225,22 +272,23 @@ def analyze_job(
     options: AnalysisOptions,
     *,
     pack: RulePack | None = None,
-    scheduler: Any = None,
+    scheduler: Scheduler | None = None,
     workers: int | None = None,
     force: bool | None = None,
     ncu: NcuReport | None = None,
     progress: Progress = None,
-    loaded: dict[str, Any] | None = None,
-    accepted: AcceptedFindings | None = None,
+    loaded: dict[str, Trace] | None = None,
 ) -> JobOutcome:
-    """Analyze ``paths`` as one multi-GPU job. ``force`` True: a job even if it does not look like
-    one; None: detect. When the inputs are not one job, the outcome carries the per-input analyses
-    instead (serial runs; a Dask run leaves them to the caller: ``analyses`` None)."""
+    """Analyze ``paths`` (trace files, already told apart from Nsight Compute files) as one multi-GPU
+    job: the per-rank analyses and the cross-rank facts. ``force`` True: a job even if it does not look
+    like one; None: detect. When the inputs are not one job, the outcome carries the per-input analyses
+    instead (serial runs; a Dask run leaves them to the caller: ``analyses`` None). Accepted findings
+    are the caller's next step (:meth:`JobOutcome.mark_accepted`, :func:`analyzer.pipeline.analyze_inputs`)."""
     from analyzer.trace_analysis import load_rules
 
     pack = pack if pack is not None else load_rules(options)
     cleanup = contextlib.ExitStack()
-    runner: Any
+    runner: _Runner
     if scheduler is not None:
         from analyzer.job.remote import DaskRunner, dask_client, quiet_dask
 
@@ -260,7 +308,7 @@ def analyze_job(
         ok, why = is_one_job(summaries)
         notes: list[str] = []
         if not ok and (not force or len(summaries) < 2):
-            return JobOutcome(None, runner.separately(pack, options, accepted), why)
+            return JobOutcome(None, runner.separately(pack, options), why)
         if not ok:
             notes.append(f"analyzed as one job on request (--job) although {why}")
         ranks, how, rank_notes = number_ranks([s.hint for s in summaries])
@@ -292,22 +340,17 @@ def analyze_job(
             inputs.append(row)
         if progress:
             progress("job: finishing each rank")
-        results = [r for fr in runner.phase2(pack, inputs, accepted) for r in fr]
+        results = [r for fr in runner.phase2(pack, inputs) for r in fr]
         for r, s in zip(results, summaries):  # the client's summaries carry the final input indices
             r.summary = s
     except BaseException:
-        if scheduler is not None:
-            runner.release()
+        runner.release()
         raise
     finally:
         cleanup.close()
     results.sort(key=lambda r: r.rank)
     tables = _tables(results, plan, world, how)
     findings = _job_findings(pack, tables, plan.window)
-    if accepted is not None:
-        from analyzer.accepted import apply_accepted
-
-        findings = apply_accepted(findings, accepted, plan.window)
     return JobOutcome(JobAnalysis(
         ranks=results, findings=findings, tables=tables, window=plan.window, world_size=world, how=how,
         offsets=plan.offsets, notes=notes + plan.notes,
@@ -529,7 +572,7 @@ def _link_peak(summaries: Sequence[RankSummary]) -> tuple[float | None, str]:
     return None, "unknown (GPU not in the hardware table)"
 
 
-def _job_findings(pack: Any, tables: JobTables, window: Window) -> list[Finding]:
+def _job_findings(pack: RulePack, tables: JobTables, window: Window) -> list[Finding]:
     """The job rules (those reading job_* facts) evaluated on the job tables."""
     from analyzer.facts import FactStore
     from analyzer.loading.model import Trace, TraceInfo

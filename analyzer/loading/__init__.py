@@ -96,7 +96,7 @@ def _peek_decompressed(path: Path, opener: Callable[..., Any]) -> bytes:
 
 
 def _has_nsys_tables(path: Path) -> bool:
-    from analyzer.loading.nsys_sqlite import NSYS_MARKER_TABLES
+    from analyzer.loading.nsys_sqlite.schema import NSYS_MARKER_TABLES
 
     try:
         conn = sqlite3.connect(sqlite_uri(path), uri=True)
@@ -135,7 +135,7 @@ def load_trace(
 
 def _load(p: Path, fmt: str, progress: Callable[[str], None] | None, cache_dir: Path | None) -> Trace:
     from analyzer.loading import nsys_rep
-    from analyzer.loading.nsys_sqlite import load_nsys_sqlite
+    from analyzer.loading.nsys_sqlite.loader import load_nsys_sqlite
 
     if fmt == "xz":
         inner = nsys_rep.cached_decompressed(p, cache_dir=cache_dir, progress=progress)
@@ -155,7 +155,7 @@ def _load(p: Path, fmt: str, progress: Callable[[str], None] | None, cache_dir: 
             hint="pass the Nsight Systems trace as the input and this file with --ncu",
         )
     if fmt == "json":
-        from analyzer.loading.kineto import load_kineto
+        from analyzer.loading.kineto.loader import load_kineto
 
         return load_kineto(p, progress=progress)
     if fmt == "empty":

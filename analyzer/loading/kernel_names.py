@@ -1,6 +1,8 @@
 """A kernel's own function name, apart from its template arguments and parameter list: the one place that
-splits a kernel name (the demangled C++ name nsys and torch.profiler record, or an Itanium-mangled one
-where the profiler did not demangle, as on ROCm).
+splits a kernel name (the demangled C++ name nsys, torch.profiler and ncu record, or an Itanium-mangled
+one where the profiler did not demangle, as on ROCm). The categories read :func:`split_kernel_name`; the
+torch.profiler loader's short names and the Nsight Compute join read :func:`kernel_short_name`, its last
+component (what nsys exports as ``shortName``).
 
 ``void tcnn::kernel_mlp_fused<(tcnn::Activation)0, __half, 64>(tcnn::Activation, ...)`` is the function
 ``tcnn::kernel_mlp_fused`` with the template arguments ``(tcnn::Activation)0, __half, 64``: what a kernel
@@ -12,7 +14,11 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-#: anonymous namespaces as nsys, torch.profiler and ncu spell them (ncu's CSV drops the ``<`` of ``<unnamed>``)
+#: anonymous namespaces as nsys, torch.profiler and ncu spell them. ncu 2025.3's CSV prints the name with
+#: every namespace qualifier dropped, and drops the ``at::native::<`` of ``at::native::<unnamed>::`` with
+#: them, leaving an unbalanced ``unnamed>::`` (real export: ``void unnamed>::cunn_SoftMaxForwardReg<BFloat16,
+#: ..., unnamed>::SoftMaxForwardEpilogue, long, 4>(T3 *, const T1 *, T5)`` where nsys has
+#: ``void at::native::<unnamed>::cunn_SoftMaxForwardReg<c10::BFloat16, ..., (int)4>(...)``)
 _ANON = re.compile(r"\((?:anonymous|anon) namespace\)::|<?\bunnamed>::")
 _LENGTH = re.compile(r"\d{1,20}")  # an identifier's length prefix (longer prefixes are not lengths)
 #: nested-name components read at most (a damaged name cannot make the walk unbounded)
@@ -65,6 +71,20 @@ def split_kernel_name(name: str) -> tuple[str, str]:
 def kernel_function_name(name: str) -> str:
     """The qualified function name of a kernel (see :func:`split_kernel_name`)."""
     return split_kernel_name(name)[0]
+
+
+def kernel_short_name(name: str) -> str:
+    """The function's own name, as Nsight Systems' ``shortName``: the last component of
+    :func:`kernel_function_name`. ``void at::native::vectorized_elementwise_kernel<4, ...>(int, ...)`` ->
+    ``vectorized_elementwise_kernel``; ``ampere_sgemm_128x64_nn`` stays as it is; a name left mangled
+    (``_ZN19cutlass_cudnn_train6KernelI...``) gives its last identifier (``Kernel``)."""
+    function = kernel_function_name(name)
+    return function.rsplit("::", 1)[-1] or function  # a damaged "a::" keeps its whole name
+
+
+def drop_anonymous_namespaces(name: str) -> str:
+    """``name`` without anonymous-namespace qualifiers, however the tools spell them."""
+    return _ANON.sub("", name)
 
 
 def _drop_trailing_group(s: str, open_ch: str, close_ch: str) -> str:

@@ -310,6 +310,41 @@ class TraceInfo:
     utc_origin_ns: int | None = None
 
 
+@dataclass(frozen=True)
+class NcuReport:
+    """Nsight Compute results for a set of profiled launches, normalized (read by
+    :mod:`analyzer.loading.ncu`, whose ``model`` module documents every column; on a trace as
+    :attr:`Trace.ncu`).
+
+    ``kernels``  one row per profiled launch, ``NCU_KERNEL_COLUMNS`` (+ ``NCU_JOIN_COLUMNS`` once
+                 ``join_ncu`` ran), ordered by ``id``.
+    ``metrics``  every numeric metric of every launch, wide: index ``id``, one column per metric in SI
+                 base units (raw counter names as ncu spells them; details-page display metrics as
+                 ``"<Section>: <Metric>"``), for rules that need what the normalized columns lack.
+    ``units``    metric column -> its SI base unit after conversion (``second``, ``byte``, ``%``, ...).
+    ``rules``    ncu's own rule verdicts (``NCU_RULE_COLUMNS``), empty when the export has none.
+    ``stalls``   warp stall breakdown, one row per (launch, reason) (``NCU_STALL_COLUMNS``).
+    ``joined``   ``kernels`` carries the join columns (matched to a timeline, or the profiled totals of
+                 a report analyzed on its own).
+    """
+
+    source: tuple[Path, ...]
+    format: str  # "ncu-raw-csv" | "ncu-details-csv" | "ncu-rep" (the first file's, when merged)
+    kernels: pd.DataFrame
+    metrics: pd.DataFrame
+    rules: pd.DataFrame
+    stalls: pd.DataFrame
+    units: Mapping[str, str] = field(default_factory=dict)
+    joined: bool = False
+
+    @property
+    def name(self) -> str:
+        return ", ".join(p.name for p in self.source)
+
+    def __len__(self) -> int:
+        return len(self.kernels)
+
+
 @dataclass
 class Trace:
     """One loaded trace. Frames follow the ``*_COLUMNS`` contracts above."""
@@ -335,6 +370,12 @@ class Trace:
     memory: pd.DataFrame = field(default_factory=lambda: empty_frame(MEMORY_COLUMNS))
     # Free-form extras a loader found (e.g. raw metadata rows); never required by rules.
     extras: dict[str, object] = field(default_factory=dict)
+    #: Nsight Compute results for this trace's kernels (``--ncu``: joined to the timeline over the analysis
+    #: window when the trace is prepared), or the whole input of an Nsight Compute report analyzed on its own
+    ncu: NcuReport | None = None
+    #: True for an Nsight Compute report analyzed on its own: no timeline frames, ``ncu`` holds the
+    #: profiled totals (``analyzer.loading.ncu.ncu_trace``)
+    ncu_only: bool = False
 
     @classmethod
     def from_frames(cls, info: TraceInfo, **frames: pd.DataFrame) -> Trace:

@@ -468,12 +468,12 @@ class SqliteReader:
             q = queries[name]
             plan = self._pages_plan(q) if q is not None and pages else None
             if q is not None and plan is not None:
-                table, layout, ranges = plan
-                covered = [(lo, hi) for _, _, lo, hi in ranges]
+                table, layout, page_ranges = plan
+                covered = [(lo, hi) for _, _, lo, hi in page_ranges]
                 block = _Block.allocate(q, covered)
                 blocks[name] = (block, covered)
-                parts[name] = len(ranges)
-                for i, (a, b, lo, hi) in enumerate(ranges):
+                parts[name] = len(page_ranges)
+                for i, (a, b, lo, hi) in enumerate(page_ranges):
                     tasks.append(((hi - lo) * max(len(q.fetched), 1), name, i,
                                   functools.partial(self._pages_part, q, layout, table.leaves[a:b],
                                                     table.keys[a:b], block, (lo - block.first, hi - lo))))

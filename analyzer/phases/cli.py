@@ -13,18 +13,20 @@ from typing import Any, TypeVar
 
 import click
 
-from analyzer.errors import AnalyzerError
+from analyzer.errors import EXIT_USAGE, AnalyzerError
 from analyzer.facts.phase_index import DEFAULT_EXCLUDE, NO_EXCLUDE, exclude_option, parse_patterns
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 class _CliError(click.ClickException):
-    """An :class:`AnalyzerError` shown as ``error: ...`` with the analyzer's exit code (2)."""
+    """An :class:`AnalyzerError` shown as ``error: ...`` with the analyzer's exit code for bad input or
+    usage (2: what every error of a sweep is)."""
+
+    exit_code = EXIT_USAGE
 
     def __init__(self, err: AnalyzerError) -> None:
         super().__init__(str(err))
-        self.exit_code = err.exit_code
 
     def format_message(self) -> str:
         return self.message

@@ -232,21 +232,23 @@ def views(result: SweepResult, *, name_width: int | None = MD_NAME_WIDTH) -> lis
     return out
 
 
-def _md_cell(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
-
-
 def to_markdown(tables: list[TableView]) -> str:
+    """The display tables as GitHub Markdown. Cells hold names from the traces (kernels such as
+    ``at::native::<unnamed>::...``, NVTX texts, file names): escaped as the reports escape them
+    (:func:`analyzer.reports.markdown.md_text`: no HTML, emphasis, link or mention, backslash escapes
+    only); notes keep their code spans (:func:`~analyzer.reports.markdown.md_prose`)."""
+    from analyzer.reports.markdown import md_prose, md_text
+
     lines = ["# Profiling sweep", ""]
     for t in tables:
-        lines += [f"## {t.title}", ""]
+        lines += [f"## {md_text(t.title)}", ""]
         if t.rows:
-            lines.append("| " + " | ".join(_md_cell(c) for c in t.columns) + " |")
+            lines.append("| " + " | ".join(md_text(c) for c in t.columns) + " |")
             lines.append("|" + "|".join("---" for _ in t.columns) + "|")
-            lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in t.rows]
+            lines += ["| " + " | ".join(md_text(c) for c in row) + " |" for row in t.rows]
             lines.append("")
         if t.note:
-            lines += [_md_cell(t.note) if not t.rows else t.note, ""]
+            lines += [md_prose(t.note), ""]
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -396,13 +396,7 @@ def summarize_run(
         run.forward_time = timing["phase_ns"].astype(int).tolist()
         run.forward_count = [1] * len(fwd)
         run.forward_waited = timing["waited"].astype(int).tolist()
-    top = top_kernels(trace, exclude=exclude, n=1, index=idx)
-    if len(top):
-        codes, names = idx.kernel_name_codes
-        first_row = pd.Series(np.arange(len(codes))).groupby(codes).first()  # a kernel row per name
-        cat_of = pd.Series(cats.to_numpy()[first_row.to_numpy()], index=names[first_row.index.to_numpy()])
-        top = top.assign(category=cat_of.reindex(top["name"]).fillna("other").astype(str).to_numpy())
-    run.top = top
+    run.top = top_kernels(trace, exclude=exclude, n=1, index=idx, categories=cats)
     run.mix = category_mix(trace, "forward", exclude=exclude, categories=cats, index=idx)
     run.attention = attention_split(trace, model_config_for(key, model_configs), exclude=exclude,
                                     categories=cats, index=idx)

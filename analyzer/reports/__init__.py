@@ -1,4 +1,5 @@
-"""Diagnosis reports: one typed view model (:mod:`analyzer.reports.viewmodel`), three renderings.
+"""Diagnosis reports: one typed view model (:mod:`analyzer.reports.viewmodel`, built by
+:mod:`analyzer.reports.build`), three renderings.
 
     report = build_report(analyses)             # list[Analysis] -> ReportView (aggregates, capped tables)
     text = render(report, "html")               # or "md", "json"
@@ -9,7 +10,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from analyzer.reports.viewmodel import Limits, ReportView, build_report
+from analyzer.reports.build import build_report
+from analyzer.reports.viewmodel import Limits, ReportView
 
 __all__ = ["FORMATS", "Limits", "ReportView", "build_report", "render"]
 

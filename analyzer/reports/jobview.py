@@ -20,6 +20,8 @@ from analyzer.analysis import step_spans
 from analyzer.findings import Severity
 from analyzer.reports.format import cap_text, fmt_ms, plural
 from analyzer.reports.values import py_value
+from analyzer.reports.sections.common import table_view
+from analyzer.reports.sections.findings import finding_views
 from analyzer.reports.viewmodel import (
     Column,
     FindingView,
@@ -27,8 +29,6 @@ from analyzer.reports.viewmodel import (
     Link,
     ReportView,
     Table,
-    finding_views,
-    table_view,
 )
 
 

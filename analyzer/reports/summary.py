@@ -86,7 +86,7 @@ def _job_lines(job: Any, verdict: str, max_findings: int, width: int) -> list[st
              f"{job.window_description})",
              f"  verdict: {verdict}"]
     lines += [truncate(f"  note: {n}", width) for n in job.notes]
-    lines += ["  " + row for row in text_table(job.ranks)]
+    lines += ["  " + row for row in text_table(job.ranks, width=width - 2)]
     if job.findings:
         lines += _finding_lines(job.findings[:max_findings], width)
         if len(job.findings) > max_findings:
@@ -97,9 +97,11 @@ def _job_lines(job: Any, verdict: str, max_findings: int, width: int) -> list[st
     return lines
 
 
-def text_table(table: Table, cell_chars: int = 36) -> list[str]:
+def text_table(table: Table, cell_chars: int = 36, width: int | None = None) -> list[str]:
     """A report table as aligned plain-text lines (header first; numbers right-aligned), cells formatted
-    as in the other formats (:func:`~analyzer.reports.format.fmt_cell`) and cut at ``cell_chars``."""
+    as in the other formats (:func:`~analyzer.reports.format.fmt_cell`) and cut at ``cell_chars``. Wider
+    than ``width``: the columns in blocks that fit, one under the other, each led by the first column
+    (the row's name), as pandas prints a wide frame; no column is cut or left out."""
     if not table.columns:
         return []
     cells = [[truncate(c.label, cell_chars) for c in table.columns]]
@@ -107,11 +109,29 @@ def text_table(table: Table, cell_chars: int = 36) -> list[str]:
         cells.append([truncate(v.text if isinstance(v, Link) else fmt_cell(v, c.kind), cell_chars)
                       for v, c in zip(row, table.columns)])
     widths = [max(len(r[i]) for r in cells) for i in range(len(table.columns))]
-    out = ["  ".join(cell.rjust(w) if c.numeric and k else cell.ljust(w)
-                     for cell, w, c in zip(r, widths, table.columns)).rstrip() for k, r in enumerate(cells)]
+    out: list[str] = []
+    for block in _column_blocks(widths, width):
+        out += ["  ".join(r[i].rjust(widths[i]) if table.columns[i].numeric and k else r[i].ljust(widths[i])
+                          for i in block).rstrip() for k, r in enumerate(cells)]
     if table.omitted:
         out.append(f"... {table.omitted_note}")
     return out
+
+
+def _column_blocks(widths: list[int], width: int | None) -> list[list[int]]:
+    """Column indexes in blocks no wider than ``width`` (two spaces between columns), each after the
+    first starting with column 0; a column wider than ``width`` on its own still gets a block."""
+    if width is None or sum(widths) + 2 * (len(widths) - 1) <= width:
+        return [list(range(len(widths)))]
+    blocks: list[list[int]] = [[0]]
+    used = widths[0]
+    for i in range(1, len(widths)):
+        if used + 2 + widths[i] > width and len(blocks[-1]) > 1:
+            blocks.append([0])
+            used = widths[0]
+        blocks[-1].append(i)
+        used += 2 + widths[i]
+    return blocks
 
 
 def _step_peaks(section: object) -> list[str]:

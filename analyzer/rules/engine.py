@@ -20,7 +20,7 @@ from analyzer.findings import Finding, Scope, rank
 from analyzer.rules.expr import Env, EvalError, Expr, ExprError
 from analyzer.rules.expr import evaluate as eval_expr
 from analyzer.rules.footprint import COLUMNS as FOOTPRINT_COLUMNS
-from analyzer.rules.footprint import footprint
+from analyzer.rules.footprint import footprint, merge_intervals
 from analyzer.rules.model import SCOPES, Rule, RuleEvaluationError, RulePack
 from analyzer.rules.templates import render
 
@@ -230,20 +230,6 @@ def _time_intervals(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
     return start, end
 
 
-def _merge(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted, disjoint [start, end) intervals covering the input (vectorized)."""
-    ok = np.isfinite(start) & np.isfinite(end) & (end > start)
-    start, end = start[ok], end[ok]
-    if len(start) == 0:
-        return start, end
-    if len(start) > 1 and not (start[1:] >= start[:-1]).all():  # rows usually come ordered by start
-        order = np.argsort(start, kind="stable")
-        start, end = start[order], end[order]
-    reach = np.maximum.accumulate(end)
-    new = np.r_[True, start[1:] >= reach[:-1]]
-    return start[new], np.maximum.reduceat(end, np.flatnonzero(new))
-
-
 def _overlap(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> bool:
     a_start, a_end = a
     b_start, b_end = b
@@ -316,7 +302,7 @@ def _findings(rule: Rule, env: Env, fired: np.ndarray, impact: np.ndarray | None
             footprint=(footprint(rows, mine, scope, window, store_get, rule.footprint)
                        if impact_ns is not None and rule.kind == "cause" and store_get is not None else None),
         )
-        spans = _merge(intervals[0][mine], intervals[1][mine]) if intervals is not None else None
+        spans = merge_intervals(intervals[0][mine], intervals[1][mine]) if intervals is not None else None
         out.append(_Fired(finding, spans))
     return out
 

@@ -322,12 +322,12 @@ class _Checker:
                 raise ExprError(f"{name}() takes string literals, e.g. fact_sum(\"gpu_busy\", \"duration\")")
             fact_name = args[0].value  # type: ignore[attr-defined]
             if fact_name not in self.names.facts:
-                raise ExprError(f'unknown fact "{fact_name}" in {name}()', _did_you_mean(fact_name, self.names.facts))
+                raise ExprError(f'unknown fact "{fact_name}" in {name}()', did_you_mean(fact_name, self.names.facts))
             if nargs == 2:
                 column = args[1].value  # type: ignore[attr-defined]
                 if column not in self.names.facts[fact_name]:
                     raise ExprError(f'fact "{fact_name}" has no column "{column}"',
-                                    _did_you_mean(column, self.names.facts[fact_name]))
+                                    did_you_mean(column, self.names.facts[fact_name]))
                 self.fact_columns.add((fact_name, column))
             self.facts.add(fact_name)
             return
@@ -335,7 +335,7 @@ class _Checker:
         if name in known:
             raise ExprError(f"{name}() called with {nargs} argument(s)", "see docs/writing-rules.md for signatures")
         # a Python built-in (open, eval, getattr...) is an attempt to run code, not a typo
-        raise ExprError(f'unknown function "{name}"', _did_you_mean(name, known), unsafe=hasattr(builtins, name))
+        raise ExprError(f'unknown function "{name}"', did_you_mean(name, known), unsafe=hasattr(builtins, name))
 
 
 def _check_constant(value: object) -> None:
@@ -382,14 +382,10 @@ def _closest(name: str, candidates: Any) -> str | None:
     return match[0] if match else None
 
 
-def _did_you_mean(name: str, candidates: Any) -> str | None:
-    best = _closest(name, candidates)
-    return f'did you mean "{best}"?' if best else None
-
-
 def did_you_mean(name: str, candidates: Any) -> str | None:
     """``'did you mean "x"?'`` for the closest candidate, or None."""
-    return _did_you_mean(name, candidates)
+    best = _closest(name, candidates)
+    return f'did you mean "{best}"?' if best else None
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -108,7 +108,7 @@ def _host(times: tuple[np.ndarray, np.ndarray], scope: Scope, window: Window,
     gaps = fact("gpu_gaps")
     if scope.device is not None:
         gaps = gaps[gaps["device"] == scope.device]
-    h_start, h_end = _merge(*times)
+    h_start, h_end = merge_intervals(*times)
     g_start = gaps["start"].to_numpy(float)
     g_end = gaps["end"].to_numpy(float)
     if len(h_start) and len(g_start):
@@ -154,8 +154,10 @@ def _scope(scope: Scope, window: Window, fact: Callable[[str], pd.DataFrame]) ->
                   window, "scope")
 
 
-def _merge(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted, disjoint intervals covering the input."""
+def merge_intervals(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted, disjoint ``[start, end)`` intervals covering the input (touching ones merged; empty and
+    non-finite ones left out): the footprints' blocks and the spans the engine tests findings'
+    overlap on."""
     ok = np.isfinite(start) & np.isfinite(end) & (end > start)
     start, end = start[ok], end[ok]
     if len(start) == 0:
@@ -177,7 +179,7 @@ def _build(device: np.ndarray, start: np.ndarray, end: np.ndarray, window: Windo
     device = np.asarray(device, dtype="int64")
     for dev in np.unique(device):
         mine = device == dev
-        s, e = _merge(start[mine], end[mine])
+        s, e = merge_intervals(start[mine], end[mine])
         if len(s) > MAX_INTERVALS:
             s, e = _coarsen(s, e, MAX_INTERVALS)
         devices.append(np.full(len(s), dev, dtype="int64"))

@@ -295,6 +295,23 @@ class _Loader:
                 hint = did_you_mean(str(key), known) or f"known keys: {', '.join(known)}"
                 self.problem(f'unknown key "{key}" in {where}', file, data.line_of(key), rule_id, hint)
 
+    def unknown(self, what: str, value: Any, choices: Iterable[str], where: str, file: str, line: int | None,
+                rule_id: str | None, listed: str) -> None:
+        """``unknown <what> "<value>" in <where>``, hinting the nearest choice, else all of them."""
+        choices = tuple(choices)
+        self.problem(f'unknown {what} "{value}" in {where}', file, line, rule_id,
+                     did_you_mean(str(value), choices) or f"{listed}: {', '.join(choices) or 'none'}")
+
+    def choice(self, data: LineDict, key: str, where: str, file: str, rule_id: str | None,
+               choices: Iterable[str], default: str, listed: str) -> tuple[str, bool]:
+        """An optional text field that takes one of ``choices`` (``default`` when absent), and whether
+        it does (an unknown value is a problem)."""
+        value = self.text(data, key, where, file, rule_id, required=False) or default
+        known = value in choices
+        if not known:
+            self.unknown(key, value, choices, where, file, data.line_of(key), rule_id, listed)
+        return value, known
+
     def text(self, data: LineDict, key: str, where: str, file: str, rule_id: str | None,
              required: bool = True) -> str:
         value = data.get(key)
@@ -372,20 +389,15 @@ class _Loader:
                 severity = Severity.parse(fields["severity"])
             except ValueError as err:
                 self.problem(str(err), file, data.line_of("severity"), rid)
-        category = self.text(data, "category", where, file, rid, required=False) or "general"
-        if category not in CATEGORIES:
-            self.problem(f'unknown category "{category}" in {where}', file, data.line_of("category"), rid,
-                         did_you_mean(category, CATEGORIES) or f"categories: {', '.join(CATEGORIES)}")
-        scope = self.text(data, "scope", where, file, rid, required=False) or "trace"
-        if scope not in SCOPES:
-            self.problem(f'unknown scope "{scope}" in {where}', file, data.line_of("scope"), rid,
-                         did_you_mean(scope, SCOPES) or f"scopes: {', '.join(SCOPES)}")
+        category, _ = self.choice(data, "category", where, file, rid, CATEGORIES, "general", "categories")
+        scope, known = self.choice(data, "scope", where, file, rid, SCOPES, "trace", "scopes")
+        if not known:
             return None  # the names a rule may read depend on its scope
         source = fields["source"]
         spec = self.facts.get(source) if source else None
         if source and spec is None:
-            self.problem(f'unknown fact "{source}" in {where}.source', file, data.line_of("source"), rid,
-                         did_you_mean(source, self.facts) or f"facts: {', '.join(sorted(self.facts)) or 'none'}")
+            self.unknown("fact", source, sorted(self.facts), f"{where}.source", file, data.line_of("source"), rid,
+                         "facts")
         if spec is None:
             return None  # names cannot be checked without a valid source
         columns = frozenset(spec.columns)
@@ -441,14 +453,8 @@ class _Loader:
             except ExprError as err:
                 self.problem(f"{err.message} in {rid}.message", file, data.line_of("message"), rid, err.hint,
                              unsafe=err.unsafe)
-        kind = self.text(data, "kind", where, file, rid, required=False) or "cause"
-        if kind not in FINDING_KINDS:
-            self.problem(f'unknown kind "{kind}" in {where}', file, data.line_of("kind"), rid,
-                         did_you_mean(kind, FINDING_KINDS) or f"kinds: {', '.join(FINDING_KINDS)}")
-        how = self.text(data, "footprint", where, file, rid, required=False) or "auto"
-        if how not in FOOTPRINTS:
-            self.problem(f'unknown footprint "{how}" in {where}', file, data.line_of("footprint"), rid,
-                         did_you_mean(how, FOOTPRINTS) or f"footprints: {', '.join(FOOTPRINTS)}")
+        kind, _ = self.choice(data, "kind", where, file, rid, FINDING_KINDS, "cause", "kinds")
+        how, _ = self.choice(data, "footprint", where, file, rid, FOOTPRINTS, "auto", "footprints")
         verdict = self.text(data, "verdict", where, file, rid, required=False) or ""
         verdict_template = None
         if verdict:
@@ -541,8 +547,7 @@ class _Loader:
             self.unknown_keys(spec, PARAM_KEYS, where, file, rid)
             unit = spec.get("unit")
             if unit not in UNITS:
-                self.problem(f'unknown unit "{unit}" in {where}', file, spec.line_of("unit"), rid,
-                             did_you_mean(str(unit), UNITS) or f"units: {', '.join(UNITS)}")
+                self.unknown("unit", unit, UNITS, where, file, spec.line_of("unit"), rid, "units")
                 continue
             doc = self.text(spec, "doc", where, file, rid)
             if "default" not in spec:
@@ -616,8 +621,8 @@ class _Loader:
         names = self.string_list(data, "needs", file, rid)
         for name in names:
             if name not in CAPABILITIES:
-                self.problem(f'unknown capability "{name}" in {rid}.needs', file, data.line_of("needs"), rid,
-                             did_you_mean(name, CAPABILITIES) or f"capabilities: {', '.join(CAPABILITIES)}")
+                self.unknown("capability", name, CAPABILITIES, f"{rid}.needs", file, data.line_of("needs"), rid,
+                             "capabilities")
         return names
 
     def string_list(self, data: LineDict, key: str, file: str, rid: str | None) -> list[str]:

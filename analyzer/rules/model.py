@@ -1,7 +1,7 @@
 """Rule pack data model: frozen dataclasses built by :func:`analyzer.rules.loader.load_pack`."""
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -87,6 +87,13 @@ class Evidence:
     limit: int = 10
 
 
+def _search_folders(pack_file: str, roots: Sequence[Path]) -> list[Path]:
+    """Where a test case's relative paths are looked up, in order: ``roots``, the pack's folder and its
+    parents (the repository root), the CWD."""
+    base = Path(pack_file).resolve().parent
+    return [*roots, base, *base.parents, Path.cwd()]
+
+
 @dataclass(frozen=True)
 class RuleTest:
     """A test case: analyzing ``trace`` must make the rule fire (or stay silent)."""
@@ -99,29 +106,28 @@ class RuleTest:
     line: int = 0
     ncu: tuple[str, ...] = ()  # Nsight Compute exports joined to the trace (same resolution as trace)
 
-    def resolve(self, pack_file: str, name: str | None = None) -> Path | None:
-        """The trace file (or ``name``, e.g. one of ``ncu``): absolute, next to the pack, in a parent of
-        it, or under the CWD."""
+    def resolve(self, pack_file: str, name: str | None = None, roots: Sequence[Path] = ()) -> Path | None:
+        """The trace file (or ``name``, e.g. one of ``ncu``): absolute, under one of ``roots`` (e.g. a
+        clone of the repository, for the built-in pack's cases from an installed package), next to the
+        pack, in a parent of it, or under the CWD."""
         path = Path(self.trace if name is None else name)
         if path.is_absolute():
             return path if path.exists() else None
-        base = Path(pack_file).resolve().parent
-        for folder in (base, *base.parents, Path.cwd()):
+        for folder in _search_folders(pack_file, roots):
             if (folder / path).exists():
                 return folder / path
         return None
 
-    def resolve_all(self, pack_file: str) -> list[Path]:
+    def resolve_all(self, pack_file: str, roots: Sequence[Path] = ()) -> list[Path]:
         """The trace files: one, or, when ``trace`` is a glob (``ranks/r*.sqlite.xz``: the rank files
         of one multi-GPU job), every match in the first folder (as in :meth:`resolve`) that has any."""
         if not any(ch in self.trace for ch in "*?["):
-            one = self.resolve(pack_file)
+            one = self.resolve(pack_file, roots=roots)
             return [one] if one is not None else []
         path = Path(self.trace)
         if path.is_absolute():
             return sorted(Path(path.anchor).glob(str(path.relative_to(path.anchor))))
-        base = Path(pack_file).resolve().parent
-        for folder in (base, *base.parents, Path.cwd()):
+        for folder in _search_folders(pack_file, roots):
             hits = sorted(folder.glob(self.trace))
             if hits:
                 return hits

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from analyzer.reports.tests import layout
 from analyzer.diff.compare import DiffSettings, diff_runs
 from analyzer.diff.inputs import load_run
 from analyzer.diff.report import diff_dict, render_diff
@@ -161,3 +162,18 @@ def test_torch_profiler_rank_files_through_the_cli(tmp_path: Path, capsys: pytes
     assert printed.startswith("HEAD is 3.4x slower per step (12.4 -> 42.6 ms")
     assert "job: new straggler: the others wait 36.0 ms per step for rank 1 in HEAD" in printed
     assert "| 1 |" in out.read_text(encoding="utf-8")  # the per-rank table
+
+
+#: the job diffs compared above: each job against its twin, one report per side and the rank files
+JOB_DIFFS = [("ddp_straggler_2gpu.sqlite.xz", "ddp_straggler_fixed_2gpu.sqlite.xz"),
+             ("ddp_straggler_2gpu_rank[01].sqlite.xz", "ddp_straggler_fixed_2gpu_rank[01].sqlite.xz"),
+             ("ddp_exposed_comm_2gpu.sqlite.xz", "ddp_exposed_comm_fixed_2gpu.sqlite.xz")]
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(layout.CHROMIUM is None, reason=layout.NO_CHROMIUM)
+@pytest.mark.parametrize("base,head", JOB_DIFFS, ids=[b.split(".")[0] for b, _ in JOB_DIFFS])
+def test_job_diff_reads_well_in_a_browser(base: str, head: str, tmp_path: Path) -> None:
+    """The job diff's HTML report at 1,280 and 1,920 px: no clipped table, no squeezed column (issue 32;
+    the check: analyzer/reports/tests/layout.py)."""
+    layout.assert_html_layout(render_diff(diff(base, head), "html"), tmp_path, "job-diff")

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from analyzer.reports.tests import layout
 from analyzer.diff.compare import DEFAULT_MIN_EFFECT_PCT, DiffSettings, diff_runs
 from analyzer.reports.baseline import RunSummary, from_report, summarize
 from analyzer.pipeline import analyze_trace
@@ -304,3 +305,18 @@ def test_cuda_graph_decode_from_torch_profiler_traces() -> None:
     assert r.verdict.startswith("HEAD is 88% faster per step (6.553 -> 0.809 ms, 8.1x, 9 vs 29 steps, significant)")
     busy = {m.key: m for m in r.metrics}["gpu_busy_share"]
     assert busy.base is not None and busy.head is not None and busy.base < 0.15 and busy.head > 0.8
+
+
+#: every diff built above: each pathology against its twin, and every row of the README's table
+DIFF_PAGES = list(dict.fromkeys([*((n, f"{n}_fixed") for n in sorted(PAIRS)),
+                                 *((b, h) for b, h, _ in readme_rows("On the committed real traces (H100, round 3"))]))
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(layout.CHROMIUM is None, reason=layout.NO_CHROMIUM)
+@pytest.mark.parametrize("base,head", DIFF_PAGES, ids=[f"{b}->{h}" for b, h in DIFF_PAGES])
+def test_diff_report_reads_well_in_a_browser(base: str, head: str, tmp_path: Path) -> None:
+    """The diff's HTML report at 1,280 and 1,920 px: no clipped table, no squeezed column (issue 32; the
+    check: analyzer/reports/tests/layout.py), from the summaries the tests above compared."""
+    from analyzer.diff.report import render_diff
+    layout.assert_html_layout(render_diff(diff(summary(base), summary(head)), "html"), tmp_path, "diff")

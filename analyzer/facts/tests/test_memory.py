@@ -194,11 +194,14 @@ def test_frees_without_allocation_start_the_level_at_zero(churn) -> None:
     assert (tl["bytes"] >= 0).all() and tl["bytes"].min() == 0
     g = a.facts.get("memory_growth").iloc[0]
     assert g["unmatched_frees"] >= 1
-    from analyzer.reports.viewmodel import build_report
+    from analyzer.reports.build import build_report
 
-    notes = build_report([a]).traces[0].memory.notes
+    memory = build_report([a]).traces[0].memory
+    assert memory is not None
+    notes = memory.notes
     assert any("of memory allocated before the capture" in n for n in notes)
-    assert not build_report([churn]).traces[0].memory.notes
+    churn_memory = build_report([churn]).traces[0].memory
+    assert churn_memory is not None and not churn_memory.notes
 
 
 def test_events_without_device_and_several_processes(leak) -> None:
@@ -214,11 +217,13 @@ def test_events_without_device_and_several_processes(leak) -> None:
     assert (tl["device"] == 0).all() and (tl["bytes"] >= 0).all()
     from analyzer.reports.markdown import render_markdown
     from analyzer.reports.summary import summary_text
-    from analyzer.reports.viewmodel import build_report
+    from analyzer.reports.build import build_report
 
     view = build_report([a])
+    memory = view.traces[0].memory
+    assert memory is not None
     lost = int(((m["device"] < 0) & (m["mem_kind"] != "host")).sum())
-    assert view.traces[0].memory.notes == (
+    assert memory.notes == (
         f"{lost:,} memory events name no GPU and are left out of the memory levels",
         "GPU 0: memory events of 2 processes; their allocations are added up (each holds its own memory)")
     text, md = summary_text(view, width=400), render_markdown(view)
@@ -243,10 +248,12 @@ def test_report_formats_agree(leak, tmp_path) -> None:
     from analyzer.reports.jsonout import report_dict
     from analyzer.reports.markdown import render_markdown
     from analyzer.reports.summary import summary_text
-    from analyzer.reports.viewmodel import build_report
+    from analyzer.reports.build import build_report
 
     view = build_report([leak])
-    line = view.traces[0].memory.lines[0]
+    memory = view.traces[0].memory
+    assert memory is not None
+    line = memory.lines[0]
     assert line.startswith("GPU 0 memory (allocated): peak 2.4 GiB in step_22")
     assert "96.0 MiB per step over 19 steps" in line
     doc = report_dict(view)
@@ -275,7 +282,8 @@ def test_diff_reports_the_peak_going_down(leak, fixed) -> None:
     assert base.memory_growth_bytes == 100_705_280 and head.memory_growth_bytes == 0
     result = diff_runs(base, head, DiffSettings(), created=created)
     metrics = {m.key: m for m in result.metrics}
-    assert metrics["memory_peak_bytes"].head < metrics["memory_peak_bytes"].base / 5
+    peak_head, peak_base = metrics["memory_peak_bytes"].head, metrics["memory_peak_bytes"].base
+    assert peak_head is not None and peak_base is not None and peak_head < peak_base / 5
     assert metrics["memory_growth_bytes"].base == 100_705_280 and metrics["memory_growth_bytes"].head == 0
     note = next(n for n in result.notes if n.startswith("peak GPU memory"))
     assert note.startswith("peak GPU memory went down: 2.44 GiB in BASE, 361 MiB in HEAD (-86%)")
@@ -356,7 +364,7 @@ def test_round3_peak_per_step_in_every_format_and_diff_says_it_went_down(r3, ext
     result = diff_runs(summarize(leak), summarize(fixed), DiffSettings(),
                        created=datetime(2026, 1, 1, tzinfo=timezone.utc))
     peak = next(m for m in result.metrics if m.key == "memory_peak_bytes")
-    assert peak.head < peak.base / 4
+    assert peak.head is not None and peak.base is not None and peak.head < peak.base / 4
     assert any(n.startswith("peak GPU memory went down") for n in result.notes)
 
 

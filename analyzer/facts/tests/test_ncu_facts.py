@@ -98,7 +98,7 @@ def _ncu_verdict(text: str) -> str:
 def test_bound_agrees_with_ncu_on_public_details_csv() -> None:
     report = load_ncu(DETAILS_CSV)
     trace = _empty_trace()
-    trace.extras["ncu"] = report
+    trace.ncu = report
     kernels = FactStore(trace, WINDOW).get("ncu_kernels")
     sol = report.rules[report.rules["rule"] == "SOLBottleneck"].set_index("id")["description"]
     theirs = kernels["id"].map(sol).map(_ncu_verdict)
@@ -132,7 +132,7 @@ def test_declared_columns_cover_what_the_ncu_rules_need(name: str) -> None:
 @needs_details
 def test_facts_with_details_csv_and_no_timeline() -> None:
     trace = _empty_trace()
-    trace.extras["ncu"] = load_ncu(DETAILS_CSV)
+    trace.ncu = load_ncu(DETAILS_CSV)
     store = FactStore(trace, WINDOW)
     kernels = store.get("ncu_kernels")
     assert len(kernels) == 1
@@ -149,7 +149,7 @@ def test_facts_on_real_trace_keep_unmatched_launches() -> None:
     from analyzer.loading import load_trace
 
     trace = load_trace(NSYS_SQLITE)
-    trace.extras["ncu"] = load_ncu(DETAILS_CSV)
+    trace.ncu = load_ncu(DETAILS_CSV)
     kernels = FactStore(trace, WINDOW).get("ncu_kernels")
     assert len(kernels) == 1 and not kernels["matched"].iloc[0]
     assert kernels["unmatched_reason"].iloc[0] == "no kernel with this name on the nsys timeline"
@@ -163,7 +163,7 @@ NCU_REP = PUBLIC / "AveryClapp__ESMM-Research__profile.ncu-rep"
 def test_facts_with_real_ncu_rep() -> None:
     pytest.importorskip("ncu_report", reason="ncu_report module not installed (pip install ncu-report)")
     trace = _empty_trace()
-    trace.extras["ncu"] = load_ncu(NCU_REP)
+    trace.ncu = load_ncu(NCU_REP)
     store = FactStore(trace, WINDOW)
     kernels = store.get("ncu_kernels")
     assert len(kernels) == 12

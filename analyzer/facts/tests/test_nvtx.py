@@ -11,7 +11,7 @@ from analyzer.facts.tests._build import store, trace
 def _nested_ranges(seed: int, n_roots: int = 30):
     """Random properly nested push/pop ranges on two threads (built recursively)."""
     rng = np.random.default_rng(seed)
-    rows = []
+    rows: list[dict] = []
 
     def build(lo, hi, depth, parent, tid, prefix):
         t = lo

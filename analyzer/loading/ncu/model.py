@@ -1,11 +1,13 @@
-"""The normalized model of Nsight Compute results: :class:`NcuReport`, its columns and their meanings."""
+"""The normalized model of Nsight Compute results: :class:`NcuReport` (defined with the trace model,
+:mod:`analyzer.loading.model`, whose ``Trace.ncu`` holds it), its columns and their meanings."""
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Iterable
 
 import pandas as pd
+
+# the report itself is part of the trace model (``Trace.ncu``); defined there, named here too
+from analyzer.loading.model import NcuReport
 
 
 NCU_RAW_CSV = "ncu-raw-csv"
@@ -167,34 +169,8 @@ def empty_ncu_frame(columns: Iterable[str]) -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype=dtype(c)) for c in columns})
 
 
-@dataclass(frozen=True)
-class NcuReport:
-    """Nsight Compute results for a set of profiled launches, normalized.
-
-    ``kernels``  one row per profiled launch, :data:`NCU_KERNEL_COLUMNS` (+ :data:`NCU_JOIN_COLUMNS`
-                 once :func:`join_ncu` ran), ordered by ``id``.
-    ``metrics``  every numeric metric of every launch, wide: index ``id``, one column per metric in SI
-                 base units (raw counter names as ncu spells them; details-page display metrics as
-                 ``"<Section>: <Metric>"``), for rules that need what the normalized columns lack.
-    ``units``    metric column -> its SI base unit after conversion (``second``, ``byte``, ``%``, ...).
-    ``rules``    ncu's own rule verdicts (:data:`NCU_RULE_COLUMNS`), empty when the export has none.
-    ``stalls``   warp stall breakdown, one row per (launch, reason) (:data:`NCU_STALL_COLUMNS`).
-    """
-
-    source: tuple[Path, ...]
-    format: str  # "ncu-raw-csv" | "ncu-details-csv" | "ncu-rep" (the first file's, when merged)
-    kernels: pd.DataFrame
-    metrics: pd.DataFrame
-    rules: pd.DataFrame
-    stalls: pd.DataFrame
-    units: Mapping[str, str] = field(default_factory=dict)
-    joined: bool = False
-
-    @property
-    def name(self) -> str:
-        return ", ".join(p.name for p in self.source)
-
-    def __len__(self) -> int:
-        return len(self.kernels)
-
-
+__all__ = [
+    "NCU_DETAILS_CSV", "NCU_JOIN_COLUMNS", "NCU_JOIN_COLUMN_DOCS", "NCU_KERNEL_COLUMNS", "NCU_KERNEL_COLUMN_DOCS",
+    "NCU_RAW_CSV", "NCU_REP", "NCU_REP_MAGIC", "NCU_RULE_COLUMNS", "NCU_RULE_COLUMN_DOCS", "NCU_STALL_COLUMNS",
+    "NCU_STALL_COLUMN_DOCS", "NcuReport", "empty_ncu_frame",
+]

@@ -59,8 +59,8 @@ def profiled_totals(report: NcuReport) -> NcuReport:
 def ncu_trace(report: NcuReport) -> Trace:
     """A trace model for an Nsight Compute report analyzed on its own: no timeline frames (every
     timeline fact is empty), the GPUs ncu recorded (name, SM count, compute capability), the profiled
-    time as its duration, and the report (with :func:`profiled_totals`) in ``extras["ncu"]``;
-    ``extras["ncu_only"]`` marks it."""
+    time as its duration, and the report (with :func:`profiled_totals`) as ``Trace.ncu``;
+    ``Trace.ncu_only`` marks it."""
     from analyzer.loading.model import GPU_COLUMNS, Trace, TraceInfo, empty_frame
 
     report = profiled_totals(report)
@@ -97,7 +97,4 @@ def ncu_trace(report: NcuReport) -> Trace:
         duration_ns=int(duration.sum()),
         export_schema="ncu",
     )
-    trace = Trace.from_frames(info, gpus=gpus)
-    trace.extras["ncu"] = report
-    trace.extras["ncu_only"] = True
-    return trace
+    return replace(Trace.from_frames(info, gpus=gpus), ncu=report, ncu_only=True)

@@ -233,7 +233,7 @@ def test_background_write_is_the_loaded_trace_as_loaded(trace_file, tmp_path):
     writer = TraceCache(tmp_path / "cache", limit=10**9, background=True)
     trace = load_trace(trace_file, cache=writer)
     loaded_extras = json.loads(json.dumps(trace.extras))
-    trace.extras["ncu"] = object()  # not JSON: an entry built from it now would be refused
+    trace.extras["power_sources"] = [object()]  # not JSON: an entry built from it now would be refused
     trace.power = trace.power.iloc[:0]
     writer.wait()
     reader = TraceCache(tmp_path / "cache", limit=10**9)

@@ -10,7 +10,6 @@ import gzip
 import json
 import lzma
 import os
-import re
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +19,8 @@ from hypothesis import strategies as st
 
 from analyzer.errors import InputError
 from analyzer.loading import detect_format, load_trace
-from analyzer.loading.kineto import _memcpy_info, _memset_kind, kernel_short_name, parse_timestamps_ns
+from analyzer.loading.kernel_names import kernel_short_name
+from analyzer.loading.kineto.columns import memcpy_info, memset_kind, parse_timestamps_ns
 from analyzer.testing import DATA_DIR
 
 CPU_TRACE = DATA_DIR / "kineto" / "cpu_dataloader_starved.pt.trace.json.gz"
@@ -99,14 +99,14 @@ def test_short_name_of_kineto_spellings(name, short):
 
 def test_copy_and_memset_names():
     # Kineto's names (libkineto memcpyName/Memset, cupti_strings.cpp); ROCm's "Host" says no kind
-    assert _memcpy_info("Memcpy HtoD (Pageable -> Device)") == ("H2D", "pageable", "device")
-    assert _memcpy_info("Memcpy DtoH (Device -> Pinned)") == ("D2H", "device", "pinned")
-    assert _memcpy_info("Memcpy DtoD (Device -> Device)") == ("D2D", "device", "device")
-    assert _memcpy_info("Memcpy PtoP (Device -> Device)") == ("P2P", "device", "device")
-    assert _memcpy_info("Memcpy HtoD (Host -> Device)") == ("H2D", "unknown", "device")
-    assert _memcpy_info("Memcpy HtoD") == ("H2D", "unknown", "unknown")
-    assert _memset_kind("Memset (Device)") == "device"
-    assert _memset_kind("Memset (Unknown)") == "unknown"
+    assert memcpy_info("Memcpy HtoD (Pageable -> Device)") == ("H2D", "pageable", "device")
+    assert memcpy_info("Memcpy DtoH (Device -> Pinned)") == ("D2H", "device", "pinned")
+    assert memcpy_info("Memcpy DtoD (Device -> Device)") == ("D2D", "device", "device")
+    assert memcpy_info("Memcpy PtoP (Device -> Device)") == ("P2P", "device", "device")
+    assert memcpy_info("Memcpy HtoD (Host -> Device)") == ("H2D", "unknown", "device")
+    assert memcpy_info("Memcpy HtoD") == ("H2D", "unknown", "unknown")
+    assert memset_kind("Memset (Device)") == "device"
+    assert memset_kind("Memset (Unknown)") == "unknown"
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -211,20 +211,22 @@ def test_cli_bad_kineto_input_exits_2_without_traceback(tmp_path):
 # ----------------------------------------------------------------------------------------------------
 def _cpu_ranges(path: Path):
     """The range frame and generation of a CPU-only trace (no GPU: the loader itself refuses it)."""
-    from analyzer.loading import kineto
+    from analyzer.loading.kineto import columns, document, loader
 
     if not path.is_file():
         pytest.skip(f"{path} is absent")
-    doc = kineto._decode(gzip.decompress(path.read_bytes()), path)
+    doc = document.decode_document(gzip.decompress(path.read_bytes()), path)
     events = doc.traceEvents
     assert events
-    ranges = [e for e in events if e.ph == "X" and e.cat in kineto.RANGE_CATS]
-    group = kineto._Group(ranges, parse_timestamps_ns([e.ts for e in ranges]),
-                          np.array([round(float(e.dur) * 1000) for e in ranges], dtype=np.int64))
+    built = columns.EventColumns()
+    built.add(events)
+    quality = loader._Quality()
+    group = built.group("ranges", quality)
+    assert group.n == sum(e.ph == "X" and e.cat in document.RANGE_CATS for e in events)
     group.start -= group.start.min()
-    frame, _ = kineto._KinetoLoader(path, None, None, "kineto-json")._ranges(group, kineto._ThreadKeys())
-    empty = kineto._Group([], np.empty(0, np.int64), np.empty(0, np.int64))
-    generation = kineto._generation({e.cat for e in events if e.ph == "X"}, empty, events, group, empty)
+    frame, _ = loader._KinetoLoader(path, None, None, "kineto-json")._ranges(group, loader._ThreadKeys())
+    generation = loader.trace_generation({e.cat for e in events if e.ph == "X"}, built.group("flows", quality),
+                                         group, built.group("kernels", quality))
     return frame, generation
 
 
@@ -328,101 +330,15 @@ def test_message_size_is_nccls_count_times_element_size(tmp_path, args, nbytes, 
 
 
 # --------------------------------------------------------------------------------------------------
-# short names: vectorized scans equal the per-character loop they replaced; long names take seconds
+# short names of damaged names: never empty, and a huge one takes seconds
 # --------------------------------------------------------------------------------------------------
-def _loop_short_name(name: str) -> str:
-    """The per-character implementation kernel_short_name replaced, kept as the oracle of its vectorized
-    scans. The function's own name from a demangled kernel name, as Nsight Systems' ``shortName``:
-    ``void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, ...>(int, ...)``
-    -> ``vectorized_elementwise_kernel``; plain names (``ampere_sgemm_128x64_nn``) stay as they are.
-    Names Kineto left mangled (``_ZN19cutlass_cudnn_train6KernelI...``) give their last unqualified
-    identifier (``Kernel``)."""
-    s = name.strip()
-    if s.startswith("_Z"):
-        return _loop_mangled(s) or s
-    if s.endswith(")"):
-        i = _loop_matching(s, "(", ")")
-        if i > 0:
-            s = s[:i].rstrip()
-    while s.endswith(">"):
-        i = _loop_matching(s, "<", ">")
-        if i <= 0:
-            break
-        s = s[:i].rstrip()
-    depth, cut = 0, 0
-    for i, ch in enumerate(s):  # last "::" or space outside brackets starts the name
-        if ch in "<([{":
-            depth += 1
-        elif ch in ">)]}":
-            depth -= 1
-        elif depth == 0 and (ch == " " or (ch == ":" and s[i - 1:i + 1] == "::")):
-            cut = i + 1
-    return s[cut:] or name
-
-
-_OLD_SOURCE_NAME = re.compile(r"(\d+)")
-
-
-def _loop_mangled(s: str) -> str:
-    """The last identifier of an Itanium-mangled name's (nested) name: ``_ZN3foo3barEv`` -> ``bar``,
-    ``_Z6kernelPf`` -> ``kernel`` ("" when it does not parse)."""
-    i = 2
-    nested = s.startswith("_ZN")
-    if nested:
-        i = 3
-        while i < len(s) and s[i] in "rVKRO":  # cv- and ref-qualifiers of member functions
-            i += 1
-    last = ""
-    while i < len(s):
-        m = _OLD_SOURCE_NAME.match(s, i)
-        if not m:
-            break
-        size = int(m.group(1))
-        start = m.end()
-        if size <= 0 or start + size > len(s):
-            break
-        last = s[start:start + size]
-        i = start + size
-        if not nested:
-            break
-    return last
-
-
-def _loop_matching(s: str, open_ch: str, close_ch: str) -> int:
-    """Index of the bracket that opens the one closing ``s`` (-1 if unbalanced)."""
-    depth = 0
-    for i in range(len(s) - 1, -1, -1):
-        ch = s[i]
-        if ch == close_ch and not (close_ch == ">" and i > 0 and s[i - 1] == "-"):
-            depth += 1
-        elif ch == open_ch:
-            depth -= 1
-            if depth == 0:
-                return i
-    return -1
-
-
 _NAME_ALPHABET = "ab_: <>()[]{}-,&*0123456789\u00e9\u4e2d"
 
 
 @settings(max_examples=400, deadline=None)
 @given(st.text(alphabet=_NAME_ALPHABET, max_size=60))
-def test_short_name_equals_the_per_character_loop(name):
-    assert kernel_short_name(name) == _loop_short_name(name)
-
-
-def test_short_name_of_chunk_spanning_names_equals_the_loop(monkeypatch):
-    """Names longer than a scan chunk (made small here): depth and the byte before a chunk carry over."""
-    import analyzer.loading.kineto as kineto
-    import analyzer.loading.names as names
-
-    monkeypatch.setattr(names, "_SCAN_CHUNK", 7)
-    rng = np.random.default_rng(1)
-    for _ in range(300):
-        name = "".join(rng.choice(list(_NAME_ALPHABET), size=int(rng.integers(0, 80))))
-        assert kineto.kernel_short_name(name) == _loop_short_name(name), name
-    for name in ("void a::b<c->d, e<f> >(int)", "x::y<(a) -> b>(g::h<i>)", "void ns::k\u00e9rnel<1>(float*)"):
-        assert kineto.kernel_short_name(name) == _loop_short_name(name)
+def test_short_name_of_any_text_is_never_empty(name):
+    assert (kernel_short_name(name) != "") == (name.strip() != "")
 
 
 def test_short_name_of_a_huge_name_takes_seconds():
@@ -462,27 +378,3 @@ def test_values_out_of_range_are_counted_and_noted_once(tmp_path):
         assert render(report, fmt).count("Data quality: this torch.profiler trace") == 1, fmt
     healthy = load_trace(DATA_DIR / "kineto" / "healthy.pt.trace.json.gz")
     assert "notes" not in healthy.extras and not healthy.extras["kineto"]["out_of_range"]
-
-
-def _loop_strip_trailing_group(s: str, open_ch: str, close_ch: str) -> str:
-    """ncu's per-character loop that analyzer.loading.names.matching_open replaced (no ``->`` rule)."""
-    if not s.endswith(close_ch):
-        return s
-    depth = 0
-    for i in range(len(s) - 1, -1, -1):
-        if s[i] == close_ch:
-            depth += 1
-        elif s[i] == open_ch:
-            depth -= 1
-            if depth == 0:
-                return s[:i].rstrip()
-    return s
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.text(alphabet=_NAME_ALPHABET, max_size=60))
-def test_ncu_trailing_group_equals_its_per_character_loop(name):
-    from analyzer.loading.ncu.names import _strip_trailing_group
-
-    for pair in (("(", ")"), ("<", ">")):
-        assert _strip_trailing_group(name, *pair) == _loop_strip_trailing_group(name, *pair)

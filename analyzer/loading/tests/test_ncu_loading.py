@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 import types
+from typing import Any
 from pathlib import Path
 
 import numpy as np
@@ -404,9 +405,9 @@ def _trace(kernels: pd.DataFrame) -> Trace:
 def _nsys_kernels(rows: list[tuple[str, tuple[int, int, int], tuple[int, int, int], int, int]]) -> pd.DataFrame:
     """Minimal kernels frames for the matching algorithm: (name, grid, block, start, duration)."""
     base = empty_frame(KERNEL_COLUMNS)
-    data = {c: [] for c in base.columns}
+    data: dict[str, list[Any]] = {c: [] for c in base.columns}
     for i, (name, grid, block, start, dur) in enumerate(rows):
-        rec = {c: -1 for c in base.columns}
+        rec: dict[str, Any] = {c: -1 for c in base.columns}
         rec.update({c: "" for c in ("short_name", "api_name", "nvtx_range", "nvtx_path", "attribution")})
         rec.update(start=start, end=start + dur, duration=dur, name=name, short_name=kernel_base_name(name),
                    grid_x=grid[0], grid_y=grid[1], grid_z=grid[2], block_x=block[0], block_y=block[1],
@@ -420,7 +421,7 @@ def _ncu(rows: list[tuple[str, tuple[int, int, int], tuple[int, int, int]]]) -> 
     k = empty_ncu_frame(NCU_KERNEL_COLUMNS)
     recs = []
     for i, (name, grid, block) in enumerate(rows):
-        rec = {c: np.nan for c in NCU_KERNEL_COLUMNS}
+        rec: dict[str, Any] = {c: np.nan for c in NCU_KERNEL_COLUMNS}
         rec.update(id=i, ncu_id=i, name=name, short_name=kernel_base_name(name), grid_x=grid[0], grid_y=grid[1],
                    grid_z=grid[2], block_x=block[0], block_y=block[1], block_z=block[2])
         recs.append(rec)

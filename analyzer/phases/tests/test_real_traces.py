@@ -81,6 +81,32 @@ def test_kernels_match_nsys_kern_sum(name):
     ours = ours.loc[ref.index]
     assert (ref["count"].astype("int64") == ours["count"]).all()
     assert (ref["total"].astype("int64") == ours["total_ns"]).all()
+    # names nsys lists once: shortest, longest and median launch too (nsys prints one decimal)
+    once = stats.groupby("Name").filter(lambda g: len(g) == 1).set_index("Name")
+    mine = ours.loc[once.index]
+    assert (once["Min (ns)"].astype("int64") == mine["min_ns"]).all()
+    assert (once["Max (ns)"].astype("int64") == mine["max_ns"]).all()
+    assert ((once["Med (ns)"].astype(float) - mine["median_ns"]).abs() <= 0.05 + 1e-6).all()
+
+
+@pytest.mark.parametrize("name", NAMES[:3])
+def test_top_kernels_is_the_facts_table(name):
+    """The phase tables' top_kernels over the whole trace is the top_kernels fact over a window holding
+    every kernel: one implementation (same rows, order, shares, categories)."""
+    from analyzer.analysis import Window
+    from analyzer.facts import FactStore
+
+    _, trace = load(name)
+    k = trace.kernels
+    everything = Window(int(k["start"].min()), int(k["start"].max()) + 1, "full", "every kernel")
+    fact = FactStore(trace, everything).get("top_kernels")
+    view = top_kernels(trace, exclude=())
+    assert len(view) > 1 and view["count"].sum() == len(k)
+    pd.testing.assert_frame_equal(view.astype({"category": object}), fact.astype({"category": object}),
+                                  check_exact=True)
+    # largest total first, equal totals by name
+    assert view.equals(view.sort_values(["total_ns", "name"], ascending=[False, True], kind="stable",
+                                        ignore_index=True))
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if "_forward_ctx" not in n])

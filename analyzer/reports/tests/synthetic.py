@@ -46,8 +46,8 @@ class FakeNcu:
 
 
 def _trace(name: str, kernel_names: list[str], nvtx_texts: list[str], process: str) -> Trace:
-    gpus = pd.DataFrame([{c: 0 for c in GPU_COLUMNS} | {"device": d, "name": "NVIDIA H100 80GB HBM3",
-                                                        "sm_count": 132} for d in (0, 1)])
+    gpus = pd.DataFrame([{**{c: 0 for c in GPU_COLUMNS}, "device": d, "name": "NVIDIA H100 80GB HBM3",
+                          "sm_count": 132} for d in (0, 1)])
     n = 400
     starts = np.arange(n, dtype="int64") * (2 * MS) + 100 * MS
     kern = pd.DataFrame({c: np.zeros(n, dtype="int64") for c in KERNEL_COLUMNS if c not in ("name", "short_name")})

@@ -9,8 +9,9 @@ import pytest
 
 from analyzer.findings import Finding, Scope, Severity
 from analyzer.reports import Limits, build_report, render
+from analyzer.reports.sections.phases import phase_caption
 from analyzer.reports.tests.synthetic import MS, make_analysis
-from analyzer.reports.viewmodel import EvidenceTable, Link, phase_caption
+from analyzer.reports.viewmodel import EvidenceTable, Link
 
 CREATED = datetime(2026, 1, 1, tzinfo=timezone.utc)
 

@@ -122,3 +122,32 @@ def test_decompress_xz(tmp_path):
     plain = tmp_path / "plain.sqlite"
     assert decompress(plain, target_dir) == plain
     assert isinstance(target, Path)
+
+
+def test_builtin_cases_without_their_traces_are_skipped(write, tmp_path, monkeypatch):
+    """An installed package has the built-in pack but not the repository's tests/data: its cases are
+    skipped with one line saying where the traces are (exit 0), a user pack's missing trace still fails,
+    and --data points at a folder holding them."""
+    from analyzer.rules import loader
+
+    builtin = write(pack_text(rule(tests=[{"trace": "data/starved.sqlite", "expect": "fire"}])), "builtin.yaml")
+    monkeypatch.setattr(loader, "BUILTIN_PACKS", {"default": builtin})
+    monkeypatch.chdir(tmp_path)
+    analyze, calls = _fake_analyze({"starved.sqlite"})
+    monkeypatch.setattr("analyzer.commands.rules.default_analyze", analyze)
+    pack = load_pack(builtin, facts=FACTS, scalars=SCALARS)
+    assert [r.outcome for r in run_rule_tests(pack, analyze=analyze)] == ["skipped"]
+    result = invoke("test", "--rules", str(builtin))
+    assert result.exit_code == 0, result.output
+    assert "0 passed, 0 failed, 1 skipped" in result.output and "RESULT" not in result.output
+    assert "traces (data/starved.sqlite) that ship with the source repository" in result.output
+    assert "--data CLONE" in result.output and not calls
+    clone = tmp_path / "clone"
+    (clone / "data").mkdir(parents=True)
+    (clone / "data" / "starved.sqlite").write_bytes(b"")
+    result = invoke("test", "--rules", str(builtin), "--data", str(clone))
+    assert result.exit_code == 0 and "1 passed, 0 failed" in result.output and "skipped" not in result.output
+    assert calls and calls[0][0] == "starved.sqlite"
+    user = write(pack_text(rule(tests=[{"trace": "data/starved.sqlite", "expect": "fire"}])), "mine.yaml")
+    result = invoke("test", "--rules", str(user))
+    assert result.exit_code == 1 and "MISSING" in result.output and "trace file not found" in result.output

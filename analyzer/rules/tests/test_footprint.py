@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from analyzer.analysis import Window
-from analyzer.rules.footprint import _build, _coarsen, _merge
+from analyzer.rules.footprint import _build, _coarsen, merge_intervals
 
 
 def _covers(s, e, s2, e2) -> bool:
@@ -21,7 +21,7 @@ def test_coarsen_keeps_at_most_the_limit_and_covers_the_input(seed):
     n = 5000
     start = np.cumsum(rng.integers(1, 50, n) * rng.choice([1, 10], n)).astype(float)
     end = start + rng.integers(1, 5, n)
-    s, e = _merge(start, end)
+    s, e = merge_intervals(start, end)
     s2, e2 = _coarsen(s, e, 100)
     assert len(s2) <= 100 and (s2[1:] > e2[:-1]).all()
     assert _covers(s, e, s2, e2) and s2[0] == s[0] and e2[-1] == e[-1]

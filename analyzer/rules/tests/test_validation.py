@@ -38,6 +38,11 @@ CASES = {
                      "severity:"),
     "bad-scope": ({"scope": "devices"}, 'unknown scope "devices" in GPU001; did you mean "device"?', "scope:"),
     "unknown-fact": ({"source": "gap"}, 'unknown fact "gap" in GPU001.source; did you mean "gaps"?', "source:"),
+    # no close name: the hint lists them all
+    "unlisted-category": ({"category": "zzz"}, 'unknown category "zzz" in GPU001; categories: ', "category:"),
+    "bad-kind": ({"kind": "zzz"}, 'unknown kind "zzz" in GPU001; kinds: cause, symptom', "kind:"),
+    "bad-footprint": ({"footprint": "idle_befor"},
+                      'unknown footprint "idle_befor" in GPU001; did you mean "idle_before"?', "footprint:"),
     "unknown-unit": ({"parameters": {"min_gap": {"default": "1ms", "unit": "durations", "doc": "d"}}},
                      'unknown unit "durations"', "unit: durations"),
     "bad-default": ({"parameters": {"min_gap": {"default": "1", "unit": "duration", "doc": "d"}}},

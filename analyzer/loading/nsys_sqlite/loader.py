@@ -1,30 +1,10 @@
-"""Nsight Systems SQLite export -> :class:`~analyzer.loading.model.Trace`.
-
-Schema detection, not version switches: the export's tables and columns move between nsys releases
-(2020.3 has no metadata table and inline NVTX text, 2022.4/2023.1 call the metadata ``EXPORT_META_DATA``,
-later releases ``META_DATA_EXPORT``; ``greenContextId``, ``textId``, ``jsonTextId``, ``domainId`` come
-and go). Every query selects only columns that ``PRAGMA table_info`` lists; a missing optional table
-becomes an empty frame.
-
-Times: nsys stores nanoseconds on the session clock. The origin is ``ANALYSIS_DETAILS.startTime`` when
-the events lie inside ``[startTime, stopTime]`` (2022.4 and 2025.3 exports), ``0`` when the export's
-events are already session-relative (2023.1 exports whose ``ANALYSIS_DETAILS`` uses another clock base),
-the session start (``TARGET_INFO_SESSION_START_TIME``) when timestamps were exported as UTC
-(``--ts-normalize``), else the earliest event (2020.3 exports have no ``ANALYSIS_DETAILS``).
-
-Stages: (1) fetch integer columns of every table we use, concurrently on the ADBC backend
-(:mod:`analyzer.loading.sqlite_reader`); (2) time base, trace-relative times; (3) NVTX nesting, paths and
-per-thread step functions (:mod:`analyzer.loading.attribution`); (4) API frame with its own thread's
-range; (5) GPU operations joined to their launching call on (pid, correlationId) and from it to the NVTX
-range (thread, else process fallback); (6) GPUs, processes, threads. Strings are resolved once per
-distinct ``StringIds`` id and shared between rows (object columns, as :func:`empty_frame` makes them).
+"""The trace model (:class:`~analyzer.loading.model.Trace`) built from an Nsight Systems export: the
+stages of :mod:`analyzer.loading.nsys_sqlite`, from fetched columns to frames.
 """
 from __future__ import annotations
 
-import re
 import sqlite3
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,18 +12,19 @@ import numpy as np
 import pandas as pd
 
 from analyzer.errors import InputError
-from analyzer.loading.api_names import host_side_summary, launch_calls
 from analyzer.loading import attribution as attr
 from analyzer.loading.capabilities import missing_capabilities
-from analyzer.loading.common import CC_LIMITS, DEFAULT_SMEM_PER_BLOCK, strip_api_suffix  # noqa: F401 (re-exported)
-from analyzer.loading.common import text_column as _text_column
+from analyzer.loading.columns import TextCodes
 from analyzer.loading.common import by_start as _by_start
 from analyzer.loading.common import contract_frame as _frame
 from analyzer.loading.common import fill_cc_limits as _fill_cc_limits
+from analyzer.loading.common import strip_api_suffix
 from analyzer.loading.common import text_as_object as _text_as_object
+from analyzer.loading.common import text_column as _text_column
 from analyzer.loading.model import (
     API_COLUMNS,
     GPU_COLUMNS,
+    GRAPH_EXECUTION,
     KERNEL_COLUMNS,
     MEMCPY_COLUMNS,
     MEMORY_COLUMNS,
@@ -51,415 +32,63 @@ from analyzer.loading.model import (
     NVTX_COLUMNS,
     PROCESS_COLUMNS,
     SYNC_COLUMNS,
-    GRAPH_EXECUTION,
     THREAD_COLUMNS,
     Trace,
     TraceInfo,
     empty_frame,
 )
-from analyzer.loading.columns import TextCodes
+from analyzer.loading.nsys_sqlite.decode import (
+    TIME_MAX,
+    StringTable,
+    direction_label,
+    enum_names,
+    int_or_none,
+    map_codes,
+    memkind_label,
+    memory_kind_label,
+    min_not_negative,
+    pid_of,
+    property_int,
+    sync_label,
+    tid_of,
+)
+from analyzer.loading.nsys_sqlite.schema import (
+    API_FETCH,
+    DRIVER_TABLE,
+    EVENT_CLASS_DRIVER,
+    GRAPH_FETCH,
+    GRAPH_TABLE,
+    KERNEL_FETCH,
+    KERNEL_TABLE,
+    MEM_KIND_NAMES,
+    MEMCPY_FETCH,
+    MEMCPY_KIND_NAMES,
+    MEMCPY_TABLE,
+    MEMORY_FETCH,
+    MEMORY_OPER_NAMES,
+    MEMORY_TABLE,
+    MEMSET_FETCH,
+    MEMSET_TABLE,
+    NARROW_FETCH,
+    NVTX_DOMAIN_CREATE,
+    NVTX_FETCH,
+    NVTX_MARK,
+    NVTX_PUSHPOP,
+    NVTX_STARTEND,
+    NVTX_TABLE,
+    NVTX_WANTED,
+    RUNTIME_TABLE,
+    SYNC_FETCH,
+    SYNC_TABLE,
+    SYNC_TYPE_NAMES,
+    Schema,
+    backtrace_event_classes,
+    detect_schema,
+    no_gpu_activity,
+)
 from analyzer.loading.sqlite_reader import IntColumns, SqliteReader, ValuesIn, release_free_memory
 
 Progress = Callable[[str], None]
-
-KERNEL_TABLE = "CUPTI_ACTIVITY_KIND_KERNEL"
-MEMCPY_TABLE = "CUPTI_ACTIVITY_KIND_MEMCPY"
-MEMSET_TABLE = "CUPTI_ACTIVITY_KIND_MEMSET"
-RUNTIME_TABLE = "CUPTI_ACTIVITY_KIND_RUNTIME"
-DRIVER_TABLE = "CUPTI_ACTIVITY_KIND_DRIVER"
-SYNC_TABLE = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
-#: whole CUDA graph executions (nsys' default --cuda-graph-trace=graph: the graph's kernels are not traced)
-GRAPH_TABLE = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
-NVTX_TABLE = "NVTX_EVENTS"
-MEMORY_TABLE = "CUDA_GPU_MEMORY_USAGE_EVENTS"  # nsys profile --cuda-memory-usage=true
-METADATA_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")
-
-# tables that mark a file as an nsys export (any one suffices)
-NSYS_MARKER_TABLES = ("StringIds", "TARGET_INFO_GPU", KERNEL_TABLE, RUNTIME_TABLE, NVTX_TABLE,
-                      "ThreadNames", *METADATA_TABLES)
-
-# NVTX event types (ENUM_NSYS_EVENT_TYPE)
-NVTX_MARK, NVTX_PUSHPOP, NVTX_STARTEND, NVTX_DOMAIN_CREATE = 34, 59, 60, 75
-
-# nsys ENUM_NSYS_EVENT_CLASS ids for CUPTI_ACTIVITY_KIND_RUNTIME.eventClass
-EVENT_CLASS_DRIVER = 1
-#: "CUDA backtrace", "... start", "... finish" (nsys 2025.3's ENUM_NSYS_EVENT_CLASS), used when the
-#: export has no enum table
-EVENT_CLASS_BACKTRACE = frozenset({67, 68, 69})
-
-
-def backtrace_event_classes(reader: SqliteReader) -> frozenset[int]:
-    """Event classes of the runtime table's backtrace rows, from ``ENUM_NSYS_EVENT_CLASS`` when present."""
-    table = "ENUM_NSYS_EVENT_CLASS"
-    if reader.has(table) and {"id", "name"} <= set(reader.columns(table)):
-        found = [_int_or_none(i) for i, name in reader.query(f'SELECT id, name FROM "{table}"')
-                 if "BACKTRACE" in str(name).upper()]
-        return frozenset(i for i in found if i is not None)
-    return EVENT_CLASS_BACKTRACE
-
-# Fallbacks when the export lacks the ENUM_* tables (2020.3): nsys's own numbering, identical in the
-# ENUM_CUDA_MEMCPY_OPER / ENUM_CUDA_MEM_KIND / ENUM_CUPTI_SYNC_TYPE tables of 2022.4 and 2023.1 exports.
-MEMCPY_KIND_NAMES = {
-    0: "CUDA_MEMCPY_KIND_UNKNOWN", 1: "CUDA_MEMCPY_KIND_HTOD", 2: "CUDA_MEMCPY_KIND_DTOH",
-    3: "CUDA_MEMCPY_KIND_HTOA", 4: "CUDA_MEMCPY_KIND_ATOH", 5: "CUDA_MEMCPY_KIND_ATOA",
-    6: "CUDA_MEMCPY_KIND_ATOD", 7: "CUDA_MEMCPY_KIND_DTOA", 8: "CUDA_MEMCPY_KIND_DTOD",
-    9: "CUDA_MEMCPY_KIND_HTOH", 10: "CUDA_MEMCPY_KIND_PTOP", 11: "CUDA_MEMCPY_KIND_UVM_HTOD",
-    12: "CUDA_MEMCPY_KIND_UVM_DTOH", 13: "CUDA_MEMCPY_KIND_UVM_DTOD",
-}
-MEM_KIND_NAMES = {
-    0: "CUDA_MEMOPR_MEMORY_KIND_PAGEABLE", 1: "CUDA_MEMOPR_MEMORY_KIND_PINNED",
-    2: "CUDA_MEMOPR_MEMORY_KIND_DEVICE", 3: "CUDA_MEMOPR_MEMORY_KIND_ARRAY",
-    4: "CUDA_MEMOPR_MEMORY_KIND_MANAGED", 5: "CUDA_MEMOPR_MEMORY_KIND_DEVICE_STATIC",
-    6: "CUDA_MEMOPR_MEMORY_KIND_MANAGED_STATIC", 7: "CUDA_MEMOPR_MEMORY_KIND_UNKNOWN",
-}
-SYNC_TYPE_NAMES = {
-    0: "CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_UNKNOWN",
-    1: "CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_EVENT_SYNCHRONIZE",
-    2: "CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_WAIT_EVENT",
-    3: "CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_SYNCHRONIZE",
-    4: "CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_CONTEXT_SYNCHRONIZE",
-}
-
-# what the loader fetches: output name -> column (absent columns read as -1)
-_OP_FETCH = {"start": "start", "end": "end", "device": "deviceId", "context": "contextId",
-             "stream": "streamId", "correlation_id": "correlationId", "global_pid": "globalPid"}
-KERNEL_FETCH = _OP_FETCH | {
-    "short_id": "shortName", "name_id": "demangledName",
-    "grid_x": "gridX", "grid_y": "gridY", "grid_z": "gridZ",
-    "block_x": "blockX", "block_y": "blockY", "block_z": "blockZ",
-    "registers_per_thread": "registersPerThread", "static_smem": "staticSharedMemory",
-    "dynamic_smem": "dynamicSharedMemory", "launch_type": "launchType", "graph_node_id": "graphNodeId",
-    "graph_id": "graphId"}
-GRAPH_FETCH = _OP_FETCH | {"graph_id": "graphId"}
-MEMCPY_FETCH = _OP_FETCH | {"bytes": "bytes", "copy_kind": "copyKind", "src_kind": "srcKind", "dst_kind": "dstKind"}
-MEMSET_FETCH = _OP_FETCH | {"bytes": "bytes", "mem_kind": "memKind"}
-SYNC_FETCH = _OP_FETCH | {"sync_type": "syncType"}
-API_FETCH = {"start": "start", "end": "end", "global_tid": "globalTid", "correlation_id": "correlationId",
-             "name_id": "nameId", "return_value": "returnValue", "event_class": "eventClass"}
-MEMORY_FETCH = {"start": "start", "global_pid": "globalPid", "device": "deviceId", "address": "address",
-                "bytes": "bytes", "mem_kind": "memKind", "oper": "memoryOperationType",
-                "correlation_id": "correlationId", "stream": "streamId", "pool_bytes": "localMemoryPoolSize"}
-#: ENUM_CUDA_DEV_MEM_EVENT_OPER as nsys 2025.3 writes it, for exports without the enum table
-MEMORY_OPER_NAMES = {0: "CUDA_DEV_MEM_EVENT_OPR_ALLOCATION", 1: "CUDA_DEV_MEM_EVENT_OPR_DEALLOCATION"}
-NVTX_FETCH = {"start": "start", "end": "end", "event_type": "eventType", "global_tid": "globalTid",
-              "text_id": "textId", "domain_id": "domainId"}
-# fetched columns stored in 32 bits when the trace's values fit (ids, enums, launch dimensions)
-NARROW_FETCH = frozenset({
-    "device", "context", "stream", "correlation_id", "short_id", "name_id", "grid_x", "grid_y", "grid_z",
-    "block_x", "block_y", "block_z", "registers_per_thread", "static_smem", "dynamic_smem", "launch_type",
-    "graph_node_id", "graph_id", "copy_kind", "src_kind", "dst_kind", "mem_kind", "sync_type", "return_value",
-    "event_class", "event_type", "text_id", "domain_id"})
-NVTX_WANTED = ValuesIn("eventType", (NVTX_MARK, NVTX_PUSHPOP, NVTX_STARTEND, NVTX_DOMAIN_CREATE))
-
-# ----------------------------------------------------------------------------------------------------
-# schema
-# ----------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Schema:
-    """What the loader recognised about an export."""
-
-    generation: str  # "2020" | "2022" | "2023" | "2024+"
-    nsys_version: str | None
-    schema_version: str | None
-    metadata: dict[str, str] = field(default_factory=dict)
-    hostname: str | None = None
-
-
-_WSL = re.compile(r"(?i)microsoft|wsl")
-
-
-def _no_gpu_activity(r: SqliteReader, shown: Path) -> InputError:
-    """The one line for an export without GPU operations: the host side the API calls still tell (calls,
-    launches per second, synchronization time) and the likely reason from the export itself (WSL2's
-    kernel string, CUDA tracing off in the capture settings)."""
-    calls: list[tuple[str, int, int, int, int]] = []
-    for table in (RUNTIME_TABLE, DRIVER_TABLE):
-        if r.has(table) and r.has("StringIds") and {"nameId", "start", "end"} <= set(r.columns(table)):
-            try:
-                calls += [(str(n), int(c), int(d or 0), int(a or 0), int(b or 0)) for n, c, d, a, b in r.query(
-                    f'SELECT s.value, COUNT(*), SUM(t."end" - t.start), MIN(t.start), MAX(t."end") '
-                    f'FROM "{r.table(table)}" t JOIN StringIds s ON s.id = t.nameId GROUP BY t.nameId')]
-            except sqlite3.DatabaseError:
-                calls = []
-    env: dict[str, str] = {}
-    if r.has("TARGET_INFO_SYSTEM_ENV") and {"name", "value"} <= set(r.columns("TARGET_INFO_SYSTEM_ENV")):
-        env = {str(k): str(v) for k, v in r.query(
-            "SELECT name, value FROM TARGET_INFO_SYSTEM_ENV WHERE name IN "
-            "('SoftwareReleaseVersion', 'OsDescription')")}
-    capture: list[tuple[str, str]] = []
-    if r.has("META_DATA_CAPTURE") and {"name", "value"} <= set(r.columns("META_DATA_CAPTURE")):
-        capture = [(str(k), str(v)) for k, v in r.query(
-            "SELECT name, value FROM META_DATA_CAPTURE WHERE name LIKE '%COLLECT_CUDA_TRACE'")]
-    wsl = next((v for v in env.values() if _WSL.search(v)), None)
-    if not launch_calls([(n, c, d) for n, c, d, _a, _b in calls]):
-        if capture and all(v.lower() == "false" for _, v in capture):
-            why = "CUDA tracing was off in the capture (nsys profile without --trace=cuda)"
-        else:
-            why = (f"{sum(c for _n, c, *_ in calls):,} CUDA API calls but no kernel launch: the program launched no "
-                   "GPU work inside the capture range" if calls else "no CUDA API call either: the program did "
-                   "not use CUDA inside the capture range")
-        return InputError(shown, f"trace contains no GPU activity (no kernels, memcpy or memset rows): {why}",
-                          hint="profile with CUDA tracing on (nsys profile --trace=cuda,nvtx ...) and make sure the "
-                               "program launches GPU work inside the capture range")
-    span = max(b for *_, b in calls) - min(a for *_, a in calls)
-    host = host_side_summary([(n, c, d) for n, c, d, _a, _b in calls], span)
-    if wsl:
-        why = (f"it was recorded on WSL2 ({wsl}), where Nsight Systems records the CUDA calls but no GPU "
-               "activity")
-        hint = "profile on native Linux for the GPU timeline"
-    else:
-        why = ("the CUDA calls were recorded but no GPU activity: WSL2 and some virtualized GPUs record none, "
-               "and another profiler holding CUPTI at the same time (DCGM profiling, a second nsys) takes it")
-        hint = "profile on native Linux with no other profiler attached"
-    return InputError(shown, f"trace contains no GPU activity (no kernels, memcpy or memset rows): {host}; {why}",
-                      hint=hint)
-
-
-def detect_schema(reader: SqliteReader) -> Schema:
-    """Identify the export generation from its metadata table (absent before 2022)."""
-    if not any(reader.has(t) for t in NSYS_MARKER_TABLES):
-        raise InputError(
-            reader.path,
-            "SQLite file has no Nsight Systems tables (no StringIds, CUPTI_ACTIVITY_KIND_*, NVTX_EVENTS)",
-            hint="export the report with: nsys export --type sqlite -o OUT.sqlite IN.nsys-rep",
-        )
-    meta: dict[str, str] = {}
-    for t in METADATA_TABLES:
-        if reader.has(t) and {"name", "value"} <= set(reader.columns(t)):
-            meta = {str(k): str(v) for k, v in reader.query(f'SELECT name, value FROM "{reader.table(t)}"')}
-            break
-    version = meta.get("EXPORT_PRODUCT_VERSION")
-    schema_version = meta.get("EXPORT_SCHEMA_VERSION")
-    hostname = None
-    if reader.has("TARGET_INFO_SYSTEM_ENV") and {"name", "value"} <= set(reader.columns("TARGET_INFO_SYSTEM_ENV")):
-        rows = reader.query("SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'Hostname' LIMIT 1")
-        hostname = str(rows[0][0]) if rows else None
-    if not meta:
-        generation = "2020"
-    else:
-        year = _year(version or meta.get("EXPORT_PRODUCT_DATE", ""))
-        if year is None or year >= 2024:
-            generation = "2024+"
-        elif year >= 2023:
-            generation = "2023"
-        else:
-            generation = "2022"
-    return Schema(generation, version, schema_version, meta, hostname)
-
-
-def _year(version: str) -> int | None:
-    m = re.match(r"(\d{4})", version or "")
-    return int(m.group(1)) if m else None
-
-
-# ----------------------------------------------------------------------------------------------------
-# strings and enums
-# ----------------------------------------------------------------------------------------------------
-class StringTable:
-    """``StringIds`` as an id-indexed object array; lookups are one vectorized ``take``."""
-
-    def __init__(self, reader: SqliteReader) -> None:
-        rows = reader.query("SELECT id, value FROM StringIds") if reader.has("StringIds") else []
-        try:
-            ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-        except (TypeError, ValueError, OverflowError) as exc:
-            raise InputError(reader.path, f"StringIds holds a non-integer id ({exc})",
-                             hint="the export is damaged; export it again") from None
-        if len(ids) and (ids < 0).any():
-            keep = ids >= 0
-            rows = [r for r, k in zip(rows, keep) if k]
-            ids = ids[keep]
-        # nsys numbers strings 0..n-1; ids far beyond the row count (a damaged export) would make the
-        # id-indexed table huge, so such a table is indexed by the sorted ids instead
-        self._remap: np.ndarray | None = None
-        if len(ids) and int(ids.max()) > 4 * len(ids) + (1 << 20):
-            order = np.argsort(ids, kind="stable")
-            self._remap = ids[order]
-            rows = [rows[i] for i in order.tolist()]
-            ids = np.arange(len(ids), dtype=np.int64)
-        size = int(ids.max()) + 2 if len(ids) else 1
-        self._values = np.full(size, "", dtype=object)
-        if len(ids):
-            self._values[ids] = [r[1] if isinstance(r[1], str) else "" for r in rows]
-        self._default = size - 1  # always ""
-        self._empty: np.ndarray | None = None
-
-    def _dense(self, ids: np.ndarray) -> np.ndarray:
-        """``ids`` as indexes of ``_values`` (-1 where unknown) when the table is remapped."""
-        if self._remap is None:
-            return ids
-        pos = np.searchsorted(self._remap, ids)
-        found = pos < len(self._remap)
-        found[found] = self._remap[pos[found]] == ids[found]
-        return np.where(found, pos, -1)
-
-    def _safe(self, ids: np.ndarray) -> np.ndarray:
-        """``ids`` with -1/NULL and unknown ids replaced by the index of ``""`` (``ids`` itself when every
-        id is known: one min/max pass)."""
-        size = len(self._values)
-        if not len(ids) or (int(ids.min()) >= 0 and int(ids.max()) < size):
-            return ids
-        return np.where((ids < 0) | (ids >= size), self._default, ids)
-
-    def lookup(self, ids: np.ndarray) -> np.ndarray:
-        """Text for each id (``""`` for -1/NULL or unknown ids)."""
-        return self._values[self._safe(self._dense(ids))]
-
-    def codes(self, ids: np.ndarray, fn: Callable[[str], str] | None = None) -> TextCodes:
-        """The text of each id as :class:`TextCodes` over the distinct ids used (``fn`` applied once
-        per distinct id, e.g. API suffix stripping); no per-row string is touched."""
-        size = len(self._values)
-        safe = self._safe(self._dense(ids))
-        present = np.zeros(size, dtype=bool)
-        present[safe] = True
-        used = np.flatnonzero(present)
-        labels = self._values[used]
-        if fn is not None:
-            labels = np.array([fn(t) for t in labels], dtype=object)
-        dense = np.full(size, -1, dtype=np.int32)
-        dense[used] = np.arange(len(used), dtype=np.int32)
-        return TextCodes(dense[safe], labels)
-
-    def is_empty(self, ids: np.ndarray) -> np.ndarray:
-        """Per id: its text is ``""`` (or the id is -1/NULL/unknown)."""
-        if self._empty is None:
-            self._empty = self._values == ""
-        return self._empty[self._safe(self._dense(ids))]
-
-    def mapped(self, ids: np.ndarray, fn: Callable[[str], str]) -> np.ndarray:
-        """``fn`` applied once per distinct id, then broadcast (e.g. API suffix stripping)."""
-        size = len(self._values)
-        safe = self._safe(self._dense(ids))
-        present = np.zeros(size, dtype=bool)
-        present[safe] = True
-        table = np.full(size, "", dtype=object)
-        used = np.flatnonzero(present)
-        table[used] = [fn(t) for t in self._values[used]]
-        return table[safe]
-
-
-def _enum(reader: SqliteReader, table: str, fallback: dict[int, str]) -> dict[int, str]:
-    if reader.has(table) and {"id", "name"} <= set(reader.columns(table)):
-        rows = reader.query(f'SELECT id, name FROM "{reader.table(table)}"')
-        mapping = {k: str(n) for k, n in ((_int_or_none(i), n) for i, n in rows) if k is not None}
-        if mapping:  # NULL or text ids name no value
-            return mapping
-    return dict(fallback)
-
-
-def _map_codes(codes: np.ndarray, mapping: dict[int, str], default: str) -> np.ndarray:
-    """Vectorized int -> label via a small lookup table (object array)."""
-    if len(codes) == 0:
-        return np.empty(0, dtype=object)
-    lo, hi = int(codes.min()), int(codes.max())
-    if 0 <= lo and hi < 4096:  # small enum codes: a direct table, no sort
-        table = np.empty(hi + 1, dtype=object)
-        table[:] = [mapping.get(i, default) for i in range(hi + 1)]
-        return table[codes]
-    uniq, inv = np.unique(codes, return_inverse=True)
-    labels = np.empty(len(uniq), dtype=object)
-    labels[:] = [mapping.get(int(u), default) for u in uniq]
-    return labels[inv.reshape(-1)]
-
-
-def _direction_label(enum_name: str) -> str:
-    n = enum_name.upper()
-    if "PTOP" in n:
-        return "P2P"
-    for key, label in (("HTOD", "H2D"), ("HTOA", "H2D"), ("DTOH", "D2H"), ("ATOH", "D2H"),
-                       ("DTOD", "D2D"), ("ATOA", "D2D"), ("ATOD", "D2D"), ("DTOA", "D2D"),
-                       ("HTOH", "H2H")):
-        if n.endswith(key):
-            return label
-    return "other"
-
-
-def _memkind_label(enum_name: str) -> str:
-    n = enum_name.upper()
-    for key, label in (("PAGEABLE", "pageable"), ("PINNED", "pinned"), ("MANAGED", "managed"),
-                       ("ARRAY", "array"), ("DEVICE", "device")):
-        if key in n:
-            return label
-    return "unknown"
-
-
-def _memory_kind_label(enum_name: str) -> str:
-    """A memory kind of the memory frame: as copies name them, with static device memory (module
-    globals, ``__device__`` variables) told apart."""
-    n = enum_name.upper()
-    if "STATIC" in n and "DEVICE" in n:
-        return "device_static"
-    return _memkind_label(n)
-
-
-def _sync_label(enum_name: str) -> str:
-    n = enum_name.upper()
-    label = n.removeprefix("CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_")
-    return label.lower() or "unknown"
-
-
-# ----------------------------------------------------------------------------------------------------
-# loading
-# ----------------------------------------------------------------------------------------------------
-#: device ids and GPU properties beyond this are damage, not hardware (and would overflow int64 math)
-_PROPERTY_MAX = 1 << 53
-#: timestamps (ns; UTC ones are ~2^60.6) beyond this are damage: differences of two would overflow int64
-_TIME_MAX = 1 << 62
-
-
-def _int_or_none(value: Any, limit: int = _PROPERTY_MAX) -> int | None:
-    """An integer cell as int; None for NULL, text that is no integer, blobs, NaN and magnitudes beyond
-    ``limit`` (2^53 for ids and properties; :data:`_TIME_MAX` for timestamps)."""
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, str):
-        try:
-            value = int(value.strip())
-        except ValueError:
-            return None
-    if isinstance(value, float):
-        if not value == value or abs(value) > limit:
-            return None
-        value = int(value)
-    if not isinstance(value, int) or abs(value) > limit:
-        return None
-    return value
-
-
-def _property(value: Any) -> int:
-    """A GPU property (count, size, rate) as a non-negative int; 0 (unknown) for anything else."""
-    v = _int_or_none(value)
-    return v if v is not None and v > 0 else 0
-
-
-def _min_not_negative(values: np.ndarray) -> int | None:
-    """The smallest value >= 0 (negative: NULL), None when there is none; one pass when none is negative."""
-    if not len(values):
-        return None
-    lo = values.min()
-    if lo < 0:
-        values = values[values >= 0]
-        lo = values.min() if len(values) else None
-    return lo
-
-
-def _pid(global_id: np.ndarray) -> np.ndarray:
-    """nsys globalPid/globalTid -> OS pid: bits 24..47 (-1 for a negative id: NULL)."""
-    out = global_id >> 24
-    out &= 0xFFFFFF
-    return _unknown_where_negative(out, global_id)
-
-
-def _tid(global_tid: np.ndarray) -> np.ndarray:
-    """nsys globalTid -> OS tid: bits 0..23 (-1 for a negative id: NULL)."""
-    return _unknown_where_negative(global_tid & 0xFFFFFF, global_tid)
-
-
-def _unknown_where_negative(out: np.ndarray, global_id: np.ndarray) -> np.ndarray:
-    """``out`` (a new array) with -1 where ``global_id`` is negative; one pass when none is (the usual)."""
-    if len(global_id) and global_id.min() < 0:
-        out[global_id < 0] = -1
-    return out
 
 
 def _with_graph_executions(k: dict[str, np.ndarray], short: TextCodes, name: TextCodes,
@@ -470,8 +99,8 @@ def _with_graph_executions(k: dict[str, np.ndarray], short: TextCodes, name: Tex
     time, gaps, windows, steps), named ``CUDA graph <id>``, with an unknown launch configuration and
     ``in_graph`` = 2. An execution whose kernels the trace holds (node-level tracing: the kernels carry
     the graph launch's correlation id) adds no row, so its time is never counted twice."""
-    g_key = attr.correlation_key(_pid(g["global_pid"]), g["correlation_id"])
-    k_key = attr.correlation_key(_pid(k["global_pid"]), k["correlation_id"])
+    g_key = attr.correlation_key(pid_of(g["global_pid"]), g["correlation_id"])
+    k_key = attr.correlation_key(pid_of(k["global_pid"]), k["correlation_id"])
     covered = np.isin(g_key, k_key) if len(k_key) else np.zeros(len(g_key), dtype=bool)
     add = np.flatnonzero(~covered)
     stats = {"executions": len(g_key), "with_kernels": int(covered.sum()), "without_kernels": int(len(add))}
@@ -533,7 +162,7 @@ class _Loader:
         self.say(f"nsys export schema {schema.generation}" + (f" (nsys {schema.nsys_version})"
                                                               if schema.nsys_version else ""))
         if all(r.is_empty(t) for t in (KERNEL_TABLE, MEMCPY_TABLE, MEMSET_TABLE, GRAPH_TABLE)):
-            raise _no_gpu_activity(r, self.display_path)
+            raise no_gpu_activity(r, self.display_path)
         jobs: dict[str, Callable[[], Any] | IntColumns] = {}
 
         def add(name: str, table: str, cols: Mapping[str, str | None], label: str,
@@ -602,8 +231,8 @@ class _Loader:
         release_free_memory()
 
         api_name = strings.codes(api["name_id"], strip_api_suffix)
-        api["pid"] = _pid(api["global_tid"])
-        api["tid"] = _tid(api["global_tid"])
+        api["pid"] = pid_of(api["global_tid"])
+        api["tid"] = tid_of(api["global_tid"])
         api_thread_nvtx = timeline.thread_at(api["global_tid"], api["start"])
         api_frame_data: dict[str, Any] = {
             "start": api["start"], "end": api["end"], "duration": api["duration"],
@@ -623,17 +252,17 @@ class _Loader:
             k, short, name, graph_stats = _with_graph_executions(k, short, name, g)
         kernels = self._gpu_frame(KERNEL_COLUMNS, k, launch, {"short_name": short, "name": name})
         del k, g
-        copy_kinds = _enum(r, "ENUM_CUDA_MEMCPY_OPER", MEMCPY_KIND_NAMES)
-        mem_kinds = _enum(r, "ENUM_CUDA_MEM_KIND", MEM_KIND_NAMES)
-        mem_labels = {i: _memkind_label(n) for i, n in mem_kinds.items()}
+        copy_kinds = enum_names(r, "ENUM_CUDA_MEMCPY_OPER", MEMCPY_KIND_NAMES)
+        mem_kinds = enum_names(r, "ENUM_CUDA_MEM_KIND", MEM_KIND_NAMES)
+        mem_labels = {i: memkind_label(n) for i, n in mem_kinds.items()}
         memcpy = self._gpu_frame(MEMCPY_COLUMNS, mc, launch, {
-            "direction": _map_codes(mc["copy_kind"], {i: _direction_label(n) for i, n in copy_kinds.items()},
+            "direction": map_codes(mc["copy_kind"], {i: direction_label(n) for i, n in copy_kinds.items()},
                                     "other"),
-            "src_kind": _map_codes(mc["src_kind"], mem_labels, "unknown"),
-            "dst_kind": _map_codes(mc["dst_kind"], mem_labels, "unknown"),
+            "src_kind": map_codes(mc["src_kind"], mem_labels, "unknown"),
+            "dst_kind": map_codes(mc["dst_kind"], mem_labels, "unknown"),
         })
         memset = self._gpu_frame(MEMSET_COLUMNS, ms, launch, {
-            "mem_kind": _map_codes(ms["mem_kind"], mem_labels, "unknown"),
+            "mem_kind": map_codes(ms["mem_kind"], mem_labels, "unknown"),
         })
         sync = self._sync_frame(sy, launch)
         memory = self._memory_frame(mem, origin, launch, mem_kinds)
@@ -723,7 +352,7 @@ class _Loader:
                 or "utcEpochNs" not in r.columns("TARGET_INFO_SESSION_START_TIME"):
             return None
         row = r.query("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1")
-        start = _int_or_none(row[0][0], _TIME_MAX) if row else None
+        start = int_or_none(row[0][0], TIME_MAX) if row else None
         if start is None:  # NULL or damaged: no UTC clock
             return None
         return start + int(origin)
@@ -731,7 +360,7 @@ class _Loader:
     # -- time base --------------------------------------------------------------------------------------
     def _time_base(self, schema: Schema, tables: list[dict[str, np.ndarray]],
                    nv: dict[str, np.ndarray]) -> tuple[int, int]:
-        starts = [lo for d in tables if (lo := _min_not_negative(d["start"])) is not None]
+        starts = [lo for d in tables if (lo := min_not_negative(d["start"])) is not None]
         ends = [d["end"].max() for d in tables if len(d["end"])]
         rng = nv["kind"] != ""
         if rng.any():
@@ -742,7 +371,7 @@ class _Loader:
         r = self.r
         if r.has("ANALYSIS_DETAILS") and {"startTime", "stopTime"} <= set(r.columns("ANALYSIS_DETAILS")):
             row = r.query("SELECT startTime, stopTime FROM ANALYSIS_DETAILS LIMIT 1")
-            a_start, a_stop = (_int_or_none(row[0][0], _TIME_MAX), _int_or_none(row[0][1], _TIME_MAX)) if row \
+            a_start, a_stop = (int_or_none(row[0][0], TIME_MAX), int_or_none(row[0][1], TIME_MAX)) if row \
                 else (None, None)
             if a_start is not None and a_stop is not None:
                 if a_start <= t_min and t_max <= a_stop:
@@ -752,7 +381,7 @@ class _Loader:
                     return 0, a_stop - a_start
         if t_min > 10**17 and r.has("TARGET_INFO_SESSION_START_TIME"):
             row = r.query("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1")
-            utc = _int_or_none(row[0][0], _TIME_MAX) if row else None
+            utc = int_or_none(row[0][0], TIME_MAX) if row else None
             if utc is not None and utc <= t_min:
                 return utc, t_max - utc
         return t_min, t_max - t_min
@@ -790,11 +419,11 @@ class _Loader:
         names: dict[tuple[int, int], str] = {}
         if self.r.has("DomainStrings") and {"id", "domainName"} <= set(self.r.columns("DomainStrings")):
             for i, name in self.r.query("SELECT id, domainName FROM DomainStrings"):
-                ident = _int_or_none(i)
+                ident = int_or_none(i)
                 if ident is not None:  # a NULL or text id names no domain
                     names[(-1, ident)] = str(name)
         create = np.flatnonzero(nv["event_type"] == NVTX_DOMAIN_CREATE)
-        pids = _pid(nv["global_tid"][create])
+        pids = pid_of(nv["global_tid"][create])
         for p, d, text in zip(pids.tolist(), nv["domain_id"][create].tolist(), nv["text"][create].tolist()):
             names[(p, d)] = text
         out = np.full(len(dom), "", dtype=object)
@@ -832,12 +461,12 @@ class _Loader:
         text = nv["text"][sel]
         depth, parent, crossed = attr.nest_ranges(gtid, start, end)
         paths = attr.build_paths(text, depth, parent)
-        pid = _pid(gtid)
+        pid = pid_of(gtid)
         dom_names = self._domain_names(nv, pid, nv["domain_id"][sel])
         n = len(start)
         frame = _frame(NVTX_COLUMNS, {
             "range_id": np.arange(n, dtype=np.int64), "start": start, "end": end, "duration": end - start,
-            "text": text, "domain": dom_names, "kind": kind, "pid": pid, "tid": _tid(gtid),
+            "text": text, "domain": dom_names, "kind": kind, "pid": pid, "tid": tid_of(gtid),
             "depth": depth, "parent_id": parent, "path": paths,
         })
         if "payload" in nv and n:  # optional column: NVTX payloads as JSON text ("" none)
@@ -852,7 +481,7 @@ class _Loader:
             return empty_frame(columns)
         data: dict[str, Any] = dict(d)
         data.update(extra)
-        data.update(attr.launch_columns(launch, _pid(d["global_pid"]), d["correlation_id"], self._nvtx_text,
+        data.update(attr.launch_columns(launch, pid_of(d["global_pid"]), d["correlation_id"], self._nvtx_text,
                                         self._nvtx_path))
         if "in_graph" in columns:
             data["in_graph"] = attr.graph_membership(data["api_name"], d["graph_node_id"], d.get("in_graph"))
@@ -865,10 +494,10 @@ class _Loader:
         that allocated it. Rows with a negative size or an operation nsys does not name are left out."""
         if d is None or len(d["start"]) == 0:
             return empty_frame(MEMORY_COLUMNS)
-        opers = _enum(self.r, "ENUM_CUDA_DEV_MEM_EVENT_OPER", MEMORY_OPER_NAMES)
+        opers = enum_names(self.r, "ENUM_CUDA_DEV_MEM_EVENT_OPER", MEMORY_OPER_NAMES)
         op_labels = {i: ("free" if "DEALLOC" in n.upper() or "FREE" in n.upper() else
                          "alloc" if "ALLOC" in n.upper() else "") for i, n in opers.items()}
-        op = _map_codes(d["oper"], op_labels, "")
+        op = map_codes(d["oper"], op_labels, "")
         keep = (op != "") & (d["bytes"] >= 0) & (d["start"] >= 0)
         if not keep.all():
             d = {c: v[keep] for c, v in d.items()}
@@ -876,11 +505,11 @@ class _Loader:
         if len(d["start"]) == 0:
             return empty_frame(MEMORY_COLUMNS)
         n = len(d["start"])
-        pid = _pid(d["global_pid"])
+        pid = pid_of(d["global_pid"])
         data: dict[str, Any] = {
             "start": d["start"] - origin, "device": d["device"], "op": op, "bytes": d["bytes"],
             "address": d["address"],
-            "mem_kind": _map_codes(d["mem_kind"], {i: _memory_kind_label(k) for i, k in mem_kinds.items()},
+            "mem_kind": map_codes(d["mem_kind"], {i: memory_kind_label(k) for i, k in mem_kinds.items()},
                                    "unknown"),
             "source": np.full(n, "cuda", dtype=object),
             "total_allocated": np.full(n, -1, dtype=np.int64), "total_reserved": np.full(n, -1, dtype=np.int64),
@@ -892,11 +521,11 @@ class _Loader:
     def _sync_frame(self, d: dict[str, np.ndarray], launch: attr.Launches) -> pd.DataFrame:
         if len(d["start"]) == 0:
             return empty_frame(SYNC_COLUMNS)
-        names = _enum(self.r, "ENUM_CUPTI_SYNC_TYPE", SYNC_TYPE_NAMES)
-        op_pid = _pid(d["global_pid"])
+        names = enum_names(self.r, "ENUM_CUPTI_SYNC_TYPE", SYNC_TYPE_NAMES)
+        op_pid = pid_of(d["global_pid"])
         idx = launch.index.lookup(op_pid, d["correlation_id"])
         data = dict(d)
-        data["sync_type"] = _map_codes(d["sync_type"], {i: _sync_label(n) for i, n in names.items()}, "unknown")
+        data["sync_type"] = map_codes(d["sync_type"], {i: sync_label(n) for i, n in names.items()}, "unknown")
         data["pid"] = np.where(idx >= 0, attr.take(launch.pid, idx), op_pid)
         data["tid"] = attr.take(launch.tid, idx)
         return _frame(SYNC_COLUMNS, data, compact=True).pipe(_by_start)
@@ -922,7 +551,7 @@ class _Loader:
                 present = {k: v for k, v in mapping.items() if v in cols}
                 sel = ", ".join(f'"{v}"' for v in present.values())
                 for row in r.query(f'SELECT "{dev_col}"{", " + sel if sel else ""} FROM TARGET_INFO_GPU'):
-                    dev = _int_or_none(row[0])
+                    dev = int_or_none(row[0])
                     dev = len(rows) if dev is None else dev
                     rows.setdefault(dev, {}).update(
                         {k: v for k, v in zip(present, row[1:]) if v is not None})
@@ -946,10 +575,10 @@ class _Loader:
                 for row in r.query(f'SELECT "deviceId", {sel} FROM TARGET_INFO_CUDA_GPU'):
                     vals = {k: v for k, v in zip(present, row[1:]) if v is not None}
                     if "_mem_mib" in vals:
-                        vals["memory_bytes"] = _property(_property(vals.pop("_mem_mib")) * 1024 * 1024)
+                        vals["memory_bytes"] = property_int(property_int(vals.pop("_mem_mib")) * 1024 * 1024)
                     if "_clock_khz" in vals:
-                        vals["clock_hz"] = _property(_property(vals.pop("_clock_khz")) * 1000)
-                    device = _int_or_none(row[0])
+                        vals["clock_hz"] = property_int(property_int(vals.pop("_clock_khz")) * 1000)
+                    device = int_or_none(row[0])
                     if device is None:  # a NULL or text deviceId: no device to describe
                         continue
                     target = rows.setdefault(device, {})
@@ -967,8 +596,8 @@ class _Loader:
             rec["name"] = str(v.get("name") or "")
             for c in GPU_COLUMNS:
                 if c not in ("device", "name"):
-                    rec[c] = _property(rec[c])
-            warps = _property(v.get("_warps_per_sm"))
+                    rec[c] = property_int(rec[c])
+            warps = property_int(v.get("_warps_per_sm"))
             if warps and not rec["max_threads_per_sm"]:
                 rec["max_threads_per_sm"] = warps * int(rec["threads_per_warp"] or 32)
             _fill_cc_limits(rec)
@@ -983,12 +612,12 @@ class _Loader:
         t = "TARGET_INFO_CUDA_DEVICE"
         if self.r.has(t) and {"gpuId", "cudaId"} <= set(self.r.columns(t)):
             for gpu, cuda in self.r.query(f'SELECT gpuId, cudaId FROM "{self.r.table(t)}"'):
-                gpu, cuda = _int_or_none(gpu), _int_or_none(cuda)
+                gpu, cuda = int_or_none(gpu), int_or_none(cuda)
                 if gpu is not None and cuda is not None:
                     cuda_of.setdefault(gpu, cuda)
         out: dict[int, dict[str, Any]] = {}
         for gid, vals in rows.items():
-            cu = _int_or_none(vals.pop("_cu_device", None))
+            cu = int_or_none(vals.pop("_cu_device", None))
             key = cuda_of.get(gid, cu if cu is not None else gid)
             if key in out:  # ambiguous mapping: keep nsys ids
                 return {g: v for g, v in rows.items()}
@@ -1003,7 +632,7 @@ class _Loader:
             t = r.fetch_ints("ThreadNames", {"name_id": "nameId", "global_tid": "globalTid"})
             if len(t["global_tid"]):
                 threads = pd.DataFrame({
-                    "pid": _pid(t["global_tid"]), "tid": _tid(t["global_tid"]),
+                    "pid": pid_of(t["global_tid"]), "tid": tid_of(t["global_tid"]),
                     "name": strings.lookup(t["name_id"]),
                 }).drop_duplicates(["pid", "tid"], keep="last").sort_values(["pid", "tid"], ignore_index=True)
         processes = empty_frame(PROCESS_COLUMNS)
@@ -1011,7 +640,7 @@ class _Loader:
             rows = r.query('SELECT pid, name FROM "PROCESSES"')
             if rows:
                 processes = pd.DataFrame(
-                    {"pid": np.array([-1 if (v := _int_or_none(p)) is None else v for p, _ in rows], dtype=np.int64),
+                    {"pid": np.array([-1 if (v := int_or_none(p)) is None else v for p, _ in rows], dtype=np.int64),
                      "name": np.array([str(n or "") for _, n in rows], dtype=object)})
         elif len(threads):
             # 2020.3 has no PROCESSES table: the main thread (tid == pid) carries the process name
