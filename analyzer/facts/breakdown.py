@@ -252,7 +252,7 @@ def _copy_details(ctx: FactContext, ops: pd.DataFrame, pos: np.ndarray, code) ->
     """``H2D pageable``, ``D2H pinned``, ``D2D``... per copy op (joined to the memcpy table on device,
     start and correlation id)."""
     mc = ctx.trace.memcpy
-    label = text(ops["label"].iloc[pos]).str.removeprefix("memcpy ").to_numpy(dtype=object)
+    label_codes, label_texts = text_codes(ops["label"].iloc[pos])
     kind = np.full(len(pos), "", dtype=object)
     if len(mc):
         key = pd.DataFrame({
@@ -272,9 +272,15 @@ def _copy_details(ctx: FactContext, ops: pd.DataFrame, pos: np.ndarray, code) ->
         }).drop_duplicates(["device", "start", "correlation_id"])
         joined = key.merge(table, on=["device", "start", "correlation_id"], how="left")
         kind = joined["_host"].fillna("").to_numpy(dtype=object)
-    full = [f"{d} {k}".strip() if k in ("pageable", "pinned", "managed") else str(d)
-            for d, k in zip(label, kind)]
-    return np.array([code(x) for x in full], dtype=np.int64)
+    # the detail text of each distinct (label, host memory kind) pair, spread back to the copies
+    kind_codes, kind_texts = text_codes(pd.Series(kind, dtype=object))
+    pair, pairs = pd.factorize(label_codes.astype(np.int64) * len(kind_texts) + kind_codes)
+    per_pair = []
+    for value in pairs.tolist():
+        d = str(label_texts[value // len(kind_texts)]).removeprefix("memcpy ")
+        k = str(kind_texts[value % len(kind_texts)])
+        per_pair.append(code(f"{d} {k}".strip() if k in ("pageable", "pinned", "managed") else d))
+    return np.array(per_pair, dtype=np.int64)[pair] if len(pair) else np.empty(0, dtype=np.int64)
 
 
 # -- the host side ---------------------------------------------------------------------------------
