@@ -341,7 +341,7 @@ def _thread_timeline(starts: np.ndarray, ends: np.ndarray, cause: np.ndarray, de
     take[0::2] = keep
 
     def weave(block: np.ndarray, free: np.ndarray, dtype: type) -> np.ndarray:
-        out = np.empty(2 * nb + 1, dtype=dtype)
+        out: np.ndarray = np.empty(2 * nb + 1, dtype=dtype)
         out[1::2] = block
         out[0::2] = free
         return out[take]
@@ -479,10 +479,10 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
         return both[order]
 
     order = np.lexsort((np.r_[busy_frame["start"], idle["start"]], np.r_[busy_frame["device"], idle["device"]]))
-    dev = gathered("device", np.int64)
+    seg_dev = gathered("device", np.int64)
     start = gathered("start", np.int64)
     end = gathered("end", np.int64)
-    cause = gathered("cause", np.int8)
+    seg_cause = gathered("cause", np.int8)
     detail = gathered("detail", np.int64)
     # NVTX paths: busy segments' codes into gpu_ops' labels, idle ones' into the range table's
     n_op = len(op_paths)
@@ -501,8 +501,8 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
     idle.clear()
     step_codes, step_labels = _step_codes(ctx, start)
     seg = pd.DataFrame({
-        "device": dev, "start": start, "end": end,
-        "cause": categorical(cause, CAUSES),
+        "device": seg_dev, "start": start, "end": end,
+        "cause": categorical(seg_cause, CAUSES),
         "detail": categorical(detail, labels),  # code -1 (a host-work detail never filled): ""
         "duration": end - start,
         "nvtx_path": categorical(path_codes, paths),
@@ -511,7 +511,7 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
         "host_tid": host_tid,
     }, copy=False)
     del detail, path_codes, step_codes
-    seg["host_activity"] = _host_activity(ctx, seg, cause == _C["host_work"], pid)
+    seg["host_activity"] = _host_activity(ctx, seg, seg_cause == _C["host_work"], pid)
     return seg[list(SEGMENT_COLUMNS)]
 
 
@@ -853,7 +853,7 @@ def breakdown_row_segments(rows: pd.DataFrame, segments: pd.DataFrame) -> pd.Dat
     def codes_of(name: str) -> tuple[np.ndarray, dict[str, int]]:
         if name not in cache:
             codes, labels = text_codes(segments[name])
-            canon = {}
+            canon: dict[str, int] = {}
             for i, label in enumerate(labels.tolist()):
                 canon.setdefault(str(label), i)
             remap = np.array([canon[str(x)] for x in labels.tolist()], dtype=np.int64)
