@@ -9,19 +9,24 @@ DEMO_TRACE ?= tests/data/dataloader_starved.sqlite.xz
 
 .PHONY: demo test lint docs bench fuzz clean
 
+# the set-up steps say one line each instead of echoing their commands (make's own echo is noise before
+# the demo's output; pip still prints its errors)
 $(BIN)/python:
-	$(PY) -m venv $(VENV)
-	$(PIP) install -q --upgrade pip
+	@echo "creating $(VENV) (first run only)"
+	@$(PY) -m venv $(VENV)
+	@$(PIP) install -q --upgrade pip
 
 $(VENV)/.core: setup.cfg pyproject.toml | $(BIN)/python
-	$(PIP) install -q -e .
-	touch $@
+	@echo "installing the analyzer into $(VENV) (editable: your checkout's code)"
+	@$(PIP) install -q -e .
+	@touch $@
 
 # torch==2.13.0 first: a local CPU build; letting the `workloads` extra pick torch would download CUDA.
 $(VENV)/.dev: setup.cfg pyproject.toml | $(BIN)/python
-	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e '.[dev,workloads,ncu,hta]'
-	touch $@
+	@echo "installing the analyzer and its test dependencies into $(VENV) (torch CPU, pytest, ...)"
+	@$(PIP) install -q torch==2.13.0
+	@$(PIP) install -q -e '.[dev,workloads,ncu,hta]'
+	@touch $@
 
 # writes reports/<trace>.html, an ignored path (the committed reports/demo.* come from `make docs`)
 demo: $(VENV)/.core

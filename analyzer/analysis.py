@@ -33,7 +33,7 @@ declares its columns (``FactSpec.columns``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 import pandas as pd
 
@@ -113,7 +113,7 @@ class Analysis:
     findings: list[Finding]
     facts: FactSource
     rules_file: str = ""
-    parameters: dict[str, Any] = field(default_factory=dict)
+    parameters: dict[str, dict[str, object]] = field(default_factory=dict)  # rule -> parameter -> value
     ncu: NcuReport | None = None  # Nsight Compute results joined to the kernels (the trace's ``ncu``)
     # rules not run because the trace lacks data they need (see analyzer.loading.capabilities)
     not_checked: list[NotChecked] = field(default_factory=list)

@@ -29,7 +29,7 @@ class Severity(enum.IntEnum):
 
 @dataclass(frozen=True)
 class Scope:
-    """Where a finding applies: ``kind`` in trace|device|stream|nvtx_range|kernel|rank, plus its key
+    """Where a finding applies: ``kind`` in trace|device|stream|nvtx_range|device_range|kernel|rank, plus its key
     (``rank``: the rank of a multi-GPU job, set on every finding of a job's rank)."""
 
     kind: str

@@ -11,12 +11,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from analyzer._paths import shown_path
 from analyzer.analysis import Analysis
 from analyzer.errors import InputError
-from analyzer.findings import NotChecked
+from analyzer.findings import Finding, NotChecked
 from analyzer.progress import Progress
 from analyzer.watchdog import note, stage
 
@@ -44,7 +44,8 @@ class AnalysisOptions:
     exclude_ranges: tuple[str, ...] = ("warmup*",)
     only_ranges: str | None = None
     timeout: float | None = None  # seconds per trace (None: no limit); see analyzer.watchdog
-    fact_options: dict[str, Any] = field(default_factory=dict)
+    #: more fact options (analyzer.facts.registry.FactStore.options), e.g. ``categories_file``
+    fact_options: Mapping[str, object] = field(default_factory=dict)
     #: packs composed in order (``default`` is the built-in pack), e.g. ("default", "team.yaml")
     rules_files: tuple[str | Path, ...] = ()
     #: parameter values and rule selection, layer by layer (project configuration, command line);
@@ -115,7 +116,7 @@ def analyze_trace(
 
 
 def prepare(trace: Trace, options: AnalysisOptions, *, ncu: NcuReport | None = None, progress: Progress = None,
-            extra_fact_options: dict[str, Any] | None = None) -> FactStore:
+            extra_fact_options: Mapping[str, object] | None = None) -> FactStore:
     """Window and fact store of a loaded trace: everything before the rules run. A multi-GPU job
     prepares every rank this way, matches collectives across ranks, then finishes each rank with
     :func:`finish` (its fact store then knows the rank's waits)."""
@@ -172,10 +173,10 @@ def finish(store: FactStore, pack: RulePack, *, progress: Progress = None, accep
         from analyzer.accepted import apply_accepted
 
         findings = apply_accepted(findings, accepted, window)
-    return _analysis(store, findings, pack, parameters_of=pack, ncu=trace.ncu, not_checked=not_checked)
+    return _analysis(store, findings, pack, parameters_of=pack, not_checked=not_checked)
 
 
-def _evaluate(pack: RulePack, store: FactStore, *, keep: Iterable[str] | None = None) -> list[Any]:
+def _evaluate(pack: RulePack, store: FactStore, *, keep: Iterable[str] | None = None) -> list[Finding]:
     """The findings of ``pack`` over ``store`` (the "rules" stage). An overflow of 64-bit arithmetic is the
     trace's fault (timestamps or sizes no real trace has), so it becomes one line naming the trace, not
     an error of the rule file. ``keep``: see :func:`finish`."""
@@ -225,18 +226,26 @@ def fact_threads() -> int:
     return 2 if cores >= 2 else 1
 
 
-def _analysis(store: Any, findings: list[Any], pack: Any, *, parameters_of: Any, **extra: Any) -> Analysis:
+def _analysis(store: FactStore, findings: list[Finding], pack: RulePack, *, parameters_of: RulePack,
+              not_checked: list[NotChecked], not_applicable: tuple[tuple[str, str], ...] = ()) -> Analysis:
     """The :class:`Analysis` of ``store``'s trace: ``pack`` names the rules file, ``parameters_of`` is the
-    pack whose parameters are reported; ``extra``: ncu, not_checked / not_applicable."""
+    pack whose parameters are reported."""
     return Analysis(
         trace=store.trace,
         window=store.window,
         findings=findings,
         facts=store,
         rules_file=rules_label(pack),
-        parameters={r.name: {p.name: p.value for p in r.parameters} for r in parameters_of.rules},
-        **extra,
+        parameters=pack_parameters(parameters_of),
+        ncu=store.trace.ncu,
+        not_checked=not_checked,
+        not_applicable=not_applicable,
     )
+
+
+def pack_parameters(pack: RulePack) -> dict[str, dict[str, object]]:
+    """Each rule's parameter values by name, as reports list them."""
+    return {r.name: {p.name: p.value for p in r.parameters} for r in pack.rules}
 
 
 def analyze_loaded(trace: Trace, pack: RulePack | None = None, *, options: AnalysisOptions | None = None,
@@ -327,11 +336,10 @@ def analyze_ncu(
     if progress:
         progress(f"{trace.name}: evaluating {len(ncu_pack.rules)} rules")
     findings = _evaluate(ncu_pack, store) if ncu_pack.rules else []
-    return _analysis(store, findings, pack, parameters_of=ncu_pack, ncu=trace.ncu, not_applicable=skipped,
-                     not_checked=unread)
+    return _analysis(store, findings, pack, parameters_of=ncu_pack, not_applicable=skipped, not_checked=unread)
 
 
-def unread_ncu_metrics(store: Any, pack: Any) -> list[NotChecked]:
+def unread_ncu_metrics(store: FactStore, pack: RulePack) -> list[NotChecked]:
     """Rules over Nsight Compute facts that judge a metric the report holds no value for in any profiled
     launch (every throughput column empty: a metric set without them, or metrics ncu could not read),
     as :class:`~analyzer.findings.NotChecked`: such a rule cannot fire, and its silence is no "no problem"."""
@@ -358,7 +366,7 @@ def unread_ncu_metrics(store: Any, pack: Any) -> list[NotChecked]:
     return out
 
 
-def rules_label(pack: Any) -> str:
+def rules_label(pack: RulePack) -> str:
     """How a report names the rule pack: the files it was read from in load order (the built-in one by
     its source-tree name), and the rules switched off, if any."""
     builtin = default_rules_path().resolve()

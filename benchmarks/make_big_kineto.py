@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import lzma
 import re
 import sys
 from decimal import Decimal
@@ -27,6 +28,8 @@ def _load(path: Path) -> dict:
     data = path.read_bytes()
     if data[:2] == b"\x1f\x8b":
         data = gzip.decompress(data)
+    elif data[:6] == b"\xfd7zXZ\x00":
+        data = lzma.decompress(data)
     # every float kept as its exact JSON text (msgspec.Raw), so nanosecond decimals survive the round
     # trip; the standard library's parse_float does this on every msgspec version (msgspec 0.22 dropped
     # decode's float_hook and encode's decimal_format keyword)
@@ -39,8 +42,10 @@ def _dec(value: object) -> Decimal:
 
 
 def replay(src: Path, out: Path, copies: int) -> Path:
+    """Write ``copies`` back-to-back replays of ``src`` to ``out``. Streams: only the source and one
+    copy's events are in memory at a time (a 1 GB output needs about what the source needs)."""
     doc = _load(src)
-    events = doc["traceEvents"]
+    events = doc.pop("traceEvents")
     timed = [e for e in events if e.get("ph") != "M" and "ts" in e]
     meta = [e for e in events if e.get("ph") == "M" or "ts" not in e]
     t0 = min(_dec(e["ts"]) for e in timed)
@@ -52,28 +57,41 @@ def replay(src: Path, out: Path, copies: int) -> Path:
     id_step = max(ids, default=0) + 1
     steps = [int(m.group(1)) for e in timed if (m := _STEP.match(str(e.get("name", ""))))]
     step_step = (max(steps) - min(steps) + 1) if steps else 0
-    out_events = list(meta)
-    for k in range(copies):
-        shift = span * k
-        for e in timed:
-            c = dict(e)
-            c["ts"] = msgspec.Raw(str(_dec(e["ts"]) + shift).encode())
-            if k:
-                if isinstance(c.get("id"), int):
-                    c["id"] = c["id"] + id_step * k
-                if isinstance(c.get("args"), dict):
-                    a = dict(c["args"])
-                    for key in ("correlation", "External id", "external id"):
-                        if isinstance(a.get(key), int) and a[key] > 0:
-                            a[key] = a[key] + id_step * k
-                    c["args"] = a
-                m = _STEP.match(str(c.get("name", "")))
-                if m:
-                    c["name"] = f"ProfilerStep#{int(m.group(1)) + step_step * k}"
-            out_events.append(c)
-    doc["traceEvents"] = out_events
-    out.write_bytes(msgspec.json.encode(doc))
+    encoder = msgspec.json.Encoder()
+    head = encoder.encode(doc)  # the other members, then traceEvents last
+    with open(out, "wb") as fh:
+        fh.write(head[:-1] + (b', "traceEvents": [' if len(head) > 2 else b'{"traceEvents": ['))
+        first = True
+        if meta:
+            fh.write(encoder.encode(meta)[1:-1])
+            first = False
+        for k in range(copies):
+            copy = [_shifted(e, span * k, id_step * k, step_step * k) if k else _shifted(e, 0, 0, 0) for e in timed]
+            text = encoder.encode(copy)[1:-1]
+            if text:
+                fh.write((b"" if first else b",\n") + text)
+                first = False
+        fh.write(b"]}")
     return out
+
+
+def _shifted(e: dict, shift: Decimal, id_shift: int, step_shift: int) -> dict:
+    c = dict(e)
+    c["ts"] = msgspec.Raw(str(_dec(e["ts"]) + shift).encode())
+    if id_shift:
+        if isinstance(c.get("id"), int):
+            c["id"] = c["id"] + id_shift
+        if isinstance(c.get("args"), dict):
+            a = dict(c["args"])
+            for key in ("correlation", "External id", "external id"):
+                if isinstance(a.get(key), int) and a[key] > 0:
+                    a[key] = a[key] + id_shift
+            c["args"] = a
+    if step_shift:
+        m = _STEP.match(str(c.get("name", "")))
+        if m:
+            c["name"] = f"ProfilerStep#{int(m.group(1)) + step_shift}"
+    return c
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -155,6 +155,25 @@ def test_job_report_in_three_formats():
     assert "waiting for another rank" in html
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_ranks_symptoms_are_explained_by_its_causes(layout):
+    """The rank joins a finding's key (``host-work-in-loop-1-r1``): a symptom's links follow, so on the
+    straggler rank the idle GPU is explained by its host work, as in a single trace (it said "no finding
+    explains it" while host-work-in-loop fired on the same GPU)."""
+    from analyzer.impacts import explain
+
+    out = job(LAYOUTS[layout].format("ddp_straggler_2gpu"))
+    for res in out.job.ranks:
+        keys = {f.key for f in res.findings}
+        for f in res.findings:
+            assert set(f.explained_by) <= keys and set(f.explains) <= keys, (res.rank, f.key)
+    rank1 = next(r for r in out.job.ranks if r.rank == 1)
+    (low,) = [f for f in rank1.findings if f.rule == "low-gpu-utilization"]
+    (host,) = [f for f in rank1.findings if f.rule == "host-work-in-loop"]
+    ex = explain(low, rank1.findings)
+    assert host in [c for c, _ in ex.parts] and ex.explained_ns >= 0.9 * host.impact_ns
+
+
 #: every multi-GPU job of tests/data/ddp: each one-report job, and each job recorded one file per rank
 JOBS = [*sorted(p.name for p in DDP.glob("*_2gpu*.sqlite.xz") if "_rank" not in p.name),
         *sorted(p.name.replace("_rank0.", "_rank*.") for p in DDP.glob("*_rank0.sqlite.xz"))]

@@ -69,6 +69,24 @@ def test_one_worker_gives_the_serial_report(client, name):
         _assert_plain(r)
 
 
+def test_inputs_that_are_not_one_job_give_the_serial_reports(client):
+    """Two single-GPU runs and an Nsight Compute export among the inputs: Dask finds no job, and each
+    trace is analyzed on its own with the ncu data the inputs gave, as the serial path does (the ncu file
+    among the inputs was lost on this path before: only --ncu reached it)."""
+    from analyzer.reports import build_report, render
+    from analyzer.testing import real_file, real_trace
+
+    inputs = [real_trace("naive_attention"), real_trace("tiny_kernels"), real_file("ncu/naive_attention.raw.csv")]
+    serial = analyze_inputs(inputs, AnalysisOptions())
+    dask = analyze_inputs(inputs, AnalysisOptions(), scheduler=client)
+    for outcome in (serial, dask):
+        assert outcome.job is None and len(outcome.analyses or ()) == 2
+        assert (outcome.analyses or [])[0].ncu is not None
+    ours, theirs = (render(build_report(o.analyses or [], created=WHEN), "md") for o in (dask, serial))
+    diff = list(difflib.unified_diff(theirs.splitlines(), ours.splitlines(), "serial", "dask", n=0, lineterm=""))
+    assert not diff, "\n".join(diff[:30])
+
+
 class _Plain(pickle.Pickler):
     def reducer_override(self, obj):  # noqa: ANN001, ANN201
         from analyzer.facts import FactStore

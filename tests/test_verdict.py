@@ -15,6 +15,7 @@ from analyzer.impacts import is_problem, report_order
 from analyzer.pipeline import AnalysisOptions, analyze_paths
 from analyzer.reports import build_report, render
 from analyzer.reports.summary import summary_text
+from analyzer.reports.sections.findings import cause_name
 from analyzer.reports.viewmodel import BREAKDOWN_CAUSES
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -164,7 +165,7 @@ def test_numbers_agree_across_formats(case):
             for part in f["explained"]["by"]:
                 share = 100 * part["ns"] / trace["window"]["duration_ns"]
                 if f"{share:.1f}" != "0.0":  # parts under 0.05% of the window are not listed
-                    assert f"{part['rule']} ({share:.1f}%)" in verdict
+                    assert f"{cause_name(part['rule'], part['range'])} ({share:.1f}%)" in verdict
 
 
 def test_markdown_verdict_and_symptom_rows_render_as_text(case):

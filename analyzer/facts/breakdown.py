@@ -43,8 +43,10 @@ that launched the op before it). The op's *submission* is the end of its launch 
                   shorter than ``dispatch_gap_ns``)
 ``host_work``     the feeding thread ran its own code with no CUDA call for ``dispatch_gap_ns`` or
                   more; detail = the innermost NVTX range open on it (``(no NVTX range)`` without)
-``setup``         before the window's first step, or inside a one-time CUDA call (module or library
-                  load, graph capture or instantiation, device queries); detail says which
+``setup``         before the window's first step (in a window the analyzer chose; not in ``--window full``
+                  or a time span the user gave, which are analyzed whole), or inside a one-time CUDA
+                  call (module or library load, graph capture or instantiation, device queries); detail
+                  says which
 ``unknown``       the trace cannot tell; detail says why (no CUDA API calls recorded, the launching
                   thread is unknown)
 
@@ -80,6 +82,8 @@ IDLE_CAUSES = ("launch_bound", "host_sync", "host_work", "wait_other", "setup", 
 #: idle causes the host held the GPU back with (what the "GPU-bound floor" removes)
 HOST_CAUSES = ("launch_bound", "host_sync", "host_work")
 _C = {c: i for i, c in enumerate(CAUSES)}
+#: window sources the user chose (``Window.source``): nothing inside them is setup by position
+EXPLICIT_WINDOWS = ("full", "user")
 
 _BIG = np.iinfo(np.int64).max // 4
 
@@ -145,6 +149,13 @@ BREAKDOWN_COLUMNS = {
                        "step's or range's part of the cause",
     "device_host_held_ns": "on the row's device, window time the host held the GPU back (launch_bound + "
                            "host_sync + host_work, ns): the window minus it is the GPU-bound floor",
+    "device_cause_ns": "on the row's device, the row's cause's total time in the window (ns)",
+    "phase": "range rows: the range key cut at the level under the step (step_N/forward/layer_N -> "
+             "step_N/forward; a range outside the steps, or any range without NVTX steps: its outermost "
+             "component); '' for the time outside every range and for window and step rows",
+    "phase_ns": "range rows: the phase's time on the device, every cause (ns; 0 for other rows)",
+    "phase_host_held_ns": "range rows: the phase's time the host held the GPU back (launch_bound + host_sync "
+                          "+ host_work, ns): phase_ns minus it is the phase's GPU-bound floor",
 }
 
 
@@ -449,8 +460,11 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
         # the piece ending where the gap starts / starting where it ends
         k_next = np.searchsorted(cov_s, ge, side="left")
         k_prev = np.searchsorted(cov_s, gs, side="left") - 1
-        nxt = np.where(k_next < len(cov_s), owner[np.minimum(k_next, len(owner) - 1)], -1)
-        prv = np.where(k_prev >= 0, owner[np.maximum(k_prev, 0)], -1)
+        if len(owner):
+            nxt = np.where(k_next < len(cov_s), owner[np.minimum(k_next, len(owner) - 1)], -1)
+            prv = np.where(k_prev >= 0, owner[np.maximum(k_prev, 0)], -1)
+        else:  # every operation on the device lasts 0 ns (a trace without durations): one gap, no neighbours
+            nxt = prv = np.full(len(gs), -1, dtype=np.int64)
         keep = (ge > w.start_ns) & (gs < w.end_ns)
         gaps.append((np.full(int(keep.sum()), dev), gs[keep], ge[keep], prv[keep], nxt[keep]))
 
@@ -673,9 +687,12 @@ def _classify_idle(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev:
         cols[name] = np.concatenate(parts).astype(dtype, copy=False) if parts else np.empty(0, dtype=dtype)
         parts.clear()
     cols["t"][cols["c"] == _C["unknown"]] = -1
-    # before the window's first step: setup (arrays changed in place: they are this function's own)
+    # before the window's first step: setup, in a window the analyzer chose (its steady state starts
+    # at the first step); a window the user chose (``--window full`` or a time span) is analyzed as a
+    # whole, so host time before its first step is classified by what the host did, like any other
+    # (arrays changed in place: they are this function's own)
     spans = w.steps
-    if spans is not None and len(spans.starts):
+    if spans is not None and len(spans.starts) and w.source not in EXPLICIT_WINDOWS:
         first = int(np.min(np.asarray(spans.starts, dtype=np.int64)))
         s, e, c = cols["s"], cols["e"], cols["c"]
         pre = (s < first) & np.isin(c, [_C[x] for x in HOST_CAUSES + ("unknown",)])
@@ -770,7 +787,8 @@ def timeline_breakdown(ctx: FactContext) -> pd.DataFrame:
     (device, scope, key) group (sums to 1), ``cause_share`` its part of the device's window total of
     that cause, ``segments`` the number of disjoint intervals summed."""
     seg = ctx.get("timeline_segments")
-    ints = ("device", "duration_ns", "segments", "key_cause_ns", "device_host_held_ns")
+    ints = ("device", "duration_ns", "segments", "key_cause_ns", "device_host_held_ns", "device_cause_ns",
+            "phase_ns", "phase_host_held_ns")
     if seg.empty:
         return _empty(BREAKDOWN_COLUMNS, ints, ("share", "cause_share", "key_cause_share"))
     # summed on integer codes (a million-kernel trace has millions of segments), text put back per row
@@ -825,6 +843,17 @@ def timeline_breakdown(ctx: FactContext) -> pd.DataFrame:
     safe = np.where(cause_total > 0, cause_total, 1.0)
     out["cause_share"] = np.where(cause_total > 0, out["duration_ns"] / safe, 0.0)
     out["key_cause_share"] = np.where(cause_total > 0, out["key_cause_ns"] / safe, 0.0)
+    out["device_cause_ns"] = cause_total.astype(np.int64)
+    is_range = (out["scope"] == "range").to_numpy()
+    phases = phase_keys(ctx, out["key"].to_numpy(dtype=object)[is_range],
+                        out["duration_ns"].to_numpy(dtype=np.int64)[is_range])
+    out["phase"] = ""
+    out.loc[is_range, "phase"] = phases
+    by_phase = [out["device"], out["phase"]]
+    out["phase_ns"] = np.where(is_range, out["duration_ns"].where(is_range, 0).groupby(by_phase).transform("sum"), 0)
+    held_rows = is_range & out["cause"].isin(HOST_CAUSES).to_numpy()
+    out["phase_host_held_ns"] = np.where(
+        is_range, out["duration_ns"].where(held_rows, 0).groupby(by_phase).transform("sum"), 0)
     held = out.loc[is_win & out["cause"].isin(HOST_CAUSES).to_numpy()].groupby("device")["duration_ns"].sum()
     out["device_host_held_ns"] = out["device"].map(held).fillna(0).astype(np.int64)
     # window rows by time; steps in their order; ranges by their time of the row's cause (so the
@@ -838,6 +867,82 @@ def timeline_breakdown(ctx: FactContext) -> pd.DataFrame:
     for c in ("duration_ns", "segments", "key_cause_ns"):
         out[c] = out[c].astype(np.int64)
     return out[list(BREAKDOWN_COLUMNS)].reset_index(drop=True)
+
+
+def step_range_keys(ctx: FactContext) -> tuple[str, ...]:
+    """The range keys of the window's NVTX steps (their paths made generic: ``step_N``,
+    ``train/step_N``), none when the steps are not NVTX ranges."""
+    spans = ctx.window.steps
+    nv = ctx.trace.nvtx
+    if spans is None or spans.source != "nvtx" or not spans.range_ids or nv.empty or "range_id" not in nv:
+        return ()
+    from analyzer.facts.nvtx import positions_of
+
+    pos = positions_of(nv, np.asarray(spans.range_ids, dtype=np.int64))
+    pos = pos[pos >= 0]
+    if not len(pos):
+        return ()
+    paths = text(column(nv, "path", "")).to_numpy(dtype=object)[pos]
+    return tuple(sorted({k for k in _generic_keys(np.unique(paths.astype(str)).astype(object)) if k}))
+
+
+def _instance_counts(ctx: FactContext) -> dict[str, int]:
+    """NVTX range instances in the trace per generic text (``step_N``: every ``step_12``)."""
+    nv = ranges_only(ctx.trace.nvtx)
+    if nv.empty:
+        return {}
+    codes, labels = text_codes(nv["text"])
+    counts = np.bincount(codes, minlength=len(labels)) if len(codes) else np.zeros(len(labels), dtype=np.int64)
+    out: dict[str, int] = {}
+    for label, n in zip(labels, counts.tolist()):
+        key = generic_path(str(label))
+        out[key] = out.get(key, 0) + int(n)
+    return out
+
+
+#: a step range whose own time is at most this share of its time, with one child range holding the
+#: rest, is a wrapper (``ProfilerStep#N`` around the program's ``step_N``): its child is the step
+WRAPPER_OWN_SHARE = 0.1
+
+
+def phase_keys(ctx: FactContext, keys: np.ndarray, durations: np.ndarray) -> list[str]:
+    """Each range key at the level under the step (the breakdown's ``phase``): under an NVTX step range
+    ``S``, ``S/child`` (``S`` itself for the step's own time); elsewhere the key's outermost component;
+    ``''`` stays ``''``. A step that only wraps one range (its own time at most
+    :data:`WRAPPER_OWN_SHARE` of its time, every nested range under one child, e.g. torch.profiler's
+    ``ProfilerStep#N`` around ``step_N``) is read through: the level under the child counts."""
+    time: dict[str, float] = {}
+    for k, d in zip(keys, durations):
+        time[str(k)] = time.get(str(k), 0.0) + float(d)
+    steps = []
+    instances: dict[str, int] | None = None
+    for s in step_range_keys(ctx):
+        while True:
+            under = {k: t for k, t in time.items() if k.startswith(s + "/")}
+            children = {k[len(s) + 1:].split("/", 1)[0] for k in under}
+            total = sum(under.values()) + time.get(s, 0.0)
+            if len(children) != 1 or total <= 0 or time.get(s, 0.0) > WRAPPER_OWN_SHARE * total:
+                break
+            child = next(iter(children))
+            if instances is None:
+                instances = _instance_counts(ctx)
+            # a wrapper holds one instance of its child (several: micro-batches, layers: the level itself)
+            if instances.get(child, 0) > instances.get(s.rsplit("/", 1)[-1], 0):
+                break
+            s = s + "/" + child
+        steps.append(s)
+    out: dict[str, str] = {}
+    for key in time:
+        phase = key.split("/", 1)[0]
+        for s in sorted(steps, key=len, reverse=True):
+            if key == s or s.startswith(key + "/"):
+                phase = key  # the step (or a wrapper around it): its own time
+                break
+            if key.startswith(s + "/"):
+                phase = s + "/" + key[len(s) + 1:].split("/", 1)[0]
+                break
+        out[key] = phase
+    return [out[str(k)] for k in keys]
 
 
 def breakdown_row_segments(rows: pd.DataFrame, segments: pd.DataFrame) -> pd.DataFrame:

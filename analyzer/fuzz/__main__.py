@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         module = importlib.import_module(f"analyzer.fuzz.{name}")
         stats = Stats(name, seed=args.seed, checkpoint=args.out / f"fuzz-{name}-seed{args.seed}.json",
-                      deadline=deadline)
+                      deadline=deadline, started_cpu=time.process_time())
         stats.extra["environment"] = _environment()
         started = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix=f"fuzz-{name}-") as work:
@@ -72,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: {summary['cases']} cases, exit codes {summary['exit_codes']}, "
               f"{summary['distinct_errors']} kinds of one-line error, slowest {summary['slowest_case_s']} s, "
               f"peak {summary['peak_rss_mb']} MiB, failures {len(summary['failures'])}, "
-              f"{summary['wall_s']} s", flush=True)
+              f"{summary['wall_s']} s, CPU per case {summary['cpu_per_case_s']} s "
+              f"(setup {summary.get('setup_cpu_s')} s)", flush=True)
     _totals(args.out)
     return 1 if failed else 0
 
@@ -121,6 +122,8 @@ class _Row:
     cpu: float = 0.0
     rss: int = 0
     seconds: float = 0.0
+    process_cpu: float = 0.0
+    cpu_cases: int = 0
 
 
 def summary_table(out: Path) -> str:
@@ -139,13 +142,21 @@ def summary_table(out: Path) -> str:
         row.cpu = max(row.cpu, data.get("max_case_cpu_s", 0.0))
         row.rss = max(row.rss, data["peak_rss_mb"])
         row.seconds += data["seconds"]
+        if data.get("cpu_per_case_s") is not None:
+            row.process_cpu += data["cpu_per_case_s"] * data["cases"]
+            row.cpu_cases += data["cases"]
     lines = ["| harness | seeds | cases | exit 0 / 1 / 2 | kinds of one-line error (largest run) | failures | "
-             "mean case (wall) | most CPU in one case | peak memory |",
-             "|---|---|---:|---|---:|---:|---:|---:|---:|"]
+             "mean case (wall) | mean CPU per case (process) | most CPU in one case | peak memory |",
+             "|---|---|---:|---|---:|---:|---:|---:|---:|---:|"]
     for name, r in rows.items():
         lines.append(f"| {name} | {', '.join(r.seeds)} | {r.cases:,} | {r.codes['0']:,} / {r.codes['1']:,} / "
                      f"{r.codes['2']:,} | {r.kinds} | {r.failures} | {r.seconds / max(1, r.cases):.2f} s | "
+                     f"{f'{r.process_cpu / r.cpu_cases:.3f} s' if r.cpu_cases else '-'} | "
                      f"{r.cpu:.1f} s | {r.rss} MiB |")
+    if rows and all(r.cpu_cases for r in rows.values()):
+        per_set = sum(r.process_cpu / r.cpu_cases for r in rows.values())
+        lines += ["", f"CPU for 10,000 cases of each harness above: {per_set * 10_000 / 3600:.1f} core-hours "
+                      f"({per_set * 10_000 / 2 / 60:.0f} minutes on 2 cores, one process per core)"]
     return "\n".join(lines)
 
 

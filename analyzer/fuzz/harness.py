@@ -8,6 +8,7 @@ import json
 import resource
 import time
 from collections import Counter
+from types import MappingProxyType
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -117,6 +118,65 @@ def damage_json_text(data: bytes, damage: tuple[str, float] | None) -> bytes:
     return data
 
 
+def trace_fingerprint(loaded: Any) -> str | None:
+    """A digest of everything a loader produced (a :class:`~analyzer.loading.model.Trace`, an
+    :class:`~analyzer.loading.ncu.NcuReport`): every field, recursively; frames with their columns,
+    dtypes, index, values and ``attrs``; paths by their file name (equal cases sit in different
+    folders). Two cases with one fingerprint get the same analysis: the pipeline after loading is a
+    deterministic function of what was loaded. None when some part cannot be hashed (then the case
+    runs in full)."""
+    digest = hashlib.sha256()
+    try:
+        _feed(digest, "loaded", loaded, 0)
+    except Exception:  # noqa: BLE001 - something unhashable: run the case in full
+        return None
+    return digest.hexdigest()
+
+
+def _feed(digest: Any, label: str, value: Any, depth: int) -> None:
+    import dataclasses
+
+    import numpy as np
+    import pandas as pd
+
+    if depth > 12:
+        raise ValueError("nested too deep to fingerprint")
+    digest.update(f"|{label}:{type(value).__name__}:".encode())
+    if isinstance(value, pd.DataFrame):
+        digest.update(f"{list(value.columns)}:{list(map(str, value.dtypes))}:{len(value)}".encode())
+        if len(value):
+            digest.update(pd.util.hash_pandas_object(value, index=True).to_numpy().tobytes())
+        _feed(digest, "attrs", dict(value.attrs), depth + 1)
+    elif isinstance(value, pd.Series):
+        digest.update(f"{value.name!r}:{value.dtype}:{len(value)}".encode())
+        if len(value):
+            digest.update(pd.util.hash_pandas_object(value, index=True).to_numpy().tobytes())
+    elif isinstance(value, np.ndarray):
+        digest.update(f"{value.dtype}:{value.shape}".encode())
+        if value.dtype == object:
+            digest.update(pd.util.hash_array(value.ravel()).tobytes())
+        else:
+            digest.update(np.ascontiguousarray(value).tobytes())
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for f in dataclasses.fields(value):
+            _feed(digest, f.name, getattr(value, f.name), depth + 1)
+    elif isinstance(value, (dict, MappingProxyType)):
+        for key in sorted(value, key=repr):
+            _feed(digest, repr(key), value[key], depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _feed(digest, str(i), item, depth + 1)
+    elif isinstance(value, (set, frozenset)):
+        for i, item in enumerate(sorted(value, key=repr)):
+            _feed(digest, str(i), item, depth + 1)
+    elif isinstance(value, Path):
+        digest.update(repr(value.name).encode("utf-8", "surrogatepass"))
+    elif value is None or isinstance(value, (str, bytes, int, float, bool, complex, np.generic)):
+        digest.update(repr(value).encode("utf-8", "surrogatepass"))
+    else:
+        raise TypeError(f"cannot fingerprint a {type(value).__name__}")
+
+
 def sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
@@ -156,6 +216,11 @@ class Stats:
     seconds: float = 0.0
     slowest_case_s: float = 0.0
     max_case_cpu_s: float = 0.0
+    #: CPU seconds (all threads) inside the cases' guarded runs, summed
+    cpu_s: float = 0.0
+    #: ``time.process_time()`` when the harness started (imports done, base inputs not yet read): the
+    #: CPU of the whole process per case, harness work included, is measured from here
+    started_cpu: float | None = None
     peak_rss_mb: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
     #: where to write the numbers every 100 cases (a long run that is stopped still leaves them)
@@ -177,11 +242,25 @@ class Stats:
         self.seconds += outcome.seconds
         self.slowest_case_s = max(self.slowest_case_s, outcome.seconds)
         self.max_case_cpu_s = max(self.max_case_cpu_s, outcome.cpu_s)
+        self.cpu_s += outcome.cpu_s
+        if self.started_cpu is not None:
+            now = time.process_time()
+            if self.cases == 1:  # reading the base inputs and building the runner, before any case
+                self.extra["setup_cpu_s"] = round(now - self.started_cpu - outcome.cpu_s, 2)
+            self.extra["process_cpu_s"] = round(now - self.started_cpu, 2)
         self.peak_rss_mb = max(self.peak_rss_mb, outcome.rss_mb)
         if outcome.rc == 2:
             self.error_kinds[error_kind(outcome.message, names)] += 1
         if self.checkpoint is not None and self.cases % 100 == 0:
             self.dump(self.checkpoint)
+
+    def cpu_per_case(self) -> float | None:
+        """Mean CPU seconds of the whole process per case (all threads; the case, building its input,
+        the checks, hypothesis), setup left out: what a long run costs per case on a busy core."""
+        total, setup = self.extra.get("process_cpu_s"), self.extra.get("setup_cpu_s", 0.0)
+        if total is None or not self.cases:
+            return None
+        return round((total - setup) / self.cases, 4)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -191,6 +270,7 @@ class Stats:
             "top_errors": self.error_kinds.most_common(12),
             "failures": self.failures, "seconds": round(self.seconds, 1),
             "slowest_case_s": round(self.slowest_case_s, 2), "max_case_cpu_s": round(self.max_case_cpu_s, 2),
+            "cpu_s": round(self.cpu_s, 2), "cpu_per_case_s": self.cpu_per_case(),
             "peak_rss_mb": round(self.peak_rss_mb),
             **self.extra,
         }

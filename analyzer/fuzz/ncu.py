@@ -7,7 +7,9 @@ NaN/inf, 100 kB or non-UTF-8 values, embedded quotes and newlines; units changed
 garbled; rows dropped, duplicated, made ragged; the header removed or repeated) and byte-level ones
 (truncation, flipped bytes, a BOM, CRLF, NULs, Latin-1 text). The damaged file is joined to a real
 nsys trace and analyzed with the default pack; the trace-only facts are computed once per base
-trace and shared (they do not read ncu data), everything that reads the ncu report runs per case.
+trace and shared, and so are the fired groups of the rules that read only them (neither reads ncu data:
+each is the same on every case); everything that reads the ncu report (reading, joining, every ncu
+fact and every rule reading one, linking and ranking all findings, the JSON report) runs per case.
 """
 from __future__ import annotations
 
@@ -209,7 +211,7 @@ class Runner:
     read, joined over the analysis window, and every ncu fact, all rules and the report run."""
 
     def __init__(self, workdir: Path, trace_name: str = "tiny_kernels_fixed",
-                 timeout: float = CASE_TIMEOUT_S) -> None:
+                 timeout: float = CASE_TIMEOUT_S, share_trace_rules: bool = True, reuse: bool = True) -> None:
         from analyzer.facts import FactStore
         from analyzer.facts.registry import dependency_graph
         from analyzer.loading import load_trace
@@ -219,6 +221,9 @@ class Runner:
 
         self.workdir = workdir
         self.timeout = timeout
+        self.reuse = reuse
+        self.outcomes: dict[str, tuple[int, str]] = {}  # read-report fingerprint -> (exit code, stderr)
+        self.reused = 0
         self.options = AnalysisOptions(timeout=timeout)
         self.pack = load_rules(self.options)
         self.trace_path = real_trace(trace_name)
@@ -237,32 +242,71 @@ class Runner:
                 except Exception:  # noqa: BLE001 - a fact this trace cannot give is simply not shared
                     pass
         self.shared = {k: v for k, v in store._cache.items() if k not in ncu_facts}
+        # rules that read no ncu fact fire the same groups on every case: evaluated once, here, on the
+        # shared facts (analyzer.rules.engine.evaluate(known=...) links and ranks them with the rest)
+        self.known: dict[str, Any] = {}
+        # the scalars those rules saw: a case whose own differ (ncu_softmax_launches reads the ncu data)
+        # evaluates every rule
+        self.known_scalars: dict[str, float] = {}
+        if share_trace_rules:
+            from analyzer.facts.scalars import trace_scalars
+            from analyzer.rules.engine import fire
+
+            store = FactStore(self.trace, self.window, self._fact_options(), _cache=dict(self.shared))
+            scalars = self.known_scalars = trace_scalars(store)
+            for rule in self.pack.rules:
+                if ncu_facts.isdisjoint(rule.reads):
+                    try:
+                        self.known[rule.id] = fire(rule, store, self.window, scalars)
+                    except Exception:  # noqa: BLE001 - a rule this trace cannot run runs per case (and fails there)
+                        pass
 
     def _fact_options(self) -> dict[str, Any]:
         return {"exclude_ranges": self.options.exclude_ranges, "only_ranges": self.options.only_ranges}
 
     def analyze(self, ncu_path: Path, output: Path) -> Outcome:
+        """The damaged file read, joined over the window, every ncu fact, all rules, the JSON report. A
+        case whose read report equals one already analyzed (:func:`~analyzer.fuzz.harness.trace_fingerprint`:
+        a mutation of what the reader does not use) reuses that outcome: the rest is a deterministic
+        function of the read report."""
         from analyzer.analysis import Analysis
         from analyzer.facts import FactStore
         from analyzer.facts.scalars import trace_scalars
         from analyzer.fileio import atomic_write
+        from analyzer.fuzz.harness import trace_fingerprint
         from analyzer.loading.ncu import join_ncu, load_ncu
         from analyzer.reports import build_report, render
         from analyzer.rules import evaluate
         from analyzer.watchdog import Watchdog
 
+        seen: list[str] = []
+
         def run() -> None:
             with Watchdog(self.timeout, str(ncu_path)):
                 report = load_ncu([ncu_path])
+                key = trace_fingerprint(report) if self.reuse else None
+                if key is not None and key in self.outcomes:
+                    seen.append(key)
+                    return
                 window = (self.window.start_ns, self.window.end_ns)
                 trace = dataclasses.replace(self.trace, ncu=join_ncu(report, self.trace, window=window))
                 store = FactStore(trace, self.window, self._fact_options(), _cache=dict(self.shared))
-                findings = evaluate(self.pack, store, self.window, trace_scalars(store))
+                scalars = trace_scalars(store)
+                known = self.known if _same_scalars(scalars, self.known_scalars) else None
+                findings = evaluate(self.pack, store, self.window, scalars, known=known)
                 analysis = Analysis(trace=trace, window=self.window, findings=findings, facts=store,
                                     rules_file="default", parameters={}, ncu=trace.ncu)
+                seen.append(key or "")
                 atomic_write(output, render(build_report([analysis]), "json"))
 
-        return run_guarded(run)
+        outcome = run_guarded(run)
+        if seen and seen[0] in self.outcomes:
+            self.reused += 1
+            rc, stderr = self.outcomes[seen[0]]
+            return Outcome(rc, stderr, "", outcome.seconds, outcome.rss_mb, outcome.rss_grew, outcome.cpu_s)
+        if seen and seen[0]:
+            self.outcomes[seen[0]] = (outcome.rc, outcome.stderr)
+        return outcome
 
     def case(self, base: Path, mutations: list[CsvMutation], index: int = 0) -> Outcome:
         folder = self.workdir / f"ncu{index % 4}"
@@ -283,6 +327,11 @@ class Runner:
         return outcome
 
 
+def _same_scalars(a: dict[str, float], b: dict[str, float]) -> bool:
+    """Equal scalars (NaN equal to NaN)."""
+    return a.keys() == b.keys() and all(a[k] == b[k] or (a[k] != a[k] and b[k] != b[k]) for k in a)
+
+
 def run_cases(n: int, seed: int, workdir: Path, *, stats: Any = None, derandomize: bool = False) -> Any:
     from hypothesis import HealthCheck, given, settings
     from hypothesis import seed as hseed
@@ -301,6 +350,7 @@ def run_cases(n: int, seed: int, workdir: Path, *, stats: Any = None, derandomiz
         stats.stop_if_out_of_time()
         outcome = runner.case(base, mutations, stats.cases)
         stats.record(outcome, names=[f"{base.name.removesuffix('.csv')}-damaged.csv"])
+        stats.extra["same_read_report_as_an_earlier_case"] = runner.reused
 
     if not derandomize:
         one = hseed(seed)(one)

@@ -400,26 +400,11 @@ def check_kernels_as_sqlite_reads_them(path: Path, trace: Any) -> int:
 
 
 def fingerprint(trace: Any) -> str | None:
-    """A digest of everything the loader produced (frames, info, extras); None when it cannot be
-    computed (then the case runs in full)."""
-    import hashlib
+    """:func:`analyzer.fuzz.harness.trace_fingerprint`: everything the loader produced (every frame, the
+    info, every extra); None when it cannot be computed (then the case runs in full)."""
+    from analyzer.fuzz.harness import trace_fingerprint
 
-    import pandas as pd
-
-    digest = hashlib.sha256()
-    try:
-        for name in ("kernels", "memcpy", "memset", "api", "sync", "nvtx", "gpus", "processes", "threads"):
-            frame = getattr(trace, name)
-            digest.update(f"{name}:{list(frame.columns)}:{list(map(str, frame.dtypes))}".encode())
-            if len(frame):
-                digest.update(pd.util.hash_pandas_object(frame, index=False).to_numpy().tobytes())
-        info = trace.info
-        digest.update(repr((info.origin_ns, info.duration_ns, info.nsys_version, info.schema_version,
-                            info.hostname, info.export_schema, sorted(trace.extras.get("metadata", {}).items())))
-                      .encode("utf-8", "surrogatepass"))
-    except Exception:  # noqa: BLE001 - unhashable content: run the case in full
-        return None
-    return digest.hexdigest()
+    return trace_fingerprint(trace)
 
 
 def base_traces() -> list[Path]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -42,6 +42,17 @@ if TYPE_CHECKING:  # the boundary's types
 LANE_ITEMS = 400
 
 
+@dataclass(frozen=True)
+class RankLink:
+    """What a rank's GPU moves data over, per direction: peak bytes/s (None: unknown) and where the
+    number comes from (:mod:`analyzer.hardware`)."""
+
+    nvlink: float | None = None
+    nvlink_detail: str = "unknown GPU"
+    pcie: float | None = None
+    pcie_detail: str = "unknown GPU"
+
+
 @dataclass
 class RankSummary:
     """Phase-1 facts of one rank: small, picklable."""
@@ -59,7 +70,7 @@ class RankSummary:
     window: Window
     device: int
     gpu_name: str
-    link: dict[str, Any]  # nvlink/pcie bytes/s per direction and their details
+    link: RankLink
     comm: pd.DataFrame  # start, end, duration, stream, collective, bytes, comm, algorithm, protocol, dtype
     compute_ns: int  # union of compute kernels in the window (main device)
     kernel_count: int
@@ -101,7 +112,7 @@ class RankResult:
     phases: dict[str, float] = field(default_factory=dict)  # phase -> GPU ns per step (strong scaling)
 
 
-def _comm_frame(trace: Trace, store: Any) -> pd.DataFrame:
+def _comm_frame(trace: Trace, store: FactStore) -> pd.DataFrame:
     """Every communication kernel of the trace (not only the window), start order."""
     from analyzer.facts.comm import comm_kernel_mask, parse_nccl_kernel
     from analyzer.facts.nccl_nvtx import kernel_payloads
@@ -135,7 +146,7 @@ def _comm_frame(trace: Trace, store: Any) -> pd.DataFrame:
     })
 
 
-def _link(trace: Trace, device: int) -> tuple[str, dict[str, Any]]:
+def _link(trace: Trace, device: int) -> tuple[str, RankLink]:
     from analyzer.hardware import trace_hardware
 
     try:
@@ -143,9 +154,8 @@ def _link(trace: Trace, device: int) -> tuple[str, dict[str, Any]]:
     except Exception:  # noqa: BLE001 - hardware lookup is best effort for the job report
         hw = None
     if hw is None:
-        return "", {"nvlink": None, "nvlink_detail": "unknown GPU", "pcie": None, "pcie_detail": "unknown GPU"}
-    return hw.name, {"nvlink": hw.nvlink.value, "nvlink_detail": hw.nvlink.detail,
-                     "pcie": hw.pcie.value, "pcie_detail": hw.pcie.detail, "gpu": hw.identified}
+        return "", RankLink()
+    return hw.name, RankLink(hw.nvlink.value, hw.nvlink.detail, hw.pcie.value, hw.pcie.detail)
 
 
 def prepare_rank(trace: Trace, options: AnalysisOptions, *, index: int, label: str, file: str,
@@ -206,7 +216,7 @@ def _main_tid(trace: Trace) -> int:
     return next(iter(threads.values()), -1)
 
 
-def describe_intervals(trace: Trace, store: Any, intervals: pd.DataFrame, device: int) -> pd.DataFrame:
+def describe_intervals(trace: Trace, store: FactStore, intervals: pd.DataFrame, device: int) -> pd.DataFrame:
     """What the rank was doing in each ``[start, end)`` of ``intervals`` (its clock): the deepest user
     NVTX range on its main thread covering most of it, the CUDA call open on that thread most of the
     time ('' = the host ran its own code), and its GPU: the busy share of compute kernels and the
@@ -273,7 +283,7 @@ def describe_intervals(trace: Trace, store: Any, intervals: pd.DataFrame, device
     return out.assign(host_nvtx_path=host_path, host_api=host_api, gpu_busy_share=busy, gpu_kernel=top)
 
 
-def _lanes(trace: Trace, store: Any, span: tuple[int, int] | None, device: int,
+def _lanes(trace: Trace, store: FactStore, span: tuple[int, int] | None, device: int,
            comm: pd.DataFrame) -> dict[str, list[tuple[int, int, str]]]:
     """Swimlane items inside ``span``: merged compute busy blocks, communication kernels (with the
     wait part), and the main thread's user NVTX ranges below the step (phases)."""
@@ -332,7 +342,13 @@ def finish_rank(state: RankState, summary: RankSummary, pack: RulePack, job: Ran
         store.update_options({"job_rank": job.context}, forget=("comm_kernels",))
     analysis = finish(store, pack)
     rank = job.rank if job is not None else summary.index
-    findings = [dataclasses.replace(f, scope=dataclasses.replace(f.scope, rank=rank)) for f in analysis.findings]
+    scoped = [dataclasses.replace(f, scope=dataclasses.replace(f.scope, rank=rank)) for f in analysis.findings]
+    # the rank is part of a finding's key: the links between this rank's findings (a symptom's
+    # explained_by, a cause's explains) follow their new keys, or no cause would explain a symptom
+    renamed = {old.key: new.key for old, new in zip(analysis.findings, scoped)}
+    findings = [dataclasses.replace(f, explains=tuple(renamed.get(k, k) for k in f.explains),
+                                    explained_by=tuple(renamed.get(k, k) for k in f.explained_by))
+                for f in scoped]
     analysis.findings = findings
     section = trace_section(analysis, job.section_index if job is not None else summary.index + 1, True, Limits())
     overlap_rows = store.get("comm_overlap")
@@ -352,7 +368,7 @@ def finish_rank(state: RankState, summary: RankSummary, pack: RulePack, job: Ran
 
 
 
-def phase_gpu_per_step(store: Any, steps: int) -> dict[str, float]:
+def phase_gpu_per_step(store: FactStore, steps: int) -> dict[str, float]:
     """GPU ns per step of each phase directly inside the step (``step_N/forward`` -> ``forward``)."""
     try:
         proj = store.get("nvtx_projection")

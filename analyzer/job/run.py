@@ -49,7 +49,7 @@ from analyzer.job.rank import (
     prepare_file,
 )
 from analyzer.job.ranks import number_ranks
-from analyzer.trace_analysis import AnalysisOptions, rules_label
+from analyzer.trace_analysis import AnalysisOptions, pack_parameters, rules_label
 
 from analyzer.loading.model import NcuReport, Trace
 from analyzer.progress import Progress
@@ -355,7 +355,7 @@ def analyze_job(
         ranks=results, findings=findings, tables=tables, window=plan.window, world_size=world, how=how,
         offsets=plan.offsets, notes=notes + plan.notes,
         rules_file=rules_label(pack),
-        parameters={r.name: {p.name: p.value for p in r.parameters} for r in pack.rules},
+        parameters=pack_parameters(pack),
     ))
 
 
@@ -562,13 +562,13 @@ def _link_peak(summaries: Sequence[RankSummary]) -> tuple[float | None, str]:
     are on one host, else PCIe (a lower bound for cross-host jobs, where the network is the limit)."""
     hosts = {s.hostname for s in summaries}
     links = [s.link for s in summaries]
-    nv = [lk.get("nvlink") for lk in links]
+    nv = [lk.nvlink for lk in links]
     if len(hosts) == 1 and all(v for v in nv):
-        return float(min(v for v in nv if v)), f"NVLink, {links[0].get('nvlink_detail', '')}"
-    pc = [lk.get("pcie") for lk in links]
+        return float(min(v for v in nv if v)), f"NVLink, {links[0].nvlink_detail}"
+    pc = [lk.pcie for lk in links]
     if all(v for v in pc):
         where = "PCIe" if len(hosts) == 1 else "PCIe (ranks on several hosts: the network may be slower)"
-        return float(min(v for v in pc if v)), f"{where}, {links[0].get('pcie_detail', '')}"
+        return float(min(v for v in pc if v)), f"{where}, {links[0].pcie_detail}"
     return None, "unknown (GPU not in the hardware table)"
 
 

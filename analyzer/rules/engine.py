@@ -49,7 +49,7 @@ def builtins_for(window: Window, scalars: Mapping[str, float]) -> dict[str, Any]
 
 
 def evaluate(pack: RulePack, store: FactSource, window: Window, scalars: Mapping[str, float], *,
-             threads: int = 1) -> list[Finding]:
+             threads: int = 1, known: Mapping[str, list[_Fired]] | None = None) -> list[Finding]:
     """Findings of every rule in ``pack``, linked and ranked. Raises :class:`RuleEvaluationError`
     naming the rule when a rule cannot be evaluated on this trace.
 
@@ -57,13 +57,23 @@ def evaluate(pack: RulePack, store: FactSource, window: Window, scalars: Mapping
     taken (for a store whose facts may be read from two threads: a :class:`FactStore`). The findings
     are the same as on one thread, in the same order; when rules fail, the error raised is the first
     failing rule's in pack order, as on one thread (rules are taken in order, so every earlier rule
-    was evaluated)."""
+    was evaluated).
+
+    ``known``: rule id -> what :func:`fire` gave for that rule on facts equal to this store's (the ncu
+    fuzz harness: rules that read no ncu fact give the same on every damaged ncu file); those rules are
+    not evaluated again, everything else (linking, ranking) is as if they were."""
     rules = list(pack.rules)
     results: list[list[_Fired] | None] = [None] * len(rules)
     errors: dict[int, BaseException] = {}
+    if known:
+        for i, rule in enumerate(rules):
+            if rule.id in known:
+                results[i] = list(known[rule.id])
+        rules = [r if results[i] is None else None for i, r in enumerate(rules)]  # type: ignore[misc]
     if threads <= 1 or len(rules) < 2:
         for i, rule in enumerate(rules):
-            results[i] = _evaluate_one(rule, store, window, scalars)
+            if rule is not None:
+                results[i] = _evaluate_one(rule, store, window, scalars)
     else:
         import threading
 
@@ -78,6 +88,8 @@ def evaluate(pack: RulePack, store: FactSource, window: Window, scalars: Mapping
                     return
                 with lock:
                     i = taken[0]
+                    while i < len(rules) and rules[i] is None:  # known: nothing to evaluate
+                        i += 1
                     if i >= len(rules) or errors:
                         return
                     taken[0] = i + 1
@@ -101,6 +113,11 @@ def evaluate(pack: RulePack, store: FactSource, window: Window, scalars: Mapping
         raise errors[min(errors)]
     fired = [item for part in results for item in (part or ())]
     return rank(_link(pack, fired))
+
+
+def fire(rule: Rule, store: FactSource, window: Window, scalars: Mapping[str, float]) -> list[_Fired]:
+    """One rule's fired groups before linking and ranking (what ``evaluate(..., known=)`` takes)."""
+    return _evaluate_one(rule, store, window, scalars)
 
 
 def _evaluate_one(rule: Rule, store: FactSource, window: Window, scalars: Mapping[str, float]) -> list[_Fired]:

@@ -19,6 +19,7 @@ SCOPES: dict[str, tuple[str, ...]] = {
     "device": ("device",),
     "stream": ("device", "stream"),
     "nvtx_range": ("nvtx_path",),
+    "device_range": ("device", "nvtx_path"),  # an NVTX range (or phase) on one GPU
     "kernel": ("name",),
     "rank": ("rank",),  # a rank of a multi-GPU job (job facts)
 }

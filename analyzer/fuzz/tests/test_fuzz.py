@@ -31,7 +31,7 @@ def test_seeded_fuzz_cases(harness, tmp_path):
         pytest.skip("no real nsys export to start from")
     if name == "kineto" and not (kineto.is_available() and kineto.base_traces()):
         pytest.skip("the Kineto loader (issue 13) has not landed")
-    stats = Stats(name, deadline=time.time() + SMOKE_SECONDS)
+    stats = Stats(name, deadline=time.time() + SMOKE_SECONDS, started_cpu=time.process_time())
     try:
         harness.run_cases(CASES[name], 0, tmp_path, stats=stats, derandomize=True)
     except OutOfTime:
@@ -41,6 +41,15 @@ def test_seeded_fuzz_cases(harness, tmp_path):
     assert not stats.failures
     if name in PROPERTY:
         assert stats.extra.get(PROPERTY[name], 0) >= 1, stats.as_dict()
+    # the CPU a case costs, whole process (docs/robustness.md's 2-core projection), in the summary table
+    from analyzer.fuzz.__main__ import summary_table
+
+    per_case = stats.cpu_per_case()
+    assert per_case is not None and 0 < per_case < 30 and stats.extra["setup_cpu_s"] >= 0
+    (tmp_path / "results").mkdir()
+    stats.dump(tmp_path / "results" / f"fuzz-{name}-seed0.json")
+    table = summary_table(tmp_path / "results")
+    assert f"| {per_case:.3f} s |" in table and "minutes on 2 cores" in table, table
 
 
 def test_the_property_check_catches_a_wrong_kernel_read(tmp_path):
@@ -275,3 +284,86 @@ def test_ncu_compute_capability_not_a_whole_number(ncu_runner):
                               [ncu.CsvMutation("drop-rows", 5, 0.0), ncu.CsvMutation("drop-rows", 5, 0.0),
                                ncu.CsvMutation("insert", "\r", 0.92665)])
     assert outcome.rc in (0, 1, 2)
+
+
+
+@pytest.mark.parametrize("base, mutations", [
+    ("alloc_churn_fixed", [nsys.Mutation("view-table", "CUPTI_ACTIVITY_KIND_KERNEL", arg="junk")]),
+    (LEI, [nsys.Mutation("view-table", "CUPTI_ACTIVITY_KIND_KERNEL", arg="junk")]),
+    ("alloc_churn_fixed", [nsys.Mutation("end-before-start", "CUPTI_ACTIVITY_KIND_KERNEL", arg=0, rows="all"),
+                           nsys.Mutation("end-before-start", "CUPTI_ACTIVITY_KIND_MEMCPY", arg=0, rows="all")]),
+], ids=["kernels-a-view-2025.3", "kernels-a-view-2023.1", "every-op-zero-length"])
+def test_nsys_no_op_covering_any_time_on_a_device(nsys_runner, base, mutations):
+    """Found profiling the harness (seed 5, this round's timeline breakdown): with the kernel table a view
+    of no kernels, or every kernel and copy of zero length, no op covers any time on a device and the
+    breakdown indexed an empty owner array for that device's one gap (IndexError, internal error)."""
+    from analyzer.testing import real_trace
+
+    path = real_trace(base) if "." not in base else _public(base)
+    outcome, applied = nsys_runner.case(path, mutations)
+    assert applied and outcome.rc in (0, 1), outcome.stderr
+
+
+@pytest.mark.parametrize("base, mutations, fired", [
+    ("naive_attention.raw.csv", [ncu.CsvMutation("crlf")], {"memory-bound-softmax-measured", "compute-bound"}),
+    ("naive_attention_fixed.raw.csv", [ncu.CsvMutation("drop-rows", 7, 0.4)], {"shared-bank-conflicts"}),
+], ids=["raw", "raw-rows-dropped"])
+def test_ncu_rules_shared_between_cases_give_the_full_report(ncu_runner, tmp_path, base, mutations, fired):
+    """The ncu harness evaluates the rules that read no ncu fact once (``Runner.known``); a case's JSON
+    report equals the one of a runner that evaluates every rule on every case, and the rules reading ncu
+    facts fire per case."""
+    import json
+
+    full = ncu.Runner(tmp_path / "full", share_trace_rules=False, reuse=False)
+    ncu_runner.outcomes.clear()  # no outcome of an earlier test to reuse: this case runs in full
+    assert ncu_runner.known and not full.known
+    assert len(ncu_runner.known) < len(ncu_runner.pack.rules)
+    reports = []
+    for runner, name in ((ncu_runner, "shared"), (full, "full")):
+        target = tmp_path / name / "case.csv"
+        target.parent.mkdir()
+        ncu.build_case(NCU_DATA / base, target, mutations)
+        outcome = runner.analyze(target, tmp_path / name / "report.json")
+        assert outcome.rc == 0, outcome.stderr
+        doc = json.loads((tmp_path / name / "report.json").read_text().replace(str(target), "CASE"))
+        doc.pop("created", None)
+        reports.append(doc)
+    assert reports[0] == reports[1]
+    assert {f["rule"] for t in reports[0]["traces"] for f in t["findings"]} >= fired
+
+
+def test_ncu_rules_shared_only_while_the_scalars_they_saw_hold(tmp_path):
+    """A rule that reads no ncu fact may still read a scalar that does: memory-bound-softmax stays silent
+    once ncu measured the softmax kernels (``ncu_softmax_launches``). On the naive-attention trace with
+    its own ncu export the shared runner's report equals a full evaluation's (the trace-only verdict
+    fires without ncu data, and is not carried into the case)."""
+    import json
+
+    shared = ncu.Runner(tmp_path / "shared", trace_name="naive_attention", reuse=False)
+    full = ncu.Runner(tmp_path / "full", trace_name="naive_attention", share_trace_rules=False, reuse=False)
+    assert shared.known.get("KRN001"), "memory-bound-softmax (KRN001) fires on the trace alone"
+    docs = []
+    for runner, name in ((shared, "shared"), (full, "full")):
+        target = tmp_path / name / "case.csv"
+        target.parent.mkdir(exist_ok=True)
+        ncu.build_case(NCU_DATA / "naive_attention.raw.csv", target, [ncu.CsvMutation("crlf")])
+        assert runner.analyze(target, tmp_path / name / "report.json").rc == 0
+        doc = json.loads((tmp_path / name / "report.json").read_text().replace(str(target), "CASE"))
+        doc.pop("created", None)
+        docs.append(doc)
+    assert docs[0] == docs[1]
+    rules = {f["rule"] for t in docs[0]["traces"] for f in t["findings"]}
+    assert "memory-bound-softmax-measured" in rules and "memory-bound-softmax" not in rules, rules
+
+
+def test_ncu_case_reading_as_an_earlier_one_reuses_its_outcome(ncu_runner):
+    """A damaged file the reader reads exactly as an earlier case's (CRLF line ends, console noise around
+    the CSV) reuses that case's outcome; one read differently (rows dropped) runs in full."""
+    base = NCU_DATA / "naive_attention.raw.csv"
+    ncu_runner.outcomes.clear()
+    before = ncu_runner.reused
+    first = ncu_runner.case(base, [ncu.CsvMutation("crlf")], 0)
+    again = ncu_runner.case(base, [ncu.CsvMutation("noise")], 1)
+    assert ncu_runner.reused == before + 1 and (again.rc, again.stderr) == (first.rc, first.stderr)
+    ncu_runner.case(base, [ncu.CsvMutation("drop-rows", 7, 0.4)], 2)
+    assert ncu_runner.reused == before + 1

@@ -114,6 +114,10 @@ def parse_timestamps_ns(raws: Sequence[bytes | msgspec.Raw]) -> np.ndarray:
 def ints(values: Sequence[Any], default: int = -1) -> np.ndarray:
     """int64 from JSON scalars (ints, floats, numeric strings, ``"0x1f"``); anything else is ``default``."""
     n = len(values)
+    try:  # plain ints throughout (most columns): no Python loop
+        return np.fromiter(values, dtype=np.int64, count=n)
+    except (TypeError, ValueError, OverflowError):
+        pass
     try:
         return np.fromiter((default if v is None else v for v in values), dtype=np.int64, count=n)
     except (TypeError, ValueError, OverflowError):
@@ -142,8 +146,8 @@ def int_or(v: Any, default: int) -> int:
 
 
 def floats(values: Sequence[Any]) -> np.ndarray:
-    try:
-        return np.fromiter((np.nan if v is None else v for v in values), dtype=np.float64, count=len(values))
+    try:  # numpy reads None as NaN
+        return np.fromiter(values, dtype=np.float64, count=len(values))
     except (TypeError, ValueError):
         return pd.to_numeric(pd.Series(list(values), dtype=object), errors="coerce").to_numpy(dtype=np.float64)
 
@@ -252,28 +256,49 @@ def memset_kind(name: str) -> str:
 _ARGS = attrgetter("args")
 
 
-def _field(name: str) -> Callable[[list[Event]], list[Any]]:
+class _Chunk:
+    """One group's events of a chunk, with their ``args`` fetched once."""
+
+    __slots__ = ("_args", "evs")
+
+    def __init__(self, evs: list[Event]) -> None:
+        self.evs = evs
+        self._args: tuple[list[Any], bool] | None = None
+
+    def args(self) -> tuple[list[Any], bool]:
+        """The events' ``args`` and whether every event has them."""
+        if self._args is None:
+            args = list(map(_ARGS, self.evs))
+            self._args = (args, None not in args)
+        return self._args
+
+
+def _field(name: str) -> Callable[[_Chunk], list[Any]]:
     get = attrgetter(name)
-    return lambda evs: list(map(get, evs))
+    return lambda c: list(map(get, c.evs))
 
 
-def _arg(name: str) -> Callable[[list[Event]], list[Any]]:
+def _arg(name: str) -> Callable[[_Chunk], list[Any]]:
     get = attrgetter(name)
-    return lambda evs: [None if a is None else get(a) for a in map(_ARGS, evs)]
+
+    def values(c: _Chunk) -> list[Any]:
+        args, complete = c.args()
+        return list(map(get, args)) if complete else [None if a is None else get(a) for a in args]
+    return values
 
 
-def _comm_group_value(evs: list[Event]) -> list[Any]:
-    return [v if isinstance(v, str | int) and not isinstance(v, bool) else None for v in _arg("pg_name")(evs)]
+def _comm_group_value(c: _Chunk) -> list[Any]:
+    return [v if isinstance(v, str | int) and not isinstance(v, bool) else None for v in _arg("pg_name")(c)]
 
 
-def _sync_kind_value(evs: list[Event]) -> list[Any]:
-    return [k if isinstance(k, str) else n for k, n in zip(_arg("sync_kind")(evs), _field("name")(evs))]
+def _sync_kind_value(c: _Chunk) -> list[Any]:
+    return [k if isinstance(k, str) else n for k, n in zip(_arg("sync_kind")(c), _field("name")(c))]
 
 
-def _dtype_size(evs: list[Event]) -> np.ndarray:
+def _dtype_size(c: _Chunk) -> np.ndarray:
     """Bytes per element of each event's c10d ``dtype`` (-1 unknown)."""
-    return np.fromiter((_DTYPE_BYTES.get(v, -1) if isinstance(v, str) else -1 for v in _arg("dtype")(evs)),
-                       dtype=np.int64, count=len(evs))
+    return np.fromiter((_DTYPE_BYTES.get(v, -1) if isinstance(v, str) else -1 for v in _arg("dtype")(c)),
+                       dtype=np.int64, count=len(c.evs))
 
 
 # column -> (values of the chunk's events, conversion); "text" columns become codes in one string table
@@ -282,7 +307,7 @@ _PID_TID = {"pid": (_field("pid"), _INT), "tid": (_field("tid"), _INT)}
 _OPS = {**_PID_TID, "device": (_arg("device"), _INT), "stream": (_arg("stream"), _INT),
         "correlation": (_arg("correlation"), _INT), "context": (_arg("context"), _INT),
         "name": (_field("name"), _TEXT)}
-_SPECS: dict[str, dict[str, tuple[Callable[[list[Event]], Any], str]]] = {
+_SPECS: dict[str, dict[str, tuple[Callable[[_Chunk], Any], str]]] = {
     "kernels": {**_OPS, "grid": (_arg("grid"), _DIMS), "block": (_arg("block"), _DIMS),
                 "registers": (_arg("registers"), _INT), "smem": (_arg("smem"), _INT),
                 "graph_node": (_arg("graph_node"), _INT), "in_nelems": (_arg("in_nelems"), _INT),
@@ -385,6 +410,20 @@ class EventColumns:
         return np.fromiter((table.setdefault(u, len(table)) for u in uniq.tolist()), dtype=np.int32,
                            count=len(uniq))[codes]
 
+    def _text_codes(self, values: list[Any]) -> np.ndarray:
+        """Codes of :func:`texts` of ``values``; straight from the values when all are str."""
+        arr = np.empty(len(values), dtype=object)
+        arr[:] = values
+        try:
+            codes, uniq = pd.factorize(arr, use_na_sentinel=False)
+        except TypeError:  # unhashable: a JSON list or object
+            return self._codes(texts(values))
+        if not all(isinstance(u, str) for u in uniq.tolist()):  # None, numbers: texts() spells them
+            return self._codes(texts(values))
+        table = self._strings
+        return np.fromiter((table.setdefault(u, len(table)) for u in uniq.tolist()), dtype=np.int32,
+                           count=len(uniq))[codes]
+
     def add(self, events: list[Event]) -> None:
         """Sort one chunk's events into the groups and keep their columns."""
         n = len(events)
@@ -420,18 +459,19 @@ class EventColumns:
             start = start[timed]
         if len(p.head) < _HEAD:
             p.head.extend(bytes(e.ts) for e in evs[:_HEAD - len(p.head)])
+        chunk = _Chunk(evs)
         if name == "kernels" and not p.comm:
-            p.comm = any(v is not None for v in itertools.chain(_arg("pg_name")(evs), _arg("in_nelems")(evs)))
+            p.comm = any(v is not None for v in itertools.chain(_arg("pg_name")(chunk), _arg("in_nelems")(chunk)))
         p.start.append(start)
-        p.dur.append(floats([e.dur for e in evs]))
+        p.dur.append(floats(_field("dur")(chunk)))
         for col, (values, kind) in _SPECS[name].items():
-            raw = values(evs)
+            raw = values(chunk)
             if kind == _INT:
                 arr = ints(raw)
             elif kind == _INT0:
                 arr = ints(raw, 0)
             elif kind == _TEXT:
-                arr = self._codes(texts(raw))
+                arr = self._text_codes(raw)
             elif kind == _DIMS:
                 arr = dims(raw)
             else:

@@ -85,7 +85,12 @@ class _KinetoLoader:
             self.say(f"parsed {stream.bytes_read / 1e6:,.1f} MB of JSON in chunks")
         except StreamFallback:
             doc, columns = self._whole_file()
-        return self._build(doc, columns)
+        from analyzer.loading.sqlite_reader import release_free_memory  # the one heap trim (glibc)
+
+        release_free_memory()  # the decoded chunks' pages: glibc's heap keeps them once freed
+        trace = self._build(doc, columns)
+        release_free_memory()  # and the model's temporaries, before the facts allocate theirs
+        return trace
 
     def _whole_file(self) -> tuple[Document, EventColumns]:
         """The document decoded at once (a layout the streaming split does not expect, or a damaged
@@ -224,9 +229,11 @@ class _KinetoLoader:
         depth = _depth_from_parents(parent)
         paths = attr.build_paths(text, depth, parent)
         n = len(start)
+        kind = np.empty(n, dtype=object)
+        kind.fill("pushpop")  # one string shared by every row (np.full makes a str object per row)
         frame = contract_frame(NVTX_COLUMNS, {
             "range_id": np.arange(n, dtype=np.int64), "start": start, "end": end, "duration": end - start,
-            "text": text, "domain": cats, "kind": np.full(n, "pushpop", dtype=object), "pid": pid, "tid": tid,
+            "text": text, "domain": cats, "kind": kind, "pid": pid, "tid": tid,
             "depth": depth, "parent_id": parent, "path": paths,
         })
         timeline = attr.NvtxTimeline(key, pid, start, end, depth, parent, crossed)
@@ -594,7 +601,7 @@ def _link_secondary_threads(key: np.ndarray, pid: np.ndarray, tid: np.ndarray, t
     if len(key) == 0:
         return out
     frame = pd.DataFrame({"key": key, "pid": pid, "tid": tid,
-                          "step": pd.Series(text, dtype=object).str.startswith("ProfilerStep#").to_numpy()})
+                          "step": per_distinct(text, lambda t: t.startswith("ProfilerStep#"), dtype=bool)})
     stats = frame.groupby(["pid", "key", "tid"], sort=False).agg(n=("step", "size"), steps=("step", "sum")).reset_index()
     stats["is_pid"] = stats["pid"] == stats["tid"]
     stats = stats.sort_values(["pid", "steps", "is_pid", "n"], ascending=[True, False, False, False])

@@ -74,7 +74,8 @@ def finding_views(
             record["explained"] = {
                 "explained_ns": ex.explained_ns,
                 "unexplained_ns": ex.unexplained_ns,
-                "by": [{"key": c.key, "rule": c.rule, "ns": ns} for c, ns in ex.parts],
+                "by": [{"key": c.key, "rule": c.rule, "range": c.scope.nvtx_path or "", "ns": ns}
+                       for c, ns in ex.parts],
             }
         views.append(
             FindingView(
@@ -115,13 +116,19 @@ def _share(ns: int, window_ns: int) -> str:
     return fmt_impact_pct(100.0 * ns / window_ns) if window_ns > 0 else fmt_ms(ns)
 
 
+def cause_name(rule: str, nvtx_range: str | None) -> str:
+    """How a cause is named in a symptom's explanation: its rule, and the NVTX range of a finding stated
+    per range (``launch-bound in step_N/optimizer``)."""
+    return f"{rule} in {nvtx_range}" if nvtx_range else rule
+
+
 def _explained_text(ex: Explained, window_ns: int) -> str:
     """``"55.9% of the window explained by gpu-idle-gaps (54.1%), pageable-memcpy (1.8%); 1.2% not"``:
     shares of the window, as the findings table shows impacts."""
     if not ex.parts:
         return "no finding explains it"
     shown = [(f, ns) for f, ns in ex.parts if _share(ns, window_ns) != fmt_impact_pct(0)] or list(ex.parts[:1])
-    parts = ", ".join(f"{f.rule} ({_share(ns, window_ns)})" for f, ns in shown)
+    parts = ", ".join(f"{cause_name(f.rule, f.scope.nvtx_path)} ({_share(ns, window_ns)})" for f, ns in shown)
     text = f"{_share(ex.explained_ns, window_ns)} explained by {parts}"
     rest = _share(ex.unexplained_ns, window_ns)
     if ex.unexplained_ns > 0 and rest != fmt_impact_pct(0):

@@ -70,11 +70,15 @@ def layout_problems(b: Browser, page: Path) -> list[str]:
     console error or exception while it loaded, and a page with no table at all (it did not load: a
     report always has one); ``[]`` when it reads well."""
     out: list[str] = []
+    b.navigate(page.resolve().as_uri(), width=WIDTHS[0])  # loaded once; the other widths resize the window
+    out += [f"load: {p}" for p in b.problems()]
+    if not b.evaluate("document.querySelectorAll('table').length"):
+        out.append("no table on the page (did it load?)")
     for width in WIDTHS:
-        b.navigate(page.resolve().as_uri(), width=width)
-        out += [f"{width} px: {p}" for p in b.problems()]
-        if not b.evaluate("document.querySelectorAll('table').length"):
-            out.append(f"{width} px: no table on the page (did it load?)")
+        b.call("Emulation.setDeviceMetricsOverride",
+               {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": False}, session=True)
+        if b.evaluate("window.innerWidth") != width:
+            out.append(f"{width} px: the window did not take that width")
         out += [f"{width} px: {p}" for p in b.evaluate(LAYOUT_PROBLEMS)]
     return out
 

@@ -272,4 +272,4 @@ def make_analysis(
     found = findings(kernel_names, nvtx_texts, evidence_rows) + list(extra_findings or [])
     ncu: Any = FakeNcu(ncu_frame(kernel_names)) if with_ncu else None
     return Analysis(trace=trace, window=window, findings=found, facts=DictFacts(frames),
-                    rules_file="rules/default.yaml", parameters={"gpu-idle-gaps.min_gap_ms": 1.0}, ncu=ncu)
+                    rules_file="rules/default.yaml", parameters={"gpu-idle-gaps": {"min_gap_ms": 1.0}}, ncu=ncu)

@@ -33,3 +33,18 @@ def test_there_are_committed_pages() -> None:
 @pytest.mark.parametrize("page", PAGES, ids=[p.relative_to(REPO).as_posix() for p in PAGES])
 def test_tables_fit_or_scroll_and_no_column_is_squeezed(page: Path) -> None:
     assert_layout(page)
+
+
+def test_the_check_finds_a_clipped_table_and_a_squeezed_column_at_each_width(tmp_path: Path) -> None:
+    """The check itself, on a hand-built bad page: a 1,500 px table is clipped at 1,280 px but fits at
+    1,920 (so the second width is really laid out), a 30 px column of long text is squeezed at both."""
+    from analyzer.reports.tests.layout import layout_problems, shared_browser
+
+    page = tmp_path / "bad.html"
+    page.write_text('<!DOCTYPE html><html><body style="margin:0"><main><section>'
+                    '<table style="width:1500px"><tr><th>a wide table</th></tr></table>'
+                    '<table><tr><td style="width:30px;max-width:30px;word-break:break-all">squeezedtext</td>'
+                    '<td>ok</td></tr></table></section></main></body></html>', encoding="utf-8")
+    problems = layout_problems(shared_browser(), page)
+    assert [p for p in problems if "clipped table" in p] == ["1280 px: clipped table: a wide table"], problems
+    assert {p.split(":")[0] for p in problems if "squeezed column: squeezedtext" in p} == {"1280 px", "1920 px"}

@@ -1,0 +1,82 @@
+"""launch-bound (LNC003) is stated per NVTX range at the level under the step, on the real round-3 pairs:
+each range's finding holds that range's launch-bound time of the timeline breakdown, the verdict adds
+them once, and a twin that fixes one range is silent on that range's finding only."""
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+from analyzer.impacts import report_order, union_adds
+from analyzer.pipeline import analyze_trace
+from analyzer.testing import DATA_DIR, real_trace
+
+
+@functools.cache
+def analysis(name: str):  # type: ignore[no-untyped-def]
+    path = DATA_DIR / name
+    return analyze_trace(path if path.suffix != ".xz" else real_trace(name.removesuffix(".sqlite.xz")))
+
+
+def launch_bound(name: str) -> dict[str, object]:
+    return {f.scope.nvtx_path or "": f for f in analysis(name).findings if f.rule == "launch-bound"}
+
+
+def range_launch_bound_ns(name: str) -> dict[str, int]:
+    bd = analysis(name).facts.get("timeline_breakdown")
+    rows = bd[(bd["scope"] == "range") & (bd["cause"] == "launch_bound")]
+    return {str(k): int(v) for k, v in rows.groupby("phase")["duration_ns"].sum().items()}
+
+
+def test_one_finding_per_range_under_the_step_each_with_its_own_time():
+    name = "round3/optimizer_loop.sqlite.xz"
+    found = launch_bound(name)
+    assert set(found) == {"step_N/optimizer", "step_N/backward", "step_N/forward"}
+    per_range = range_launch_bound_ns(name)
+    for path, f in found.items():
+        assert f.impact_ns == per_range[path]
+        assert f.scope.kind == "device_range" and f.scope.device == 0
+    # the biggest is the optimizer's per-parameter loop, and it leads the verdict
+    top = max(found.values(), key=lambda f: f.impact_ns)
+    assert top.scope.nvtx_path == "step_N/optimizer"
+    assert "`step_N/optimizer`" in top.headline
+    assert "fused" in top.message and "foreach" in top.message
+    assert "fused" not in found["step_N/forward"].message  # not an optimizer range
+
+
+def test_the_fused_twin_is_silent_on_the_optimizer_range_only():
+    twin = launch_bound("round3/optimizer_loop_fixed.sqlite.xz")
+    assert "step_N/optimizer" not in twin  # what the fix bought
+    assert {"step_N/forward", "step_N/backward"} <= set(twin)  # still eager: other findings
+    assert range_launch_bound_ns("round3/optimizer_loop_fixed.sqlite.xz")["step_N/optimizer"] < 2_000_000
+
+
+def test_range_findings_never_overlap_in_the_verdict():
+    """Disjoint ranges: each finding adds all of its impact to the union, whatever order."""
+    a = analysis("round3/optimizer_loop.sqlite.xz")
+    mine = [f for f in report_order(a.findings) if f.rule == "launch-bound"]
+    assert union_adds(mine) == [f.impact_ns for f in mine]
+    assert union_adds(mine[::-1]) == [f.impact_ns for f in mine[::-1]]
+
+
+def test_a_profiler_step_wrapper_is_read_through():
+    """torch.profiler's ProfilerStep#N holds only the program's step_N: the level under step_N counts."""
+    found = launch_bound("round3/optimizer_loop.pt.trace.json.gz")
+    assert "ProfilerStep#N/step_N/optimizer" in found
+    assert max(found.values(), key=lambda f: f.impact_ns).scope.nvtx_path == "ProfilerStep#N/step_N/optimizer"
+
+
+@pytest.mark.parametrize("name", ["round3/compile_train_fixed.sqlite.xz", "round3/decode_eager_fixed.sqlite.xz"])
+def test_cuda_graph_twins_are_silent_in_every_range(name):
+    assert not launch_bound(name)
+
+
+def test_the_phases_partition_the_window():
+    a = analysis("round3/compile_train.sqlite.xz")
+    bd = a.facts.get("timeline_breakdown")
+    rng = bd[bd["scope"] == "range"]
+    per_phase = rng.groupby(["device", "phase"])["duration_ns"].sum()
+    assert (rng.groupby(["device", "phase"])["phase_ns"].first() == per_phase).all()
+    assert int(per_phase.sum()) == a.window.duration_ns
+    assert set(per_phase.index.get_level_values("phase")) <= {"", "step_N", "step_N/forward", "step_N/backward",
+                                                              "step_N/optimizer"}
