@@ -32,7 +32,6 @@ PAIRS = [
     ("tiny_kernels", "tiny_kernels_fixed", "launch-bound"),
     ("pageable_h2d", "pageable_h2d_fixed", "exposed-copies"),
     ("tiny_kernels", "tiny_kernels_fixed", "tiny-kernels"),
-    ("tiny_kernels", "tiny_kernels_fixed", "small-grid"),
     ("pageable_h2d", "pageable_h2d_fixed", "h2d-dominance"),
     ("pageable_h2d", "pageable_h2d_fixed", "pageable-memcpy"),
     ("host_sync", "host_sync_fixed", "host-sync-in-loop"),

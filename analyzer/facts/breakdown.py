@@ -15,7 +15,12 @@ Busy time (from ``gpu_ops``, so every op ``gpu_ops`` lists counts, CUDA-graph ex
 At each instant the GPU is in the first of these that applies:
 
 ``compute``       a compute kernel (or any other GPU op that is not a copy, memset or communication
-                  kernel, e.g. a graph execution) runs; detail = kernel category (``categories.yaml``)
+                  kernel, e.g. a graph execution) runs; detail = kernel category (``categories.yaml``).
+                  Also the time between two kernels of one CUDA graph execution when nothing else
+                  runs (detail ``CUDA graph (between nodes)``, :func:`analyzer.facts.intervals.graph_spans`):
+                  the GPU resolving the graph's dependencies and starting the next node itself (a few
+                  hundred ns per edge, no host involved), the execution's own time as nsys' graph-level
+                  trace counts it, so node-level tracing and torch.profiler agree with it
 ``exposed_comm``  a communication kernel runs and no compute kernel does (the ``communication``
                   category of the comm facts); detail = the collective (``AllReduce``...)
 ``exposed_copy``  a copy or memset runs and no kernel does; detail = direction and host memory kind
@@ -68,6 +73,7 @@ import numpy as np
 import pandas as pd
 
 from analyzer.facts._util import column, generic_path, key_groups, text, text_codes
+from analyzer.facts.intervals import graph_spans
 from analyzer.facts.nvtx import main_threads
 from analyzer.facts.nvtx_ranges import innermost_open, ranges_only
 from analyzer.facts.registry import FactContext, fact
@@ -82,6 +88,8 @@ IDLE_CAUSES = ("launch_bound", "host_sync", "host_work", "wait_other", "setup", 
 #: idle causes the host held the GPU back with (what the "GPU-bound floor" removes)
 HOST_CAUSES = ("launch_bound", "host_sync", "host_work")
 _C = {c: i for i, c in enumerate(CAUSES)}
+#: ``compute`` detail of the time between dependent nodes of one CUDA graph execution
+GRAPH_NODE_GAPS = "CUDA graph (between nodes)"
 #: window sources the user chose (``Window.source``): nothing inside them is setup by position
 EXPLICIT_WINDOWS = ("full", "user")
 
@@ -429,6 +437,8 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
     starts = ops["start"].to_numpy(dtype=np.int64)
     ends = ops["end"].to_numpy(dtype=np.int64)
     devices = ops["device"].to_numpy(dtype=np.int64)
+    g_dev, g_start, g_end, _g_first, g_last = graph_spans(ops)
+    graph_code = code(GRAPH_NODE_GAPS)
     # busy segments per device and level, then the idle gaps between them (whole trace, then clipped)
     busy: list[tuple[np.ndarray, ...]] = []  # (device, start, end, cause, detail, op position)
     gaps: list[tuple[np.ndarray, ...]] = []  # (device, start, end, prev op, next op)
@@ -453,6 +463,17 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
                 r = r[ai]
             busy.append((np.full(len(s), dev), s, e, np.full(len(s), cause, dtype=np.int8), op_detail[r], r))
             # the covered time so far, and which op owns each piece (pieces are disjoint: starts unique)
+            cs = np.r_[cov_s, s]
+            o = np.argsort(cs, kind="stable")
+            cov_s, cov_e, owner = cs[o], np.r_[cov_e, e][o], np.r_[owner, r][o]
+        # inside a CUDA graph execution, between dependent nodes: the graph's own GPU time
+        m = (g_dev == dev) & (g_end > lo) & (g_start < hi)
+        if m.any() and len(cov_s):
+            fs, fe = _complement(cov_s, cov_e, lo, hi)
+            ai, _ci, s, e = intersect(g_start[m], g_end[m], fs, fe)
+            r = g_last[m][ai]
+            busy.append((np.full(len(s), dev), s, e, np.full(len(s), _C["compute"], dtype=np.int8),
+                         np.full(len(s), graph_code, dtype=np.int64), r))
             cs = np.r_[cov_s, s]
             o = np.argsort(cs, kind="stable")
             cov_s, cov_e, owner = cs[o], np.r_[cov_e, e][o], np.r_[owner, r][o]

@@ -33,6 +33,7 @@ _REPLAY_COLUMNS = {
     "traced_kernels": "1 when the replay's kernels are in the trace, 0 when only the execution is",
     "graph_id": "the CUDA graph's id where the trace says, else -1",
     "pid": "launching process (-1 unknown)",
+    "tid": "launching thread (-1 unknown)",
     "correlation_id": "the graph launch's correlation id",
     "api_name": "the launch call (cudaGraphLaunch, hipGraphLaunch, ...)",
     "api_start": "its start (ns, -1 unknown)",
@@ -41,7 +42,13 @@ _REPLAY_COLUMNS = {
                      "(ns; NaN for the device's first replay in the window, 0 when they overlap)",
     "idle_before_ns": "of that gap, the time the device ran nothing at all (ns; other GPU work in the gap, "
                       "e.g. eager kernels between two replays, is not idle; NaN as gap_before_ns)",
+    "updates_before": "graph updates since the device's previous replay started: executable-graph updates "
+                      "(cudaGraphExecUpdate, cudaGraphExec*SetParams ...) and instantiations (the API calls, or "
+                      "nsys' CUDA_GRAPH_EVENTS where they count more); 0 for the device's first replay in the window",
 }
+
+#: calls that change an instantiated graph in place (CUDA names; HIP's map to them)
+GRAPH_UPDATE_API = re.compile(r"^cu(?:da)?GraphExec\w*(?:Update|SetParams|SetEvent|SetEnabled)\w*$")
 
 
 def _empty_replays() -> pd.DataFrame:
@@ -55,7 +62,7 @@ def _empty_replays() -> pd.DataFrame:
 def graph_replays(ctx: FactContext) -> pd.DataFrame:
     """One row per CUDA graph replay starting in the window, in start order per device, with the idle
     time between consecutive replays."""
-    cols = ["start", "end", "duration", "device", "stream", "correlation_id", "pid", "in_graph", "graph_id",
+    cols = ["start", "end", "duration", "device", "stream", "correlation_id", "pid", "tid", "in_graph", "graph_id",
             "api_name", "api_start", "nvtx_path"]
     k = starts_in_window(ctx.trace.kernels, ctx.window, cols)
     if k.empty or "in_graph" not in k.columns:
@@ -102,6 +109,7 @@ def graph_replays(ctx: FactContext) -> pd.DataFrame:
         "traced_kernels": (traced > 0).astype(np.int64),
         "graph_id": column(k, "graph_id", -1).fillna(-1).to_numpy(dtype=np.int64)[first],
         "pid": pid[first],
+        "tid": column(k, "tid", -1).fillna(-1).to_numpy(dtype=np.int64)[first],
         "correlation_id": corr[first],
         "api_name": text_array(np.asarray(api_codes)[first], api_labels),
         "api_start": column(k, "api_start", -1).fillna(-1).to_numpy(dtype=np.int64)[first],
@@ -120,7 +128,41 @@ def graph_replays(ctx: FactContext) -> pd.DataFrame:
     out["gap_before_ns"] = gap
     out["idle_before_ns"] = _idle_in_gaps(ctx.get("gpu_busy"), dev, s - np.nan_to_num(gap).astype(np.int64), s,
                                           np.isnan(gap))
+    out["updates_before"] = _updates_between(ctx, dev, s)
     return out.sort_values("start", kind="stable", ignore_index=True)[list(_REPLAY_COLUMNS)]
+
+
+def _updates_between(ctx: FactContext, device: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """Per replay (rows in (device, start) order): graph updates and instantiations in ``[previous replay's
+    start, this start)`` on the same device; 0 for a device's first replay."""
+    out = np.zeros(len(start), dtype=np.int64)
+    if len(start) < 2:
+        return out
+    api = ctx.trace.api
+    upd_t = inst_t = np.empty(0, dtype=np.int64)
+    if len(api):
+        from analyzer.facts.api import api_base_codes
+
+        codes, base = api_base_codes(ctx.store)
+        names = [str(b) if b is not None else "" for b in base]
+        is_upd = np.array([bool(GRAPH_UPDATE_API.match(b)) for b in names], dtype=bool)[codes]
+        is_inst = np.array([b in GRAPH_SETUP_APIS and "Upload" not in b for b in names], dtype=bool)[codes]
+        t = api["start"].to_numpy(np.int64)
+        upd_t, inst_t = np.sort(t[is_upd]), np.sort(t[is_inst])
+    info = ctx.trace.extras.get("cuda_graphs") if isinstance(ctx.trace.extras, dict) else None
+    ev = info.get("instantiated_at") if isinstance(info, dict) else None
+    ev_t = np.sort(np.asarray([x for x in ev if isinstance(x, int)] if isinstance(ev, list) else [], dtype=np.int64))
+
+    def between(times: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        return np.searchsorted(times, hi, side="left") - np.searchsorted(times, lo, side="left")
+
+    for d in np.unique(device).tolist():
+        idx = np.flatnonzero(device == d)
+        if len(idx) < 2:
+            continue
+        lo, hi = start[idx[:-1]], start[idx[1:]]
+        out[idx[1:]] = between(upd_t, lo, hi) + np.maximum(between(inst_t, lo, hi), between(ev_t, lo, hi))
+    return out
 
 
 def _idle_in_gaps(busy: pd.DataFrame, device: np.ndarray, lo: np.ndarray, hi: np.ndarray,
@@ -254,6 +296,15 @@ def setup_activity(ctx: FactContext) -> pd.DataFrame:
             s = np.concatenate([s, t.api["start"].to_numpy(np.int64)[setup]])
             e = np.concatenate([e, t.api["end"].to_numpy(np.int64)[setup]])
             parts.append(("CUDA graph capture", s, e))
+    if not any(kind == "CUDA graph capture" for kind, _, _ in parts):
+        # no capture or instantiation call recorded (driver-level capture, a thread without CUDA tracing):
+        # nsys' CUDA_GRAPH_EVENTS still dates each instantiation (instants: counted, no duration)
+        info = t.extras.get("cuda_graphs") if isinstance(t.extras, dict) else None
+        at = info.get("instantiated_at") if isinstance(info, dict) else None
+        if isinstance(at, list) and at:
+            inst = np.asarray([x for x in at if isinstance(x, int)], dtype=np.int64)
+            if len(inst):
+                parts.append(("CUDA graph capture", inst, inst))
     s, e = _compiler_process_spans(t)
     if len(s):
         parts.append(("compiler processes", s, e))

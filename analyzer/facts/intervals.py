@@ -58,6 +58,8 @@ _OP_COLUMNS = {
     "nvtx_id": "innermost NVTX range at launch (-1 none)",
     "nvtx_range": "its text",
     "nvtx_path": "its path",
+    "in_graph": "0 launched on its own, 1 a kernel a CUDA graph replay ran, 2 a whole graph execution "
+                "(the kernels' in_graph; 0 for copies and memsets)",
 }
 
 
@@ -109,7 +111,7 @@ def gpu_ops(ctx: FactContext) -> pd.DataFrame:
 
 #: value of an integer op column a frame lacks (or holds missing)
 _OP_INT_DEFAULTS = {"device": 0, "stream": -1, "correlation_id": -1, "pid": -1, "tid": -1, "api_start": -1,
-                    "nvtx_id": -1}
+                    "nvtx_id": -1, "in_graph": 0}
 
 
 def _op_text(op: str, frame: pd.DataFrame, column: str) -> tuple[np.ndarray, np.ndarray]:
@@ -147,6 +149,43 @@ def _int(frame: pd.DataFrame, name: str, default: int) -> np.ndarray:
     return values if isinstance(values.dtype, np.dtype) and values.dtype.kind == "i" else col.to_numpy(dtype=np.int64)
 
 
+def graph_spans(ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(device, start, end, first_op, last_op)`` per CUDA graph replay whose kernels the trace holds
+    (``in_graph`` = 1: node-level nsys tracing, torch.profiler) with two kernels or more: from its first
+    kernel's start to its last kernel's end; ``first_op`` / ``last_op`` are positions in ``ops`` (the
+    kernel starting first, the one ending last). The kernels of a replay share the launch call's
+    correlation id (per process and device).
+
+    The span is the graph execution: between two dependent nodes the GPU itself starts the next one (a
+    few hundred ns each, the same under nsys and torch.profiler), with no host involved, so the gaps
+    between a replay's kernels are GPU work of the execution, as nsys' graph-level trace
+    (``--cuda-graph-trace=graph``) counts the whole execution busy."""
+    empty = np.empty(0, dtype=np.int64)
+    if ops.empty or "in_graph" not in ops.columns:
+        return empty, empty, empty, empty, empty
+    rows = np.flatnonzero((ops["in_graph"].to_numpy() == 1) & (ops["correlation_id"].to_numpy() >= 0))
+    if len(rows) < 2:
+        return empty, empty, empty, empty, empty
+    from analyzer.loading.attribution import correlation_key
+
+    key = correlation_key(ops["pid"].to_numpy(dtype=np.int64)[rows] & 0xFFFFFF,
+                          ops["correlation_id"].to_numpy(dtype=np.int64)[rows])
+    dev = ops["device"].to_numpy(dtype=np.int64)[rows]
+    _, codes, counts = np.unique(np.stack([key, dev], axis=1), axis=0, return_inverse=True, return_counts=True)
+    codes = np.asarray(codes).reshape(-1)
+    n = len(counts)
+    start = ops["start"].to_numpy(dtype=np.int64)[rows]
+    end = ops["end"].to_numpy(dtype=np.int64)[rows]
+    first = np.full(n, len(rows), dtype=np.int64)
+    np.minimum.at(first, codes, np.arange(len(rows)))  # ops are in start order: the first row starts first
+    g_end = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(g_end, codes, end)
+    last = np.full(n, -1, dtype=np.int64)
+    np.maximum.at(last, codes, np.where(end == g_end[codes], np.arange(len(rows)), -1))
+    keep = (counts >= 2) & (g_end > start[first])
+    return dev[first][keep], start[first][keep], g_end[keep], rows[first][keep], rows[last][keep]
+
+
 @fact(
     "gpu_busy",
     columns={
@@ -160,13 +199,15 @@ def _int(frame: pd.DataFrame, name: str, default: int) -> np.ndarray:
 )
 def gpu_busy(ctx: FactContext) -> pd.DataFrame:
     """Per device, the union of kernel/memcpy/memset intervals inside the window (ops running
-    concurrently on several streams count once)."""
+    concurrently on several streams count once), CUDA graph executions whole (:func:`graph_spans`)."""
     ops, w = ctx.get("gpu_ops"), ctx.window
     # clip_to_window on the three columns needed (copying the whole ops frame cost 0.3 s per 1 M ops)
-    start, end = ops["start"].to_numpy(), ops["end"].to_numpy()
+    start, end, device = ops["start"].to_numpy(), ops["end"].to_numpy(), ops["device"].to_numpy()
+    g_dev, g_start, g_end, _, _ = graph_spans(ops)
+    if len(g_start):
+        start, end, device = np.r_[start, g_start], np.r_[end, g_end], np.r_[device, g_dev]
     keep = (end > w.start_ns) & (start < w.end_ns)
-    u = union_intervals(np.maximum(start[keep], w.start_ns), np.minimum(end[keep], w.end_ns),
-                        ops["device"].to_numpy()[keep])
+    u = union_intervals(np.maximum(start[keep], w.start_ns), np.minimum(end[keep], w.end_ns), device[keep])
     out = pd.DataFrame({"device": u.group, "start": u.start, "end": u.end})
     out["duration"] = out["end"] - out["start"]
     return out.loc[out["duration"] > 0].reset_index(drop=True)
@@ -197,8 +238,14 @@ _GAP_COLUMNS = {
 
 def _device_blocks(ops: pd.DataFrame) -> pd.DataFrame:
     """Unclipped busy blocks of the whole trace per device, with the first op of each block and the
-    op that ends it (the latest-ending one)."""
-    u = union_intervals(ops["start"].to_numpy(), ops["end"].to_numpy(), ops["device"].to_numpy())
+    op that ends it (the latest-ending one). CUDA graph executions count whole (:func:`graph_spans`): a
+    block holding one starts and ends with real ops all the same (its first and last kernel)."""
+    start, end, device = ops["start"].to_numpy(), ops["end"].to_numpy(), ops["device"].to_numpy()
+    g_dev, g_start, g_end, g_first, g_last = graph_spans(ops)
+    n_ops = len(start)
+    if len(g_start):
+        start, end, device = np.r_[start, g_start], np.r_[end, g_end], np.r_[device, g_dev]
+    u = union_intervals(start, end, device)
     nblocks = len(u.start)
     first_pos = np.full(nblocks, -1, dtype=np.int64)
     last_pos = np.full(nblocks, -1, dtype=np.int64)
@@ -206,13 +253,16 @@ def _device_blocks(ops: pd.DataFrame) -> pd.DataFrame:
         ordered = u.order
         is_first = np.r_[True, u.block[1:] != u.block[:-1]]
         first_pos[u.block[is_first]] = ordered[is_first]
-        ends = ops["end"].to_numpy(dtype=np.int64)[ordered]
+        ends = np.asarray(end, dtype=np.int64)[ordered]
         # the op ending last in each block (ties: the later in ``ordered``), as a stable sort by
         # (block, end) would put last: blocks are runs of ``ordered``, so two reductions per run
         starts_of = np.flatnonzero(is_first)
         latest = np.maximum.reduceat(ends, starts_of)
         at = np.where(ends == latest[u.block], np.arange(len(ends)), -1)
         last_pos[u.block[starts_of]] = ordered[np.maximum.reduceat(at, starts_of)]
+    if len(g_start):  # a graph span standing for the op: its first or last kernel
+        first_pos = np.where(first_pos >= n_ops, g_first[np.maximum(first_pos - n_ops, 0)], first_pos)
+        last_pos = np.where(last_pos >= n_ops, g_last[np.maximum(last_pos - n_ops, 0)], last_pos)
     return pd.DataFrame({"device": u.group, "start": u.start, "end": u.end,
                          "first_op": first_pos, "last_op": last_pos}, copy=False)
 

@@ -192,6 +192,8 @@ _OCC_COLUMNS = {
     "count": "launches with this configuration in the window",
     "total_ns": "their summed duration (ns)",
     "mean_ns": "their mean duration (ns)",
+    "floor_ns": "the device's kernel latency floor (ns): the 1st percentile of its compute kernels' durations "
+                "over the whole trace, what a launch with almost no work takes on this GPU (0 unknown)",
 }
 
 
@@ -218,6 +220,27 @@ _OCC_NEEDS = {c: _RESOURCES for c in (
     "limiter", "limit_warps", "limit_blocks", "limit_registers", "limit_shared_memory", "waves")} | {
     "grid_blocks": ("kernel_launch_config",), "block_size": ("kernel_launch_config",), "sm_count": ("gpu_properties",)}
 
+#: percentile of a device's kernel durations taken as its latency floor
+FLOOR_PERCENTILE = 1.0
+
+
+def latency_floor(kernels: pd.DataFrame) -> dict[int, int]:
+    """Per device: the kernel latency floor (ns), the :data:`FLOOR_PERCENTILE` percentile of its kernels'
+    durations (whole CUDA-graph executions left out: they are no kernels). A launch this short did almost
+    no work: its time is the GPU's fixed cost of running a grid (block dispatch, a memory round trip, the
+    drain), which no grid size shortens."""
+    if kernels.empty or "duration" not in kernels.columns:
+        return {}
+    dur = kernels["duration"].to_numpy(dtype=np.int64)
+    dev = column(kernels, "device", 0).fillna(0).to_numpy(dtype=np.int64)
+    ok = dur > 0
+    if "in_graph" in kernels.columns:
+        from analyzer.loading.model import GRAPH_EXECUTION
+
+        ok &= kernels["in_graph"].fillna(0).to_numpy(dtype=np.int64) != GRAPH_EXECUTION
+    return {int(d): int(np.percentile(dur[ok & (dev == d)], FLOOR_PERCENTILE))
+            for d in np.unique(dev[ok]).tolist()}
+
 
 @fact("occupancy", columns=_OCC_COLUMNS, scope_keys=("device", "name"), column_needs=_OCC_NEEDS)
 def occupancy(ctx: FactContext) -> pd.DataFrame:
@@ -229,6 +252,7 @@ def occupancy(ctx: FactContext) -> pd.DataFrame:
     compute = compute_kernel_mask(ctx)
     if len(compute) and not compute.all():
         kernels = kernels.loc[compute]
+    floors = latency_floor(kernels)
     k = starts_in_window(kernels, ctx.window, [
         "start", "device", "name", "short_name", "grid_x", "grid_y", "grid_z", "block_x", "block_y",
         "block_z", "registers_per_thread", "static_smem", "dynamic_smem", "duration"])
@@ -300,6 +324,7 @@ def occupancy(ctx: FactContext) -> pd.DataFrame:
         out[key] = res[key]
     per_wave = out["blocks_per_sm"].to_numpy() * out["sm_count"].to_numpy()
     out["waves"] = np.where(per_wave > 0, out["grid_blocks"].to_numpy() / np.maximum(per_wave, 1), np.nan)
+    out["floor_ns"] = out["device"].map(floors).fillna(0).astype(np.int64)
     return out.sort_values("total_ns", ascending=False, ignore_index=True)[list(_OCC_COLUMNS)]
 
 

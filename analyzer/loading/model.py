@@ -49,7 +49,11 @@ only whole executions (``CUPTI_ACTIVITY_KIND_GRAPH_TRACE``): each becomes one ke
 <graphId>`` with ``in_graph`` = 2 and no launch configuration (grid, block, registers -1), so it is GPU work
 in every fact (busy time, gaps, windows, steps, phases, diff, jobs). An execution whose kernels the
 export holds adds no row: nothing is counted twice. ``trace.extras["cuda_graphs"]`` counts the executions
-read (``executions``, ``with_kernels``, ``without_kernels``, ``untimed``).
+read (``executions``, ``with_kernels``, ``without_kernels``, ``untimed``) and, from nsys' ``CUDA_GRAPH_EVENTS``,
+the graph lifecycle: ``graphs_created`` (captures), ``instantiations``, ``nodes_created``, ``clones``,
+``instantiated_at`` (each instantiation's time, ns from the origin, sorted; at most 10,000, the rest counted
+in ``instantiated_at_left_out``) and ``executions_without_instantiation`` (executions of graphs instantiated
+before the recording began, said once in the notes).
 """
 from __future__ import annotations
 

@@ -293,7 +293,7 @@ def test_readme_diff_table_is_what_the_code_says() -> None:
 def test_cuda_graph_decode_from_torch_profiler_traces() -> None:
     """Issue 30's first case, as torch.profiler recorded it (tests/data/kineto, H200): the eager batch-1
     decode against the same loop replayed as one CUDA graph a step. ProfilerStep ranges in both are the
-    steps compared; the graph's kernels are GPU work (busy 10% -> 86% of the window)."""
+    steps compared; the graph's kernels are GPU work, each replay whole (busy 10% -> 98% of the window)."""
     from analyzer.pipeline import analyze_trace
     from analyzer.testing import DATA_DIR
 

@@ -134,13 +134,17 @@ def _sqlite(name: str, tmp: str) -> Path:
 
 def _sql_busy_share(db: Path, origin: int, start: int, end: int) -> float:
     """The union of every GPU table's intervals (graph executions included) inside [start, end), straight
-    from the export."""
+    from the export. With node-level tracing, each graph execution is its nodes' span (first kernel's
+    start to last kernel's end, per launch correlation id), as the graph-level trace records it."""
     import sqlite3
 
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     tables = {r[0] for r in con.execute("select name from sqlite_master where type='table'")}
-    rows = sorted(r for t in GRAPH_TABLES if t in tables
-                  for r in con.execute(f"select start - {origin}, end - {origin} from {t}"))
+    rows = sorted([r for t in GRAPH_TABLES if t in tables
+                   for r in con.execute(f"select start - {origin}, end - {origin} from {t}")]
+                  + list(con.execute(
+                      f"select min(start) - {origin}, max(end) - {origin} from CUPTI_ACTIVITY_KIND_KERNEL "
+                      "where graphNodeId is not null group by globalPid, deviceId, correlationId")))
     busy, cur_s, cur_e = 0, None, None
     for s, e in rows:
         s, e = max(s, start), min(e, end)
@@ -197,7 +201,14 @@ def test_node_level_trace_does_not_count_a_replay_twice(tmp_path_factory):
     assert int((k["in_graph"] == 2).sum()) == 0
     w = a.window
     busy = a.facts.get("gpu_busy")["duration"].sum() / w.duration_ns
-    assert abs(busy - _sql_busy_share(db, a.trace.info.origin_ns, w.start_ns, w.end_ns)) < 0.02
+    # each execution whole, nodes and the GPU's own time between them: 87% (the kernels' union is 74%)
+    assert abs(busy - _sql_busy_share(db, a.trace.info.origin_ns, w.start_ns, w.end_ns)) < 0.005 and busy > 0.85
+    seg = a.facts.get("timeline_segments")
+    between = seg.loc[seg["detail"] == "CUDA graph (between nodes)", "duration"].sum()
+    assert (seg.loc[seg["detail"] == "CUDA graph (between nodes)", "cause"] == "compute").all()
+    assert 0.1 < between / w.duration_ns < 0.2  # ~140 dependent nodes a replay, a few hundred ns apart
+    waiting = seg.loc[seg["cause"] == "wait_other", "duration"].sum()
+    assert waiting / w.duration_ns < 0.03  # was 14.6%: the gaps inside each replay
     rules = {f.rule for f in a.findings}
     assert "tiny-kernels" not in rules and "graph-replays" in rules
     stats = a.facts.get("launch_stats")
@@ -242,3 +253,68 @@ def test_host_bound_graph_loop_is_idle_time_between_replays():
     assert low and found[0].key in low[0].explained_by
     # the CUDA graph decode loop is GPU-bound: silent
     assert "host-bound-graph-loop" not in {f.rule for f in _analysis(ROUND3 / "decode_eager_fixed.sqlite.xz").findings}
+
+
+# -- bad input, on temporary copies of the graph-level export (the real file never changes) -----------
+def _damaged(tmp_path: Path, *sql: str) -> tuple[Path, str]:
+    """A copy of the export changed by ``sql``, and its digest."""
+    import hashlib
+    import sqlite3
+
+    out = tmp_path / "damaged.sqlite"
+    with lzma.open(ROUND3 / "decode_eager_fixed.sqlite.xz") as src:
+        out.write_bytes(src.read())
+    con = sqlite3.connect(out)
+    for statement in sql:
+        con.execute(statement)
+    con.commit()
+    con.close()
+    return out, hashlib.sha256(out.read_bytes()).hexdigest()
+
+
+def _replays_finding(damaged: tuple[Path, str]):
+    import hashlib
+
+    from analyzer.pipeline import analyze_trace
+
+    path, digest = damaged
+    a = analyze_trace(path)
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == digest  # the input is never modified
+    return a, next(f for f in a.findings if f.rule == "graph-replays")
+
+
+LAUNCHES = ("nameId in (select id from StringIds where value like 'cudaGraphLaunch%')")
+
+
+def test_graph_updates_between_replays_are_counted_once(tmp_path):
+    # three instantiations dated between replays of the window (CUDA_GRAPH_EVENTS class 94)
+    damaged = _damaged(tmp_path, "insert into CUDA_GRAPH_EVENTS select g.start - 1000, g.start - 1000, 94, "
+                    "(select globalTid from CUDA_GRAPH_EVENTS limit 1), 760, 1, NULL, 2 "
+                    "from CUPTI_ACTIVITY_KIND_GRAPH_TRACE g order by g.start limit 3 offset 60")
+    a, found = _replays_finding(damaged)
+    assert int(a.facts.get("graph_replays")["updates_before"].sum()) == 3
+    assert found.message.count("updated or instantiated again 3") == 1
+    plain = _analysis(ROUND3 / "decode_eager_fixed.sqlite.xz")
+    assert int(plain.facts.get("graph_replays")["updates_before"].sum()) == 0
+
+
+def test_graphs_launched_from_several_threads(tmp_path):
+    damaged = _damaged(tmp_path, f"update CUPTI_ACTIVITY_KIND_RUNTIME set globalTid = globalTid + 1 "
+                              f"where {LAUNCHES} and rowid % 2 = 0")
+    a, found = _replays_finding(damaged)
+    replays = a.facts.get("graph_replays")
+    assert replays["tid"].nunique() == 2 and len(replays) == 80
+    assert "launched by cudaGraphLaunch from 2 threads" in found.message
+    assert not {f.rule for f in a.findings} & LAUNCH_OR_IDLE
+
+
+def test_graph_executions_without_their_launch_calls(tmp_path):
+    damaged = _damaged(tmp_path, f"delete from CUPTI_ACTIVITY_KIND_RUNTIME where {LAUNCHES}")
+    a, found = _replays_finding(damaged)
+    assert "launched by calls the trace does not hold" in found.message
+    notes = [n for n in a.trace.extras.get("notes", []) if "no launch call" in n]
+    assert len(notes) == 1
+    plain = _analysis(ROUND3 / "decode_eager_fixed.sqlite.xz")
+    busy = a.facts.get("gpu_busy")["duration"].sum()
+    assert busy == plain.facts.get("gpu_busy")["duration"].sum()  # still GPU work, the same window
+    assert a.window.start_ns == plain.window.start_ns and a.window.end_ns == plain.window.end_ns

@@ -57,6 +57,9 @@ from analyzer.loading.nsys_sqlite.schema import (
     DRIVER_TABLE,
     EVENT_CLASS_DRIVER,
     GRAPH_FETCH,
+    GRAPH_EVENT_CLASSES,
+    GRAPH_EVENTS_FETCH,
+    GRAPH_EVENTS_TABLE,
     GRAPH_TABLE,
     KERNEL_FETCH,
     KERNEL_TABLE,
@@ -89,6 +92,9 @@ from analyzer.loading.nsys_sqlite.schema import (
 from analyzer.loading.sqlite_reader import IntColumns, SqliteReader, ValuesIn, release_free_memory
 
 Progress = Callable[[str], None]
+
+#: the most instantiation times kept in ``extras["cuda_graphs"]["instantiated_at"]`` (the rest counted)
+MAX_GRAPH_EVENT_TIMES = 10_000
 
 
 def _with_graph_executions(k: dict[str, np.ndarray], short: TextCodes, name: TextCodes,
@@ -129,6 +135,51 @@ def _with_graph_executions(k: dict[str, np.ndarray], short: TextCodes, name: Tex
                          np.concatenate([tc.labels, texts]))
 
     return rows, joined(short), joined(name), stats
+
+
+def _executions_without_launch(kernels: pd.DataFrame) -> int:
+    """Whole CUDA graph executions (``in_graph`` = 2) whose launch call the trace does not hold."""
+    if kernels.empty or "in_graph" not in kernels.columns or "api_name" not in kernels.columns:
+        return 0
+    ex = kernels["in_graph"].to_numpy() == GRAPH_EXECUTION
+    if not ex.any():
+        return 0
+    name = kernels["api_name"]
+    missing = name.isna().to_numpy() | (name.astype(object).fillna("").astype(str).to_numpy() == "")
+    return int((ex & missing).sum())
+
+
+def _graph_event_stats(ev: dict[str, np.ndarray], origin: int, classes: dict[int, str],
+                       executed: np.ndarray | None) -> dict[str, Any]:
+    """What ``CUDA_GRAPH_EVENTS`` says, for ``trace.extras["cuda_graphs"]``: how many graphs were created
+    (captures), instantiated, cloned and how many nodes created; the instantiation times (ns from the trace
+    origin, sorted, at most :data:`MAX_GRAPH_EVENT_TIMES`) for setup and for updates between replays; and
+    how many executions of ``executed`` (graph exec ids of the graph trace table) ran an executable graph
+    with no instantiation event."""
+    cls = ev["event_class"]
+    names = {i: n.upper() for i, n in classes.items()}
+
+    def of(marker: str) -> np.ndarray:
+        ids = [i for i, n in names.items() if marker in n]
+        return np.isin(cls, ids) if ids else np.zeros(len(cls), dtype=bool)
+
+    inst = of("GRAPHEXEC_CREATION")
+    created = of("GRAPH_CREATION")
+    nodes = of("NODE_CREATION")
+    clones = of("CLONE")
+    at = np.sort(ev["start"][inst & (ev["start"] >= origin)] - origin)
+    out: dict[str, Any] = {
+        "graphs_created": int(created.sum()), "instantiations": int(inst.sum()),
+        "nodes_created": int(nodes.sum()), "clones": int(clones.sum()),
+        "instantiated_at": [int(x) for x in at[:MAX_GRAPH_EVENT_TIMES]],
+    }
+    if len(at) > MAX_GRAPH_EVENT_TIMES:
+        out["instantiated_at_left_out"] = int(len(at) - MAX_GRAPH_EVENT_TIMES)
+    if executed is not None and len(executed):
+        known = ev["exec_id"][inst]
+        has_id = executed >= 0
+        out["executions_without_instantiation"] = int((has_id & ~np.isin(executed, known[known >= 0])).sum())
+    return out
 
 
 class _Loader:
@@ -191,12 +242,15 @@ class _Loader:
             add("mem", MEMORY_TABLE, MEMORY_FETCH, "device memory events")
         if r.has(GRAPH_TABLE):
             add("g", GRAPH_TABLE, GRAPH_FETCH, "CUDA graph executions")
+        if r.has(GRAPH_EVENTS_TABLE):
+            add("ge", GRAPH_EVENTS_TABLE, GRAPH_EVENTS_FETCH, "CUDA graph events")
         jobs["strings"] = lambda: StringTable(r)
         res = r.fetch_parallel(jobs)
         strings: StringTable = res.pop("strings")
         k, mc, ms, sy = (res.pop(n) for n in ("k", "mc", "ms", "sy"))
         mem = res.pop("mem", None)
         g = res.pop("g", None)
+        graph_events = res.pop("ge", None)
         untimed_graphs = 0
         if g is not None:  # start = end = 0: CUPTI could not time the execution (left out, counted)
             timed = (g["start"] > 0) & (g["end"] >= g["start"])
@@ -247,9 +301,13 @@ class _Loader:
         short = strings.codes(k["short_id"])
         # the demangled name, else the short name (exports without demangled names)
         name = strings.codes(np.where(strings.is_empty(k["name_id"]), k["short_id"], k["name_id"]))
-        graph_stats: dict[str, int] = {}
+        graph_stats: dict[str, Any] = {}
         if g is not None:
             k, short, name, graph_stats = _with_graph_executions(k, short, name, g)
+        if graph_events is not None:
+            graph_stats.update(_graph_event_stats(
+                graph_events, origin, enum_names(r, "ENUM_NSYS_EVENT_CLASS", GRAPH_EVENT_CLASSES),
+                g["exec_id"] if g is not None else None))
         kernels = self._gpu_frame(KERNEL_COLUMNS, k, launch, {"short_name": short, "name": name})
         del k, g
         copy_kinds = enum_names(r, "ENUM_CUDA_MEMCPY_OPER", MEMCPY_KIND_NAMES)
@@ -292,6 +350,18 @@ class _Loader:
         if graph_stats or untimed_graphs:
             extras["cuda_graphs"] = {"executions": 0, "with_kernels": 0, "without_kernels": 0, **graph_stats,
                                      "untimed": untimed_graphs}
+        unmatched = int(graph_stats.get("executions_without_instantiation", 0))
+        if unmatched:  # said once, in the report's notes
+            extras.setdefault("notes", []).append(
+                f"{unmatched:,} CUDA graph executions in {GRAPH_TABLE} ran graphs with no instantiation event in "
+                f"{GRAPH_EVENTS_TABLE} (instantiated before the recording began, or the table is incomplete): the "
+                "setup time counts only the capture and instantiation calls the trace holds.")
+        unlaunched = _executions_without_launch(kernels)
+        if unlaunched:  # said once, in the report's notes
+            extras.setdefault("notes", []).append(
+                f"{unlaunched:,} CUDA graph executions have no launch call in the trace (the API trace lost it, or "
+                "it came from a thread nsys did not trace): they count as GPU work, attributed to no thread or "
+                "NVTX range.")
         if untimed_graphs:  # said once, in the report's notes
             extras.setdefault("notes", []).append(
                 f"{untimed_graphs:,} CUDA graph executions in {GRAPH_TABLE} carry no timestamps (CUPTI could not "

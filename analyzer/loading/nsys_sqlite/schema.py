@@ -115,7 +115,16 @@ KERNEL_FETCH = _OP_FETCH | {
     "graph_id": "graphId"}
 
 
-GRAPH_FETCH = _OP_FETCH | {"graph_id": "graphId"}
+GRAPH_FETCH = _OP_FETCH | {"graph_id": "graphId", "exec_id": "graphExecId"}
+#: CUDA graph lifecycle events nsys records with CUDA tracing: graph creation (the end of a stream
+#: capture), executable-graph creation (instantiation), node creation, clones; instants (start = end)
+GRAPH_EVENTS_TABLE = "CUDA_GRAPH_EVENTS"
+GRAPH_EVENTS_FETCH = {"start": "start", "event_class": "eventClass", "global_tid": "globalTid",
+                      "graph_id": "graphId", "exec_id": "graphExecId"}
+#: ENUM_NSYS_EVENT_CLASS ids of those events (nsys 2024-2025 numbering), where the export lacks the table
+GRAPH_EVENT_CLASSES = {77: "TRACE_PROCESS_EVENT_CUDA_GRAPH_NODE_CREATION",
+                       94: "TRACE_PROCESS_EVENT_CUDA_GRAPHEXEC_CREATION",
+                       95: "TRACE_PROCESS_EVENT_CUDA_GRAPH_CREATION", 96: "TRACE_PROCESS_EVENT_CUDA_GRAPH_CLONE"}
 
 
 MEMCPY_FETCH = _OP_FETCH | {"bytes": "bytes", "copy_kind": "copyKind", "src_kind": "srcKind", "dst_kind": "dstKind"}

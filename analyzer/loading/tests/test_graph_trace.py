@@ -59,6 +59,8 @@ def test_untimed_executions_and_executions_without_a_launch_call(export):
     assert len(notes) == 1 and "--cuda-graph-trace=node" in notes[0]
     lone = ex[ex["correlation_id"] == orphan]
     assert len(lone) == 1 and str(lone["api_name"].iloc[0]) == ""
+    said = [n for n in t.extras.get("notes", []) if "no launch call" in n]
+    assert len(said) == 1 and said[0].startswith("1 CUDA graph executions have no launch call")
     assert int(np.asarray(t.kernels["start"]).min()) >= 0
 
 
@@ -80,4 +82,37 @@ def test_an_empty_graph_table_changes_nothing(export):
     con.commit()
     con.close()
     t = _load(export)
-    assert (t.kernels["in_graph"] == 0).all() and "cuda_graphs" not in t.extras
+    assert (t.kernels["in_graph"] == 0).all() and t.extras.get("cuda_graphs", {}).get("executions", 0) == 0
+
+
+# -- CUDA_GRAPH_EVENTS: the graphs' lifecycle ----------------------------------------------------------
+EVENTS = "CUDA_GRAPH_EVENTS"
+
+
+def test_graph_events_count_captures_and_date_instantiations(export):
+    con = sqlite3.connect(export)
+    created = con.execute(f"select count(*) from {EVENTS} where eventClass = 95").fetchone()[0]
+    inst = [r[0] for r in con.execute(f"select start from {EVENTS} where eventClass = 94 order by start")]
+    launch = con.execute("select min(r.start) from CUPTI_ACTIVITY_KIND_RUNTIME r join StringIds s on s.id = r.nameId "
+                         "where s.value like 'cudaGraphLaunch%'").fetchone()[0]
+    con.close()
+    t = _load(export)
+    g = t.extras["cuda_graphs"]
+    assert (g["graphs_created"], g["instantiations"]) == (created, len(inst)) == (3, 1)
+    assert g["executions_without_instantiation"] == 0 and not [n for n in t.extras.get("notes", []) if EVENTS in n]
+    # the instantiation, on the trace's own clock: before the first replay's launch
+    assert g["instantiated_at"] == [x - t.info.origin_ns for x in inst]
+    assert g["instantiated_at"][0] < launch - t.info.origin_ns
+
+
+def test_graph_trace_table_with_no_matching_events_is_said_once(export):
+    con = sqlite3.connect(export)
+    n = con.execute(f"select count(*) from {GRAPH}").fetchone()[0]
+    con.execute(f"delete from {EVENTS}")
+    con.commit()
+    con.close()
+    t = _load(export)
+    assert t.extras["cuda_graphs"]["executions_without_instantiation"] == n
+    said = [x for x in t.extras.get("notes", []) if EVENTS in x]
+    assert len(said) == 1 and said[0].startswith(f"{n} CUDA graph executions")
+    assert int((t.kernels["in_graph"] == 2).sum()) == n  # still GPU work

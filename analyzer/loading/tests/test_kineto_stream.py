@@ -145,3 +145,30 @@ def test_damaged_files_get_the_whole_file_error(damage, monkeypatch, tmp_path):
     assert outcomes[0] == outcomes[1]
     if damage == "second-events-list":  # json and msgspec keep the last: an empty trace
         assert outcomes[0][0] == "error"
+
+
+def test_memory_holds_a_chunk_not_the_file(monkeypatch, tmp_path):
+    """What is decoded at once is about one block of text, however long the file: every chunk handed
+    to the decoder is at most the pending text plus one block, and the text is never read whole."""
+    text = _text(TRACES[0])
+    path = tmp_path / "t.pt.trace.json"
+    path.write_bytes(text)
+    sizes: list[int] = []
+    real = document._decode_chunk
+
+    def measured(chunk: bytes):
+        sizes.append(len(chunk))
+        return real(chunk)
+
+    def whole(*_args, **_kwargs):
+        raise AssertionError("the file was read whole")
+
+    monkeypatch.setattr(document, "_decode_chunk", measured)
+    monkeypatch.setattr(document, "read_json_bytes", whole)
+    monkeypatch.setattr("analyzer.loading.kineto.loader.read_json_bytes", whole)
+    block = 16 * 1024
+    trace, messages = _load(path, whole=False, monkeypatch=monkeypatch, block=block)
+    assert _streamed(messages) and len(trace.kernels)
+    assert len(sizes) > len(text) // (2 * block)
+    assert max(sizes) <= 2 * block + 2  # a block, the text left after the last cut, the brackets
+
