@@ -369,6 +369,52 @@ def _thread_timeline(starts: np.ndarray, ends: np.ndarray, cause: np.ndarray, de
             weave(fd, free_detail, np.int64))
 
 
+_STREAM_WAIT = re.compile(r"StreamWaitEvent|StreamWaitValue|cuStreamWait")
+
+
+def _wait_details(ctx: FactContext, ops: pd.DataFrame, pos: np.ndarray, code) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """Detail codes of idle time the GPU spent with ``ops`` rows ``pos`` already queued: ``stream S waited
+    on an event (cudaStreamWaitEvent)`` when the thread that launched the op made a stream-wait call
+    since its previous launch (the op's stream was told to wait for work elsewhere: another stream, a
+    graph, another process's event), else ``queued (another stream or an event)``."""
+    plain = code("queued (another stream or an event)")
+    out = np.full(len(pos), plain, dtype=np.int64)
+    api = ctx.trace.api
+    if not len(pos) or api.empty:
+        return out
+    from analyzer.facts.api import api_base_codes
+
+    codes, base = api_base_codes(ctx.store)
+    is_wait_name = np.array([bool(b) and bool(_STREAM_WAIT.search(str(b))) for b in base], dtype=bool)
+    wait_rows = np.flatnonzero(is_wait_name[codes]) if len(codes) else np.empty(0, dtype=np.int64)
+    if not len(wait_rows):
+        return out
+    w_tid = api["tid"].to_numpy(dtype=np.int64)[wait_rows]
+    w_start = api["start"].to_numpy(dtype=np.int64)[wait_rows]
+    w_name = base[codes[wait_rows]]
+    o_tid = ops["tid"].to_numpy(dtype=np.int64)
+    o_launch = ops["api_start"].to_numpy(dtype=np.int64)
+    stream = column(ops, "stream", -1).fillna(-1).to_numpy(dtype=np.int64)
+    for tid in np.unique(o_tid[pos]).tolist():
+        mine = np.flatnonzero(o_tid[pos] == tid)
+        launches = np.sort(o_launch[(o_tid == tid) & (o_launch >= 0)])
+        wsel = np.flatnonzero(w_tid == tid)
+        if not len(wsel) or not len(launches):
+            continue
+        order = wsel[np.argsort(w_start[wsel], kind="stable")]
+        ws = w_start[order]
+        launch = o_launch[pos[mine]]
+        k = np.searchsorted(launches, launch, side="left")
+        prev = np.where(k > 0, launches[np.maximum(k - 1, 0)], -_BIG)
+        j = np.searchsorted(ws, launch, side="left") - 1
+        hit = (launch >= 0) & (j >= 0) & (ws[np.maximum(j, 0)] > prev)
+        for i, jj in zip(mine[hit].tolist(), j[hit].tolist()):  # distinct texts are few: codes are cached
+            st = int(stream[pos[i]])
+            where = f"stream {st}" if st >= 0 else "its stream"
+            out[i] = code(f"{where} waited on an event ({w_name[order[jj]]})")
+    return out
+
+
 def _submission(ctx: FactContext, ops: pd.DataFrame, pos: np.ndarray) -> np.ndarray:
     """End of the launch call of ``ops`` rows ``pos`` (the call start when its end is unknown, -1
     without a launch call)."""
@@ -676,8 +722,9 @@ def _classify_idle(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev:
     comm_next = has_next & (level[np.maximum(next_op, 0)] == 1)
     emit(all_idx[queued & comm_next], cs[queued & comm_next], ce[queued & comm_next], _C["wait_other"],
          code("collective (another rank)"))
-    emit(all_idx[queued & ~comm_next], cs[queued & ~comm_next], ce[queued & ~comm_next], _C["wait_other"],
-         code("queued (another stream or an event)"))
+    waited = queued & ~comm_next
+    emit(all_idx[waited], cs[waited], ce[waited], _C["wait_other"],
+         _wait_details(ctx, ops, next_op[waited], code))
     rest = ~queued
     # submitted during the gap: from the submission to the start, launch latency (or a wait)
     sub_in = rest & (submit > g0)
@@ -686,7 +733,7 @@ def _classify_idle(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev:
     lat = sub_in & (tail_len <= dispatch_ns)
     emit(all_idx[lat], tail_s[lat], ce[lat], _C["launch_bound"], code("launch latency"))
     late = sub_in & ~lat
-    emit(all_idx[late], tail_s[late], ce[late], _C["wait_other"], code("queued (another stream or an event)"))
+    emit(all_idx[late], tail_s[late], ce[late], _C["wait_other"], _wait_details(ctx, ops, next_op[late], code))
     host_e = np.where(sub_in, tail_s, ce)
     # the host part: what the feeding thread did, piece by piece
     api = ctx.trace.api

@@ -295,6 +295,9 @@ def _findings(rule: Rule, env: Env, fired: np.ndarray, impact: np.ndarray | None
             except ExprError as err:
                 raise fail(f"verdict: {err.message}", err) from None
         scope = Scope(kind=rule.scope, **{_SCOPE_FIELDS[k]: _scope_value(k, v) for k, v in keys.items()})
+        if rule.scope == "device_range" and not scope.nvtx_path:
+            # the time outside every range (a trace without NVTX): the device's finding, keyed as one
+            scope = replace(scope, nvtx_path=None)
         evidence = rows.iloc[mine[: rule.evidence.limit]][list(rule.evidence.columns)]
         finding = Finding(
             rule=rule.name,

@@ -176,7 +176,7 @@ def test_hostile_content_in_an_extended_pack_stops_everything(tmp_path):
 @pytest.mark.parametrize("selector, expected", [
     ("gpu-idle-gaps", {"GPU001"}),
     ("gpu001", {"GPU001"}),
-    ("GPU", {"GPU001", "GPU002", "GPU003", "GPU004"}),
+    ("GPU", {"GPU001", "GPU002", "GPU003", "GPU004", "GPU005"}),
     ("utilization", {"GPU001", "GPU002", "GPU003", "GPU004"}),
     ("ncu-*", set()),
     ("*-measured", {"NCU001", "NCU005", "NCU006", "KRN004"}),
