@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from analyzer.findings import Finding, Severity, rank
+from analyzer.loading.columns import sorted_distinct
 
 
 def is_problem(f: Finding) -> bool:
@@ -62,7 +63,7 @@ def union_adds(findings: Sequence[Finding]) -> list[int]:
             mine = fp.device == dev
             placed.setdefault(int(dev), []).append((i, fp.start[mine], fp.end[mine], density))
     for parts in placed.values():
-        bounds = np.unique(np.concatenate([np.r_[s, e] for _, s, e, _ in parts]))
+        bounds = sorted_distinct(np.concatenate([np.r_[s, e] for _, s, e, _ in parts]))
         seg = np.diff(bounds).astype(float)
         best = np.zeros(len(seg))
         for i, start, end, density in parts:

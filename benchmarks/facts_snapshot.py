@@ -1,7 +1,7 @@
 """Snapshot every fact of every committed trace, and compare two snapshots exactly.
 
     python benchmarks/facts_snapshot.py write DIR [TRACE ...]      # default: every trace under tests/data
-    python benchmarks/facts_snapshot.py compare OLD_DIR NEW_DIR
+    python benchmarks/facts_snapshot.py compare OLD_DIR NEW_DIR [--categorical-text]
 
 A speed or memory change to a fact must not change what it computes. ``write`` loads each trace (no
 trace cache), prepares it with the automatic window and with ``--window full``, computes every registered
@@ -9,6 +9,8 @@ fact (dependency order) and pickles the frames; ``compare`` checks every frame o
 ``pandas.testing.assert_frame_equal`` (exact values, dtypes, column order, index) and prints one line per
 difference. A fact that raised is recorded as its error text and compared as such. Run ``write`` on the
 code before the change and after it (e.g. from a second worktree) and ``compare`` the two.
+``--categorical-text``: a text column that is categorical on one side and plain text on the other (a
+column narrowed to codes) is compared by its values, and listed as a dtype change, not a difference.
 """
 from __future__ import annotations
 
@@ -70,10 +72,23 @@ def write(out_dir: Path, traces: list[Path]) -> int:
     return 0
 
 
-def compare(old: Path, new: Path) -> int:
+def _text_as_values(x, y):  # type: ignore[no-untyped-def]
+    """``(x, y, columns)``: the columns categorical on one side only, as object text on both."""
+    import pandas as pd
+
+    changed = [c for c in x.columns if c in y.columns
+               and isinstance(x[c].dtype, pd.CategoricalDtype) != isinstance(y[c].dtype, pd.CategoricalDtype)]
+    if changed:
+        x = x.astype({c: object for c in changed})
+        y = y.astype({c: object for c in changed})
+    return x, y, changed
+
+
+def compare(old: Path, new: Path, categorical_text: bool = False) -> int:
     import pandas as pd
 
     bad = 0
+    narrowed: dict[str, set[str]] = {}
     names = sorted({p.name for p in old.glob("*.pkl")} | {p.name for p in new.glob("*.pkl")})
     for fname in names:
         a_path, b_path = old / fname, new / fname
@@ -89,6 +104,10 @@ def compare(old: Path, new: Path) -> int:
                 continue
             x, y = a[key], b[key]
             if isinstance(x, pd.DataFrame) and isinstance(y, pd.DataFrame):
+                if categorical_text:
+                    x, y, changed = _text_as_values(x, y)
+                    for c in changed:
+                        narrowed.setdefault(f"{key.split('/', 1)[1]}.{c}", set()).add(fname)
                 try:
                     pd.testing.assert_frame_equal(x, y, check_exact=True)
                 except AssertionError as exc:
@@ -97,6 +116,8 @@ def compare(old: Path, new: Path) -> int:
             elif type(x) is not type(y) or x != y:
                 print(f"{fname} {key}: {str(x)[:200]!r} != {str(y)[:200]!r}")
                 bad += 1
+    for col, files in sorted(narrowed.items()):
+        print(f"dtype changed, values identical: {col} ({len(files)} traces)")
     print(f"{len(names)} traces compared, {bad} differences")
     return 1 if bad else 0
 
@@ -110,10 +131,12 @@ def main(argv: list[str]) -> int:
     c = sub.add_parser("compare")
     c.add_argument("old", type=Path)
     c.add_argument("new", type=Path)
+    c.add_argument("--categorical-text", action="store_true",
+                   help="compare text columns categorical on one side by value (a dtype change, listed)")
     args = ap.parse_args(argv)
     if args.cmd == "write":
         return write(args.dir, [p.resolve() for p in args.traces] or committed_traces())
-    return compare(args.old, args.new)
+    return compare(args.old, args.new, args.categorical_text)
 
 
 if __name__ == "__main__":

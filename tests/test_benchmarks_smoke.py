@@ -118,6 +118,36 @@ def test_facts_snapshot_write_and_compare(tmp_path: Path) -> None:
     assert "1 traces compared, 0 differences" in out
 
 
+def test_facts_snapshot_categorical_text(tmp_path: Path) -> None:
+    """A text column narrowed to a categorical is a difference, unless --categorical-text: then it is
+    compared by value (a changed value still counts) and listed as a dtype change."""
+    import pickle
+
+    import pandas as pd
+
+    _run(REPO / "benchmarks" / "facts_snapshot.py", "write", tmp_path / "a", TINY)
+    (snap,) = (tmp_path / "a").iterdir()
+    facts = pickle.loads(snap.read_bytes())
+    key = next(k for k, v in facts.items() if k.endswith("/timeline_breakdown") and isinstance(v, pd.DataFrame)
+               and len(v))
+    narrowed = dict(facts)
+    narrowed[key] = facts[key].astype({"cause": "category"})
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / snap.name).write_bytes(pickle.dumps(narrowed))
+    cmd = [sys.executable, str(REPO / "benchmarks" / "facts_snapshot.py"), "compare", str(tmp_path / "a"),
+           str(tmp_path / "b")]
+    plain = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+    assert plain.returncode == 1 and "1 differences" in plain.stdout
+    out = _run(*cmd[1:], "--categorical-text")
+    assert "1 traces compared, 0 differences" in out
+    assert "dtype changed, values identical: timeline_breakdown.cause (1 traces)" in out
+    changed = facts[key].astype({"cause": "category"})
+    narrowed[key] = changed.assign(duration_ns=changed["duration_ns"] + 1)  # narrowed and a value changed
+    (tmp_path / "b" / snap.name).write_bytes(pickle.dumps(narrowed))
+    bad = subprocess.run([*cmd, "--categorical-text"], capture_output=True, text=True, cwd=REPO)
+    assert bad.returncode == 1 and "1 differences" in bad.stdout
+
+
 def test_stages_and_memstages_with_an_output_file(tmp_path: Path) -> None:
     """Both run the real CLI in their process, with the user's -o and format (they crashed on -o once)."""
     out = _run(REPO / "benchmarks" / "stages.py", TINY, "--format", "md", "-o", tmp_path / "s.md")

@@ -73,11 +73,12 @@ import re
 import numpy as np
 import pandas as pd
 
-from analyzer.facts._util import column, generic_path, key_groups, text, text_array, text_codes
+from analyzer.facts._util import column, generic_path, key_groups, text, text_codes
 from analyzer.facts.intervals import graph_spans
 from analyzer.facts.nvtx import main_threads
 from analyzer.facts.nvtx_ranges import innermost_open, ranges_only
 from analyzer.facts.registry import FactContext, fact
+from analyzer.loading.columns import categorical, sorted_distinct
 
 #: default longest host time between two CUDA calls that still counts as dispatch (ns)
 DISPATCH_GAP_NS = 100_000
@@ -269,7 +270,7 @@ def _copy_details(ctx: FactContext, ops: pd.DataFrame, pos: np.ndarray, code) ->
     """``H2D pageable``, ``D2H pinned``, ``D2D``... per copy op (joined to the memcpy table on device,
     start and correlation id)."""
     mc = ctx.trace.memcpy
-    label = text(ops["label"].iloc[pos]).str.removeprefix("memcpy ").to_numpy(dtype=object)
+    label_codes, label_texts = text_codes(ops["label"].iloc[pos])
     kind = np.full(len(pos), "", dtype=object)
     if len(mc):
         key = pd.DataFrame({
@@ -289,9 +290,15 @@ def _copy_details(ctx: FactContext, ops: pd.DataFrame, pos: np.ndarray, code) ->
         }).drop_duplicates(["device", "start", "correlation_id"])
         joined = key.merge(table, on=["device", "start", "correlation_id"], how="left")
         kind = joined["_host"].fillna("").to_numpy(dtype=object)
-    full = [f"{d} {k}".strip() if k in ("pageable", "pinned", "managed") else str(d)
-            for d, k in zip(label, kind)]
-    return np.array([code(x) for x in full], dtype=np.int64)
+    # the detail text of each distinct (label, host memory kind) pair, spread back to the copies
+    kind_codes, kind_texts = text_codes(pd.Series(kind, dtype=object))
+    pair, pairs = pd.factorize(label_codes.astype(np.int64) * len(kind_texts) + kind_codes)
+    per_pair = []
+    for value in pairs.tolist():
+        d = str(label_texts[value // len(kind_texts)]).removeprefix("memcpy ")
+        k = str(kind_texts[value % len(kind_texts)])
+        per_pair.append(code(f"{d} {k}".strip() if k in ("pageable", "pinned", "managed") else d))
+    return np.array(per_pair, dtype=np.int64)[pair] if len(pair) else np.empty(0, dtype=np.int64)
 
 
 # -- the host side ---------------------------------------------------------------------------------
@@ -344,12 +351,21 @@ def _thread_timeline(starts: np.ndarray, ends: np.ndarray, cause: np.ndarray, de
     free_cause = np.where(short, np.where(prev_cause == _C["host_sync"], _C["host_sync"], _C["launch_bound"]),
                           _C["host_work"]).astype(np.int8)
     free_detail = np.where(short, np.where(prev_cause == _C["host_sync"], prev_detail, dispatch_code), -1)
-    s = np.r_[fs, gs[keep]]
-    e = np.r_[fe, ge[keep]]
-    c = np.r_[fc, free_cause[keep]]
-    d = np.r_[fd, free_detail[keep]]
-    order = np.argsort(s, kind="stable")
-    return s[order], e[order], c[order], d[order]
+    # interleaved in time order without a sort: free time i (after block i-1) starts where block i-1
+    # ends and ends where block i starts, so free 0, block 0, free 1, block 1 ... are sorted; the empty
+    # free spans are dropped
+    nb = len(fs)
+    take = np.ones(2 * nb + 1, dtype=bool)
+    take[0::2] = keep
+
+    def weave(block: np.ndarray, free: np.ndarray, dtype: type) -> np.ndarray:
+        out: np.ndarray = np.empty(2 * nb + 1, dtype=dtype)
+        out[1::2] = block
+        out[0::2] = free
+        return out[take]
+
+    return (weave(fs, gs, np.int64), weave(fe, ge, np.int64), weave(fc, free_cause, np.int8),
+            weave(fd, free_detail, np.int64))
 
 
 _STREAM_WAIT = re.compile(r"StreamWaitEvent|StreamWaitValue|cuStreamWait")
@@ -405,15 +421,36 @@ def _submission(ctx: FactContext, ops: pd.DataFrame, pos: np.ndarray) -> np.ndar
     api = ctx.trace.api
     if api.empty or not len(pos):
         return out
-    want = pd.DataFrame({"pid": ops["pid"].to_numpy(dtype=np.int64)[pos],
-                         "correlation_id": ops["correlation_id"].to_numpy(dtype=np.int64)[pos]})
+    want_pid = ops["pid"].to_numpy(dtype=np.int64)[pos]
+    want_corr = ops["correlation_id"].to_numpy(dtype=np.int64)[pos]
     corr = api["correlation_id"].to_numpy(dtype=np.int64)
-    hit = np.flatnonzero(np.isin(corr, want["correlation_id"].to_numpy()) & (corr >= 0))
+    hit = np.flatnonzero(np.isin(corr, want_corr) & (corr >= 0))
     if not len(hit):
         return out
-    table = pd.DataFrame({"pid": column(api, "pid", -1).fillna(-1).to_numpy(dtype=np.int64)[hit],
-                          "correlation_id": corr[hit],
-                          "_end": api["end"].to_numpy(dtype=np.int64)[hit]})
+    pid = column(api, "pid", -1).fillna(-1).to_numpy(dtype=np.int64)[hit]
+    corr = corr[hit]
+    api_end = api["end"].to_numpy(dtype=np.int64)[hit]
+    # one int64 key per (pid, correlation id): pid in the high half, the id (>= 0, 32 bits) in the low
+    if not (len(pid) and -(2**31) <= min(pid.min(), want_pid.min()) and max(pid.max(), want_pid.max()) < 2**31
+            and corr.max() < 2**32):
+        return _submission_merge(out, want_pid, want_corr, pid, corr, api_end)
+    key = (pid << 32) | corr
+    order = np.argsort(key, kind="stable")
+    key, api_end = key[order], api_end[order]
+    last = np.r_[key[1:] != key[:-1], True]  # the last call of each key, as drop_duplicates(keep="last")
+    key, api_end = key[last], api_end[last]
+    want_key = (want_pid << 32) | np.where(want_corr >= 0, want_corr, 0)
+    at = np.minimum(np.searchsorted(key, want_key), len(key) - 1)
+    has = (key[at] == want_key) & (want_corr >= 0) & (out >= 0)
+    out[has] = api_end[at[has]]
+    return out
+
+
+def _submission_merge(out: np.ndarray, want_pid: np.ndarray, want_corr: np.ndarray, pid: np.ndarray,
+                      corr: np.ndarray, api_end: np.ndarray) -> np.ndarray:
+    """:func:`_submission` by a frame merge, for ids beyond what its integer key holds."""
+    want = pd.DataFrame({"pid": want_pid, "correlation_id": want_corr})
+    table = pd.DataFrame({"pid": pid, "correlation_id": corr, "_end": api_end})
     table = table.drop_duplicates(["pid", "correlation_id"], keep="last")
     joined = want.merge(table, on=["pid", "correlation_id"], how="left")
     end = joined["_end"].to_numpy(dtype=np.float64)
@@ -498,46 +535,63 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
         gaps.append((np.full(int(keep.sum()), dev), gs[keep], ge[keep], prv[keep], nxt[keep]))
 
     bdev, bs, be, bc, bd, bop = (np.concatenate([x[i] for x in busy]) for i in range(6))
+    del busy
     clip_s, clip_e = np.maximum(bs, w.start_ns), np.minimum(be, w.end_ns)
     inside = clip_e > clip_s
     op_paths_codes, op_paths = text_codes(ops["nvtx_path"])
     busy_frame = {
         "device": bdev[inside], "start": clip_s[inside], "end": clip_e[inside], "cause": bc[inside],
         "detail": bd[inside].astype(np.int64),
-        "path": np.asarray(op_paths, dtype=object)[op_paths_codes[bop[inside]]] if inside.any() else
-        np.empty(0, dtype=object),
+        "path_codes": op_paths_codes[bop[inside]].astype(np.int64),
     }
+    del bdev, bs, be, bc, bd, bop, clip_s, clip_e, inside
     gdev, gs, ge, gprev, gnext = (np.concatenate([x[i] for x in gaps]) for i in range(5))
+    del gaps
     idle = _classify_idle(ctx, ops, level, gdev, gs, ge, gprev, gnext, dispatch_ns, code)
-    # every column gathered in (device, start) order, text built from codes (no per-row strings: a
-    # million-kernel trace has millions of segments)
-    dev = np.r_[busy_frame["device"], idle["device"]].astype(np.int64)
-    start = np.r_[busy_frame["start"], idle["start"]].astype(np.int64)
-    order = np.lexsort((start, dev))
-    dev, start = dev[order], start[order]
-    end = np.r_[busy_frame["end"], idle["end"]].astype(np.int64)[order]
-    cause = np.r_[busy_frame["cause"], idle["cause"]].astype(np.int64)[order]
-    detail = np.r_[busy_frame["detail"], idle["detail"]].astype(np.int64)[order]
-    detail = np.where(detail < 0, len(labels), detail)
-    path_codes, paths = pd.factorize(np.r_[busy_frame["path"], idle["path"]].astype(object)[order])
+    del gdev, gs, ge, gprev, gnext
+    # every column gathered in (device, start) order, each source freed once gathered (a million-kernel
+    # trace has millions of segments); text columns are categoricals built from codes (a few hundred texts)
+    n_busy = len(busy_frame["start"])
+
+    def gathered(name: str, dtype: type, busy_fill: int | None = None) -> np.ndarray:
+        first = busy_frame.pop(name) if busy_fill is None else np.full(n_busy, busy_fill, dtype=dtype)
+        both = np.concatenate([np.asarray(first, dtype=dtype), np.asarray(idle.pop(name), dtype=dtype)])
+        return both[order]
+
+    order = np.lexsort((np.r_[busy_frame["start"], idle["start"]], np.r_[busy_frame["device"], idle["device"]]))
+    seg_dev = gathered("device", np.int64)
+    start = gathered("start", np.int64)
+    end = gathered("end", np.int64)
+    seg_cause = gathered("cause", np.int8)
+    detail = gathered("detail", np.int64)
+    # NVTX paths: busy segments' codes into gpu_ops' labels, idle ones' into the range table's
+    n_op = len(op_paths)
+    idle_codes = idle.pop("path_codes")
+    idle["path_codes"] = np.where(idle_codes < 0, -1, idle_codes + n_op)
+    del idle_codes
+    path_codes = gathered("path_codes", np.int64)
+    paths = np.r_[np.asarray(op_paths, dtype=object), np.asarray(idle["path_labels"], dtype=object)]
     paths = np.array(["" if x is None or (isinstance(x, float) and np.isnan(x)) else str(x) for x in paths]
                      + [""], dtype=object)
-    path_codes = np.where(path_codes < 0, len(paths) - 1, path_codes)
-    key_codes, keys = pd.factorize(np.array(_generic_keys(paths), dtype=object))
-    host_tid = np.r_[np.full(len(busy_frame["start"]), -1, dtype=np.int64), idle["tid"]].astype(np.int64)[order]
-    pid = np.r_[np.full(len(busy_frame["start"]), -1, dtype=np.int64), idle["pid"]].astype(np.int64)[order]
+    path_codes[path_codes < 0] = len(paths) - 1
+    keys = np.array(_generic_keys(paths), dtype=object)
+    host_tid = gathered("tid", np.int64, -1)
+    pid = gathered("pid", np.int64, -1)
+    busy_frame.clear()
+    idle.clear()
     step_codes, step_labels = _step_codes(ctx, start)
     seg = pd.DataFrame({
-        "device": dev, "start": start, "end": end,
-        "cause": text_array(cause, np.asarray(CAUSES, dtype=object)),
-        "detail": text_array(detail, np.asarray(labels + [""], dtype=object)),
+        "device": seg_dev, "start": start, "end": end,
+        "cause": categorical(seg_cause, CAUSES),
+        "detail": categorical(detail, labels),  # code -1 (a host-work detail never filled): ""
         "duration": end - start,
-        "nvtx_path": text_array(path_codes, paths),
-        "range_key": text_array(key_codes[path_codes], np.asarray(keys, dtype=object)),
-        "step": text_array(step_codes, step_labels),
+        "nvtx_path": categorical(path_codes, paths),
+        "range_key": categorical(path_codes, keys),
+        "step": categorical(step_codes, step_labels),
         "host_tid": host_tid,
-    })
-    seg["host_activity"] = _host_activity(ctx, seg, cause == _C["host_work"], pid)
+    }, copy=False)
+    del detail, path_codes, step_codes
+    seg["host_activity"] = _host_activity(ctx, seg, seg_cause == _C["host_work"], pid)
     return seg[list(SEGMENT_COLUMNS)]
 
 
@@ -579,7 +633,44 @@ def _host_activity(ctx: FactContext, seg: pd.DataFrame, host_work: np.ndarray, p
                                   "host_pid": pid[pick], "host_tid": seg["host_tid"].to_numpy()[pick]})
             labels += list(host_activity(t, spans))
             codes[pick] = np.arange(1, len(pick) + 1)
-    return text_array(codes, np.asarray(labels, dtype=object))
+    return categorical(codes, labels)
+
+
+def _host_pieces(ctx: FactContext, api: pd.DataFrame, qidx: np.ndarray, feeder: np.ndarray, cs: np.ndarray,
+                 host_e: np.ndarray, dispatch_ns: int, code, emit) -> None:  # type: ignore[no-untyped-def]
+    """Emit the host part ``[cs, host_e)`` of the gaps ``qidx``, piece by piece: what the feeding thread
+    did then (inside a CUDA call, dispatching between calls, returning from a sync, its own code)."""
+    a_cause, a_codes, a_names = _api_classes(ctx)
+    name_code = np.array([code(str(x)) for x in a_names], dtype=np.int64)
+    a_detail = name_code[a_codes] if len(a_codes) else np.empty(0, np.int64)
+    del a_codes
+    dispatch_code = code("dispatch")
+    a_start = api["start"].to_numpy(dtype=np.int64)
+    a_end = api["end"].to_numpy(dtype=np.int64)
+    a_tid = api["tid"].to_numpy(dtype=np.int64)
+    q_order, q_from, q_to = key_groups(feeder[qidx])
+    a_order, a_from, a_to = key_groups(a_tid)
+    a_threads = a_tid[a_order[a_from]] if len(a_from) else np.empty(0, np.int64)
+    del a_tid
+
+    def one_thread(q: np.ndarray, g: int) -> None:  # temporaries freed per thread
+        rows = np.sort(a_order[a_from[g]:a_to[g]])
+        rows = rows[np.argsort(a_start[rows], kind="stable")]
+        ts, te, tc, td = _thread_timeline(a_start[rows], a_end[rows], a_cause[rows], a_detail[rows],
+                                          dispatch_ns, dispatch_code)
+        del rows
+        qi, si, s, e = intersect(cs[q], host_e[q], ts, te)
+        del ts, te
+        emit(q[qi], s, e, tc[si], td[si])
+
+    for qa, qb in zip(q_from.tolist(), q_to.tolist()):
+        q = qidx[q_order[qa:qb]]
+        tid = int(feeder[q[0]])
+        g = int(np.searchsorted(a_threads, tid))
+        if g == len(a_threads) or a_threads[g] != tid:
+            emit(q, cs[q], host_e[q], _C["unknown"], code("no CUDA API calls on the launching thread"))
+            continue
+        one_thread(q, g)
 
 
 def _classify_idle(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev: np.ndarray, g0: np.ndarray, g1: np.ndarray,
@@ -653,39 +744,23 @@ def _classify_idle(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev:
     emit(all_idx[no_thread], cs[no_thread], host_e[no_thread], _C["unknown"], code("launching thread unknown"))
     hq &= ~no_thread
     if hq.any():
-        a_cause, a_codes, a_names = _api_classes(ctx)
-        name_code = np.array([code(str(x)) for x in a_names], dtype=np.int64)
-        a_detail = name_code[a_codes] if len(a_codes) else np.empty(0, np.int64)
-        dispatch_code = code("dispatch")
-        a_start = api["start"].to_numpy(dtype=np.int64)
-        a_end = api["end"].to_numpy(dtype=np.int64)
-        a_tid = api["tid"].to_numpy(dtype=np.int64)
-        qidx = np.flatnonzero(hq)
-        q_order, q_from, q_to = key_groups(feeder[qidx])
-        a_order, a_from, a_to = key_groups(a_tid)
-        a_threads = a_tid[a_order[a_from]] if len(a_from) else np.empty(0, np.int64)
-        for qa, qb in zip(q_from.tolist(), q_to.tolist()):
-            q = qidx[q_order[qa:qb]]
-            tid = int(feeder[q[0]])
-            g = int(np.searchsorted(a_threads, tid))
-            if g == len(a_threads) or a_threads[g] != tid:
-                emit(q, cs[q], host_e[q], _C["unknown"], code("no CUDA API calls on the launching thread"))
-                continue
-            rows = np.sort(a_order[a_from[g]:a_to[g]])
-            rows = rows[np.argsort(a_start[rows], kind="stable")]
-            ts, te, tc, td = _thread_timeline(a_start[rows], a_end[rows], a_cause[rows], a_detail[rows],
-                                              dispatch_ns, dispatch_code)
-            qi, si, s, e = intersect(cs[q], host_e[q], ts, te)
-            emit(q[qi], s, e, tc[si], td[si])
-    if out_s:
-        dev, s, e, c, d, t, p = (np.concatenate(x) for x in (out_dev, out_s, out_e, out_c, out_d, out_t, out_p))
-        t = np.where(c == _C["unknown"], -1, t)
-    else:
-        dev = s = e = d = t = p = np.empty(0, dtype=np.int64)
-        c = np.empty(0, dtype=np.int8)
-    # NVTX path (and the host-work detail): the feeding thread's innermost range at the middle
-    path = np.full(len(s), "", dtype=object)
-    rng = np.full(len(s), "", dtype=object)
+        _host_pieces(ctx, api, np.flatnonzero(hq), feeder, cs, host_e, dispatch_ns, code, emit)
+    del all_idx, queued, comm_next, rest, sub_in, tail_s, tail_len, lat, late, host_e, hq, no_thread
+    # the pieces as columns, each list freed once joined (millions of segments at a million kernels)
+    cols = {}
+    for name, parts, dtype in (("dev", out_dev, np.int64), ("s", out_s, np.int64), ("e", out_e, np.int64),
+                               ("c", out_c, np.int8), ("d", out_d, np.int64), ("t", out_t, np.int64),
+                               ("p", out_p, np.int64)):
+        cols[name] = np.concatenate(parts).astype(dtype, copy=False) if parts else np.empty(0, dtype=dtype)
+        parts.clear()
+    cols["t"][cols["c"] == _C["unknown"]] = -1
+    dev, s, e, c, d, t, p = (cols.pop(name) for name in ("dev", "s", "e", "c", "d", "t", "p"))
+    # NVTX path (and the host-work detail): the feeding thread's innermost range at the middle; as
+    # codes into the range table's distinct texts (code -1: no range)
+    path_codes = np.full(len(s), -1, dtype=np.int64)
+    path_labels = np.empty(0, dtype=object)
+    rng_codes = np.full(len(s), -1, dtype=np.int64)
+    rng_labels = np.empty(0, dtype=object)
     nv = ranges_only(ctx.trace.nvtx)
     if len(s) and not nv.empty:
         mid = s + (e - s) // 2
@@ -699,13 +774,19 @@ def _classify_idle(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev:
             sub[retry >= 0] = retry[retry >= 0]
             rpos[missing] = sub
         has = rpos >= 0
-        path[has] = text(column(nv, "path", "")).to_numpy(dtype=object)[rpos[has]]
-        rng[has] = text(nv["text"]).to_numpy(dtype=object)[rpos[has]]
+        nv_path, path_labels = text_codes(column(nv, "path", ""))
+        nv_text, rng_labels = text_codes(nv["text"])
+        path_codes[has] = nv_path[rpos[has]]
+        rng_codes[has] = nv_text[rpos[has]]
     hw = (c == _C["host_work"]) & (d < 0)
     if hw.any():
         d = d.copy()
-        d[hw] = [code(x if x else "(no NVTX range)") for x in rng[hw]]
-    return {"device": dev, "start": s, "end": e, "cause": c, "detail": d, "path": path, "tid": t, "pid": p}
+        used, inverse = np.unique(rng_codes[hw], return_inverse=True)
+        per = np.array([code(str(rng_labels[u]) if u >= 0 and rng_labels[u] else "(no NVTX range)") for u in used],
+                       dtype=np.int64)
+        d[hw] = per[inverse.reshape(-1)]
+    return {"device": dev, "start": s, "end": e, "cause": c, "detail": d, "path_codes": path_codes,
+            "path_labels": path_labels, "tid": t, "pid": p}
 
 
 def _step_codes(ctx: FactContext, start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -765,18 +846,33 @@ def timeline_breakdown(ctx: FactContext) -> pd.DataFrame:
     detail_codes, detail_labels = text_codes(seg["detail"])
     range_codes, range_labels = text_codes(seg["range_key"])
 
+    dev_codes, dev_values = pd.factorize(dev)
+    n_cause, n_detail = len(cause_labels), len(detail_labels)
+
     def summed(scope: str, pos: np.ndarray | None, keys: np.ndarray, key_labels: np.ndarray,
                dur: np.ndarray) -> pd.DataFrame:
+        """Durations summed per (device, key, cause, detail), groups in order of first appearance: one
+        mixed-radix integer key per segment, factorized (hash, no sort), then counted and summed."""
         take = (lambda a: a) if pos is None else (lambda a: a[pos])
-        frame = pd.DataFrame({"d": take(dev), "k": keys, "c": take(cause_codes), "x": take(detail_codes), "n": dur})
-        g = frame.groupby(["d", "k", "c", "x"], sort=False).agg(duration_ns=("n", "sum"),
-                                                                segments=("n", "size")).reset_index()
+        n_key = max(len(key_labels), 1)
+        combined = take(dev_codes).astype(np.int64) * n_key + np.asarray(keys, dtype=np.int64)
+        combined = (combined * n_cause + take(cause_codes)) * n_detail + take(detail_codes)
+        group, uniq = pd.factorize(combined)
+        segments = np.bincount(group, minlength=len(uniq))
+        if len(dur) and int(dur.max()) * len(dur) < 2**53:  # every partial sum exact in a double
+            total = np.bincount(group, weights=dur, minlength=len(uniq)).astype(np.int64)
+        else:
+            total = np.zeros(len(uniq), dtype=np.int64)
+            np.add.at(total, group, dur)
+        rest, x = np.divmod(uniq, n_detail)
+        rest, c = np.divmod(rest, n_cause)
+        d, k = np.divmod(rest, n_key)
         return pd.DataFrame({
-            "device": g["d"].to_numpy(np.int64), "scope": scope,
-            "key": np.asarray(key_labels, dtype=object)[g["k"].to_numpy()],
-            "cause": np.asarray(cause_labels, dtype=object)[g["c"].to_numpy()],
-            "detail": np.asarray(detail_labels, dtype=object)[g["x"].to_numpy()],
-            "duration_ns": g["duration_ns"].to_numpy(np.int64), "segments": g["segments"].to_numpy(np.int64)})
+            "device": np.asarray(dev_values, dtype=np.int64)[d], "scope": scope,
+            "key": np.asarray(key_labels, dtype=object)[k],
+            "cause": np.asarray(cause_labels, dtype=object)[c],
+            "detail": np.asarray(detail_labels, dtype=object)[x],
+            "duration_ns": total, "segments": segments.astype(np.int64)})
 
     parts = [summed("window", None, np.zeros(len(seg), dtype=np.int64), np.array([""], dtype=object), end - start),
              summed("range", None, range_codes, range_labels, end - start)]
@@ -903,19 +999,45 @@ def breakdown_row_segments(rows: pd.DataFrame, segments: pd.DataFrame) -> pd.Dat
     Where a finding's time lies on the GPU timeline when it is read from the breakdown."""
     if rows.empty or segments.empty:
         return segments.iloc[0:0]
+    # matched on codes: each text column's distinct texts get one number (equal texts: one code), the
+    # wanted rows are looked up among those texts, and every segment is tested with one ``isin``
+    cache: dict[str, tuple[np.ndarray, dict[str, int]]] = {}
+
+    def codes_of(name: str) -> tuple[np.ndarray, dict[str, int]]:
+        if name not in cache:
+            codes, labels = text_codes(segments[name])
+            canon: dict[str, int] = {}
+            for i, label in enumerate(labels.tolist()):
+                canon.setdefault(str(label), i)
+            remap = np.array([canon[str(x)] for x in labels.tolist()], dtype=np.int64)
+            cache[name] = (remap[codes], canon)
+        return cache[name]
+
+    seg_dev = segments["device"].to_numpy(np.int64)
+    dev_values = sorted_distinct(seg_dev)
+    dev_code = np.searchsorted(dev_values, seg_dev)
     parts = []
     for scope, key_column in (("window", None), ("step", "step"), ("range", "range_key")):
         mine = rows.loc[rows["scope"].to_numpy(object) == scope]
         if mine.empty:
             continue
-        on = ["device", "cause", "detail"] + ([key_column] if key_column else [])
-        want = pd.DataFrame({"device": mine["device"].to_numpy(np.int64), "cause": mine["cause"].to_numpy(object),
-                             "detail": mine["detail"].to_numpy(object)})
+        on = ["cause", "detail"] + ([key_column] if key_column else [])
+        want_dev = mine["device"].to_numpy(np.int64)
+        wd = np.searchsorted(dev_values, want_dev)
+        ok = (wd < len(dev_values)) & (dev_values[np.minimum(wd, len(dev_values) - 1)] == want_dev)
+        seg_key = dev_code.astype(np.int64)
+        want_key = wd.astype(np.int64)
+        want_col = {"cause": mine["cause"], "detail": mine["detail"]}
         if key_column:
-            want[key_column] = mine["key"].to_numpy(object)
-        want = want.drop_duplicates()
-        have = segments[on].astype({"device": np.int64}).reset_index()
-        hit = have.merge(want, on=on, how="inner")["index"].to_numpy()
-        parts.append(hit)
-    pos = np.unique(np.concatenate(parts)) if parts else np.empty(0, dtype=np.int64)
-    return segments.loc[pos]
+            want_col[key_column] = mine["key"]
+        for name in on:
+            codes, canon = codes_of(name)
+            width = max(len(canon), 1)
+            wanted = np.array([canon.get(str(x), -1) for x in want_col[name].to_numpy(object).tolist()],
+                              dtype=np.int64)
+            ok &= wanted >= 0
+            seg_key = seg_key * width + codes
+            want_key = want_key * width + wanted
+        parts.append(np.flatnonzero(np.isin(seg_key, want_key[ok])))
+    pos = sorted_distinct(np.concatenate(parts)) if parts else np.empty(0, dtype=np.int64)
+    return segments.iloc[pos]

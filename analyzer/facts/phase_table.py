@@ -43,6 +43,7 @@ import numpy as np
 import pandas as pd
 
 from analyzer.errors import ParameterError
+from analyzer.loading.columns import sorted_distinct
 from analyzer.loading.model import Trace
 from analyzer.facts.phase_index import (
     AGGREGATE_TIMING_COLUMNS,
@@ -544,7 +545,7 @@ def attention_split(
         per[role] = (rows["row"].to_numpy(), int(rows["duration"].sum()),
                      int(measured.loc[texts == name, "duration"].sum()))
         all_rows.append(rows["row"].to_numpy())
-    rows = np.unique(np.concatenate(all_rows)) if all_rows else np.empty(0, np.int64)
+    rows = sorted_distinct(np.concatenate(all_rows)) if all_rows else np.empty(0, np.int64)
     dur = trace.kernels["duration"].to_numpy(np.int64)[rows]
     cat = pd.Series(cats.to_numpy()[rows], dtype=object).astype(str).str.lower()
     is_soft = cat.str.contains("softmax").to_numpy(bool)

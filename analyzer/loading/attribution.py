@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analyzer.loading.columns import TextCodes, key_groups, take
+from analyzer.loading.columns import TextCodes, key_groups, sorted_distinct, take
 
 NONE = -1
 
@@ -290,7 +290,7 @@ class NvtxTimeline:
             if len(steps_list) == 1:
                 self._procs[p] = steps_list[0]
                 continue
-            times = np.unique(np.concatenate([st.times for st in steps_list]))
+            times = sorted_distinct(np.concatenate([st.times for st in steps_list]))
             best = np.full(len(times), NONE, dtype=np.int64)
             best_rank = np.full(len(times), -1, dtype=np.int64)
             for st in steps_list:

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from analyzer.loading import load_trace
-from analyzer.loading.columns import TextCodes, categorical, narrow_int
+from analyzer.loading.columns import TextCodes, categorical, narrow_int, sorted_distinct
 from analyzer.loading.model import COMPACT_INT_COLUMNS, FRAME_COLUMNS
 from analyzer.loading.sqlite_reader import SqliteReader
 
@@ -86,6 +86,20 @@ def test_narrow_int():
     assert narrow_int(np.array([1, 2**31])).dtype == np.int64
     assert narrow_int(np.array([-(2**31) - 1])).dtype == np.int64
     assert narrow_int(np.empty(0, dtype=np.int64)).dtype == np.int32
+
+
+def test_sorted_distinct_is_numpy_unique(trace):
+    # the real trace's timestamps (many distinct, repeated where ops share an instant), its devices and
+    # threads (few distinct), narrowed ids, booleans, an empty array, and the dtypes handed to np.unique
+    k, api = trace.kernels, trace.api
+    cases = [np.r_[k["start"].to_numpy(), k["end"].to_numpy(), api["end"].to_numpy()], k["device"].to_numpy(),
+             api["tid"].to_numpy(), k["correlation_id"].to_numpy(), k["duration"].to_numpy() > 5000,
+             np.empty(0, dtype=np.int64), np.r_[k["duration"].to_numpy() / 7.0, np.nan, np.nan],
+             k["name"].astype(object).to_numpy()]
+    for values in cases:
+        got, want = sorted_distinct(values), np.unique(values)
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize("backend", ["adbc", "sqlite3", "pages"])
