@@ -57,7 +57,7 @@ AGGREGATES: dict[str, tuple[int, int]] = {
     "share": (1, 1),
     "nunique": (1, 1),
     "first": (1, 1),
-    "top": (1, 1),
+    "top": (1, 2),
 }
 _ELEMENTWISE: dict[str, tuple[int, Callable[..., Any]]] = {
     "abs": (1, np.abs),
@@ -505,7 +505,8 @@ def _call(name: str, args: list[ast.expr], env: Env, row: bool) -> Any:
     if name in AGGREGATES and AGGREGATES[name][0] <= len(args) <= AGGREGATES[name][1] and not row:
         values = [_eval(a, env, True) for a in args[:1]]
         q = float(args[1].value) / 100.0 if name == "p" else 0.0  # type: ignore[attr-defined]
-        return _aggregate(name, values[0] if values else None, q, env)
+        weight = _eval(args[1], env, True) if name == "top" and len(args) == 2 else None
+        return _aggregate(name, values[0] if values else None, q, env, weight)
     if name in _ELEMENTWISE and _ELEMENTWISE[name][0] == len(args):
         return _ELEMENTWISE[name][1](*(_numeric(_eval(a, env, row)) for a in args))
     if name in TEXT_FUNCTIONS and len(args) == 2:
@@ -522,7 +523,7 @@ def _call(name: str, args: list[ast.expr], env: Env, row: bool) -> Any:
 _EMPTY_GROUP = {"sum": 0, "count": 0, "any": False, "all": True}
 
 
-def _aggregate(name: str, values: Any, q: float, env: Env) -> pd.Series:
+def _aggregate(name: str, values: Any, q: float, env: Env, weight: Any = None) -> pd.Series:
     assert env.codes is not None
     codes, ngroups = env.codes, env.ngroups
     if name == "count":
@@ -531,11 +532,16 @@ def _aggregate(name: str, values: Any, q: float, env: Env) -> pd.Series:
         values = pd.Series(np.full(len(codes), values))
     if name in ("any", "all", "share"):
         values = values.fillna(False).astype(bool)
-    if name == "top":  # the most frequent non-empty value ("" when none), ties to the first seen
+    if name == "top":  # the most frequent non-empty value ("" when none), ties to the first seen; with a
+        # weight, the value holding the largest sum of it (e.g. the range holding the most time)
         texts = values.astype(object).where(values.notna(), "").astype(str)
         frame = pd.DataFrame({"g": codes, "v": texts.to_numpy()})
+        if weight is not None:
+            w = _numeric(weight)
+            frame["w"] = np.nan_to_num(np.broadcast_to(np.asarray(w, dtype=np.float64), (len(codes),)), nan=0.0)
         frame = frame[frame["v"] != ""]
-        counts = frame.groupby(["g", "v"], sort=False).size().reset_index(name="n")
+        grouped = frame.groupby(["g", "v"], sort=False)
+        counts = (grouped["w"].sum() if weight is not None else grouped.size()).reset_index(name="n")
         best = counts.sort_values("n", ascending=False, kind="stable").drop_duplicates("g")
         return pd.Series(best.set_index("g")["v"]).reindex(range(ngroups), fill_value="").reset_index(drop=True)
     whole = _one_group(name, values, codes, ngroups)

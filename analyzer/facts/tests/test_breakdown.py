@@ -238,3 +238,14 @@ def test_a_gpu_only_trace_partitions_its_window_and_says_what_it_cannot_classify
     idle = win.loc[win["cause"].isin(["launch_bound", "host_sync", "host_work", "wait_other", "setup", "unknown"])]
     assert set(idle["cause"]) == {"unknown"} and set(idle["detail"]) == {"no CUDA API calls in the trace"}
     assert idle["duration_ns"].sum() > 0
+
+
+def test_host_work_is_named_by_the_range_holding_most_of_its_time():
+    """host-work-in-loop's "mostly in" is the range with the most host-work time (``top(detail,
+    duration)``), not the one with the most stretches: host_sync over its whole span has 7.09 s of
+    its 7.26 s in the program's ``setup`` range, in 1 stretch, and more stretches in ``forward``."""
+    from analyzer.api import analyze
+
+    analysis = analyze(real_trace("host_sync"), window="full")
+    f = next(f for f in analysis.findings if f.rule == "host-work-in-loop")
+    assert "mostly in `setup`" in f.message, f.message
