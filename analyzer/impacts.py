@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from analyzer.findings import Finding, Severity, rank
-from analyzer.loading.columns import sorted_distinct
+from analyzer.arrays import sorted_distinct
 
 
 def is_problem(f: Finding) -> bool:

@@ -43,7 +43,7 @@ import numpy as np
 import pandas as pd
 
 from analyzer.errors import ParameterError
-from analyzer.loading.columns import sorted_distinct
+from analyzer.arrays import sorted_distinct
 from analyzer.loading.model import Trace
 from analyzer.facts.phase_index import (
     AGGREGATE_TIMING_COLUMNS,

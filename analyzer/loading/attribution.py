@@ -33,7 +33,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analyzer.loading.columns import TextCodes, key_groups, sorted_distinct, take
+from analyzer.arrays import sorted_distinct
+from analyzer.loading.columns import TextCodes, key_groups, take
 
 NONE = -1
 

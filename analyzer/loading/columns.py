@@ -7,7 +7,6 @@
   sorted (so sorting by the column sorts lexically), of ``object`` dtype; codes take the smallest
   integer type pandas allows for their number (int8 below 128 distinct values).
 * :func:`narrow_int` stores an id-like integer column in 32 bits when its values allow.
-* :func:`sorted_distinct` is ``np.unique(values)`` for integer arrays by one sort.
 """
 from __future__ import annotations
 
@@ -30,23 +29,6 @@ def narrow_int(values: np.ndarray) -> np.ndarray:
     if len(values) and (values.min() < _I32.min or values.max() > _I32.max):
         return values
     return values.astype(np.int32)
-
-
-def sorted_distinct(values: np.ndarray) -> np.ndarray:
-    """The sorted distinct values of a 1-D array: ``np.unique(values)``, by one sort and a comparison of
-    neighbours for integers. numpy 2.3+ finds ``np.unique``'s values (without ``return_*``) through a hash
-    table that is two orders of magnitude slower than a sort for millions of distinct integers (2.5 s
-    against 0.02 s for 2 M timestamps); other dtypes (floats with NaN, text) go to ``np.unique``."""
-    a = np.asarray(values).ravel()
-    if a.dtype.kind not in "iub":
-        return np.unique(a)
-    a = np.sort(a)
-    if len(a) < 2:
-        return a
-    keep = np.empty(len(a), dtype=bool)
-    keep[0] = True
-    np.not_equal(a[1:], a[:-1], out=keep[1:])
-    return a[keep]
 
 
 def take(values: np.ndarray, rows: np.ndarray, fill: int = -1) -> np.ndarray:

@@ -128,7 +128,7 @@ def _breakdown(rows: pd.DataFrame, window: Window, fact: Callable[[str], pd.Data
     """The timeline segments behind rows of the timeline breakdown: same device, cause and detail, and
     the same step (step rows) or NVTX range (range rows): exactly the time the rows sum
     (:func:`analyzer.facts.breakdown.breakdown_row_segments`)."""
-    from analyzer.facts.breakdown import breakdown_row_segments
+    from analyzer.facts.breakdown_ranges import breakdown_row_segments
 
     hit = breakdown_row_segments(rows, fact("timeline_segments"))
     return _build(hit["device"].to_numpy("int64"), hit["start"].to_numpy(float), hit["end"].to_numpy(float),

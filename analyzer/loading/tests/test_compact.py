@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from analyzer.loading import load_trace
-from analyzer.loading.columns import TextCodes, categorical, narrow_int, sorted_distinct
+from analyzer.arrays import sorted_distinct
+from analyzer.loading.columns import TextCodes, categorical, narrow_int
 from analyzer.loading.model import COMPACT_INT_COLUMNS, FRAME_COLUMNS
 from analyzer.loading.sqlite_reader import SqliteReader
 
