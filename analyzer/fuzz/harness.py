@@ -61,6 +61,19 @@ def run_guarded(run: Callable[[], object]) -> Outcome:
     return Outcome(rc, err.getvalue(), out.getvalue(), seconds, after / 1024, after > before, cpu)
 
 
+def settle(outcomes: dict[str, tuple[int, str]], seen: list[str], outcome: Outcome) -> tuple[Outcome, bool]:
+    """A guarded run that stopped early because its loaded input's fingerprint (``seen[0]``) is in
+    ``outcomes`` gets that earlier case's exit code and stderr (its own time and memory kept), and True;
+    a finished run with a fingerprint is recorded under it. ``seen`` is empty when the run failed
+    before fingerprinting, ``['']`` when its input has no fingerprint."""
+    if seen and seen[0] in outcomes:
+        rc, stderr = outcomes[seen[0]]
+        return Outcome(rc, stderr, "", outcome.seconds, outcome.rss_mb, outcome.rss_grew, outcome.cpu_s), True
+    if seen and seen[0]:
+        outcomes[seen[0]] = (outcome.rc, outcome.stderr)
+    return outcome, False
+
+
 def check_outcome(outcome: Outcome, *, names: Iterable[str], quiet: bool = True,
                   time_limit: float = CASE_TIMEOUT_S, cpu_limit: float = CASE_CPU_S) -> None:
     """Raise :class:`FuzzFailure` unless ``outcome`` is one the product allows: exit 0/1 (with nothing on

@@ -30,6 +30,7 @@ from analyzer.fuzz.harness import (
     check_outcome,
     damage_json_text,
     run_guarded,
+    settle,
     sha256,
 )
 
@@ -239,13 +240,8 @@ class Runner:
                 seen.append(key or "")
             atomic_write(output, render(build_report([analysis]), "json"))
 
-        outcome = run_guarded(run)
-        if seen and seen[0] in self.outcomes:
-            self.reused += 1
-            rc, stderr = self.outcomes[seen[0]]
-            return Outcome(rc, stderr, "", outcome.seconds, outcome.rss_mb, outcome.rss_grew, outcome.cpu_s)
-        if seen and seen[0]:
-            self.outcomes[seen[0]] = (outcome.rc, outcome.stderr)
+        outcome, reused = settle(self.outcomes, seen, run_guarded(run))
+        self.reused += reused
         return outcome
 
     def case(self, base: Path, mutations: list[JsonMutation], damage: tuple[str, float] | None,

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from analyzer.fuzz.harness import CASE_TIMEOUT_S, FuzzFailure, Outcome, check_outcome, run_guarded, sha256
+from analyzer.fuzz.harness import CASE_TIMEOUT_S, FuzzFailure, Outcome, check_outcome, run_guarded, settle, sha256
 
 CELLS = ["", "n/a", "N/A", "abc", "1,234,567", "-5", "-0", "1e400", "nan", "inf", "-inf", "0", "0.0",
          "99999999999999999999999", "(1, 1, 1)", "(0, 0, 0)", "(-1, 2, 3)", "(1, 1)", "(a, b, c)",
@@ -299,13 +299,8 @@ class Runner:
                 seen.append(key or "")
                 atomic_write(output, render(build_report([analysis]), "json"))
 
-        outcome = run_guarded(run)
-        if seen and seen[0] in self.outcomes:
-            self.reused += 1
-            rc, stderr = self.outcomes[seen[0]]
-            return Outcome(rc, stderr, "", outcome.seconds, outcome.rss_mb, outcome.rss_grew, outcome.cpu_s)
-        if seen and seen[0]:
-            self.outcomes[seen[0]] = (outcome.rc, outcome.stderr)
+        outcome, reused = settle(self.outcomes, seen, run_guarded(run))
+        self.reused += reused
         return outcome
 
     def case(self, base: Path, mutations: list[CsvMutation], index: int = 0) -> Outcome:

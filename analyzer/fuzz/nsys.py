@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from analyzer.fuzz.harness import CASE_TIMEOUT_S, FuzzFailure, Outcome, check_outcome, run_guarded, sha256
+from analyzer.fuzz.harness import CASE_TIMEOUT_S, FuzzFailure, Outcome, check_outcome, run_guarded, settle, sha256
 
 KEY_TABLES = (
     "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER",
@@ -326,13 +326,8 @@ class Runner:
                 seen.append(key or "")
             atomic_write(output, render(build_report([analysis]), "json"))
 
-        outcome = run_guarded(run)
-        if seen and seen[0] in self.outcomes:
-            self.reused += 1
-            rc, stderr = self.outcomes[seen[0]]
-            return Outcome(rc, stderr, "", outcome.seconds, outcome.rss_mb, outcome.rss_grew, outcome.cpu_s)
-        if seen and seen[0]:
-            self.outcomes[seen[0]] = (outcome.rc, outcome.stderr)
+        outcome, reused = settle(self.outcomes, seen, run_guarded(run))
+        self.reused += reused
         return outcome
 
     def case(self, base: Path, mutations: list[Mutation], index: int = 0) -> tuple[Outcome, list[str]]:
