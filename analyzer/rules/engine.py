@@ -251,7 +251,7 @@ def _groups(rows: pd.DataFrame, rule: Rule) -> tuple[np.ndarray, pd.DataFrame]:
     if rows.empty:
         return np.zeros(0, dtype=np.int64), pd.DataFrame(columns=list(canonical))
     codes = rows.groupby(list(rule.key_columns), sort=True, dropna=False).ngroup().to_numpy()
-    first = pd.Series(np.arange(len(rows))).groupby(codes).first().to_numpy()
+    first = np.unique(codes, return_index=True)[1]  # each group's first row (every row has a group: dropna=False)
     keys = rows.iloc[first][list(rule.key_columns)].reset_index(drop=True)
     keys.columns = list(canonical)
     return codes, keys
