@@ -90,6 +90,23 @@ IDLE_CAUSES = ("launch_bound", "host_sync", "host_work", "wait_other", "setup", 
 #: idle causes the host held the GPU back with (what the "GPU-bound floor" removes)
 HOST_CAUSES = ("launch_bound", "host_sync", "host_work")
 _C = {c: i for i, c in enumerate(CAUSES)}
+#: ``unknown`` details: why the trace cannot tell what held the GPU back, and what to record so it can
+#: (reports state each once, with its time; the breakdown's only unclassified part)
+NO_API_IN_TRACE = "no CUDA API calls in the trace"
+NO_API_ON_THREAD = "no CUDA API calls on the launching thread"
+NO_THREAD = "launching thread unknown"
+UNKNOWN_WHY: dict[str, str] = {
+    NO_API_IN_TRACE: "the trace recorded GPU activity only, no CUDA API calls, so what the host did in the "
+                     "GPU's idle time cannot be told; record the host side too (nsys -t cuda, or "
+                     "torch.profiler with ProfilerActivity.CPU)",
+    NO_API_ON_THREAD: "the thread that launched the next GPU operation has no CUDA API call recorded (a "
+                      "thread or process the profiler did not trace); trace every thread of every process "
+                      "(nsys -s process-tree, or torch.profiler started in each process)",
+    NO_THREAD: "the GPU operation ending the idle time has no launching call in the trace (made before "
+               "the profiler's CPU side started, or by a thread or process it did not trace), so which "
+               "host thread held the GPU back cannot be told; start CPU and CUDA activity together, on "
+               "every thread (nsys -t cuda -s process-tree, torch.profiler CPU and CUDA activities)",
+}
 #: ``compute`` detail of the time between dependent nodes of one CUDA graph execution
 GRAPH_NODE_GAPS = "CUDA graph (between nodes)"
 
@@ -654,7 +671,7 @@ def _host_pieces(ctx: FactContext, api: pd.DataFrame, qidx: np.ndarray, feeder: 
         tid = int(feeder[q[0]])
         g = int(np.searchsorted(a_threads, tid))
         if g == len(a_threads) or a_threads[g] != tid:
-            emit(q, cs[q], host_e[q], _C["unknown"], code("no CUDA API calls on the launching thread"))
+            emit(q, cs[q], host_e[q], _C["unknown"], code(NO_API_ON_THREAD))
             continue
         one_thread(q, g)
 
@@ -724,10 +741,10 @@ def _classify_idle(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev:
     api = ctx.trace.api
     hq = rest & (host_e > cs)
     if api.empty:
-        emit(all_idx[hq], cs[hq], host_e[hq], _C["unknown"], code("no CUDA API calls in the trace"))
+        emit(all_idx[hq], cs[hq], host_e[hq], _C["unknown"], code(NO_API_IN_TRACE))
         hq &= False
     no_thread = hq & (feeder < 0)
-    emit(all_idx[no_thread], cs[no_thread], host_e[no_thread], _C["unknown"], code("launching thread unknown"))
+    emit(all_idx[no_thread], cs[no_thread], host_e[no_thread], _C["unknown"], code(NO_THREAD))
     hq &= ~no_thread
     if hq.any():
         _host_pieces(ctx, api, np.flatnonzero(hq), feeder, cs, host_e, dispatch_ns, code, emit)
