@@ -47,14 +47,24 @@ that launched the op before it). The op's *submission* is the end of its launch 
                   or returning from one (the host time after it, up to the next CUDA call, when
                   shorter than ``dispatch_gap_ns``)
 ``host_work``     the feeding thread ran its own code with no CUDA call for ``dispatch_gap_ns`` or
-                  more; detail = the innermost NVTX range open on it (``(no NVTX range)`` without)
+                  more; detail = the innermost NVTX range open on it (``(no NVTX range)`` without).
+                  Where the OS-runtime trace shows it blocked meanwhile (``sem_wait``,
+                  ``pthread_cond_wait``, ``futex``...: a future, a queue, a lock, a join) while another
+                  thread of its process ran inside an NVTX range, that part names the other thread and
+                  its range instead (``load_weights (thread 1081, waited for)``, column ``waited_tid``:
+                  :mod:`analyzer.facts.breakdown_threads`); without OS-runtime calls (torch.profiler)
+                  waiting cannot be told from running Python, and the time keeps the waiting thread's range
 ``setup``         inside a one-time CUDA call (module or library load, graph capture or instantiation,
                   device queries); detail says which. What ran before the steady state is outside the
                   window (the window chooser's ``setup_ns``); time inside the window is never setup for
                   its position: ``--window full``, a time span, or a window opened at the program's own
                   annotation holds the program's work before its first step, classified like any other
-``unknown``       the trace cannot tell; detail says why (no CUDA API calls recorded, the launching
-                  thread is unknown)
+``unknown``       the trace cannot tell; detail says why (:data:`UNKNOWN_WHY`: no CUDA API calls
+                  recorded, none on the launching thread, or the op ending the gap has no launch call
+                  in the trace) and reports state it once, with what to record. Nothing else is
+                  unclassified: several launching threads (each gap is fed by the thread that launched
+                  the op ending it), several processes (each GPU's ops by their own process) and traces
+                  without NVTX (host work named ``(no NVTX range)``) are all classified
 
 Parameter: ``dispatch_gap_ns`` (fact option ``dispatch_gap_ns``, nanoseconds, default
 :data:`DISPATCH_GAP_NS` = 100 us): the longest host time between two CUDA calls that still counts as
@@ -74,6 +84,7 @@ import numpy as np
 import pandas as pd
 
 from analyzer.facts._util import column, key_groups, text, text_codes
+from analyzer.facts.breakdown_threads import cross_thread_waits
 from analyzer.facts.intervals import graph_spans
 from analyzer.facts.nvtx import main_threads
 from analyzer.facts.nvtx_ranges import innermost_open, ranges_only
@@ -153,6 +164,9 @@ SEGMENT_COLUMNS = {
                  "made generic (step_12/load_batch -> step_N/load_batch): the breakdown's range key",
     "step": "step the segment's start lies in ('' outside every step or without steps)",
     "host_tid": "feeding thread of an idle segment (-1 for busy time or unknown)",
+    "waited_tid": "host_work time the feeding thread spent blocked in an OS-runtime wait (sem_wait, "
+                  "pthread_cond_wait, futex...) while another thread of its process ran inside an NVTX "
+                  "range: that thread (the detail names it and its range); -1 otherwise",
     "host_activity": "for the longest host_work segments: the feeding thread's CPU samples and OS-runtime "
                      "calls inside it, when recorded ('' otherwise)",
 }
@@ -486,7 +500,7 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
     w = ctx.window
     ops = ctx.get("gpu_ops")
     if w.duration_ns <= 0 or ops.empty:
-        return _empty(SEGMENT_COLUMNS, ("device", "start", "end", "duration", "host_tid"))
+        return _empty(SEGMENT_COLUMNS, ("device", "start", "end", "duration", "host_tid", "waited_tid"))
     dispatch_ns = int(ctx.options.get("dispatch_gap_ns", DISPATCH_GAP_NS) or DISPATCH_GAP_NS)
     level, op_detail, labels = _op_classes(ctx, ops)
     index = {x: i for i, x in enumerate(labels)}
@@ -609,7 +623,12 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
         "host_tid": host_tid,
     }, copy=False)
     del detail, path_codes, step_codes
-    seg["host_activity"] = _host_activity(ctx, seg, seg_cause == _C["host_work"], pid)
+    n_seg = len(seg)
+    seg, pid = cross_thread_waits(ctx, seg, pid)
+    if len(seg) != n_seg:  # host-work segments split at waits on another thread: their pieces' steps
+        step_codes, step_labels = _step_codes(ctx, seg["start"].to_numpy(dtype=np.int64))
+        seg["step"] = categorical(step_codes, step_labels)
+    seg["host_activity"] = _host_activity(ctx, seg, (seg["cause"] == "host_work").to_numpy(), pid)
     return seg[list(SEGMENT_COLUMNS)]
 
 

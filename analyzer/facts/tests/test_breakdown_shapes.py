@@ -164,3 +164,32 @@ def test_without_nvtx_host_work_is_outside_every_range(tmp_path):
     assert "Not classified" not in result.to_markdown()
     shares = win.groupby("cause")["share"].sum()
     assert np.isclose(shares.sum(), 1.0) and (shares <= 1.0 + 1e-12).all()
+
+
+def test_host_work_waiting_on_another_thread_names_that_thread():
+    """host_work_in_range_fixed (nsys with OS-runtime calls): the main thread, which launches every GPU
+    op, waits in its ``wait_weights`` range (``fut.result()``: ``sem_wait``) for a background thread
+    decoding the next weights inside ``load_weights``. Over the whole run that wait holds the GPU idle
+    about 15 ms (before: 16.5 ms of host work named ``wait_weights``, the range that only waits). The
+    pieces spent blocked name the decoding thread and its range; the waiting thread's own Python time
+    keeps its range; the window is still partitioned. The single-threaded pathology has no such piece."""
+    t = load_trace(real_trace("round3/host_work_in_range_fixed"))
+    st = FactStore(t, choose_window(t, "full"), {})
+    check_partition(st)
+    ops = st.get("gpu_ops")
+    seg = st.get("timeline_segments")
+    waited = seg.loc[seg["waited_tid"] >= 0]
+    (other,) = set(waited["waited_tid"])
+    assert other not in set(ops["tid"])  # the decoding thread launches nothing itself
+    assert set(waited["cause"]) == {"host_work"}
+    assert set(waited["detail"]) == {f"load_weights (thread {other}, waited for)"}
+    assert waited["duration"].sum() > 10_000_000
+    where = waited.groupby(waited["nvtx_path"].astype(str).str.rsplit("/", n=1).str[-1])["duration"].sum()
+    assert where.idxmax() == "wait_weights" and where["wait_weights"] > 0.9 * where.sum()
+    assert (waited["host_tid"] != other).all()
+    left = seg.loc[(seg["cause"] == "host_work") & (seg["detail"] == "wait_weights"), "duration"].sum()
+    assert left < 0.2 * waited["duration"].sum()
+
+    t = load_trace(real_trace("round3/host_work_in_range"))
+    st = FactStore(t, choose_window(t), {})
+    assert not (st.get("timeline_segments")["waited_tid"] >= 0).any()
