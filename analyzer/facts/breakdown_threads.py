@@ -109,7 +109,9 @@ def _who_ran(waits: pd.DataFrame, nv: pd.DataFrame, pieces: list[tuple[int, int,
         at = (s + probes * (e - 1 - s)).astype(np.int64)
         for other in threads.get(int(pid[r]), ()):
             if other != host_tid[r]:
-                q_piece.append(np.full(len(at), i)), q_tid.append(np.full(len(at), other)), q_t.append(at)
+                q_piece.append(np.full(len(at), i))
+                q_tid.append(np.full(len(at), other))
+                q_t.append(at)
     if not q_piece:
         return {}
     qp, qt, qs = np.concatenate(q_piece), np.concatenate(q_tid), np.concatenate(q_t)
@@ -154,22 +156,19 @@ def cross_thread_waits(ctx: FactContext, seg: pd.DataFrame, pid: np.ndarray) -> 
         return seg, pid
     labels = sorted({d for parts in named.values() for _, _, d, _ in parts})
     seg["detail"] = seg["detail"].cat.add_categories([x for x in labels if x not in seg["detail"].cat.categories])
-    new_rows: list[int] = []
-    new_start: list[int] = []
-    new_end: list[int] = []
-    new_detail: list[object] = []
-    new_waited: list[int] = []
+    pieces_out: list[tuple[int, int, int, object, int]] = []  # (row, start, end, detail, waited_tid)
     for r, parts in named.items():
         cur = int(seg["start"].iat[r])
         own = seg["detail"].iat[r]
         for s, e, d, other in sorted(parts):
             if s > cur:
-                new_rows.append(r), new_start.append(cur), new_end.append(s), new_detail.append(own), new_waited.append(-1)
-            new_rows.append(r), new_start.append(s), new_end.append(e), new_detail.append(d), new_waited.append(other)
+                pieces_out.append((r, cur, s, own, -1))
+            pieces_out.append((r, s, e, d, other))
             cur = e
         end = int(seg["end"].iat[r])
         if end > cur:
-            new_rows.append(r), new_start.append(cur), new_end.append(end), new_detail.append(own), new_waited.append(-1)
+            pieces_out.append((r, cur, end, own, -1))
+    new_rows, new_start, new_end, new_detail, new_waited = (list(x) for x in zip(*pieces_out))
     at = np.array(new_rows, dtype=np.int64)
     extra = seg.iloc[at].copy()
     extra["start"] = np.array(new_start, dtype=np.int64)
