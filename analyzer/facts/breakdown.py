@@ -47,14 +47,24 @@ that launched the op before it). The op's *submission* is the end of its launch 
                   or returning from one (the host time after it, up to the next CUDA call, when
                   shorter than ``dispatch_gap_ns``)
 ``host_work``     the feeding thread ran its own code with no CUDA call for ``dispatch_gap_ns`` or
-                  more; detail = the innermost NVTX range open on it (``(no NVTX range)`` without)
+                  more; detail = the innermost NVTX range open on it (``(no NVTX range)`` without).
+                  Where the OS-runtime trace shows it blocked meanwhile (``sem_wait``,
+                  ``pthread_cond_wait``, ``futex``...: a future, a queue, a lock, a join) while another
+                  thread of its process ran inside an NVTX range, that part names the other thread and
+                  its range instead (``load_weights (thread 1081, waited for)``, column ``waited_tid``:
+                  :mod:`analyzer.facts.breakdown_threads`); without OS-runtime calls (torch.profiler)
+                  waiting cannot be told from running Python, and the time keeps the waiting thread's range
 ``setup``         inside a one-time CUDA call (module or library load, graph capture or instantiation,
                   device queries); detail says which. What ran before the steady state is outside the
                   window (the window chooser's ``setup_ns``); time inside the window is never setup for
                   its position: ``--window full``, a time span, or a window opened at the program's own
                   annotation holds the program's work before its first step, classified like any other
-``unknown``       the trace cannot tell; detail says why (no CUDA API calls recorded, the launching
-                  thread is unknown)
+``unknown``       the trace cannot tell; detail says why (:data:`UNKNOWN_WHY`: no CUDA API calls
+                  recorded, none on the launching thread, or the op ending the gap has no launch call
+                  in the trace) and reports state it once, with what to record. Nothing else is
+                  unclassified: several launching threads (each gap is fed by the thread that launched
+                  the op ending it), several processes (each GPU's ops by their own process) and traces
+                  without NVTX (host work named ``(no NVTX range)``) are all classified
 
 Parameter: ``dispatch_gap_ns`` (fact option ``dispatch_gap_ns``, nanoseconds, default
 :data:`DISPATCH_GAP_NS` = 100 us): the longest host time between two CUDA calls that still counts as
@@ -74,6 +84,7 @@ import numpy as np
 import pandas as pd
 
 from analyzer.facts._util import column, key_groups, text, text_codes
+from analyzer.facts.breakdown_threads import cross_thread_waits
 from analyzer.facts.intervals import graph_spans
 from analyzer.facts.nvtx import main_threads
 from analyzer.facts.nvtx_ranges import innermost_open, ranges_only
@@ -90,6 +101,23 @@ IDLE_CAUSES = ("launch_bound", "host_sync", "host_work", "wait_other", "setup", 
 #: idle causes the host held the GPU back with (what the "GPU-bound floor" removes)
 HOST_CAUSES = ("launch_bound", "host_sync", "host_work")
 _C = {c: i for i, c in enumerate(CAUSES)}
+#: ``unknown`` details: why the trace cannot tell what held the GPU back, and what to record so it can
+#: (reports state each once, with its time; the breakdown's only unclassified part)
+NO_API_IN_TRACE = "no CUDA API calls in the trace"
+NO_API_ON_THREAD = "no CUDA API calls on the launching thread"
+NO_THREAD = "launching thread unknown"
+UNKNOWN_WHY: dict[str, str] = {
+    NO_API_IN_TRACE: "the trace recorded GPU activity only, no CUDA API calls, so what the host did in the "
+                     "GPU's idle time cannot be told; record the host side too (nsys -t cuda, or "
+                     "torch.profiler with ProfilerActivity.CPU)",
+    NO_API_ON_THREAD: "the thread that launched the next GPU operation has no CUDA API call recorded (a "
+                      "thread or process the profiler did not trace); trace every thread of every process "
+                      "(nsys -s process-tree, or torch.profiler started in each process)",
+    NO_THREAD: "the GPU operation ending the idle time has no launching call in the trace (made before "
+               "the profiler's CPU side started, or by a thread or process it did not trace), so which "
+               "host thread held the GPU back cannot be told; start CPU and CUDA activity together, on "
+               "every thread (nsys -t cuda -s process-tree, torch.profiler CPU and CUDA activities)",
+}
 #: ``compute`` detail of the time between dependent nodes of one CUDA graph execution
 GRAPH_NODE_GAPS = "CUDA graph (between nodes)"
 
@@ -136,6 +164,9 @@ SEGMENT_COLUMNS = {
                  "made generic (step_12/load_batch -> step_N/load_batch): the breakdown's range key",
     "step": "step the segment's start lies in ('' outside every step or without steps)",
     "host_tid": "feeding thread of an idle segment (-1 for busy time or unknown)",
+    "waited_tid": "host_work time the feeding thread spent blocked in an OS-runtime wait (sem_wait, "
+                  "pthread_cond_wait, futex...) while another thread of its process ran inside an NVTX "
+                  "range: that thread (the detail names it and its range); -1 otherwise",
     "host_activity": "for the longest host_work segments: the feeding thread's CPU samples and OS-runtime "
                      "calls inside it, when recorded ('' otherwise)",
 }
@@ -489,7 +520,7 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
     w = ctx.window
     ops = ctx.get("gpu_ops")
     if w.duration_ns <= 0 or ops.empty:
-        return _empty(SEGMENT_COLUMNS, ("device", "start", "end", "duration", "host_tid"))
+        return _empty(SEGMENT_COLUMNS, ("device", "start", "end", "duration", "host_tid", "waited_tid"))
     dispatch_ns = int(ctx.options.get("dispatch_gap_ns", DISPATCH_GAP_NS) or DISPATCH_GAP_NS)
     level, op_detail, labels = _op_classes(ctx, ops)
     index = {x: i for i, x in enumerate(labels)}
@@ -612,7 +643,12 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
         "host_tid": host_tid,
     }, copy=False)
     del detail, path_codes, step_codes
-    seg["host_activity"] = _host_activity(ctx, seg, seg_cause == _C["host_work"], pid)
+    n_seg = len(seg)
+    seg, pid = cross_thread_waits(ctx, seg, pid)
+    if len(seg) != n_seg:  # host-work segments split at waits on another thread: their pieces' steps
+        step_codes, step_labels = _step_codes(ctx, seg["start"].to_numpy(dtype=np.int64))
+        seg["step"] = categorical(step_codes, step_labels)
+    seg["host_activity"] = _host_activity(ctx, seg, (seg["cause"] == "host_work").to_numpy(), pid)
     return seg[list(SEGMENT_COLUMNS)]
 
 
@@ -674,7 +710,7 @@ def _host_pieces(ctx: FactContext, api: pd.DataFrame, qidx: np.ndarray, feeder: 
         tid = int(feeder[q[0]])
         g = int(np.searchsorted(a_threads, tid))
         if g == len(a_threads) or a_threads[g] != tid:
-            emit(q, cs[q], host_e[q], _C["unknown"], code("no CUDA API calls on the launching thread"))
+            emit(q, cs[q], host_e[q], _C["unknown"], code(NO_API_ON_THREAD))
             continue
         one_thread(q, g)
 
@@ -744,10 +780,10 @@ def _classify_idle(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev:
     api = ctx.trace.api
     hq = rest & (host_e > cs)
     if api.empty:
-        emit(all_idx[hq], cs[hq], host_e[hq], _C["unknown"], code("no CUDA API calls in the trace"))
+        emit(all_idx[hq], cs[hq], host_e[hq], _C["unknown"], code(NO_API_IN_TRACE))
         hq &= False
     no_thread = hq & (feeder < 0)
-    emit(all_idx[no_thread], cs[no_thread], host_e[no_thread], _C["unknown"], code("launching thread unknown"))
+    emit(all_idx[no_thread], cs[no_thread], host_e[no_thread], _C["unknown"], code(NO_THREAD))
     hq &= ~no_thread
     if hq.any():
         _host_pieces(ctx, api, np.flatnonzero(hq), feeder, cs, host_e, dispatch_ns, code, emit)

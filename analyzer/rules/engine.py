@@ -173,7 +173,10 @@ def evaluate_rule(rule: Rule, store: FactSource, window: Window, scalars: Mappin
     if rule.where is not None:
         mask = _per_row(run("where", rule.where), len(rows))
         keep = _kept_columns(rule, rows)
-        rows = (rows[keep] if keep is not None else rows)[mask].reset_index(drop=True)
+        if keep is not None:
+            rows = rows[keep]
+        if not mask.all():  # filtering copies every kept column (Arrow strings row by row): only when it drops some
+            rows = rows[mask].reset_index(drop=True)
         env.rows = rows
     env.codes, env.keys = _groups(rows, rule)
     ngroups = env.ngroups
