@@ -24,7 +24,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from analyzer.facts._util import text
+from analyzer.facts._util import text, text_codes
 from analyzer.facts.nvtx_ranges import innermost_open, ranges_only
 from analyzer.facts.registry import FactContext
 
@@ -42,13 +42,15 @@ MAX_PIECES = 5000
 def _waits(ctx: FactContext) -> pd.DataFrame:
     """The trace's OS-runtime wait calls: ``tid``, ``start``, ``end``, ``name``, by thread and start."""
     osrt = ctx.trace.osrt
-    names = text(osrt["name"])
-    waiting = {u for u in names.unique() if isinstance(u, str) and WAIT_CALLS.match(u)}
-    keep = names.isin(waiting).to_numpy() & (osrt["end"] > osrt["start"]).to_numpy()
+    codes, labels = text_codes(osrt["name"])  # a few dozen distinct calls over 100,000s of rows
+    waiting = np.array([isinstance(u, str) and bool(WAIT_CALLS.match(u)) for u in labels] + [False], dtype=bool)
+    codes = np.asarray(codes, dtype=np.int64)
+    keep = np.flatnonzero(waiting[np.where(codes < 0, len(labels), codes)]
+                          & (osrt["end"].to_numpy() > osrt["start"].to_numpy()))
     out = pd.DataFrame({"tid": osrt["tid"].to_numpy(dtype=np.int64)[keep],
                         "start": osrt["start"].to_numpy(dtype=np.int64)[keep],
                         "end": osrt["end"].to_numpy(dtype=np.int64)[keep],
-                        "name": names.to_numpy(dtype=object)[keep]})
+                        "name": np.asarray(labels, dtype=object)[codes[keep]]})
     return out.sort_values(["tid", "start"], kind="stable").reset_index(drop=True)
 
 
@@ -121,26 +123,32 @@ def _who_ran(waits: pd.DataFrame, nv: pd.DataFrame, pieces: list[tuple[int, int,
         return {}
     texts = text(nv["text"]).to_numpy(dtype=object)
     found = pd.DataFrame({"piece": qp[hit], "tid": qt[hit], "text": texts[pos[hit]]})
-    per = found.groupby(["piece", "tid"], sort=True)
-    best_text = per["text"].agg(lambda x: str(x.value_counts().index[0]))
-    score = per.size().sort_values(ascending=False, kind="stable")
-    out: dict[int, tuple[int, str]] = {}
-    for (i, other), n in score.items():
-        if int(i) not in out and 2 * n > len(probes):  # running there most of the wait
-            out[int(i)] = (int(other), best_text[(i, other)])
-    return out
+    score = found.groupby(["piece", "tid"], sort=True).size()
+    score = score[2 * score > len(probes)]  # running there at most of the wait
+    if score.empty:
+        return {}
+    # each (piece, thread)'s most frequent range text, then per piece the thread running at the most probes
+    texts_n = found.groupby(["piece", "tid", "text"], sort=True).size().rename("n").reset_index()
+    texts_n = texts_n.sort_values(["piece", "tid", "n"], ascending=[True, True, False], kind="stable")
+    best_text = texts_n.drop_duplicates(["piece", "tid"]).set_index(["piece", "tid"])["text"]
+    ranked = score.rename("n").reset_index().sort_values(["piece", "n"], ascending=[True, False], kind="stable")
+    ranked = ranked.drop_duplicates("piece")
+    return {int(i): (int(other), str(best_text[(i, other)]))
+            for i, other in zip(ranked["piece"].tolist(), ranked["tid"].tolist())}
 
 
 def cross_thread_waits(ctx: FactContext, seg: pd.DataFrame, pid: np.ndarray) -> tuple[pd.DataFrame, np.ndarray]:
-    """``seg`` (timeline segments, ordered by device and start) with each host-work piece the feeding
+    """``seg`` (timeline segments, ordered by device and start; column ``waited_tid`` added in place) with each host-work piece the feeding
     thread spent blocked on another busy thread of its process relabelled (detail names that thread and
     its innermost range; ``waited_tid`` the thread), and ``pid`` (the feeding process per row) to match."""
-    seg = seg.assign(waited_tid=np.full(len(seg), -1, dtype=np.int64))
+    seg["waited_tid"] = np.full(len(seg), -1, dtype=np.int64)  # in place: a million-kernel trace's frame
     if ctx.trace.osrt.empty or seg.empty:
         return seg, pid
     rows = np.flatnonzero((seg["cause"] == "host_work").to_numpy() & (seg["host_tid"] >= 0).to_numpy())
+    if not len(rows):
+        return seg, pid
     waits = _waits(ctx)
-    if waits.empty or not len(rows):
+    if waits.empty:
         return seg, pid
     nv = ranges_only(ctx.trace.nvtx)
     pieces = _pieces(seg, rows, waits)

@@ -194,3 +194,27 @@ def test_host_work_waiting_on_another_thread_names_that_thread():
     t = load_trace(real_trace("round3/host_work_in_range"))
     st = FactStore(t, choose_window(t), {})
     assert not (st.get("timeline_segments")["waited_tid"] >= 0).any()
+
+
+def test_a_gpu_only_torch_profiler_trace(tmp_path):
+    """torch.profiler with CUDA activity only (the CPU events dropped from a copy of the real healthy
+    trace): the window is partitioned, the idle time between kernels is unknown, and the report and the
+    terminal say so once; no traceback."""
+    import gzip
+
+    from analyzer.api import analyze
+    from analyzer.reports.summary import summary_text
+
+    src = _kineto("kineto/healthy.pt.trace.json.gz")
+    doc = json.loads(gzip.decompress(src.read_bytes()))
+    doc["traceEvents"] = [e for e in doc["traceEvents"]
+                          if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") or e.get("ph") == "M"]
+    path = tmp_path / "gpu_only.pt.trace.json"
+    path.write_text(json.dumps(doc))
+    check_partition(_store(path))
+    result = analyze(path)
+    b = result.fact("timeline_breakdown")
+    win = b.loc[b["scope"] == "window"]
+    assert set(win.loc[win["cause"].isin(IDLE), "cause"]) == {"unknown"}
+    assert result.to_markdown().count("Not classified in the timeline breakdown") == 1
+    assert sum("Not classified" in line for line in summary_text(result.report()).splitlines()) == 1
