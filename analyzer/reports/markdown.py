@@ -222,6 +222,7 @@ def _breakdown(s: TraceSection) -> list[str]:
             lines.append(f"| {md_text(cause_label(cause))} | {fmt_duration(ns)} | {100.0 * ns / total:.1f}% | "
                          f"{part_text} |")
         lines.append("")
+    lines += ["> " + md_text(n, 600) for n in s.breakdown_notes] + ([""] if s.breakdown_notes else [])
     return lines
 
 

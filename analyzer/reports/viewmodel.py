@@ -413,6 +413,7 @@ class TraceSection:
     kind: str = "nsys"  # "nsys": a timeline; "ncu": an Nsight Compute report on its own
     memory: MemoryView | None = None  # device memory over time (None: the trace has no memory events)
     breakdown: tuple[BreakdownView, ...] = ()  # per GPU: where its window went (timeline breakdown)
+    breakdown_notes: tuple[str, ...] = ()  # the breakdown's unclassified part: time per GPU, why, what to record
 
 
 @dataclass(frozen=True)
