@@ -143,18 +143,27 @@ def stall_timeout(options: AnalysisOptions | None = None) -> float:
     return max(DEFAULT_STALL_S, float(per_trace))
 
 
-def _alive(client: Any) -> set[str] | None:
+#: seconds one question to the scheduler (which workers are there) may take
+ASK_S = 10.0
+
+
+def _workers(client: Any) -> dict[str, Any] | None:
+    """The scheduler's workers (address -> info), None when it does not answer within :data:`ASK_S`
+    (``Client.scheduler_info`` waits for a scheduler that hangs without closing its connection)."""
     try:
-        return set(client.scheduler_info().get("workers", {}))
-    except Exception:  # noqa: BLE001 - the scheduler is unreachable: the stall timeout decides
+        info = client.sync(client.scheduler.identity, n_workers=-1, callback_timeout=ASK_S)
+        return dict(info.get("workers", {}))
+    except Exception:  # noqa: BLE001 - the scheduler is unreachable or stuck: the stall timeout decides
         return None
 
 
+def _alive(client: Any) -> set[str] | None:
+    workers = _workers(client)
+    return None if workers is None else set(workers)
+
+
 def _paused(client: Any) -> list[str]:
-    try:
-        workers = client.scheduler_info().get("workers", {})
-    except Exception:  # noqa: BLE001
-        return []
+    workers = _workers(client) or {}
     return [a for a, w in workers.items() if str(w.get("status", "")).lower().endswith("paused")]
 
 
