@@ -7,7 +7,8 @@ pinned staging buffer inside a ``load_weights`` range that makes no CUDA call, t
 idle for the whole host phase, typically 40% of the step (the GEMMs take longer than the
 host phase, so the twin can hide it even under a profiler).
 Twin (``--fixed``): the same decoding runs in a background thread that prepares step i+1's weights
-(into the other of two staging buffers) while step i computes, so the loop only uploads and computes.
+(into the other of two staging buffers) while step i launches and computes (submitted as soon as
+step i's weights are ready), so the loop only uploads and computes.
 Trace evidence: per ``step_N``: pathology: a ``load_weights`` range on the main thread with no
 CUDA API call and no GPU activity, then ``upload`` (a HtoD memcpy) and ``compute`` (kernels);
 twin: ``load_weights`` ranges on a second thread overlapping the previous step's kernels, and a
@@ -88,9 +89,12 @@ def build(cfg: c.RunConfig) -> c.Step:
         fut: Future[int] = state["next"]  # type: ignore[assignment]
         with nv.range("wait_weights"):
             slot = fut.result()
-        upload_and_compute(slot)  # records the upload event before the next prepare reuses a slot
+        # step k+1's weights go to the other staging buffer (prepare waits for that buffer's last
+        # upload, step k-1's): start decoding them now, so the decode overlaps this step's launches
+        # and its GPU work, not only the GPU's drain after the launches
         state["k"] = k + 1
         state["next"] = pool.submit(prepare, k + 1)
+        upload_and_compute(slot)
 
     return step_bg
 

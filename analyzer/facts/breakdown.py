@@ -47,14 +47,24 @@ that launched the op before it). The op's *submission* is the end of its launch 
                   or returning from one (the host time after it, up to the next CUDA call, when
                   shorter than ``dispatch_gap_ns``)
 ``host_work``     the feeding thread ran its own code with no CUDA call for ``dispatch_gap_ns`` or
-                  more; detail = the innermost NVTX range open on it (``(no NVTX range)`` without)
+                  more; detail = the innermost NVTX range open on it (``(no NVTX range)`` without).
+                  Where the OS-runtime trace shows it blocked meanwhile (``sem_wait``,
+                  ``pthread_cond_wait``, ``futex``...: a future, a queue, a lock, a join) while another
+                  thread of its process ran inside an NVTX range, that part names the other thread and
+                  its range instead (``load_weights (thread 1081, waited for)``, column ``waited_tid``:
+                  :mod:`analyzer.facts.breakdown_threads`); without OS-runtime calls (torch.profiler)
+                  waiting cannot be told from running Python, and the time keeps the waiting thread's range
 ``setup``         inside a one-time CUDA call (module or library load, graph capture or instantiation,
                   device queries); detail says which. What ran before the steady state is outside the
                   window (the window chooser's ``setup_ns``); time inside the window is never setup for
                   its position: ``--window full``, a time span, or a window opened at the program's own
                   annotation holds the program's work before its first step, classified like any other
-``unknown``       the trace cannot tell; detail says why (no CUDA API calls recorded, the launching
-                  thread is unknown)
+``unknown``       the trace cannot tell; detail says why (:data:`UNKNOWN_WHY`: no CUDA API calls
+                  recorded, none on the launching thread, or the op ending the gap has no launch call
+                  in the trace) and reports state it once, with what to record. Nothing else is
+                  unclassified: several launching threads (each gap is fed by the thread that launched
+                  the op ending it), several processes (each GPU's ops by their own process) and traces
+                  without NVTX (host work named ``(no NVTX range)``) are all classified
 
 Parameter: ``dispatch_gap_ns`` (fact option ``dispatch_gap_ns``, nanoseconds, default
 :data:`DISPATCH_GAP_NS` = 100 us): the longest host time between two CUDA calls that still counts as
@@ -74,6 +84,7 @@ import numpy as np
 import pandas as pd
 
 from analyzer.facts._util import column, key_groups, text, text_codes
+from analyzer.facts.breakdown_threads import cross_thread_waits
 from analyzer.facts.intervals import graph_spans
 from analyzer.facts.nvtx import main_threads
 from analyzer.facts.nvtx_ranges import innermost_open, ranges_only
@@ -90,6 +101,23 @@ IDLE_CAUSES = ("launch_bound", "host_sync", "host_work", "wait_other", "setup", 
 #: idle causes the host held the GPU back with (what the "GPU-bound floor" removes)
 HOST_CAUSES = ("launch_bound", "host_sync", "host_work")
 _C = {c: i for i, c in enumerate(CAUSES)}
+#: ``unknown`` details: why the trace cannot tell what held the GPU back, and what to record so it can
+#: (reports state each once, with its time; the breakdown's only unclassified part)
+NO_API_IN_TRACE = "no CUDA API calls in the trace"
+NO_API_ON_THREAD = "no CUDA API calls on the launching thread"
+NO_THREAD = "launching thread unknown"
+UNKNOWN_WHY: dict[str, str] = {
+    NO_API_IN_TRACE: "the trace recorded GPU activity only, no CUDA API calls, so what the host did in the "
+                     "GPU's idle time cannot be told; record the host side too (nsys -t cuda, or "
+                     "torch.profiler with ProfilerActivity.CPU)",
+    NO_API_ON_THREAD: "the thread that launched the next GPU operation has no CUDA API call recorded (a "
+                      "thread or process the profiler did not trace); trace every thread of every process "
+                      "(nsys -s process-tree, or torch.profiler started in each process)",
+    NO_THREAD: "the GPU operation ending the idle time has no launching call in the trace (made before "
+               "the profiler's CPU side started, or by a thread or process it did not trace), so which "
+               "host thread held the GPU back cannot be told; start CPU and CUDA activity together, on "
+               "every thread (nsys -t cuda -s process-tree, torch.profiler CPU and CUDA activities)",
+}
 #: ``compute`` detail of the time between dependent nodes of one CUDA graph execution
 GRAPH_NODE_GAPS = "CUDA graph (between nodes)"
 
@@ -136,6 +164,9 @@ SEGMENT_COLUMNS = {
                  "made generic (step_12/load_batch -> step_N/load_batch): the breakdown's range key",
     "step": "step the segment's start lies in ('' outside every step or without steps)",
     "host_tid": "feeding thread of an idle segment (-1 for busy time or unknown)",
+    "waited_tid": "host_work time the feeding thread spent blocked in an OS-runtime wait (sem_wait, "
+                  "pthread_cond_wait, futex...) while another thread of its process ran inside an NVTX "
+                  "range: that thread (the detail names it and its range); -1 otherwise",
     "host_activity": "for the longest host_work segments: the feeding thread's CPU samples and OS-runtime "
                      "calls inside it, when recorded ('' otherwise)",
 }
@@ -164,7 +195,27 @@ BREAKDOWN_COLUMNS = {
     "phase_ns": "range rows: the phase's time on the device, every cause (ns; 0 for other rows)",
     "phase_host_held_ns": "range rows: the phase's time the host held the GPU back (launch_bound + host_sync "
                           "+ host_work, ns): phase_ns minus it is the phase's GPU-bound floor",
+    "compiled_share": "range rows: of the kernels the phase launched one by one in the window (not replayed "
+                      "from a CUDA graph), the share torch.compile's Inductor generated (Triton kernels "
+                      "named triton_*; 0..1; 0 for other rows)",
+    "compiled": "range rows: 1 when the phase runs torch.compile'd code (compiled_share at least "
+                "COMPILED_SHARE, 25%), else 0",
+    "fix_group": "range rows: the phases one fix covers, as launch-bound states them: the phase itself, "
+                 "except that every compiled phase of a device under an NVTX range forms one group "
+                 "(CUDA graphs of torch.compile(mode='reduce-overhead') cover every compiled region at "
+                 "once), named by its phases joined with ' + ' in name order; '' for other rows",
+    "group_ns": "range rows: the fix group's time on the device, every cause (ns); phase_ns for a phase "
+                "of its own",
+    "group_host_held_ns": "range rows: the fix group's time the host held the GPU back (ns)",
+    "group_parts": "range rows of a group of several phases: each phase's part of the group's time of the "
+                   "row's cause, largest first ('step_N/backward 25.7 ms (65%), step_N/forward ...'); '' "
+                   "otherwise",
 }
+
+#: a phase is compiled code when at least this share of the kernels it launches one by one are
+#: Inductor's (torch.compile default mode: 56% in compile_train's forward and backward, the rest cuBLAS
+#: GEMMs and eager copies; 0 in every eager workload)
+COMPILED_SHARE = 0.25
 
 
 def _empty(columns: dict[str, str], ints: tuple[str, ...], floats: tuple[str, ...] = ()) -> pd.DataFrame:
@@ -219,7 +270,7 @@ def _complement(s: np.ndarray, e: np.ndarray, lo: int, hi: int) -> tuple[np.ndar
 def _op_classes(ctx: FactContext, ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """Per op: level (0 compute, 1 communication, 2 copy/memset) and a detail code into the returned
     labels (kernel category, collective, copy direction and memory kind)."""
-    from analyzer.facts.categories import classify_codes, load_categories
+    from analyzer.facts.categories import classify_codes, load_categories, with_graph_executions
     from analyzer.facts.comm import COMMUNICATION, parse_nccl_kernel
 
     n = len(ops)
@@ -240,7 +291,8 @@ def _op_classes(ctx: FactContext, ops: pd.DataFrame) -> tuple[np.ndarray, np.nda
     if is_kernel.any():
         table = load_categories(ctx.options.get("categories_file") or None)
         kl = ops["label"][is_kernel]
-        ccodes, cats = classify_codes(kl, kl, table)
+        ccodes, cats = with_graph_executions(*classify_codes(kl, kl, table),
+                                             ops["in_graph"][is_kernel] if "in_graph" in ops else None)
         # the collective of each distinct communication kernel label, the category of the others
         name_codes, names = text_codes(kl)
         per_cat = np.array([code(str(c)) for c in cats], dtype=np.int64) if len(cats) else np.empty(0, np.int64)
@@ -469,7 +521,7 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
     w = ctx.window
     ops = ctx.get("gpu_ops")
     if w.duration_ns <= 0 or ops.empty:
-        return _empty(SEGMENT_COLUMNS, ("device", "start", "end", "duration", "host_tid"))
+        return _empty(SEGMENT_COLUMNS, ("device", "start", "end", "duration", "host_tid", "waited_tid"))
     dispatch_ns = int(ctx.options.get("dispatch_gap_ns", DISPATCH_GAP_NS) or DISPATCH_GAP_NS)
     level, op_detail, labels = _op_classes(ctx, ops)
     index = {x: i for i, x in enumerate(labels)}
@@ -592,7 +644,12 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
         "host_tid": host_tid,
     }, copy=False)
     del detail, path_codes, step_codes
-    seg["host_activity"] = _host_activity(ctx, seg, seg_cause == _C["host_work"], pid)
+    n_seg = len(seg)
+    seg, pid = cross_thread_waits(ctx, seg, pid)
+    if len(seg) != n_seg:  # host-work segments split at waits on another thread: their pieces' steps
+        step_codes, step_labels = _step_codes(ctx, seg["start"].to_numpy(dtype=np.int64))
+        seg["step"] = categorical(step_codes, step_labels)
+    seg["host_activity"] = _host_activity(ctx, seg, (seg["cause"] == "host_work").to_numpy(), pid)
     return seg[list(SEGMENT_COLUMNS)]
 
 
@@ -654,7 +711,7 @@ def _host_pieces(ctx: FactContext, api: pd.DataFrame, qidx: np.ndarray, feeder: 
         tid = int(feeder[q[0]])
         g = int(np.searchsorted(a_threads, tid))
         if g == len(a_threads) or a_threads[g] != tid:
-            emit(q, cs[q], host_e[q], _C["unknown"], code("no CUDA API calls on the launching thread"))
+            emit(q, cs[q], host_e[q], _C["unknown"], code(NO_API_ON_THREAD))
             continue
         one_thread(q, g)
 
@@ -724,10 +781,10 @@ def _classify_idle(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev:
     api = ctx.trace.api
     hq = rest & (host_e > cs)
     if api.empty:
-        emit(all_idx[hq], cs[hq], host_e[hq], _C["unknown"], code("no CUDA API calls in the trace"))
+        emit(all_idx[hq], cs[hq], host_e[hq], _C["unknown"], code(NO_API_IN_TRACE))
         hq &= False
     no_thread = hq & (feeder < 0)
-    emit(all_idx[no_thread], cs[no_thread], host_e[no_thread], _C["unknown"], code("launching thread unknown"))
+    emit(all_idx[no_thread], cs[no_thread], host_e[no_thread], _C["unknown"], code(NO_THREAD))
     hq &= ~no_thread
     if hq.any():
         _host_pieces(ctx, api, np.flatnonzero(hq), feeder, cs, host_e, dispatch_ns, code, emit)
@@ -822,9 +879,9 @@ def timeline_breakdown(ctx: FactContext) -> pd.DataFrame:
     that cause, ``segments`` the number of disjoint intervals summed."""
     seg = ctx.get("timeline_segments")
     ints = ("device", "duration_ns", "segments", "key_cause_ns", "device_host_held_ns", "device_cause_ns",
-            "phase_ns", "phase_host_held_ns")
+            "phase_ns", "phase_host_held_ns", "compiled", "group_ns", "group_host_held_ns")
     if seg.empty:
-        return _empty(BREAKDOWN_COLUMNS, ints, ("share", "cause_share", "key_cause_share"))
+        return _empty(BREAKDOWN_COLUMNS, ints, ("share", "cause_share", "key_cause_share", "compiled_share"))
     # summed on integer codes (a million-kernel trace has millions of segments), text put back per row
     dev = seg["device"].to_numpy(dtype=np.int64)
     start, end = seg["start"].to_numpy(dtype=np.int64), seg["end"].to_numpy(dtype=np.int64)
@@ -888,6 +945,7 @@ def timeline_breakdown(ctx: FactContext) -> pd.DataFrame:
     held_rows = is_range & out["cause"].isin(HOST_CAUSES).to_numpy()
     out["phase_host_held_ns"] = np.where(
         is_range, out["duration_ns"].where(held_rows, 0).groupby(by_phase).transform("sum"), 0)
+    _fix_groups(ctx, out, is_range, held_rows)
     held = out.loc[is_win & out["cause"].isin(HOST_CAUSES).to_numpy()].groupby("device")["duration_ns"].sum()
     out["device_host_held_ns"] = out["device"].map(held).fillna(0).astype(np.int64)
     # window rows by time; steps in their order; ranges by their time of the row's cause (so the
@@ -901,3 +959,81 @@ def timeline_breakdown(ctx: FactContext) -> pd.DataFrame:
     for c in ("duration_ns", "segments", "key_cause_ns"):
         out[c] = out[c].astype(np.int64)
     return out[list(BREAKDOWN_COLUMNS)].reset_index(drop=True)
+
+
+def _compiled_shares(ctx: FactContext, phase_of: dict[str, str]) -> dict[tuple[int, str], float]:
+    """Per (device, phase): of the kernels launched one by one (``in_graph`` 0) starting in the window,
+    the share torch.compile's Inductor generated (:func:`analyzer.loading.kernel_names.is_inductor_kernel`).
+    Kernel names and NVTX paths are read once per distinct text."""
+    from analyzer.loading.kernel_names import is_inductor_kernel
+    from analyzer.loading.model import NOT_IN_GRAPH
+
+    ops = ctx.get("gpu_ops")
+    if ops.empty:
+        return {}
+    w = ctx.window
+    start = ops["start"].to_numpy(dtype=np.int64)
+    mine = (text(ops["op"]).to_numpy(dtype=object) == "kernel") & (start >= w.start_ns) & (start < w.end_ns)
+    if "in_graph" in ops:
+        mine &= ops["in_graph"].fillna(NOT_IN_GRAPH).to_numpy(dtype=np.int64) == NOT_IN_GRAPH
+    pos = np.flatnonzero(mine)
+    if not len(pos):
+        return {}
+    name_codes, names = text_codes(ops["label"].iloc[pos])
+    inductor = np.array([is_inductor_kernel(str(x)) for x in names], dtype=bool)[name_codes]
+    path_codes, paths = text_codes(ops["nvtx_path"].iloc[pos])
+    phases = np.array([phase_of.get(k, "") for k in generic_keys(paths)], dtype=object)
+    phase_codes, phase_labels = pd.factorize(phases[path_codes])
+    dev_codes, dev_values = pd.factorize(ops["device"].to_numpy(dtype=np.int64)[pos])
+    n_phase = max(len(phase_labels), 1)
+    key = dev_codes.astype(np.int64) * n_phase + phase_codes
+    launches = np.bincount(key, minlength=len(dev_values) * n_phase)
+    generated = np.bincount(key, weights=inductor, minlength=len(dev_values) * n_phase)
+    out: dict[tuple[int, str], float] = {}
+    for k in np.flatnonzero(launches):
+        d, p = divmod(int(k), n_phase)
+        out[(int(dev_values[d]), str(phase_labels[p]))] = float(generated[k] / launches[k])
+    return out
+
+
+def _fix_groups(ctx: FactContext, out: pd.DataFrame, is_range: np.ndarray, held_rows: np.ndarray) -> None:
+    """The ``compiled_share``, ``compiled``, ``fix_group``, ``group_ns``, ``group_host_held_ns`` and
+    ``group_parts`` columns of :func:`timeline_breakdown` (in place; see :data:`BREAKDOWN_COLUMNS`). The
+    standard fix for launch-bound compiled code, ``torch.compile(mode="reduce-overhead")``, records every
+    compiled region in CUDA graphs at once (forward and backward alike): its phases are one fix."""
+    phase = out["phase"].to_numpy(dtype=object)
+    device = out["device"].to_numpy(dtype=np.int64)
+    phase_of = {str(k): str(p) for k, p in zip(out["key"].to_numpy(dtype=object)[is_range], phase[is_range])}
+    shares = _compiled_shares(ctx, phase_of)
+    share = np.array([shares.get((int(d), str(p)), 0.0) if r else 0.0
+                      for d, p, r in zip(device, phase, is_range)], dtype=np.float64)
+    compiled = is_range & (share >= COMPILED_SHARE)
+    members: dict[int, set[str]] = {}
+    for d, p in zip(device[compiled], phase[compiled]):
+        if p:  # the time outside every range stays the device's own finding
+            members.setdefault(int(d), set()).add(str(p))
+    label = {d: " + ".join(sorted(ps)) for d, ps in members.items() if len(ps) > 1}
+    group = np.array([label.get(int(d), p) if c and p and int(d) in label else (p if r else "")
+                      for d, p, c, r in zip(device, phase, compiled, is_range)], dtype=object)
+    out["compiled_share"] = share
+    out["compiled"] = compiled.astype(np.int64)
+    out["fix_group"] = group
+    by_group = [out["device"], out["fix_group"]]
+    out["group_ns"] = np.where(is_range, out["duration_ns"].where(is_range, 0).groupby(by_group).transform("sum"), 0)
+    out["group_host_held_ns"] = np.where(
+        is_range, out["duration_ns"].where(held_rows, 0).groupby(by_group).transform("sum"), 0)
+    parts = np.full(len(out), "", dtype=object)
+    several = is_range & np.isin(group, list(label.values())) if label else np.zeros(len(out), dtype=bool)
+    if several.any():
+        rows = out.loc[several]
+        per = rows.groupby(["device", "fix_group", "cause", "phase"], sort=False)["duration_ns"].sum()
+        text_of: dict[tuple[int, str, str], str] = {}
+        for (d, g, c), block in per.groupby(level=[0, 1, 2], sort=False):
+            total = float(block.sum())
+            items = sorted(((str(k[3]), int(v)) for k, v in block.items()), key=lambda kv: (-kv[1], kv[0]))
+            text_of[(int(d), str(g), str(c))] = ", ".join(
+                f"{p} {v / 1e6:.1f} ms ({v / total:.0%})" if total > 0 else f"{p} 0.0 ms" for p, v in items)
+        parts[several] = [text_of[(int(d), str(g), str(c))] for d, g, c in
+                          zip(rows["device"], rows["fix_group"], rows["cause"])]
+    out["group_parts"] = parts
+

@@ -473,10 +473,15 @@ def launch_columns(launch: Launches, op_pid: np.ndarray | None, op_corr: np.ndar
 
 
 def graph_membership(api_name: TextCodes, graph_node_id: np.ndarray,
-                     preset: np.ndarray | None = None) -> np.ndarray:
+                     preset: np.ndarray | None = None, correlation_id: np.ndarray | None = None) -> np.ndarray:
     """``in_graph`` of GPU operations (:data:`~analyzer.loading.model.KERNEL_COLUMNS`): 1 where the
     operation ran inside a CUDA graph replay (launched by a graph launch call, or carrying a graph node
-    id: CUPTI writes 0 for none), else 0; ``preset`` values above 0 (whole graph executions) are kept."""
+    id: CUPTI writes 0 for none), else 0; ``preset`` values above 0 (whole graph executions) are kept.
+
+    With ``correlation_id`` (the kernels of one trace): also 1 for kernels whose launch call the trace
+    lacks but whose correlation id (> 0) two kernels or more share. One launch call starts one kernel
+    except a graph launch, so such kernels are one graph replay whose ``cudaGraphLaunch`` was not
+    recorded (torch.profiler's CPU side starting after its GPU side: the first replays of a window)."""
     from analyzer.loading.api_names import cuda_equivalent
     from analyzer.loading.common import strip_api_suffix
     from analyzer.loading.model import GRAPH_KERNEL, GRAPH_LAUNCH_APIS
@@ -488,6 +493,13 @@ def graph_membership(api_name: TextCodes, graph_node_id: np.ndarray,
     node = np.asarray(graph_node_id)
     if len(node) == len(out):
         out[node > 0] = GRAPH_KERNEL
+    if correlation_id is not None and len(correlation_id) == len(out):
+        corr = np.asarray(correlation_id, dtype=np.int64)
+        orphan = np.flatnonzero((codes < 0) & (corr > 0))
+        if len(orphan):
+            ids, counts = np.unique(corr[orphan], return_counts=True)
+            shared = np.isin(corr[orphan], ids[counts >= 2])
+            out[orphan[shared]] = GRAPH_KERNEL
     if preset is not None and len(preset) == len(out):
         out = np.where(np.asarray(preset) > 0, np.asarray(preset, dtype=np.int8), out)
     return out

@@ -19,7 +19,7 @@ from analyzer.analysis import Analysis
 from analyzer.facts.registry import UnknownFactError
 from analyzer.findings import Finding
 from analyzer.reports.format import cap_text, plural, truncate
-from analyzer.reports.sections.breakdown import breakdown_views
+from analyzer.reports.sections.breakdown import breakdown_views, unclassified_notes
 from analyzer.reports.sections.common import Unavailable, optional_fact, required_fact
 from analyzer.reports.sections.findings import finding_views, impact_tally, verdict_text
 from analyzer.reports.sections.kernels import category_chart, nvtx_ranges, top_kernels_table
@@ -186,6 +186,7 @@ def trace_section(analysis: Analysis, index: int, multi: bool, limits: Limits) -
 
     def breakdown() -> None:
         parts["breakdown"] = breakdown_views(analysis, limits)
+        parts["breakdown_notes"] = unclassified_notes(analysis)
 
     if ncu_only:
         notes.append("An Nsight Compute report on its own: the timeline sections (GPU utilization, kernel "

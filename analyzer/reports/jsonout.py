@@ -135,6 +135,8 @@ def _section(s: TraceSection) -> dict[str, Any]:
     }
     if s.breakdown:
         overview["breakdown"] = [_breakdown(b) for b in s.breakdown]
+    if s.breakdown_notes:
+        overview["breakdown_notes"] = list(s.breakdown_notes)
     if s.phases is not None:
         overview["phases"] = {**(_records(s.phases) or {}), "caption": s.phases.caption}
     if s.signals is not None:

@@ -41,6 +41,7 @@ def summary_text(report: ReportView, *, max_findings: int = 20, width: int | Non
             lines.append(truncate(f"  time on GPU {b.device}: {b.summary}", width))
         if len(section.breakdown) > 2:
             lines.append(f"  ... the breakdown of {len(section.breakdown) - 2} more GPU(s) in the report")
+        lines += [truncate(f"  note: {note}", width) for note in section.breakdown_notes]
         lines += _finding_lines(section.findings[:max_findings], width)
         if section.not_applicable:
             lines.append(f"  {len(section.not_applicable)} rules not applicable: {section.not_applicable_reason}")

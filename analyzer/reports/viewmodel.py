@@ -371,6 +371,7 @@ class BreakdownView:
     ranges: tuple[BreakdownBar, ...]
     ranges_total: int
     summary: str
+    largest: tuple[tuple[str, str, int], ...] = ()  # per cause of the window: (cause, its largest detail, ns)
 
 
 @dataclass(frozen=True)
@@ -413,6 +414,7 @@ class TraceSection:
     kind: str = "nsys"  # "nsys": a timeline; "ncu": an Nsight Compute report on its own
     memory: MemoryView | None = None  # device memory over time (None: the trace has no memory events)
     breakdown: tuple[BreakdownView, ...] = ()  # per GPU: where its window went (timeline breakdown)
+    breakdown_notes: tuple[str, ...] = ()  # the breakdown's unclassified part: time per GPU, why, what to record
 
 
 @dataclass(frozen=True)

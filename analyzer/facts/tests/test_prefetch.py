@@ -171,3 +171,24 @@ def test_the_helpers_memory_limit_is_read_from_the_environment(monkeypatch: pyte
     monkeypatch.setattr(resources, "_limit", False)
     assert 0 < (resources.helper_limit() or 0) <= resources.DEFAULT_LIMIT
     assert (resources.rss_bytes() or 1) > 0
+
+
+def test_small_traces_run_on_one_thread_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Below TWO_THREADS_FROM_ROWS events a trace's facts and rules run on one thread (the GIL hand-offs
+    of two cost more CPU than they save on milliseconds-long facts); ``ANALYZER_FACT_THREADS`` overrides."""
+    import os
+
+    from analyzer import trace_analysis
+
+    trace = load_trace(DATA / "healthy.sqlite.xz")
+    rows = sum(len(getattr(trace, name)) for name in ("kernels", "memcpy", "memset", "api"))
+    monkeypatch.delenv("ANALYZER_FACT_THREADS", raising=False)
+    assert 0 < rows < trace_analysis.TWO_THREADS_FROM_ROWS
+    assert trace_analysis.fact_threads(trace) == 1
+    monkeypatch.setattr(trace_analysis, "TWO_THREADS_FROM_ROWS", rows)  # at the threshold: as many as the cores allow
+    assert trace_analysis.fact_threads(trace) == (2 if len(os.sched_getaffinity(0)) >= 2 else 1)
+    monkeypatch.setenv("ANALYZER_FACT_THREADS", "2")
+    monkeypatch.setattr(trace_analysis, "TWO_THREADS_FROM_ROWS", rows + 1)
+    assert trace_analysis.fact_threads(trace) == 2
+    monkeypatch.setenv("ANALYZER_FACT_THREADS", "1")
+    assert trace_analysis.fact_threads(trace) == 1

@@ -302,7 +302,8 @@ class _KinetoLoader:
             "graph_node_id": g.col("graph_node"),
             "graph_id": np.full(n, -1, dtype=np.int64),  # torch.profiler does not name the graph
         })
-        data["in_graph"] = attr.graph_membership(data["api_name"], data["graph_node_id"])
+        data["in_graph"] = attr.graph_membership(data["api_name"], data["graph_node_id"],
+                                                 correlation_id=data["correlation_id"])
         frame = contract_frame(KERNEL_COLUMNS, data, compact=True)
         for col, values in comm_columns(g).items():  # optional columns: only where the trace has them
             frame[col] = TextCodes.of(values).categorical() if values.dtype == object else values

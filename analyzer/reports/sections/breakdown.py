@@ -6,7 +6,8 @@ from __future__ import annotations
 import pandas as pd
 
 from analyzer.analysis import Analysis
-from analyzer.reports.format import fmt_impact_pct
+from analyzer.facts.breakdown import UNKNOWN_WHY
+from analyzer.reports.format import fmt_duration, fmt_impact_pct
 from analyzer.reports.sections.common import Unavailable, optional_fact, table_view
 from analyzer.reports.viewmodel import (
     BREAKDOWN_CAUSES,
@@ -58,12 +59,35 @@ def breakdown_views(analysis: Analysis, limits: Limits) -> tuple[BreakdownView, 
         ranges = sorted(_bars(mine[mine["scope"] == "range"], order), key=lambda b: (-b.total_ns, b.label))
         summary = " \u00b7 ".join(f"{cause_label(c)} {fmt_impact_pct(100.0 * v / total)}"
                                   for c, v in sorted(window.parts, key=lambda p: -p[1]))
+        top = details.drop_duplicates("cause")  # sorted largest first: each cause's largest detail
+        largest = tuple((str(c), str(d), int(ns)) for c, d, ns in
+                        zip(win.loc[top.index, "cause"], top["detail"], top["duration_ns"]))
         views.append(BreakdownView(
             device=dev, window=window,
             details=table_view(details, cols, limits.breakdown_details, limits.cell_chars,
                            "the window by cause and detail, largest first"),
             steps=tuple(steps[: limits.breakdown_steps]), steps_total=len(steps),
             ranges=tuple(ranges[: limits.breakdown_ranges]), ranges_total=len(ranges),
-            summary=summary,
+            summary=summary, largest=largest,
         ))
     return tuple(views)
+
+
+def unclassified_notes(analysis: Analysis) -> tuple[str, ...]:
+    """The breakdown's unclassified part (cause ``unknown``), said once per reason for the whole trace:
+    its time on each GPU, its share of that GPU's window, why the trace cannot tell and what to record."""
+    frame = optional_fact(analysis, "timeline_breakdown")
+    if frame is None or frame.empty or not {"scope", "cause", "detail", "device", "duration_ns"} <= set(frame.columns):
+        return ()
+    win = frame[frame["scope"] == "window"]
+    totals = win.groupby("device")["duration_ns"].sum()
+    unknown = win[(win["cause"] == "unknown") & (win["duration_ns"] > 0)]
+    notes = []
+    for detail, rows in unknown.groupby("detail", sort=True):
+        per = rows.groupby("device")["duration_ns"].sum().sort_index()
+        parts = ", ".join(f"{fmt_duration(int(ns))} on GPU {int(dev)} "
+                          f"({fmt_impact_pct(100.0 * ns / max(int(totals.get(dev, 0)), 1))} of its window)"
+                          for dev, ns in per.items())
+        why = UNKNOWN_WHY.get(str(detail), "the trace cannot tell what held the GPU back")
+        notes.append(f"Not classified in the timeline breakdown ({detail}): {parts}; {why}.")
+    return tuple(notes)
