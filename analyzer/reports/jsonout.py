@@ -224,8 +224,8 @@ def render_json(report: ReportView) -> str:
     if not report.traces:
         return _dumps(report_dict(report)) + "\n"
     head = _dumps(report_dict(replace(report, traces=())))
-    empty = '\n  "traces": [],'  # the top-level key (a newline never occurs inside a JSON string)
-    at = head.index(empty) + len(empty) - 3
+    empty = '\n  "traces": []'  # the top-level key (a newline never occurs inside a JSON string)
+    at = head.index(empty) + len(empty) - 2
     # each section at depth 2 of the document: indent=2 puts 4 spaces before its lines
     parts = [head[:at], "[\n"]
     for i, s in enumerate(report.traces):
