@@ -266,7 +266,7 @@ def _complement(s: np.ndarray, e: np.ndarray, lo: int, hi: int) -> tuple[np.ndar
 def _op_classes(ctx: FactContext, ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """Per op: level (0 compute, 1 communication, 2 copy/memset) and a detail code into the returned
     labels (kernel category, collective, copy direction and memory kind)."""
-    from analyzer.facts.categories import classify_codes, load_categories
+    from analyzer.facts.categories import classify_codes, load_categories, with_graph_executions
     from analyzer.facts.comm import COMMUNICATION, parse_nccl_kernel
 
     n = len(ops)
@@ -287,7 +287,8 @@ def _op_classes(ctx: FactContext, ops: pd.DataFrame) -> tuple[np.ndarray, np.nda
     if is_kernel.any():
         table = load_categories(ctx.options.get("categories_file") or None)
         kl = ops["label"][is_kernel]
-        ccodes, cats = classify_codes(kl, kl, table)
+        ccodes, cats = with_graph_executions(*classify_codes(kl, kl, table),
+                                             ops["in_graph"][is_kernel] if "in_graph" in ops else None)
         # the collective of each distinct communication kernel label, the category of the others
         name_codes, names = text_codes(kl)
         per_cat = np.array([code(str(c)) for c in cats], dtype=np.int64) if len(cats) else np.empty(0, np.int64)
