@@ -104,11 +104,13 @@ def _mean_step(analysis) -> tuple[float, int]:  # type: ignore[no-untyped-def]
 
 
 def _range_ns(analysis, device: int | None, phase: str) -> float:  # type: ignore[no-untyped-def]
-    """The time of one range (the breakdown's ``phase``) on a device, every cause."""
+    """The time of one range (the breakdown's ``phase``) or of the ranges a finding names together (its
+    ``fix_group``, torch.compile'd phases joined by " + ": each phase, whatever the twin groups) on a
+    device, every cause."""
     bd = analysis.facts.get("timeline_breakdown")
     if bd.empty:
         return 0.0
-    mine = (bd["scope"] == "range") & (bd["phase"] == phase)
+    mine = (bd["scope"] == "range") & bd["phase"].isin(phase.split(" + "))
     if device is not None:
         mine &= bd["device"] == device
     return float(bd.loc[mine, "duration_ns"].sum())
@@ -198,10 +200,13 @@ def render(rows: list[Row]) -> str:
              "savings are within run-to-run noise, and the small alloc-in-loop impacts listed for them are not "
              "their problem (see the memory rules).\n")
     text += ("\nlaunch-bound is stated per NVTX range under the step (`phase` of the timeline breakdown), so its "
-             "biggest finding is what fixing that one range buys. Where the twin fixes several ranges at once "
-             "(compile_train's reduce-overhead twin graphs the whole step: forward, backward and optimizer), "
-             "the pair's saving is compared with what the twin resolves, the sum of the range findings it is "
-             "silent on; its remaining launch-bound time is under 1 ms in every range, so it fires none. "
+             "biggest finding is what fixing that one range buys, except for torch.compile'd code: ranges "
+             "whose one-by-one kernel launches are at least 25% Inductor's (`fix_group` of the breakdown) are "
+             "one finding, since `mode=\"reduce-overhead\"` graphs every compiled region at once "
+             "(compile_train: `step_N/backward + step_N/forward`; its twin's remaining launch-bound time is "
+             "under 1 ms in every range, so it fires none). Where the twin fixes several findings at once, "
+             "the pair's saving is also compared with what the twin resolves, the sum of the findings it is "
+             "silent on. "
              "Where the twin fixes one range (optimizer_loop's fused optimizer fixes `optimizer` and fires "
              "on the eager `forward` and `backward` as the pathology does), the range saving, the range's "
              "own time saved, measures the fix without the noise of the ranges it leaves alone: the first "

@@ -33,3 +33,19 @@ def test_the_calibration_table_is_current_for_tiny_kernels():
         assert line in doc, f"{line!r} not in {cal.DOC.name}: run python benchmarks/breakdown_calibration.py --write"
     # and the launch-bound impact is within 25% of what the twin saved
     assert row.rule == "launch-bound" and 0.75 <= row.ratio <= 1.25 and not row.twin_fires
+
+
+@pytest.mark.parametrize("fmt", ["nsys", "torch.profiler"])
+def test_compiled_code_is_calibrated_as_one_finding(fmt):
+    """compile_train (torch.compile default mode) against its reduce-overhead twin: the compiled forward
+    and backward are one launch-bound finding, within 25% of the twin's saving, the twin silent on it."""
+    cal = _module()
+    pair = next((p for p in cal.pairs() if p[0] == "round3/compile_train" and p[1] == fmt), None)
+    if pair is None:
+        pytest.skip("round3/compile_train pair not in tests/data")
+    row = cal.row(*pair)
+    doc = cal.DOC.read_text()
+    for line in cal.table([row]).splitlines()[2:]:
+        assert line in doc, f"{line!r} not in {cal.DOC.name}: run python benchmarks/breakdown_calibration.py --write"
+    assert row.rule == "launch-bound" and " + " in row.range and not row.twin_fires
+    assert 0.75 <= row.ratio <= 1.25

@@ -80,3 +80,45 @@ def test_the_phases_partition_the_window():
     assert int(per_phase.sum()) == a.window.duration_ns
     assert set(per_phase.index.get_level_values("phase")) <= {"", "step_N", "step_N/forward", "step_N/backward",
                                                               "step_N/optimizer"}
+
+
+def compiled_phases(name: str) -> set[str]:
+    bd = analysis(name).facts.get("timeline_breakdown")
+    return set(bd.loc[(bd["scope"] == "range") & (bd["compiled"] == 1), "phase"])
+
+
+@pytest.mark.parametrize("name,prefix", [("round3/compile_train.sqlite.xz", ""),
+                                         ("round3/compile_train.pt.trace.json.gz", "ProfilerStep#N/")])
+def test_torch_compiled_ranges_are_one_finding_whose_impact_is_their_sum(name, prefix):
+    """reduce-overhead graphs every compiled region at once: forward and backward are one fix."""
+    fwd, bwd, opt = (f"{prefix}step_N/{r}" for r in ("forward", "backward", "optimizer"))
+    assert compiled_phases(name) == {fwd, bwd}  # the eager optimizer launches no Inductor kernel
+    found = launch_bound(name)
+    group = f"{bwd} + {fwd}"
+    assert set(found) == {group}  # no per-range finding beside it: nothing counted twice
+    per_range = range_launch_bound_ns(name)
+    f = found[group]
+    assert f.impact_ns == per_range[fwd] + per_range[bwd]
+    assert "reduce-overhead" in f.message and "torch.compile'd code" in f.message
+    assert "torch.compile'd code" in f.headline and f"`{group}`" in f.headline
+    share = per_range[bwd] / f.impact_ns
+    assert f"{bwd} {per_range[bwd] / 1e6:.1f} ms ({share:.0%})" in f.message  # each range's share
+    bd = analysis(name).facts.get("timeline_breakdown")
+    rows = bd[(bd["scope"] == "range") & bd["phase"].isin([fwd, bwd])]
+    assert set(rows["fix_group"]) == {group} and (rows["compiled_share"] > 0.5).all()
+    assert set(bd.loc[(bd["scope"] == "range") & (bd["phase"] == opt), "fix_group"]) == {opt}
+    # one finding in the verdict union: its footprint holds all of its impact
+    a = analysis(name)
+    mine = [x for x in report_order(a.findings) if x.rule == "launch-bound"]
+    assert union_adds(mine) == [f.impact_ns]
+
+
+@pytest.mark.parametrize("name", ["round3/optimizer_loop.sqlite.xz", "round3/optimizer_loop.pt.trace.json.gz",
+                                  "round3/decode_eager.sqlite.xz", "round3/decode_eager.pt.trace.json.gz",
+                                  "tiny_kernels.sqlite.xz", "host_sync.sqlite.xz",
+                                  "round3/compile_train_fixed.sqlite.xz", "round3/compile_train_fixed_node.sqlite.xz"])
+def test_eager_programs_and_cuda_graph_twins_are_not_compiled_code(name):
+    assert not compiled_phases(name)
+    bd = analysis(name).facts.get("timeline_breakdown")
+    rng = bd[bd["scope"] == "range"]
+    assert (rng["fix_group"] == rng["phase"]).all() and (rng["group_parts"] == "").all()

@@ -11,6 +11,8 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
+from analyzer.loading.columns import empty_typed
+
 from analyzer.facts._util import (
     column,
     factorize_objects,
@@ -352,7 +354,7 @@ def memcpy_summary(ctx: FactContext) -> pd.DataFrame:
     cols = ["direction", "src_kind", "dst_kind", "count", "bytes", "total_ns", "mean_bytes", "throughput",
             "sync_count"]
     if mc.empty:
-        return pd.DataFrame({c: pd.Series(dtype=object if c in cols[:3] else "float64") for c in cols})
+        return empty_typed((c, object if c in cols[:3] else "float64") for c in cols)
     mc = mc.assign(_sync=~mc["is_async"] & (mc["api_name"] != ""))
     out = mc.groupby(["direction", "src_kind", "dst_kind"], sort=False).agg(
         count=("duration", "size"), bytes=("bytes", "sum"), total_ns=("duration", "sum"),
@@ -393,7 +395,7 @@ def launch_stats(ctx: FactContext) -> pd.DataFrame:
                                                  "api_start", "in_graph"])
     cols = list(launch_stats_columns())
     if k.empty:
-        return pd.DataFrame({c: pd.Series(dtype="float64") for c in cols})
+        return empty_typed((c, "float64") for c in cols)
     api = ctx.trace.api
     # per-kernel arrays, each made when needed (the join keys are freed once joined: a frame of every
     # column in int64 held 0.5 GB more at ten million kernels)

@@ -89,6 +89,7 @@ from analyzer.facts.intervals import graph_spans
 from analyzer.facts.nvtx import main_threads
 from analyzer.facts.nvtx_ranges import innermost_open, ranges_only
 from analyzer.facts.registry import FactContext, fact
+from analyzer.facts.breakdown_groups import fix_groups
 from analyzer.facts.breakdown_ranges import generic_keys, phase_keys
 from analyzer.loading.columns import categorical
 
@@ -195,6 +196,21 @@ BREAKDOWN_COLUMNS = {
     "phase_ns": "range rows: the phase's time on the device, every cause (ns; 0 for other rows)",
     "phase_host_held_ns": "range rows: the phase's time the host held the GPU back (launch_bound + host_sync "
                           "+ host_work, ns): phase_ns minus it is the phase's GPU-bound floor",
+    "compiled_share": "range rows: of the kernels the phase launched one by one in the window (not replayed "
+                      "from a CUDA graph), the share torch.compile's Inductor generated (Triton kernels "
+                      "named triton_*; 0..1; 0 for other rows)",
+    "compiled": "range rows: 1 when the phase runs torch.compile'd code (compiled_share at least "
+                "COMPILED_SHARE, 25%), else 0",
+    "fix_group": "range rows: the phases one fix covers, as launch-bound states them: the phase itself, "
+                 "except that every compiled phase of a device under an NVTX range forms one group "
+                 "(CUDA graphs of torch.compile(mode='reduce-overhead') cover every compiled region at "
+                 "once), named by its phases joined with ' + ' in name order; '' for other rows",
+    "group_ns": "range rows: the fix group's time on the device, every cause (ns); phase_ns for a phase "
+                "of its own",
+    "group_host_held_ns": "range rows: the fix group's time the host held the GPU back (ns)",
+    "group_parts": "range rows of a group of several phases: each phase's part of the group's time of the "
+                   "row's cause, largest first ('step_N/backward 25.7 ms (65%), step_N/forward ...'); '' "
+                   "otherwise",
 }
 
 
@@ -255,7 +271,7 @@ def _complement(s: np.ndarray, e: np.ndarray, lo: int, hi: int) -> tuple[np.ndar
 def _op_classes(ctx: FactContext, ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """Per op: level (0 compute, 1 communication, 2 copy/memset) and a detail code into the returned
     labels (kernel category, collective, copy direction and memory kind)."""
-    from analyzer.facts.categories import classify_codes, load_categories
+    from analyzer.facts.categories import classify_codes, load_categories, with_graph_executions
     from analyzer.facts.comm import COMMUNICATION, parse_nccl_kernel
 
     n = len(ops)
@@ -276,7 +292,8 @@ def _op_classes(ctx: FactContext, ops: pd.DataFrame) -> tuple[np.ndarray, np.nda
     if is_kernel.any():
         table = load_categories(ctx.options.get("categories_file") or None)
         kl = ops["label"][is_kernel]
-        ccodes, cats = classify_codes(kl, kl, table)
+        ccodes, cats = with_graph_executions(*classify_codes(kl, kl, table),
+                                             ops["in_graph"][is_kernel] if "in_graph" in ops else None)
         # the collective of each distinct communication kernel label, the category of the others
         name_codes, names = text_codes(kl)
         per_cat = np.array([code(str(c)) for c in cats], dtype=np.int64) if len(cats) else np.empty(0, np.int64)
@@ -905,9 +922,9 @@ def timeline_breakdown(ctx: FactContext) -> pd.DataFrame:
     that cause, ``segments`` the number of disjoint intervals summed."""
     seg = ctx.get("timeline_segments")
     ints = ("device", "duration_ns", "segments", "key_cause_ns", "device_host_held_ns", "device_cause_ns",
-            "phase_ns", "phase_host_held_ns")
+            "phase_ns", "phase_host_held_ns", "compiled", "group_ns", "group_host_held_ns")
     if seg.empty:
-        return _empty(BREAKDOWN_COLUMNS, ints, ("share", "cause_share", "key_cause_share"))
+        return _empty(BREAKDOWN_COLUMNS, ints, ("share", "cause_share", "key_cause_share", "compiled_share"))
     # summed on integer codes (a million-kernel trace has millions of segments), text put back per row
     dev = seg["device"].to_numpy(dtype=np.int64)
     start, end = seg["start"].to_numpy(dtype=np.int64), seg["end"].to_numpy(dtype=np.int64)
@@ -1009,6 +1026,7 @@ def timeline_breakdown(ctx: FactContext) -> pd.DataFrame:
     held_rows = is_range & out["cause"].isin(HOST_CAUSES).to_numpy()
     out["phase_host_held_ns"] = np.where(
         is_range, out["duration_ns"].where(held_rows, 0).groupby(by_phase).transform("sum"), 0)
+    fix_groups(ctx, out, is_range, held_rows)
     held = out.loc[is_win & out["cause"].isin(HOST_CAUSES).to_numpy()].groupby("device")["duration_ns"].sum()
     out["device_host_held_ns"] = out["device"].map(held).fillna(0).astype(np.int64)
     # window rows by time; steps in their order; ranges by their time of the row's cause (so the

@@ -29,6 +29,10 @@ from analyzer.saferegex import PatternError, UserPattern, compile_regex
 
 DEFAULT_CATEGORIES_FILE = Path(__file__).with_name("categories.yaml")
 OTHER = "other"
+#: the category of a whole CUDA graph execution recorded as one row (nsys ``--cuda-graph-trace=graph``:
+#: ``CUDA graph <id>``, ``in_graph`` = GRAPH_EXECUTION): its kernels are not in the trace, so no name
+#: pattern can say what it computes; it is a graph replay, never ``other``
+GRAPH_CATEGORY = "cuda_graph"
 
 
 @dataclass(frozen=True)
@@ -119,6 +123,23 @@ def classify_codes(names: pd.Series, short_names: pd.Series,
     return name_codes, result
 
 
+def with_graph_executions(codes: np.ndarray, categories: np.ndarray,
+                          in_graph: pd.Series | np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """``(codes, categories)`` of :func:`classify_codes` with every whole CUDA graph execution
+    (``in_graph`` = :data:`~analyzer.loading.model.GRAPH_EXECUTION`) in :data:`GRAPH_CATEGORY`, whatever
+    the name patterns say (``in_graph`` None or absent: unchanged)."""
+    from analyzer.loading.model import GRAPH_EXECUTION
+
+    if in_graph is None or not len(codes):
+        return codes, categories
+    flags = pd.Series(in_graph).fillna(0).to_numpy(dtype=np.int64)
+    whole = flags == GRAPH_EXECUTION
+    if not whole.any():
+        return codes, categories
+    categories = np.append(np.asarray(categories, dtype=object), GRAPH_CATEGORY)
+    return np.where(whole, len(categories) - 1, codes), categories
+
+
 def shorten_kernel_name(name: str, max_len: int = 80) -> str:
     """A readable kernel name: no ``void``/return type, no parameter list, nested template arguments
     elided (``<...>``) when too long, and at most ``max_len`` characters."""
@@ -160,7 +181,8 @@ def shorten_kernel_name(name: str, max_len: int = 80) -> str:
 
 
 _KCAT_COLUMNS = {c: f"kernel column {c}" for c in KERNEL_COLUMNS} | {
-    "category": "kernel category from categories.yaml (first matching pattern wins)",
+    "category": "kernel category from categories.yaml (first matching pattern wins; a whole CUDA graph "
+                "execution recorded as one row: cuda_graph)",
 }
 
 
@@ -242,7 +264,8 @@ def kernel_label_codes(kernels: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 def kernel_category_codes(kernels: pd.DataFrame, table: tuple[Category, ...]) -> Any:
     """The ``category`` column of ``kernels`` (rows with ``name`` and ``short_name``) under ``table``, built
     from the codes (not a million-row object array a frame would convert to its text dtype)."""
-    return text_array(*classify_codes(kernels["name"], kernels["short_name"], table))
+    codes, categories = classify_codes(kernels["name"], kernels["short_name"], table)
+    return text_array(*with_graph_executions(codes, categories, kernels.get("in_graph")))
 
 
 @fact(

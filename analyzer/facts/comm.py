@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analyzer.loading.columns import empty_typed
+
 from analyzer.facts._util import column, covered_until, new_frame, text, union_intervals
 from analyzer.facts.registry import FactContext, fact
 
@@ -184,7 +186,7 @@ _COMM_COLUMNS = {
 def _empty_comm() -> pd.DataFrame:
     text_cols = {"short_name", "name", "collective", "reduce_op", "dtype", "algorithm", "protocol",
                  "comm", "nvtx_path"}
-    return pd.DataFrame({c: pd.Series(dtype=object if c in text_cols else "int64") for c in _COMM_COLUMNS})
+    return empty_typed((c, object if c in text_cols else "int64") for c in _COMM_COLUMNS)
 
 
 def _payloads(ctx: FactContext, k: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -296,7 +298,7 @@ def comm_overlap(ctx: FactContext) -> pd.DataFrame:
     kernels = ctx.trace.kernels
     rows = []
     if comm.empty:
-        return pd.DataFrame({c: pd.Series(dtype="float64" if "share" in c else "int64") for c in _OVERLAP_COLUMNS})
+        return empty_typed((c, "float64" if "share" in c else "int64") for c in _OVERLAP_COLUMNS)
     compute = compute_kernel_mask(ctx)
     ks, ke = kernels["start"].to_numpy(dtype=np.int64), kernels["end"].to_numpy(dtype=np.int64)
     kdev = column(kernels, "device", 0).fillna(0).to_numpy(dtype=np.int64)

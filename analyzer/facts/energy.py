@@ -13,6 +13,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analyzer.loading.columns import empty_typed
+
 from analyzer.facts._util import text
 from analyzer.facts.registry import FactContext, fact
 
@@ -37,13 +39,13 @@ def step_spans(trace: object, window: object) -> pd.DataFrame:
     nv = trace.nvtx  # type: ignore[attr-defined]
     cols = ["start", "end", "text"]
     if getattr(window, "source", "") != "nvtx" or nv.empty:
-        return pd.DataFrame({c: pd.Series(dtype=object if c == "text" else "int64") for c in cols})
+        return empty_typed((c, object if c == "text" else "int64") for c in cols)
     kind = text(nv["kind"]).to_numpy()
     sel = (nv["depth"].to_numpy() == 0) & (kind != "mark") \
         & (nv["start"].to_numpy() >= window.start_ns) & (nv["end"].to_numpy() <= window.end_ns)  # type: ignore[attr-defined]
     part = nv.loc[sel]
     if part.empty:
-        return pd.DataFrame({c: pd.Series(dtype=object if c == "text" else "int64") for c in cols})
+        return empty_typed((c, object if c == "text" else "int64") for c in cols)
     tid = part["tid"].value_counts().index[0]
     part = part.loc[part["tid"] == tid].sort_values("start")
     return pd.DataFrame({"start": part["start"].to_numpy(), "end": part["end"].to_numpy(),
@@ -88,7 +90,7 @@ def energy(ctx: FactContext) -> pd.DataFrame:
     power = ctx.trace.power
     w = ctx.window
     if power.empty:
-        return pd.DataFrame({c: pd.Series(dtype=object if c == "source" else "float64") for c in ENERGY_COLUMNS})
+        return empty_typed((c, object if c == "source" else "float64") for c in ENERGY_COLUMNS)
     steps = step_spans(ctx.trace, w)
     rows = []
     for device, samples in power.groupby("device", sort=True):
@@ -133,5 +135,5 @@ def energy_steps(ctx: FactContext) -> pd.DataFrame:
                                     "energy_j": e, "avg_power_w": np.where(dur > 0, e / np.maximum(dur, 1e-12),
                                                                            np.nan)}))
     if not frames:
-        return pd.DataFrame({c: pd.Series(dtype=object if c == "step" else "float64") for c in cols})
+        return empty_typed((c, object if c == "step" else "float64") for c in cols)
     return pd.concat(frames, ignore_index=True)[cols]

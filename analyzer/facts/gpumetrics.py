@@ -12,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analyzer.loading.columns import empty_typed
+
 from analyzer.facts._util import text, union_intervals
 from analyzer.facts.registry import FactContext, fact
 
@@ -54,7 +56,7 @@ def sm_activity(ctx: FactContext) -> pd.DataFrame:
     gm = ctx.trace.gpu_metrics
     w = ctx.window
     if gm.empty:
-        return pd.DataFrame({c: pd.Series(dtype="float64") for c in SM_ACTIVITY_COLUMNS})
+        return empty_typed((c, "float64") for c in SM_ACTIVITY_COLUMNS)
     st = gm["start"].to_numpy()
     gm = gm.loc[(st >= w.start_ns) & (st < w.end_ns)]
     kernels = ctx.get("kernel_categories")
@@ -103,7 +105,7 @@ def metric_bins(ctx: FactContext) -> pd.DataFrame:
     cols = ["device", "bin", "bin_start", "bin_end", "sm_active", "tensor_active"]
     gm = ctx.trace.gpu_metrics
     if gm.empty or util.empty:
-        return pd.DataFrame({c: pd.Series(dtype="float64") for c in cols})
+        return empty_typed((c, "float64") for c in cols)
     frames = []
     metric = text(gm["metric"]).to_numpy()
     for device, bins in util.groupby("device", sort=True):

@@ -17,6 +17,8 @@ import re
 import numpy as np
 import pandas as pd
 
+from analyzer.loading.columns import empty_typed
+
 from analyzer.facts._util import column, new_frame, starts_in_window, text_array, text_codes, union_intervals
 from analyzer.facts.occupancy import known_launch_config
 from analyzer.facts.registry import FactContext, fact
@@ -54,8 +56,8 @@ GRAPH_UPDATE_API = re.compile(r"^cu(?:da)?GraphExec\w*(?:Update|SetParams|SetEve
 def _empty_replays() -> pd.DataFrame:
     text = {"api_name", "nvtx_path"}
     real = {"gap_before_ns", "idle_before_ns"}
-    return pd.DataFrame({c: pd.Series(dtype=object if c in text else "float64" if c in real else "int64")
-                         for c in _REPLAY_COLUMNS})
+    return empty_typed((c, object if c in text else "float64" if c in real else "int64")
+                       for c in _REPLAY_COLUMNS)
 
 
 @fact("graph_replays", columns=_REPLAY_COLUMNS, requires=("gpu_busy",), scope_keys=("device", "nvtx_path"))
@@ -211,7 +213,7 @@ def unknown_launch_config(ctx: FactContext) -> pd.DataFrame:
         "start", "device", "duration", "short_name", "in_graph", "grid_x", "grid_y", "grid_z", "block_x", "block_y",
         "block_z"])
     if k.empty:
-        return pd.DataFrame({c: pd.Series(dtype=object if c == "example" else "int64") for c in _UNKNOWN_COLUMNS})
+        return empty_typed((c, object if c == "example" else "int64") for c in _UNKNOWN_COLUMNS)
     in_graph = column(k, "in_graph", 0).fillna(0).to_numpy(dtype=np.int64)
     # whole graph executions are no kernels: graph-replays says how to record their kernels
     unknown = ~known_launch_config(k) & (in_graph != GRAPH_EXECUTION)
@@ -228,7 +230,7 @@ def unknown_launch_config(ctx: FactContext) -> pd.DataFrame:
                      "graph_count": int((sel & graph).sum()),
                      "example": str(k["short_name"].iloc[longest]) if "short_name" in k.columns else ""})
     if not rows:
-        return pd.DataFrame({c: pd.Series(dtype=object if c == "example" else "int64") for c in _UNKNOWN_COLUMNS})
+        return empty_typed((c, object if c == "example" else "int64") for c in _UNKNOWN_COLUMNS)
     return pd.DataFrame(rows, columns=list(_UNKNOWN_COLUMNS))
 
 
@@ -319,7 +321,7 @@ def setup_activity(ctx: FactContext) -> pd.DataFrame:
                          "before_window_ns": int(before), "in_window_ns": int(inside),
                          "first_start": int(s.min())})
     if not rows_out:
-        return pd.DataFrame({c: pd.Series(dtype=object if c == "kind" else "int64") for c in _SETUP_COLUMNS})
+        return empty_typed((c, object if c == "kind" else "int64") for c in _SETUP_COLUMNS)
     return pd.DataFrame(rows_out, columns=list(_SETUP_COLUMNS))
 
 

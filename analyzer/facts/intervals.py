@@ -27,6 +27,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analyzer.loading.columns import empty_typed
+
 from analyzer.facts._util import (
     column,
     categorical_parts,
@@ -74,7 +76,7 @@ def gpu_ops(ctx: FactContext) -> pd.DataFrame:
     parts = [(op, frame) for op, frame in (("kernel", t.kernels), ("memcpy", t.memcpy), ("memset", t.memset))
              if not frame.empty]
     if not parts:
-        return pd.DataFrame({c: pd.Series(dtype="int64") for c in _OP_COLUMNS}).astype(
+        return empty_typed((c, "int64") for c in _OP_COLUMNS).astype(
             {c: object for c in _TEXT_OP_COLUMNS})
 
     def stacked(arrays: list[np.ndarray]) -> np.ndarray:
@@ -485,8 +487,8 @@ def _host_activity(trace: object, gaps: pd.DataFrame) -> object:
 def _empty_gaps() -> pd.DataFrame:
     obj = {"prev_op", "next_op", "next_api", "next_nvtx_path", "host_nvtx_range", "host_nvtx_path",
            "host_nvtx_source", "host_api", "host_activity"}
-    return pd.DataFrame({c: pd.Series(dtype=("object" if c in obj else "bool" if c == "edge" else "int64"))
-                         for c in _GAP_COLUMNS})
+    return empty_typed((c, ("object" if c in obj else "bool" if c == "edge" else "int64"))
+                       for c in _GAP_COLUMNS)
 
 
 @fact(
@@ -522,6 +524,6 @@ def utilization(ctx: FactContext) -> pd.DataFrame:
             "busy_ns": busy_ns, "util": np.where(width > 0, busy_ns / np.maximum(width, 1), 0.0),
         }))
     if not frames:
-        return pd.DataFrame({c: pd.Series(dtype="float64" if c == "util" else "int64")
-                             for c in ("device", "bin", "bin_start", "bin_end", "busy_ns", "util")})
+        return empty_typed((c, "float64" if c == "util" else "int64")
+                       for c in ("device", "bin", "bin_start", "bin_end", "busy_ns", "util"))
     return pd.concat(frames, ignore_index=True)

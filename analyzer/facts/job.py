@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from analyzer.facts.registry import FactContext, fact
+from analyzer.loading.columns import empty_typed
 
 JOB_RANKS_COLUMNS: dict[str, str] = {
     "rank": "rank in the job",
@@ -92,8 +93,7 @@ _FLOAT = {"algbw", "busbw", "link_bw", "bus_share", "gpu_busy_share", "main_host
 
 
 def empty(columns: Mapping[str, str]) -> pd.DataFrame:
-    return pd.DataFrame({c: pd.Series(dtype=object if c in _TEXT else "float64" if c in _FLOAT else "int64")
-                         for c in columns})
+    return empty_typed((c, object if c in _TEXT else "float64" if c in _FLOAT else "int64") for c in columns)
 
 
 @dataclass

@@ -28,6 +28,7 @@ import pandas as pd
 
 from analyzer.facts._util import generic_path, text
 from analyzer.facts.registry import FactContext, fact
+from analyzer.loading.columns import empty_typed
 from analyzer.loading.model import DEVICE_MEMORY_KINDS
 
 TIMELINE_COLUMNS = {
@@ -106,8 +107,7 @@ GROWTH_COLUMNS = {
 
 
 def _empty(columns: dict[str, str], text_cols: tuple[str, ...] = (), real: tuple[str, ...] = ()) -> pd.DataFrame:
-    return pd.DataFrame({c: pd.Series(dtype=object if c in text_cols else "float64" if c in real else "int64")
-                         for c in columns})
+    return empty_typed((c, object if c in text_cols else "float64" if c in real else "int64") for c in columns)
 
 
 @fact("memory_timeline", columns=TIMELINE_COLUMNS, scope_keys=("device",), needs=("memory_events",))

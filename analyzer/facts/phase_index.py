@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analyzer.loading.columns import empty_typed
+
 from analyzer.errors import ParameterError
 from analyzer.facts._util import union_length_sorted
 from analyzer.facts.nvtx_ranges import innermost_open, ranges_only
@@ -126,7 +128,7 @@ def ancestor_pairs(nvtx: pd.DataFrame) -> pd.DataFrame:
     One vectorized step per nesting level. Raises ``ValueError`` on a parent cycle (a loader bug).
     """
     if nvtx.empty:
-        return pd.DataFrame({c: pd.Series(dtype="int64") for c in ("range_id", "ancestor_id", "distance")})
+        return empty_typed((c, "int64") for c in ("range_id", "ancestor_id", "distance"))
     ids = nvtx["range_id"].to_numpy(np.int64)
     parent_of = pd.Series(nvtx["parent_id"].fillna(-1).to_numpy(np.int64), index=ids)  # NaN: a root
     desc, anc = ids, ids

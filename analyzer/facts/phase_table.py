@@ -42,6 +42,8 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
+from analyzer.loading.columns import empty_typed
+
 from analyzer.errors import ParameterError
 from analyzer.arrays import sorted_distinct
 from analyzer.loading.model import Trace
@@ -239,8 +241,8 @@ def _typed_empty(columns: list[str]) -> pd.DataFrame:
     text = {"name", "path", "top_kernel", "top_kernels", "waited", "measure"}
     floats = {"cpu_mean_ns", "cpu_std_ns", "cpu_p50_ns", "cpu_p95_ns", "gpu_mean_ns", "busy_share",
               "top_kernel_mean_ns", "gpu_span_mean_ns", "tail_mean_ns", "phase_mean_ns"}
-    return pd.DataFrame({c: pd.Series(dtype=object if c in text else "float64" if c in floats else "int64")
-                         for c in columns})
+    return empty_typed((c, object if c in text else "float64" if c in floats else "int64")
+                       for c in columns)
 
 
 def top_kernels(
@@ -343,7 +345,7 @@ def step_split(
         cols += [f"{p}_span_ns", f"{p}_phase_ns", f"{p}_waited", f"{p}_tail_ns", f"{p}_sync_ns"]
     cols += ["residual_sync_ns"]
     if steps.empty:
-        return pd.DataFrame({c: pd.Series(dtype=object if c == "step" else "int64") for c in cols})
+        return empty_typed((c, object if c == "step" else "int64") for c in cols)
     gpu = idx.instance_gpu(steps["range_id"].to_numpy())
     out = pd.DataFrame({
         "range_id": steps["range_id"].to_numpy(),
@@ -439,8 +441,8 @@ def category_mix(
     cols = ["phase", "category", "count", "total_ns", "mean_ns", "share"]
     frame = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["phase", "row"])
     if frame.empty:
-        return pd.DataFrame({c: pd.Series(dtype=object if c in ("phase", "category") else "float64")
-                             for c in cols})
+        return empty_typed((c, object if c in ("phase", "category") else "float64")
+                       for c in cols)
     rows = frame["row"].to_numpy(np.int64)
     frame["category"] = cats.to_numpy()[rows]
     frame["duration"] = kern["duration"].to_numpy(np.int64)[rows]

@@ -28,6 +28,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analyzer.loading.columns import empty_typed
+
 from analyzer.facts.registry import FactContext, fact
 
 STEP_COLUMNS = {
@@ -44,7 +46,7 @@ STEP_COLUMNS = {
 
 
 def _empty() -> pd.DataFrame:
-    return pd.DataFrame({c: pd.Series(dtype=object if c == "step" else "int64") for c in STEP_COLUMNS})
+    return empty_typed((c, object if c == "step" else "int64") for c in STEP_COLUMNS)
 
 
 @fact("steps", columns=STEP_COLUMNS, requires=("gpu_ops", "nvtx_instances"), scope_keys=("step",))

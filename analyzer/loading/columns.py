@@ -7,10 +7,12 @@
   sorted (so sorting by the column sorts lexically), of ``object`` dtype; codes take the smallest
   integer type pandas allows for their number (int8 below 128 distinct values).
 * :func:`narrow_int` stores an id-like integer column in 32 bits when its values allow.
+* :func:`empty_typed` is an empty frame of given columns and dtypes (the contract of a table or fact
+  that has no rows on this trace).
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +21,23 @@ import pandas as pd
 from pandas._libs import hashtable
 
 _I32 = np.iinfo(np.int32)
+
+
+_EMPTY_FRAMES: dict[tuple[tuple[str, np.dtype], ...], pd.DataFrame] = {}
+
+
+def empty_typed(dtypes: Iterable[tuple[str, Any]]) -> pd.DataFrame:
+    """An empty frame with these ``(column, numpy dtype)`` columns, in order. Built once per distinct column
+    set and copied after that: a frame built from a dict of empty Series costs ~5 ms for 30 columns (each
+    Series, and the text Index of the column names), a copy of it 30 us, and a small trace asks for
+    dozens of empty tables and facts."""
+    key = tuple((str(c), np.dtype(d)) for c, d in dtypes)
+    frame = _EMPTY_FRAMES.get(key)
+    if frame is None:
+        frame = pd.DataFrame({c: pd.Series(dtype=d) for c, d in key})
+        if len(_EMPTY_FRAMES) < 512:  # column sets come from the code, not the trace; bounded anyway
+            _EMPTY_FRAMES[key] = frame
+    return frame.copy()
 
 
 def narrow_int(values: np.ndarray) -> np.ndarray:

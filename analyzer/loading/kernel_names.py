@@ -27,6 +27,17 @@ _MAX_COMPONENTS = 4096
 _MAX_NAME = 1 << 16
 
 
+#: kernels torch.compile's Inductor generates: Triton kernels named by family (``triton_poi_fused_*``
+#: pointwise, ``triton_red_*`` / ``triton_per_*`` reductions, ``triton_tem_*`` templates; older releases
+#: ``triton__0d1d...``). Their names are the same in nsys and torch.profiler traces.
+INDUCTOR_KERNEL = re.compile(r"^triton_")
+
+
+def is_inductor_kernel(name: str) -> bool:
+    """Whether a kernel name is one torch.compile's Inductor generated (:data:`INDUCTOR_KERNEL`)."""
+    return INDUCTOR_KERNEL.match(str(name).strip()) is not None
+
+
 @lru_cache(maxsize=65536)
 def split_kernel_name(name: str) -> tuple[str, str]:
     """``(function, template arguments)`` of a kernel name: the qualified function name without return

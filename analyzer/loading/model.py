@@ -63,6 +63,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from analyzer.loading.columns import empty_typed
+
 ATTRIBUTION_COLUMNS: tuple[str, ...] = (
     "api_name",
     "api_start",
@@ -439,6 +441,4 @@ def empty_frame(columns: tuple[str, ...]) -> pd.DataFrame:
         "source", "symbol", "module", "state", "metric", "op",
     }
     real = {"value", "power_w", "energy_j", "sm_clock_mhz"}
-    return pd.DataFrame(
-        {c: pd.Series(dtype="object" if c in text else "float64" if c in real else "int64") for c in columns}
-    )
+    return empty_typed((c, "object" if c in text else "float64" if c in real else "int64") for c in columns)

@@ -348,6 +348,22 @@ def _steps(frame: pd.DataFrame | None, window: Any) -> Steps:
                  int(spans.period) if spans.source == "periodic" else 0, total)
 
 
+def _int_sums(keys: np.ndarray, *values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[np.ndarray]]:
+    """The groups of ``keys`` (text, never missing) in order of first appearance, as ``groupby(sort=False)``
+    orders them: each group's key, first row, row count, and the exact int64 sum of each of ``values``
+    (a named ``groupby.agg`` costs milliseconds on any frame; these tables have tens of rows)."""
+    codes, uniques = pd.factorize(keys)
+    n = len(uniques)
+    first = np.full(n, len(keys), dtype=np.int64)
+    np.minimum.at(first, codes, np.arange(len(keys), dtype=np.int64))
+    sums = []
+    for value in values:
+        total = np.zeros(n, dtype=np.int64)
+        np.add.at(total, codes, value)
+        sums.append(total)
+    return np.asarray(uniques, dtype=object), first, np.bincount(codes, minlength=n).astype(np.int64), sums
+
+
 def _capped(rows: list[Any], limit: int, ns: Any) -> Table:
     other = sum(int(ns(r)) for r in rows[limit:])
     return Table(tuple(rows[:limit]), len(rows), other)
@@ -364,13 +380,11 @@ def _phases(inst: pd.DataFrame | None, start: int, end: int) -> Table:
     codes, distinct = pd.factorize(inst["path"].astype(object).to_numpy(object), use_na_sentinel=False)
     texts = [str(p) for p in distinct]
     mapping = generic_paths(texts)
-    agg = pd.DataFrame({
-        "path": np.array([mapping[t] for t in texts], dtype=object)[codes],
-        "cpu_ns": inst["cpu_ns"].to_numpy(np.int64),
-        "gpu_ns": inst["gpu_ns"].to_numpy(np.int64),
-    }).groupby("path", sort=False).agg(count=("cpu_ns", "size"), cpu_ns=("cpu_ns", "sum"), gpu_ns=("gpu_ns", "sum"))
-    agg["weight"] = np.maximum(agg["cpu_ns"], agg["gpu_ns"])
-    agg = agg.reset_index().sort_values(["weight", "path"], ascending=[False, True], kind="stable")
+    paths, _, count, (cpu_ns, gpu_ns) = _int_sums(np.array([mapping[t] for t in texts], dtype=object)[codes],
+                                                  inst["cpu_ns"].to_numpy(np.int64), inst["gpu_ns"].to_numpy(np.int64))
+    agg = pd.DataFrame({"path": paths, "count": count, "cpu_ns": cpu_ns, "gpu_ns": gpu_ns,
+                        "weight": np.maximum(cpu_ns, gpu_ns)})
+    agg = agg.sort_values(["weight", "path"], ascending=[False, True], kind="stable")
     rows = [PhaseRow(str(p), int(c), int(cpu), int(g))
             for p, c, cpu, g in zip(agg["path"], agg["count"], agg["cpu_ns"], agg["gpu_ns"])]
     return _capped(rows, MAX_PHASES, lambda r: max(r.cpu_ns, r.gpu_ns))
@@ -389,10 +403,12 @@ def _kernels(frame: pd.DataFrame | None) -> Table:
         "count": frame["count"].to_numpy(np.int64),
         "total_ns": frame["total_ns"].to_numpy(np.int64),
     }).sort_values(["total_ns", "short"], ascending=[False, True], kind="stable")
-    g = work.groupby("key", sort=False)
-    agg = g.agg(name=("short", "first"), category=("category", "first"), count=("count", "sum"),
-                total_ns=("total_ns", "sum"), variants=("short", "size"))
-    agg = agg.reset_index().sort_values(["total_ns", "key"], ascending=[False, True], kind="stable")
+    keys, first, variants, (count, total_ns) = _int_sums(work["key"].to_numpy(object), work["count"].to_numpy(np.int64),
+                                                        work["total_ns"].to_numpy(np.int64))
+    agg = pd.DataFrame({"key": keys, "name": work["short"].to_numpy(object)[first],
+                        "category": work["category"].to_numpy(object)[first], "count": count,
+                        "total_ns": total_ns, "variants": variants})
+    agg = agg.sort_values(["total_ns", "key"], ascending=[False, True], kind="stable")
     rows = [KernelRow(str(k), str(n), str(c), int(cnt), int(t), int(v))
             for k, n, c, cnt, t, v in zip(agg["key"], agg["name"], agg["category"], agg["count"],
                                           agg["total_ns"], agg["variants"])]

@@ -407,6 +407,8 @@ class Env:
     keys: pd.DataFrame | None = None
     lets: dict[str, Any] = field(default_factory=dict)
     fact: Callable[[str], pd.DataFrame] | None = None
+    #: columns of ``rows`` already read, with the frame they were read from (lookups read them once)
+    columns: dict[str, tuple[pd.DataFrame, pd.Series]] = field(default_factory=dict, repr=False)
 
     @property
     def ngroups(self) -> int:
@@ -450,8 +452,13 @@ def _eval(node: ast.AST, env: Env, row: bool) -> Any:
             result = combine(result, _eval(value, env, row))
         return result
     if isinstance(node, ast.Compare):
-        chain: Any = True
         left = _eval(node.left, env, row)
+        if len(node.ops) == 1:  # one comparison: a numpy-bool Series is its own logical_and with True
+            value = _COMPARE[type(node.ops[0])](left, _eval(node.comparators[0], env, row))
+            if isinstance(value, pd.Series) and value.dtype == np.bool_:
+                return value
+            return np.logical_and(True, value)
+        chain: Any = True
         for op, right_node in zip(node.ops, node.comparators):
             right = _eval(right_node, env, row)
             chain = np.logical_and(chain, _COMPARE[type(op)](left, right))
@@ -472,7 +479,10 @@ def _lookup(name: str, env: Env, row: bool) -> Any:
     if name.startswith("_"):
         raise EvalError(f"name {name!r} is not allowed")
     if row and name in env.rows.columns:
-        return _wide(env.rows[name])
+        cached = env.columns.get(name)
+        if cached is None or cached[0] is not env.rows:  # a column read again (the rows unchanged): one Series
+            cached = env.columns[name] = (env.rows, _wide(env.rows[name]))
+        return cached[1]
     if not row and env.keys is not None and name in env.keys.columns:
         return _wide(env.keys[name])
     if name in env.lets:
@@ -553,7 +563,9 @@ def _aggregate(name: str, values: Any, q: float, env: Env, weight: Any = None) -
     else:
         method = {"share": "mean"}.get(name, name)
         result = getattr(grouped, method)()
-    return result.reindex(range(ngroups), fill_value=_EMPTY_GROUP.get(name, np.nan)).reset_index(drop=True)
+    if len(result) != ngroups or not result.index.equals(pd.RangeIndex(ngroups)):  # groups without rows
+        result = result.reindex(range(ngroups), fill_value=_EMPTY_GROUP.get(name, np.nan))
+    return result.reset_index(drop=True)
 
 
 def _one_group(name: str, values: pd.Series, codes: np.ndarray, ngroups: int) -> pd.Series | None:

@@ -218,3 +218,37 @@ def test_a_gpu_only_torch_profiler_trace(tmp_path):
     assert set(win.loc[win["cause"].isin(IDLE), "cause"]) == {"unknown"}
     assert result.to_markdown().count("Not classified in the timeline breakdown") == 1
     assert sum("Not classified" in line for line in summary_text(result.report()).splitlines()) == 1
+
+
+def test_a_launching_thread_the_profiler_did_not_trace(tmp_path):
+    """ddp_exposed_comm_2gpu with the CUDA calls of DDP's reducer threads (one per rank, the all-reduce
+    launches) removed from a copy, as when a profiler traces only some threads: those collectives' launch
+    is unknown, so the idle time before them is unknown for that reason on both GPUs, stated once in
+    each rank's section of the job report; the main threads' idle time is classified as before (within
+    1%: a gap ending at an op of unknown thread is fed by the thread of the op before it) and both
+    windows stay partitioned."""
+    import shutil
+    import sqlite3
+
+    from analyzer.api import analyze
+
+    full = _store(real_trace("ddp/ddp_exposed_comm_2gpu")).get("timeline_segments")
+    path = tmp_path / "ddp_reducer_untraced.sqlite"
+
+    shutil.copyfile(real_trace("ddp/ddp_exposed_comm_2gpu"), path)
+    ops = _store(path).get("gpu_ops")
+    reducers = [int(t) for d, g in ops.groupby("device") for t in g["tid"].value_counts().index[1:]]
+    assert len(reducers) == 2
+    with sqlite3.connect(path) as db:
+        db.execute(f"DELETE FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE globalTid % 16777216 IN ({reducers[0]}, {reducers[1]})")
+    st = _store(path)
+    check_partition(st)
+    seg = st.get("timeline_segments")
+    unknown = seg.loc[seg["cause"] == "unknown"]
+    assert set(unknown["detail"]) == {NO_THREAD} and set(unknown["device"]) == {0, 1}
+    for cause in ("host_work", "host_sync"):  # the main threads' own idle time is (nearly) unchanged
+        now, before = (int(x.loc[x["cause"] == cause, "duration"].sum()) for x in (seg, full))
+        assert abs(now - before) <= 0.01 * before
+    md = analyze(path).to_markdown()  # a 2-rank job: one section per rank, each stating its own GPU once
+    notes = [line for line in md.splitlines() if "Not classified in the timeline breakdown" in line]
+    assert len(notes) == 2 and "on GPU 0" in notes[0] and "on GPU 1" in notes[1]

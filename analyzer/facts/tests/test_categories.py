@@ -104,3 +104,27 @@ def test_category_table_alias_bomb_is_refused(tmp_path):
                     + "categories: *i\n")
     with pytest.raises(InputError, match="alias"):
         load_categories(bomb)
+
+
+@pytest.mark.parametrize("name", ["round3/decode_eager_fixed", "round3/compile_train_fixed"])
+def test_whole_graph_executions_are_their_own_category(name):
+    """nsys --cuda-graph-trace=graph records each replay as one row named "CUDA graph N": the kernel
+    summaries and the timeline breakdown's compute time call it cuda_graph, never other."""
+    from analyzer.facts.categories import GRAPH_CATEGORY
+    from analyzer.loading.model import GRAPH_EXECUTION
+    from analyzer.pipeline import analyze_trace
+    from analyzer.testing import real_trace
+
+    a = analyze_trace(real_trace(name))
+    k = a.facts.get("kernel_categories")
+    whole = k["in_graph"].to_numpy() == GRAPH_EXECUTION
+    assert whole.any() and k["name"][whole].astype(str).str.startswith("CUDA graph ").all()
+    assert (k["category"][whole] == GRAPH_CATEGORY).all() and (k["category"][~whole] != GRAPH_CATEGORY).all()
+    summary = a.facts.get("category_summary").set_index("category")
+    assert summary.loc[GRAPH_CATEGORY, "count"] == whole.sum()
+    assert "other" not in summary.index
+    bd = a.facts.get("timeline_breakdown")
+    compute = bd[(bd["scope"] == "window") & (bd["cause"] == "compute")].set_index("detail")["duration_ns"]
+    assert compute.get(GRAPH_CATEGORY, 0) > 0 and "other" not in compute.index
+    phases = a.facts.get("top_kernels")
+    assert set(phases.loc[phases["name"].astype(str).str.startswith("CUDA graph "), "category"]) == {GRAPH_CATEGORY}

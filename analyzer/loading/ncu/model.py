@@ -6,6 +6,8 @@ from collections.abc import Iterable
 
 import pandas as pd
 
+from analyzer.loading.columns import empty_typed
+
 # the report itself is part of the trace model (``Trace.ncu``); defined there, named here too
 from analyzer.loading.model import NcuReport
 
@@ -166,7 +168,7 @@ def empty_ncu_frame(columns: Iterable[str]) -> pd.DataFrame:
             return "bool"
         return "float64"
 
-    return pd.DataFrame({c: pd.Series(dtype=dtype(c)) for c in columns})
+    return empty_typed((c, dtype(c)) for c in columns)
 
 
 __all__ = [

@@ -224,3 +224,24 @@ def test_split_fetch_gaps_and_late_widening(tmp_path, monkeypatch):
     assert everything["a"].dtype == np.int64 and everything["b"].dtype == np.int32
     assert len(everything["a"]) == n - 400 and 2**40 in everything["a"]
     assert len(where["a"]) == sum(1 for i in range(n) if not 3_000 <= i < 3_400 and i % 5 != 3)
+
+
+def test_empty_tables_are_typed_and_independent(trace):
+    """The tables a trace lacks are empty frames of the contract's columns and dtypes, built once per column
+    set (``empty_typed``) and handed out as copies: changing one never shows in the next."""
+    from analyzer.loading.columns import empty_typed
+    from analyzer.loading.model import empty_frame
+
+    empties = [name for name, cols in FRAME_COLUMNS.items() if not len(getattr(trace, name, [1]))]
+    assert empties  # this trace has no power log, ...
+    for name in empties:
+        frame = getattr(trace, name)
+        assert list(frame.columns) == list(FRAME_COLUMNS[name])
+        assert frame.dtypes.equals(empty_frame(FRAME_COLUMNS[name]).dtypes)
+    spec = [("name", object), ("start", "int64"), ("value", "float64")]
+    first = empty_typed(spec)
+    first["extra"] = pd.Series(dtype="int64")
+    first.loc[0] = ["x", 1, 1.5, 2]
+    second = empty_typed(spec)
+    assert list(second.columns) == ["name", "start", "value"] and second.empty
+    assert [str(t) for t in second.dtypes] == ["object", "int64", "float64"]
