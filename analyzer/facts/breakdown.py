@@ -204,7 +204,8 @@ BREAKDOWN_COLUMNS = {
     "fix_group": "range rows: the phases one fix covers, as launch-bound states them: the phase itself, "
                  "except that every compiled phase of a device under an NVTX range forms one group "
                  "(CUDA graphs of torch.compile(mode='reduce-overhead') cover every compiled region at "
-                 "once), named by its phases joined with ' + ' in name order; '' for other rows",
+                 "once), named by its phases joined with ' + ' in name order (beyond 4: the first 3 and 'N more'); "
+                 "'' for other rows",
     "group_ns": "range rows: the fix group's time on the device, every cause (ns); phase_ns for a phase "
                 "of its own",
     "group_host_held_ns": "range rows: the fix group's time the host held the GPU back (ns)",
