@@ -157,6 +157,25 @@ def test_nothing_finishing_is_one_line_after_the_time_limit(client, monkeypatch)
     assert stall_timeout(AnalysisOptions(timeout=7200)) == 7200 and stall_timeout() == 600
 
 
+def test_a_scheduler_that_stops_answering_is_not_waited_for(client, monkeypatch):
+    """Which workers are alive is asked of the scheduler within a time limit: a scheduler that keeps
+    its connection open but never answers leaves the decision to the stall timeout, never blocks it."""
+    import asyncio
+
+    from analyzer.job import remote
+
+    assert remote._alive(client) == set(client.scheduler_info()["workers"])
+
+    async def never(**_kw):  # noqa: ANN202
+        await asyncio.sleep(3600)
+
+    monkeypatch.setattr(remote, "ASK_S", 0.5)
+    monkeypatch.setattr(client.scheduler, "identity", never, raising=False)
+    t = time.monotonic()
+    assert remote._alive(client) is None and remote._paused(client) == []
+    assert time.monotonic() - t < 10
+
+
 def test_a_worker_killed_between_the_phases_is_one_line(tmp_path):
     """The worker holding the ranks' traces dies after phase 1 (SIGKILL, as the kernel's OOM killer
     does): the run ends at once naming it, instead of waiting for phase-2 tasks no worker can run."""

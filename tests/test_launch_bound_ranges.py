@@ -100,6 +100,7 @@ def test_torch_compiled_ranges_are_one_finding_whose_impact_is_their_sum(name, p
     f = found[group]
     assert f.impact_ns == per_range[fwd] + per_range[bwd]
     assert "reduce-overhead" in f.message and "torch.compile'd code" in f.message
+    assert "torch.compile'd code" in f.headline and f"`{group}`" in f.headline
     share = per_range[bwd] / f.impact_ns
     assert f"{bwd} {per_range[bwd] / 1e6:.1f} ms ({share:.0%})" in f.message  # each range's share
     bd = analysis(name).facts.get("timeline_breakdown")
@@ -115,9 +116,17 @@ def test_torch_compiled_ranges_are_one_finding_whose_impact_is_their_sum(name, p
 @pytest.mark.parametrize("name", ["round3/optimizer_loop.sqlite.xz", "round3/optimizer_loop.pt.trace.json.gz",
                                   "round3/decode_eager.sqlite.xz", "round3/decode_eager.pt.trace.json.gz",
                                   "tiny_kernels.sqlite.xz", "host_sync.sqlite.xz",
-                                  "round3/compile_train_fixed.sqlite.xz"])
+                                  "round3/compile_train_fixed.sqlite.xz", "round3/compile_train_fixed_node.sqlite.xz"])
 def test_eager_programs_and_cuda_graph_twins_are_not_compiled_code(name):
     assert not compiled_phases(name)
     bd = analysis(name).facts.get("timeline_breakdown")
     rng = bd[bd["scope"] == "range"]
     assert (rng["fix_group"] == rng["phase"]).all() and (rng["group_parts"] == "").all()
+
+
+def test_a_group_of_many_compiled_ranges_keeps_a_short_name():
+    from analyzer.facts.breakdown_groups import group_name
+
+    assert group_name({"step_N/forward", "step_N/backward"}) == "step_N/backward + step_N/forward"
+    many = {f"step_N/block_{i}" for i in range(12)}
+    assert group_name(many) == "step_N/block_0 + step_N/block_1 + step_N/block_10 + 9 more"

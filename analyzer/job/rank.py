@@ -71,7 +71,7 @@ class RankSummary:
     device: int
     gpu_name: str
     link: RankLink
-    comm: pd.DataFrame  # start, end, duration, stream, collective, bytes, comm, algorithm, protocol, dtype
+    comm: pd.DataFrame  # start, end, collective, bytes, comm, algorithm, protocol, dtype (what the job reads)
     compute_ns: int  # union of compute kernels in the window (main device)
     kernel_count: int
     notes: list[str] = field(default_factory=list)
@@ -113,18 +113,18 @@ class RankResult:
 
 
 def _comm_frame(trace: Trace, store: FactStore) -> pd.DataFrame:
-    """Every communication kernel of the trace (not only the window), start order."""
+    """Every communication kernel of the trace (not only the window), start order: the columns the
+    cross-rank facts read (the summary travels to the client, so nothing more: kernel names stay)."""
     from analyzer.facts.comm import comm_kernel_mask, parse_nccl_kernel
     from analyzer.facts.nccl_nvtx import kernel_payloads
     from analyzer.facts.registry import FactContext
 
     k = trace.kernels
-    cols = ["start", "end", "duration", "device", "stream", "collective", "bytes", "comm", "algorithm",
-            "protocol", "dtype", "short_name"]
+    labels = ("collective", "comm", "algorithm", "protocol", "dtype")
     if k.empty:
-        return pd.DataFrame({c: pd.Series(dtype=object if c in ("collective", "comm", "algorithm",
-                                                                   "protocol", "dtype", "short_name")
-                                          else "int64") for c in cols})
+        return pd.DataFrame({c: pd.Series(dtype=object if c in labels else "int64")
+                             for c in ("start", "end", "collective", "bytes", "comm", "algorithm", "protocol",
+                                       "dtype")})
     ctx = FactContext(trace=trace, window=store.window, store=store, options=store.options)
     mask = comm_kernel_mask(ctx)
     c = k.loc[mask].sort_values("start", kind="stable").reset_index(drop=True)
@@ -138,11 +138,8 @@ def _comm_frame(trace: Trace, store: FactStore) -> pd.DataFrame:
         else np.zeros(0, dtype=object)  # noqa: E731
     return pd.DataFrame({
         "start": c["start"].to_numpy(dtype=np.int64), "end": c["end"].to_numpy(dtype=np.int64),
-        "duration": c["duration"].to_numpy(dtype=np.int64),
-        "device": column(c, "device", 0).fillna(0).to_numpy(dtype=np.int64),
-        "stream": column(c, "stream", -1).fillna(-1).to_numpy(dtype=np.int64),
         "collective": coll, "bytes": nbytes, "comm": comm, "algorithm": pick("algorithm"),
-        "protocol": pick("protocol"), "dtype": pick("dtype"), "short_name": names.to_numpy(dtype=object),
+        "protocol": pick("protocol"), "dtype": pick("dtype"),
     })
 
 

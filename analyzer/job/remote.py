@@ -4,8 +4,13 @@ Only plain data travels or is held as a task result: a phase-1 task returns its 
 :class:`~analyzer.job.rank.RankSummary` objects and the address of the worker that ran it; a phase-2
 task returns one :class:`~analyzer.job.rank.RankResult`. The ranks' traces and fact stores (which hold
 locks and whole traces, and must never be pickled) stay in a registry in the worker's process
-(:data:`_STATES`) between the phases; the phase-2 task of a rank is pinned to that worker and takes
-its state out of the registry (it is freed after its last reader).
+(:data:`_STATES`) between the phases, with the rank's summary; the phase-2 task of a rank is pinned to
+that worker and takes its state out of the registry (it is freed after its last reader).
+
+What crosses per rank is bounded by the rank, never by the job: the rule pack is sent to the workers
+once per job (scattered; every phase-2 task refers to it), a phase-2 task carries its rank's number and
+:class:`~analyzer.job.rank.RankJobInput` (not the summary the worker already holds), and its result
+comes back without the summary's communication kernels (the client has them).
 
 Nothing waits forever. Every wait on tasks goes through :func:`wait_for`, which gives up with one
 :class:`~analyzer.errors.ClusterError` line when
@@ -52,8 +57,8 @@ TIMEOUT_ENV = "ANALYZER_DASK_TIMEOUT"
 POLL_S = 0.5
 
 # -- worker side -------------------------------------------------------------------------------------
-#: (job token, input index, rank index in the file) -> RankState, in each worker's process
-_STATES: dict[tuple[str, int, int], RankState] = {}
+#: (job token, input index, rank index in the file) -> the rank's state and summary, in each worker's process
+_STATES: dict[tuple[str, int, int], tuple[RankState, RankSummary]] = {}
 _LOCK = threading.Lock()
 
 
@@ -79,28 +84,36 @@ def phase1_task(path: str, index: int, options: AnalysisOptions, token: str) -> 
     try:
         fs = prepare_file(path, index, options)
         with _LOCK:
-            for i, st in enumerate(fs.states):
-                _STATES[(token, index, i)] = st
+            for i, (st, summary) in enumerate(zip(fs.states, fs.summaries)):
+                _STATES[(token, index, i)] = (st, summary)
         return {"worker": _worker_address(), "summaries": fs.summaries}
     except Exception as err:  # noqa: BLE001 - reported as one line by the client
         return _error(err)
 
 
-def phase2_task(token: str, index: int, part: int, summary: RankSummary, pack: RulePack,
+def phase2_task(token: str, index: int, part: int, rank_index: int, pack: RulePack,
                 inp: RankJobInput | None) -> RankResult | dict[str, Any]:
-    """Phase 2 of one rank, on the worker that prepared it (its state leaves the registry)."""
+    """Phase 2 of one rank, on the worker that prepared it (its state leaves the registry);
+    ``rank_index``: the rank's input index over the whole job (numbered on the client)."""
+    import dataclasses
+
     from analyzer.job.rank import finish_rank
 
     with _LOCK:
-        state = _STATES.pop((token, index, part), None)
-    if state is None:
-        return {"error": f"the prepared state of {summary.label} is gone from worker "
+        held = _STATES.pop((token, index, part), None)
+    if held is None:
+        return {"error": f"the prepared state of input {rank_index + 1} is gone from worker "
                          f"{_worker_address()} (the worker restarted)", "kind": "lost", "user": False,
                 "exit_code": 2}
+    state, summary = held
+    summary.index = rank_index
     try:
-        return finish_rank(state, summary, pack, inp)
+        result = finish_rank(state, summary, pack, inp)
     except Exception as err:  # noqa: BLE001
         return _error(err)
+    # the client holds this rank's summary (it puts it back): its communication kernels stay here
+    result.summary = dataclasses.replace(summary, comm=summary.comm.iloc[:0])
+    return result
 
 
 def forget(token: str) -> int:
@@ -130,18 +143,27 @@ def stall_timeout(options: AnalysisOptions | None = None) -> float:
     return max(DEFAULT_STALL_S, float(per_trace))
 
 
-def _alive(client: Any) -> set[str] | None:
+#: seconds one question to the scheduler (which workers are there) may take
+ASK_S = 10.0
+
+
+def _workers(client: Any) -> dict[str, Any] | None:
+    """The scheduler's workers (address -> info), None when it does not answer within :data:`ASK_S`
+    (``Client.scheduler_info`` waits for a scheduler that hangs without closing its connection)."""
     try:
-        return set(client.scheduler_info().get("workers", {}))
-    except Exception:  # noqa: BLE001 - the scheduler is unreachable: the stall timeout decides
+        info = client.sync(client.scheduler.identity, n_workers=-1, callback_timeout=ASK_S)
+        return dict(info.get("workers", {}))
+    except Exception:  # noqa: BLE001 - the scheduler is unreachable or stuck: the stall timeout decides
         return None
 
 
+def _alive(client: Any) -> set[str] | None:
+    workers = _workers(client)
+    return None if workers is None else set(workers)
+
+
 def _paused(client: Any) -> list[str]:
-    try:
-        workers = client.scheduler_info().get("workers", {})
-    except Exception:  # noqa: BLE001
-        return []
+    workers = _workers(client) or {}
     return [a for a, w in workers.items() if str(w.get("status", "")).lower().endswith("paused")]
 
 
@@ -262,6 +284,20 @@ class DaskRunner:
             raise ClusterError(f"a Dask task could not be sent ({type(err).__name__}: {text[:300]})",
                                hint="run without --scheduler") from None
 
+    def _scatter(self, value: Any) -> Any:
+        """``value`` sent to every worker once (a future the tasks take as an argument), within the
+        stall timeout."""
+        try:
+            return self.client.scatter(value, broadcast=True, hash=False, timeout=self.stall_s)
+        except (TimeoutError, OSError) as err:
+            raise ClusterError(f"the rules could not be sent to the Dask workers in {self.stall_s:g} s "
+                               f"({type(err).__name__})",
+                               hint=f"check the cluster, or set {TIMEOUT_ENV}=SECONDS for a longer wait") from None
+        except Exception as err:  # noqa: BLE001 - the value cannot be serialized
+            text = str(err).splitlines()[0] if str(err) else type(err).__name__
+            raise ClusterError(f"the rules could not be sent to the Dask workers ({type(err).__name__}: "
+                               f"{text[:300]})", hint="run without --scheduler") from None
+
     def phase1(self, paths: Sequence[Path], options: AnalysisOptions) -> list[list[RankSummary]]:
         # rank indices need the number of ranks per file: a first light pass would read every file
         # twice, so files are numbered in order by a large stride and renumbered afterwards
@@ -282,14 +318,18 @@ class DaskRunner:
         pinned: dict[int, str] = {}
         names: list[str] = []
         shape: list[int] = []
+        shared = self._scatter(pack)  # once per job: every task refers to it
         for f, (inps, sums) in enumerate(zip(inputs, self.summaries)):
             shape.append(len(inps))
             for i, (inp, s) in enumerate(zip(inps, sums)):
                 pinned[len(futures)] = self.where[f]
                 names.append(f"finishing {s.label}")
-                futures.append(self._submit(phase2_task, self.token, f * self.stride, i, s, pack, inp,
+                futures.append(self._submit(phase2_task, self.token, f * self.stride, i, s.index, shared, inp,
                                             workers=[self.where[f]], allow_other_workers=False))
-        flat = wait_for(self.client, futures, lambda i: names[i], stall_s=self.stall_s, pinned=pinned)
+        try:
+            flat = wait_for(self.client, futures, lambda i: names[i], stall_s=self.stall_s, pinned=pinned)
+        finally:
+            shared.release()
         out, k = [], 0
         for n in shape:
             out.append(flat[k:k + n])

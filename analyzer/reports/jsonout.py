@@ -211,6 +211,26 @@ def report_dict(report: ReportView) -> dict[str, Any]:
     return doc
 
 
+def _dumps(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, allow_nan=False, default=str)
+
+
 def render_json(report: ReportView) -> str:
-    """The report as indented JSON text, ending with a newline."""
-    return json.dumps(report_dict(report), indent=2, ensure_ascii=False, allow_nan=False, default=str) + "\n"
+    """The report as indented JSON text, ending with a newline: the bytes of ``json.dumps(report_dict(
+    report), indent=2)``, built one trace section at a time (a job of many ranks never holds every
+    rank's section as Python objects at once, only as text)."""
+    from dataclasses import replace
+
+    if not report.traces:
+        return _dumps(report_dict(report)) + "\n"
+    head = _dumps(report_dict(replace(report, traces=())))
+    empty = '\n  "traces": []'  # the top-level key (a newline never occurs inside a JSON string)
+    at = head.index(empty) + len(empty) - 2
+    # each section at depth 2 of the document: indent=2 puts 4 spaces before its lines
+    parts = [head[:at], "[\n"]
+    for i, s in enumerate(report.traces):
+        if i:
+            parts.append(",\n")
+        parts.append("\n".join("    " + line for line in _dumps(_section(s)).split("\n")))
+    parts += ["\n  ]", head[at + 2:], "\n"]
+    return "".join(parts)

@@ -210,12 +210,8 @@ def _breakdown(s: TraceSection) -> list[str]:
         lines += [f"**Where GPU {b.device}'s time went** ({fmt_duration(b.window.total_ns)}, every nanosecond "
                   "has one cause):", "",
                   "| Cause | Time | % of window | Largest part |", "|---|---:|---:|---|"]
-        largest: dict[str, tuple[str, int]] = {}
-        label_of = {cause_label(c): c for c, _ in b.window.parts}
-        for row in b.details.records():
-            cause = label_of.get(str(row["cause"]), str(row["cause"]))
-            if cause not in largest:
-                largest[cause] = (str(row["detail"]), int(row["duration_ns"] or 0))
+        # each cause's largest detail over the whole window (the details table shown is capped)
+        largest: dict[str, tuple[str, int]] = {c: (d, ns) for c, d, ns in b.largest}
         for cause, ns in sorted(b.window.parts, key=lambda p: -p[1]):
             part = largest.get(cause)
             part_text = f"{md_text(part[0], 60)} ({fmt_duration(part[1])})" if part else DASH

@@ -371,6 +371,7 @@ class BreakdownView:
     ranges: tuple[BreakdownBar, ...]
     ranges_total: int
     summary: str
+    largest: tuple[tuple[str, str, int], ...] = ()  # per cause of the window: (cause, its largest detail, ns)
 
 
 @dataclass(frozen=True)

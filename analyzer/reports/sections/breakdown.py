@@ -59,13 +59,16 @@ def breakdown_views(analysis: Analysis, limits: Limits) -> tuple[BreakdownView, 
         ranges = sorted(_bars(mine[mine["scope"] == "range"], order), key=lambda b: (-b.total_ns, b.label))
         summary = " \u00b7 ".join(f"{cause_label(c)} {fmt_impact_pct(100.0 * v / total)}"
                                   for c, v in sorted(window.parts, key=lambda p: -p[1]))
+        top = details.drop_duplicates("cause")  # sorted largest first: each cause's largest detail
+        largest = tuple((str(c), str(d), int(ns)) for c, d, ns in
+                        zip(win.loc[top.index, "cause"], top["detail"], top["duration_ns"]))
         views.append(BreakdownView(
             device=dev, window=window,
             details=table_view(details, cols, limits.breakdown_details, limits.cell_chars,
                            "the window by cause and detail, largest first"),
             steps=tuple(steps[: limits.breakdown_steps]), steps_total=len(steps),
             ranges=tuple(ranges[: limits.breakdown_ranges]), ranges_total=len(ranges),
-            summary=summary,
+            summary=summary, largest=largest,
         ))
     return tuple(views)
 

@@ -1,0 +1,114 @@
+"""Fix groups of the timeline breakdown: launch-bound ranges that one standard fix covers together.
+torch.compile's ``mode="reduce-overhead"`` records every compiled region in CUDA graphs at once, so the
+phases whose one-by-one launches are mostly Inductor's are one group (one finding, their sum); every other
+phase is its own group. Split from :mod:`analyzer.facts.breakdown`, which computes the table."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analyzer.facts._util import text, text_codes
+from analyzer.facts.breakdown_ranges import generic_keys
+from analyzer.facts.registry import FactContext
+
+#: a phase is compiled code when at least this share of the kernels it launches one by one are
+#: Inductor's (torch.compile default mode: 56% in compile_train's forward and backward, the rest cuBLAS
+#: GEMMs and eager copies; 0 in every eager workload)
+COMPILED_SHARE = 0.25
+#: a group's name lists at most this many phases (``A + B + C + 5 more``), its ``group_parts`` at most
+#: this many with their shares (``..., 5 more 1.2 ms (3%)``): a step of many compiled ranges stays readable
+NAMED_PHASES = 4
+
+
+def group_name(phases: set[str]) -> str:
+    """The fix group's name: its phases in name order joined by ``" + "``, the first
+    :data:`NAMED_PHASES` - 1 and a count when there are more than :data:`NAMED_PHASES`."""
+    names = sorted(phases)
+    if len(names) > NAMED_PHASES:
+        names = names[:NAMED_PHASES - 1] + [f"{len(names) - NAMED_PHASES + 1} more"]
+    return " + ".join(names)
+
+
+def _parts_text(items: list[tuple[str, int]], total: float) -> str:
+    """``phase 25.7 ms (65%), ...``, largest first, at most :data:`NAMED_PHASES` entries."""
+    if len(items) > NAMED_PHASES:
+        rest = sum(v for _, v in items[NAMED_PHASES - 1:])
+        items = items[:NAMED_PHASES - 1] + [(f"{len(items) - NAMED_PHASES + 1} more", rest)]
+    return ", ".join(f"{p} {v / 1e6:.1f} ms ({v / total:.0%})" if total > 0 else f"{p} 0.0 ms" for p, v in items)
+
+
+def compiled_shares(ctx: FactContext, phase_of: dict[str, str]) -> dict[tuple[int, str], float]:
+    """Per (device, phase): of the kernels launched one by one (``in_graph`` 0) starting in the window,
+    the share torch.compile's Inductor generated (:func:`analyzer.loading.kernel_names.is_inductor_kernel`).
+    Kernel names and NVTX paths are read once per distinct text."""
+    from analyzer.loading.kernel_names import is_inductor_kernel
+    from analyzer.loading.model import NOT_IN_GRAPH
+
+    ops = ctx.get("gpu_ops")
+    if ops.empty:
+        return {}
+    w = ctx.window
+    start = ops["start"].to_numpy(dtype=np.int64)
+    mine = (text(ops["op"]).to_numpy(dtype=object) == "kernel") & (start >= w.start_ns) & (start < w.end_ns)
+    if "in_graph" in ops:
+        mine &= ops["in_graph"].fillna(NOT_IN_GRAPH).to_numpy(dtype=np.int64) == NOT_IN_GRAPH
+    pos = np.flatnonzero(mine)
+    if not len(pos):
+        return {}
+    name_codes, names = text_codes(ops["label"].iloc[pos])
+    inductor = np.array([is_inductor_kernel(str(x)) for x in names], dtype=bool)[name_codes]
+    path_codes, paths = text_codes(ops["nvtx_path"].iloc[pos])
+    phases = np.array([phase_of.get(k, "") for k in generic_keys(paths)], dtype=object)
+    phase_codes, phase_labels = pd.factorize(phases[path_codes])
+    dev_codes, dev_values = pd.factorize(ops["device"].to_numpy(dtype=np.int64)[pos])
+    n_phase = max(len(phase_labels), 1)
+    key = dev_codes.astype(np.int64) * n_phase + phase_codes
+    launches = np.bincount(key, minlength=len(dev_values) * n_phase)
+    generated = np.bincount(key, weights=inductor, minlength=len(dev_values) * n_phase)
+    out: dict[tuple[int, str], float] = {}
+    for k in np.flatnonzero(launches):
+        d, p = divmod(int(k), n_phase)
+        out[(int(dev_values[d]), str(phase_labels[p]))] = float(generated[k] / launches[k])
+    return out
+
+
+def fix_groups(ctx: FactContext, out: pd.DataFrame, is_range: np.ndarray, held_rows: np.ndarray) -> None:
+    """The ``compiled_share``, ``compiled``, ``fix_group``, ``group_ns``, ``group_host_held_ns`` and
+    ``group_parts`` columns of :func:`timeline_breakdown` (in place; see :data:`BREAKDOWN_COLUMNS`). The
+    standard fix for launch-bound compiled code, ``torch.compile(mode="reduce-overhead")``, records every
+    compiled region in CUDA graphs at once (forward and backward alike): its phases are one fix."""
+    phase = out["phase"].to_numpy(dtype=object)
+    device = out["device"].to_numpy(dtype=np.int64)
+    phase_of = {str(k): str(p) for k, p in zip(out["key"].to_numpy(dtype=object)[is_range], phase[is_range])}
+    shares = compiled_shares(ctx, phase_of)
+    share = np.array([shares.get((int(d), str(p)), 0.0) if r else 0.0
+                      for d, p, r in zip(device, phase, is_range)], dtype=np.float64)
+    compiled = is_range & (share >= COMPILED_SHARE)
+    members: dict[int, set[str]] = {}
+    for d, p in zip(device[compiled], phase[compiled]):
+        if p:  # the time outside every range stays the device's own finding
+            members.setdefault(int(d), set()).add(str(p))
+    label = {d: group_name(ps) for d, ps in members.items() if len(ps) > 1}
+    group = np.array([label.get(int(d), p) if c and p and int(d) in label else (p if r else "")
+                      for d, p, c, r in zip(device, phase, compiled, is_range)], dtype=object)
+    out["compiled_share"] = share
+    out["compiled"] = compiled.astype(np.int64)
+    out["fix_group"] = group
+    by_group = [out["device"], out["fix_group"]]
+    out["group_ns"] = np.where(is_range, out["duration_ns"].where(is_range, 0).groupby(by_group).transform("sum"), 0)
+    out["group_host_held_ns"] = np.where(
+        is_range, out["duration_ns"].where(held_rows, 0).groupby(by_group).transform("sum"), 0)
+    parts = np.full(len(out), "", dtype=object)
+    several = is_range & np.isin(group, list(label.values())) if label else np.zeros(len(out), dtype=bool)
+    if several.any():
+        rows = out.loc[several]
+        per = rows.groupby(["device", "fix_group", "cause", "phase"], sort=False)["duration_ns"].sum()
+        text_of: dict[tuple[int, str, str], str] = {}
+        for (d, g, c), block in per.groupby(level=[0, 1, 2], sort=False):
+            total = float(block.sum())
+            items = sorted(((str(k[3]), int(v)) for k, v in block.items()), key=lambda kv: (-kv[1], kv[0]))
+            text_of[(int(d), str(g), str(c))] = _parts_text(items, total)
+        parts[several] = [text_of[(int(d), str(g), str(c))] for d, g, c in
+                          zip(rows["device"], rows["fix_group"], rows["cause"])]
+    out["group_parts"] = parts
+
