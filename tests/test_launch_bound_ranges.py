@@ -122,3 +122,11 @@ def test_eager_programs_and_cuda_graph_twins_are_not_compiled_code(name):
     bd = analysis(name).facts.get("timeline_breakdown")
     rng = bd[bd["scope"] == "range"]
     assert (rng["fix_group"] == rng["phase"]).all() and (rng["group_parts"] == "").all()
+
+
+def test_a_group_of_many_compiled_ranges_keeps_a_short_name():
+    from analyzer.facts.breakdown_groups import group_name
+
+    assert group_name({"step_N/forward", "step_N/backward"}) == "step_N/backward + step_N/forward"
+    many = {f"step_N/block_{i}" for i in range(12)}
+    assert group_name(many) == "step_N/block_0 + step_N/block_1 + step_N/block_10 + 9 more"

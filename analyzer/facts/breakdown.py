@@ -204,7 +204,8 @@ BREAKDOWN_COLUMNS = {
     "fix_group": "range rows: the phases one fix covers, as launch-bound states them: the phase itself, "
                  "except that every compiled phase of a device under an NVTX range forms one group "
                  "(CUDA graphs of torch.compile(mode='reduce-overhead') cover every compiled region at "
-                 "once), named by its phases joined with ' + ' in name order; '' for other rows",
+                 "once), named by its phases joined with ' + ' in name order (beyond 4: the first 3 and 'N more'); "
+                 "'' for other rows",
     "group_ns": "range rows: the fix group's time on the device, every cause (ns); phase_ns for a phase "
                 "of its own",
     "group_host_held_ns": "range rows: the fix group's time the host held the GPU back (ns)",
@@ -250,6 +251,11 @@ def intersect(a_start: np.ndarray, a_end: np.ndarray, c_start: np.ndarray,
     e = np.minimum(a_end[a_idx], c_end[c_idx])
     keep = e > s
     return a_idx[keep], c_idx[keep], s[keep], e[keep]
+
+
+def _ascending(a: np.ndarray) -> bool:
+    """Whether ``a`` is sorted (non-decreasing): one pass, to skip a sort of millions of rows."""
+    return len(a) < 2 or bool((a[1:] >= a[:-1]).all())
 
 
 def _complement(s: np.ndarray, e: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
@@ -383,38 +389,30 @@ def _api_classes(ctx: FactContext) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _thread_timeline(starts: np.ndarray, ends: np.ndarray, cause: np.ndarray, detail: np.ndarray,
-                     dispatch_ns: int, dispatch_code: int) -> tuple[np.ndarray, ...]:
-    """One thread's host time as sorted disjoint segments covering everything: inside CUDA calls (the
-    outermost call owns nested ones) and between them. Returns ``(start, end, cause, detail)``; a
-    host-work segment's detail is -1 (filled from NVTX later)."""
+                     dispatch_ns: int, dispatch_code: int) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
+    """One thread's host time as sorted disjoint segments covering everything, in two sorted lists:
+    inside CUDA calls (the outermost call owns nested ones) and between them. Returns ``((start, end,
+    cause, detail) of the call blocks, (start, end, cause, detail) of the free time)``; a host-work
+    segment's detail is -1 (filled from NVTX later). Together they cover the thread's whole time."""
     pos, fs, fe = _frontier(starts, ends)
     fc, fd = cause[pos], detail[pos]
-    # the free time between call blocks, and before the first / after the last call
+    # the free time between call blocks, and before the first / after the last call; free span i lies
+    # after block i-1 (the block's cause says whether it is a sync's return)
     gs = np.r_[-_BIG, fe]
     ge = np.r_[fs, _BIG]
-    keep = ge > gs
-    length = ge - gs
-    prev_cause = np.r_[_C["host_work"], fc]
-    prev_detail = np.r_[-1, fd]
-    short = length < dispatch_ns
-    free_cause = np.where(short, np.where(prev_cause == _C["host_sync"], _C["host_sync"], _C["launch_bound"]),
+    keep = np.flatnonzero(ge > gs)
+    gs, ge = gs[keep], ge[keep]
+    prev = keep - 1  # the block before each free span (-1: none)
+    prev_sync = np.zeros(len(keep), dtype=bool)
+    prev_sync[prev >= 0] = fc[prev[prev >= 0]] == _C["host_sync"]
+    short = (ge - gs) < dispatch_ns
+    free_cause = np.where(short, np.where(prev_sync, _C["host_sync"], _C["launch_bound"]),
                           _C["host_work"]).astype(np.int8)
-    free_detail = np.where(short, np.where(prev_cause == _C["host_sync"], prev_detail, dispatch_code), -1)
-    # interleaved in time order without a sort: free time i (after block i-1) starts where block i-1
-    # ends and ends where block i starts, so free 0, block 0, free 1, block 1 ... are sorted; the empty
-    # free spans are dropped
-    nb = len(fs)
-    take = np.ones(2 * nb + 1, dtype=bool)
-    take[0::2] = keep
-
-    def weave(block: np.ndarray, free: np.ndarray, dtype: type) -> np.ndarray:
-        out: np.ndarray = np.empty(2 * nb + 1, dtype=dtype)
-        out[1::2] = block
-        out[0::2] = free
-        return out[take]
-
-    return (weave(fs, gs, np.int64), weave(fe, ge, np.int64), weave(fc, free_cause, np.int8),
-            weave(fd, free_detail, np.int64))
+    free_detail = np.full(len(keep), -1, dtype=np.int64)
+    free_detail[short] = dispatch_code
+    sync_ret = np.flatnonzero(short & prev_sync)
+    free_detail[sync_ret] = fd[prev[sync_ret]]
+    return (fs, fe, fc, fd), (gs, ge, free_cause, free_detail)
 
 
 _STREAM_WAIT = re.compile(r"StreamWaitEvent|StreamWaitValue|cuStreamWait")
@@ -607,7 +605,13 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
         both = np.concatenate([np.asarray(first, dtype=dtype), np.asarray(idle.pop(name), dtype=dtype)])
         return both[order]
 
-    order = np.lexsort((np.r_[busy_frame["start"], idle["start"]], np.r_[busy_frame["device"], idle["device"]]))
+    all_dev = np.r_[busy_frame["device"], idle["device"]]
+    all_start = np.r_[busy_frame["start"], idle["start"]]
+    if len(all_dev) and all_dev.min() == all_dev.max():  # one device: one sort of a few sorted runs
+        order = np.argsort(all_start, kind="stable")
+    else:
+        order = np.lexsort((all_start, all_dev))
+    del all_dev, all_start
     seg_dev = gathered("device", np.int64)
     start = gathered("start", np.int64)
     end = gathered("end", np.int64)
@@ -659,8 +663,8 @@ def _host_activity(ctx: FactContext, seg: pd.DataFrame, host_work: np.ndarray, p
     text :func:`analyzer.facts.stacks.host_activity` writes; "" elsewhere or when not recorded)."""
     from analyzer.facts.stacks import host_activity
 
-    codes = np.zeros(len(seg), dtype=np.int64)
     labels: list[str] = [""]
+    pick = np.empty(0, dtype=np.int64)
     t = ctx.trace
     if not (t.cpu_samples.empty and t.osrt.empty):
         dur = seg["duration"].to_numpy()
@@ -671,8 +675,18 @@ def _host_activity(ctx: FactContext, seg: pd.DataFrame, host_work: np.ndarray, p
             spans = pd.DataFrame({"start": seg["start"].to_numpy()[pick], "end": seg["end"].to_numpy()[pick],
                                   "host_pid": pid[pick], "host_tid": seg["host_tid"].to_numpy()[pick]})
             labels += list(host_activity(t, spans))
-            codes[pick] = np.arange(1, len(pick) + 1)
-    return categorical(codes, labels)
+    n = len(seg)
+    if len(pick) == n:
+        codes = np.zeros(n, dtype=np.int64)
+        codes[pick] = np.arange(1, len(pick) + 1)
+        return categorical(codes, labels)
+    # every other segment reads "": the categories of the few labels, then one fill (no pass over
+    # millions of codes to find the used ones)
+    few = categorical(np.arange(len(labels)), labels)
+    few_codes = np.asarray(few.codes)
+    codes_out = np.full(n, few_codes[0], dtype=few_codes.dtype)
+    codes_out[pick] = few_codes[1:]
+    return pd.Categorical.from_codes(codes_out, dtype=few.dtype, validate=False)
 
 
 def _host_pieces(ctx: FactContext, api: pd.DataFrame, qidx: np.ndarray, feeder: np.ndarray, cs: np.ndarray,
@@ -693,14 +707,22 @@ def _host_pieces(ctx: FactContext, api: pd.DataFrame, qidx: np.ndarray, feeder: 
     del a_tid
 
     def one_thread(q: np.ndarray, g: int) -> None:  # temporaries freed per thread
-        rows = np.sort(a_order[a_from[g]:a_to[g]])
-        rows = rows[np.argsort(a_start[rows], kind="stable")]
-        ts, te, tc, td = _thread_timeline(a_start[rows], a_end[rows], a_cause[rows], a_detail[rows],
-                                          dispatch_ns, dispatch_code)
+        rows = a_order[a_from[g]:a_to[g]]
+        if not _ascending(rows):
+            rows = np.sort(rows)
+        t_start = a_start[rows]
+        if not _ascending(t_start):  # calls recorded out of start order
+            o = np.argsort(t_start, kind="stable")
+            rows, t_start = rows[o], t_start[o]
+        blocks, free = _thread_timeline(t_start, a_end[rows], a_cause[rows], a_detail[rows],
+                                        dispatch_ns, dispatch_code)
+        del t_start
         del rows
-        qi, si, s, e = intersect(cs[q], host_e[q], ts, te)
-        del ts, te
-        emit(q[qi], s, e, tc[si], td[si])
+        qs, qe = cs[q], host_e[q]
+        for ts, te, tc, td in (blocks, free):  # inside calls, then between them (the pieces are sorted later)
+            qi, si, s, e = intersect(qs, qe, ts, te)
+            emit(q[qi], s, e, tc[si], td[si])
+            del qi, si, s, e
 
     for qa, qb in zip(q_from.tolist(), q_to.tolist()):
         q = qidx[q_order[qa:qb]]
@@ -835,7 +857,13 @@ def _step_codes(ctx: FactContext, start: np.ndarray) -> tuple[np.ndarray, np.nda
     if steps.empty or not len(start):
         return np.zeros(len(start), dtype=np.int64), np.array([""], dtype=object)
     lo, hi, names = _step_bounds(steps)
-    k = np.searchsorted(lo, start, side="right") - 1
+    if len(start) > 1 and _ascending(start):
+        # sorted starts (one device): the last step starting at or before each segment by counting
+        # step starts, one pass instead of a binary search per segment
+        first = np.searchsorted(start, lo, side="left")
+        k = np.cumsum(np.bincount(first, minlength=len(start) + 1)[:len(start)]) - 1
+    else:
+        k = np.searchsorted(lo, start, side="right") - 1
     ok = (k >= 0) & (start < hi[np.maximum(k, 0)])
     labels = np.array([str(x) for x in names] + [""], dtype=object)
     return np.where(ok, k, len(names)).astype(np.int64), labels
@@ -854,6 +882,26 @@ def _step_bounds(steps: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarra
 
 
 # -- the breakdown ---------------------------------------------------------------------------------
+def _sum_by(group: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    """Integer ``values`` summed per ``group`` code, exactly."""
+    out = np.zeros(n, dtype=np.int64)
+    np.add.at(out, group, values)
+    return out
+
+
+def _in_spans(start: np.ndarray, end: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, ...]:
+    """:func:`intersect` of intervals with the sorted disjoint spans ``[lo, hi)`` (steps: a few hundred
+    spans, millions of segments), as ``(index, span, start, end)`` in no particular order: an interval
+    inside one span (nearly all) is found with one ``searchsorted``; only the others are intersected."""
+    k = np.searchsorted(lo, start, side="right") - 1
+    kk = np.maximum(k, 0)
+    inside = (k >= 0) & (end <= hi[kk]) & (end > start)
+    idx = np.flatnonzero(inside)
+    rest = np.flatnonzero(~inside)
+    ai, ci, s, e = intersect(start[rest], end[rest], lo, hi)
+    return (np.r_[idx, rest[ai]], np.r_[kk[idx], ci], np.r_[start[idx], s], np.r_[end[idx], e])
+
+
 @fact("timeline_breakdown", columns=BREAKDOWN_COLUMNS, requires=("timeline_segments", "steps"),
       scope_keys=("device", "scope", "key", "cause"))
 def timeline_breakdown(ctx: FactContext) -> pd.DataFrame:
@@ -887,39 +935,77 @@ def timeline_breakdown(ctx: FactContext) -> pd.DataFrame:
 
     dev_codes, dev_values = pd.factorize(dev)
     n_cause, n_detail = len(cause_labels), len(detail_labels)
+    dev_labels = np.asarray(dev_values, dtype=np.int64)
 
-    def summed(scope: str, pos: np.ndarray | None, keys: np.ndarray, key_labels: np.ndarray,
-               dur: np.ndarray) -> pd.DataFrame:
-        """Durations summed per (device, key, cause, detail), groups in order of first appearance: one
-        mixed-radix integer key per segment, factorized (hash, no sort), then counted and summed."""
+    def frame(scope: str, d: np.ndarray, k: np.ndarray, key_labels: np.ndarray, c: np.ndarray, x: np.ndarray,
+              total: np.ndarray, segments: np.ndarray) -> pd.DataFrame:
+        return pd.DataFrame({
+            "device": dev_labels[d], "scope": scope, "key": np.asarray(key_labels, dtype=object)[k],
+            "cause": np.asarray(cause_labels, dtype=object)[c], "detail": np.asarray(detail_labels, dtype=object)[x],
+            "duration_ns": total, "segments": segments.astype(np.int64)})
+
+    def summed(keys: np.ndarray, n_key: int, dur: np.ndarray, pos: np.ndarray | None = None,
+               rank: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
+        """Durations summed per (device, key, cause, detail) of the segments ``pos`` (all: None), groups
+        in order of first appearance (of ``rank``, default the input order): one mixed-radix integer key
+        per segment, counted directly when the key space is small, else factorized (hash, no sort).
+        Returns ``(device, key, cause, detail, total, segments)`` codes per group."""
         take = (lambda a: a) if pos is None else (lambda a: a[pos])
-        n_key = max(len(key_labels), 1)
+        n_key = max(n_key, 1)
         combined = take(dev_codes).astype(np.int64) * n_key + np.asarray(keys, dtype=np.int64)
         combined = (combined * n_cause + take(cause_codes)) * n_detail + take(detail_codes)
-        group, uniq = pd.factorize(combined)
-        segments = np.bincount(group, minlength=len(uniq))
-        if len(dur) and int(dur.max()) * len(dur) < 2**53:  # every partial sum exact in a double
-            total = np.bincount(group, weights=dur, minlength=len(uniq)).astype(np.int64)
+        space = len(dev_labels) * n_key * n_cause * n_detail
+        n = len(combined)
+        exact = not len(dur) or int(dur.max()) * len(dur) < 2**53  # every partial sum exact in a double
+        if space <= max(2 * n, 1 << 16):
+            counts = np.bincount(combined, minlength=space)
+            uniq = np.flatnonzero(counts)
+            first = np.full(space, np.iinfo(np.int64).max, dtype=np.int64)
+            np.minimum.at(first, combined, np.arange(n, dtype=np.int64) if rank is None else rank)
+            uniq = uniq[np.argsort(first[uniq], kind="stable")]
+            segments = counts[uniq]
+            if exact:
+                total = np.bincount(combined, weights=dur, minlength=space).astype(np.int64)[uniq]
+            else:
+                total_all = np.zeros(space, dtype=np.int64)
+                np.add.at(total_all, combined, dur)
+                total = total_all[uniq]
         else:
-            total = np.zeros(len(uniq), dtype=np.int64)
-            np.add.at(total, group, dur)
+            group, uniq = pd.factorize(combined)
+            segments = np.bincount(group, minlength=len(uniq))
+            if exact:
+                total = np.bincount(group, weights=dur, minlength=len(uniq)).astype(np.int64)
+            else:
+                total = np.zeros(len(uniq), dtype=np.int64)
+                np.add.at(total, group, dur)
+            if rank is not None:
+                first = np.full(len(uniq), np.iinfo(np.int64).max, dtype=np.int64)
+                np.minimum.at(first, group, rank)
+                o = np.argsort(first, kind="stable")
+                uniq, segments, total = uniq[o], segments[o], total[o]
         rest, x = np.divmod(uniq, n_detail)
         rest, c = np.divmod(rest, n_cause)
         d, k = np.divmod(rest, n_key)
-        return pd.DataFrame({
-            "device": np.asarray(dev_values, dtype=np.int64)[d], "scope": scope,
-            "key": np.asarray(key_labels, dtype=object)[k],
-            "cause": np.asarray(cause_labels, dtype=object)[c],
-            "detail": np.asarray(detail_labels, dtype=object)[x],
-            "duration_ns": total, "segments": segments.astype(np.int64)})
+        return d, k, c, x, total, segments
 
-    parts = [summed("window", None, np.zeros(len(seg), dtype=np.int64), np.array([""], dtype=object), end - start),
-             summed("range", None, range_codes, range_labels, end - start)]
+    # the range rows, then the window rows summed from them (each window group first appears where its
+    # first range group does, so their order is the segments' order of first appearance too)
+    rd, rk, rc, rx, rtotal, rsegs = summed(range_codes, len(range_labels), end - start)
+    wkey, wuniq = pd.factorize((rd * n_cause + rc) * n_detail + rx)
+    wrest, wx = np.divmod(np.asarray(wuniq, dtype=np.int64), n_detail)
+    wd, wc = np.divmod(wrest, n_cause)
+    parts = [frame("window", wd, np.zeros(len(wuniq), dtype=np.int64), np.array([""], dtype=object), wc, wx,
+                   np.bincount(wkey, weights=rtotal, minlength=len(wuniq)).astype(np.int64)
+                   if int(rtotal.sum()) < 2**53 else _sum_by(wkey, rtotal, len(wuniq)),
+                   np.bincount(wkey, weights=rsegs, minlength=len(wuniq)).astype(np.int64)),
+             frame("range", rd, rk, range_labels, rc, rx, rtotal, rsegs)]
     steps = ctx.get("steps")
     if not steps.empty:
         lo, hi, names = _step_bounds(steps)
-        si, ci, s, e = intersect(start, end, lo, hi)
-        parts.append(summed("step", si, ci, np.asarray([str(x) for x in names], dtype=object), e - s))
+        si, ci, s, e = _in_spans(start, end, lo, hi)
+        step_labels = np.asarray([str(x) for x in names], dtype=object)
+        sd, sk, sc, sx, stotal, ssegs = summed(ci, len(step_labels), e - s, si, si * (len(lo) + 1) + ci)
+        parts.append(frame("step", sd, sk, step_labels, sc, sx, stotal, ssegs))
     out = pd.concat(parts, ignore_index=True)
     group_total = out.groupby(["device", "scope", "key"], sort=False)["duration_ns"].transform("sum")
     out["share"] = out["duration_ns"] / group_total.where(group_total > 0, 1)

@@ -15,6 +15,26 @@ from analyzer.facts.registry import FactContext
 #: Inductor's (torch.compile default mode: 56% in compile_train's forward and backward, the rest cuBLAS
 #: GEMMs and eager copies; 0 in every eager workload)
 COMPILED_SHARE = 0.25
+#: a group's name lists at most this many phases (``A + B + C + 5 more``), its ``group_parts`` at most
+#: this many with their shares (``..., 5 more 1.2 ms (3%)``): a step of many compiled ranges stays readable
+NAMED_PHASES = 4
+
+
+def group_name(phases: set[str]) -> str:
+    """The fix group's name: its phases in name order joined by ``" + "``, the first
+    :data:`NAMED_PHASES` - 1 and a count when there are more than :data:`NAMED_PHASES`."""
+    names = sorted(phases)
+    if len(names) > NAMED_PHASES:
+        names = names[:NAMED_PHASES - 1] + [f"{len(names) - NAMED_PHASES + 1} more"]
+    return " + ".join(names)
+
+
+def _parts_text(items: list[tuple[str, int]], total: float) -> str:
+    """``phase 25.7 ms (65%), ...``, largest first, at most :data:`NAMED_PHASES` entries."""
+    if len(items) > NAMED_PHASES:
+        rest = sum(v for _, v in items[NAMED_PHASES - 1:])
+        items = items[:NAMED_PHASES - 1] + [(f"{len(items) - NAMED_PHASES + 1} more", rest)]
+    return ", ".join(f"{p} {v / 1e6:.1f} ms ({v / total:.0%})" if total > 0 else f"{p} 0.0 ms" for p, v in items)
 
 
 def compiled_shares(ctx: FactContext, phase_of: dict[str, str]) -> dict[tuple[int, str], float]:
@@ -68,7 +88,7 @@ def fix_groups(ctx: FactContext, out: pd.DataFrame, is_range: np.ndarray, held_r
     for d, p in zip(device[compiled], phase[compiled]):
         if p:  # the time outside every range stays the device's own finding
             members.setdefault(int(d), set()).add(str(p))
-    label = {d: " + ".join(sorted(ps)) for d, ps in members.items() if len(ps) > 1}
+    label = {d: group_name(ps) for d, ps in members.items() if len(ps) > 1}
     group = np.array([label.get(int(d), p) if c and p and int(d) in label else (p if r else "")
                       for d, p, c, r in zip(device, phase, compiled, is_range)], dtype=object)
     out["compiled_share"] = share
@@ -87,8 +107,7 @@ def fix_groups(ctx: FactContext, out: pd.DataFrame, is_range: np.ndarray, held_r
         for (d, g, c), block in per.groupby(level=[0, 1, 2], sort=False):
             total = float(block.sum())
             items = sorted(((str(k[3]), int(v)) for k, v in block.items()), key=lambda kv: (-kv[1], kv[0]))
-            text_of[(int(d), str(g), str(c))] = ", ".join(
-                f"{p} {v / 1e6:.1f} ms ({v / total:.0%})" if total > 0 else f"{p} 0.0 ms" for p, v in items)
+            text_of[(int(d), str(g), str(c))] = _parts_text(items, total)
         parts[several] = [text_of[(int(d), str(g), str(c))] for d, g, c in
                           zip(rows["device"], rows["fix_group"], rows["cause"])]
     out["group_parts"] = parts

@@ -51,7 +51,18 @@ def _waits(ctx: FactContext) -> pd.DataFrame:
                         "start": osrt["start"].to_numpy(dtype=np.int64)[keep],
                         "end": osrt["end"].to_numpy(dtype=np.int64)[keep],
                         "name": np.asarray(labels, dtype=object)[codes[keep]]})
-    return out.sort_values(["tid", "start"], kind="stable").reset_index(drop=True)
+    out = out.sort_values(["tid", "start"], kind="stable").reset_index(drop=True)
+    # disjoint per thread (a call nested in another, or overlapping it, keeps only what extends the
+    # thread's waiting time), so the pieces cut from a segment never overlap
+    tid = out["tid"].to_numpy()
+    start, end = out["start"].to_numpy().copy(), out["end"].to_numpy().copy()
+    bounds = np.flatnonzero(np.r_[True, tid[1:] != tid[:-1], True])  # one run per thread
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        reach = np.maximum.accumulate(end[a:b])
+        start[a + 1:b] = np.maximum(start[a + 1:b], reach[:-1])
+        end[a:b] = reach
+    out["start"], out["end"] = start, end
+    return out.loc[end > start].reset_index(drop=True)
 
 
 def _blocked(waits: pd.DataFrame, tid: np.ndarray, t: np.ndarray) -> np.ndarray:

@@ -32,11 +32,26 @@ def innermost_open(nvtx: pd.DataFrame, tid: np.ndarray, t: np.ndarray) -> np.nda
     ``nvtx`` must hold ranges only (see :func:`ranges_only`). For properly nested ranges, the range
     latest to start at or before ``t`` on the thread is either open at ``t`` or nested inside the
     innermost open one, so one as-of lookup per thread plus a walk up the parents finds it.
+
+    The answer only changes at a range's start or end on the thread, so with many more queries than
+    ranges (millions of timeline segments) it is found once per such instant and each query takes the
+    answer of the latest instant at or before it: one as-of lookup, no walk per query.
     """
     n = len(t)
-    out = np.full(n, -1, dtype=np.int64)
     if n == 0 or nvtx.empty:
-        return out
+        return np.full(n, -1, dtype=np.int64)
+    if n <= 4 * len(nvtx):
+        return _innermost_walk(nvtx, tid, t)
+    r_tid = nvtx["tid"].to_numpy(dtype=np.int64)
+    at_tid = np.r_[r_tid, r_tid]
+    at_t = np.r_[nvtx["start"].to_numpy(dtype=np.int64), nvtx["end"].to_numpy(dtype=np.int64)]
+    value = _innermost_walk(nvtx, at_tid, at_t)
+    pos = asof_backward(at_tid, at_t, tid, t)
+    return np.where(pos >= 0, value[np.maximum(pos, 0)], -1)
+
+
+def _innermost_walk(nvtx: pd.DataFrame, tid: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """:func:`innermost_open` by an as-of lookup of each query and a walk up the parents."""
     starts = nvtx["start"].to_numpy(dtype=np.int64)
     ends = nvtx["end"].to_numpy(dtype=np.int64)
     parent = parent_positions(nvtx)
@@ -53,5 +68,4 @@ def innermost_open(nvtx: pd.DataFrame, tid: np.ndarray, t: np.ndarray) -> np.nda
             break
         todo = todo[closed]
         cand[todo] = parent[c[closed]]
-    out[:] = cand
-    return out
+    return cand

@@ -252,3 +252,28 @@ def test_a_launching_thread_the_profiler_did_not_trace(tmp_path):
     md = analyze(path).to_markdown()  # a 2-rank job: one section per rank, each stating its own GPU once
     notes = [line for line in md.splitlines() if "Not classified in the timeline breakdown" in line]
     assert len(notes) == 2 and "on GPU 0" in notes[0] and "on GPU 1" in notes[1]
+
+
+def test_kernels_launched_before_the_cpu_capture_began():
+    """A public PARAM DLRM rank trace (worker1, torch.profiler): its first 64 kernels ran before the
+    profiler's first recorded CUDA call, so their launches (and threads) are not in the trace. The idle
+    time before them is unknown for that reason, none of it after the last of them; the report says
+    so once; the rest of the window (two launching threads) is classified."""
+    from analyzer.api import analyze
+
+    (path,) = sorted((DATA_DIR / "public" / "param_dlrm_8rank").glob("worker1_*.pt.trace.json*")) or [None]
+    if path is None:
+        pytest.skip("the PARAM DLRM traces are absent")
+    t = load_trace(path)
+    st = FactStore(t, choose_window(t), {})
+    check_partition(st)
+    ops = st.get("gpu_ops")
+    assert (ops["pid"] < 0).sum() > 10 and ops.loc[ops["pid"] >= 0, "tid"].nunique() == 2
+    seg = st.get("timeline_segments")
+    unknown = seg.loc[seg["cause"] == "unknown"]
+    assert set(unknown["detail"]) == {NO_THREAD}
+    orphan_starts = ops.loc[ops["pid"] < 0, "start"]
+    assert unknown["end"].max() <= orphan_starts.max() and orphan_starts.min() < int(t.api["start"].min())
+    assert unknown["duration"].sum() < 0.1 * st.window.duration_ns
+    md = analyze(path).to_markdown()
+    assert md.count("Not classified in the timeline breakdown") == 1 and "before the profiler's CPU side" in md

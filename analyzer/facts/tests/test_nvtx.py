@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analyzer.facts.nvtx_ranges import innermost_open
+from analyzer.facts.nvtx_ranges import _innermost_walk, innermost_open
 from analyzer.facts.tests._build import store, trace
 
 
@@ -42,16 +42,23 @@ def _brute_innermost(rows, tid, t):
     return best
 
 
+@pytest.mark.parametrize("queries", [300, 2_000])  # fewer than the ranges' starts and ends, and many more
 @pytest.mark.parametrize("seed", range(3))
-def test_innermost_open_matches_brute_force(seed):
+def test_innermost_open_matches_brute_force(seed, queries):
     rows = _nested_ranges(seed)
     nv = trace(nvtx=rows).nvtx
     rng = np.random.default_rng(seed + 100)
-    tids = rng.integers(1, 4, 300)  # thread 3 has no ranges
-    ts = rng.integers(-5, 6_100, 300)
-    got = innermost_open(nv, tids, ts)
+    tids = rng.integers(1, 4, queries)  # thread 3 has no ranges
+    ts = rng.integers(-5, 6_100, queries)
+    # every range's start and end, and the instant before each, on its own thread: the answer changes there
+    edges = np.r_[nv["start"].to_numpy(), nv["end"].to_numpy()]
+    edge_tids = np.r_[nv["tid"].to_numpy(), nv["tid"].to_numpy()]
+    tids = np.r_[tids, edge_tids, edge_tids]
+    ts = np.r_[ts, edges, edges - 1]
     want = [_brute_innermost(rows, int(a), int(b)) for a, b in zip(tids, ts)]
-    assert got.tolist() == want
+    # by a walk per query, and (more queries than four per range) by the answers at the ranges' edges
+    assert _innermost_walk(nv, tids, ts).tolist() == want
+    assert innermost_open(nv, tids, ts).tolist() == want
 
 
 def test_projection_inclusive_and_exclusive():
