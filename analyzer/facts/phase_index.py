@@ -572,14 +572,17 @@ class PhaseIndex:
         sinst = syncs["instance"].to_numpy()
         ssel = _selection(sinst, ids if instance_ids is not None else None, syncs["start"].to_numpy(), op_window)
         send = syncs["end"].to_numpy()[ssel]
-        sagg = pd.DataFrame({"instance": sinst[ssel], "end": send,
-                             "dur": send - syncs["start"].to_numpy()[ssel]}).groupby("instance").agg(
-            sync_count=("end", "size"), last_sync_end=("end", "max"), sync_ns=("dur", "sum"))
-        out = agg.join(sagg, how="outer").reindex(pd.Index(ids, name="range_id"))
         fill = {"gpu_ns": 0, "gpu_ns_exclusive": 0, "kernel_ns": 0, "kernel_count": 0, "op_count": 0,
                 "busy_ns": 0, "first_op_start": -1, "last_op_end": -1, "first_launch": -1, "sync_count": 0,
                 "last_sync_end": -1,
                 "sync_ns": 0}
+        quick = _instance_table(agg, sinst[ssel], send, syncs["start"].to_numpy()[ssel], ids, fill)
+        if quick is not None:
+            return quick
+        sagg = pd.DataFrame({"instance": sinst[ssel], "end": send,
+                             "dur": send - syncs["start"].to_numpy()[ssel]}).groupby("instance").agg(
+            sync_count=("end", "size"), last_sync_end=("end", "max"), sync_ns=("dur", "sum"))
+        out = agg.join(sagg, how="outer").reindex(pd.Index(ids, name="range_id"))
         return out.fillna(fill).astype("int64")[list(INSTANCE_GPU_COLUMNS)]
 
     def _per_instance(self, sel: slice | np.ndarray, busy: bool) -> pd.DataFrame:
@@ -708,3 +711,42 @@ class PhaseIndex:
             bounds = np.flatnonzero(np.r_[True, inst[1:] != inst[:-1]]) if len(inst) else np.empty(0, np.int64)
             self._cache["runs"] = (inst[bounds], np.diff(np.r_[bounds, len(inst)]))
         return self._cache["runs"]
+
+
+def _instance_table(agg: pd.DataFrame, sync_inst: np.ndarray, sync_end: np.ndarray, sync_start: np.ndarray,
+                    ids: np.ndarray, fill: dict[str, int]) -> pd.DataFrame | None:
+    """:meth:`PhaseIndex.instance_gpu`'s table from the op aggregates ``agg`` (index: instance) and the
+    selected sync calls, with numpy: per id, each op column from its instance's row of ``agg`` and the sync
+    count, last end and summed time from its calls, else ``fill``. The outer join, reindex and fillna of
+    pandas give the same integers where every value is below 2^53 in magnitude (their NaN turns a column
+    to float64 and back); None otherwise (or for an unsorted ``agg``), for that path to compute."""
+    limit = 2 ** 53
+    keys = agg.index.to_numpy()
+    if keys.dtype.kind not in "iu" or (len(keys) > 1 and not bool((keys[1:] > keys[:-1]).all())):
+        return None
+    ids = np.asarray(ids, dtype=np.int64)
+    sync_inst = np.asarray(sync_inst, dtype=np.int64)
+    values = {c: agg[c].to_numpy() for c in agg.columns}
+    if any(v.dtype.kind not in "iu" for v in values.values()):
+        return None
+    dur = np.asarray(sync_end, dtype=np.int64) - np.asarray(sync_start, dtype=np.int64)
+    order = np.argsort(sync_inst, kind="stable")
+    s_inst, s_end, s_dur = sync_inst[order], np.asarray(sync_end, dtype=np.int64)[order], dur[order]
+    bounds = np.flatnonzero(np.r_[True, s_inst[1:] != s_inst[:-1]]) if len(s_inst) else np.empty(0, np.intp)
+    s_keys = s_inst[bounds]
+    sync = {"sync_count": np.diff(np.r_[bounds, len(s_inst)]).astype(np.int64),
+            "last_sync_end": np.maximum.reduceat(s_end, bounds) if len(bounds) else np.empty(0, np.int64),
+            "sync_ns": np.add.reduceat(s_dur, bounds) if len(bounds) else np.empty(0, np.int64)}
+    for v in (*values.values(), *sync.values(), keys, s_keys, ids):
+        if len(v) and int(np.abs(v.astype(np.float64)).max()) >= limit:
+            return None
+    out: dict[str, np.ndarray] = {}
+    for table_keys, columns in ((keys, values), (s_keys, sync)):
+        pos = np.searchsorted(table_keys, ids)
+        at = np.minimum(pos, max(len(table_keys) - 1, 0))
+        hit = (pos < len(table_keys)) & (table_keys[at] == ids) if len(table_keys) else np.zeros(len(ids), bool)
+        for c, v in columns.items():
+            col = np.full(len(ids), fill[c], dtype=np.int64)
+            col[hit] = v[at[hit]]
+            out[c] = col
+    return pd.DataFrame({c: out[c] for c in INSTANCE_GPU_COLUMNS}, index=pd.Index(ids, name="range_id"))

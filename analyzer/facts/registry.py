@@ -206,6 +206,7 @@ class FactStore:
     _prefetcher: threading.Thread | None = field(default=None, repr=False)
     _local: threading.local = field(default_factory=threading.local, repr=False)  # .depth: facts being computed
     _stopping: bool = field(default=False, repr=False)
+    _trim: bool | None = field(default=None, repr=False)  # see _trims_memory
 
     def __post_init__(self) -> None:
         self._changed = threading.Condition(self._lock)
@@ -333,8 +334,18 @@ class FactStore:
             stale = [k for k in self._memo if k not in memos]
             for key in stale:
                 del self._memo[key]
-        if freed or stale:
+        if (freed or stale) and self._trims_memory():
             _return_freed_memory()
+
+    def _trims_memory(self) -> bool:
+        """Whether freeing facts hands the heap's pages back to the system: for traces of
+        :data:`TRIM_FROM_ROWS` kernels, copies, memsets and API calls or more. A smaller trace's facts hold a
+        few MiB, and 18 trims per analysis cost more CPU (~10 ms, and the page faults of taking the pages
+        again) than the memory they return is worth."""
+        if self._trim is None:
+            self._trim = sum(len(getattr(self.trace, n, ())) for n in ("kernels", "memcpy", "memset", "api")) \
+                >= TRIM_FROM_ROWS
+        return self._trim
 
     def _compute_early(self) -> None:
         """Compute now the facts still needed whose inputs (facts, memo values) are all at hand and
@@ -505,6 +516,10 @@ class FactStore:
         if fresh and self._pending is not None:
             self._release()
         return frame
+
+
+#: traces with fewer kernels, copies, memsets and API calls keep freed facts' pages in the heap
+TRIM_FROM_ROWS = 100_000
 
 
 def _return_freed_memory() -> None:

@@ -248,6 +248,8 @@ def _per_group(value: Any, ngroups: int) -> pd.Series:
 
 #: the keys of trace scope's one group (no key columns; read only)
 _ONE_GROUP = pd.DataFrame(index=range(1))
+#: the (no) keys of a scope over no rows, per scope's key names (read only)
+_NO_GROUPS: dict[tuple[str, ...], pd.DataFrame] = {}
 
 
 def _groups(rows: pd.DataFrame, rule: Rule) -> tuple[np.ndarray, pd.DataFrame]:
@@ -256,8 +258,11 @@ def _groups(rows: pd.DataFrame, rule: Rule) -> tuple[np.ndarray, pd.DataFrame]:
     canonical = SCOPES[rule.scope]
     if not canonical:
         return np.zeros(len(rows), dtype=np.int64), _ONE_GROUP
-    if rows.empty:
-        return np.zeros(0, dtype=np.int64), pd.DataFrame(columns=list(canonical))
+    if rows.empty:  # no groups: the rule stops here (read only, one frame per scope)
+        keys = _NO_GROUPS.get(canonical)
+        if keys is None:
+            keys = _NO_GROUPS[canonical] = pd.DataFrame(columns=list(canonical))
+        return np.zeros(0, dtype=np.int64), keys
     codes = rows.groupby(list(rule.key_columns), sort=True, dropna=False).ngroup().to_numpy()
     first = np.unique(codes, return_index=True)[1]  # each group's first row (every row has a group: dropna=False)
     keys = rows.iloc[first][list(rule.key_columns)].reset_index(drop=True)

@@ -230,3 +230,26 @@ def test_device_blocks_last_op_is_the_latest_ending(name):
         by_end = np.lexsort((ends, u.block))
         last = np.r_[u.block[by_end][1:] != u.block[by_end][:-1], True]
         np.testing.assert_array_equal(blocks["last_op"].to_numpy(), u.order[by_end][last])
+
+
+@pytest.mark.parametrize("name", ["small_training_ctx128", "host_sync", "tiny_kernels", "pageable_h2d"])
+def test_instance_gpu_table_equals_the_outer_join(name, monkeypatch):
+    """instance_gpu's numpy table (op aggregates and sync calls looked up per id) equals the pandas outer
+    join, reindex and fillna it replaces: all instances, a third of them with repeats and unknown ids, an
+    op window, and ids beyond 2^53 (handed to pandas)."""
+    from analyzer.facts import phase_index
+    from analyzer.phases import PhaseIndex
+
+    idx = PhaseIndex.build(_trace(name))
+    ids = idx.ranges["range_id"].to_numpy()
+    start = idx.ops["start"].to_numpy()
+    some = np.r_[ids[::3], ids[:2], [ids.max() + 7, -5]].astype(np.int64)
+    window = (int(start.min()), int(np.median(start))) if len(start) else (0, 1)
+    cases = (((), {}), ((some,), {}), ((ids,), {"op_window": window, "busy": False}),
+             ((np.r_[ids[:3], [2**60]],), {}))
+    ours = [idx.instance_gpu(*a, **k) for a, k in cases]
+    monkeypatch.setattr(phase_index, "_instance_table", lambda *a, **k: None)
+    theirs = [idx.instance_gpu(*a, **k) for a, k in cases]
+    assert len(ours[0]) and ours[0]["sync_count"].sum() + ours[0]["op_count"].sum() > 0
+    for a, b in zip(ours, theirs):
+        pd.testing.assert_frame_equal(a, b, check_exact=True)

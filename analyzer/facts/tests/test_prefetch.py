@@ -192,3 +192,16 @@ def test_small_traces_run_on_one_thread_unless_asked(monkeypatch: pytest.MonkeyP
     assert trace_analysis.fact_threads(trace) == 2
     monkeypatch.setenv("ANALYZER_FACT_THREADS", "1")
     assert trace_analysis.fact_threads(trace) == 1
+
+
+@pytest.mark.parametrize("threshold,trims", [(None, False), (0, True)])
+def test_freed_facts_return_memory_only_on_big_traces(monkeypatch: pytest.MonkeyPatch, threshold, trims) -> None:
+    """Freeing facts trims the heap (malloc_trim) only for traces of TRIM_FROM_ROWS events or more; the
+    findings are the same either way."""
+    calls: list[int] = []
+    monkeypatch.setattr(registry, "_return_freed_memory", lambda: calls.append(1))
+    if threshold is not None:
+        monkeypatch.setattr(registry, "TRIM_FROM_ROWS", threshold)
+    analysis = _analyze(load_trace(DATA / "healthy.sqlite.xz"), monkeypatch, 1)
+    assert bool(calls) is trims
+    assert analysis.findings
