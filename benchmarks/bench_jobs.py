@@ -177,8 +177,10 @@ def run(folder: Path, workers: int | None, out: Path, *, mode: str = "plain", sp
 
 def summary_bytes(folder: Path) -> dict:
     """Bytes of what travels per rank, pickled as Dask pickles task results (protocol 5): phase 1's
-    summary and phase 2's result of the straggler rank and a healthy one (in this process)."""
+    summary and phase 2's result (as a task returns it) of the straggler rank and a healthy one (in this
+    process)."""
     from analyzer.job.rank import finish_rank, prepare_file
+    from analyzer.job.remote import to_client
     from analyzer.trace_analysis import AnalysisOptions, load_rules
 
     options = AnalysisOptions()
@@ -189,7 +191,7 @@ def summary_bytes(folder: Path) -> dict:
         fs = prepare_file(str(path), 0, options)
         for s, st in zip(fs.summaries, fs.states):
             sizes["summary"].append(len(pickle.dumps(s, protocol=5)))
-            sizes["result"].append(len(pickle.dumps(finish_rank(st, s, pack, None), protocol=5)))
+            sizes["result"].append(len(pickle.dumps(to_client(finish_rank(st, s, pack, None)), protocol=5)))
     return {k: max(v) for k, v in sizes.items()}
 
 

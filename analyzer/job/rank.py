@@ -14,6 +14,8 @@ swimlane items). Only summaries and results travel; traces never do.
 from __future__ import annotations
 
 import dataclasses
+import pickle
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -100,16 +102,34 @@ class RankJobInput:
 
 @dataclass
 class RankResult:
+    """Phase-2 facts of one rank: small, picklable. Its report section is held packed (pickled and
+    compressed where it was built: about a twentieth of its size as objects), so a job's client holds
+    every rank's section in little memory and the report unpacks one at a time (:attr:`section`)."""
+
     summary: RankSummary
     rank: int
     findings: list[Finding]
-    section: TraceSection
+    packed_section: bytes
     overlap: dict[str, int]  # comm_overlap of the main device, with waits
     lateness: pd.DataFrame  # inst, start, end, host_nvtx_path, host_api, gpu_busy_share, gpu_kernel
     lanes: dict[str, list[tuple[int, int, str]]]  # kind -> (start, end, label), this rank's clock
     step_ns: list[int]
     window: Window
     phases: dict[str, float] = field(default_factory=dict)  # phase -> GPU ns per step (strong scaling)
+
+    @property
+    def section(self) -> TraceSection:
+        """The rank's report section (a new object at each read)."""
+        return pickle.loads(zlib.decompress(self.packed_section))  # noqa: S301 - packed by this program
+
+    @section.setter
+    def section(self, value: TraceSection) -> None:
+        self.packed_section = pack_section(value)
+
+
+def pack_section(section: TraceSection) -> bytes:
+    """``section`` as :attr:`RankResult.packed_section` holds it."""
+    return zlib.compress(pickle.dumps(section, protocol=pickle.HIGHEST_PROTOCOL), 1)
 
 
 def _comm_frame(trace: Trace, store: FactStore) -> pd.DataFrame:
@@ -358,8 +378,8 @@ def finish_rank(state: RankState, summary: RankSummary, pack: RulePack, job: Ran
     comm = store.get("comm_kernels")
     lanes = _lanes(state.trace, store, job.lane_span if job is not None else None, summary.device, comm)
     steps = [int(e - s) for s, e in step_spans(summary.window)]
-    return RankResult(summary=summary, rank=rank, findings=findings, section=section, overlap=overlap,
-                      lateness=lateness, lanes=lanes, step_ns=steps, window=summary.window,
+    return RankResult(summary=summary, rank=rank, findings=findings, packed_section=pack_section(section),
+                      overlap=overlap, lateness=lateness, lanes=lanes, step_ns=steps, window=summary.window,
                       phases=phase_gpu_per_step(store, len(steps)))
 
 
@@ -417,6 +437,6 @@ def finish_file(fs: FileState, pack: RulePack, inputs: list[RankJobInput | None]
     return [finish_rank(st, s, pack, inp) for st, s, inp in zip(fs.states, fs.summaries, inputs)]
 
 
-__all__ = ["RankJobInput", "RankResult", "RankState", "RankSummary", "FileState", "describe_intervals", "finish_file", "finish_rank",
+__all__ = ["RankJobInput", "RankResult", "RankState", "RankSummary", "FileState", "describe_intervals", "finish_file", "finish_rank", "pack_section",
            "generic_path", "phase_gpu_per_step", "prepare_file",
            "prepare_rank"]

@@ -95,8 +95,6 @@ def phase2_task(token: str, index: int, part: int, rank_index: int, pack: RulePa
                 inp: RankJobInput | None) -> RankResult | dict[str, Any]:
     """Phase 2 of one rank, on the worker that prepared it (its state leaves the registry);
     ``rank_index``: the rank's input index over the whole job (numbered on the client)."""
-    import dataclasses
-
     from analyzer.job.rank import finish_rank
 
     with _LOCK:
@@ -111,8 +109,15 @@ def phase2_task(token: str, index: int, part: int, rank_index: int, pack: RulePa
         result = finish_rank(state, summary, pack, inp)
     except Exception as err:  # noqa: BLE001
         return _error(err)
-    # the client holds this rank's summary (it puts it back): its communication kernels stay here
-    result.summary = dataclasses.replace(summary, comm=summary.comm.iloc[:0])
+    return to_client(result)
+
+
+def to_client(result: RankResult) -> RankResult:
+    """``result`` as a phase-2 task returns it: without its summary's communication kernels (the client
+    holds the rank's summary and puts it back)."""
+    import dataclasses
+
+    result.summary = dataclasses.replace(result.summary, comm=result.summary.comm.iloc[:0])
     return result
 
 
@@ -380,4 +385,5 @@ def dask_client(scheduler: Scheduler, workers: int | None) -> tuple[Client, Call
     return client, lambda: client.close(timeout=30)
 
 
-__all__ = ["DEFAULT_STALL_S", "DaskRunner", "TIMEOUT_ENV", "dask_client", "quiet_dask", "stall_timeout", "wait_for"]
+__all__ = ["DEFAULT_STALL_S", "DaskRunner", "TIMEOUT_ENV", "dask_client", "quiet_dask", "stall_timeout", "to_client",
+           "wait_for"]

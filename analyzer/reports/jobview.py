@@ -9,9 +9,10 @@ Dask run and a serial run give the same bytes.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 import pandas as pd
@@ -29,10 +30,11 @@ from analyzer.reports.viewmodel import (
     Link,
     ReportView,
     Table,
+    TraceSection,
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per swimlane item: up to 1,600 per rank
 class LaneItem:
     start: int  # ns, job clock
     end: int
@@ -163,7 +165,8 @@ def _culprit(job: Any) -> tuple[int | None, str]:
     return None, ""
 
 
-def _verdict(job: Any, findings: tuple[FindingView, ...], rank_sections: list[Any]) -> str:
+def _verdict(job: Any, findings: tuple[FindingView, ...], rank_problems: list[tuple[str, FindingView]]) -> str:
+    """The job's verdict; ``rank_problems``: (section name, finding) of every rank's warnings and errors."""
     n = len(job.ranks)
     head = f"{n}-rank job" if n == job.world_size else f"job of {job.world_size} ranks ({n} given)"
     culprit, why = _culprit(job)
@@ -171,16 +174,41 @@ def _verdict(job: Any, findings: tuple[FindingView, ...], rank_sections: list[An
     if culprit is not None:
         parts.append(f"rank {culprit} holds it back: {why}")
     problems = [f for f in findings if f.severity in ("warning", "error")]
-    rank_problems = [(s, f) for s in rank_sections for f in s.findings if f.severity in ("warning", "error")]
     if problems:
         top = problems[0]
         parts.append(f"biggest cause: {top.title} ({top.impact_text})")
     elif rank_problems:
-        s, f = max(rank_problems, key=lambda sf: sf[1].impact_ns or 0)
-        parts.append(f"biggest cause: {f.title} on {s.header.trace_name} ({f.impact_text})")
+        name, f = max(rank_problems, key=lambda sf: sf[1].impact_ns or 0)
+        parts.append(f"biggest cause: {f.title} on {name} ({f.impact_text})")
     else:
         parts.append("no problems found")
     return "; ".join(parts)
+
+
+class RankSections(Sequence[TraceSection]):
+    """A job report's rank sections in rank order, each unpacked from its rank's result when read
+    (:attr:`analyzer.job.rank.RankResult.section`), named ``rank R: input`` and with its text capped
+    as the rest of the report is: a report of many ranks never holds every section as objects at once.
+    Each read unpacks again, so read them in a loop (the renderers do)."""
+
+    def __init__(self, ranks: Sequence[Any]) -> None:
+        self._ranks = tuple(ranks)
+
+    def __len__(self) -> int:
+        return len(self._ranks)
+
+    @overload
+    def __getitem__(self, i: int) -> TraceSection: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> tuple[TraceSection, ...]: ...
+
+    def __getitem__(self, i: int | slice) -> TraceSection | tuple[TraceSection, ...]:
+        if isinstance(i, slice):
+            return tuple(self[j] for j in range(*i.indices(len(self))))
+        res = self._ranks[i]
+        s = res.section
+        return cap_text(replace(s, header=replace(s.header, trace_name=f"rank {res.rank}: {res.summary.label}")))
 
 
 def build_job_report(job: Any, *, title: str | None = None, created: datetime | None = None,
@@ -188,19 +216,17 @@ def build_job_report(job: Any, *, title: str | None = None, created: datetime | 
     """The report of a multi-GPU job: the job section first, then one section per rank."""
     from analyzer._version import __version__
 
-    sections = []
+    sections = RankSections(job.ranks)
     anchors: dict[int, str] = {}
-    for res in job.ranks:
-        s = res.section
-        name = f"rank {res.rank}: {res.summary.label}"
-        s = replace(s, header=replace(s.header, trace_name=name))
-        sections.append(s)
+    rank_problems: list[tuple[str, FindingView]] = []
+    for res, s in zip(job.ranks, sections):  # one rank's section at a time
         anchors[res.rank] = s.anchor
+        rank_problems += [(s.header.trace_name, f) for f in s.findings if f.severity in ("warning", "error")]
     findings, _ = finding_views(list(job.findings), int(job.window.duration_ns), "job-", limits)
     ranks_table = _rank_table(job, anchors, limits)
     coll, link = _collective_table(job, limits)
     lanes, span = _lanes(job, anchors)
-    verdict = _verdict(job, findings, sections)
+    verdict = _verdict(job, findings, rank_problems)
     culprit, _ = _culprit(job)
     ranks_frame = job.tables.tables.get("job_ranks", pd.DataFrame())
     record = {
@@ -230,7 +256,7 @@ def build_job_report(job: Any, *, title: str | None = None, created: datetime | 
         created=when.replace(microsecond=0),
         tool_version=__version__,
         verdict=verdict,
-        traces=tuple(sections),
+        traces=sections,
         comparison=None,
         limits=limits,
         job=section,
@@ -247,5 +273,5 @@ def lane_kinds() -> tuple[tuple[str, str], ...]:
             ("comm", "GPU: communication kernels"), ("wait", "of which waiting for another rank"))
 
 
-__all__ = ["JobSection", "LaneItem", "RankLane", "build_job_report", "job_problem_count", "lane_kinds",
+__all__ = ["JobSection", "LaneItem", "RankLane", "RankSections", "build_job_report", "job_problem_count", "lane_kinds",
            "plural", "math"]

@@ -8,6 +8,7 @@ tables only, so a report of a 10M-kernel trace is as small as one of a 10-kernel
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -423,7 +424,7 @@ class ReportView:
     created: datetime
     tool_version: str
     verdict: str
-    traces: tuple[TraceSection, ...]
+    traces: Sequence[TraceSection]  # a tuple; a job's lazy sequence (analyzer.reports.jobview.RankSections)
     comparison: ComparisonTable | None
     limits: Limits
     job: Any = None  # analyzer.reports.jobview.JobSection for a multi-GPU job, else None
