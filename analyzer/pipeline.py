@@ -91,10 +91,12 @@ def split_inputs(paths: Sequence[Path], options: AnalysisOptions) -> tuple[list[
 
 def load_ncu_paths(ncu_paths: Sequence[Path]) -> NcuReport | None:
     """The Nsight Compute data of ``ncu_paths`` loaded once (None without any)."""
-    from analyzer.loading.ncu import load_ncu
-
     with stage("loading ncu metrics"):
-        return load_ncu(list(ncu_paths)) if ncu_paths else None
+        if not ncu_paths:  # the readers are imported only when there is something to read
+            return None
+        from analyzer.loading.ncu import load_ncu
+
+        return load_ncu(list(ncu_paths))
 
 
 def natural_key(name: str) -> list[int | str]:

@@ -133,12 +133,12 @@ def covered_until(us: np.ndarray, ue: np.ndarray, t: np.ndarray) -> np.ndarray:
     out = np.zeros(len(t), dtype=np.int64)
     if len(us) == 0 or len(t) == 0:
         return out
-    prefix = np.concatenate(([0], np.cumsum(ue - us)))
-    k = np.searchsorted(us, t, side="right")  # intervals starting at or before t
-    has = k > 0
-    kk = k[has] - 1
-    out[has] = prefix[kk] + np.minimum(t[has], ue[kk]) - us[kk]
-    return out
+    # the length covered before interval i starts, less its start: the length before t inside or after
+    # interval i is that plus min(t, ue[i]); one gather per side, no masked copies of the queries
+    base = np.r_[0, np.cumsum(ue - us)[:-1]] - us
+    k = np.searchsorted(us, t, side="right") - 1  # the last interval starting at or before t
+    kk = np.maximum(k, 0)
+    return np.where(k >= 0, base[kk] + np.minimum(t, ue[kk]), 0)
 
 
 def asof_backward(right_key: np.ndarray, right_t: np.ndarray, left_key: np.ndarray,

@@ -471,6 +471,20 @@ def _submission(ctx: FactContext, ops: pd.DataFrame, pos: np.ndarray) -> np.ndar
     want_pid = ops["pid"].to_numpy(dtype=np.int64)[pos]
     want_corr = ops["correlation_id"].to_numpy(dtype=np.int64)[pos]
     corr = api["correlation_id"].to_numpy(dtype=np.int64)
+    if len(corr) and corr.min() >= 0 and corr.max() < 2**32:
+        # the calls' (pid, correlation id) keys distinct and in row order (nsys API tables): each op
+        # finds its call by one binary search, nothing hashed or sorted
+        pid = column(api, "pid", -1).fillna(-1).to_numpy(dtype=np.int64)
+        if -(2**31) <= min(pid.min(), want_pid.min()) and max(pid.max(), want_pid.max()) < 2**31:
+            key = (pid << 32) | corr
+            if len(key) < 2 or bool((key[1:] > key[:-1]).all()):
+                want_key = (want_pid << 32) | np.where(want_corr >= 0, want_corr, 0)
+                at = np.minimum(np.searchsorted(key, want_key), len(key) - 1)
+                has = (key[at] == want_key) & (want_corr >= 0) & (out >= 0)
+                out[has] = api["end"].to_numpy(dtype=np.int64)[at[has]]
+                return out
+            del key
+        del pid
     hit = np.flatnonzero(np.isin(corr, want_corr) & (corr >= 0))
     if not len(hit):
         return out
@@ -857,13 +871,7 @@ def _step_codes(ctx: FactContext, start: np.ndarray) -> tuple[np.ndarray, np.nda
     if steps.empty or not len(start):
         return np.zeros(len(start), dtype=np.int64), np.array([""], dtype=object)
     lo, hi, names = _step_bounds(steps)
-    if len(start) > 1 and _ascending(start):
-        # sorted starts (one device): the last step starting at or before each segment by counting
-        # step starts, one pass instead of a binary search per segment
-        first = np.searchsorted(start, lo, side="left")
-        k = np.cumsum(np.bincount(first, minlength=len(start) + 1)[:len(start)]) - 1
-    else:
-        k = np.searchsorted(lo, start, side="right") - 1
+    k = _span_of(start, lo)
     ok = (k >= 0) & (start < hi[np.maximum(k, 0)])
     labels = np.array([str(x) for x in names] + [""], dtype=object)
     return np.where(ok, k, len(names)).astype(np.int64), labels
@@ -889,17 +897,14 @@ def _sum_by(group: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
-def _in_spans(start: np.ndarray, end: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, ...]:
-    """:func:`intersect` of intervals with the sorted disjoint spans ``[lo, hi)`` (steps: a few hundred
-    spans, millions of segments), as ``(index, span, start, end)`` in no particular order: an interval
-    inside one span (nearly all) is found with one ``searchsorted``; only the others are intersected."""
-    k = np.searchsorted(lo, start, side="right") - 1
-    kk = np.maximum(k, 0)
-    inside = (k >= 0) & (end <= hi[kk]) & (end > start)
-    idx = np.flatnonzero(inside)
-    rest = np.flatnonzero(~inside)
-    ai, ci, s, e = intersect(start[rest], end[rest], lo, hi)
-    return (np.r_[idx, rest[ai]], np.r_[kk[idx], ci], np.r_[start[idx], s], np.r_[end[idx], e])
+def _span_of(start: np.ndarray, lo: np.ndarray) -> np.ndarray:
+    """For each ``start``, the last of the sorted span starts ``lo`` at or before it (-1: none). For
+    sorted starts (the segments of one device), by counting the span starts: one pass instead of a
+    binary search per start."""
+    if len(start) > 1 and _ascending(start):
+        first = np.searchsorted(start, lo, side="left")
+        return np.cumsum(np.bincount(first, minlength=len(start) + 1)[:len(start)]) - 1
+    return np.searchsorted(lo, start, side="right") - 1
 
 
 @fact("timeline_breakdown", columns=BREAKDOWN_COLUMNS, requires=("timeline_segments", "steps"),
@@ -944,68 +949,81 @@ def timeline_breakdown(ctx: FactContext) -> pd.DataFrame:
             "cause": np.asarray(cause_labels, dtype=object)[c], "detail": np.asarray(detail_labels, dtype=object)[x],
             "duration_ns": total, "segments": segments.astype(np.int64)})
 
-    def summed(keys: np.ndarray, n_key: int, dur: np.ndarray, pos: np.ndarray | None = None,
-               rank: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
-        """Durations summed per (device, key, cause, detail) of the segments ``pos`` (all: None), groups
-        in order of first appearance (of ``rank``, default the input order): one mixed-radix integer key
-        per segment, counted directly when the key space is small, else factorized (hash, no sort).
-        Returns ``(device, key, cause, detail, total, segments)`` codes per group."""
+    def grouped(keys: np.ndarray, n_key: int, dur: np.ndarray, pos: np.ndarray | None = None,
+                index: np.ndarray | None = None, first_index: bool = False) -> tuple[np.ndarray, ...]:
+        """The (device, key, cause, detail) groups of the segments ``pos`` (all: None), unordered, as
+        ``(code, duration, segments, first)``: one mixed-radix integer code per segment, counted directly
+        when the code space is small, else factorized (hash, no sort). ``first``: the smallest ``index``
+        (default the position) of the group's segments, or (``index`` None and not ``first_index``)
+        only a number in the same order."""
         take = (lambda a: a) if pos is None else (lambda a: a[pos])
-        n_key = max(n_key, 1)
         combined = take(dev_codes).astype(np.int64) * n_key + np.asarray(keys, dtype=np.int64)
         combined = (combined * n_cause + take(cause_codes)) * n_detail + take(detail_codes)
         space = len(dev_labels) * n_key * n_cause * n_detail
         n = len(combined)
-        exact = not len(dur) or int(dur.max()) * len(dur) < 2**53  # every partial sum exact in a double
+        idx = np.arange(n, dtype=np.int64) if index is None else index
         if space <= max(2 * n, 1 << 16):
             counts = np.bincount(combined, minlength=space)
             uniq = np.flatnonzero(counts)
             first = np.full(space, np.iinfo(np.int64).max, dtype=np.int64)
-            np.minimum.at(first, combined, np.arange(n, dtype=np.int64) if rank is None else rank)
-            uniq = uniq[np.argsort(first[uniq], kind="stable")]
-            segments = counts[uniq]
-            if exact:
-                total = np.bincount(combined, weights=dur, minlength=space).astype(np.int64)[uniq]
-            else:
-                total_all = np.zeros(space, dtype=np.int64)
-                np.add.at(total_all, combined, dur)
-                total = total_all[uniq]
-        else:
-            group, uniq = pd.factorize(combined)
-            segments = np.bincount(group, minlength=len(uniq))
-            if exact:
-                total = np.bincount(group, weights=dur, minlength=len(uniq)).astype(np.int64)
-            else:
-                total = np.zeros(len(uniq), dtype=np.int64)
-                np.add.at(total, group, dur)
-            if rank is not None:
-                first = np.full(len(uniq), np.iinfo(np.int64).max, dtype=np.int64)
-                np.minimum.at(first, group, rank)
-                o = np.argsort(first, kind="stable")
-                uniq, segments, total = uniq[o], segments[o], total[o]
-        rest, x = np.divmod(uniq, n_detail)
+            np.minimum.at(first, combined, idx)
+            total = _sum_by(combined, dur, space)  # exact integers (and faster than a weighted bincount)
+            return uniq, total[uniq], counts[uniq], first[uniq]
+        group, uniq = pd.factorize(combined)
+        segments = np.bincount(group, minlength=len(uniq))
+        total = _sum_by(group, dur, len(uniq))
+        if index is None and not first_index:  # factorize numbers the groups in order of first appearance
+            return np.asarray(uniq, dtype=np.int64), total, segments, np.arange(len(uniq), dtype=np.int64)
+        first = np.full(len(uniq), np.iinfo(np.int64).max, dtype=np.int64)
+        np.minimum.at(first, group, idx)
+        return np.asarray(uniq, dtype=np.int64), total, segments, first
+
+    def decoded(code: np.ndarray, n_key: int) -> tuple[np.ndarray, ...]:
+        """``(device, key, cause, detail)`` codes of :func:`grouped`'s group codes."""
+        rest, x = np.divmod(code, n_detail)
         rest, c = np.divmod(rest, n_cause)
         d, k = np.divmod(rest, n_key)
-        return d, k, c, x, total, segments
+        return d, k, c, x
 
     # the range rows, then the window rows summed from them (each window group first appears where its
     # first range group does, so their order is the segments' order of first appearance too)
-    rd, rk, rc, rx, rtotal, rsegs = summed(range_codes, len(range_labels), end - start)
+    n_range = max(len(range_labels), 1)
+    ru, rtotal, rsegs, rfirst = grouped(range_codes, n_range, end - start)
+    o = np.argsort(rfirst, kind="stable")
+    ru, rtotal, rsegs = ru[o], rtotal[o], rsegs[o]
+    rd, rk, rc, rx = decoded(ru, n_range)
     wkey, wuniq = pd.factorize((rd * n_cause + rc) * n_detail + rx)
     wrest, wx = np.divmod(np.asarray(wuniq, dtype=np.int64), n_detail)
     wd, wc = np.divmod(wrest, n_cause)
     parts = [frame("window", wd, np.zeros(len(wuniq), dtype=np.int64), np.array([""], dtype=object), wc, wx,
-                   np.bincount(wkey, weights=rtotal, minlength=len(wuniq)).astype(np.int64)
-                   if int(rtotal.sum()) < 2**53 else _sum_by(wkey, rtotal, len(wuniq)),
-                   np.bincount(wkey, weights=rsegs, minlength=len(wuniq)).astype(np.int64)),
+                   _sum_by(wkey, rtotal, len(wuniq)), _sum_by(wkey, rsegs, len(wuniq))),
              frame("range", rd, rk, range_labels, rc, rx, rtotal, rsegs)]
     steps = ctx.get("steps")
     if not steps.empty:
         lo, hi, names = _step_bounds(steps)
-        si, ci, s, e = _in_spans(start, end, lo, hi)
-        step_labels = np.asarray([str(x) for x in names], dtype=object)
-        sd, sk, sc, sx, stotal, ssegs = summed(ci, len(step_labels), e - s, si, si * (len(lo) + 1) + ci)
-        parts.append(frame("step", sd, sk, step_labels, sc, sx, stotal, ssegs))
+        n_step = len(lo) + 1  # key len(lo): a segment not inside one step (summed by its pieces instead)
+        k = _span_of(start, lo)
+        kk = np.maximum(k, 0)
+        inside = (k >= 0) & (end <= hi[kk]) & (end > start)
+        # nearly every segment lies inside one step: all of them in one pass with no gather, the others
+        # (crossing a step boundary, or outside every step) cut into their pieces inside steps
+        wu, wtotal, wsegs, wfirst = grouped(np.where(inside, kk, len(lo)), n_step, end - start, first_index=True)
+        del k, kk
+        whole = decoded(wu, n_step)[1] != len(lo)
+        rest = np.flatnonzero(~inside)
+        ai, ci, s, e = intersect(start[rest], end[rest], lo, hi)
+        pu, ptotal, psegs, pfirst = grouped(ci, n_step, e - s, rest[ai], rest[ai])
+        # a group may hold whole segments and pieces: the two tables merged on the group code
+        sg, su = pd.factorize(np.r_[wu[whole], pu])
+        first = np.full(len(su), np.iinfo(np.int64).max, dtype=np.int64)
+        np.minimum.at(first, sg, np.r_[wfirst[whole], pfirst])
+        sd, sk, sc, sx = decoded(np.asarray(su, dtype=np.int64), n_step)
+        # in the order a pass over (segment, step) pieces meets them
+        o = np.lexsort((sk, first))
+        step_labels = np.asarray([str(x) for x in names] + [""], dtype=object)
+        parts.append(frame("step", sd[o], sk[o], step_labels, sc[o], sx[o],
+                           _sum_by(sg, np.r_[wtotal[whole], ptotal], len(su))[o],
+                           _sum_by(sg, np.r_[wsegs[whole], psegs], len(su))[o]))
     out = pd.concat(parts, ignore_index=True)
     group_total = out.groupby(["device", "scope", "key"], sort=False)["duration_ns"].transform("sum")
     out["share"] = out["duration_ns"] / group_total.where(group_total > 0, 1)

@@ -118,9 +118,32 @@ def classify_codes(names: pd.Series, short_names: pd.Series,
     short_codes, short_labels = text_codes(short_names)
     shorts = short_labels[short_codes[first_row]]
     result = np.full(len(uniq_names), OTHER, dtype=object)
+    known = _known_categories(table)
     for code, name, short in zip(present, uniq_names[present], shorts):  # distinct names, never per launch
-        result[code] = categorize(str(name), str(short) if isinstance(short, str) else "", table)
+        key = (str(name), str(short) if isinstance(short, str) else "")
+        category = known.get(key)
+        if category is None:
+            category = categorize(key[0], key[1], table)
+            if len(key[0]) + len(key[1]) <= _KNOWN_NAME_CHARS and len(known) < _KNOWN_NAMES:
+                known[key] = category
+        result[code] = category
     return name_codes, result
+
+
+#: categories already found per table (``load_categories`` keeps its tables): the kernels of the next
+#: trace of a diff, a job's ranks or a sweep are mostly the same names, each matched against ~130 patterns
+_KNOWN: dict[int, tuple[tuple[Category, ...], dict[tuple[str, str], str]]] = {}
+_KNOWN_NAMES = 100_000
+_KNOWN_NAME_CHARS = 4096
+
+
+def _known_categories(table: tuple[Category, ...]) -> dict[tuple[str, str], str]:
+    entry = _KNOWN.get(id(table))
+    if entry is None or entry[0] is not table:
+        if len(_KNOWN) >= 8:  # load_categories keeps 8 tables
+            _KNOWN.clear()
+        entry = _KNOWN[id(table)] = (table, {})
+    return entry[1]
 
 
 def with_graph_executions(codes: np.ndarray, categories: np.ndarray,

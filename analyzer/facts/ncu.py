@@ -30,8 +30,6 @@ from analyzer.loading.ncu import (
     NCU_STALL_COLUMN_DOCS,
     NcuReport,
     empty_ncu_frame,
-    join_ncu,
-    profiled_totals,
 )
 
 LATENCY_BOUND_PCT = 60.0  # ncu SOLBottleneck: both below -> latency bound
@@ -145,6 +143,9 @@ def ncu_kernels(ctx: FactContext) -> pd.DataFrame:
     report = _report(ctx)
     if report is None:
         return empty_ncu_frame(NCU_KERNELS_COLUMNS)
+    # imported here: the join and the readers behind it cost start-up to every run without ncu data
+    from analyzer.loading.ncu import join_ncu, profiled_totals
+
     if ctx.trace.ncu_only:  # no timeline: the report carries its profiled totals
         kernels = (report if report.joined else profiled_totals(report)).kernels
         label = PROFILED_LABEL

@@ -59,7 +59,9 @@ def main(argv: list[str]) -> None:
     import yaml  # noqa: F401
 
     with atheris.instrument_imports(include=["analyzer"]):
-        import analyzer.loading.ncu  # noqa: F401
+        import analyzer.loading.ncu.join  # noqa: F401 - the package imports its submodules on first use
+        import analyzer.loading.ncu.read  # noqa: F401
+        import analyzer.loading.ncu.standalone  # noqa: F401
         import analyzer.rules.expr  # noqa: F401
         import analyzer.rules.loader  # noqa: F401
         import analyzer.rules.templates  # noqa: F401

@@ -134,8 +134,9 @@ def load_trace(
 
 
 def _load(p: Path, fmt: str, progress: Callable[[str], None] | None, cache_dir: Path | None) -> Trace:
-    from analyzer.loading import nsys_rep
-    from analyzer.loading.nsys_sqlite.loader import load_nsys_sqlite
+    if fmt in ("xz", "nsys-sqlite", "sqlite", "nsys-rep"):  # imported here: a torch.profiler run needs neither
+        from analyzer.loading import nsys_rep
+        from analyzer.loading.nsys_sqlite.loader import load_nsys_sqlite
 
     if fmt == "xz":
         inner = nsys_rep.cached_decompressed(p, cache_dir=cache_dir, progress=progress)

@@ -128,3 +128,25 @@ def test_whole_graph_executions_are_their_own_category(name):
     assert compute.get(GRAPH_CATEGORY, 0) > 0 and "other" not in compute.index
     phases = a.facts.get("top_kernels")
     assert set(phases.loc[phases["name"].astype(str).str.startswith("CUDA graph "), "category"]) == {GRAPH_CATEGORY}
+
+
+def test_categories_found_once_per_table_give_what_matching_gives(monkeypatch):
+    """classify_codes keeps each (name, short name)'s category per category table: a second trace's
+    kernels (here the same trace again) take them from there, and every one equals categorize's."""
+    from analyzer.facts import categories as cat
+    from analyzer.loading import load_trace
+    from analyzer.testing import real_trace
+
+    kernels = load_trace(real_trace("small_training_ctx128")).kernels
+    table = load_categories()
+    cat._KNOWN.clear()
+    first = cat.classify_names(kernels["name"], kernels["short_name"], table)
+    known = cat._known_categories(table)
+    assert len(known) == kernels["name"].nunique() > 5
+    for (name, short), category in known.items():
+        assert cat.categorize(name, short, table) == category
+    calls: list[str] = []
+    real = cat.categorize
+    monkeypatch.setattr(cat, "categorize", lambda *a: calls.append(a[0]) or real(*a))
+    again = cat.classify_names(kernels["name"], kernels["short_name"], table)
+    assert not calls and list(again) == list(first)

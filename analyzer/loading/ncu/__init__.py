@@ -27,28 +27,59 @@ Modules: :mod:`~analyzer.loading.ncu.detect` (which export a file is), :mod:`~an
 """
 from __future__ import annotations
 
-from analyzer.loading.ncu.detect import detect_ncu
-from analyzer.loading.ncu.join import join_ncu
-from analyzer.loading.ncu.model import (
-    NCU_DETAILS_CSV,
-    NCU_JOIN_COLUMNS,
-    NCU_JOIN_COLUMN_DOCS,
-    NCU_KERNEL_COLUMNS,
-    NCU_KERNEL_COLUMN_DOCS,
-    NCU_RAW_CSV,
-    NCU_REP,
-    NCU_REP_MAGIC,
-    NCU_RULE_COLUMNS,
-    NCU_RULE_COLUMN_DOCS,
-    NCU_STALL_COLUMNS,
-    NCU_STALL_COLUMN_DOCS,
-    NcuReport,
-    empty_ncu_frame,
-)
-from analyzer.loading.ncu.names import kernel_base_name, normalize_kernel_name
-from analyzer.loading.ncu.read import load_ncu
-from analyzer.loading.ncu.standalone import NO_TIMELINE_REASON, ncu_trace, profiled_totals
-from analyzer.loading.ncu.units import parse_unit, parse_values
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from analyzer.loading.ncu.detect import detect_ncu
+    from analyzer.loading.ncu.join import join_ncu
+    from analyzer.loading.ncu.model import (
+        NCU_DETAILS_CSV,
+        NCU_JOIN_COLUMNS,
+        NCU_JOIN_COLUMN_DOCS,
+        NCU_KERNEL_COLUMNS,
+        NCU_KERNEL_COLUMN_DOCS,
+        NCU_RAW_CSV,
+        NCU_REP,
+        NCU_REP_MAGIC,
+        NCU_RULE_COLUMNS,
+        NCU_RULE_COLUMN_DOCS,
+        NCU_STALL_COLUMNS,
+        NCU_STALL_COLUMN_DOCS,
+        NcuReport,
+        empty_ncu_frame,
+    )
+    from analyzer.loading.ncu.names import kernel_base_name, normalize_kernel_name
+    from analyzer.loading.ncu.read import load_ncu
+    from analyzer.loading.ncu.standalone import NO_TIMELINE_REASON, ncu_trace, profiled_totals
+    from analyzer.loading.ncu.units import parse_unit, parse_values
+
+#: where each public name lives: the submodules are imported on first use (PEP 562), so a run on a
+#: trace without Nsight Compute files does not pay for pandas frames built at import by ``build``
+_WHERE = {
+    "detect_ncu": "detect",
+    "join_ncu": "join",
+    **dict.fromkeys(("NCU_DETAILS_CSV", "NCU_JOIN_COLUMNS", "NCU_JOIN_COLUMN_DOCS", "NCU_KERNEL_COLUMNS",
+                     "NCU_KERNEL_COLUMN_DOCS", "NCU_RAW_CSV", "NCU_REP", "NCU_REP_MAGIC", "NCU_RULE_COLUMNS",
+                     "NCU_RULE_COLUMN_DOCS", "NCU_STALL_COLUMNS", "NCU_STALL_COLUMN_DOCS", "NcuReport",
+                     "empty_ncu_frame"), "model"),
+    "kernel_base_name": "names",
+    "normalize_kernel_name": "names",
+    "load_ncu": "read",
+    **dict.fromkeys(("NO_TIMELINE_REASON", "ncu_trace", "profiled_totals"), "standalone"),
+    "parse_unit": "units",
+    "parse_values": "units",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "NCU_DETAILS_CSV",
