@@ -188,7 +188,7 @@ def run_cmd(
     from analyzer.api import run as run_analysis
     from analyzer.facts.phase_index import exclude_option
     from analyzer.findings import Severity
-    from analyzer.reports import render
+    from analyzer.reports import render_parts
     from analyzer.trace_analysis import AnalysisOptions
 
     fmt = output_format(output, fmt)
@@ -227,15 +227,17 @@ def run_cmd(
                 and job is not False:
             click.echo(f"note: analyzed separately, not as one multi-GPU job: {outcome.reason}", err=True)
         report = result.report()
-        text = render(report, fmt)  # type: ignore[arg-type]
+        # in parts: a JSON report is rendered section by section as it is written (never one string)
+        parts = render_parts(report, fmt)  # type: ignore[arg-type]
     target = output or Path("reports") / f"{trace_stem(traces[0]) or 'report'}{'-and-more' if len(traces) > 1 else ''}.{fmt}"
-    if str(target) == "-":
-        sys.stdout.write(text)
-    else:
-        from analyzer.fileio import atomic_write
+    with Watchdog(timeout, str(traces[0])), stage("writing the report"):
+        if str(target) == "-":
+            for part in parts:
+                sys.stdout.write(part)
+        else:
+            from analyzer.fileio import atomic_write
 
-        with stage("writing the report"):
-            atomic_write(target, text)
+            atomic_write(target, parts)
     if not quiet:
         from analyzer.reports.summary import summary_text
 

@@ -22,7 +22,7 @@ import errno
 import os
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -108,7 +108,12 @@ def atomic_output(path: str | Path, mode: str = "w", *, encoding: str | None = "
         raise
 
 
-def atomic_write(path: str | Path, data: str | bytes, *, encoding: str = "utf-8") -> None:
-    """Write ``data`` to ``path`` atomically (see the module docstring)."""
+def atomic_write(path: str | Path, data: str | bytes | Iterable[str], *, encoding: str = "utf-8") -> None:
+    """Write ``data`` (text, bytes, or text in parts written one after the other) to ``path`` atomically
+    (see the module docstring)."""
     with atomic_output(path, "wb" if isinstance(data, bytes) else "w", encoding=encoding) as fh:
-        fh.write(data)
+        if isinstance(data, (str, bytes)):
+            fh.write(data)
+        else:
+            for part in data:
+                fh.write(part)

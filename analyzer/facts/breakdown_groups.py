@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analyzer.facts._util import text, text_codes
+from analyzer.facts._util import text_codes
 from analyzer.facts.breakdown_ranges import generic_keys
 from analyzer.facts.registry import FactContext
 
@@ -49,15 +49,17 @@ def compiled_shares(ctx: FactContext, phase_of: dict[str, str]) -> dict[tuple[in
         return {}
     w = ctx.window
     start = ops["start"].to_numpy(dtype=np.int64)
-    mine = (text(ops["op"]).to_numpy(dtype=object) == "kernel") & (start >= w.start_ns) & (start < w.end_ns)
+    op_codes, op_labels = text_codes(ops["op"])  # a categorical's own codes: no text compared per row
+    mine = (op_labels == "kernel")[op_codes] & (start >= w.start_ns) & (start < w.end_ns)
     if "in_graph" in ops:
         mine &= ops["in_graph"].fillna(NOT_IN_GRAPH).to_numpy(dtype=np.int64) == NOT_IN_GRAPH
     pos = np.flatnonzero(mine)
     if not len(pos):
         return {}
-    name_codes, names = text_codes(ops["label"].iloc[pos])
-    inductor = np.array([is_inductor_kernel(str(x)) for x in names], dtype=bool)[name_codes]
-    path_codes, paths = text_codes(ops["nvtx_path"].iloc[pos])
+    all_names, names = text_codes(ops["label"])
+    inductor = np.array([is_inductor_kernel(str(x)) for x in names], dtype=bool)[all_names[pos]]
+    all_paths, paths = text_codes(ops["nvtx_path"])
+    path_codes = all_paths[pos]
     phases = np.array([phase_of.get(k, "") for k in generic_keys(paths)], dtype=object)
     phase_codes, phase_labels = pd.factorize(phases[path_codes])
     dev_codes, dev_values = pd.factorize(ops["device"].to_numpy(dtype=np.int64)[pos])

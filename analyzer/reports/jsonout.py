@@ -6,6 +6,7 @@ floats are rounded to 6 significant digits, NaN becomes ``null``: same inputs, s
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 from analyzer.reports.values import py_value
@@ -217,20 +218,23 @@ def _dumps(value: Any) -> str:
 
 def render_json(report: ReportView) -> str:
     """The report as indented JSON text, ending with a newline: the bytes of ``json.dumps(report_dict(
-    report), indent=2)``, built one trace section at a time (a job of many ranks never holds every
-    rank's section as Python objects at once, only as text)."""
+    report), indent=2)``, built one trace section at a time (:func:`json_parts`)."""
+    return "".join(json_parts(report))
+
+
+def json_parts(report: ReportView) -> Iterator[str]:
+    """:func:`render_json`'s text in parts, one trace section at a time: a job of many ranks is written
+    without ever holding every rank's section as Python objects, or the whole document as one string."""
     from dataclasses import replace
 
     if not report.traces:
-        return _dumps(report_dict(report)) + "\n"
+        yield _dumps(report_dict(report)) + "\n"
+        return
     head = _dumps(report_dict(replace(report, traces=())))
     empty = '\n  "traces": []'  # the top-level key (a newline never occurs inside a JSON string)
     at = head.index(empty) + len(empty) - 2
     # each section at depth 2 of the document: indent=2 puts 4 spaces before its lines
-    parts = [head[:at], "[\n"]
+    yield head[:at] + "[\n"
     for i, s in enumerate(report.traces):
-        if i:
-            parts.append(",\n")
-        parts.append("\n".join("    " + line for line in _dumps(_section(s)).split("\n")))
-    parts += ["\n  ]", head[at + 2:], "\n"]
-    return "".join(parts)
+        yield (",\n" if i else "") + "\n".join("    " + line for line in _dumps(_section(s)).split("\n"))
+    yield "\n  ]" + head[at + 2:] + "\n"
