@@ -34,3 +34,22 @@ def test_watchdog_refuses_what_it_cannot_wait_for(seconds):
     """Library callers (AnalysisOptions(timeout=...)) reach the watchdog without the CLI's check."""
     with pytest.raises(ParameterError, match="not a finite number of seconds"):
         Watchdog(seconds, "x")
+
+
+def test_nsys_timestamps_beyond_the_int64_safe_range_are_refused(tmp_path, capsys):
+    """A kernel start moved by -2^63 (the fuzz's nsys seed 1, case 2,094) read as 72 kernels and 5.99 ms
+    where SQLite sums 6.6e20 ns: end - start overflowed int64 silently. Such a file is refused, unchanged."""
+    import shutil
+    import sqlite3
+
+    db = tmp_path / "t.sqlite"
+    shutil.copyfile(real_trace("alloc_churn_fixed"), db)
+    with sqlite3.connect(db) as con:
+        con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = start - 9223372036854775807 "
+                    "WHERE rowid = (SELECT min(rowid) FROM CUPTI_ACTIVITY_KIND_KERNEL)")
+    con.close()
+    before = db.read_bytes()
+    rc = main([str(db), "-q", "--no-cache", "-o", str(tmp_path / "r.md")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "beyond 2^62 ns" in err[0] and "export it again" in err[0], err
+    assert db.read_bytes() == before and not (tmp_path / "r.md").exists()

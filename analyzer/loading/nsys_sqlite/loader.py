@@ -137,6 +137,12 @@ def _with_graph_executions(k: dict[str, np.ndarray], short: TextCodes, name: Tex
     return rows, joined(short), joined(name), stats
 
 
+def _beyond_time_range(*columns: np.ndarray) -> bool:
+    """Whether any timestamp lies beyond +-:data:`TIME_MAX` (NULL reads as -1): damage, not a time; the
+    analysis would subtract such values from others and overflow int64 silently."""
+    return any(len(c) and (int(c.max()) > TIME_MAX or int(c.min()) < -TIME_MAX) for c in columns)
+
+
 def _executions_without_launch(kernels: pd.DataFrame) -> int:
     """Whole CUDA graph executions (``in_graph`` = 2) whose launch call the trace does not hold."""
     if kernels.empty or "in_graph" not in kernels.columns or "api_name" not in kernels.columns:
@@ -268,6 +274,12 @@ class _Loader:
         release_free_memory()
 
         graph_tables = [g] if g is not None else []
+        for table, d in ((KERNEL_TABLE, k), (MEMCPY_TABLE, mc), (MEMSET_TABLE, ms), (SYNC_TABLE, sy),
+                         ("the CUDA API tables", api), (GRAPH_TABLE, g), (NVTX_TABLE, nv)):
+            if d is not None and _beyond_time_range(d["start"], d["end"]):
+                raise InputError(self.display_path, f"{table} has timestamps beyond 2^62 ns (about 146 years), "
+                                 "which no clock gives and whose differences overflow 64-bit integers",
+                                 hint="the export is damaged; export it again with nsys export --type sqlite")
         origin, duration = self._time_base(schema, [k, mc, ms, sy, api, *graph_tables], nv)
         trace_end = origin + duration
         for d in (k, mc, ms, sy, api, *graph_tables):  # in place: the fetched arrays are this loader's own
