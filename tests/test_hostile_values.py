@@ -53,3 +53,36 @@ def test_nsys_timestamps_beyond_the_int64_safe_range_are_refused(tmp_path, capsy
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "beyond 2^62 ns" in err[0] and "export it again" in err[0], err
     assert db.read_bytes() == before and not (tmp_path / "r.md").exists()
+
+
+def test_kineto_durations_whose_sum_overflows_are_refused(tmp_path, capsys):
+    """Each kernel's dur set to 1e15 us (1e18 ns, each within int64) summed to -4.9e18 ns where Python's
+    json reads 3.2e19 (the fuzz's kineto seed 2): such a trace is refused with one line, unchanged."""
+    import gzip
+    import json
+
+    from analyzer.testing import DATA_DIR
+
+    doc = json.loads(gzip.decompress((DATA_DIR / "kineto" / "occupancy_fixed.pt.trace.json.gz").read_bytes()))
+    for e in doc["traceEvents"]:
+        if isinstance(e, dict) and e.get("cat") == "kernel":
+            e["dur"] = 1e15
+    path = tmp_path / "t.pt.trace.json"
+    path.write_text(json.dumps(doc))
+    before = path.read_bytes()
+    rc = main([str(path), "-q", "--no-cache", "-o", str(tmp_path / "r.md")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "add up to more than 2^62 ns" in err[0], err
+    assert path.read_bytes() == before and not (tmp_path / "r.md").exists()
+
+
+def test_fuzz_reference_reader_takes_a_list_category():
+    """The kineto harness's own json reader (the property's reference) failed with TypeError on a "cat"
+    set to a list (unhashable); such an event is no kernel, for the loader and the reader alike."""
+    import json
+
+    from analyzer.fuzz.kineto import json_kernel_totals
+
+    doc = {"traceEvents": [{"ph": "X", "cat": ["kernel"], "ts": 1, "dur": 2},
+                           {"ph": "X", "cat": "kernel", "ts": 1, "dur": 2}]}
+    assert json_kernel_totals(json.dumps(doc).encode()) == (1, 2000)

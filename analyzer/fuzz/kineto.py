@@ -161,7 +161,8 @@ def json_kernel_totals(data: bytes) -> tuple[int, int] | None:
         return None
     n = total = 0
     for e in events:
-        if not isinstance(e, dict) or e.get("ph") != "X" or e.get("cat") not in KERNEL_CATS:
+        if not isinstance(e, dict) or e.get("ph") != "X" or not isinstance(e.get("cat"), str) \
+                or e.get("cat") not in KERNEL_CATS:  # a list or object "cat" is no kernel's (nor hashable)
             continue
         ts = e.get("ts")
         if not isinstance(ts, decimal.Decimal) or not ts.is_finite():

@@ -133,7 +133,23 @@ def load_trace(
     return _load(p, fmt, progress, cache_dir)
 
 
+#: a trace whose GPU operations or API calls add up to this much time (ns, about 146 years) is damaged:
+#: sums of its durations would overflow the 64-bit integers every total is kept in
+DURATION_SUM_MAX = 1 << 62
+
+
 def _load(p: Path, fmt: str, progress: Callable[[str], None] | None, cache_dir: Path | None) -> Trace:
+    trace = _read(p, fmt, progress, cache_dir)
+    for label, frame in (("kernel", trace.kernels), ("memcpy", trace.memcpy), ("memset", trace.memset),
+                         ("CUDA API call", trace.api)):
+        if "duration" in frame and len(frame) and float(frame["duration"].to_numpy(dtype="float64").sum()) >= DURATION_SUM_MAX:
+            raise InputError(p, f"its {label} durations add up to more than 2^62 ns (about 146 years), which "
+                             "no recording holds and whose totals overflow 64-bit integers",
+                             hint="the trace is damaged; record or export it again")
+    return trace
+
+
+def _read(p: Path, fmt: str, progress: Callable[[str], None] | None, cache_dir: Path | None) -> Trace:
     if fmt in ("xz", "nsys-sqlite", "sqlite", "nsys-rep"):  # imported here: a torch.profiler run needs neither
         from analyzer.loading import nsys_rep
         from analyzer.loading.nsys_sqlite.loader import load_nsys_sqlite
