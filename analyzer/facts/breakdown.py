@@ -89,11 +89,11 @@ from analyzer.facts.intervals import graph_spans
 from analyzer.facts.nvtx import main_threads
 from analyzer.facts.nvtx_ranges import innermost_open, ranges_only
 from analyzer.facts.registry import FactContext, fact
-from analyzer.facts.breakdown_groups import fix_groups
 from analyzer.facts.breakdown_launch import submission as _submission
 from analyzer.facts.breakdown_launch import wait_details as _wait_details
-from analyzer.facts.breakdown_ranges import generic_keys, phase_keys
+from analyzer.facts.breakdown_ranges import generic_keys
 from analyzer.loading.columns import categorical
+from analyzer.loading.model import TIME_MAX as BIG
 
 #: default longest host time between two CUDA calls that still counts as dispatch (ns)
 DISPATCH_GAP_NS = 100_000
@@ -124,7 +124,6 @@ UNKNOWN_WHY: dict[str, str] = {
 #: ``compute`` detail of the time between dependent nodes of one CUDA graph execution
 GRAPH_NODE_GAPS = "CUDA graph (between nodes)"
 
-_BIG = np.iinfo(np.int64).max // 4
 
 # one-time CUDA calls: module/library loading, graph capture and instantiation, device queries
 _SETUP_API = re.compile(
@@ -217,7 +216,7 @@ BREAKDOWN_COLUMNS = {
 }
 
 
-def _empty(columns: dict[str, str], ints: tuple[str, ...], floats: tuple[str, ...] = ()) -> pd.DataFrame:
+def empty_frame(columns: dict[str, str], ints: tuple[str, ...], floats: tuple[str, ...] = ()) -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype="int64" if c in ints else "float64" if c in floats else object)
                          for c in columns})
 
@@ -400,8 +399,8 @@ def _thread_timeline(starts: np.ndarray, ends: np.ndarray, cause: np.ndarray, de
     fc, fd = cause[pos], detail[pos]
     # the free time between call blocks, and before the first / after the last call; free span i lies
     # after block i-1 (the block's cause says whether it is a sync's return)
-    gs = np.r_[-_BIG, fe]
-    ge = np.r_[fs, _BIG]
+    gs = np.r_[-BIG, fe]
+    ge = np.r_[fs, BIG]
     keep = np.flatnonzero(ge > gs)
     gs, ge = gs[keep], ge[keep]
     prev = keep - 1  # the block before each free span (-1: none)
@@ -426,7 +425,7 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
     w = ctx.window
     ops = ctx.get("gpu_ops")
     if w.duration_ns <= 0 or ops.empty:
-        return _empty(SEGMENT_COLUMNS, ("device", "start", "end", "duration", "host_tid", "waited_tid"))
+        return empty_frame(SEGMENT_COLUMNS, ("device", "start", "end", "duration", "host_tid", "waited_tid"))
     dispatch_ns = int(ctx.options.get("dispatch_gap_ns", DISPATCH_GAP_NS) or DISPATCH_GAP_NS)
     level, op_detail, labels = _op_classes(ctx, ops)
     index = {x: i for i, x in enumerate(labels)}
@@ -767,14 +766,14 @@ def _step_codes(ctx: FactContext, start: np.ndarray) -> tuple[np.ndarray, np.nda
     steps = ctx.get("steps")
     if steps.empty or not len(start):
         return np.zeros(len(start), dtype=np.int64), np.array([""], dtype=object)
-    lo, hi, names = _step_bounds(steps)
-    k = _span_of(start, lo)
+    lo, hi, names = step_bounds(steps)
+    k = span_of(start, lo)
     ok = (k >= 0) & (start < hi[np.maximum(k, 0)])
     labels = np.array([str(x) for x in names] + [""], dtype=object)
     return np.where(ok, k, len(names)).astype(np.int64), labels
 
 
-def _step_bounds(steps: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def step_bounds(steps: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Steps as contiguous spans ``[previous completion, completion)``, sorted and disjoint."""
     done = steps["done"].to_numpy(dtype=np.int64)
     prev = done - steps["duration"].to_numpy(dtype=np.int64)
@@ -786,15 +785,15 @@ def _step_bounds(steps: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarra
     return lo, np.maximum(hi, lo), steps["step"].to_numpy(dtype=object)[order]
 
 
-# -- the breakdown ---------------------------------------------------------------------------------
-def _sum_by(group: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+# -- shared with the breakdown table ---------------------------------------------------------------------------------
+def sum_by(group: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     """Integer ``values`` summed per ``group`` code, exactly."""
     out = np.zeros(n, dtype=np.int64)
     np.add.at(out, group, values)
     return out
 
 
-def _span_of(start: np.ndarray, lo: np.ndarray) -> np.ndarray:
+def span_of(start: np.ndarray, lo: np.ndarray) -> np.ndarray:
     """For each ``start``, the last of the sorted span starts ``lo`` at or before it (-1: none). For
     sorted starts (the segments of one device), by counting the span starts: one pass instead of a
     binary search per start."""
@@ -802,157 +801,3 @@ def _span_of(start: np.ndarray, lo: np.ndarray) -> np.ndarray:
         first = np.searchsorted(start, lo, side="left")
         return np.cumsum(np.bincount(first, minlength=len(start) + 1)[:len(start)]) - 1
     return np.searchsorted(lo, start, side="right") - 1
-
-
-@fact("timeline_breakdown", columns=BREAKDOWN_COLUMNS, requires=("timeline_segments", "steps"),
-      scope_keys=("device", "scope", "key", "cause"))
-def timeline_breakdown(ctx: FactContext) -> pd.DataFrame:
-    """Where each GPU's analysis window went, as an exact partition. One row per (device, scope, key,
-    cause, detail):
-
-    * ``scope`` ``window`` (``key`` ""): the whole window of the device; its rows sum to the window;
-    * ``scope`` ``step`` (``key`` = step name): each step from the previous step's completion to its own
-      (the ``steps`` fact), clipped to the window;
-    * ``scope`` ``range`` (``key`` = NVTX path cut before the first framework operator, each component's
-      trailing number made generic: ``step_N/load_batch``): busy time by the range that launched the op,
-      idle time by the range open on the feeding thread; ``key`` "" holds the time outside every range.
-
-    ``cause`` is one of compute, exposed_comm, exposed_copy, launch_bound, host_sync, host_work,
-    wait_other, setup, unknown; ``detail`` refines it (kernel category, copy direction and memory kind,
-    collective, CUDA call, ``dispatch``, NVTX range, why unknown); see :mod:`analyzer.facts.breakdown`
-    for the exact definitions and the ``dispatch_gap_ns`` parameter. ``share`` is the row's part of its
-    (device, scope, key) group (sums to 1), ``cause_share`` its part of the device's window total of
-    that cause, ``segments`` the number of disjoint intervals summed."""
-    seg = ctx.get("timeline_segments")
-    ints = ("device", "duration_ns", "segments", "key_cause_ns", "device_host_held_ns", "device_cause_ns",
-            "phase_ns", "phase_host_held_ns", "compiled", "group_ns", "group_host_held_ns")
-    if seg.empty:
-        return _empty(BREAKDOWN_COLUMNS, ints, ("share", "cause_share", "key_cause_share", "compiled_share"))
-    # summed on integer codes (a million-kernel trace has millions of segments), text put back per row
-    dev = seg["device"].to_numpy(dtype=np.int64)
-    start, end = seg["start"].to_numpy(dtype=np.int64), seg["end"].to_numpy(dtype=np.int64)
-    cause_codes, cause_labels = text_codes(seg["cause"])
-    detail_codes, detail_labels = text_codes(seg["detail"])
-    range_codes, range_labels = text_codes(seg["range_key"])
-
-    dev_codes, dev_values = pd.factorize(dev)
-    n_cause, n_detail = len(cause_labels), len(detail_labels)
-    dev_labels = np.asarray(dev_values, dtype=np.int64)
-
-    def frame(scope: str, d: np.ndarray, k: np.ndarray, key_labels: np.ndarray, c: np.ndarray, x: np.ndarray,
-              total: np.ndarray, segments: np.ndarray) -> pd.DataFrame:
-        return pd.DataFrame({
-            "device": dev_labels[d], "scope": scope, "key": np.asarray(key_labels, dtype=object)[k],
-            "cause": np.asarray(cause_labels, dtype=object)[c], "detail": np.asarray(detail_labels, dtype=object)[x],
-            "duration_ns": total, "segments": segments.astype(np.int64)})
-
-    def grouped(keys: np.ndarray, n_key: int, dur: np.ndarray, pos: np.ndarray | None = None,
-                index: np.ndarray | None = None, first_index: bool = False) -> tuple[np.ndarray, ...]:
-        """The (device, key, cause, detail) groups of the segments ``pos`` (all: None), unordered, as
-        ``(code, duration, segments, first)``: one mixed-radix integer code per segment, counted directly
-        when the code space is small, else factorized (hash, no sort). ``first``: the smallest ``index``
-        (default the position) of the group's segments, or (``index`` None and not ``first_index``)
-        only a number in the same order."""
-        take = (lambda a: a) if pos is None else (lambda a: a[pos])
-        combined = take(dev_codes).astype(np.int64) * n_key + np.asarray(keys, dtype=np.int64)
-        combined = (combined * n_cause + take(cause_codes)) * n_detail + take(detail_codes)
-        space = len(dev_labels) * n_key * n_cause * n_detail
-        n = len(combined)
-        idx = np.arange(n, dtype=np.int64) if index is None else index
-        if space <= max(2 * n, 1 << 16):
-            counts = np.bincount(combined, minlength=space)
-            uniq = np.flatnonzero(counts)
-            first = np.full(space, np.iinfo(np.int64).max, dtype=np.int64)
-            np.minimum.at(first, combined, idx)
-            total = _sum_by(combined, dur, space)  # exact integers (and faster than a weighted bincount)
-            return uniq, total[uniq], counts[uniq], first[uniq]
-        group, uniq = pd.factorize(combined)
-        segments = np.bincount(group, minlength=len(uniq))
-        total = _sum_by(group, dur, len(uniq))
-        if index is None and not first_index:  # factorize numbers the groups in order of first appearance
-            return np.asarray(uniq, dtype=np.int64), total, segments, np.arange(len(uniq), dtype=np.int64)
-        first = np.full(len(uniq), np.iinfo(np.int64).max, dtype=np.int64)
-        np.minimum.at(first, group, idx)
-        return np.asarray(uniq, dtype=np.int64), total, segments, first
-
-    def decoded(code: np.ndarray, n_key: int) -> tuple[np.ndarray, ...]:
-        """``(device, key, cause, detail)`` codes of :func:`grouped`'s group codes."""
-        rest, x = np.divmod(code, n_detail)
-        rest, c = np.divmod(rest, n_cause)
-        d, k = np.divmod(rest, n_key)
-        return d, k, c, x
-
-    # the range rows, then the window rows summed from them (each window group first appears where its
-    # first range group does, so their order is the segments' order of first appearance too)
-    n_range = max(len(range_labels), 1)
-    ru, rtotal, rsegs, rfirst = grouped(range_codes, n_range, end - start)
-    o = np.argsort(rfirst, kind="stable")
-    ru, rtotal, rsegs = ru[o], rtotal[o], rsegs[o]
-    rd, rk, rc, rx = decoded(ru, n_range)
-    wkey, wuniq = pd.factorize((rd * n_cause + rc) * n_detail + rx)
-    wrest, wx = np.divmod(np.asarray(wuniq, dtype=np.int64), n_detail)
-    wd, wc = np.divmod(wrest, n_cause)
-    parts = [frame("window", wd, np.zeros(len(wuniq), dtype=np.int64), np.array([""], dtype=object), wc, wx,
-                   _sum_by(wkey, rtotal, len(wuniq)), _sum_by(wkey, rsegs, len(wuniq))),
-             frame("range", rd, rk, range_labels, rc, rx, rtotal, rsegs)]
-    steps = ctx.get("steps")
-    if not steps.empty:
-        lo, hi, names = _step_bounds(steps)
-        n_step = len(lo) + 1  # key len(lo): a segment not inside one step (summed by its pieces instead)
-        k = _span_of(start, lo)
-        kk = np.maximum(k, 0)
-        inside = (k >= 0) & (end <= hi[kk]) & (end > start)
-        # nearly every segment lies inside one step: all of them in one pass with no gather, the others
-        # (crossing a step boundary, or outside every step) cut into their pieces inside steps
-        wu, wtotal, wsegs, wfirst = grouped(np.where(inside, kk, len(lo)), n_step, end - start, first_index=True)
-        del k, kk
-        whole = decoded(wu, n_step)[1] != len(lo)
-        rest = np.flatnonzero(~inside)
-        ai, ci, s, e = intersect(start[rest], end[rest], lo, hi)
-        pu, ptotal, psegs, pfirst = grouped(ci, n_step, e - s, rest[ai], rest[ai])
-        # a group may hold whole segments and pieces: the two tables merged on the group code
-        sg, su = pd.factorize(np.r_[wu[whole], pu])
-        first = np.full(len(su), np.iinfo(np.int64).max, dtype=np.int64)
-        np.minimum.at(first, sg, np.r_[wfirst[whole], pfirst])
-        sd, sk, sc, sx = decoded(np.asarray(su, dtype=np.int64), n_step)
-        # in the order a pass over (segment, step) pieces meets them
-        o = np.lexsort((sk, first))
-        step_labels = np.asarray([str(x) for x in names] + [""], dtype=object)
-        parts.append(frame("step", sd[o], sk[o], step_labels, sc[o], sx[o],
-                           _sum_by(sg, np.r_[wtotal[whole], ptotal], len(su))[o],
-                           _sum_by(sg, np.r_[wsegs[whole], psegs], len(su))[o]))
-    out = pd.concat(parts, ignore_index=True)
-    group_total = out.groupby(["device", "scope", "key"], sort=False)["duration_ns"].transform("sum")
-    out["share"] = out["duration_ns"] / group_total.where(group_total > 0, 1)
-    out["key_cause_ns"] = out.groupby(["device", "scope", "key", "cause"], sort=False)["duration_ns"].transform("sum")
-    is_win = (out["scope"] == "window").to_numpy()
-    win = out.loc[is_win].groupby(["device", "cause"])["duration_ns"].sum()
-    cause_total = win.reindex(pd.MultiIndex.from_frame(out[["device", "cause"]])).fillna(0).to_numpy(dtype=np.float64)
-    safe = np.where(cause_total > 0, cause_total, 1.0)
-    out["cause_share"] = np.where(cause_total > 0, out["duration_ns"] / safe, 0.0)
-    out["key_cause_share"] = np.where(cause_total > 0, out["key_cause_ns"] / safe, 0.0)
-    out["device_cause_ns"] = cause_total.astype(np.int64)
-    is_range = (out["scope"] == "range").to_numpy()
-    phases = phase_keys(ctx, out["key"].to_numpy(dtype=object)[is_range],
-                        out["duration_ns"].to_numpy(dtype=np.int64)[is_range])
-    out["phase"] = ""
-    out.loc[is_range, "phase"] = phases
-    by_phase = [out["device"], out["phase"]]
-    out["phase_ns"] = np.where(is_range, out["duration_ns"].where(is_range, 0).groupby(by_phase).transform("sum"), 0)
-    held_rows = is_range & out["cause"].isin(HOST_CAUSES).to_numpy()
-    out["phase_host_held_ns"] = np.where(
-        is_range, out["duration_ns"].where(held_rows, 0).groupby(by_phase).transform("sum"), 0)
-    fix_groups(ctx, out, is_range, held_rows)
-    held = out.loc[is_win & out["cause"].isin(HOST_CAUSES).to_numpy()].groupby("device")["duration_ns"].sum()
-    out["device_host_held_ns"] = out["device"].map(held).fillna(0).astype(np.int64)
-    # window rows by time; steps in their order; ranges by their time of the row's cause (so the
-    # first range row of a cause is the range holding most of it), each group's details by time
-    step_rank = {name: i for i, name in enumerate(steps["step"].tolist())} if not steps.empty else {}
-    order_key = np.where(out["scope"] == "step", out["key"].map(step_rank).fillna(-1).to_numpy(dtype=np.float64),
-                         np.where(out["scope"] == "range", -out["key_cause_ns"].to_numpy(dtype=np.float64), 0.0))
-    out = out.assign(_s=out["scope"].map({"window": 0, "step": 1, "range": 2}), _k=order_key)
-    out = out.sort_values(["device", "_s", "_k", "key", "cause", "duration_ns"],
-                          ascending=[True, True, True, True, True, False], kind="stable")
-    for c in ("duration_ns", "segments", "key_cause_ns"):
-        out[c] = out[c].astype(np.int64)
-    return out[list(BREAKDOWN_COLUMNS)].reset_index(drop=True)

@@ -9,9 +9,7 @@ import pandas as pd
 
 from analyzer.facts._util import column
 from analyzer.facts.registry import FactContext
-
-#: a time before every other (the previous launch of a thread's first one)
-BIG = np.iinfo(np.int64).max // 4
+from analyzer.loading.model import TIME_MAX as BIG
 
 _STREAM_WAIT = re.compile(r"StreamWaitEvent|StreamWaitValue|cuStreamWait")
 

@@ -550,6 +550,7 @@ FACT_MODULES: tuple[str, ...] = (
     "analyzer.facts.gpumetrics",
     "analyzer.facts.energy",
     "analyzer.facts.breakdown",
+    "analyzer.facts.breakdown_table",
     "analyzer.facts.memory",
 )
 

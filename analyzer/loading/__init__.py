@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from analyzer.errors import InputError, UnsupportedFormatError
-from analyzer.loading.model import Trace, TraceInfo, empty_frame
+from analyzer.loading.model import TIME_MAX, Trace, TraceInfo, empty_frame
 from analyzer.loading.sqlite_reader import SQLITE_MAGIC, fold_name, sqlite_uri, wal_of
 
 if TYPE_CHECKING:
@@ -133,16 +133,11 @@ def load_trace(
     return _load(p, fmt, progress, cache_dir)
 
 
-#: a trace whose GPU operations or API calls add up to this much time (ns, about 146 years) is damaged:
-#: sums of its durations would overflow the 64-bit integers every total is kept in
-DURATION_SUM_MAX = 1 << 62
-
-
 def _load(p: Path, fmt: str, progress: Callable[[str], None] | None, cache_dir: Path | None) -> Trace:
     trace = _read(p, fmt, progress, cache_dir)
     for label, frame in (("kernel", trace.kernels), ("memcpy", trace.memcpy), ("memset", trace.memset),
                          ("CUDA API call", trace.api)):
-        if "duration" in frame and len(frame) and float(frame["duration"].to_numpy(dtype="float64").sum()) >= DURATION_SUM_MAX:
+        if "duration" in frame and len(frame) and float(frame["duration"].to_numpy(dtype="float64").sum()) >= TIME_MAX:
             raise InputError(p, f"its {label} durations add up to more than 2^62 ns (about 146 years), which "
                              "no recording holds and whose totals overflow 64-bit integers",
                              hint="the trace is damaged; record or export it again")

@@ -65,6 +65,11 @@ import pandas as pd
 
 from analyzer.loading.columns import empty_typed
 
+#: the largest time (ns) the trace model holds: timestamps beyond +-TIME_MAX (UTC ones are ~2^60.6) and
+#: durations that add up to more (about 146 years) are damage, since differences and totals of such
+#: values overflow the 64-bit integers every time is kept in; loaders refuse them
+TIME_MAX = 1 << 62
+
 ATTRIBUTION_COLUMNS: tuple[str, ...] = (
     "api_name",
     "api_start",

@@ -160,13 +160,9 @@ def sync_label(enum_name: str) -> str:
 _PROPERTY_MAX = 1 << 53
 
 
-#: timestamps (ns; UTC ones are ~2^60.6) beyond this are damage: differences of two would overflow int64
-TIME_MAX = 1 << 62
-
-
 def int_or_none(value: Any, limit: int = _PROPERTY_MAX) -> int | None:
     """An integer cell as int; None for NULL, text that is no integer, blobs, NaN and magnitudes beyond
-    ``limit`` (2^53 for ids and properties; :data:`TIME_MAX` for timestamps)."""
+    ``limit`` (2^53 for ids and properties; :data:`analyzer.loading.model.TIME_MAX` for timestamps)."""
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, str):

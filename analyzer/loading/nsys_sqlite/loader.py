@@ -33,12 +33,12 @@ from analyzer.loading.model import (
     PROCESS_COLUMNS,
     SYNC_COLUMNS,
     THREAD_COLUMNS,
+    TIME_MAX,
     Trace,
     TraceInfo,
     empty_frame,
 )
 from analyzer.loading.nsys_sqlite.decode import (
-    TIME_MAX,
     StringTable,
     direction_label,
     enum_names,
