@@ -23,6 +23,11 @@ import pandas as pd
 from analyzer.analysis import Window
 from analyzer.loading.columns import categorical, factorize_objects, key_groups
 
+#: a time (ns) before or after every timestamp of a real trace (UTC ones are ~2^60.6), used as a
+#: sentinel; small enough that its difference with any timestamp the loaders accept (at most
+#: ``analyzer.loading.model.TIME_MAX`` = 2^62) still fits in int64
+FAR_NS = np.iinfo(np.int64).max // 4
+
 
 @dataclass(frozen=True)
 class Union:

@@ -83,7 +83,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from analyzer.facts._util import column, key_groups, text, text_codes
+from analyzer.facts._util import FAR_NS, column, key_groups, text, text_codes
 from analyzer.facts.breakdown_threads import cross_thread_waits
 from analyzer.facts.intervals import graph_spans
 from analyzer.facts.nvtx import main_threads
@@ -93,7 +93,6 @@ from analyzer.facts.breakdown_launch import submission as _submission
 from analyzer.facts.breakdown_launch import wait_details as _wait_details
 from analyzer.facts.breakdown_ranges import generic_keys
 from analyzer.loading.columns import categorical
-from analyzer.loading.model import TIME_MAX as BIG
 
 #: default longest host time between two CUDA calls that still counts as dispatch (ns)
 DISPATCH_GAP_NS = 100_000
@@ -399,8 +398,8 @@ def _thread_timeline(starts: np.ndarray, ends: np.ndarray, cause: np.ndarray, de
     fc, fd = cause[pos], detail[pos]
     # the free time between call blocks, and before the first / after the last call; free span i lies
     # after block i-1 (the block's cause says whether it is a sync's return)
-    gs = np.r_[-BIG, fe]
-    ge = np.r_[fs, BIG]
+    gs = np.r_[-FAR_NS, fe]
+    ge = np.r_[fs, FAR_NS]
     keep = np.flatnonzero(ge > gs)
     gs, ge = gs[keep], ge[keep]
     prev = keep - 1  # the block before each free span (-1: none)

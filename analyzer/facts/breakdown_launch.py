@@ -7,9 +7,8 @@ import re
 import numpy as np
 import pandas as pd
 
-from analyzer.facts._util import column
+from analyzer.facts._util import FAR_NS, column
 from analyzer.facts.registry import FactContext
-from analyzer.loading.model import TIME_MAX as BIG
 
 _STREAM_WAIT = re.compile(r"StreamWaitEvent|StreamWaitValue|cuStreamWait")
 
@@ -47,7 +46,7 @@ def wait_details(ctx: FactContext, ops: pd.DataFrame, pos: np.ndarray, code) -> 
         ws = w_start[order]
         launch = o_launch[pos[mine]]
         k = np.searchsorted(launches, launch, side="left")
-        prev = np.where(k > 0, launches[np.maximum(k - 1, 0)], -BIG)
+        prev = np.where(k > 0, launches[np.maximum(k - 1, 0)], -FAR_NS)
         j = np.searchsorted(ws, launch, side="left") - 1
         hit = (launch >= 0) & (j >= 0) & (ws[np.maximum(j, 0)] > prev)
         for i, jj in zip(mine[hit].tolist(), j[hit].tolist()):  # distinct texts are few: codes are cached
