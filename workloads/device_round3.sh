@@ -14,6 +14,8 @@
 #                                               # (+_node); torch.profiler: those and copy/host work
 #     PART=c bash workloads/device_round3.sh    # copy_on_compute_stream and host_work_in_range again
 #                                               # (bf16 since 2026-11-27), nsys + torch.profiler
+#     PART=d bash workloads/device_round3.sh    # host_sync --shape balanced and gpu (both variants,
+#                                               # nsys, twice: _run2) and balanced with torch.profiler
 # Every manifest.jsonl line holds the program's own measured step times (step_ms, mean_ms,
 # median_ms). Jobs left when the budget BUDGET_S (default 450 s) runs out are listed in skipped.txt.
 # Result: $OUT/round3_<PART>*.tar.xz (sqlite, analyze.txt, stats CSVs, torch traces, manifest, log),
@@ -21,7 +23,7 @@
 set -uo pipefail
 : "${OUT:?set OUT to the output directory}"
 PART=${PART:-a}
-[[ $PART == a || $PART == b || $PART == c ]] || { echo "PART must be a, b or c" >&2; exit 2; }
+[[ $PART =~ ^[abcd]$ ]] || { echo "PART must be a, b, c or d" >&2; exit 2; }
 BUDGET_S=${BUDGET_S:-450}; RESERVE_S=${RESERVE_S:-70}; MIN_JOB_S=${MIN_JOB_S:-20}
 PREFIX=${PREFIX:-round3_$PART}
 WORK=${WORK:-/tmp/wl_round3_$PART}
@@ -58,6 +60,15 @@ if [[ $PART == a ]]; then
         run_job 60 "${w}_run2" nsys -- "$w" --suffix _run2
         run_job 60 "${w}_fixed_run2" nsys -- "$w" --fixed --suffix _run2
     done
+elif [[ $PART == d ]]; then
+    for shape in balanced gpu; do
+        for run in "" _run2; do
+            run_job 50 "host_sync_${shape}$run" nsys -- host_sync --shape "$shape" --suffix "_${shape}$run"
+            run_job 50 "host_sync_fixed_${shape}$run" nsys -- host_sync --fixed --shape "$shape" --suffix "_${shape}$run"
+        done
+    done
+    run_job 45 host_sync_balanced torch -- host_sync --gzip --shape balanced --suffix _balanced
+    run_job 45 host_sync_fixed_balanced torch -- host_sync --fixed --gzip --shape balanced --suffix _balanced
 elif [[ $PART == c ]]; then
     pair 60 copy_on_compute_stream
     pair 60 host_work_in_range

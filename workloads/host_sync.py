@@ -7,11 +7,20 @@ by a stream synchronization, so the CPU stops queueing work and the GPU drains t
 per step.
 Twin (``--fixed``): loss and accuracy are accumulated in GPU tensors; the host reads them once,
 at the end of the step (one sync per step instead of 64).
+Shapes (``--shape``): ``launch`` (default; width 1024, batch 2048, 32 micro-steps) is launch-bound
+even without the syncs: the host issues each micro-step's ~40 launches more slowly than the GPU runs
+them, so removing the syncs buys only their own waits. ``balanced`` (width 1536, batch 3072) gives each
+micro-step about as much GPU time as the host needs to issue it: with the syncs the host cannot queue
+the next micro-step while the GPU runs this one, so host and GPU take turns; without them they overlap.
+``gpu`` (width 2048, batch 4096, 16 micro-steps) is GPU-bound: each sync costs only the GPU's refill
+after it. The three calibrate what the breakdown charges to a sync in each regime.
 Trace evidence: per ``step_N`` ~64 ``cudaStreamSynchronize`` (or synchronous
 ``cudaMemcpyAsync`` DtoH) calls and ~64 small DtoH memcpys, with a GPU gap after each; the twin
 shows one DtoH copy per step and a dense kernel timeline.
 """
 from __future__ import annotations
+
+import argparse
 
 from . import _common as c
 from . import _nvtx as nv
@@ -21,10 +30,19 @@ NCU_COUNT = 2
 HAS_TWIN = True
 
 
+#: --shape: (batch, width, micro-steps) of the full size
+SHAPES = {"launch": (2048, 1024, 32), "balanced": (3072, 1536, 32), "gpu": (4096, 2048, 16)}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--shape", choices=tuple(SHAPES), default="launch",
+                        help="launch-bound (default), balanced host and GPU, or GPU-bound micro-steps")
+
+
 def build(cfg: c.RunConfig) -> c.Step:
     import torch
 
-    batch, width, micro = c.pick(cfg, (8, 32, 4), (2048, 1024, 32))
+    batch, width, micro = c.pick(cfg, (8, 32, 4), SHAPES[cfg.options.shape])
     dev = cfg.device
     gen = torch.Generator(device="cpu").manual_seed(0)
     model = torch.nn.Sequential(
@@ -74,7 +92,8 @@ def build(cfg: c.RunConfig) -> c.Step:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return c.run_workload("host_sync", __doc__, build, argv, steps=(2, 10), warmup=(1, 2))
+    return c.run_workload("host_sync", __doc__, build, argv, add_arguments=add_arguments,
+                          steps=(2, 10), warmup=(1, 2))
 
 
 if __name__ == "__main__":
