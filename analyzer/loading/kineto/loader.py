@@ -16,7 +16,14 @@ from analyzer.loading import attribution as attr
 from analyzer.loading.api_names import host_side_summary, launch_calls
 from analyzer.loading.capabilities import missing_capabilities
 from analyzer.loading.columns import TextCodes
-from analyzer.loading.common import by_start, contract_frame, fill_cc_limits, strip_api_suffix, text_as_object
+from analyzer.loading.common import (
+    by_start,
+    contract_frame,
+    fill_cc_limits,
+    gc_paused,
+    strip_api_suffix,
+    text_as_object,
+)
 from analyzer.loading.kernel_names import kernel_short_name
 from analyzer.loading.kineto.columns import (
     EventColumns,
@@ -74,6 +81,10 @@ class _KinetoLoader:
         self.source_format = source_format
 
     def run(self) -> Trace:
+        with gc_paused():
+            return self._run()
+
+    def _run(self) -> Trace:
         self.say(f"reading {self.shown.name}")
         stream = EventStream(self.path, self.shown)
         columns = EventColumns()
