@@ -259,14 +259,19 @@ def _ascending(a: np.ndarray) -> bool:
 
 
 def _merge_pieces(a: tuple[np.ndarray, ...], b: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
-    """Two sets of sorted disjoint pieces ``(start, end, *payload)``, disjoint from each other, merged
-    into one in start order: each of ``b`` placed by one binary search, no sort of the whole."""
+    """Pieces ``(start, end, *payload)`` of ``a`` (sorted by start) and ``b`` merged in start order, as a
+    stable sort of ``a`` then ``b`` orders them: ``b`` sorted on its own (it may hold overlapping pieces,
+    e.g. of overlapping graph executions; usually it is sorted already), then each placed by one
+    binary search, after the ``a`` pieces starting at the same time; no sort of the whole."""
     if not len(b[0]):
         return a
+    if not _ascending(b[0]):
+        o = np.argsort(b[0], kind="stable")
+        b = tuple(x[o] for x in b)
     if not len(a[0]):
         return b
     n = len(a[0]) + len(b[0])
-    at = np.searchsorted(a[0], b[0]) + np.arange(len(b[0]))  # starts are distinct: no ties to order
+    at = np.searchsorted(a[0], b[0], side="right") + np.arange(len(b[0]))
     from_a = np.ones(n, dtype=bool)
     from_a[at] = False
     out = []
