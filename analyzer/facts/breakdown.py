@@ -756,12 +756,13 @@ def _classify_idle(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev:
     dev, s, e, c, d, t, p = (cols.pop(name) for name in ("dev", "s", "e", "c", "d", "t", "p"))
     # NVTX path (and the host-work detail): the feeding thread's innermost range at the middle; as
     # codes into the range table's distinct texts (code -1: no range)
-    path_codes = np.full(len(s), -1, dtype=np.int64)
     path_labels = np.empty(0, dtype=object)
-    rng_codes = np.full(len(s), -1, dtype=np.int64)
     rng_labels = np.empty(0, dtype=object)
     nv = ranges_only(ctx.trace.nvtx)
-    if len(s) and not nv.empty:
+    if not (len(s) and not nv.empty):
+        path_codes = np.full(len(s), -1, dtype=np.int64)
+        rng_codes = np.full(len(s), -1, dtype=np.int64)
+    else:
         mid = s + (e - s) // 2
         rpos = innermost_open(nv, t, mid)
         missing = rpos < 0
@@ -772,18 +773,20 @@ def _classify_idle(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev:
             sub = rpos[missing]
             sub[retry >= 0] = retry[retry >= 0]
             rpos[missing] = sub
-        has = rpos >= 0
         nv_path, path_labels = text_codes(column(nv, "path", ""))
         nv_text, rng_labels = text_codes(nv["text"])
-        path_codes[has] = nv_path[rpos[has]]
-        rng_codes[has] = nv_text[rpos[has]]
+        # one gather each from the range codes followed by a -1 (what position -1, no range, reads)
+        path_codes = np.r_[nv_path.astype(np.int64), -1][rpos]
+        rng_codes = np.r_[nv_text.astype(np.int64), -1][rpos]
     hw = (c == _C["host_work"]) & (d < 0)
     if hw.any():
         d = d.copy()
-        used, inverse = np.unique(rng_codes[hw], return_inverse=True)
-        per = np.array([code(str(rng_labels[u]) if u >= 0 and rng_labels[u] else "(no NVTX range)") for u in used],
-                       dtype=np.int64)
-        d[hw] = per[inverse.reshape(-1)]
+        # the range codes in use (small integers from -1: counted, not sorted), each named once
+        hw_codes = rng_codes[hw] + 1
+        used = np.flatnonzero(np.bincount(hw_codes, minlength=len(rng_labels) + 1)) - 1
+        per = np.zeros(len(rng_labels) + 1, dtype=np.int64)
+        per[used + 1] = [code(str(rng_labels[u]) if u >= 0 and rng_labels[u] else "(no NVTX range)") for u in used]
+        d[hw] = per[hw_codes]
     return {"device": dev, "start": s, "end": e, "cause": c, "detail": d, "path_codes": path_codes,
             "path_labels": path_labels, "tid": t, "pid": p}
 
