@@ -9,11 +9,12 @@ Twin (``--fixed``): loss and accuracy are accumulated in GPU tensors; the host r
 at the end of the step (one sync per step instead of 64).
 Shapes (``--shape``): ``launch`` (default; width 1024, batch 2048, 32 micro-steps) is launch-bound
 even without the syncs: the host issues each micro-step's ~40 launches more slowly than the GPU runs
-them, so removing the syncs buys only their own waits. ``balanced`` (width 1536, batch 3072) gives each
-micro-step about as much GPU time as the host needs to issue it: with the syncs the host cannot queue
-the next micro-step while the GPU runs this one, so host and GPU take turns; without them they overlap.
-``gpu`` (width 2048, batch 4096, 16 micro-steps) is GPU-bound: each sync costs only the GPU's refill
-after it. The three calibrate what the breakdown charges to a sync in each regime.
+them, so removing the syncs buys only their own waits. ``balanced`` (bf16, width 3584, batch 6144) gives
+each micro-step about as much GPU time as the host needs to issue it (~2 ms on an H200): with the syncs
+the host cannot queue the next micro-step while the GPU runs this one, so host and GPU take turns;
+without them they overlap. ``gpu`` (bf16, width 4096, batch 8192, 16 micro-steps) is GPU-bound: each
+sync costs only the GPU's refill after it. (bf16 so that fp32 matrix multiplies, whose fix would buy
+more than the syncs', are not the biggest cause.) The three calibrate what the breakdown charges to a sync in each regime.
 Trace evidence: per ``step_N`` ~64 ``cudaStreamSynchronize`` (or synchronous
 ``cudaMemcpyAsync`` DtoH) calls and ~64 small DtoH memcpys, with a GPU gap after each; the twin
 shows one DtoH copy per step and a dense kernel timeline.
@@ -30,8 +31,9 @@ NCU_COUNT = 2
 HAS_TWIN = True
 
 
-#: --shape: (batch, width, micro-steps) of the full size
-SHAPES = {"launch": (2048, 1024, 32), "balanced": (3072, 1536, 32), "gpu": (4096, 2048, 16)}
+#: --shape: (batch, width, micro-steps, dtype) of the full size
+SHAPES = {"launch": (2048, 1024, 32, "float32"), "balanced": (6144, 3584, 32, "bfloat16"),
+          "gpu": (8192, 4096, 16, "bfloat16")}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,16 +44,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def build(cfg: c.RunConfig) -> c.Step:
     import torch
 
-    batch, width, micro = c.pick(cfg, (8, 32, 4), SHAPES[cfg.options.shape])
+    batch, width, micro, dtype_name = c.pick(cfg, (8, 32, 4, "float32"), SHAPES[cfg.options.shape])
+    dtype = getattr(torch, dtype_name)
     dev = cfg.device
     gen = torch.Generator(device="cpu").manual_seed(0)
     model = torch.nn.Sequential(
         torch.nn.Linear(width, width), torch.nn.ReLU(),
         torch.nn.Linear(width, width), torch.nn.ReLU(),
         torch.nn.Linear(width, 10),
-    ).to(dev)
+    ).to(dev, dtype)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
-    xs = torch.randn(micro, batch, width, generator=gen).to(dev)
+    xs = torch.randn(micro, batch, width, generator=gen).to(dev, dtype)
     ys = torch.randint(0, 10, (micro, batch), generator=gen).to(dev)
     loss_fn = torch.nn.CrossEntropyLoss()
 

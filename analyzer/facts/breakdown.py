@@ -92,7 +92,7 @@ from analyzer.facts.registry import FactContext, fact
 from analyzer.facts.breakdown_launch import submission as _submission
 from analyzer.facts.breakdown_launch import wait_details as _wait_details
 from analyzer.facts.breakdown_ranges import generic_keys
-from analyzer.loading.columns import categorical
+from analyzer.loading.columns import categorical, narrow_int
 
 #: default longest host time between two CUDA calls that still counts as dispatch (ns)
 DISPATCH_GAP_NS = 100_000
@@ -586,7 +586,10 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
         step_codes, step_labels = _step_codes(ctx, seg["start"].to_numpy(dtype=np.int64))
         seg["step"] = categorical(step_codes, step_labels)
     seg["host_activity"] = _host_activity(ctx, seg, (seg["cause"] == "host_work").to_numpy(), pid)
-    return seg[list(SEGMENT_COLUMNS)]
+    seg = seg[list(SEGMENT_COLUMNS)]
+    for c in ("device", "host_tid", "waited_tid"):  # ids in 32 bits where they fit (millions of rows)
+        seg[c] = narrow_int(seg[c].to_numpy())
+    return seg
 
 
 #: host-work segments shorter than this get no host_activity; at most this many (the longest) get one

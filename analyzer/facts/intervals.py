@@ -211,9 +211,11 @@ def gpu_busy(ctx: FactContext) -> pd.DataFrame:
         start, end, device = np.r_[start, g_start], np.r_[end, g_end], np.r_[device, g_dev]
     keep = (end > w.start_ns) & (start < w.end_ns)
     u = union_intervals(np.maximum(start[keep], w.start_ns), np.minimum(end[keep], w.end_ns), device[keep])
-    out = pd.DataFrame({"device": u.group, "start": u.start, "end": u.end})
-    out["duration"] = out["end"] - out["start"]
-    return out.loc[out["duration"] > 0].reset_index(drop=True)
+    dur = u.end - u.start
+    keep = dur > 0
+    # device ids in 32 bits (a column per interval: 10 M kernels make millions of intervals)
+    return pd.DataFrame({"device": narrow_int(u.group[keep]), "start": u.start[keep], "end": u.end[keep],
+                         "duration": dur[keep]})
 
 
 _GAP_COLUMNS = {
@@ -439,15 +441,16 @@ def gpu_gaps(ctx: FactContext) -> pd.DataFrame:
     nv_id = nv["range_id"].to_numpy(dtype=np.int64) if len(nv) else np.empty(0, dtype=np.int64)
     del mid
 
+    # ids in 32 bits where they fit (a row per idle gap: millions at 10 M kernels)
     gaps = new_frame({
-        "device": gdev,
+        "device": narrow_int(gdev),
         "start": cs,
         "end": ce,
         "duration": ce - cs,
         **labels,
-        "host_tid": host_tid,
-        "host_pid": host_pid,
-        "host_nvtx_id": pick(nv_id, rpos, -1),
+        "host_tid": narrow_int(host_tid),
+        "host_pid": narrow_int(host_pid),
+        "host_nvtx_id": narrow_int(pick(nv_id, rpos, -1)),
         "host_nvtx_range": pick_text(nv["text"], rpos),
         "host_nvtx_path": pick_text(column(nv, "path", ""), rpos),
         "host_nvtx_source": categorical(source, np.array(["main", "none", "thread"], dtype=object)),

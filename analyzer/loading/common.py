@@ -6,8 +6,10 @@ Each loader (:mod:`~analyzer.loading.nsys_sqlite`, :mod:`~analyzer.loading.kinet
 """
 from __future__ import annotations
 
+import gc
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -37,6 +39,23 @@ CC_LIMITS: dict[tuple[int, int], tuple[int, int, int, int, int]] = {
 DEFAULT_SMEM_PER_BLOCK = 48 * 1024
 
 _API_SUFFIX = re.compile(r"(?:_v\d+|_ptsz|_ptds|_spt)+$")
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off while a loader builds its columns, back as it was after.
+
+    A decode allocates millions of short-lived containers (event structs, lists of JSON values) and no
+    reference cycles; each collection the allocations trigger walks every tracked object still alive
+    (on host_sync, 114 k events: 10-15% of the load's CPU time). Reference counting still frees
+    everything as it goes; only cycles wait for the collector, which runs again afterwards."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def strip_api_suffix(name: str) -> str:

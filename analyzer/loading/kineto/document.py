@@ -71,7 +71,9 @@ OTHER_ACCELERATOR_CATS = {"mtia_runtime": "MTIA", "mtia_ccp_events": "MTIA", "xp
                           "xpu_driver": "Intel XPU", "hpu_op": "Gaudi HPU", "privateuse1_runtime": "a custom backend"}
 
 
-class _Args(msgspec.Struct):
+# gc=False: decoded events hold JSON scalars and lists only, never a reference cycle, so the collector
+# need not track the millions of them a large trace decodes into
+class _Args(msgspec.Struct, gc=False):
     correlation: Any = None
     device: Any = None
     context: Any = None
@@ -99,7 +101,7 @@ class _Args(msgspec.Struct):
     labels: Any = None  # process_labels metadata ("CPU", "GPU 0")
 
 
-class Event(msgspec.Struct):
+class Event(msgspec.Struct, gc=False):
     ph: Any = ""
     cat: Any = ""
     name: Any = ""
