@@ -45,7 +45,18 @@ that launched the op before it). The op's *submission* is the end of its launch 
                   ``cudaStreamSynchronize``, a synchronous or pageable ``cudaMemcpy*``, and the
                   implicitly synchronizing allocations: ``cudaMalloc``, ``cudaHostAlloc``, ``cudaFree``...),
                   or returning from one (the host time after it, up to the next CUDA call, when
-                  shorter than ``dispatch_gap_ns``)
+                  shorter than ``dispatch_gap_ns``); and the GPU's *refill* after a synchronization
+                  (detail ``refill (<call>)``, NVTX path the call's range): the host's time is cut at
+                  the returns of its synchronizing calls, and in each interval (previous return, this
+                  call's return] removing the call buys ``min(S, I)`` (``S`` the time the host was
+                  blocked in it, ``I`` the GPU's idle time in the interval; without the call host and
+                  GPU overlap and the interval takes about ``max(T - S, T - I)``). What the two charges
+                  above leave of it is taken from the interval's launch-bound and host-work time from
+                  its start, the refill of the queue the previous synchronization drained
+                  (:mod:`analyzer.facts.breakdown_sync`). A launch-bound loop (the GPU drained long
+                  before the host synchronized: ``S`` small) keeps its launch-bound time; the
+                  intervals on either side of a step boundary are not charged (a loop synchronizes
+                  once a step anyway: the step's start and end stay the host's own time)
 ``host_work``     the feeding thread ran its own code with no CUDA call for ``dispatch_gap_ns`` or
                   more; detail = the innermost NVTX range open on it (``(no NVTX range)`` without).
                   Where the OS-runtime trace shows it blocked meanwhile (``sem_wait``,
@@ -92,6 +103,7 @@ from analyzer.facts.registry import FactContext, fact
 from analyzer.facts.breakdown_launch import submission as _submission
 from analyzer.facts.breakdown_launch import wait_details as _wait_details
 from analyzer.facts.breakdown_ranges import generic_keys
+from analyzer.facts.breakdown_sync import SyncBlocks, charge_refills, refilled_call
 from analyzer.loading.columns import categorical, narrow_int
 
 #: default longest host time between two CUDA calls that still counts as dispatch (ns)
@@ -135,9 +147,11 @@ _SETUP_API = re.compile(
 # Guide, "Implicit Synchronization"): every alloc/free call but the stream-ordered (pool) ones
 def host_wait_kind(detail: str) -> str:
     """What a ``host_sync`` segment's call is: ``alloc`` (an allocation or free), ``copy`` (a blocking copy
-    or memset) or ``sync`` (an explicit synchronization, and anything else)."""
+    or memset) or ``sync`` (an explicit synchronization, and anything else); a refill
+    (``refill (cudaMemcpyAsync)``) is its call's."""
     from analyzer.facts.api import ALLOC_APIS, sync_kind
 
+    detail = refilled_call(detail)
     if detail in ALLOC_APIS:
         return "alloc"
     kind = sync_kind(detail)
@@ -530,8 +544,11 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
     del bdev, bs, be, bc, bd, bop, clip_s, clip_e, inside
     gdev, gs, ge, gprev, gnext = (np.concatenate([x[i] for x in gaps]) for i in range(5))
     del gaps
-    idle = _classify_idle(ctx, ops, level, gdev, gs, ge, gprev, gnext, dispatch_ns, code)
+    syncs: list[SyncBlocks] = []
+    idle = _classify_idle(ctx, ops, level, gdev, gs, ge, gprev, gnext, dispatch_ns, code, syncs)
     del gdev, gs, ge, gprev, gnext
+    idle = charge_refills(ctx, idle, syncs, labels, code, _C)  # a sync's refill is the sync's cost
+    del syncs
     # every column gathered in (device, start) order, each source freed once gathered (a million-kernel
     # trace has millions of segments); text columns are categoricals built from codes (a few hundred texts)
     n_busy = len(busy_frame["start"])
@@ -629,9 +646,11 @@ def _host_activity(ctx: FactContext, seg: pd.DataFrame, host_work: np.ndarray, p
 
 
 def _host_pieces(ctx: FactContext, api: pd.DataFrame, qidx: np.ndarray, feeder: np.ndarray, cs: np.ndarray,
-                 host_e: np.ndarray, dispatch_ns: int, code, emit) -> None:  # type: ignore[no-untyped-def]
+                 host_e: np.ndarray, dispatch_ns: int, code, emit,  # type: ignore[no-untyped-def]
+                 syncs: list[SyncBlocks]) -> None:
     """Emit the host part ``[cs, host_e)`` of the gaps ``qidx``, piece by piece: what the feeding thread
-    did then (inside a CUDA call, dispatching between calls, returning from a sync, its own code)."""
+    did then (inside a CUDA call, dispatching between calls, returning from a sync, its own code).
+    Each feeding thread's synchronizing calls are added to ``syncs``."""
     a_cause, a_codes, a_names = _api_classes(ctx)
     name_code = np.array([code(str(x)) for x in a_names], dtype=np.int64)
     a_detail = name_code[a_codes] if len(a_codes) else np.empty(0, np.int64)
@@ -647,7 +666,7 @@ def _host_pieces(ctx: FactContext, api: pd.DataFrame, qidx: np.ndarray, feeder: 
     a_threads = a_tid[a_order[a_from]] if len(a_from) else np.empty(0, np.int64)
     del a_tid
 
-    def one_thread(q: np.ndarray, g: int) -> None:  # temporaries freed per thread
+    def one_thread(q: np.ndarray, g: int, tid: int) -> None:  # temporaries freed per thread
         rows = a_order[a_from[g]:a_to[g]]
         if not _ascending(rows):
             rows = np.sort(rows)
@@ -659,6 +678,9 @@ def _host_pieces(ctx: FactContext, api: pd.DataFrame, qidx: np.ndarray, feeder: 
                                         dispatch_ns, dispatch_code)
         del t_start
         del rows
+        blocking = blocks[2] == _C["host_sync"]
+        if blocking.any():
+            syncs.append((tid, blocks[0][blocking], blocks[1][blocking], blocks[3][blocking]))
         qs, qe = cs[q], host_e[q]
         for ts, te, tc, td in (blocks, free):  # inside calls, then between them (the pieces are sorted later)
             qi, si, s, e = intersect(qs, qe, ts, te)
@@ -672,13 +694,14 @@ def _host_pieces(ctx: FactContext, api: pd.DataFrame, qidx: np.ndarray, feeder: 
         if g == len(a_threads) or a_threads[g] != tid:
             emit(q, cs[q], host_e[q], _C["unknown"], code(NO_API_ON_THREAD))
             continue
-        one_thread(q, g)
+        one_thread(q, g, tid)
 
 
 def _classify_idle(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev: np.ndarray, g0: np.ndarray, g1: np.ndarray,
-                   prev_op: np.ndarray, next_op: np.ndarray, dispatch_ns: int, code) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
+                   prev_op: np.ndarray, next_op: np.ndarray, dispatch_ns: int, code,  # type: ignore[no-untyped-def]
+                   syncs: list[SyncBlocks]) -> dict[str, np.ndarray]:
     """Idle segments (clipped to the window) from the gaps ``[g0, g1)`` (unclipped) with the ops
-    around them."""
+    around them; the feeding threads' synchronizing calls are added to ``syncs``."""
     w = ctx.window
     n = len(g0)
     otid = ops["tid"].to_numpy(dtype=np.int64)
@@ -746,7 +769,7 @@ def _classify_idle(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev:
     emit(all_idx[no_thread], cs[no_thread], host_e[no_thread], _C["unknown"], code(NO_THREAD))
     hq &= ~no_thread
     if hq.any():
-        _host_pieces(ctx, api, np.flatnonzero(hq), feeder, cs, host_e, dispatch_ns, code, emit)
+        _host_pieces(ctx, api, np.flatnonzero(hq), feeder, cs, host_e, dispatch_ns, code, emit, syncs)
     del all_idx, queued, comm_next, rest, sub_in, tail_s, tail_len, lat, late, host_e, hq, no_thread
     # the pieces as columns, each list freed once joined (millions of segments at a million kernels)
     cols = {}
