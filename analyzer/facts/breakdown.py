@@ -272,6 +272,31 @@ def _ascending(a: np.ndarray) -> bool:
     return len(a) < 2 or bool((a[1:] >= a[:-1]).all())
 
 
+def _merge_pieces(a: tuple[np.ndarray, ...], b: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+    """Pieces ``(start, end, *payload)`` of ``a`` (sorted by start) and ``b`` merged in start order, as a
+    stable sort of ``a`` then ``b`` orders them: ``b`` sorted on its own (it may hold overlapping pieces,
+    e.g. of overlapping graph executions; usually it is sorted already), then each placed by one
+    binary search, after the ``a`` pieces starting at the same time; no sort of the whole."""
+    if not len(b[0]):
+        return a
+    if not _ascending(b[0]):
+        o = np.argsort(b[0], kind="stable")
+        b = tuple(x[o] for x in b)
+    if not len(a[0]):
+        return b
+    n = len(a[0]) + len(b[0])
+    at = np.searchsorted(a[0], b[0], side="right") + np.arange(len(b[0]))
+    from_a = np.ones(n, dtype=bool)
+    from_a[at] = False
+    out = []
+    for x, y in zip(a, b):
+        merged = np.empty(n, dtype=np.result_type(x, y))
+        merged[at] = y
+        merged[from_a] = x
+        out.append(merged)
+    return tuple(out)
+
+
 def _complement(s: np.ndarray, e: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
     """The parts of ``[lo, hi)`` not covered by the sorted disjoint intervals ``(s, e)``."""
     gs = np.r_[lo, e]
@@ -291,7 +316,11 @@ def _op_classes(ctx: FactContext, ops: pd.DataFrame) -> tuple[np.ndarray, np.nda
 
     n = len(ops)
     op_codes, op_labels = text_codes(ops["op"])
-    op_kind = np.asarray(op_labels, dtype=object)[op_codes] if n else np.empty(0, dtype=object)
+    kind_labels = np.asarray(op_labels, dtype=object)
+
+    def of_kind(name: str) -> np.ndarray:  # rows whose op is ``name``, from the few labels' test
+        return (kind_labels == name)[op_codes] if n else np.zeros(0, dtype=bool)
+
     labels: list[str] = []
     index: dict[str, int] = {}
 
@@ -303,7 +332,7 @@ def _op_classes(ctx: FactContext, ops: pd.DataFrame) -> tuple[np.ndarray, np.nda
 
     level = np.zeros(n, dtype=np.int8)
     detail = np.zeros(n, dtype=np.int64)
-    is_kernel = op_kind == "kernel"
+    is_kernel = of_kind("kernel")
     if is_kernel.any():
         table = load_categories(ctx.options.get("categories_file") or None)
         kl = ops["label"][is_kernel]
@@ -321,14 +350,14 @@ def _op_classes(ctx: FactContext, ops: pd.DataFrame) -> tuple[np.ndarray, np.nda
         kpos = np.flatnonzero(is_kernel)
         level[kpos[comm]] = 1
         detail[kpos] = det
-    other = ~is_kernel & (op_kind != "memcpy") & (op_kind != "memset")
-    for kind in np.unique(op_kind[other]) if other.any() else ():
-        detail[other & (op_kind == kind)] = code(str(kind))  # e.g. a CUDA-graph execution
-    is_set = op_kind == "memset"
+    is_set = of_kind("memset")
+    is_copy = of_kind("memcpy")
+    other = ~(is_kernel | is_copy | is_set)
+    for kind in np.unique(kind_labels[np.unique(op_codes[other])]) if other.any() else ():
+        detail[other & of_kind(kind)] = code(str(kind))  # e.g. a CUDA-graph execution
     level[is_set] = 2
     if is_set.any():
         detail[is_set] = code("memset")
-    is_copy = op_kind == "memcpy"
     if is_copy.any():
         level[is_copy] = 2
         detail[is_copy] = _copy_details(ctx, ops, np.flatnonzero(is_copy), code)
@@ -478,9 +507,7 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
                 r = r[ai]
             busy.append((np.full(len(s), dev), s, e, np.full(len(s), cause, dtype=np.int8), op_detail[r], r))
             # the covered time so far, and which op owns each piece (pieces are disjoint: starts unique)
-            cs = np.r_[cov_s, s]
-            o = np.argsort(cs, kind="stable")
-            cov_s, cov_e, owner = cs[o], np.r_[cov_e, e][o], np.r_[owner, r][o]
+            cov_s, cov_e, owner = _merge_pieces((cov_s, cov_e, owner), (s, e, r))
         # inside a CUDA graph execution, between dependent nodes: the graph's own GPU time
         m = (g_dev == dev) & (g_end > lo) & (g_start < hi)
         if m.any() and len(cov_s):
@@ -489,9 +516,7 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
             r = g_last[m][ai]
             busy.append((np.full(len(s), dev), s, e, np.full(len(s), _C["compute"], dtype=np.int8),
                          np.full(len(s), graph_code, dtype=np.int64), r))
-            cs = np.r_[cov_s, s]
-            o = np.argsort(cs, kind="stable")
-            cov_s, cov_e, owner = cs[o], np.r_[cov_e, e][o], np.r_[owner, r][o]
+            cov_s, cov_e, owner = _merge_pieces((cov_s, cov_e, owner), (s, e, r))
         gs, ge = _complement(cov_s, cov_e, lo, hi)
         # the piece ending where the gap starts / starting where it ends
         k_next = np.searchsorted(cov_s, ge, side="left")
@@ -502,7 +527,9 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
         else:  # every operation on the device lasts 0 ns (a trace without durations): one gap, no neighbours
             nxt = prv = np.full(len(gs), -1, dtype=np.int64)
         keep = (ge > w.start_ns) & (gs < w.end_ns)
-        gaps.append((np.full(int(keep.sum()), dev), gs[keep], ge[keep], prv[keep], nxt[keep]))
+        if not keep.all():
+            gs, ge, prv, nxt = gs[keep], ge[keep], prv[keep], nxt[keep]
+        gaps.append((np.full(len(gs), dev), gs, ge, prv, nxt))
 
     bdev, bs, be, bc, bd, bop = (np.concatenate([x[i] for x in busy]) for i in range(6))
     del busy
@@ -511,7 +538,7 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
     op_paths_codes, op_paths = text_codes(ops["nvtx_path"])
     busy_frame = {
         "device": bdev[inside], "start": clip_s[inside], "end": clip_e[inside], "cause": bc[inside],
-        "detail": bd[inside].astype(np.int64),
+        "detail": bd[inside].astype(np.int64, copy=False),
         "path_codes": op_paths_codes[bop[inside]].astype(np.int64),
     }
     del bdev, bs, be, bc, bd, bop, clip_s, clip_e, inside
@@ -631,7 +658,9 @@ def _host_pieces(ctx: FactContext, api: pd.DataFrame, qidx: np.ndarray, feeder: 
     dispatch_code = code("dispatch")
     a_start = api["start"].to_numpy(dtype=np.int64)
     a_end = api["end"].to_numpy(dtype=np.int64)
-    a_tid = api["tid"].to_numpy(dtype=np.int64)
+    a_tid = api["tid"].to_numpy()  # its own integer type: the same stable grouping without an int64 copy
+    if a_tid.dtype.kind not in "iu":
+        a_tid = a_tid.astype(np.int64)
     q_order, q_from, q_to = key_groups(feeder[qidx])
     a_order, a_from, a_to = key_groups(a_tid)
     a_threads = a_tid[a_order[a_from]] if len(a_from) else np.empty(0, np.int64)
@@ -753,12 +782,13 @@ def _classify_idle(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev:
     dev, s, e, c, d, t, p = (cols.pop(name) for name in ("dev", "s", "e", "c", "d", "t", "p"))
     # NVTX path (and the host-work detail): the feeding thread's innermost range at the middle; as
     # codes into the range table's distinct texts (code -1: no range)
-    path_codes = np.full(len(s), -1, dtype=np.int64)
     path_labels = np.empty(0, dtype=object)
-    rng_codes = np.full(len(s), -1, dtype=np.int64)
     rng_labels = np.empty(0, dtype=object)
     nv = ranges_only(ctx.trace.nvtx)
-    if len(s) and not nv.empty:
+    if not (len(s) and not nv.empty):
+        path_codes = np.full(len(s), -1, dtype=np.int64)
+        rng_codes = np.full(len(s), -1, dtype=np.int64)
+    else:
         mid = s + (e - s) // 2
         rpos = innermost_open(nv, t, mid)
         missing = rpos < 0
@@ -769,18 +799,20 @@ def _classify_idle(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev:
             sub = rpos[missing]
             sub[retry >= 0] = retry[retry >= 0]
             rpos[missing] = sub
-        has = rpos >= 0
         nv_path, path_labels = text_codes(column(nv, "path", ""))
         nv_text, rng_labels = text_codes(nv["text"])
-        path_codes[has] = nv_path[rpos[has]]
-        rng_codes[has] = nv_text[rpos[has]]
+        # one gather each from the range codes followed by a -1 (what position -1, no range, reads)
+        path_codes = np.r_[nv_path.astype(np.int64), -1][rpos]
+        rng_codes = np.r_[nv_text.astype(np.int64), -1][rpos]
     hw = (c == _C["host_work"]) & (d < 0)
     if hw.any():
         d = d.copy()
-        used, inverse = np.unique(rng_codes[hw], return_inverse=True)
-        per = np.array([code(str(rng_labels[u]) if u >= 0 and rng_labels[u] else "(no NVTX range)") for u in used],
-                       dtype=np.int64)
-        d[hw] = per[inverse.reshape(-1)]
+        # the range codes in use (small integers from -1: counted, not sorted), each named once
+        hw_codes = rng_codes[hw] + 1
+        used = np.flatnonzero(np.bincount(hw_codes, minlength=len(rng_labels) + 1)) - 1
+        per = np.zeros(len(rng_labels) + 1, dtype=np.int64)
+        per[used + 1] = [code(str(rng_labels[u]) if u >= 0 and rng_labels[u] else "(no NVTX range)") for u in used]
+        d[hw] = per[hw_codes]
     return {"device": dev, "start": s, "end": e, "cause": c, "detail": d, "path_codes": path_codes,
             "path_labels": path_labels, "tid": t, "pid": p}
 
