@@ -96,10 +96,42 @@ def _idle_before(device: np.ndarray, start: np.ndarray, window: Window,
     gaps = fact("gpu_gaps")
     g_dev = gaps["device"].to_numpy("int64")
     g_end = gaps["end"].to_numpy("int64")
-    ends = pd.MultiIndex.from_arrays([g_dev, g_end])
-    starts = pd.MultiIndex.from_arrays([device, np.rint(np.nan_to_num(start, nan=-1)).astype("int64")])
-    hit = ends.isin(starts)
+    hit = _pairs_in(g_dev, g_end, device, np.rint(np.nan_to_num(start, nan=-1)).astype("int64"))
     return _build(g_dev[hit], gaps["start"].to_numpy(float)[hit], g_end[hit].astype(float), window, "idle_before")
+
+
+#: :func:`_pairs_in` looks pairs up key by key for at most this many distinct keys (devices)
+_FEW_KEYS = 64
+
+
+def _pairs_in(key: np.ndarray, value: np.ndarray, table_key: np.ndarray, table_value: np.ndarray) -> np.ndarray:
+    """Whether each ``(key, value)`` pair is among the ``(table_key, table_value)`` pairs (int64): per
+    distinct table key (a device), one binary search of the values in that key's sorted table values
+    (rows ordered by start need no sort), instead of hashing a million two-level index entries."""
+    hit = np.zeros(len(key), dtype=bool)
+    if not len(key) or not len(table_key):
+        return hit
+    keys = _distinct(table_key)
+    if len(keys) > _FEW_KEYS:
+        return pd.MultiIndex.from_arrays([key, value]).isin(pd.MultiIndex.from_arrays([table_key, table_value]))
+    for k in keys.tolist():
+        rows = np.flatnonzero(key == k)
+        if not len(rows):
+            continue
+        table = table_value[table_key == k] if len(keys) > 1 else table_value
+        if len(table) > 1 and not bool((table[1:] >= table[:-1]).all()):
+            table = np.sort(table)
+        v = value[rows]
+        at = np.minimum(np.searchsorted(table, v), len(table) - 1)
+        hit[rows] = table[at] == v
+    return hit
+
+
+def _distinct(values: np.ndarray) -> np.ndarray:
+    """``np.unique(values)``, without hashing a million rows when they all hold one value (one device)."""
+    if len(values) and values.min() == values.max():
+        return values[:1].copy()
+    return np.unique(values)
 
 
 def _host(times: tuple[np.ndarray, np.ndarray], scope: Scope, window: Window,
@@ -177,9 +209,13 @@ def _build(device: np.ndarray, start: np.ndarray, end: np.ndarray, window: Windo
     starts: list[np.ndarray] = []
     ends: list[np.ndarray] = []
     device = np.asarray(device, dtype="int64")
-    for dev in np.unique(device):
-        mine = device == dev
-        s, e = merge_intervals(start[mine], end[mine])
+    distinct = _distinct(device)
+    for dev in distinct:
+        if len(distinct) == 1:
+            s, e = merge_intervals(start, end)
+        else:
+            mine = device == dev
+            s, e = merge_intervals(start[mine], end[mine])
         if len(s) > MAX_INTERVALS:
             s, e = _coarsen(s, e, MAX_INTERVALS)
         devices.append(np.full(len(s), dev, dtype="int64"))
