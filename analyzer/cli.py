@@ -240,7 +240,7 @@ def run_cmd(
     from analyzer.watchdog import Watchdog
 
     with Watchdog(timeout, str(traces[0])), stage("building the report"):
-        if outcome.job is None and len(outcome.analyses or ()) > 1 and outcome.reason and not quiet \
+        if outcome.job is None and len(outcome.analyses or outcome.alone or ()) > 1 and outcome.reason and not quiet \
                 and job is not False:
             click.echo(f"note: analyzed separately, not as one multi-GPU job: {outcome.reason}", err=True)
         report = result.report()
