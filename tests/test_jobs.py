@@ -273,6 +273,22 @@ def test_a_job_report_shows_the_ranks_that_matter_in_full(tmp_path, capsys):
     assert len(err) == 1 and "--rank-sections" in err[0], err
 
 
+def test_a_job_report_with_no_rank_in_full(tmp_path):
+    """``--rank-sections 0``: every rank is its row of the rank table, the note says so (not an empty
+    list of ranks), and the job's findings still make the verdict."""
+    from analyzer.cli import main
+
+    files = [str(p) for p in _files("ddp_straggler_2gpu_rank*.sqlite.xz")]
+    out = tmp_path / "job.json"
+    assert main([*files, "-q", "-o", str(out), "--rank-sections", "0"]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["job"]["ranks_in_full"] == [] and doc["traces"] == []
+    assert [r["rank"] for r in doc["job"]["ranks"]] == [0, 1] and "rank 1 holds it back" in doc["verdict"]
+    notes = [n for n in doc["job"]["notes"] if "in full" in n]
+    assert len(notes) == 1 and notes[0].startswith("none of the 2 ranks shown in full"), notes
+    assert "ranks )" not in notes[0]
+
+
 def test_accepted_findings_of_a_job(tmp_path):
     """--write-accepted records the job's and every rank's findings (the rank is part of the
     fingerprint); --accepted then marks them and --fail-on no longer counts them."""

@@ -342,10 +342,14 @@ def analyze_job(
         full = featured_ranks(plan, options.rank_sections)
         if len(full) < len(summaries):
             shown = sorted(ranks[k] for k in full)
-            notes.append(f"{len(full)} of {len(summaries)} ranks shown in full ({plural_ranks(shown)}), chosen in turn "
-                         "as the rank the others waited for most, the one with the most and the one with the least "
-                         "compute per step, and the most idle one; every other rank is its row of the per-rank table "
-                         "(--rank-sections all shows every rank in full)")
+            if shown:
+                notes.append(f"{len(full)} of {len(summaries)} ranks shown in full ({plural_ranks(shown)}), chosen in "
+                             "turn as the rank the others waited for most, the one with the most and the one with the "
+                             "least compute per step, and the most idle one; every other rank is its row of the "
+                             "per-rank table (--rank-sections all shows every rank in full)")
+            else:  # --rank-sections 0
+                notes.append(f"none of the {len(summaries)} ranks shown in full (--rank-sections 0): each rank is its "
+                             "row of the per-rank table (--rank-sections all shows every rank in full)")
         inputs: list[list[RankJobInput | None]] = []
         order = sorted(range(len(summaries)), key=lambda i: ranks[i])
         section_of = {i: n + 1 for n, i in enumerate(order)}
