@@ -110,6 +110,16 @@ def _no_such_command(ctx: click.Context, group: click.Group, first: str) -> None
         raise click.UsageError(f"no such command or trace '{first}'; {hint}", ctx)
 
 
+def _rank_sections(_ctx: click.Context, _param: click.Parameter, value: str) -> int | None:
+    """--rank-sections: a whole number of ranks from 0, or 'all' (None)."""
+    text = str(value).strip().lower()
+    if text == "all":
+        return None
+    if text.isdigit() and len(text) <= 9:
+        return int(text)
+    raise click.BadParameter(f"{value!r} is neither a number of ranks (0 or more) nor 'all'")
+
+
 @click.group(cls=_DefaultGroup, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="analyze")
 def cli() -> None:
@@ -154,6 +164,11 @@ def cli() -> None:
                    "cluster, or 'none' for this process. Default: 'local' when 8 or more trace files are "
                    "given and Dask's distributed is installed, else this process.")
 @click.option("--workers", type=int, default=None, help="Workers of a local Dask cluster (default: the cores).")
+@click.option("--rank-sections", default="8", metavar="N|all", callback=_rank_sections,
+              help="Ranks of a multi-GPU job shown in full (their own section and swimlanes): the ones the "
+                   "others waited for most, the busiest, the least busy and the most idle; every other rank "
+                   "is one row of the per-rank table. 'all': every rank (the client then holds every "
+                   "rank's section). Default: 8.")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
 @click.pass_context
 def run_cmd(
@@ -180,6 +195,7 @@ def run_cmd(
     job: bool | None,
     scheduler: str | None,
     workers: int | None,
+    rank_sections: int | None,
     quiet: bool,
 ) -> None:
     """Analyze TRACE... (nsys .sqlite / .nsys-rep, torch.profiler .json / .json.gz, or a directory of
@@ -209,6 +225,7 @@ def run_cmd(
         accepted_file=accepted_file,
         accepted_growth=accepted_growth,
         cache=not no_cache,
+        rank_sections=rank_sections,
     )
     if scheduler is None and len(traces) >= LOCAL_DASK_MIN_FILES and job is not False and _has_dask():
         scheduler = "local"

@@ -58,6 +58,9 @@ class AnalysisOptions:
     cache: bool = False
     #: GPU power logs recorded beside the run (nvidia-smi CSV / workloads' NVML sampler), aligned by time
     power_files: tuple[Path, ...] = ()
+    #: ranks of a multi-GPU job shown in full (report section, swimlanes); the others are one row each in
+    #: the job's rank table (analyzer.job.run.featured_ranks). None: every rank
+    rank_sections: int | None = 8
 
     @property
     def packs(self) -> tuple[str | Path, ...]:

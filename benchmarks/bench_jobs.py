@@ -178,20 +178,30 @@ def run(folder: Path, workers: int | None, out: Path, *, mode: str = "plain", sp
 def summary_bytes(folder: Path) -> dict:
     """Bytes of what travels per rank, pickled as Dask pickles task results (protocol 5): phase 1's
     summary and phase 2's result (as a task returns it) of the straggler rank and a healthy one (in this
-    process)."""
-    from analyzer.job.rank import finish_rank, prepare_file
+    process), for a rank shown in full (``result``: its report section and swimlanes) and for one shown
+    as its row of the rank table (``row``: findings and numbers)."""
+    from analyzer.facts.comm import JobRankContext
+    from analyzer.job.rank import RankJobInput, finish_rank, prepare_file
     from analyzer.job.remote import to_client
     from analyzer.trace_analysis import AnalysisOptions, load_rules
+
+    import pandas as pd
 
     options = AnalysisOptions()
     pack = load_rules(options)
     files = _rank_files(folder)
-    sizes: dict[str, list[int]] = {"summary": [], "result": []}
+    sizes: dict[str, list[int]] = {"summary": [], "result": [], "row": []}
     for path in sorted({files[0], files[len(files) // 3]}):  # a healthy rank and the straggler (one file at 2 ranks)
-        fs = prepare_file(str(path), 0, options)
-        for s, st in zip(fs.summaries, fs.states):
-            sizes["summary"].append(len(pickle.dumps(s, protocol=5)))
-            sizes["result"].append(len(pickle.dumps(to_client(finish_rank(st, s, pack, None)), protocol=5)))
+        for full in (True, False):
+            fs = prepare_file(str(path), 0, options)
+            for s, st in zip(fs.summaries, fs.states):
+                inp = RankJobInput(rank=0, world_size=2, how="file name", context=JobRankContext(rank=0, world_size=2),
+                                   late_intervals=pd.DataFrame({"inst": [], "start": [], "end": []}, dtype="int64"),
+                                   lane_span=None, section_index=1, full=full)
+                if full:
+                    sizes["summary"].append(len(pickle.dumps(s, protocol=5)))
+                size = len(pickle.dumps(to_client(finish_rank(st, s, pack, inp)), protocol=5))
+                sizes["result" if full else "row"].append(size)
     return {k: max(v) for k, v in sizes.items()}
 
 
@@ -224,20 +234,23 @@ def estimate(rows: list[dict], sizes: dict, ranks: int = 1024) -> list[str]:
         wn = next(r["wall_s"] for r in many if r["ranks"] == top)
         if w1:
             eff = (w1 / wn) / most  # parallel efficiency at the largest size
-    per_rank_kb = (sizes["summary"] + sizes["result"]) / 1024
+    per_rank_kb = (sizes["summary"] + sizes["row"]) / 1024
     lines = [
         f"## Estimate for {ranks:,} ranks on a cluster (from this run)", "",
         f"- **Per-rank work**: a line through the one-worker runs gives {b1:.3f} s per rank on one worker "
         f"process plus {a1:.1f} s fixed (client start, imports, the job's cross-rank analysis, the report);"
         + (f" {most} workers ran the largest job at {eff:.0%} parallel efficiency." if eff is not None else ""),
         f"- **Bytes per rank** that travel to the client: summary {sizes['summary'] / 1024:.0f} KB + result "
-        f"{sizes['result'] / 1024:.0f} KB (pickled, the larger of a healthy and the straggler rank): "
+        f"{sizes['row'] / 1024:.0f} KB for a rank shown as its table row, {sizes['result'] / 1024:.0f} KB for "
+        "one of the 8 shown in full (pickled, the larger of a healthy and the straggler rank): "
         f"{ranks * per_rank_kb / 1024:.0f} MB for {ranks:,} ranks, one message per task, two tasks per rank "
         f"({2 * ranks:,} tasks; Dask's documentation puts a task's overhead at about 1 ms, "
         "https://distributed.dask.org/: seconds of scheduling, not minutes).",
         f"- **Client memory**: {ac:.0f} MB + {bc:.2f} MB per rank (fit over the Dask runs) -> about "
-        f"{ac + bc * ranks:,.0f} MB at {ranks:,} ranks: the client never holds a trace, only summaries, "
-        "results and the report.",
+        f"{ac + bc * ranks:,.0f} MB at {ranks:,} ranks: the client never holds a trace; it holds each "
+        "rank's summary (its communication kernels only until phase 2 is sent, the reference rank's after), "
+        "its findings and its row of the rank table, and the sections of the 8 ranks shown in full "
+        "(`--rank-sections`); the JSON report is written one section at a time.",
         f"- **Worker memory**: a worker keeps each rank it prepared between the two phases; {bw:.1f} MB per "
         f"rank held (one-worker runs) over {aw:.0f} MB idle: {ranks:,} ranks on W workers need about "
         f"{aw:.0f} + {bw:.1f} x {ranks}/W MB per worker (W = 64: {aw + bw * ranks / 64:,.0f} MB; W = 16: "
@@ -253,8 +266,9 @@ def estimate(rows: list[dict], sizes: dict, ranks: int = 1024) -> list[str]:
         lines.append(f"- Dask's own cost at {serial8['ranks']} ranks (one worker vs the client alone): "
                      f"{d['wall_s'] - serial8['wall_s']:+.1f} s.")
     lines += ["", "Not measured here: a real network (each rank's summary and result cross it once), a "
-              "shared file system's read rate, and the client's report at 1,024 ranks (its job tables grow "
-              "with the ranks; the fit above covers the client up to this run's largest job)."]
+              "shared file system's read rate, and the client at 1,024 ranks itself (the fit above covers it "
+              "up to this run's largest job; what grows with the ranks is each rank's summary, findings and "
+              "table row, and the job tables' rows)."]
     return lines
 
 
@@ -279,6 +293,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--modes takes plain and/or spill")
     args.workdir.mkdir(parents=True, exist_ok=True)
     started = dt.datetime.now(dt.timezone.utc)
+    load_before = os.getloadavg()
     rows = []
     for n in sizes:
         folder, straggler = build_job(n, args.workdir)
@@ -295,12 +310,15 @@ def main(argv: list[str] | None = None) -> int:
                                       f"({res['spilled_mb']:.1f} MB)  cluster start {res['start_s']:.1f} s")
             print(f"{n:4d} ranks  {label:26s} {res['wall_s']:7.1f} s  client peak {res['client_rss_mb']:6.0f} MB"
                   f"{extra}  straggler {res['straggler']} (planted {straggler})", flush=True)
+    load_after = os.getloadavg()
     sizes_b = summary_bytes(build_job(sizes[0], args.workdir)[0])
     lines = [
         "# Multi-GPU job analysis: many ranks, serial and on Dask", "",
         f"Measured {started:%Y-%m-%d %H:%M} UTC on {platform.node()} ({os.cpu_count()} cores, "
         f"{platform.python_implementation()} {platform.python_version()}), commit {_git_commit()}: "
-        f"`python benchmarks/bench_jobs.py {' '.join(argv if argv is not None else sys.argv[1:])}`.", "",
+        f"`python benchmarks/bench_jobs.py {' '.join(argv if argv is not None else sys.argv[1:])}`; "
+        f"load average (1 min) {load_before[0]:.1f} at the start, {load_after[0]:.1f} at the end "
+        f"({os.cpu_count()} cores: above that, other processes shared the cores).", "",
         "Each N-rank job is N - 1 copies of the real rank 0 of tests/data/ddp/ddp_straggler_2gpu_rank* "
         "plus its rank 1 (the straggler) at rank N/3, each copy with its own session clock skewed by up "
         "to +-25 ms (a 3.9 MB SQLite file, 17k kernels, per rank). Wall time of the whole `analyze` "

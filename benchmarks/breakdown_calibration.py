@@ -71,15 +71,19 @@ class Row:
 
 def pairs() -> list[tuple[str, str, Path, Path]]:
     """(pair name, format, pathology, twin) for every pathology with a fixed twin in tests/data and its
-    round-3 folder; a pathology recorded more than once (``X_run2``) is paired with the same twin."""
+    round-3 folder; a pathology recorded more than once (``X_run2``) is paired with the twin's recording
+    of the same session (``X_fixed_run2``) where there is one, else with ``X_fixed``."""
     out = []
     for folder in (DATA, DATA / "round3"):
         prefix = "" if folder == DATA else f"{folder.name}/"
         for twin in sorted(folder.glob("*_fixed.sqlite.xz")):
             stem = twin.name.removesuffix("_fixed.sqlite.xz")
             for sick in [folder / f"{stem}.sqlite.xz", *sorted(folder.glob(f"{stem}_run[0-9].sqlite.xz"))]:
+                run = sick.name.removesuffix(".sqlite.xz").removeprefix(stem)  # "" or "_run2"
+                same = folder / f"{stem}_fixed{run}.sqlite.xz"
                 if sick.is_file():
-                    out.append((prefix + sick.name.removesuffix(".sqlite.xz"), "nsys", sick, twin))
+                    out.append((prefix + sick.name.removesuffix(".sqlite.xz"), "nsys", sick,
+                                same if same.is_file() else twin))
     for folder in (DATA / "kineto", DATA / "round3"):
         prefix = "" if folder.name == "kineto" else f"{folder.name}/"
         for twin in sorted(folder.glob("*_fixed.pt.trace.json*")):
@@ -185,7 +189,9 @@ largest impact among the rules whose impact is time the timeline breakdown assig
 waiting-on-other-work); its
 impact is compared with what the twin measurably saved: (mean step time of the pathology - mean step
 time of the twin) x the pathology's steps. The target is a ratio within 0.75-1.25 and the twin silent
-on that finding (same rule and NVTX range: launch-bound is stated per range under the step).
+on that finding (same rule and NVTX range: launch-bound is stated per range under the step). A repeated
+recording (`X_run2`) is compared with the twin recorded in the same session (`X_fixed_run2`) where
+there is one.
 
 """
 
@@ -212,19 +218,57 @@ def render(rows: list[Row]) -> str:
              "own time saved, measures the fix without the noise of the ranges it leaves alone: the first "
              "nsys recording's twin spent 45.7 ms more launch-bound time in `forward` and `backward` "
              "(38.9 to 69.3 ms and 76.5 to 91.8 ms) with the same code there, which makes its step saving "
-             "understate the optimizer's (ratio 1.28 on the step, 0.95 on the range; the second recording "
-             "1.04 and 0.95).\n")
-    text += ("\nhost_sync cannot be calibrated on its step saving: its two recordings differ by 90 ms of window, "
-             "so the measured saving is 103.0 ms, then 13.3 ms. Its twin removes the synchronizations but "
-             "stays launch-bound in `step_N/micro_N` (launch-bound fires on both, in the same range), and the "
-             "rules it resolves, host-sync-in-loop and sync-memcpy, hold 40.7 ms between them. The idle time "
-             "after a synchronization until the host has refilled the queue is counted as launch-bound, not "
-             "charged to the synchronization: the twin, without the synchronizations, is as launch-bound "
-             "(36% of its window against 30%), so that refill is the host's pace, which the twin does not "
-             "change, not a drain the synchronization adds.\n")
+             "understate the optimizer's (ratio 1.28 on the step, 0.95 on the range; the second recording, "
+             "against its session's twin, 0.86 and 0.92).\n")
+    text += host_sync_text(rows)
     text += ("\n## Every breakdown rule on every pair\n\nA rule's impact against the same measured saving "
              "(the twin may fix another cause too, so only the pair's biggest cause is expected near 1).\n\n")
     return text + rule_table(rows)
+
+
+def _impact(rows: list[Row], pair: str, fmt: str, rule: str) -> tuple[Row, float] | None:
+    """The pair's row and the impact of one of its findings (the largest of that rule)."""
+    for r in rows:
+        if r.pair == pair and r.fmt == fmt:
+            found = [ns for name, _where, ns, _twin in r.impacts if name == rule]
+            return (r, max(found)) if found else None
+    return None
+
+
+def host_sync_text(rows: list[Row]) -> str:
+    """The host_sync paragraph: its three shapes, from the rows (empty when they are not all there)."""
+    launch = _impact(rows, "host_sync", "nsys", "host-sync-in-loop")
+    shapes = [_impact(rows, f"round3/host_sync_{s}{run}", "nsys", "host-sync-in-loop")
+              for s in ("balanced", "gpu") for run in ("", "_run2")]
+    torch = _impact(rows, "round3/host_sync_balanced", "torch.profiler", "host-sync-in-loop")
+    torch_lb = _impact(rows, "round3/host_sync_balanced", "torch.profiler", "launch-bound")
+    run2_lb = _impact(rows, "round3/host_sync_balanced_run2", "nsys", "launch-bound")
+    if launch is None or torch is None or torch_lb is None or run2_lb is None or any(x is None for x in shapes):
+        return ""
+    each = "; ".join(f"{r.pair.removeprefix('round3/')} {ns / 1e6:.1f} ms for {r.saving_ns / 1e6:.1f} ms "
+                     f"({ns / r.saving_ns:.2f})" for r, ns in (x for x in shapes if x is not None))
+    lr, lns = launch
+    tr, tns = torch
+    return (
+        "\nhost_sync was first recorded in its launch shape (`host_sync`, `host_sync_run2`): the host issues "
+        "each micro-step more slowly than the GPU runs it, so the loop is launch-bound with or without the "
+        "synchronizations (launch-bound fires on the twin, in the same range), and removing them buys only "
+        f"their own waits (host-sync-in-loop: {lns / 1e6:.1f} ms). Its two recordings differ by 90 ms of window "
+        f"(saving {lr.saving_ns / 1e6:.1f} ms, then 13.3 ms), so that shape cannot be calibrated on its step "
+        "saving. A synchronization's cost is its wait plus the GPU's refill after it: between two "
+        "synchronizations' returns, removing the later one buys min(S, I), S the time the host was blocked in "
+        "it and I the GPU's idle time there, and the breakdown charges what the wait leaves of that to the "
+        "synchronization, from the launch-bound and host time after the previous one "
+        "(`analyzer/facts/breakdown_sync.py`). On the launch shape S is small (the GPU drained long before each "
+        "synchronization) and launch-bound keeps its time. The `balanced` shape (host and GPU take turns) and "
+        "the `gpu` shape (GPU-bound) are where the refill is most of the cost; host-sync-in-loop, each "
+        f"recording against its session's twin: {each}. Without the refill it stated 19.7, 22.6, 11.1 and 14.2 ms "
+        "(0.27, 0.39, 0.30, 0.26), and on balanced_run2 launch-bound led; there launch-bound `step_N/micro_N` "
+        f"still states {run2_lb[1] / 1e6:.1f} ms (its twin fires it too), as much as the synchronizations: that "
+        "recording's host was slower, and the two causes are about equal in it. Under torch.profiler the balanced program's host is slower "
+        f"({tr.step_ns / 1e6:.0f} ms steps against 60 under nsys) and launch-bound leads both it and its twin "
+        f"(`micro_N`, {torch_lb[1] / 1e6:.1f} ms), so the refill is small; host-sync-in-loop there states "
+        f"{tns / 1e6:.1f} ms for a {tr.saving_ns / 1e6:.1f} ms saving ({tns / tr.saving_ns:.2f}).\n")
 
 
 def main(argv: list[str] | None = None) -> int:

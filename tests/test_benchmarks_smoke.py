@@ -100,6 +100,7 @@ def test_bench_kineto_with_a_replayed_copy() -> None:
             continue
         assert all(float(c) > 0 for c in cells[5:8]), cells  # HTA ran too (it failed on relative paths once)
     assert "Over the 2 traces both read" in out
+    assert "Start-up alone (interpreter and imports, no trace" in out  # the floor both sides share
 
 
 def test_hta_crosscheck_agrees() -> None:

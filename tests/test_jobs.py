@@ -245,6 +245,34 @@ def test_cli_job_report_and_bad_scheduler(tmp_path):
     assert main([*files, "--scheduler", "tcp://127.0.0.1:9", "-q", "-o", str(tmp_path / "x.md")]) == 2
 
 
+def test_a_job_report_shows_the_ranks_that_matter_in_full(tmp_path, capsys):
+    """``--rank-sections 1``: the straggler's section (rank 1, the one the others waited for) is the one
+    shown; rank 0 is its row of the rank table, with no section or swimlane; its findings still count
+    (--fail-on, the verdict). Such a JSON report names the ranks it holds, and a diff, which needs every
+    rank, refuses it in one line; a bad --rank-sections is one line too."""
+    from analyzer.cli import main
+
+    files = [str(p) for p in _files("ddp_straggler_2gpu_rank*.sqlite.xz")]
+    out = tmp_path / "job.json"
+    assert main([*files, "-q", "-o", str(out), "--rank-sections", "1", "--fail-on", "warning"]) == 1
+    doc = json.loads(out.read_text())
+    assert doc["job"]["ranks_in_full"] == [1] and [r["rank"] for r in doc["job"]["ranks"]] == [0, 1]
+    assert [t["info"]["name"] for t in doc["traces"]] == ["rank 1: ddp_straggler_2gpu_rank1.sqlite.xz"]
+    assert "rank 1 holds it back" in doc["verdict"]
+    assert any("1 of 2 ranks shown in full (rank 1)" in n for n in doc["job"]["notes"])
+    md = tmp_path / "job.md"
+    assert main([*files, "-q", "-o", str(md), "--rank-sections", "1"]) == 0
+    text = md.read_text()
+    assert "rank 1: ddp" in text and "rank 0: ddp" not in text  # one rank section, rank 1's
+    capsys.readouterr()
+    assert main(["diff", str(out), str(out), "-q"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "shows 1 of its 2 ranks in full" in err[0] and "--rank-sections all" in err[0], err
+    assert main([*files, "-q", "-o", str(md), "--rank-sections", "some"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--rank-sections" in err[0], err
+
+
 def test_accepted_findings_of_a_job(tmp_path):
     """--write-accepted records the job's and every rank's findings (the rank is part of the
     fingerprint); --accepted then marks them and --fail-on no longer counts them."""

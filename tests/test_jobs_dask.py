@@ -87,6 +87,51 @@ def test_inputs_that_are_not_one_job_give_the_serial_reports(client):
     assert not diff, "\n".join(diff[:30])
 
 
+def _live(kind: type) -> int:
+    """How many objects of ``kind`` this process holds (after a collection)."""
+    import gc
+
+    gc.collect()
+    return sum(1 for o in gc.get_objects() if isinstance(o, kind))
+
+
+def test_the_client_holds_summaries_only(client):
+    """A job of 8 real ranks (PARAM's DLRM) on Dask, 3 shown in full (``--rank-sections 3``): the client
+    process gains no trace and no fact store (they stay on the worker), the outcome is plain data, the
+    5 other ranks come back without a report section or swimlanes, only the reference rank keeps its
+    communication kernels, and the report shows 3 rank sections and all 8 rows; the serial path gives
+    the same bytes."""
+    from analyzer.facts import FactStore
+    from analyzer.loading.model import Trace
+    from analyzer.reports import render
+    from analyzer.reports.jobview import build_job_report
+    from analyzer.reports.viewmodel import TraceSection
+
+    paths = _paths("param dlrm 8 ranks")
+    options = AnalysisOptions(rank_sections=3)
+    before = (_live(Trace), _live(FactStore), _live(TraceSection))
+    dask = analyze_inputs(paths, options, scheduler=client)
+    assert (_live(Trace), _live(FactStore), _live(TraceSection)) == before
+    serial = analyze_inputs(paths, options)
+    for outcome in (dask, serial):
+        job = outcome.job
+        assert job is not None and len(job.ranks) == 8
+        full = [r.rank for r in job.ranks if r.full]
+        assert len(full) == 3
+        assert all(not any(r.lanes.values()) for r in job.ranks if not r.full)
+        assert [r.rank for r in job.ranks if len(r.summary.comm)] == [min(job.offsets)]
+        assert all(r.lateness.empty for r in job.ranks)  # the job's lateness table holds them
+        _assert_plain(job)
+        report = build_job_report(job, created=WHEN)
+        assert len(report.traces) == 3 and report.job.record["ranks_in_full"] == full
+        assert len(report.job.record["ranks"]) == 8 and len(report.job.lanes) == 3
+        assert any("3 of 8 ranks shown in full" in n for n in report.job.notes)
+    assert [r.rank for r in dask.job.ranks if r.full] == [r.rank for r in serial.job.ranks if r.full]
+    for fmt in ("md", "json", "html"):
+        ours, theirs = (render(build_job_report(o.job, created=WHEN), fmt) for o in (dask, serial))
+        assert ours == theirs, fmt
+
+
 class _Plain(pickle.Pickler):
     def reducer_override(self, obj):  # noqa: ANN001, ANN201
         from analyzer.facts import FactStore

@@ -280,3 +280,23 @@ def test_tiny_kernels_footprint_is_the_idle_time_before_them():
     # the idle gaps before the tiny kernels are launch-bound time already: tiny-kernels adds little
     assert adds["tiny-kernels"] <= 0.05 * tiny.impact_ns
 
+
+
+def test_host_wait_footprints_are_their_calls_host_sync_segments():
+    """host-sync-in-loop and sync-memcpy (balanced host_sync: host and GPU take turns) hold the breakdown's
+    host-sync time of their calls, waits and refills: each footprint is exactly its impact, the two share
+    no time, and the verdict's total is their sum, the host-sync time the breakdown table shows."""
+    path = DATA / "round3" / "host_sync_balanced.sqlite.xz"
+    if not path.is_file():
+        pytest.skip("round3/host_sync_balanced not in tests/data")
+    analysis = analyze_paths([path], AnalysisOptions())[0]
+    by_rule = {f.rule: f for f in analysis.findings}
+    sync, copy = by_rule["host-sync-in-loop"], by_rule["sync-memcpy"]
+    for f in (sync, copy):
+        assert f.footprint.source == "host" and f.footprint.length_ns == f.impact_ns
+    report = build_report([analysis])
+    adds = {f.rule: f.adds_ns for f in report.traces[0].findings}
+    assert adds["host-sync-in-loop"] + adds["sync-memcpy"] == sync.impact_ns + copy.impact_ns
+    seg = analysis.facts.get("timeline_segments")
+    held = seg.loc[seg["cause"] == "host_sync", "duration"].sum()
+    assert sync.impact_ns + copy.impact_ns == held

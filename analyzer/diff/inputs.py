@@ -6,6 +6,7 @@ goes through the pipeline like any other trace.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -91,7 +92,8 @@ def load_run(path: Path | Sequence[Path], options: AnalysisOptions, *, pack: Any
     if any(p.is_file() and is_report(p) for p in paths):
         raise InputError(paths[0], "mixes JSON reports with other inputs on one side",
                          hint="give one JSON report, or the traces, per side")
-    outcome = analyze_inputs(paths, options, pack=pack, progress=progress)
+    # a job is compared rank by rank (its steps, kernels and phases sum the ranks): every rank in full
+    outcome = analyze_inputs(paths, dataclasses.replace(options, rank_sections=None), pack=pack, progress=progress)
     if outcome.job is not None:
         from analyzer.reports.jobview import build_job_report
         from analyzer.reports.jsonout import report_dict

@@ -119,6 +119,12 @@ def job_from_report(doc: dict[str, Any], path: str) -> JobSummary:
     traces = doc.get("traces")
     if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) for r in rows):
         raise err("job.ranks is not a list of ranks")
+    shown = job.get("ranks_in_full")
+    if isinstance(shown, list) and isinstance(traces, list) and len(shown) < len(rows):
+        raise ReportFormatError(path, f"shows {len(shown)} of its {len(rows)} ranks in full; comparing a job "
+                                "needs every rank's steps and kernels",
+                                hint="write it again with 'analyze RANK_FILES --format json --rank-sections all', "
+                                     "or compare the rank files themselves")
     if not isinstance(traces, list) or len(traces) != len(rows):
         raise err(f"holds {len(traces) if isinstance(traces, list) else 'no'} traces for {len(rows)} ranks")
     ranks = []

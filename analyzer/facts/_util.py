@@ -135,12 +135,32 @@ def covered_until(us: np.ndarray, ue: np.ndarray, t: np.ndarray) -> np.ndarray:
     us = np.asarray(us, dtype=np.int64)
     ue = np.asarray(ue, dtype=np.int64)
     t = np.asarray(t, dtype=np.int64)
-    out = np.zeros(len(t), dtype=np.int64)
     if len(us) == 0 or len(t) == 0:
-        return out
-    # the length covered before interval i starts, less its start: the length before t inside or after
-    # interval i is that plus min(t, ue[i]); one gather per side, no masked copies of the queries
-    base = np.r_[0, np.cumsum(ue - us)[:-1]] - us
+        return np.zeros(len(t), dtype=np.int64)
+    return _covered_at(us, ue, _covered_base(us, ue), t)
+
+
+def covered_between(us: np.ndarray, ue: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``covered_until(us, ue, b) - covered_until(us, ue, a)``: the covered time inside each ``[a, b)``,
+    with the intervals' running total computed once for both sides."""
+    us = np.asarray(us, dtype=np.int64)
+    ue = np.asarray(ue, dtype=np.int64)
+    a = np.asarray(a, dtype=np.int64)
+    b = np.asarray(b, dtype=np.int64)
+    if len(us) == 0 or len(a) == 0:
+        return np.zeros(len(a), dtype=np.int64)
+    base = _covered_base(us, ue)
+    return _covered_at(us, ue, base, b) - _covered_at(us, ue, base, a)
+
+
+def _covered_base(us: np.ndarray, ue: np.ndarray) -> np.ndarray:
+    """The length covered before interval i starts, less its start: the length before t inside or after
+    interval i is that plus min(t, ue[i])."""
+    return np.r_[0, np.cumsum(ue - us)[:-1]] - us
+
+
+def _covered_at(us: np.ndarray, ue: np.ndarray, base: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """:func:`covered_until` given :func:`_covered_base`: one gather per side, no masked copies of the queries."""
     k = np.searchsorted(us, t, side="right") - 1  # the last interval starting at or before t
     kk = np.maximum(k, 0)
     return np.where(k >= 0, base[kk] + np.minimum(t, ue[kk]), 0)

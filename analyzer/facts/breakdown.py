@@ -45,7 +45,18 @@ that launched the op before it). The op's *submission* is the end of its launch 
                   ``cudaStreamSynchronize``, a synchronous or pageable ``cudaMemcpy*``, and the
                   implicitly synchronizing allocations: ``cudaMalloc``, ``cudaHostAlloc``, ``cudaFree``...),
                   or returning from one (the host time after it, up to the next CUDA call, when
-                  shorter than ``dispatch_gap_ns``)
+                  shorter than ``dispatch_gap_ns``); and the GPU's *refill* after a synchronization
+                  (detail ``refill (<call>)``, NVTX path the call's range): the host's time is cut at
+                  the returns of its synchronizing calls, and in each interval (previous return, this
+                  call's return] removing the call buys ``min(S, I)`` (``S`` the time the host was
+                  blocked in it, ``I`` the GPU's idle time in the interval; without the call host and
+                  GPU overlap and the interval takes about ``max(T - S, T - I)``). What the two charges
+                  above leave of it is taken from the interval's launch-bound and host-work time from
+                  its start, the refill of the queue the previous synchronization drained
+                  (:mod:`analyzer.facts.breakdown_sync`). A launch-bound loop (the GPU drained long
+                  before the host synchronized: ``S`` small) keeps its launch-bound time; the
+                  intervals on either side of a step boundary are not charged (a loop synchronizes
+                  once a step anyway: the step's start and end stay the host's own time)
 ``host_work``     the feeding thread ran its own code with no CUDA call for ``dispatch_gap_ns`` or
                   more; detail = the innermost NVTX range open on it (``(no NVTX range)`` without).
                   Where the OS-runtime trace shows it blocked meanwhile (``sem_wait``,
@@ -92,6 +103,7 @@ from analyzer.facts.registry import FactContext, fact
 from analyzer.facts.breakdown_launch import submission as _submission
 from analyzer.facts.breakdown_launch import wait_details as _wait_details
 from analyzer.facts.breakdown_ranges import generic_keys
+from analyzer.facts.breakdown_sync import SyncBlocks, charge_refills, refilled_call
 from analyzer.loading.columns import categorical, narrow_int
 
 #: default longest host time between two CUDA calls that still counts as dispatch (ns)
@@ -135,9 +147,11 @@ _SETUP_API = re.compile(
 # Guide, "Implicit Synchronization"): every alloc/free call but the stream-ordered (pool) ones
 def host_wait_kind(detail: str) -> str:
     """What a ``host_sync`` segment's call is: ``alloc`` (an allocation or free), ``copy`` (a blocking copy
-    or memset) or ``sync`` (an explicit synchronization, and anything else)."""
+    or memset) or ``sync`` (an explicit synchronization, and anything else); a refill
+    (``refill (cudaMemcpyAsync)``) is its call's."""
     from analyzer.facts.api import ALLOC_APIS, sync_kind
 
+    detail = refilled_call(detail)
     if detail in ALLOC_APIS:
         return "alloc"
     kind = sync_kind(detail)
@@ -258,6 +272,31 @@ def _ascending(a: np.ndarray) -> bool:
     return len(a) < 2 or bool((a[1:] >= a[:-1]).all())
 
 
+def _merge_pieces(a: tuple[np.ndarray, ...], b: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+    """Pieces ``(start, end, *payload)`` of ``a`` (sorted by start) and ``b`` merged in start order, as a
+    stable sort of ``a`` then ``b`` orders them: ``b`` sorted on its own (it may hold overlapping pieces,
+    e.g. of overlapping graph executions; usually it is sorted already), then each placed by one
+    binary search, after the ``a`` pieces starting at the same time; no sort of the whole."""
+    if not len(b[0]):
+        return a
+    if not _ascending(b[0]):
+        o = np.argsort(b[0], kind="stable")
+        b = tuple(x[o] for x in b)
+    if not len(a[0]):
+        return b
+    n = len(a[0]) + len(b[0])
+    at = np.searchsorted(a[0], b[0], side="right") + np.arange(len(b[0]))
+    from_a = np.ones(n, dtype=bool)
+    from_a[at] = False
+    out = []
+    for x, y in zip(a, b):
+        merged = np.empty(n, dtype=np.result_type(x, y))
+        merged[at] = y
+        merged[from_a] = x
+        out.append(merged)
+    return tuple(out)
+
+
 def _complement(s: np.ndarray, e: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
     """The parts of ``[lo, hi)`` not covered by the sorted disjoint intervals ``(s, e)``."""
     gs = np.r_[lo, e]
@@ -277,7 +316,11 @@ def _op_classes(ctx: FactContext, ops: pd.DataFrame) -> tuple[np.ndarray, np.nda
 
     n = len(ops)
     op_codes, op_labels = text_codes(ops["op"])
-    op_kind = np.asarray(op_labels, dtype=object)[op_codes] if n else np.empty(0, dtype=object)
+    kind_labels = np.asarray(op_labels, dtype=object)
+
+    def of_kind(name: str) -> np.ndarray:  # rows whose op is ``name``, from the few labels' test
+        return (kind_labels == name)[op_codes] if n else np.zeros(0, dtype=bool)
+
     labels: list[str] = []
     index: dict[str, int] = {}
 
@@ -289,7 +332,7 @@ def _op_classes(ctx: FactContext, ops: pd.DataFrame) -> tuple[np.ndarray, np.nda
 
     level = np.zeros(n, dtype=np.int8)
     detail = np.zeros(n, dtype=np.int64)
-    is_kernel = op_kind == "kernel"
+    is_kernel = of_kind("kernel")
     if is_kernel.any():
         table = load_categories(ctx.options.get("categories_file") or None)
         kl = ops["label"][is_kernel]
@@ -307,14 +350,14 @@ def _op_classes(ctx: FactContext, ops: pd.DataFrame) -> tuple[np.ndarray, np.nda
         kpos = np.flatnonzero(is_kernel)
         level[kpos[comm]] = 1
         detail[kpos] = det
-    other = ~is_kernel & (op_kind != "memcpy") & (op_kind != "memset")
-    for kind in np.unique(op_kind[other]) if other.any() else ():
-        detail[other & (op_kind == kind)] = code(str(kind))  # e.g. a CUDA-graph execution
-    is_set = op_kind == "memset"
+    is_set = of_kind("memset")
+    is_copy = of_kind("memcpy")
+    other = ~(is_kernel | is_copy | is_set)
+    for kind in np.unique(kind_labels[np.unique(op_codes[other])]) if other.any() else ():
+        detail[other & of_kind(kind)] = code(str(kind))  # e.g. a CUDA-graph execution
     level[is_set] = 2
     if is_set.any():
         detail[is_set] = code("memset")
-    is_copy = op_kind == "memcpy"
     if is_copy.any():
         level[is_copy] = 2
         detail[is_copy] = _copy_details(ctx, ops, np.flatnonzero(is_copy), code)
@@ -464,9 +507,7 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
                 r = r[ai]
             busy.append((np.full(len(s), dev), s, e, np.full(len(s), cause, dtype=np.int8), op_detail[r], r))
             # the covered time so far, and which op owns each piece (pieces are disjoint: starts unique)
-            cs = np.r_[cov_s, s]
-            o = np.argsort(cs, kind="stable")
-            cov_s, cov_e, owner = cs[o], np.r_[cov_e, e][o], np.r_[owner, r][o]
+            cov_s, cov_e, owner = _merge_pieces((cov_s, cov_e, owner), (s, e, r))
         # inside a CUDA graph execution, between dependent nodes: the graph's own GPU time
         m = (g_dev == dev) & (g_end > lo) & (g_start < hi)
         if m.any() and len(cov_s):
@@ -475,9 +516,7 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
             r = g_last[m][ai]
             busy.append((np.full(len(s), dev), s, e, np.full(len(s), _C["compute"], dtype=np.int8),
                          np.full(len(s), graph_code, dtype=np.int64), r))
-            cs = np.r_[cov_s, s]
-            o = np.argsort(cs, kind="stable")
-            cov_s, cov_e, owner = cs[o], np.r_[cov_e, e][o], np.r_[owner, r][o]
+            cov_s, cov_e, owner = _merge_pieces((cov_s, cov_e, owner), (s, e, r))
         gs, ge = _complement(cov_s, cov_e, lo, hi)
         # the piece ending where the gap starts / starting where it ends
         k_next = np.searchsorted(cov_s, ge, side="left")
@@ -488,7 +527,9 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
         else:  # every operation on the device lasts 0 ns (a trace without durations): one gap, no neighbours
             nxt = prv = np.full(len(gs), -1, dtype=np.int64)
         keep = (ge > w.start_ns) & (gs < w.end_ns)
-        gaps.append((np.full(int(keep.sum()), dev), gs[keep], ge[keep], prv[keep], nxt[keep]))
+        if not keep.all():
+            gs, ge, prv, nxt = gs[keep], ge[keep], prv[keep], nxt[keep]
+        gaps.append((np.full(len(gs), dev), gs, ge, prv, nxt))
 
     bdev, bs, be, bc, bd, bop = (np.concatenate([x[i] for x in busy]) for i in range(6))
     del busy
@@ -504,8 +545,11 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
     gdev, gs, ge, gprev, gnext = (np.concatenate([x[i] for x in gaps]) for i in range(5))
     del gaps
     gdev = narrow_int(gdev)
-    idle = _classify_idle(ctx, ops, level, gdev, gs, ge, gprev, gnext, dispatch_ns, code)
+    syncs: list[SyncBlocks] = []
+    idle = _classify_idle(ctx, ops, level, gdev, gs, ge, gprev, gnext, dispatch_ns, code, syncs)
     del gdev, gs, ge, gprev, gnext
+    idle = charge_refills(ctx, idle, syncs, labels, code, _C)  # a sync's refill is the sync's cost
+    del syncs
     # every column gathered in (device, start) order, each source freed once gathered (a million-kernel
     # trace has millions of segments); text columns are categoricals built from codes (a few hundred texts)
     n_busy = len(busy_frame["start"])
@@ -618,10 +662,14 @@ class _HostCalls:
         del a_codes
         self.start = api["start"].to_numpy(dtype=np.int64)
         self.end = api["end"].to_numpy(dtype=np.int64)
-        a_tid = api["tid"].to_numpy(dtype=np.int64)
+        a_tid = api["tid"].to_numpy()  # its own integer type: the same stable grouping without an int64 copy
+        if a_tid.dtype.kind not in "iu":
+            a_tid = a_tid.astype(np.int64)
         self.order, self.first, self.last = key_groups(a_tid)
         self.threads = a_tid[self.order[self.first]] if len(self.first) else np.empty(0, np.int64)
         self._thread: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        #: per feeding thread (by id), its synchronizing calls' blocks on its whole timeline
+        self.syncs: dict[int, SyncBlocks] = {}
 
     def group(self, tid: int) -> int:
         """The thread's group (-1: no CUDA call on it)."""
@@ -629,7 +677,9 @@ class _HostCalls:
         return g if g < len(self.threads) and self.threads[g] == tid else -1
 
     def thread(self, g: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(rows, starts, running maximum of the ends)`` of the calls of thread group ``g`` by start."""
+        """``(rows, starts, running maximum of the ends)`` of the calls of thread group ``g`` by start;
+        the first time, also the thread's synchronizing calls' blocks (:attr:`syncs`): the parts of them
+        no earlier call covers, as :func:`_thread_timeline` cuts them."""
         if g not in self._thread:
             rows = self.order[self.first[g]:self.last[g]]
             if not _ascending(rows):
@@ -638,7 +688,16 @@ class _HostCalls:
             if not _ascending(t_start):  # calls recorded out of start order
                 o = np.argsort(t_start, kind="stable")
                 rows, t_start = rows[o], t_start[o]
-            self._thread[g] = (rows, t_start, np.maximum.accumulate(self.end[rows]))
+            reach = np.maximum.accumulate(np.maximum(self.end[rows], t_start))  # as _frontier's
+            self._thread[g] = (rows, t_start, reach)
+            sync = np.flatnonzero(self.cause[rows] == _C["host_sync"])
+            if len(sync):
+                prev = np.where(sync > 0, reach[np.maximum(sync - 1, 0)], np.iinfo(np.int64).min)
+                s, e = np.maximum(t_start[sync], prev), reach[sync]
+                keep = e > s
+                if keep.any():
+                    tid = int(self.threads[g])
+                    self.syncs[tid] = (tid, s[keep], e[keep], self.detail[rows[sync[keep]]].astype(np.int64))
         return self._thread[g]
 
 
@@ -700,16 +759,20 @@ class _Idle:
             self.text_codes, self.text_labels = np.empty(0, np.int64), np.empty(0, dtype=object)
             self.mains: dict[int, int] = {}
         else:
-            self.path_codes, self.path_labels = text_codes(column(self.nv, "path", ""))
-            self.text_codes, self.text_labels = text_codes(self.nv["text"])
+            path_codes, self.path_labels = text_codes(column(self.nv, "path", ""))
+            text_codes_, self.text_labels = text_codes(self.nv["text"])
+            # each followed by a -1: what range position -1 (no range) reads in one gather
+            self.path_codes = np.r_[path_codes.astype(np.int32), -1]
+            self.text_codes = np.r_[text_codes_.astype(np.int32), -1]
             self.mains = main_threads(self.nv)
 
 
 def _classify_idle(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev: np.ndarray, g0: np.ndarray,
-                   g1: np.ndarray, prev_op: np.ndarray, next_op: np.ndarray, dispatch_ns: int,
-                   code) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
+                   g1: np.ndarray, prev_op: np.ndarray, next_op: np.ndarray, dispatch_ns: int, code,  # type: ignore[no-untyped-def]
+                   syncs: list[SyncBlocks]) -> dict[str, np.ndarray]:
     """Idle segments (clipped to the window) from the gaps ``[g0, g1)`` (unclipped) with the ops
-    around them, classified :data:`IDLE_CHUNK` gaps at a time."""
+    around them, classified :data:`IDLE_CHUNK` gaps at a time; the feeding threads' synchronizing calls
+    are added to ``syncs`` (each thread's once, by thread id)."""
     n = len(g0)
     submit = np.full(n, -1, dtype=np.int64)  # the end of the launch call of the op ending each gap
     has_next = next_op >= 0
@@ -722,6 +785,8 @@ def _classify_idle(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev:
                              dispatch_ns, code, shared)
              for a in range(0, max(n, 1), IDLE_CHUNK)]
     del submit
+    if shared.calls is not None:
+        syncs.extend(shared.calls.syncs[t] for t in sorted(shared.calls.syncs))
     out: dict[str, np.ndarray] = {}
     for name in ("device", "start", "end", "cause", "detail", "path_codes", "tid", "pid"):
         out[name] = np.concatenate([p.pop(name) for p in parts]) if len(parts) > 1 else parts[0].pop(name)
@@ -828,17 +893,18 @@ def _classify_chunk(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev
             sub = rpos[missing]
             sub[retry >= 0] = retry[retry >= 0]
             rpos[missing] = sub
-        has = rpos >= 0
         path_labels, rng_labels = shared.path_labels, shared.text_labels
-        path_codes[has] = shared.path_codes[rpos[has]]
-        rng_codes[has] = shared.text_codes[rpos[has]]
+        path_codes = shared.path_codes[rpos]
+        rng_codes = shared.text_codes[rpos]
     hw = (c == _C["host_work"]) & (d < 0)
     if hw.any():
         d = d.copy()
-        used, inverse = np.unique(rng_codes[hw], return_inverse=True)
-        per = np.array([code(str(rng_labels[u]) if u >= 0 and rng_labels[u] else "(no NVTX range)") for u in used],
-                       dtype=np.int64)
-        d[hw] = per[inverse.reshape(-1)]
+        # the range codes in use (small integers from -1: counted, not sorted), each named once
+        hw_codes = rng_codes[hw] + 1
+        used = np.flatnonzero(np.bincount(hw_codes, minlength=len(rng_labels) + 1)) - 1
+        per = np.zeros(len(rng_labels) + 1, dtype=np.int64)
+        per[used + 1] = [code(str(rng_labels[u]) if u >= 0 and rng_labels[u] else "(no NVTX range)") for u in used]
+        d[hw] = per[hw_codes]
     return {"device": dev, "start": s, "end": e, "cause": c, "detail": d, "path_codes": path_codes,
             "path_labels": path_labels, "tid": t, "pid": p}
 

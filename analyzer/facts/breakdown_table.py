@@ -44,7 +44,10 @@ def timeline_breakdown(ctx: FactContext) -> pd.DataFrame:
     detail_codes, detail_labels = text_codes(seg["detail"])
     range_codes, range_labels = text_codes(seg["range_key"])
 
-    dev_codes, dev_values = pd.factorize(dev)
+    if len(dev) and dev.min() == dev.max():  # one device: its codes without hashing millions of rows
+        dev_codes, dev_values = np.zeros(len(dev), dtype=np.intp), dev[:1].copy()
+    else:
+        dev_codes, dev_values = pd.factorize(dev)
     n_cause, n_detail = len(cause_labels), len(detail_labels)
     dev_labels = np.asarray(dev_values, dtype=np.int64)
 

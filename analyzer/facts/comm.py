@@ -29,7 +29,7 @@ import pandas as pd
 
 from analyzer.loading.columns import empty_typed
 
-from analyzer.facts._util import column, covered_until, new_frame, text, union_intervals
+from analyzer.facts._util import column, covered_between, new_frame, text, union_intervals
 from analyzer.facts.registry import FactContext, fact
 
 COMMUNICATION = "communication"
@@ -285,7 +285,7 @@ _OVERLAP_COLUMNS = {
 
 def _intersect_len(a_s: np.ndarray, a_e: np.ndarray, b_s: np.ndarray, b_e: np.ndarray) -> np.ndarray:
     """Per interval of ``a``: its overlap with the sorted disjoint set ``b`` (ns)."""
-    return covered_until(b_s, b_e, a_e) - covered_until(b_s, b_e, a_s)
+    return covered_between(b_s, b_e, a_s, a_e)
 
 
 @fact("comm_overlap", columns=_OVERLAP_COLUMNS, requires=("comm_kernels",), scope_keys=("device",))

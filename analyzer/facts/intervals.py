@@ -32,6 +32,7 @@ from analyzer.loading.columns import empty_typed
 from analyzer.facts._util import (
     column,
     categorical_parts,
+    covered_between,
     covered_until,
     key_groups,
     new_frame,
@@ -334,7 +335,7 @@ def _host_api(api: pd.DataFrame, tid: np.ndarray, t: np.ndarray, start: np.ndarr
         del k, found, kk, own_open, hold, hold_open, holder, tq
         if start is not None and end is not None:
             us, ue = union_sorted(starts, ends)  # (may clamp ``ends``, used no more)
-            covered[q] = covered_until(us, ue, end[q]) - covered_until(us, ue, start[q])
+            covered[q] = covered_between(us, ue, start[q], end[q])
     return out, covered
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analyzer.facts._util import asof_backward, column, text
+from analyzer.facts._util import asof_backward, column, key_groups, text
 
 
 def ranges_only(nvtx: pd.DataFrame) -> pd.DataFrame:
@@ -46,8 +46,36 @@ def innermost_open(nvtx: pd.DataFrame, tid: np.ndarray, t: np.ndarray) -> np.nda
     at_tid = np.r_[r_tid, r_tid]
     at_t = np.r_[nvtx["start"].to_numpy(dtype=np.int64), nvtx["end"].to_numpy(dtype=np.int64)]
     value = _innermost_walk(nvtx, at_tid, at_t)
-    pos = asof_backward(at_tid, at_t, tid, t)
-    return np.where(pos >= 0, value[np.maximum(pos, 0)], -1)
+    return _asof_value(at_tid, at_t, value, np.asarray(tid, dtype=np.int64), np.asarray(t, dtype=np.int64))
+
+
+def _asof_value(r_tid: np.ndarray, r_t: np.ndarray, value: np.ndarray, tid: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """``value`` of the row :func:`asof_backward` picks for each query (-1 where none): per thread, the
+    values in (t, row) order behind a -1, indexed by one ``searchsorted``; a thread's queries are
+    gathered and scattered only when several threads ask (no masks or selects over the queries)."""
+    out = np.full(len(t), -1, dtype=np.int64)
+    r_order = np.lexsort((r_t, r_tid))  # by thread, then t, stable: ties keep the later row last
+    rk = r_tid[r_order]
+    r_cut = np.r_[0, np.flatnonzero(rk[1:] != rk[:-1]) + 1, len(rk)]
+    r_keys = rk[r_cut[:-1]]
+    one = len(t) > 0 and tid.min() == tid.max()
+    if one:
+        q_order, q_from, q_to = np.arange(len(t)), np.zeros(1, dtype=np.int64), np.full(1, len(t))
+    else:
+        q_order, q_from, q_to = key_groups(tid)
+    for a, b in zip(q_from.tolist(), q_to.tolist()):
+        key = int(tid[q_order[a]])
+        g = int(np.searchsorted(r_keys, key))
+        if g == len(r_keys) or r_keys[g] != key:
+            continue
+        rows = r_order[r_cut[g]:r_cut[g + 1]]
+        table = np.r_[-1, value[rows]].astype(np.int64, copy=False)  # position k + 1: row k's value
+        if one:
+            out = table[np.searchsorted(r_t[rows], t, side="right")]
+        else:
+            q = q_order[a:b]
+            out[q] = table[np.searchsorted(r_t[rows], t[q], side="right")]
+    return out
 
 
 def _innermost_walk(nvtx: pd.DataFrame, tid: np.ndarray, t: np.ndarray) -> np.ndarray:

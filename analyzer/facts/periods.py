@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analyzer.facts._util import covered_until
+from analyzer.facts._util import covered_between
 from analyzer.facts.registry import FactContext, fact
 
 PERIOD_COLUMNS: dict[str, str] = {
@@ -50,7 +50,7 @@ def window_periods(ctx: FactContext) -> pd.DataFrame:
     for d in devices:
         b = busy.loc[busy["device"].to_numpy() == d]
         us, ue = b["start"].to_numpy(), b["end"].to_numpy()
-        busy_ns = covered_until(us, ue, ends) - covered_until(us, ue, starts)
+        busy_ns = covered_between(us, ue, starts, ends)
         dur = ends - starts
         frames.append(pd.DataFrame({
             "device": d, "period": np.arange(len(starts), dtype=np.int64), "label": labels, "kind": kind,

@@ -55,10 +55,12 @@ SCALAR_DOCS: dict[str, str] = {
     "launch_bound_ns": "idle GPU time while the host was launching work (timeline_breakdown's launch_bound: "
     "launch calls, Python dispatch between them, launch latency), summed over devices (ns)",
     "host_sync_ns": "idle GPU time while the host was blocked in an explicit synchronization "
-    "(cudaStreamSynchronize, cudaDeviceSynchronize, cudaEventSynchronize) or returning from one (ns)",
+    "(cudaStreamSynchronize, cudaDeviceSynchronize, cudaEventSynchronize) or returning from one, and the "
+    "GPU's refill after one (timeline_breakdown's host_sync, detail 'refill (call)') (ns)",
     "host_copy_wait_ns": "idle GPU time while the host was blocked in a copy or memset it waits for (synchronous "
-    "cudaMemcpy, asynchronous copies from or to pageable memory) (ns)",
-    "host_alloc_wait_ns": "idle GPU time while the host was inside an allocation or free call (ns)",
+    "cudaMemcpy, asynchronous copies from or to pageable memory), and the GPU's refill after one (ns)",
+    "host_alloc_wait_ns": "idle GPU time while the host was inside an allocation or free call, and the GPU's "
+    "refill after one (ns)",
     "host_work_ns": "idle GPU time while the host ran its own code with no CUDA call (timeline_breakdown's "
     "host_work) (ns)",
     "exposed_copy_ns": "time copies and memsets ran with no kernel running on their GPU (ns)",

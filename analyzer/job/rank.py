@@ -98,6 +98,9 @@ class RankJobInput:
     late_intervals: pd.DataFrame  # inst, start, end: when the others waited for this rank
     lane_span: tuple[int, int] | None  # (start, end) of the swimlane span, this rank's clock
     section_index: int
+    #: the rank is shown in full (its report section and swimlanes); False: only its findings and the
+    #: numbers of its row in the job's rank table come back (a job of many ranks, :func:`featured_ranks`)
+    full: bool = True
 
 
 @dataclass
@@ -109,7 +112,7 @@ class RankResult:
     summary: RankSummary
     rank: int
     findings: list[Finding]
-    packed_section: bytes
+    packed_section: bytes  # b"": not shown in full (RankJobInput.full False): no section, no swimlanes
     overlap: dict[str, int]  # comm_overlap of the main device, with waits
     lateness: pd.DataFrame  # inst, start, end, host_nvtx_path, host_api, gpu_busy_share, gpu_kernel
     lanes: dict[str, list[tuple[int, int, str]]]  # kind -> (start, end, label), this rank's clock
@@ -118,8 +121,13 @@ class RankResult:
     phases: dict[str, float] = field(default_factory=dict)  # phase -> GPU ns per step (strong scaling)
 
     @property
+    def full(self) -> bool:
+        """Whether the rank is shown in full (it holds its report section)."""
+        return bool(self.packed_section)
+
+    @property
     def section(self) -> TraceSection:
-        """The rank's report section (a new object at each read)."""
+        """The rank's report section (a new object at each read; only for a rank shown in :attr:`full`)."""
         return pickle.loads(zlib.decompress(self.packed_section))  # noqa: S301 - packed by this program
 
     @section.setter
@@ -367,7 +375,9 @@ def finish_rank(state: RankState, summary: RankSummary, pack: RulePack, job: Ran
                                     explained_by=tuple(renamed.get(k, k) for k in f.explained_by))
                 for f in scoped]
     analysis.findings = findings
-    section = trace_section(analysis, job.section_index if job is not None else summary.index + 1, True, Limits())
+    full = job is None or job.full
+    packed = pack_section(trace_section(analysis, job.section_index if job is not None else summary.index + 1,
+                                        True, Limits())) if full else b""
     overlap_rows = store.get("comm_overlap")
     dev_rows = overlap_rows.loc[overlap_rows["device"] == summary.device] if len(overlap_rows) else overlap_rows
     overlap = {c: int(dev_rows[c].iloc[0]) for c in ("compute_ns", "comm_ns", "overlap_ns", "exposed_ns",
@@ -376,9 +386,9 @@ def finish_rank(state: RankState, summary: RankSummary, pack: RulePack, job: Ran
     late = job.late_intervals if job is not None else pd.DataFrame(columns=["inst", "start", "end"])
     lateness = describe_intervals(state.trace, store, late, summary.device)
     comm = store.get("comm_kernels")
-    lanes = _lanes(state.trace, store, job.lane_span if job is not None else None, summary.device, comm)
+    lanes = _lanes(state.trace, store, job.lane_span if job is not None and full else None, summary.device, comm)
     steps = [int(e - s) for s, e in step_spans(summary.window)]
-    return RankResult(summary=summary, rank=rank, findings=findings, packed_section=pack_section(section),
+    return RankResult(summary=summary, rank=rank, findings=findings, packed_section=packed,
                       overlap=overlap, lateness=lateness, lanes=lanes, step_ns=steps, window=summary.window,
                       phases=phase_gpu_per_step(store, len(steps)))
 

@@ -146,7 +146,8 @@ class JobOutcome:
         self.job.findings = apply_accepted(self.job.findings, accepted, self.job.window)
         for r in self.job.ranks:
             r.findings = apply_accepted(r.findings, accepted, r.window)
-            r.section = with_findings(r.section, r.findings)
+            if r.full:
+                r.section = with_findings(r.section, r.findings)
 
 
 @dataclass(frozen=True)
@@ -328,6 +329,13 @@ def analyze_job(
         if progress:
             progress("job: matching collectives across ranks")
         plan = _cross_rank(summaries, ranks, notes)
+        full = featured_ranks(plan, options.rank_sections)
+        if len(full) < len(summaries):
+            shown = sorted(ranks[k] for k in full)
+            notes.append(f"{len(full)} of {len(summaries)} ranks shown in full ({plural_ranks(shown)}), chosen in turn "
+                         "as the rank the others waited for most, the one with the most and the one with the least "
+                         "compute per step, and the most idle one; every other rank is its row of the per-rank table "
+                         "(--rank-sections all shows every rank in full)")
         inputs: list[list[RankJobInput | None]] = []
         order = sorted(range(len(summaries)), key=lambda i: ranks[i])
         section_of = {i: n + 1 for n, i in enumerate(order)}
@@ -335,9 +343,10 @@ def analyze_job(
         for fs in per_file:
             row: list[RankJobInput | None] = []
             for _s in fs:
-                row.append(plan.inputs(k, ranks[k], world, how, section_of[k]))
+                row.append(plan.inputs(k, ranks[k], world, how, section_of[k], full=k in full))
                 k += 1
             inputs.append(row)
+        plan.drop_comm()  # every rank's input is built: the collectives table reads the reference rank's only
         if progress:
             progress("job: finishing each rank")
         results = [r for fr in runner.phase2(pack, inputs) for r in fr]
@@ -350,6 +359,8 @@ def analyze_job(
         cleanup.close()
     results.sort(key=lambda r: r.rank)
     tables = _tables(results, plan, world, how)
+    for r in results:  # the job's lateness table holds them now
+        r.lateness = r.lateness.iloc[:0]
     findings = _job_findings(pack, tables, plan.window)
     return JobOutcome(JobAnalysis(
         ranks=results, findings=findings, tables=tables, window=plan.window, world_size=world, how=how,
@@ -373,7 +384,16 @@ class _Plan:
     lane_span: tuple[int, int] | None
     notes: list[str]
 
-    def inputs(self, k: int, rank: int, world: int, how: str, section: int) -> RankJobInput:
+    def drop_comm(self) -> None:
+        """Every rank's communication kernels dropped but the reference rank's (the lowest aligned one,
+        whose kernels describe the collectives in the job's table): once phase 2's inputs are built,
+        the client keeps one rank's kernels, not the job's."""
+        ref = min(self.offsets) if self.offsets else None
+        for s, r in zip(self.summaries, self.ranks):
+            if r != ref and len(s.comm):
+                s.comm = s.comm.iloc[:0]
+
+    def inputs(self, k: int, rank: int, world: int, how: str, section: int, full: bool = True) -> RankJobInput:
         s = self.summaries[k]
         off = self.offsets.get(rank)
         if off is None or self.per_rank.empty:
@@ -400,7 +420,47 @@ class _Plan:
                                  "end": lead["last_arrival"].to_numpy(dtype=np.int64) - off})
             span = (self.lane_span[0] - off, self.lane_span[1] - off) if self.lane_span else None
         return RankJobInput(rank=rank, world_size=world, how=how, context=ctx, late_intervals=late,
-                            lane_span=span, section_index=section)
+                            lane_span=span, section_index=section, full=full)
+
+
+def plural_ranks(ranks: Sequence[int]) -> str:
+    """``rank 3`` or ``ranks 0, 3, 7``."""
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
+
+
+def featured_ranks(plan: _Plan, limit: int | None) -> set[int]:
+    """The ranks (input indices) a job report shows in full when it has more than ``limit`` (None: every
+    rank): in turn, the next of the ranks the others waited for most (the stragglers: the time by which
+    each arrived after the second latest, summed over the collectives it reached last), with the most
+    compute per step, with the least, and with the most idle GPU (the least compute in its window),
+    until ``limit`` are chosen. Decided before phase 2 from the ranks' summaries and the cross-rank
+    waits, so the other ranks never build a section and the client never holds one."""
+    n = len(plan.summaries)
+    if limit is None or n <= limit:
+        return set(range(n))
+    pi = plan.per_instance
+    lead = (pi.groupby("last_rank")["lead_ns"].sum() if len(pi) else pd.Series(dtype="float64"))
+    rows = []
+    for k, (s, r) in enumerate(zip(plan.summaries, plan.ranks)):
+        steps = max(len(step_spans(s.window)), 1)
+        window = max(int(s.window.duration_ns), 1)
+        rows.append((k, r, float(lead.get(r, 0.0)), s.compute_ns / steps, s.compute_ns / window))
+    by = [
+        [x for x in sorted(rows, key=lambda x: (-x[2], x[1])) if x[2] > 0],  # others waited for it most
+        sorted(rows, key=lambda x: (-x[3], x[1])),  # most compute per step
+        sorted(rows, key=lambda x: (x[3], x[1])),  # least compute per step
+        sorted(rows, key=lambda x: (x[4], x[1])),  # most idle
+    ]
+    chosen: list[int] = []
+    at = [0] * len(by)
+    while len(chosen) < max(limit, 0) and any(a < len(b) for a, b in zip(at, by)):
+        for i, order in enumerate(by):
+            while at[i] < len(order) and order[at[i]][0] in chosen:
+                at[i] += 1
+            if at[i] < len(order) and len(chosen) < limit:
+                chosen.append(order[at[i]][0])
+                at[i] += 1
+    return set(chosen)
 
 
 def _cross_rank(summaries: list[RankSummary], ranks: list[int], notes: list[str]) -> _Plan:
@@ -589,4 +649,4 @@ def _job_findings(pack: RulePack, tables: JobTables, window: Window) -> list[Fin
     return evaluate(sub, store, window, {})
 
 
-__all__ = ["JobAnalysis", "JobOutcome", "analyze_job", "is_one_job"]
+__all__ = ["JobAnalysis", "JobOutcome", "analyze_job", "featured_ranks", "is_one_job"]

@@ -129,7 +129,7 @@ def _lanes(job: Any, sections: dict[int, str]) -> tuple[tuple[RankLane, ...], tu
     lanes = []
     for res in job.ranks:
         off = job.offsets.get(res.rank)
-        if off is None:
+        if off is None or not res.full:  # a rank not shown in full has no lane
             continue
         items = []
         for kind in ("host", "compute", "comm", "wait"):
@@ -216,12 +216,18 @@ def build_job_report(job: Any, *, title: str | None = None, created: datetime | 
     """The report of a multi-GPU job: the job section first, then one section per rank."""
     from analyzer._version import __version__
 
-    sections = RankSections(job.ranks)
+    full = [res for res in job.ranks if res.full]
+    sections = RankSections(full)
     anchors: dict[int, str] = {}
     rank_problems: list[tuple[str, FindingView]] = []
-    for res, s in zip(job.ranks, sections):  # one rank's section at a time
+    for res, s in zip(full, sections):  # one rank's section at a time
         anchors[res.rank] = s.anchor
         rank_problems += [(s.header.trace_name, f) for f in s.findings if f.severity in ("warning", "error")]
+    for res in job.ranks:  # a rank shown as its table row only: its findings still count for the verdict
+        if not res.full:
+            views, _ = finding_views(list(res.findings), int(res.window.duration_ns), "", limits)
+            rank_problems += [(f"rank {res.rank}: {res.summary.label}", f) for f in views
+                              if f.severity in ("warning", "error")]
     findings, _ = finding_views(list(job.findings), int(job.window.duration_ns), "job-", limits)
     ranks_table = _rank_table(job, anchors, limits)
     coll, link = _collective_table(job, limits)
@@ -240,6 +246,8 @@ def build_job_report(job: Any, *, title: str | None = None, created: datetime | 
         "link": link,
         "notes": list(job.notes),
     }
+    if len(full) < len(job.ranks):  # only then: ``traces`` holds these ranks' sections, in this order
+        record["ranks_in_full"] = [res.rank for res in full]
     section = JobSection(
         anchor="job", world_size=job.world_size, ranks_given=len(job.ranks),
         numbering=_HOW.get(job.how, job.how), verdict=verdict, culprit_rank=culprit,

@@ -4,7 +4,10 @@ The verdict adds findings up as the union of their footprints (:mod:`analyzer.im
 needs one that holds its impact on the *GPU* timeline, found from the rows it grouped:
 
 - rows with a time and a ``device`` (kernels, copies, idle gaps): their own intervals (``"rows"``);
-- rows with a time but no device (host calls: synchronizations, allocations): the GPU idle gaps
+- rows with a time but no device (host calls: synchronizations, allocations): the timeline segments
+  the breakdown charges to those calls (cause ``host_sync``, detail the call or its refill,
+  ``refill (cudaStreamSynchronize)``), exactly the time the host-wait rules' impacts sum, for a finding
+  of the whole trace or a device; else (other calls, a finding of one NVTX range) the GPU idle gaps
   those calls overlap, on the finding's device or on every device (``"host"``): a synchronization
   costs the GPU the idle time around it, not the time the host spent inside the call;
 - rows of the timeline breakdown (a ``cause`` per row, no time: ``timeline_breakdown``): the timeline
@@ -50,7 +53,7 @@ def footprint_reads(columns: Collection[str], scope: str, how: str = "auto") -> 
     if how == "idle_before" and timed and "device" in columns:
         return ("gpu_gaps",)
     if timed:
-        return () if "device" in columns else ("gpu_gaps",)
+        return () if "device" in columns else ("gpu_gaps", "timeline_segments")
     if "cause" in columns and "device" in columns:
         return ("timeline_segments",)
     return ("kernel_categories",) if scope == "kernel" else ("gpu_busy",)
@@ -69,7 +72,8 @@ def footprint(rows: pd.DataFrame, positions: np.ndarray, scope: Scope, window: W
             device = pd.to_numeric(rows["device"].iloc[positions], errors="coerce").fillna(-1).to_numpy("int64")
             return _build(device, *times, window, "rows")
         if times is not None:
-            return _host(times, scope, window, fact)
+            waits = _host_waits(rows, positions, scope, window, fact)
+            return waits if waits is not None else _host(times, scope, window, fact)
         if "cause" in rows.columns and "device" in rows.columns:
             return _breakdown(rows.iloc[positions], window, fact)
         return _scope(scope, window, fact)
@@ -96,10 +100,76 @@ def _idle_before(device: np.ndarray, start: np.ndarray, window: Window,
     gaps = fact("gpu_gaps")
     g_dev = gaps["device"].to_numpy("int64")
     g_end = gaps["end"].to_numpy("int64")
-    ends = pd.MultiIndex.from_arrays([g_dev, g_end])
-    starts = pd.MultiIndex.from_arrays([device, np.rint(np.nan_to_num(start, nan=-1)).astype("int64")])
-    hit = ends.isin(starts)
+    hit = _pairs_in(g_dev, g_end, device, np.rint(np.nan_to_num(start, nan=-1)).astype("int64"))
     return _build(g_dev[hit], gaps["start"].to_numpy(float)[hit], g_end[hit].astype(float), window, "idle_before")
+
+
+#: :func:`_pairs_in` looks pairs up key by key for at most this many distinct keys (devices)
+_FEW_KEYS = 64
+
+
+def _pairs_in(key: np.ndarray, value: np.ndarray, table_key: np.ndarray, table_value: np.ndarray) -> np.ndarray:
+    """Whether each ``(key, value)`` pair is among the ``(table_key, table_value)`` pairs (int64): per
+    distinct table key (a device), one binary search of the values in that key's sorted table values
+    (rows ordered by start need no sort), instead of hashing a million two-level index entries."""
+    hit = np.zeros(len(key), dtype=bool)
+    if not len(key) or not len(table_key):
+        return hit
+    keys = _distinct(table_key)
+    if len(keys) > _FEW_KEYS:
+        return pd.MultiIndex.from_arrays([key, value]).isin(pd.MultiIndex.from_arrays([table_key, table_value]))
+    for k in keys.tolist():
+        rows = np.flatnonzero(key == k)
+        if not len(rows):
+            continue
+        table = table_value[table_key == k] if len(keys) > 1 else table_value
+        if len(table) > 1 and not bool((table[1:] >= table[:-1]).all()):
+            table = np.sort(table)
+        v = value[rows]
+        at = np.minimum(np.searchsorted(table, v), len(table) - 1)
+        hit[rows] = table[at] == v
+    return hit
+
+
+def _distinct(values: np.ndarray) -> np.ndarray:
+    """``np.unique(values)``, without hashing a million rows when they all hold one value (one device)."""
+    if len(values) and values.min() == values.max():
+        return values[:1].copy()
+    return np.unique(values)
+
+
+def _host_waits(rows: pd.DataFrame, positions: np.ndarray, scope: Scope, window: Window,
+                fact: Callable[[str], pd.DataFrame]) -> Footprint | None:
+    """The ``host_sync`` timeline segments of the calls the rows name (the wait in them, the return
+    from them, the refill after them), for a finding of the trace or a device; None when the rows
+    name no call the breakdown charges (or the finding is one NVTX range's)."""
+    from analyzer.facts._util import text_codes
+    from analyzer.facts.breakdown_sync import refilled_call
+
+    if "name" not in rows.columns or scope.nvtx_path or scope.kernel or scope.stream is not None:
+        return None
+    try:
+        seg = fact("timeline_segments")
+    except Exception:  # noqa: BLE001 - a store without the breakdown (a job's cross-rank store): the gaps
+        return None
+    if seg.empty:
+        return None
+    codes, labels = text_codes(seg["cause"])
+    wait = np.r_[labels == "host_sync", False]
+    hs = seg.loc[wait[np.where(codes < 0, len(labels), codes)]]
+    if scope.device is not None:
+        hs = hs.loc[hs["device"].to_numpy() == scope.device]
+    if hs.empty:
+        return None
+    names = {str(x) for x in pd.unique(rows["name"].iloc[positions])}
+    d_codes, d_labels = text_codes(hs["detail"])
+    mine = np.array([refilled_call(str(x)) in names for x in d_labels] + [False])
+    keep = mine[np.where(d_codes < 0, len(d_labels), d_codes)]
+    if not keep.any():
+        return None
+    hs = hs.loc[keep]
+    return _build(hs["device"].to_numpy("int64"), hs["start"].to_numpy(float), hs["end"].to_numpy(float),
+                  window, "host")
 
 
 def _host(times: tuple[np.ndarray, np.ndarray], scope: Scope, window: Window,
@@ -177,9 +247,13 @@ def _build(device: np.ndarray, start: np.ndarray, end: np.ndarray, window: Windo
     starts: list[np.ndarray] = []
     ends: list[np.ndarray] = []
     device = np.asarray(device, dtype="int64")
-    for dev in np.unique(device):
-        mine = device == dev
-        s, e = merge_intervals(start[mine], end[mine])
+    distinct = _distinct(device)
+    for dev in distinct:
+        if len(distinct) == 1:
+            s, e = merge_intervals(start, end)
+        else:
+            mine = device == dev
+            s, e = merge_intervals(start[mine], end[mine])
         if len(s) > MAX_INTERVALS:
             s, e = _coarsen(s, e, MAX_INTERVALS)
         devices.append(np.full(len(s), dev, dtype="int64"))

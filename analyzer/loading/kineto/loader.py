@@ -432,8 +432,11 @@ class _KinetoLoader:
             records.setdefault(rec["device"], rec)
         if not records:
             return empty_frame(GPU_COLUMNS)
-        frame = pd.DataFrame.from_records([records[d] for d in sorted(records)], columns=list(GPU_COLUMNS))
-        return text_as_object(frame.astype({c: "int64" for c in GPU_COLUMNS if c != "name"}))
+        rows = [records[d] for d in sorted(records)]
+        name = np.empty(len(rows), dtype=object)
+        name[:] = [r["name"] for r in rows]
+        return text_as_object(pd.DataFrame({c: name if c == "name" else np.array([r[c] for r in rows], dtype=np.int64)
+                                            for c in GPU_COLUMNS}))
 
     def _processes_threads(self, meta: list[Event]) -> tuple[pd.DataFrame, pd.DataFrame]:
         procs: dict[int, str] = {}
@@ -612,13 +615,8 @@ def _link_secondary_threads(key: np.ndarray, pid: np.ndarray, tid: np.ndarray, t
     out = parent.copy()
     if len(key) == 0:
         return out
-    frame = pd.DataFrame({"key": key, "pid": pid, "tid": tid,
-                          "step": per_distinct(text, lambda t: t.startswith("ProfilerStep#"), dtype=bool)})
-    stats = frame.groupby(["pid", "key", "tid"], sort=False).agg(n=("step", "size"), steps=("step", "sum")).reset_index()
-    stats["is_pid"] = stats["pid"] == stats["tid"]
-    stats = stats.sort_values(["pid", "steps", "is_pid", "n"], ascending=[True, False, False, False])
-    main = dict(zip(stats.drop_duplicates("pid")["pid"].tolist(), stats.drop_duplicates("pid")["key"].tolist()))
-    if len(stats) == len(main):  # one thread per process: nothing to link
+    main = _main_threads(key, pid, tid, per_distinct(text, lambda t: t.startswith("ProfilerStep#"), dtype=bool))
+    if main is None:  # one thread per process: nothing to link
         return out
     for p, main_key in main.items():
         on_main = np.flatnonzero(key == main_key)
@@ -638,6 +636,28 @@ def _link_secondary_threads(key: np.ndarray, pid: np.ndarray, tid: np.ndarray, t
         ok = cand >= 0
         out[roots[ok]] = on_main[cand[ok]]
     return out
+
+
+def _main_threads(key: np.ndarray, pid: np.ndarray, tid: np.ndarray, step: np.ndarray) -> dict[int, int] | None:
+    """Each process's main thread (pid -> thread key): the one with the most ``ProfilerStep#`` ranges,
+    then the one whose tid is the pid, then the one with the most ranges, then the first seen. None when
+    every process has one thread. (Per-thread counts by one ``np.unique`` and two ``bincount``: a
+    pandas groupby here cost a fifth of a small trace's load.)"""
+    _keys, first, inv = np.unique(key, return_index=True, return_inverse=True)
+    inv = inv.reshape(-1)
+    if (pid[first][inv] != pid).any() or (tid[first][inv] != tid).any():  # packed keys collide (pid >= 2^31)
+        _rows, first, inv = np.unique(np.stack([pid, tid]), axis=1, return_index=True, return_inverse=True)
+        inv = inv.reshape(-1)
+    n = np.bincount(inv, minlength=len(first))
+    steps = np.bincount(inv, weights=step, minlength=len(first))
+    seen = np.argsort(first, kind="stable")  # threads in order of first appearance
+    t_pid, t_tid = pid[first][seen], tid[first][seen]
+    order = seen[np.lexsort((-n[seen], t_pid != t_tid, -steps[seen], t_pid))]
+    g_pid = pid[first][order]
+    lead = np.r_[True, g_pid[1:] != g_pid[:-1]]
+    if lead.all():
+        return None
+    return dict(zip(g_pid[lead].tolist(), key[first][order][lead].tolist()))
 
 
 def _depth_from_parents(parent: np.ndarray) -> np.ndarray:

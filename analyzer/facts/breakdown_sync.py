@@ -1,0 +1,187 @@
+"""The refill after a synchronization: what removing it buys beyond the wait inside it.
+
+A synchronizing call (the calls the timeline breakdown classifies as ``host_sync``: stream, device and
+event synchronizations, blocking copies and memsets, implicitly synchronizing allocations) costs more
+than the GPU's idle time while the host is blocked in it: when it returns, the GPU's queue is empty,
+and the GPU idles until the host has issued the next kernels. Without the synchronization the host
+would have issued them while the GPU still ran earlier work.
+
+Per feeding thread and device, the host's time is cut at the returns of its synchronizing calls. In
+each interval ``(previous sync's return, this sync's return]``: ``T`` its length, ``S`` the time the
+host was blocked in the sync, ``I`` the GPU's idle time fed by that thread, ``B = T - I``. Without the
+sync, host and GPU overlap and the interval takes about ``max(H, B)`` with ``H = T - S`` the host's own
+time, so removing the sync buys ``T - max(H, B) = min(S, I)``. The breakdown already charges part of
+that to ``host_sync`` (the idle while the host was blocked, and its short return); :func:`charge_refills`
+charges the rest of ``min(S, I)`` to ``host_sync`` as well, taken from the interval's other host-held
+idle time (``launch_bound``, ``host_work``) from its start, the refill after the previous sync, with
+the detail ``refill (<call>)`` (:func:`refill_detail`) and the sync's NVTX path.
+
+Except at step boundaries: a loop synchronizes once a step anyway (reading the loss, timing the step;
+host-sync-in-loop calls one a step fine), so the interval that holds a step's start or completion (the
+``steps`` fact) and the one ending at the last synchronization before it are not charged. Their idle
+time is the step's own start and end, held by what the host does there (loading the next batch or
+weights, a blocking copy of the batch, the loop's bookkeeping): it stays host work or launch-bound,
+where the rules that name it (host-work-in-loop) find it.
+
+Self-limiting: a launch-bound loop (``S`` small: the GPU drained long before the host synchronized)
+keeps its launch-bound time; a GPU-bound one (``I`` small) gets only its short refills charged; a
+loop where host and GPU take turns gets the overlap that the sync prevents. Every nanosecond keeps
+exactly one cause: the charged time changes cause, nothing is added.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from analyzer.facts._util import column, text_codes
+from analyzer.facts.nvtx_ranges import innermost_open, ranges_only
+from analyzer.facts.registry import FactContext
+
+#: detail of the refill time charged to a synchronizing call: ``refill (cudaStreamSynchronize)``
+REFILL_PREFIX = "refill ("
+
+
+def refill_detail(call: str) -> str:
+    return f"{REFILL_PREFIX}{call})"
+
+
+def refilled_call(detail: str) -> str:
+    """The synchronizing call a ``host_sync`` detail names, refill or not."""
+    if detail.startswith(REFILL_PREFIX) and detail.endswith(")"):
+        return detail[len(REFILL_PREFIX):-1]
+    return detail
+
+
+#: one thread's synchronizing calls: (tid, start, end, detail code), disjoint and sorted by start
+SyncBlocks = tuple[int, np.ndarray, np.ndarray, np.ndarray]
+
+
+def _runs(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For sorted ``key``: the first and one-past-last position of each run of equal values."""
+    if not len(key):
+        z = np.empty(0, dtype=np.int64)
+        return z, z
+    cut = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    return cut, np.r_[cut[1:], len(key)]
+
+
+def _interval_sums(k: np.ndarray, dur: np.ndarray, n: int) -> np.ndarray:
+    """Exact integer sums of ``dur`` per interval index ``k`` (sorted, within 0..n-1)."""
+    out = np.zeros(n, dtype=np.int64)
+    if len(k):
+        a, b = _runs(k)
+        cum = np.r_[0, np.cumsum(dur)]
+        out[k[a]] = cum[b] - cum[a]
+    return out
+
+
+def charge_refills(ctx: FactContext, idle: dict[str, np.ndarray], syncs: list[SyncBlocks], labels: list[str],
+                   code: Callable[[str], int], causes: dict[str, int]) -> dict[str, np.ndarray]:
+    """``idle`` (the breakdown's idle segments as columns: device, start, end, cause, detail,
+    path_codes into path_labels, tid, pid) with each sync's refill charged to ``host_sync``; segments
+    cut where the charge ends inside one (the remainder keeps its cause). ``syncs``: each feeding
+    thread's synchronizing calls; ``labels``/``code``: the detail texts and their coder."""
+    if not syncs or not len(idle["start"]):
+        return idle
+    w = ctx.window
+    hs, lb, hw = causes["host_sync"], causes["launch_bound"], causes["host_work"]
+    dev, start, end = idle["device"], idle["start"], idle["end"]
+    cause, tid = idle["cause"], idle["tid"]
+    steps = ctx.get("steps")
+    done = np.empty(0, np.int64)
+    if not steps.empty:  # every step's start and completion
+        end_ns = steps["done"].to_numpy(dtype=np.int64)
+        done = np.unique(np.r_[end_ns - steps["duration"].to_numpy(dtype=np.int64), end_ns])
+    by_tid = {t: (s, e, d) for t, s, e, d in syncs}
+    take_row: list[np.ndarray] = []  # idle row charged
+    take_ns: list[np.ndarray] = []  # how much of it, from its start
+    take_sync: list[np.ndarray] = []  # the sync (position in its thread's blocks)
+    take_tid: list[int] = []
+    for t, (r_s, r_e, _) in by_tid.items():
+        # interval k = (r_e[k-1], r_e[k]], k >= 1; the sync's blocked time inside the window
+        n = len(r_e)
+        blocked = np.maximum(np.minimum(r_e, w.end_ns) - np.maximum(r_s, w.start_ns), 0)
+        open_k = blocked > 0
+        open_k[0] = False  # before the thread's first sync: no queue drained by an earlier one
+        if len(done):  # the step's own synchronization: the intervals on either side of a step boundary
+            before = np.searchsorted(done, r_e, side="right")  # boundaries up to each return
+            crosses = np.zeros(n + 1, dtype=bool)  # interval k holds a boundary (k = n: after the last)
+            crosses[1:n] = before[1:] > before[:-1]
+            crosses[n] = before[-1] < len(done)
+            open_k &= ~(crosses[:n] | crosses[1:])
+        if not open_k.any():
+            continue
+        mine = np.flatnonzero(tid == t)  # one pass per synchronizing thread (a few), no global sort
+        k_all = np.searchsorted(r_e, start[mine], side="right")
+        inside = k_all < n
+        inside[inside] = open_k[k_all[inside]]
+        mine, k_all = mine[inside], k_all[inside]
+        for d in np.unique(dev[mine]).tolist():
+            on = dev[mine] == d
+            o = np.argsort(start[mine[on]], kind="stable")
+            rows, k = mine[on][o], k_all[on][o]  # by start, so k is sorted
+            dur = end[rows] - start[rows]
+            idle_ns = _interval_sums(k, dur, n)
+            c = cause[rows]
+            already = _interval_sums(k[c == hs], dur[c == hs], n)
+            extra = np.maximum(np.minimum(blocked, idle_ns) - already, 0)
+            elig = (c == lb) | (c == hw)
+            er, ek, ed = rows[elig], k[elig], dur[elig]
+            ek_extra = extra[ek]
+            has = ek_extra > 0
+            if not has.any():
+                continue
+            er, ek, ed, ek_extra = er[has], ek[has], ed[has], ek_extra[has]
+            # time before each eligible piece in its interval (pieces in start order)
+            cum = np.cumsum(ed) - ed
+            ra, _rb = _runs(ek)
+            first = np.repeat(cum[ra], np.diff(np.r_[ra, len(ek)]))
+            take = np.clip(ek_extra - (cum - first), 0, ed)
+            pick = take > 0
+            take_row.append(er[pick])
+            take_ns.append(take[pick])
+            take_sync.append(ek[pick])
+            take_tid.extend([t] * int(pick.sum()))
+    if not take_row:
+        return idle
+    rows = np.concatenate(take_row)
+    take = np.concatenate(take_ns)
+    sync_pos = np.concatenate(take_sync)
+    sync_tid = np.asarray(take_tid, dtype=np.int64)
+    # the charged sync's call and NVTX path (its thread's innermost range at its middle; else the
+    # segment keeps its own)
+    call = np.empty(len(rows), dtype=np.int64)
+    mid = np.empty(len(rows), dtype=np.int64)
+    for t in np.unique(sync_tid).tolist():
+        m = sync_tid == t
+        r_s, r_e, r_d = by_tid[t]
+        call[m] = r_d[sync_pos[m]]
+        mid[m] = r_s[sync_pos[m]] + (r_e[sync_pos[m]] - r_s[sync_pos[m]]) // 2
+    used, inv = np.unique(call, return_inverse=True)
+    refill = np.array([code(refill_detail(labels[u])) for u in used.tolist()], dtype=np.int64)[inv.reshape(-1)]
+    path_codes, path_labels = idle["path_codes"], idle["path_labels"]
+    new_path = path_codes[rows].copy()
+    nv = ranges_only(ctx.trace.nvtx)
+    if not nv.empty:
+        rpos = innermost_open(nv, sync_tid, mid)
+        has = rpos >= 0
+        if has.any():
+            nv_path, labels_here = text_codes(column(nv, "path", ""))
+            new_path[has] = nv_path[rpos[has]] + len(path_labels)
+            path_labels = np.r_[np.asarray(path_labels, dtype=object), labels_here]
+    # the remainders of the pieces charged in part, appended as new rows with the old labels
+    part = take < end[rows] - start[rows]
+    out = {name: idle[name] for name in ("device", "start", "end", "cause", "detail", "path_codes", "tid", "pid")}
+    rest = rows[part]
+    extra_rows = {name: out[name][rest].copy() for name in out}
+    extra_rows["start"] = start[rest] + take[part]
+    for name in ("end", "cause", "detail", "path_codes"):
+        out[name] = out[name].copy()
+    out["end"][rows] = start[rows] + take
+    out["cause"][rows] = hs
+    out["detail"][rows] = refill
+    out["path_codes"][rows] = new_path
+    result = {name: np.concatenate([out[name], extra_rows[name]]) for name in out}
+    result["path_labels"] = path_labels
+    return result
