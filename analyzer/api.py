@@ -82,6 +82,11 @@ class AnalysisResult:
         :class:`analyzer.facts.registry.UnknownFactError` listing the known ones."""
         if self.outcome.job is not None:
             return _job_fact(self.outcome.job, name)
+        if self.outcome.alone is not None:
+            from analyzer.facts.registry import UnknownFactError
+
+            raise UnknownFactError(name, (), "the traces were analyzed on Dask workers, where their facts "
+                                   "stay; analyze without a scheduler to read them")
         analyses = self.analyses
         if not 0 <= trace < len(analyses):
             raise IndexError(f"trace {trace}: {len(analyses)} trace(s) were analyzed")
@@ -94,6 +99,10 @@ class AnalysisResult:
                 from analyzer.reports.jobview import build_job_report
 
                 self._report = build_job_report(self.outcome.job, created=self.created)
+            elif self.outcome.alone is not None:  # inputs analyzed on Dask, each on its own
+                from analyzer.reports.build import sections_report
+
+                self._report = sections_report([a.section for a in self.outcome.alone], created=self.created)
             else:
                 self._report = build_report(self.analyses, created=self.created)
         return self._report

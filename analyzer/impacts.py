@@ -45,7 +45,25 @@ def report_order(findings: Sequence[Finding]) -> list[Finding]:
 
 def union_adds(findings: Sequence[Finding]) -> list[int]:
     """What each finding adds to the union of the findings' time, in the order given (ns; 0 for a
-    finding without an impact). ``sum()`` of the result is the union."""
+    finding without an impact). ``sum()`` of the result is the union. A report asks twice for the same
+    findings (the verdict's total and each row's part; each symptom's causes): the answers of the last
+    few calls are kept for the same objects (findings are frozen; footprints are bounded by
+    :data:`analyzer.rules.footprint.MAX_INTERVALS`)."""
+    for seen, adds in list(_RECENT_UNIONS):
+        if len(seen) == len(findings) and all(a is b for a, b in zip(seen, findings)):
+            return list(adds)
+    out = _union_adds(findings)
+    _RECENT_UNIONS.append((tuple(findings), tuple(out)))
+    del _RECENT_UNIONS[:-_RECENT_MAX]
+    return out
+
+
+#: the last :data:`_RECENT_MAX` :func:`union_adds` calls as ``(findings, adds)``
+_RECENT_UNIONS: list[tuple[tuple[Finding, ...], tuple[int, ...]]] = []
+_RECENT_MAX = 4
+
+
+def _union_adds(findings: Sequence[Finding]) -> list[int]:
     adds = np.zeros(len(findings), dtype=float)
     placed: dict[int, list[tuple[int, np.ndarray, np.ndarray, float]]] = {}  # device -> (i, start, end, density)
     for i, f in enumerate(findings):
@@ -59,6 +77,9 @@ def union_adds(findings: Sequence[Finding]) -> list[int]:
         density = min(1.0, f.impact_ns / length)
         adds[i] += max(0.0, f.impact_ns - length)  # what the footprint cannot hold
         assert fp is not None
+        if len(fp.device) and fp.device.min() == fp.device.max():  # one device: no mask, no copies
+            placed.setdefault(int(fp.device[0]), []).append((i, fp.start, fp.end, density))
+            continue
         for dev in np.unique(fp.device):
             mine = fp.device == dev
             placed.setdefault(int(dev), []).append((i, fp.start[mine], fp.end[mine], density))

@@ -201,9 +201,9 @@ def _analyze_traces(traces: Sequence[Path], options: AnalysisOptions, pack: Rule
         loaded[str(traces[0])] = trace
     outcome = analyze_job(traces, options, pack=pack, scheduler=scheduler, workers=workers, force=job,
                           ncu=ncu, progress=progress, loaded=loaded)
-    if outcome.job is None and outcome.analyses is None:
-        # Dask found the inputs are not one job: its workers dropped their ranks (traces and fact stores
-        # never travel), so each trace is analyzed here, from the trace cache where it is on
+    if outcome.job is None and outcome.analyses is None and outcome.alone is None:
+        # Dask found the inputs are not one job and one input is a report of several processes (its
+        # workers split it into ranks): each trace is analyzed here, from the trace cache where it is on
         outcome.analyses = _each_alone(traces, options, pack, ncu, progress)
     return outcome
 

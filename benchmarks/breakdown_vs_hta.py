@@ -64,7 +64,7 @@ if str(ROOT) not in sys.path:
 
 ROUND3 = ROOT / "tests" / "data" / "round3"
 DOC = ROOT / "docs" / "breakdown-vs-hta.md"
-PAIRS = ("decode_eager", "optimizer_loop", "host_work_in_range", "copy_on_compute_stream")
+PAIRS = ("decode_eager", "optimizer_loop", "host_work_in_range", "copy_on_compute_stream", "host_sync_balanced")
 #: largest |our host share - HTA's host share| (of idle time) accepted on a single-stream trace
 SHARE_TOL = 0.10
 #: pairs whose HTA host shares differ by more than this must rank the same way in ours

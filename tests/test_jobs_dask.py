@@ -9,6 +9,7 @@ module; the test that kills a worker starts its own.
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import pickle
 import signal
@@ -71,20 +72,47 @@ def test_one_worker_gives_the_serial_report(client, name):
 
 def test_inputs_that_are_not_one_job_give_the_serial_reports(client):
     """Two single-GPU runs and an Nsight Compute export among the inputs: Dask finds no job, and each
-    trace is analyzed on its own with the ncu data the inputs gave, as the serial path does (the ncu file
-    among the inputs was lost on this path before: only --ncu reached it)."""
-    from analyzer.reports import build_report, render
+    trace is analyzed on its own where it was prepared, with the ncu data the inputs gave (sent to the
+    workers), as the serial path does: the same report, and the client process never loads a trace
+    (it analyzed every input again itself before)."""
+    from analyzer.api import AnalysisResult
+    from analyzer.facts import FactStore
+    from analyzer.loading.model import Trace
+    from analyzer.reports import render
     from analyzer.testing import real_file, real_trace
 
     inputs = [real_trace("naive_attention"), real_trace("tiny_kernels"), real_file("ncu/naive_attention.raw.csv")]
     serial = analyze_inputs(inputs, AnalysisOptions())
+    before = (_live(Trace), _live(FactStore))
     dask = analyze_inputs(inputs, AnalysisOptions(), scheduler=client)
-    for outcome in (serial, dask):
-        assert outcome.job is None and len(outcome.analyses or ()) == 2
-        assert (outcome.analyses or [])[0].ncu is not None
-    ours, theirs = (render(build_report(o.analyses or [], created=WHEN), "md") for o in (dask, serial))
-    diff = list(difflib.unified_diff(theirs.splitlines(), ours.splitlines(), "serial", "dask", n=0, lineterm=""))
-    assert not diff, "\n".join(diff[:30])
+    assert (_live(Trace), _live(FactStore)) == before
+    assert serial.job is None and len(serial.analyses or ()) == 2 and (serial.analyses or [])[0].ncu is not None
+    assert dask.job is None and dask.analyses is None and len(dask.alone or ()) == 2
+    _assert_plain(dask.alone)
+    assert [f.key for f in dask.findings] == [f.key for f in serial.findings]
+    for fmt in ("md", "json"):
+        ours, theirs = (render(AnalysisResult(o, created=WHEN).report(), fmt) for o in (dask, serial))
+        diff = list(difflib.unified_diff(theirs.splitlines(), ours.splitlines(), "serial", "dask", n=0, lineterm=""))
+        assert not diff, "\n".join(diff[:30])
+    assert "ncu" in json.loads(render(AnalysisResult(dask, created=WHEN).report(), "json"))["traces"][0]["overview"]
+
+
+def test_accepted_findings_of_inputs_analyzed_on_dask(client, tmp_path):
+    """Every finding of two traces analyzed on Dask (not one job) recorded, then marked as accepted in
+    the sections the workers built."""
+    from analyzer.accepted import load_accepted, write_accepted
+    from analyzer.api import AnalysisResult
+    from analyzer.reports import render
+    from analyzer.testing import real_trace
+
+    inputs = [real_trace("naive_attention"), real_trace("tiny_kernels")]
+    dask = analyze_inputs(inputs, AnalysisOptions(), scheduler=client)
+    path = tmp_path / "accepted.yaml"
+    assert write_accepted(path, dask.finding_sources(), None) > 0
+    dask.mark_accepted(load_accepted(path))
+    assert all(not f.counts for f in dask.findings)
+    doc = json.loads(render(AnalysisResult(dask, created=WHEN).report(), "json"))
+    assert all(t["summary"]["accepted"] == t["findings_total"] > 0 for t in doc["traces"])
 
 
 def _live(kind: type) -> int:

@@ -207,9 +207,20 @@ def _expand_to_ancestors(flat: dict[str, np.ndarray], pairs: pd.DataFrame,
     pr_sorted = pr[porder]
     anc_sorted = pairs["ancestor_id"].to_numpy(np.int64)[porder]
     nid = flat.pop("nvtx_id")
-    lo = np.searchsorted(pr_sorted, nid, side="left")
-    cnt = np.searchsorted(pr_sorted, nid, side="right") - lo
-    del nid
+    # each op's run of pairs: one binary search among the distinct range ids (a few thousand), then
+    # the run's first position and length gathered (two searches of the pairs per op cost twice that)
+    run = np.flatnonzero(np.r_[True, pr_sorted[1:] != pr_sorted[:-1]]) if len(pr_sorted) else np.empty(0, np.int64)
+    run_id = pr_sorted[run]
+    run_len = np.diff(np.r_[run, len(pr_sorted)])
+    at = np.minimum(np.searchsorted(run_id, nid), max(len(run_id) - 1, 0))
+    if len(run_id):
+        hit = run_id[at] == nid
+        lo = run[at]
+        cnt = np.where(hit, run_len[at], 0)
+    else:
+        lo = np.zeros(len(nid), dtype=np.int64)
+        cnt = np.zeros(len(nid), dtype=np.int64)
+    del nid, at
     src = np.repeat(np.arange(len(cnt)), cnt)  # the op row of each output row
     first_out = np.cumsum(cnt) - cnt  # output position of each op's first ancestor
     lo -= first_out

@@ -135,6 +135,41 @@ class RankResult:
         self.packed_section = pack_section(value)
 
 
+@dataclass
+class AloneResult:
+    """One input analyzed on its own where it was prepared (a Dask worker), when the inputs are not one
+    job: what the report and the orchestration read of it (its trace's name, window, findings and its
+    report section, packed as :attr:`RankResult.packed_section` is), never its trace or facts."""
+
+    name: str
+    window: Window
+    findings: list[Finding]
+    packed_section: bytes
+
+    @property
+    def section(self) -> TraceSection:
+        """The input's report section (a new object at each read)."""
+        return pickle.loads(zlib.decompress(self.packed_section))  # noqa: S301 - packed by this program
+
+    @section.setter
+    def section(self, value: TraceSection) -> None:
+        self.packed_section = pack_section(value)
+
+
+def finish_alone(state: RankState, pack: RulePack, position: int, multi: bool) -> AloneResult:
+    """The rank of ``state`` finished as an input on its own (no job): the rules, and its section as the
+    report's ``position``-th (1-based; ``multi``: the report has several) -- what
+    :func:`analyzer.reports.build.build_report` builds from the same analysis."""
+    from analyzer.analysis import REPORT_FACTS
+    from analyzer.reports.build import trace_section
+    from analyzer.reports.viewmodel import Limits
+    from analyzer.trace_analysis import finish
+
+    analysis = finish(state.store, pack, keep=REPORT_FACTS)
+    return AloneResult(analysis.trace.name, analysis.window, list(analysis.findings),
+                       pack_section(trace_section(analysis, position, multi, Limits())))
+
+
 def pack_section(section: TraceSection) -> bytes:
     """``section`` as :attr:`RankResult.packed_section` holds it."""
     return zlib.compress(pickle.dumps(section, protocol=pickle.HIGHEST_PROTOCOL), 1)
@@ -378,6 +413,8 @@ def finish_rank(state: RankState, summary: RankSummary, pack: RulePack, job: Ran
     full = job is None or job.full
     packed = pack_section(trace_section(analysis, job.section_index if job is not None else summary.index + 1,
                                         True, Limits())) if full else b""
+    if not full:  # footprints serve a section's impact union (tens of KB a finding): a table row has none
+        findings = [dataclasses.replace(f, footprint=None) for f in findings]
     overlap_rows = store.get("comm_overlap")
     dev_rows = overlap_rows.loc[overlap_rows["device"] == summary.device] if len(overlap_rows) else overlap_rows
     overlap = {c: int(dev_rows[c].iloc[0]) for c in ("compute_ns", "comm_ns", "overlap_ns", "exposed_ns",
@@ -447,6 +484,6 @@ def finish_file(fs: FileState, pack: RulePack, inputs: list[RankJobInput | None]
     return [finish_rank(st, s, pack, inp) for st, s, inp in zip(fs.states, fs.summaries, inputs)]
 
 
-__all__ = ["RankJobInput", "RankResult", "RankState", "RankSummary", "FileState", "describe_intervals", "finish_file", "finish_rank", "pack_section",
+__all__ = ["AloneResult", "RankJobInput", "RankResult", "RankState", "RankSummary", "FileState", "describe_intervals", "finish_alone", "finish_file", "finish_rank", "pack_section",
            "generic_path", "phase_gpu_per_step", "prepare_file",
            "prepare_rank"]

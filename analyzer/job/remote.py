@@ -5,7 +5,11 @@ Only plain data travels or is held as a task result: a phase-1 task returns its 
 task returns one :class:`~analyzer.job.rank.RankResult`. The ranks' traces and fact stores (which hold
 locks and whole traces, and must never be pickled) stay in a registry in the worker's process
 (:data:`_STATES`) between the phases, with the rank's summary; the phase-2 task of a rank is pinned to
-that worker and takes its state out of the registry (it is freed after its last reader).
+that worker and takes its state out of the registry (it is freed after its last reader). When the
+inputs are not one job, each input of one process is finished on its own there instead
+(:func:`alone_task`), returning an :class:`~analyzer.job.rank.AloneResult` (its findings and packed
+report section): the client never loads a trace. The inputs' Nsight Compute data, if any, is sent to
+the workers once and joined to each trace as the serial path joins it.
 
 What crosses per rank is bounded by the rank, never by the job: the rule pack is sent to the workers
 once per job (scattered; every phase-2 task refers to it), a phase-2 task carries its rank's number and
@@ -42,8 +46,8 @@ if TYPE_CHECKING:  # the boundary's types (the task bodies import their modules 
 
     from distributed import Client
 
-    from analyzer.analysis import Analysis
-    from analyzer.job.rank import RankJobInput, RankResult, RankState, RankSummary
+    from analyzer.job.rank import AloneResult, RankJobInput, RankResult, RankState, RankSummary
+    from analyzer.loading.model import NcuReport
     from analyzer.rules.model import RulePack
     from analyzer.trace_analysis import AnalysisOptions
 
@@ -76,13 +80,15 @@ def _error(err: BaseException) -> dict[str, Any]:
             "user": isinstance(err, AnalyzerError), "exit_code": getattr(err, "exit_code", 2)}
 
 
-def phase1_task(path: str, index: int, options: AnalysisOptions, token: str) -> dict[str, Any]:
+def phase1_task(path: str, index: int, options: AnalysisOptions, token: str,
+                ncu: NcuReport | None = None) -> dict[str, Any]:
     """Phase 1 of one input file on a worker: its rank summaries and this worker's address; the
-    ranks' states stay in this process."""
+    ranks' states stay in this process. ``ncu``: the Nsight Compute data the inputs gave (joined to a
+    file of one process, as the serial path does)."""
     from analyzer.job.rank import prepare_file
 
     try:
-        fs = prepare_file(path, index, options)
+        fs = prepare_file(path, index, options, ncu)
         with _LOCK:
             for i, (st, summary) in enumerate(zip(fs.states, fs.summaries)):
                 _STATES[(token, index, i)] = (st, summary)
@@ -110,6 +116,22 @@ def phase2_task(token: str, index: int, part: int, rank_index: int, pack: RulePa
     except Exception as err:  # noqa: BLE001
         return _error(err)
     return to_client(result)
+
+
+def alone_task(token: str, index: int, pack: RulePack, position: int, multi: bool) -> AloneResult | dict[str, Any]:
+    """Input ``index`` (one process) finished on its own, on the worker that prepared it, when the inputs
+    are not one job (:func:`analyzer.job.rank.finish_alone`): its trace and facts stay here."""
+    from analyzer.job.rank import finish_alone
+
+    with _LOCK:
+        held = _STATES.pop((token, index, 0), None)
+    if held is None:
+        return {"error": f"the prepared state of input {position} is gone from worker {_worker_address()} "
+                         "(the worker restarted)", "kind": "lost", "user": False, "exit_code": 2}
+    try:
+        return finish_alone(held[0], pack, position, multi)
+    except Exception as err:  # noqa: BLE001
+        return _error(err)
 
 
 def to_client(result: RankResult) -> RankResult:
@@ -207,16 +229,17 @@ def wait_for(client: Any, futures: Sequence[Any], what: Callable[[int], str], *,
     """The results of ``futures`` (in order), never waiting forever (see the module docstring).
     ``what(i)`` names future i in messages; ``pinned``: future i -> the worker it must run on (a worker
     that left fails the wait at once)."""
-    from distributed import wait
-
     pending = set(range(len(futures)))
     results: list[Any] = [None] * len(futures)
     last = time.monotonic()
+    # woken by the futures themselves: ``distributed.wait(futures, timeout=...)`` keeps about 2.5 KB per
+    # future at every call that times out (a client polling 128 pending futures grew 0.3 MB a call)
+    woken = threading.Event()
+    for f in futures:
+        f.add_done_callback(lambda _f: woken.set())
     while pending:
-        try:
-            wait([futures[i] for i in pending], timeout=POLL_S, return_when="FIRST_COMPLETED")
-        except TimeoutError:
-            pass
+        woken.wait(POLL_S)
+        woken.clear()
         finished = [i for i in pending if futures[i].done()]
         for i in finished:
             f = futures[i]
@@ -273,8 +296,9 @@ def quiet_dask() -> Iterator[None]:
 class DaskRunner:
     """Runs the phases of :func:`analyzer.job.run.analyze_job` as Dask tasks (see the module docstring)."""
 
-    def __init__(self, client: Client, options: AnalysisOptions | None = None) -> None:
+    def __init__(self, client: Client, options: AnalysisOptions | None = None, ncu: NcuReport | None = None) -> None:
         self.client = client
+        self.ncu = ncu  # the inputs' Nsight Compute data, sent to the workers once
         self.token = uuid.uuid4().hex
         self.stall_s = stall_timeout(options)
         self.where: list[str] = []  # input -> the worker holding its ranks' states
@@ -289,26 +313,31 @@ class DaskRunner:
             raise ClusterError(f"a Dask task could not be sent ({type(err).__name__}: {text[:300]})",
                                hint="run without --scheduler") from None
 
-    def _scatter(self, value: Any) -> Any:
+    def _scatter(self, value: Any, what: str = "the rules") -> Any:
         """``value`` sent to every worker once (a future the tasks take as an argument), within the
         stall timeout."""
         try:
             return self.client.scatter(value, broadcast=True, hash=False, timeout=self.stall_s)
         except (TimeoutError, OSError) as err:
-            raise ClusterError(f"the rules could not be sent to the Dask workers in {self.stall_s:g} s "
+            raise ClusterError(f"{what} could not be sent to the Dask workers in {self.stall_s:g} s "
                                f"({type(err).__name__})",
                                hint=f"check the cluster, or set {TIMEOUT_ENV}=SECONDS for a longer wait") from None
         except Exception as err:  # noqa: BLE001 - the value cannot be serialized
             text = str(err).splitlines()[0] if str(err) else type(err).__name__
-            raise ClusterError(f"the rules could not be sent to the Dask workers ({type(err).__name__}: "
+            raise ClusterError(f"{what} could not be sent to the Dask workers ({type(err).__name__}: "
                                f"{text[:300]})", hint="run without --scheduler") from None
 
     def phase1(self, paths: Sequence[Path], options: AnalysisOptions) -> list[list[RankSummary]]:
         # rank indices need the number of ranks per file: a first light pass would read every file
         # twice, so files are numbered in order by a large stride and renumbered afterwards
-        futures = [self._submit(phase1_task, str(p), i * self.stride, options, self.token)
-                   for i, p in enumerate(paths)]
-        out = wait_for(self.client, futures, lambda i: f"preparing {Path(paths[i]).name}", stall_s=self.stall_s)
+        ncu = self._scatter(self.ncu, "the Nsight Compute data") if self.ncu is not None else None
+        try:
+            futures = [self._submit(phase1_task, str(p), i * self.stride, options, self.token, ncu)
+                       for i, p in enumerate(paths)]
+            out = wait_for(self.client, futures, lambda i: f"preparing {Path(paths[i]).name}", stall_s=self.stall_s)
+        finally:
+            if ncu is not None:
+                ncu.release()
         self.where = [str(r["worker"]) for r in out]
         self.summaries = [list(r["summaries"]) for r in out]
         index = 0
@@ -341,9 +370,23 @@ class DaskRunner:
             k += n
         return out
 
-    def separately(self, pack: RulePack, options: AnalysisOptions) -> list[Analysis] | None:
-        self.release()
-        return None  # the caller analyzes each input on its own (analyzer.pipeline)
+    def separately(self, pack: RulePack, options: AnalysisOptions) -> list[AloneResult] | None:
+        """Each input finished on its own where it was prepared (its trace never reaches the client);
+        None when an input is a report of several processes (the caller analyzes it whole,
+        :mod:`analyzer.pipeline`)."""
+        if any(len(s) != 1 for s in self.summaries):
+            self.release()
+            return None
+        shared = self._scatter(pack)
+        multi = len(self.summaries) > 1
+        futures = [self._submit(alone_task, self.token, f * self.stride, shared, f + 1, multi,
+                                workers=[self.where[f]], allow_other_workers=False)
+                   for f in range(len(self.summaries))]
+        try:
+            return wait_for(self.client, futures, lambda i: f"analyzing {self.summaries[i][0].label}",
+                            stall_s=self.stall_s, pinned=dict(enumerate(self.where)))
+        finally:
+            shared.release()
 
     def release(self) -> None:
         """Drop what the workers still hold for this job (best effort, never waits)."""

@@ -40,6 +40,7 @@ from analyzer.facts.job import (
     empty,
 )
 from analyzer.job.rank import (
+    AloneResult,
     FileState,
     RankJobInput,
     RankResult,
@@ -111,18 +112,22 @@ class JobOutcome:
     reason: str = ""
     accepted: AcceptedFindings | None = None
     recorded: int | None = None
+    #: not one job, on Dask: each input analyzed where it was prepared (in ``analyses``' place)
+    alone: list[AloneResult] | None = None
 
     @property
     def findings(self) -> list[Finding]:
         """Every finding: the job's and each rank's, or each analysis's."""
         if self.job is not None:
             return [*self.job.findings, *(f for r in self.job.ranks for f in r.findings)]
-        return [f for a in self.analyses or [] for f in a.findings]
+        return [f for a in self.analyses or self.alone or [] for f in a.findings]
 
     def finding_sources(self) -> list[FindingSource]:
         """What :func:`analyzer.accepted.write_accepted` reads (findings, trace name, window): the
         analyses, or the job's findings and each rank's."""
         if self.job is None:
+            if self.alone is not None:
+                return [_FindingSource(a.findings, _Name(a.name), a.window) for a in self.alone]
             return list(self.analyses or [])
         job = self.job
         sources: list[FindingSource] = [_FindingSource(job.findings, _Name(f"job of {job.world_size} ranks"),
@@ -135,14 +140,16 @@ class JobOutcome:
         :func:`analyzer.reports.build.with_findings`). The orchestration's one application of the
         accepted-findings file."""
         from analyzer.accepted import apply_accepted
+        from analyzer.reports.build import with_findings
 
         self.accepted = accepted
         if self.job is None:
             for a in self.analyses or []:
                 a.findings = apply_accepted(a.findings, accepted, a.window)
+            for alone in self.alone or []:
+                alone.findings = apply_accepted(alone.findings, accepted, alone.window)
+                alone.section = with_findings(alone.section, alone.findings)
             return
-        from analyzer.reports.build import with_findings
-
         self.job.findings = apply_accepted(self.job.findings, accepted, self.job.window)
         for r in self.job.ranks:
             r.findings = apply_accepted(r.findings, accepted, r.window)
@@ -262,7 +269,7 @@ class _Runner(Protocol):
 
     def phase2(self, pack: RulePack, inputs: list[list[RankJobInput | None]]) -> list[list[RankResult]]: ...
 
-    def separately(self, pack: RulePack, options: AnalysisOptions) -> list[Analysis] | None: ...
+    def separately(self, pack: RulePack, options: AnalysisOptions) -> list[Analysis] | list[AloneResult] | None: ...
 
     def release(self) -> None: ...
 
@@ -297,7 +304,7 @@ def analyze_job(
             opening.enter_context(quiet_dask())
             client, close = dask_client(scheduler, workers)
             opening.callback(close)
-            runner = DaskRunner(client, options)
+            runner = DaskRunner(client, options, ncu)
             cleanup = opening.pop_all()  # closed (cluster, then Dask's logging) when the job ends
     else:
         runner = _Serial(ncu, progress, loaded)
@@ -309,7 +316,10 @@ def analyze_job(
         ok, why = is_one_job(summaries)
         notes: list[str] = []
         if not ok and (not force or len(summaries) < 2):
-            return JobOutcome(None, runner.separately(pack, options), why)
+            done = runner.separately(pack, options)
+            if done and all(isinstance(d, AloneResult) for d in done):
+                return JobOutcome(None, None, why, alone=[d for d in done if isinstance(d, AloneResult)])
+            return JobOutcome(None, [d for d in done if isinstance(d, Analysis)] if done is not None else None, why)
         if not ok:
             notes.append(f"analyzed as one job on request (--job) although {why}")
         ranks, how, rank_notes = number_ranks([s.hint for s in summaries])
@@ -332,10 +342,14 @@ def analyze_job(
         full = featured_ranks(plan, options.rank_sections)
         if len(full) < len(summaries):
             shown = sorted(ranks[k] for k in full)
-            notes.append(f"{len(full)} of {len(summaries)} ranks shown in full ({plural_ranks(shown)}), chosen in turn "
-                         "as the rank the others waited for most, the one with the most and the one with the least "
-                         "compute per step, and the most idle one; every other rank is its row of the per-rank table "
-                         "(--rank-sections all shows every rank in full)")
+            if shown:
+                notes.append(f"{len(full)} of {len(summaries)} ranks shown in full ({plural_ranks(shown)}), chosen in "
+                             "turn as the rank the others waited for most, the one with the most and the one with the "
+                             "least compute per step, and the most idle one; every other rank is its row of the "
+                             "per-rank table (--rank-sections all shows every rank in full)")
+            else:  # --rank-sections 0
+                notes.append(f"none of the {len(summaries)} ranks shown in full (--rank-sections 0): each rank is its "
+                             "row of the per-rank table (--rank-sections all shows every rank in full)")
         inputs: list[list[RankJobInput | None]] = []
         order = sorted(range(len(summaries)), key=lambda i: ranks[i])
         section_of = {i: n + 1 for n, i in enumerate(order)}

@@ -279,12 +279,29 @@ def build_report(
 ) -> ReportView:
     """Build the view model of one report over one or more analyses (one section per trace, plus a
     comparison table when there are several)."""
-    from analyzer._version import __version__
-
     if not analyses:
         raise ValueError("build_report needs at least one analysis")
     multi = len(analyses) > 1
     sections = tuple(trace_section(a, i, multi, limits) for i, a in enumerate(analyses, start=1))
+    return sections_report(sections, title=title, created=created, limits=limits)
+
+
+def sections_report(
+    sections: Sequence[TraceSection],
+    *,
+    title: str | None = None,
+    created: datetime | None = None,
+    limits: Limits = Limits(),
+) -> ReportView:
+    """The report of traces whose sections are built (:func:`trace_section`: here by
+    :func:`build_report`, or where each trace was analyzed, :func:`analyzer.job.rank.finish_alone`),
+    in order: one section per trace, plus a comparison table when there are several."""
+    from analyzer._version import __version__
+
+    sections = tuple(sections)
+    if not sections:
+        raise ValueError("a report needs at least one trace section")
+    multi = len(sections) > 1
     if title is None:
         title = (
             f"GPU {'kernel' if sections[0].kind == 'ncu' else 'trace'} diagnosis: {sections[0].header.trace_name}"

@@ -214,6 +214,32 @@ def test_phase_index_sorted_by_instance_equals_the_unsorted_index(name):
     pd.testing.assert_frame_equal(ours, theirs, check_exact=True)
 
 
+@pytest.mark.parametrize("name", ["host_sync", "small_training_ctx128"])
+def test_ancestor_pairs_by_position_equals_the_sorted_lookup(name):
+    """ancestor_pairs looks parents up by position when the range ids are the row numbers (the model's
+    contract) and by a sorted lookup otherwise: the same pairs either way (rows shuffled, ids kept),
+    and a parent that is no range (a dangling link) is the last ancestor of a chain in both."""
+    from analyzer.facts.phase_index import ancestor_pairs
+
+    nvtx = _trace(name).nvtx
+    assert len(nvtx) and (nvtx["range_id"].to_numpy() == np.arange(len(nvtx))).all()
+    key = ["range_id", "distance"]
+    by_position = ancestor_pairs(nvtx).sort_values(key).reset_index(drop=True)
+    assert (by_position["distance"] >= 2).any()  # nested ranges: more than one level looked up
+    shuffled = nvtx.iloc[np.random.default_rng(2).permutation(len(nvtx))]
+    by_lookup = ancestor_pairs(shuffled).sort_values(key).reset_index(drop=True)
+    pd.testing.assert_frame_equal(by_position, by_lookup, check_exact=True)
+    # without a root that has children (its descendants' links to it dangle): the same pairs but its own
+    parent = nvtx["parent_id"].fillna(-1).to_numpy(np.int64)
+    roots = nvtx["range_id"].to_numpy()[parent < 0]
+    root = int(parent[np.isin(parent, roots)][0])
+    expected = by_position.loc[by_position["range_id"] != root].reset_index(drop=True)
+    assert (expected["ancestor_id"] == root).any()
+    for frame in (nvtx.loc[nvtx["range_id"] != root], shuffled.loc[shuffled["range_id"] != root]):
+        ours = ancestor_pairs(frame).sort_values(key).reset_index(drop=True)
+        pd.testing.assert_frame_equal(ours, expected, check_exact=True)
+
+
 @pytest.mark.parametrize("name", TRACES)
 def test_device_blocks_last_op_is_the_latest_ending(name):
     """Each busy block's last op: the latest-ending op of the block, ties to the later one in start
