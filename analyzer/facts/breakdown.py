@@ -171,8 +171,8 @@ SEGMENT_COLUMNS = {
     "end": "segment end (ns)",
     "cause": "compute | exposed_comm | exposed_copy | launch_bound | host_sync | host_work | wait_other | "
              "setup | unknown",
-    "detail": "kernel category, copy direction and memory kind, CUDA call, 'dispatch', NVTX range or "
-              "why unknown",
+    "detail": "kernel category, copy direction and memory kind, CUDA call, 'dispatch', 'refill (<call>)' (a "
+              "synchronization's refill, host_sync), NVTX range or why unknown",
     "duration": "end - start (ns)",
     "nvtx_path": "NVTX path of the launching thread's innermost range ('' none)",
     "range_key": "nvtx_path cut before the first framework operator (aten::...), enumerated components "
