@@ -26,6 +26,7 @@ from analyzer.config.cli import ConfigGroup
 from analyzer.config.options import (
     MAX_TIMEOUT_SECONDS,
     FiniteFloat,
+    RankCount,
     accepted_options,
     no_cache_option,
     output_format,
@@ -110,16 +111,6 @@ def _no_such_command(ctx: click.Context, group: click.Group, first: str) -> None
         raise click.UsageError(f"no such command or trace '{first}'; {hint}", ctx)
 
 
-def _rank_sections(_ctx: click.Context, _param: click.Parameter, value: str) -> int | None:
-    """--rank-sections: a whole number of ranks from 0, or 'all' (None)."""
-    text = str(value).strip().lower()
-    if text == "all":
-        return None
-    if text.isdigit() and len(text) <= 9:
-        return int(text)
-    raise click.BadParameter(f"{value!r} is neither a number of ranks (0 or more) nor 'all'")
-
-
 @click.group(cls=_DefaultGroup, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="analyze")
 def cli() -> None:
@@ -164,7 +155,7 @@ def cli() -> None:
                    "cluster, or 'none' for this process. Default: 'local' when 8 or more trace files are "
                    "given and Dask's distributed is installed, else this process.")
 @click.option("--workers", type=int, default=None, help="Workers of a local Dask cluster (default: the cores).")
-@click.option("--rank-sections", default="8", metavar="N|all", callback=_rank_sections,
+@click.option("--rank-sections", type=RankCount(), default="8", metavar="N|all",
               help="Ranks of a multi-GPU job shown in full (their own section and swimlanes): the ones the "
                    "others waited for most, the busiest, the least busy and the most idle; every other rank "
                    "is one row of the per-rank table. 'all': every rank (the client then holds every "

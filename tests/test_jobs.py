@@ -289,6 +289,25 @@ def test_a_job_report_with_no_rank_in_full(tmp_path):
     assert "ranks )" not in notes[0]
 
 
+def test_rank_sections_from_the_project_configuration(tmp_path, monkeypatch, capsys):
+    """``rank-sections`` in the project file: a bad value is one line naming the file's line (as every
+    configured option's), a good one applies."""
+    from analyzer.cli import main
+
+    files = [str(p) for p in _files("ddp_straggler_2gpu_rank*.sqlite.xz")]
+    monkeypatch.chdir(tmp_path)
+    config = tmp_path / "gpu-trace-analyzer.toml"
+    for bad in ('"some"', "-1", "2.5"):
+        config.write_text(f"rank-sections = {bad}\n")
+        capsys.readouterr()
+        assert main([*files, "-q", "-o", str(tmp_path / "job.json")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error: gpu-trace-analyzer.toml:1: rank-sections:"), err
+    config.write_text("rank-sections = 1\n")
+    assert main([*files, "-q", "-o", str(tmp_path / "job.json")]) == 0
+    assert json.loads((tmp_path / "job.json").read_text())["job"]["ranks_in_full"] == [1]
+
+
 def test_accepted_findings_of_a_job(tmp_path):
     """--write-accepted records the job's and every rank's findings (the rank is part of the
     fingerprint); --accepted then marks them and --fail-on no longer counts them."""

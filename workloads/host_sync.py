@@ -1,12 +1,12 @@
 """host_sync: host synchronization inside the inner loop.
 
 Pathology: each step runs 32 micro-steps of a small MLP training loop and, per micro-step,
-reads the loss with ``.item()`` (early-stopping / logging check) and copies the predictions to
-the host with ``.cpu()`` for an accuracy metric. Each read is a device-to-host memcpy followed
-by a stream synchronization, so the CPU stops queueing work and the GPU drains to idle 64 times
-per step.
+reads the loss with ``.item()`` (early-stopping / logging check) and copies the predictions and
+the labels to the host with ``.cpu()`` for an accuracy metric. Each read is a device-to-host memcpy
+followed by a stream synchronization, so the CPU stops queueing work and the GPU drains to idle 96
+times per step.
 Twin (``--fixed``): loss and accuracy are accumulated in GPU tensors; the host reads them once,
-at the end of the step (one sync per step instead of 64).
+at the end of the step (one read per step instead of 96).
 Shapes (``--shape``): ``launch`` (default; width 1024, batch 2048, 32 micro-steps) is launch-bound
 even without the syncs: the host issues each micro-step's ~40 launches more slowly than the GPU runs
 them, so removing the syncs buys only their own waits. ``balanced`` (bf16, width 3584, batch 6144) gives
@@ -15,9 +15,10 @@ the host cannot queue the next micro-step while the GPU runs this one, so host a
 without them they overlap. ``gpu`` (bf16, width 4096, batch 8192, 16 micro-steps) is GPU-bound: each
 sync costs only the GPU's refill after it. (bf16 so that fp32 matrix multiplies, whose fix would buy
 more than the syncs', are not the biggest cause.) The three calibrate what the breakdown charges to a sync in each regime.
-Trace evidence: per ``step_N`` ~64 ``cudaStreamSynchronize`` (or synchronous
-``cudaMemcpyAsync`` DtoH) calls and ~64 small DtoH memcpys, with a GPU gap after each; the twin
-shows one DtoH copy per step and a dense kernel timeline.
+Trace evidence: per ``step_N`` 96 ``cudaStreamSynchronize`` calls (3 per micro-step) and 64 DtoH
+copies into pageable memory (16 KiB each at the full launch shape), with a GPU gap after each
+synchronization (tests/data/host_sync: 960 and 640 in 10 steps); the twin shows one DtoH copy per step
+and a dense kernel timeline.
 """
 from __future__ import annotations
 

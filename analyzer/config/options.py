@@ -42,6 +42,23 @@ class FiniteFloat(click.ParamType):
         return number
 
 
+class RankCount(click.ParamType):
+    """A whole number of ranks from 0, or ``all`` (None), as text or a number (``--rank-sections``); a
+    type rather than a callback, so a configuration file's bad value is refused at its line."""
+
+    name = "N|all"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int | None:
+        if value is None or (isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 10**9):
+            return value
+        text = str(value).strip().lower()
+        if text == "all":
+            return None
+        if text.isdigit() and len(text) <= 9:
+            return int(text)
+        self.fail(f"{value!r} is neither a number of ranks (0 or more) nor 'all'", param, ctx)
+
+
 def no_cache_option(function: F) -> F:
     """``--no-cache`` (the command receives ``no_cache``), the same for every command that reads traces."""
     return click.option(

@@ -171,8 +171,8 @@ SEGMENT_COLUMNS = {
     "end": "segment end (ns)",
     "cause": "compute | exposed_comm | exposed_copy | launch_bound | host_sync | host_work | wait_other | "
              "setup | unknown",
-    "detail": "kernel category, copy direction and memory kind, CUDA call, 'dispatch', NVTX range or "
-              "why unknown",
+    "detail": "kernel category, copy direction and memory kind, CUDA call, 'dispatch', 'refill (<call>)' (a "
+              "synchronization's refill, host_sync), NVTX range or why unknown",
     "duration": "end - start (ns)",
     "nvtx_path": "NVTX path of the launching thread's innermost range ('' none)",
     "range_key": "nvtx_path cut before the first framework operator (aten::...), enumerated components "
@@ -537,13 +537,14 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
     inside = clip_e > clip_s
     op_paths_codes, op_paths = text_codes(ops["nvtx_path"])
     busy_frame = {
-        "device": bdev[inside], "start": clip_s[inside], "end": clip_e[inside], "cause": bc[inside],
-        "detail": bd[inside].astype(np.int64, copy=False),
-        "path_codes": op_paths_codes[bop[inside]].astype(np.int64),
+        "device": narrow_int(bdev[inside]), "start": clip_s[inside], "end": clip_e[inside], "cause": bc[inside],
+        "detail": bd[inside].astype(np.int32),  # codes and ids in 32 bits: a column per segment
+        "path_codes": op_paths_codes[bop[inside]].astype(np.int32),
     }
     del bdev, bs, be, bc, bd, bop, clip_s, clip_e, inside
     gdev, gs, ge, gprev, gnext = (np.concatenate([x[i] for x in gaps]) for i in range(5))
     del gaps
+    gdev = narrow_int(gdev)
     syncs: list[SyncBlocks] = []
     idle = _classify_idle(ctx, ops, level, gdev, gs, ge, gprev, gnext, dispatch_ns, code, syncs)
     del gdev, gs, ge, gprev, gnext
@@ -553,9 +554,12 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
     # trace has millions of segments); text columns are categoricals built from codes (a few hundred texts)
     n_busy = len(busy_frame["start"])
 
-    def gathered(name: str, dtype: type, busy_fill: int | None = None) -> np.ndarray:
-        first = busy_frame.pop(name) if busy_fill is None else np.full(n_busy, busy_fill, dtype=dtype)
-        both = np.concatenate([np.asarray(first, dtype=dtype), np.asarray(idle.pop(name), dtype=dtype)])
+    def gathered(name: str, busy_fill: int | None = None) -> np.ndarray:
+        """The column in segment order, as wide as its busy and idle parts (32-bit codes and ids)."""
+        second = idle.pop(name)
+        first = busy_frame.pop(name) if busy_fill is None else np.full(n_busy, busy_fill, dtype=second.dtype)
+        both = np.concatenate([first, second], dtype=np.result_type(first, second))
+        del first, second
         return both[order]
 
     all_dev = np.r_[busy_frame["device"], idle["device"]]
@@ -565,24 +569,24 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
     else:
         order = np.lexsort((all_start, all_dev))
     del all_dev, all_start
-    seg_dev = gathered("device", np.int64)
-    start = gathered("start", np.int64)
-    end = gathered("end", np.int64)
-    seg_cause = gathered("cause", np.int8)
-    detail = gathered("detail", np.int64)
+    seg_dev = gathered("device")
+    start = gathered("start")
+    end = gathered("end")
+    seg_cause = gathered("cause")
+    detail = gathered("detail")
     # NVTX paths: busy segments' codes into gpu_ops' labels, idle ones' into the range table's
     n_op = len(op_paths)
     idle_codes = idle.pop("path_codes")
     idle["path_codes"] = np.where(idle_codes < 0, -1, idle_codes + n_op)
     del idle_codes
-    path_codes = gathered("path_codes", np.int64)
+    path_codes = gathered("path_codes")
     paths = np.r_[np.asarray(op_paths, dtype=object), np.asarray(idle["path_labels"], dtype=object)]
     paths = np.array(["" if x is None or (isinstance(x, float) and np.isnan(x)) else str(x) for x in paths]
                      + [""], dtype=object)
     path_codes[path_codes < 0] = len(paths) - 1
     keys = np.array(generic_keys(paths), dtype=object)
-    host_tid = gathered("tid", np.int64, -1)
-    pid = gathered("pid", np.int64, -1)
+    host_tid = gathered("tid", -1)
+    pid = gathered("pid", -1)
     busy_frame.clear()
     idle.clear()
     step_codes, step_labels = _step_codes(ctx, start)
@@ -645,43 +649,80 @@ def _host_activity(ctx: FactContext, seg: pd.DataFrame, host_work: np.ndarray, p
     return pd.Categorical.from_codes(codes_out, dtype=few.dtype, validate=False)
 
 
-def _host_pieces(ctx: FactContext, api: pd.DataFrame, qidx: np.ndarray, feeder: np.ndarray, cs: np.ndarray,
-                 host_e: np.ndarray, dispatch_ns: int, code, emit,  # type: ignore[no-untyped-def]
-                 syncs: list[SyncBlocks]) -> None:
-    """Emit the host part ``[cs, host_e)`` of the gaps ``qidx``, piece by piece: what the feeding thread
-    did then (inside a CUDA call, dispatching between calls, returning from a sync, its own code).
-    Each feeding thread's synchronizing calls are added to ``syncs``."""
-    a_cause, a_codes, a_names = _api_classes(ctx)
-    name_code = np.array([code(str(x)) for x in a_names], dtype=np.int64)
-    a_detail = name_code[a_codes] if len(a_codes) else np.empty(0, np.int64)
-    del a_codes
-    dispatch_code = code("dispatch")
-    a_start = api["start"].to_numpy(dtype=np.int64)
-    a_end = api["end"].to_numpy(dtype=np.int64)
-    a_tid = api["tid"].to_numpy()  # its own integer type: the same stable grouping without an int64 copy
-    if a_tid.dtype.kind not in "iu":
-        a_tid = a_tid.astype(np.int64)
-    q_order, q_from, q_to = key_groups(feeder[qidx])
-    a_order, a_from, a_to = key_groups(a_tid)
-    a_threads = a_tid[a_order[a_from]] if len(a_from) else np.empty(0, np.int64)
-    del a_tid
+class _HostCalls:
+    """The API calls' classes and each thread's calls sorted by start, with the running maximum of their
+    ends, made once for all chunks of gaps (:data:`IDLE_CHUNK`) on the first chunk that needs them."""
 
-    def one_thread(q: np.ndarray, g: int, tid: int) -> None:  # temporaries freed per thread
-        rows = a_order[a_from[g]:a_to[g]]
-        if not _ascending(rows):
-            rows = np.sort(rows)
-        t_start = a_start[rows]
-        if not _ascending(t_start):  # calls recorded out of start order
-            o = np.argsort(t_start, kind="stable")
-            rows, t_start = rows[o], t_start[o]
-        blocks, free = _thread_timeline(t_start, a_end[rows], a_cause[rows], a_detail[rows],
-                                        dispatch_ns, dispatch_code)
-        del t_start
-        del rows
-        blocking = blocks[2] == _C["host_sync"]
-        if blocking.any():
-            syncs.append((tid, blocks[0][blocking], blocks[1][blocking], blocks[3][blocking]))
+    def __init__(self, ctx: FactContext, code) -> None:  # type: ignore[no-untyped-def]
+        api = ctx.trace.api
+        a_cause, a_codes, a_names = _api_classes(ctx)
+        name_code = np.array([code(str(x)) for x in a_names], dtype=np.int32)
+        self.cause = a_cause
+        self.detail = name_code[a_codes] if len(a_codes) else np.empty(0, np.int32)
+        del a_codes
+        self.start = api["start"].to_numpy(dtype=np.int64)
+        self.end = api["end"].to_numpy(dtype=np.int64)
+        a_tid = api["tid"].to_numpy()  # its own integer type: the same stable grouping without an int64 copy
+        if a_tid.dtype.kind not in "iu":
+            a_tid = a_tid.astype(np.int64)
+        self.order, self.first, self.last = key_groups(a_tid)
+        self.threads = a_tid[self.order[self.first]] if len(self.first) else np.empty(0, np.int64)
+        self._thread: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        #: per feeding thread (by id), its synchronizing calls' blocks on its whole timeline
+        self.syncs: dict[int, SyncBlocks] = {}
+
+    def group(self, tid: int) -> int:
+        """The thread's group (-1: no CUDA call on it)."""
+        g = int(np.searchsorted(self.threads, tid))
+        return g if g < len(self.threads) and self.threads[g] == tid else -1
+
+    def thread(self, g: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(rows, starts, running maximum of the ends)`` of the calls of thread group ``g`` by start;
+        the first time, also the thread's synchronizing calls' blocks (:attr:`syncs`): the parts of them
+        no earlier call covers, as :func:`_thread_timeline` cuts them."""
+        if g not in self._thread:
+            rows = self.order[self.first[g]:self.last[g]]
+            if not _ascending(rows):
+                rows = np.sort(rows)
+            t_start = self.start[rows]
+            if not _ascending(t_start):  # calls recorded out of start order
+                o = np.argsort(t_start, kind="stable")
+                rows, t_start = rows[o], t_start[o]
+            reach = np.maximum.accumulate(np.maximum(self.end[rows], t_start))  # as _frontier's
+            self._thread[g] = (rows, t_start, reach)
+            sync = np.flatnonzero(self.cause[rows] == _C["host_sync"])
+            if len(sync):
+                prev = np.where(sync > 0, reach[np.maximum(sync - 1, 0)], np.iinfo(np.int64).min)
+                s, e = np.maximum(t_start[sync], prev), reach[sync]
+                keep = e > s
+                if keep.any():
+                    tid = int(self.threads[g])
+                    self.syncs[tid] = (tid, s[keep], e[keep], self.detail[rows[sync[keep]]].astype(np.int64))
+        return self._thread[g]
+
+
+def _host_pieces(calls: _HostCalls, qidx: np.ndarray, feeder: np.ndarray, cs: np.ndarray, host_e: np.ndarray,
+                 dispatch_ns: int, code, emit) -> None:  # type: ignore[no-untyped-def]
+    """Emit the host part ``[cs, host_e)`` of the gaps ``qidx``, piece by piece: what the feeding thread
+    did then (inside a CUDA call, dispatching between calls, returning from a sync, its own code)."""
+    dispatch_code = code("dispatch")
+    q_order, q_from, q_to = key_groups(feeder[qidx])
+
+    def one_thread(q: np.ndarray, g: int) -> None:  # temporaries freed per thread
+        rows, t_start, reach = calls.thread(g)
         qs, qe = cs[q], host_e[q]
+        # only the calls around the gaps' time [lo, hi): from the call whose end is the last one before lo
+        # (the free time after it takes its cause) to the first call starting at or after hi (the free
+        # time before it is whole); every piece inside [lo, hi) is then what the whole thread gives
+        lo, hi = int(qs.min()), int(qe.max())
+        j = int(np.searchsorted(reach, lo, side="left"))
+        if j > 0:
+            j = int(np.searchsorted(reach, reach[j - 1], side="left"))
+        k = min(int(np.searchsorted(t_start, hi, side="left")) + 1, len(rows))
+        r = rows[j:k]
+        blocks, free = _thread_timeline(t_start[j:k], calls.end[r], calls.cause[r], calls.detail[r],
+                                        dispatch_ns, dispatch_code)
+        del r
         for ts, te, tc, td in (blocks, free):  # inside calls, then between them (the pieces are sorted later)
             qi, si, s, e = intersect(qs, qe, ts, te)
             emit(q[qi], s, e, tc[si], td[si])
@@ -689,32 +730,85 @@ def _host_pieces(ctx: FactContext, api: pd.DataFrame, qidx: np.ndarray, feeder: 
 
     for qa, qb in zip(q_from.tolist(), q_to.tolist()):
         q = qidx[q_order[qa:qb]]
-        tid = int(feeder[q[0]])
-        g = int(np.searchsorted(a_threads, tid))
-        if g == len(a_threads) or a_threads[g] != tid:
+        g = calls.group(int(feeder[q[0]]))
+        if g < 0:
             emit(q, cs[q], host_e[q], _C["unknown"], code(NO_API_ON_THREAD))
             continue
-        one_thread(q, g, tid)
+        one_thread(q, g)
 
 
-def _classify_idle(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev: np.ndarray, g0: np.ndarray, g1: np.ndarray,
-                   prev_op: np.ndarray, next_op: np.ndarray, dispatch_ns: int, code,  # type: ignore[no-untyped-def]
+#: idle gaps classified per chunk of this many (the per-gap temporaries, the pieces of each chunk and the
+#: feeding threads' calls around them stay bounded: a 10 M-kernel trace has about 10 M gaps); the pieces
+#: are the same for any chunk size
+IDLE_CHUNK = 1 << 18
+
+
+class _Idle:
+    """What every chunk of gaps reads: the ops' threads, the NVTX ranges, the host calls (made on first
+    use, so the detail codes are numbered as one pass over the gaps would number them) and the
+    wait-details cache."""
+
+    def __init__(self, ctx: FactContext, ops: pd.DataFrame) -> None:
+        self.otid = narrow_int(ops["tid"].to_numpy(dtype=np.int64))
+        self.opid = narrow_int(ops["pid"].to_numpy(dtype=np.int64))
+        self.calls: _HostCalls | None = None
+        self.waits: dict = {}
+        self.nv = ranges_only(ctx.trace.nvtx)
+        if self.nv.empty:
+            self.path_codes, self.path_labels = np.empty(0, np.int64), np.empty(0, dtype=object)
+            self.text_codes, self.text_labels = np.empty(0, np.int64), np.empty(0, dtype=object)
+            self.mains: dict[int, int] = {}
+        else:
+            path_codes, self.path_labels = text_codes(column(self.nv, "path", ""))
+            text_codes_, self.text_labels = text_codes(self.nv["text"])
+            # each followed by a -1: what range position -1 (no range) reads in one gather
+            self.path_codes = np.r_[path_codes.astype(np.int32), -1]
+            self.text_codes = np.r_[text_codes_.astype(np.int32), -1]
+            self.mains = main_threads(self.nv)
+
+
+def _classify_idle(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev: np.ndarray, g0: np.ndarray,
+                   g1: np.ndarray, prev_op: np.ndarray, next_op: np.ndarray, dispatch_ns: int, code,  # type: ignore[no-untyped-def]
                    syncs: list[SyncBlocks]) -> dict[str, np.ndarray]:
     """Idle segments (clipped to the window) from the gaps ``[g0, g1)`` (unclipped) with the ops
-    around them; the feeding threads' synchronizing calls are added to ``syncs``."""
+    around them, classified :data:`IDLE_CHUNK` gaps at a time; the feeding threads' synchronizing calls
+    are added to ``syncs`` (each thread's once, by thread id)."""
+    n = len(g0)
+    submit = np.full(n, -1, dtype=np.int64)  # the end of the launch call of the op ending each gap
+    has_next = next_op >= 0
+    if has_next.any():
+        submit[has_next] = _submission(ctx, ops, next_op[has_next])
+    del has_next
+    shared = _Idle(ctx, ops)
+    parts = [_classify_chunk(ctx, ops, level, gdev[a:a + IDLE_CHUNK], g0[a:a + IDLE_CHUNK], g1[a:a + IDLE_CHUNK],
+                             prev_op[a:a + IDLE_CHUNK], next_op[a:a + IDLE_CHUNK], submit[a:a + IDLE_CHUNK],
+                             dispatch_ns, code, shared)
+             for a in range(0, max(n, 1), IDLE_CHUNK)]
+    del submit
+    if shared.calls is not None:
+        syncs.extend(shared.calls.syncs[t] for t in sorted(shared.calls.syncs))
+    out: dict[str, np.ndarray] = {}
+    for name in ("device", "start", "end", "cause", "detail", "path_codes", "tid", "pid"):
+        out[name] = np.concatenate([p.pop(name) for p in parts]) if len(parts) > 1 else parts[0].pop(name)
+    # every chunk's path codes point into the range table's paths
+    out["path_labels"] = shared.path_labels if len(out["start"]) else np.empty(0, dtype=object)
+    return out
+
+
+def _classify_chunk(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev: np.ndarray, g0: np.ndarray,
+                    g1: np.ndarray, prev_op: np.ndarray, next_op: np.ndarray, submit: np.ndarray, dispatch_ns: int,
+                    code, shared: _Idle) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
+    """:func:`_classify_idle` of one chunk of gaps (``submit``: their next ops' submissions)."""
     w = ctx.window
     n = len(g0)
-    otid = ops["tid"].to_numpy(dtype=np.int64)
-    opid = ops["pid"].to_numpy(dtype=np.int64)
+    otid, opid = shared.otid, shared.opid
     has_next = next_op >= 0
     feeder = np.where(has_next, otid[np.maximum(next_op, 0)], -1)
     fb = (feeder < 0) & (prev_op >= 0)
     feeder[fb] = otid[prev_op[fb]]
     fpid = np.where(has_next, opid[np.maximum(next_op, 0)], -1)
     fpid[fb] = opid[prev_op[fb]]
-    submit = np.full(n, -1, dtype=np.int64)
-    if has_next.any():
-        submit[has_next] = _submission(ctx, ops, next_op[has_next])
+    del fb
     cs = np.maximum(g0, w.start_ns)
     ce = np.minimum(g1, w.end_ns)
     out_dev: list[np.ndarray] = []
@@ -735,8 +829,8 @@ def _classify_idle(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev:
         out_e.append(e)
         out_c.append(np.broadcast_to(np.asarray(cause, dtype=np.int8), keep.shape)[keep] if np.ndim(cause)
                      else np.full(len(s), cause, dtype=np.int8))
-        out_d.append(np.broadcast_to(np.asarray(detail, dtype=np.int64), keep.shape)[keep] if np.ndim(detail)
-                     else np.full(len(s), detail, dtype=np.int64))
+        out_d.append(np.broadcast_to(np.asarray(detail, dtype=np.int32), keep.shape)[keep] if np.ndim(detail)
+                     else np.full(len(s), detail, dtype=np.int32))
         out_t.append(feeder[idx])
         out_p.append(fpid[idx])
 
@@ -748,7 +842,7 @@ def _classify_idle(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev:
          code("collective (another rank)"))
     waited = queued & ~comm_next
     emit(all_idx[waited], cs[waited], ce[waited], _C["wait_other"],
-         _wait_details(ctx, ops, next_op[waited], code))
+         _wait_details(ctx, ops, next_op[waited], code, shared.waits))
     rest = ~queued
     # submitted during the gap: from the submission to the start, launch latency (or a wait)
     sub_in = rest & (submit > g0)
@@ -757,7 +851,7 @@ def _classify_idle(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev:
     lat = sub_in & (tail_len <= dispatch_ns)
     emit(all_idx[lat], tail_s[lat], ce[lat], _C["launch_bound"], code("launch latency"))
     late = sub_in & ~lat
-    emit(all_idx[late], tail_s[late], ce[late], _C["wait_other"], _wait_details(ctx, ops, next_op[late], code))
+    emit(all_idx[late], tail_s[late], ce[late], _C["wait_other"], _wait_details(ctx, ops, next_op[late], code, shared.waits))
     host_e = np.where(sub_in, tail_s, ce)
     # the host part: what the feeding thread did, piece by piece
     api = ctx.trace.api
@@ -769,41 +863,39 @@ def _classify_idle(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev:
     emit(all_idx[no_thread], cs[no_thread], host_e[no_thread], _C["unknown"], code(NO_THREAD))
     hq &= ~no_thread
     if hq.any():
-        _host_pieces(ctx, api, np.flatnonzero(hq), feeder, cs, host_e, dispatch_ns, code, emit, syncs)
+        if shared.calls is None:
+            shared.calls = _HostCalls(ctx, code)
+        _host_pieces(shared.calls, np.flatnonzero(hq), feeder, cs, host_e, dispatch_ns, code, emit)
     del all_idx, queued, comm_next, rest, sub_in, tail_s, tail_len, lat, late, host_e, hq, no_thread
     # the pieces as columns, each list freed once joined (millions of segments at a million kernels)
     cols = {}
-    for name, parts, dtype in (("dev", out_dev, np.int64), ("s", out_s, np.int64), ("e", out_e, np.int64),
-                               ("c", out_c, np.int8), ("d", out_d, np.int64), ("t", out_t, np.int64),
-                               ("p", out_p, np.int64)):
+    for name, parts, dtype in (("dev", out_dev, gdev.dtype), ("s", out_s, np.int64), ("e", out_e, np.int64),
+                               ("c", out_c, np.int8), ("d", out_d, np.int32), ("t", out_t, feeder.dtype),
+                               ("p", out_p, fpid.dtype)):
         cols[name] = np.concatenate(parts).astype(dtype, copy=False) if parts else np.empty(0, dtype=dtype)
         parts.clear()
     cols["t"][cols["c"] == _C["unknown"]] = -1
     dev, s, e, c, d, t, p = (cols.pop(name) for name in ("dev", "s", "e", "c", "d", "t", "p"))
     # NVTX path (and the host-work detail): the feeding thread's innermost range at the middle; as
     # codes into the range table's distinct texts (code -1: no range)
+    path_codes = np.full(len(s), -1, dtype=np.int32)
     path_labels = np.empty(0, dtype=object)
+    rng_codes = np.full(len(s), -1, dtype=np.int32)
     rng_labels = np.empty(0, dtype=object)
-    nv = ranges_only(ctx.trace.nvtx)
-    if not (len(s) and not nv.empty):
-        path_codes = np.full(len(s), -1, dtype=np.int64)
-        rng_codes = np.full(len(s), -1, dtype=np.int64)
-    else:
+    nv = shared.nv
+    if len(s) and not nv.empty:
         mid = s + (e - s) // 2
         rpos = innermost_open(nv, t, mid)
         missing = rpos < 0
         if missing.any():
-            mains = main_threads(nv)
-            main_tid = pd.Series(p[missing]).map(mains).fillna(-1).to_numpy(dtype=np.int64)
+            main_tid = pd.Series(p[missing]).map(shared.mains).fillna(-1).to_numpy(dtype=np.int64)
             retry = innermost_open(nv, main_tid, mid[missing])
             sub = rpos[missing]
             sub[retry >= 0] = retry[retry >= 0]
             rpos[missing] = sub
-        nv_path, path_labels = text_codes(column(nv, "path", ""))
-        nv_text, rng_labels = text_codes(nv["text"])
-        # one gather each from the range codes followed by a -1 (what position -1, no range, reads)
-        path_codes = np.r_[nv_path.astype(np.int64), -1][rpos]
-        rng_codes = np.r_[nv_text.astype(np.int64), -1][rpos]
+        path_labels, rng_labels = shared.path_labels, shared.text_labels
+        path_codes = shared.path_codes[rpos]
+        rng_codes = shared.text_codes[rpos]
     hw = (c == _C["host_work"]) & (d < 0)
     if hw.any():
         d = d.copy()

@@ -13,36 +13,44 @@ from analyzer.facts.registry import FactContext
 _STREAM_WAIT = re.compile(r"StreamWaitEvent|StreamWaitValue|cuStreamWait")
 
 
-def wait_details(ctx: FactContext, ops: pd.DataFrame, pos: np.ndarray, code) -> np.ndarray:  # type: ignore[no-untyped-def]
+def wait_details(ctx: FactContext, ops: pd.DataFrame, pos: np.ndarray, code,  # type: ignore[no-untyped-def]
+                 cache: dict | None = None) -> np.ndarray:
     """Detail codes of idle time the GPU spent with ``ops`` rows ``pos`` already queued: ``stream S waited
     on an event (cudaStreamWaitEvent)`` when the thread that launched the op made a stream-wait call
     since its previous launch (the op's stream was told to wait for work elsewhere: another stream, a
-    graph, another process's event), else ``queued (another stream or an event)``."""
+    graph, another process's event), else ``queued (another stream or an event)``. ``cache``: a dict kept
+    between calls for the same ``ops`` (the idle gaps are classified in chunks), where the stream-wait
+    calls and each thread's sorted launches are kept instead of found again per call."""
     plain = code("queued (another stream or an event)")
     out = np.full(len(pos), plain, dtype=np.int64)
     api = ctx.trace.api
     if not len(pos) or api.empty:
         return out
-    from analyzer.facts.api import api_base_codes
+    cache = {} if cache is None else cache
+    if "calls" not in cache:
+        from analyzer.facts.api import api_base_codes
 
-    codes, base = api_base_codes(ctx.store)
-    is_wait_name = np.array([bool(b) and bool(_STREAM_WAIT.search(str(b))) for b in base], dtype=bool)
-    wait_rows = np.flatnonzero(is_wait_name[codes]) if len(codes) else np.empty(0, dtype=np.int64)
-    if not len(wait_rows):
+        codes, base = api_base_codes(ctx.store)
+        is_wait_name = np.array([bool(b) and bool(_STREAM_WAIT.search(str(b))) for b in base], dtype=bool)
+        wait_rows = np.flatnonzero(is_wait_name[codes]) if len(codes) else np.empty(0, dtype=np.int64)
+        cache["calls"] = None
+        if len(wait_rows):
+            cache["calls"] = (api["tid"].to_numpy(dtype=np.int64)[wait_rows],
+                              api["start"].to_numpy(dtype=np.int64)[wait_rows], base[codes[wait_rows]],
+                              ops["tid"].to_numpy(dtype=np.int64), ops["api_start"].to_numpy(dtype=np.int64),
+                              column(ops, "stream", -1).fillna(-1).to_numpy(dtype=np.int64))
+    if cache["calls"] is None:
         return out
-    w_tid = api["tid"].to_numpy(dtype=np.int64)[wait_rows]
-    w_start = api["start"].to_numpy(dtype=np.int64)[wait_rows]
-    w_name = base[codes[wait_rows]]
-    o_tid = ops["tid"].to_numpy(dtype=np.int64)
-    o_launch = ops["api_start"].to_numpy(dtype=np.int64)
-    stream = column(ops, "stream", -1).fillna(-1).to_numpy(dtype=np.int64)
+    w_tid, w_start, w_name, o_tid, o_launch, stream = cache["calls"]
     for tid in np.unique(o_tid[pos]).tolist():
         mine = np.flatnonzero(o_tid[pos] == tid)
-        launches = np.sort(o_launch[(o_tid == tid) & (o_launch >= 0)])
-        wsel = np.flatnonzero(w_tid == tid)
-        if not len(wsel) or not len(launches):
+        if ("thread", tid) not in cache:
+            wsel = np.flatnonzero(w_tid == tid)
+            order = wsel[np.argsort(w_start[wsel], kind="stable")]
+            cache[("thread", tid)] = (np.sort(o_launch[(o_tid == tid) & (o_launch >= 0)]), order)
+        launches, order = cache[("thread", tid)]
+        if not len(order) or not len(launches):
             continue
-        order = wsel[np.argsort(w_start[wsel], kind="stable")]
         ws = w_start[order]
         launch = o_launch[pos[mine]]
         k = np.searchsorted(launches, launch, side="left")

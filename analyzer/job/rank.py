@@ -103,8 +103,24 @@ class RankJobInput:
     full: bool = True
 
 
+class _PackedSection:
+    """A report section held packed (:func:`pack_section`) in ``packed_section``, read and written as
+    :attr:`section`: the one implementation for :class:`RankResult` and :class:`AloneResult`."""
+
+    packed_section: bytes
+
+    @property
+    def section(self) -> TraceSection:
+        """The report section (a new object at each read; a job's rank only when shown in full)."""
+        return pickle.loads(zlib.decompress(self.packed_section))  # noqa: S301 - packed by this program
+
+    @section.setter
+    def section(self, value: TraceSection) -> None:
+        self.packed_section = pack_section(value)
+
+
 @dataclass
-class RankResult:
+class RankResult(_PackedSection):
     """Phase-2 facts of one rank: small, picklable. Its report section is held packed (pickled and
     compressed where it was built: about a twentieth of its size as objects), so a job's client holds
     every rank's section in little memory and the report unpacks one at a time (:attr:`section`)."""
@@ -125,18 +141,9 @@ class RankResult:
         """Whether the rank is shown in full (it holds its report section)."""
         return bool(self.packed_section)
 
-    @property
-    def section(self) -> TraceSection:
-        """The rank's report section (a new object at each read; only for a rank shown in :attr:`full`)."""
-        return pickle.loads(zlib.decompress(self.packed_section))  # noqa: S301 - packed by this program
-
-    @section.setter
-    def section(self, value: TraceSection) -> None:
-        self.packed_section = pack_section(value)
-
 
 @dataclass
-class AloneResult:
+class AloneResult(_PackedSection):
     """One input analyzed on its own where it was prepared (a Dask worker), when the inputs are not one
     job: what the report and the orchestration read of it (its trace's name, window, findings and its
     report section, packed as :attr:`RankResult.packed_section` is), never its trace or facts."""
@@ -145,15 +152,6 @@ class AloneResult:
     window: Window
     findings: list[Finding]
     packed_section: bytes
-
-    @property
-    def section(self) -> TraceSection:
-        """The input's report section (a new object at each read)."""
-        return pickle.loads(zlib.decompress(self.packed_section))  # noqa: S301 - packed by this program
-
-    @section.setter
-    def section(self, value: TraceSection) -> None:
-        self.packed_section = pack_section(value)
 
 
 def finish_alone(state: RankState, pack: RulePack, position: int, multi: bool) -> AloneResult:
