@@ -249,3 +249,25 @@ def test_host_work_is_named_by_the_range_holding_most_of_its_time():
     analysis = analyze(real_trace("host_sync"), window="full")
     f = next(f for f in analysis.findings if f.rule == "host-work-in-loop")
     assert "mostly in `setup`" in f.message, f.message
+
+
+@pytest.mark.parametrize("name", ["host_sync", "round3/decode_eager", "kineto/host_sync_stack.pt.trace.json.gz"])
+def test_idle_time_classified_in_chunks_is_the_same(name, monkeypatch):
+    """The idle gaps are classified :data:`IDLE_CHUNK` at a time, each feeding thread's calls cut to the
+    chunk's time (10 M kernels have about 10 M gaps): chunks of 3 and 64 gaps give the same segments,
+    refills (host_sync's synchronizations) and breakdown as one chunk, category order included."""
+    import pandas as pd
+
+    from analyzer.facts import breakdown
+    from analyzer.facts.registry import FactStore
+
+    t = _load(name)
+    w = choose_window(t)
+    whole = FactStore(t, w, {})
+    seg, table = whole.get("timeline_segments"), whole.get("timeline_breakdown")
+    assert len(seg) > 1000 and (seg["cause"] != "compute").sum() > 500
+    for size in (3, 64):
+        monkeypatch.setattr(breakdown, "IDLE_CHUNK", size)
+        st = FactStore(t, w, {})
+        pd.testing.assert_frame_equal(st.get("timeline_segments"), seg)
+        pd.testing.assert_frame_equal(st.get("timeline_breakdown"), table)
