@@ -23,6 +23,7 @@ import pandas as pd
 from analyzer.errors import InputError
 from analyzer.facts._util import factorize_objects, starts_in_window, text_array, text_codes
 from analyzer.facts.registry import FactContext, fact
+from analyzer.loading.columns import categorical
 from analyzer.loading.kernel_names import kernel_function_name, split_kernel_name
 from analyzer.loading.model import KERNEL_COLUMNS
 from analyzer.saferegex import PatternError, UserPattern, compile_regex
@@ -218,7 +219,9 @@ def kernel_categories(ctx: FactContext) -> pd.DataFrame:
     if kernels.empty:
         kernels["category"] = pd.Series(dtype=object)
         return kernels
-    kernels["category"] = kernel_category_codes(kernels, table)
+    # a categorical (one byte per kernel): the text column cost 17 MB per million kernels
+    codes, categories = classify_codes(kernels["name"], kernels["short_name"], table)
+    kernels["category"] = categorical(*with_graph_executions(codes, categories, kernels.get("in_graph")))
     return kernels
 
 
@@ -241,8 +244,9 @@ def category_summary(ctx: FactContext) -> pd.DataFrame:
         return pd.DataFrame({"category": pd.Series(dtype=object), "count": pd.Series(dtype="int64"),
                              "total_ns": pd.Series(dtype="int64"), "mean_ns": pd.Series(dtype=float),
                              "share": pd.Series(dtype=float)})
-    out = k.groupby("category", sort=False).agg(count=("duration", "size"), total_ns=("duration", "sum"),
-                                                mean_ns=("duration", "mean")).reset_index()
+    out = k.groupby("category", sort=False, observed=True).agg(
+        count=("duration", "size"), total_ns=("duration", "sum"), mean_ns=("duration", "mean")).reset_index()
+    out["category"] = category_text(out["category"])
     total = float(k["duration"].sum())
     out["share"] = out["total_ns"] / total if total > 0 else 0.0
     return out.sort_values("total_ns", ascending=False, ignore_index=True)
@@ -284,6 +288,14 @@ def kernel_label_codes(kernels: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(codes, dtype=np.int64), np.asarray(labels, dtype=object)
 
 
+def category_text(column: pd.Series) -> Any:
+    """``kernel_categories``' category column (a categorical) or a few of its rows as the plain text
+    column the per-category tables keep (their values and dtype as before the column was a categorical)."""
+    if not isinstance(column.dtype, pd.CategoricalDtype) or column.hasnans:
+        return column
+    return text_array(column.cat.codes.to_numpy(), column.cat.categories.to_numpy(dtype=object))
+
+
 def kernel_category_codes(kernels: pd.DataFrame, table: tuple[Category, ...]) -> Any:
     """The ``category`` column of ``kernels`` (rows with ``name`` and ``short_name``) under ``table``, built
     from the codes (not a million-row object array a frame would convert to its text dtype)."""
@@ -323,6 +335,7 @@ def kernel_summary(kernels: pd.DataFrame) -> pd.DataFrame:
             total_ns=("duration", "sum"), mean_ns=("duration", "mean"), median_ns=("duration", "median"),
             min_ns=("duration", "min"), max_ns=("duration", "max"),
         )
+    out["category"] = category_text(out["category"])
     out.index = pd.Index(uniques[out.index.to_numpy()], name="name")
     out = out.reset_index()
     total = float(kernels["duration"].sum())

@@ -108,3 +108,26 @@ def test_without_a_plan_every_fact_is_kept() -> None:
     store.get("nvtx_instances")
     store.done_with(("phases", "nvtx_instances"))  # no plan: nothing to do
     assert {"phases", "nvtx_instances"} <= set(store.computed()) and "phase_index" in store._memo
+
+
+def test_phase_index_is_freed_before_the_timeline_segments_are_built() -> None:
+    """The phase index (GPU ops expanded onto every enclosing NVTX range: 130 MB at a million kernels)
+    is freed as soon as its last user can be computed, here before the timeline segments (the largest
+    transient of the analysis) are built: ``phases`` is computed as soon as ``nvtx_instances``, the
+    index's other user, is at hand, not after the reader that built the segments is done."""
+    from analyzer.facts.scalars import SCALAR_FACTS
+
+    store = prepare(load_trace(DATA / "host_sync.sqlite.xz"), AnalysisOptions())
+    store.plan_reads([SCALAR_FACTS, ("gpu_gaps",)], keep=REPORT_FACTS)
+    held: list[bool] = []
+    compute = store._compute
+
+    def spy(spec):  # type: ignore[no-untyped-def]
+        if spec.name == "timeline_segments":
+            held.append("phase_index" in store._memo)
+        return compute(spec)
+
+    store._compute = spy  # type: ignore[method-assign]
+    store.get("timeline_breakdown")
+    assert held == [False]
+    assert {"phases", "nvtx_instances", "steps"} <= set(store.computed())
