@@ -950,12 +950,12 @@ def sum_by(group: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
 
 def span_of(start: np.ndarray, lo: np.ndarray) -> np.ndarray:
     """For each ``start``, the last of the sorted span starts ``lo`` at or before it (-1: none). For
-    sorted starts (the segments of one device), by counting the span starts: one pass instead of a
-    binary search per start."""
+    sorted starts (the segments of one device), each span's number repeated over its run of starts: one
+    pass writing the answer, instead of a binary search per start."""
     if len(start) > 1 and _ascending(start):
+        # the starts from first[j] up to first[j + 1] follow span j: one run per span, repeated
         first = np.searchsorted(start, lo, side="left")
-        k = np.cumsum(np.bincount(first, minlength=len(start) + 1)[:len(start)])
-    else:
-        k = np.searchsorted(lo, start, side="right")
+        return np.repeat(np.arange(-1, len(lo), dtype=np.int64), np.diff(first, prepend=0, append=len(start)))
+    k = np.searchsorted(lo, start, side="right")
     k -= 1
     return k
