@@ -548,27 +548,30 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
     syncs: list[SyncBlocks] = []
     idle = _classify_idle(ctx, ops, level, gdev, gs, ge, gprev, gnext, dispatch_ns, code, syncs)
     del gdev, gs, ge, gprev, gnext
-    idle = charge_refills(ctx, idle, syncs, labels, code, _C)  # a sync's refill is the sync's cost
+    cut = charge_refills(ctx, idle, syncs, labels, code, _C)  # a sync's refill is the sync's cost (in place)
     del syncs
-    # every column gathered in (device, start) order, each source freed once gathered (a million-kernel
-    # trace has millions of segments); text columns are categoricals built from codes (a few hundred texts)
-    n_busy = len(busy_frame["start"])
-
-    def gathered(name: str, busy_fill: int | None = None) -> np.ndarray:
-        """The column in segment order, as wide as its busy and idle parts (32-bit codes and ids)."""
-        second = idle.pop(name)
-        first = busy_frame.pop(name) if busy_fill is None else np.full(n_busy, busy_fill, dtype=second.dtype)
-        both = np.concatenate([first, second], dtype=np.result_type(first, second))
-        del first, second
-        return both[order]
-
-    all_dev = np.r_[busy_frame["device"], idle["device"]]
-    all_start = np.r_[busy_frame["start"], idle["start"]]
+    # every column gathered in (device, start) order from its busy, idle and cut-off idle parts in one
+    # join, each part freed once gathered (a million-kernel trace has millions of segments); text
+    # columns are categoricals built from codes (a few hundred texts)
+    parts = [busy_frame, idle] + ([cut] if cut is not None else [])
+    sizes = [len(x["start"]) for x in parts]
+    all_dev = np.concatenate([x["device"] for x in parts])
+    all_start = np.concatenate([x["start"] for x in parts])
     if len(all_dev) and all_dev.min() == all_dev.max():  # one device: one sort of a few sorted runs
         order = np.argsort(all_start, kind="stable")
     else:
         order = np.lexsort((all_start, all_dev))
     del all_dev, all_start
+
+    def gathered(name: str, busy_fill: int | None = None) -> np.ndarray:
+        """The column in segment order, as wide as its parts (32-bit codes and ids)."""
+        cols = [x.pop(name) for x in (parts if busy_fill is None else parts[1:])]
+        if busy_fill is not None:
+            cols.insert(0, np.full(sizes[0], busy_fill, dtype=cols[0].dtype))
+        both = np.concatenate(cols, dtype=np.result_type(*cols))
+        del cols
+        return both[order]
+
     seg_dev = gathered("device")
     start = gathered("start")
     end = gathered("end")
@@ -576,9 +579,9 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
     detail = gathered("detail")
     # NVTX paths: busy segments' codes into gpu_ops' labels, idle ones' into the range table's
     n_op = len(op_paths)
-    idle_codes = idle.pop("path_codes")
-    idle["path_codes"] = np.where(idle_codes < 0, -1, idle_codes + n_op)
-    del idle_codes
+    for x in parts[1:]:
+        idle_codes = x["path_codes"]
+        idle_codes[idle_codes >= 0] += n_op
     path_codes = gathered("path_codes")
     paths = np.r_[np.asarray(op_paths, dtype=object), np.asarray(idle["path_labels"], dtype=object)]
     paths = np.array(["" if x is None or (isinstance(x, float) and np.isnan(x)) else str(x) for x in paths]
@@ -587,8 +590,8 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
     keys = np.array(generic_keys(paths), dtype=object)
     host_tid = gathered("tid", -1)
     pid = gathered("pid", -1)
-    busy_frame.clear()
-    idle.clear()
+    for x in parts:
+        x.clear()
     step_codes, step_labels = _step_codes(ctx, start)
     seg = pd.DataFrame({
         "device": seg_dev, "start": start, "end": end,
@@ -916,10 +919,13 @@ def _step_codes(ctx: FactContext, start: np.ndarray) -> tuple[np.ndarray, np.nda
     if steps.empty or not len(start):
         return np.zeros(len(start), dtype=np.int64), np.array([""], dtype=object)
     lo, hi, names = step_bounds(steps)
-    k = span_of(start, lo)
-    ok = (k >= 0) & (start < hi[np.maximum(k, 0)])
+    k = span_of(start, lo)  # a fresh array: the codes made in it (millions of segments)
+    outside = k < 0
+    np.maximum(k, 0, out=k)
+    outside |= start >= hi[k]
+    k[outside] = len(names)
     labels = np.array([str(x) for x in names] + [""], dtype=object)
-    return np.where(ok, k, len(names)).astype(np.int64), labels
+    return k, labels
 
 
 def step_bounds(steps: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -948,5 +954,8 @@ def span_of(start: np.ndarray, lo: np.ndarray) -> np.ndarray:
     binary search per start."""
     if len(start) > 1 and _ascending(start):
         first = np.searchsorted(start, lo, side="left")
-        return np.cumsum(np.bincount(first, minlength=len(start) + 1)[:len(start)]) - 1
-    return np.searchsorted(lo, start, side="right") - 1
+        k = np.cumsum(np.bincount(first, minlength=len(start) + 1)[:len(start)])
+    else:
+        k = np.searchsorted(lo, start, side="right")
+    k -= 1
+    return k

@@ -72,14 +72,23 @@ def _interval_sums(k: np.ndarray, dur: np.ndarray, n: int) -> np.ndarray:
     return np.rint(np.bincount(k, weights=dur, minlength=n)).astype(np.int64)
 
 
+#: the columns of the idle segments that :func:`charge_refills` charges and cuts
+IDLE_COLUMNS = ("device", "start", "end", "cause", "detail", "path_codes", "tid", "pid")
+
+
 def charge_refills(ctx: FactContext, idle: dict[str, np.ndarray], syncs: list[SyncBlocks], labels: list[str],
-                   code: Callable[[str], int], causes: dict[str, int]) -> dict[str, np.ndarray]:
-    """``idle`` (the breakdown's idle segments as columns: device, start, end, cause, detail,
-    path_codes into path_labels, tid, pid) with each sync's refill charged to ``host_sync``; segments
-    cut where the charge ends inside one (the remainder keeps its cause). ``syncs``: each feeding
-    thread's synchronizing calls; ``labels``/``code``: the detail texts and their coder."""
+                   code: Callable[[str], int], causes: dict[str, int]) -> dict[str, np.ndarray] | None:
+    """Charges each sync's refill to ``host_sync`` in ``idle`` (the breakdown's idle segments as
+    columns: :data:`IDLE_COLUMNS`, path_codes into path_labels), **in place**: the charged segments'
+    end, cause, detail and path_codes are overwritten (and path_labels replaced where the syncs' NVTX
+    paths are new). A segment the charge ends inside is cut: its charged head stays in place, and the
+    remainder (keeping its cause) is returned among the new rows to append, as columns like ``idle``'s
+    (None: no segment cut, nothing charged or nothing to charge). Appending them is left to the caller,
+    which gathers every segment column once anyway (no copy of millions of idle rows here).
+    ``syncs``: each feeding thread's synchronizing calls; ``labels``/``code``: the detail texts and their
+    coder."""
     if not syncs or not len(idle["start"]):
-        return idle
+        return None
     w = ctx.window
     hs, lb, hw = causes["host_sync"], causes["launch_bound"], causes["host_work"]
     dev, start, end = idle["device"], idle["start"], idle["end"]
@@ -142,7 +151,7 @@ def charge_refills(ctx: FactContext, idle: dict[str, np.ndarray], syncs: list[Sy
             take_sync.append(ek[pick])
             take_tid.extend([t] * int(pick.sum()))
     if not take_row:
-        return idle
+        return None
     rows = np.concatenate(take_row)
     take = np.concatenate(take_ns)
     sync_pos = np.concatenate(take_sync)
@@ -168,18 +177,15 @@ def charge_refills(ctx: FactContext, idle: dict[str, np.ndarray], syncs: list[Sy
             nv_path, labels_here = text_codes(column(nv, "path", ""))
             new_path[has] = nv_path[rpos[has]] + len(path_labels)
             path_labels = np.r_[np.asarray(path_labels, dtype=object), labels_here]
-    # the remainders of the pieces charged in part, appended as new rows with the old labels
+    # the remainders of the pieces charged in part, as new rows with the old labels (gathered before
+    # the charged heads are overwritten)
     part = take < end[rows] - start[rows]
-    out = {name: idle[name] for name in ("device", "start", "end", "cause", "detail", "path_codes", "tid", "pid")}
     rest = rows[part]
-    extra_rows = {name: out[name][rest].copy() for name in out}
-    extra_rows["start"] = start[rest] + take[part]
-    for name in ("end", "cause", "detail", "path_codes"):
-        out[name] = out[name].copy()
-    out["end"][rows] = start[rows] + take
-    out["cause"][rows] = hs
-    out["detail"][rows] = refill
-    out["path_codes"][rows] = new_path
-    result = {name: np.concatenate([out[name], extra_rows[name]]) for name in out}
-    result["path_labels"] = path_labels
-    return result
+    extra = {name: idle[name][rest] for name in IDLE_COLUMNS}
+    extra["start"] = start[rest] + take[part]
+    end[rows] = start[rows] + take
+    cause[rows] = hs
+    idle["detail"][rows] = refill
+    idle["path_codes"][rows] = new_path
+    idle["path_labels"] = path_labels
+    return extra if len(rest) else None
