@@ -57,15 +57,6 @@ def refilled_call(detail: str) -> str:
 SyncBlocks = tuple[int, np.ndarray, np.ndarray, np.ndarray]
 
 
-def _runs(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For sorted ``key``: the first and one-past-last position of each run of equal values."""
-    if not len(key):
-        z = np.empty(0, dtype=np.int64)
-        return z, z
-    cut = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
-    return cut, np.r_[cut[1:], len(key)]
-
-
 def _interval_sums(k: np.ndarray, dur: np.ndarray, n: int) -> np.ndarray:
     """Sums of ``dur`` (ns) per interval index ``k`` (any order, within 0..n-1): exact, since float64
     holds every integer sum below 2^53 ns (104 days)."""
@@ -142,7 +133,7 @@ def charge_refills(ctx: FactContext, idle: dict[str, np.ndarray], syncs: list[Sy
             ed, ek_extra = end[er] - start[er], extra[ek]
             # time before each eligible piece in its interval (pieces in start order)
             cum = np.cumsum(ed) - ed
-            ra, _rb = _runs(ek)
+            ra = np.flatnonzero(np.r_[True, ek[1:] != ek[:-1]])  # each interval's first piece
             first = np.repeat(cum[ra], np.diff(np.r_[ra, len(ek)]))
             take = np.clip(ek_extra - (cum - first), 0, ed)
             pick = take > 0

@@ -28,6 +28,7 @@ from collections.abc import Callable, Collection
 import numpy as np
 import pandas as pd
 
+from analyzer.arrays import sorted_distinct
 from analyzer.analysis import Window
 from analyzer.findings import Footprint, Scope
 
@@ -115,7 +116,7 @@ def _pairs_in(key: np.ndarray, value: np.ndarray, table_key: np.ndarray, table_v
     hit = np.zeros(len(key), dtype=bool)
     if not len(key) or not len(table_key):
         return hit
-    keys = _distinct(table_key)
+    keys = sorted_distinct(table_key)
     if len(keys) > _FEW_KEYS:
         return pd.MultiIndex.from_arrays([key, value]).isin(pd.MultiIndex.from_arrays([table_key, table_value]))
     for k in keys.tolist():
@@ -129,13 +130,6 @@ def _pairs_in(key: np.ndarray, value: np.ndarray, table_key: np.ndarray, table_v
         at = np.minimum(np.searchsorted(table, v), len(table) - 1)
         hit[rows] = table[at] == v
     return hit
-
-
-def _distinct(values: np.ndarray) -> np.ndarray:
-    """``np.unique(values)``, without hashing a million rows when they all hold one value (one device)."""
-    if len(values) and values.min() == values.max():
-        return values[:1].copy()
-    return np.unique(values)
 
 
 def _host_waits(rows: pd.DataFrame, positions: np.ndarray, scope: Scope, window: Window,
@@ -247,7 +241,7 @@ def _build(device: np.ndarray, start: np.ndarray, end: np.ndarray, window: Windo
     starts: list[np.ndarray] = []
     ends: list[np.ndarray] = []
     device = np.asarray(device, dtype="int64")
-    distinct = _distinct(device)
+    distinct = sorted_distinct(device)
     for dev in distinct:
         if len(distinct) == 1:
             s, e = merge_intervals(start, end)
