@@ -31,7 +31,8 @@ What: the facts the store's readers read (the rules' and scalars' facts and thos
 every fact computed when the store has no plan), not the ones computed only as another fact's input: a
 cached run reads the facts it is asked for and never computes their inputs. A fact whose frame cannot
 be stored exactly (an index other than 0..n-1, columns other than integers, floats, booleans and text)
-is computed every time.
+is computed every time, and so is a fact registered outside ``analyzer/facts`` (a plugin's or a test's:
+its code is not in the signature).
 
 Trust, limits and failures are the trace cache's (its helpers, one implementation): Arrow IPC and JSON
 only, private folders and files, a SHA-256 checksum of each entry checked on every read, the entries of
@@ -261,7 +262,7 @@ class StoreFacts:
         """Whether an entry for fact ``name`` is there (checked when read)."""
         present = self._present.get(name)
         if present is None:
-            present = os.path.isfile(self.cache.root / self._digest(name) / "meta.json")
+            present = _ours(name) and os.path.isfile(self.cache.root / self._digest(name) / "meta.json")
             self._present[name] = present
         return present
 
@@ -303,7 +304,7 @@ class StoreFacts:
     def offer(self, name: str, frame: pd.DataFrame) -> None:
         """Store fact ``name`` (its Arrow table made now, written in the background); a frame that cannot
         be stored exactly is skipped (said with ANALYZER_DEBUG)."""
-        if self.cache.limit <= 0 or self._present.get(name):
+        if self.cache.limit <= 0 or self._present.get(name) or not _ours(name):
             return
         try:
             table = tc.frame_to_table(frame)
@@ -314,6 +315,16 @@ class StoreFacts:
         meta = {"format": FORMAT, "signature": facts_signature(), "digest": digest, "fact": name, "key": self.key,
                 "columns": list(frame.columns), "created": time.time()}
         self.cache.put(digest, table, meta)
+
+
+def _ours(name: str) -> bool:
+    """Fact ``name`` is computed by a module of ``analyzer/facts`` (whose sources the signature holds): a
+    fact registered elsewhere (a plugin's, a test's) is computed every time."""
+    from analyzer.facts.registry import FACTS
+
+    spec = FACTS.get(name)
+    module = getattr(spec.compute, "__module__", "") if spec is not None else ""
+    return module.startswith("analyzer.facts.") and not module.startswith("analyzer.facts.tests")
 
 
 _CACHES: dict[tuple[Path, int], FactCache] = {}
