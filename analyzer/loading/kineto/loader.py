@@ -64,6 +64,7 @@ from analyzer.loading.model import (
     empty_frame,
 )
 from analyzer.loading.python_stacks import python_call_stacks
+from analyzer.resources import release_free_memory
 
 Progress = Callable[[str], None]
 
@@ -96,8 +97,6 @@ class _KinetoLoader:
             self.say(f"parsed {stream.bytes_read / 1e6:,.1f} MB of JSON in chunks")
         except StreamFallback:
             doc, columns = self._whole_file()
-        from analyzer.loading.sqlite_reader import release_free_memory  # the one heap trim (glibc)
-
         release_free_memory()  # the decoded chunks' pages: glibc's heap keeps them once freed
         trace = self._build(doc, columns)
         release_free_memory()  # and the model's temporaries, before the facts allocate theirs
