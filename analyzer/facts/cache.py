@@ -52,7 +52,7 @@ import queue
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, is_dataclass
+from dataclasses import asdict, fields, is_dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -125,9 +125,34 @@ def _canonical(value: Any, name: str = "") -> Any:
         if not all(isinstance(k, str) for k in value):
             raise Unkeyable(f"{name}: a mapping with keys other than text")
         return {"dict": {k: _canonical(v, k) for k, v in sorted(value.items())}}
-    if is_dataclass(value) and not isinstance(value, type):
-        return {type(value).__name__: _canonical(asdict(value), name)}
+    if is_dataclass(value) and not isinstance(value, type):  # each field as it is (asdict would drop nested types)
+        return {type(value).__name__: {"dict": {f.name: _canonical(getattr(value, f.name), f.name)
+                                                for f in fields(value)}}}
     raise Unkeyable(f"{name or 'a value'} is a {type(value).__name__}")
+
+
+def _decode(doc: Any) -> Any:
+    """The value :func:`_canonical` wrote (dataclasses: the analysis window's), types included; raises
+    ValueError for anything else."""
+    from analyzer.analysis import StepSpans, Window
+
+    if doc is None or isinstance(doc, (bool, str)):
+        return doc
+    if isinstance(doc, dict) and len(doc) == 1:
+        (tag, value), = doc.items()
+        if tag == "int" and isinstance(value, str):
+            return int(value)
+        if tag == "float" and isinstance(value, str):
+            return float.fromhex(value) if value not in ("nan", "inf", "-inf") else float(value)
+        if tag in ("tuple", "list") and isinstance(value, list):
+            items = [_decode(v) for v in value]
+            return tuple(items) if tag == "tuple" else items
+        if tag == "dict" and isinstance(value, dict):
+            return {k: _decode(v) for k, v in value.items()}
+        classes = {"Window": Window, "StepSpans": StepSpans}
+        if tag in classes and isinstance(value, dict):
+            return classes[tag](**_decode(value))
+    raise ValueError(f"not a cached value: {str(doc)[:80]}")
 
 
 def _file_key(path: Path) -> str:
@@ -164,6 +189,23 @@ def store_key(trace: Trace, window: Window, options: Mapping[str, Any]) -> str |
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
 
+def window_key(trace: Trace, spec: str | None, exclude: Any) -> str | None:
+    """SHA-256 naming the window :func:`analyzer.window.choose_window` picks for ``trace`` with ``spec``
+    and ``exclude`` (its code is among the signature's top-level modules); None when not cacheable."""
+    digest = tc.source_digest(trace)
+    if digest is None or trace.ncu_only:
+        return None
+    try:
+        info = asdict(trace.info)
+        info.pop("path", None)
+        doc = {"format": FORMAT, "signature": facts_signature(), "trace": digest, "info": _canonical(info, "info"),
+               "window_spec": _canonical(spec, "window"), "exclude": _canonical(exclude, "exclude")}
+    except Unkeyable as err:
+        _debug(f"{trace.name}: window not cached: {err}")
+        return None
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+
+
 class FactCache:
     """The fact entries under ``root`` (default ``<cache home>/facts``), written by a background thread."""
 
@@ -196,6 +238,47 @@ class FactCache:
         tc._say_once("root", f"{self.root} is not private to you (another user's, or writable by others); "
                              "not used. Make it yours and chmod 700 it, or set ANALYZER_CACHE_DIR", WHAT)
         return False
+
+    # -- the window ---------------------------------------------------------------------------------------
+    def window(self, key: str) -> Window | None:
+        """The window stored under ``key`` (:func:`window_key`), None when there is none or it is unusable."""
+        if self.limit <= 0 or not self._root_trusted():
+            return None
+        digest = hashlib.sha256(f"window\0{key}".encode()).hexdigest()
+        if not os.path.isfile(self.root / digest / "meta.json"):
+            return None
+        opened = tc.open_entry(self.root, digest, WHAT)
+        if opened is None:
+            return None
+        entry, meta = opened
+        if (meta.get("fact"), meta.get("key"), meta.get("signature")) != ("window", key, facts_signature()) or \
+                tc.read_entry_files(entry, meta, [], "the cached window", "choosing it again", WHAT,
+                                    (*_STATED, "value")) is None:
+            return None
+        try:
+            window = _decode(meta["value"])
+            if type(window).__name__ != "Window" or _canonical(window) != meta["value"]:
+                raise ValueError("not a window")
+        except (ValueError, TypeError, KeyError, Unkeyable) as err:
+            _debug(f"{entry.name}: unreadable window ({err}); choosing it again")
+            return None
+        tc.touch_entry(entry)
+        self.hits += 1
+        return window
+
+    def put_window(self, key: str, window: Window) -> None:
+        """Store ``window`` under ``key`` (a small entry: its meta.json only, written here)."""
+        if self.limit <= 0 or not self._root_trusted():
+            return
+        try:
+            value = _canonical(window, "window")
+        except Unkeyable as err:
+            _debug(f"window not cached: {err}")
+            return
+        digest = hashlib.sha256(f"window\0{key}".encode()).hexdigest()
+        meta = {"format": FORMAT, "signature": facts_signature(), "digest": digest, "fact": "window", "key": key,
+                "columns": [], "value": value, "created": time.time()}
+        tc.write_entry(self.root, digest, {}, meta, WHAT, (*_STATED, "value"))
 
     # -- writing --------------------------------------------------------------------------------------
     def put(self, digest: str, table: Any, meta: dict[str, Any]) -> None:
@@ -346,6 +429,23 @@ def attach(store: FactStore) -> None:
     if not tc.enabled_by_env():
         return
     store.disk = fact_cache().bind(store.trace, store.window, store.options)
+
+
+def choose_window(trace: Trace, spec: str | None, exclude: Any, *, cached: bool) -> Window:
+    """:func:`analyzer.window.choose_window` for ``trace``, ``spec`` and ``exclude``, read from the fact
+    cache when ``cached`` and it chose it before for the same trace content, code and arguments (a
+    cached run then reads no trace frame for it), stored there otherwise."""
+    from analyzer.window import choose_window as choose
+
+    key = window_key(trace, spec, exclude) if cached and tc.enabled_by_env() else None
+    if key is None:
+        return choose(trace, spec, exclude=exclude)
+    cache = fact_cache()
+    window = cache.window(key)
+    if window is None:
+        window = choose(trace, spec, exclude=exclude)
+        cache.put_window(key, window)
+    return window
 
 
 def wait_all() -> None:

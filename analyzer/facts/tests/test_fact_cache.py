@@ -217,3 +217,22 @@ def test_entries_are_private_and_within_the_shared_limit(cache_dir, monkeypatch)
     shutil.rmtree(cache_dir / "facts")
     _all_facts(_store(path, AnalysisOptions(cache=True, window_spec="full")))
     assert not _entries(cache_dir)
+
+
+@pytest.mark.parametrize("spec", [None, "full", "step_*", "1ms:"])
+def test_cached_window_is_exactly_the_chosen_one(spec, cache_dir):
+    """The window (bounds, source, text, steps with their types) read back is the one chosen; another
+    spec or exclusion is another entry."""
+    from analyzer.window import choose_window
+
+    path = DATA / "small_training_ctx128.sqlite.xz"
+    trace = load_trace(path, cache=tc.TraceCache(limit=10**9))
+    want = choose_window(load_trace(path), spec)
+    hits = fc.fact_cache().hits
+    first = fc.choose_window(trace, spec, ("warmup*",), cached=True)
+    again = fc.choose_window(load_trace(path, cache=tc.TraceCache(limit=10**9)), spec, ("warmup*",), cached=True)
+    assert fc.fact_cache().hits == hits + 1
+    for got in (first, again):
+        assert got == want and got.steps == want.steps
+        assert fc._canonical(got) == fc._canonical(want)  # the same types (tuples, ints) all the way down
+    assert fc.window_key(trace, spec, ()) != fc.window_key(trace, spec, ("warmup*",))
