@@ -198,7 +198,8 @@ def _evaluate(pack: RulePack, store: FactStore, *, keep: Iterable[str] | None = 
     trace's fault (timestamps or sizes no real trace has), so it becomes one line naming the trace, not
     an error of the rule file. ``keep``: see :func:`finish`; ``latent``: filled with each rule's latent
     impact (:func:`analyzer.rules.engine.evaluate`)."""
-    from analyzer.facts.scalars import SCALAR_FACTS, trace_scalars
+    from analyzer.facts.cache import trace_scalars as cached_scalars
+    from analyzer.facts.scalars import SCALAR_FACTS
     from analyzer.rules import evaluate
     from analyzer.rules.model import RuleEvaluationError
 
@@ -211,7 +212,7 @@ def _evaluate(pack: RulePack, store: FactStore, *, keep: Iterable[str] | None = 
                 store.plan_reads([SCALAR_FACTS, *(rule.reads for rule in pack.rules)], keep=keep)
                 if threads > 1:
                     store.start_prefetch()
-            scalars = trace_scalars(store)
+            scalars = cached_scalars(store)  # from the fact cache when its facts are there
             if keep is not None:
                 store.done_with(SCALAR_FACTS)
             findings = evaluate(pack, store, store.window, scalars, threads=threads, latent=latent)

@@ -124,10 +124,10 @@ def _canonical(value: Any, name: str = "") -> Any:
     if isinstance(value, Mapping):
         if not all(isinstance(k, str) for k in value):
             raise Unkeyable(f"{name}: a mapping with keys other than text")
-        return {"dict": {k: _canonical(v, k) for k, v in sorted(value.items())}}
+        return {"dict": [[k, _canonical(v, k)] for k, v in value.items()]}  # in order: a dict read back keeps it
     if is_dataclass(value) and not isinstance(value, type):  # each field as it is (asdict would drop nested types)
-        return {type(value).__name__: {"dict": {f.name: _canonical(getattr(value, f.name), f.name)
-                                                for f in fields(value)}}}
+        return {type(value).__name__: {"dict": [[f.name, _canonical(getattr(value, f.name), f.name)]
+                                                for f in fields(value)]}}
     raise Unkeyable(f"{name or 'a value'} is a {type(value).__name__}")
 
 
@@ -147,11 +147,14 @@ def _decode(doc: Any) -> Any:
         if tag in ("tuple", "list") and isinstance(value, list):
             items = [_decode(v) for v in value]
             return tuple(items) if tag == "tuple" else items
-        if tag == "dict" and isinstance(value, dict):
-            return {k: _decode(v) for k, v in value.items()}
+        if tag == "dict" and isinstance(value, list) and all(
+                isinstance(kv, list) and len(kv) == 2 and isinstance(kv[0], str) for kv in value):
+            return {k: _decode(v) for k, v in value}
         classes = {"Window": Window, "StepSpans": StepSpans}
         if tag in classes and isinstance(value, dict):
-            return classes[tag](**_decode(value))
+            fields_ = _decode(value)
+            if isinstance(fields_, dict):
+                return classes[tag](**fields_)
     raise ValueError(f"not a cached value: {str(doc)[:80]}")
 
 
@@ -239,45 +242,45 @@ class FactCache:
                              "not used. Make it yours and chmod 700 it, or set ANALYZER_CACHE_DIR", WHAT)
         return False
 
-    # -- the window ---------------------------------------------------------------------------------------
-    def window(self, key: str) -> Window | None:
-        """The window stored under ``key`` (:func:`window_key`), None when there is none or it is unusable."""
+    # -- small values (the window, the scalars): a meta.json entry, JSON of every type ---------------------
+    def value(self, label: str, key: str) -> Any:
+        """The value stored as ``label`` under ``key``, None when there is none or it is unusable."""
         if self.limit <= 0 or not self._root_trusted():
             return None
-        digest = hashlib.sha256(f"window\0{key}".encode()).hexdigest()
+        digest = hashlib.sha256(f"{label}\0{key}".encode()).hexdigest()
         if not os.path.isfile(self.root / digest / "meta.json"):
             return None
         opened = tc.open_entry(self.root, digest, WHAT)
         if opened is None:
             return None
         entry, meta = opened
-        if (meta.get("fact"), meta.get("key"), meta.get("signature")) != ("window", key, facts_signature()) or \
-                tc.read_entry_files(entry, meta, [], "the cached window", "choosing it again", WHAT,
+        if (meta.get("fact"), meta.get("key"), meta.get("signature")) != (label, key, facts_signature()) or \
+                tc.read_entry_files(entry, meta, [], f"the cached {label}", "computing it again", WHAT,
                                     (*_STATED, "value")) is None:
             return None
         try:
-            window = _decode(meta["value"])
-            if type(window).__name__ != "Window" or _canonical(window) != meta["value"]:
-                raise ValueError("not a window")
+            value = _decode(meta["value"])
+            if _canonical(value) != meta["value"]:
+                raise ValueError("not exactly what was stored")
         except (ValueError, TypeError, KeyError, Unkeyable) as err:
-            _debug(f"{entry.name}: unreadable window ({err}); choosing it again")
+            _debug(f"{entry.name}: unreadable {label} ({err}); computing it again")
             return None
         tc.touch_entry(entry)
         self.hits += 1
-        return window
+        return value
 
-    def put_window(self, key: str, window: Window) -> None:
-        """Store ``window`` under ``key`` (a small entry: its meta.json only, written here)."""
+    def put_value(self, label: str, key: str, value: Any) -> None:
+        """Store ``value`` as ``label`` under ``key`` (written here: its meta.json only)."""
         if self.limit <= 0 or not self._root_trusted():
             return
         try:
-            value = _canonical(window, "window")
+            doc = _canonical(value, label)
         except Unkeyable as err:
-            _debug(f"window not cached: {err}")
+            _debug(f"{label} not cached: {err}")
             return
-        digest = hashlib.sha256(f"window\0{key}".encode()).hexdigest()
-        meta = {"format": FORMAT, "signature": facts_signature(), "digest": digest, "fact": "window", "key": key,
-                "columns": [], "value": value, "created": time.time()}
+        digest = hashlib.sha256(f"{label}\0{key}".encode()).hexdigest()
+        meta = {"format": FORMAT, "signature": facts_signature(), "digest": digest, "fact": label, "key": key,
+                "columns": [], "value": doc, "created": time.time()}
         tc.write_entry(self.root, digest, {}, meta, WHAT, (*_STATED, "value"))
 
     # -- writing --------------------------------------------------------------------------------------
@@ -441,11 +444,29 @@ def choose_window(trace: Trace, spec: str | None, exclude: Any, *, cached: bool)
     if key is None:
         return choose(trace, spec, exclude=exclude)
     cache = fact_cache()
-    window = cache.window(key)
-    if window is None:
+    window = cache.value("window", key)
+    if type(window).__name__ != "Window":
         window = choose(trace, spec, exclude=exclude)
-        cache.put_window(key, window)
+        cache.put_value("window", key, window)
     return window
+
+
+def trace_scalars(store: FactStore) -> dict[str, float]:
+    """:func:`analyzer.facts.scalars.trace_scalars` of ``store``, read from the fact cache when the store's
+    facts are cached and it computed them before (a cached run then reads neither the scalars' facts nor
+    the trace's kernels and API calls for them), stored there otherwise."""
+    from analyzer.facts.scalars import trace_scalars as compute
+
+    disk = store.disk
+    if not isinstance(disk, StoreFacts):
+        return compute(store)
+    scalars = disk.cache.value("scalars", disk.key)
+    if isinstance(scalars, dict) and all(isinstance(v, float) for v in scalars.values()):
+        return scalars
+    scalars = compute(store)
+    if store.disk is disk:  # its options did not change meanwhile
+        disk.cache.put_value("scalars", disk.key, scalars)
+    return scalars
 
 
 def wait_all() -> None:

@@ -236,3 +236,20 @@ def test_cached_window_is_exactly_the_chosen_one(spec, cache_dir):
         assert got == want and got.steps == want.steps
         assert fc._canonical(got) == fc._canonical(want)  # the same types (tuples, ints) all the way down
     assert fc.window_key(trace, spec, ()) != fc.window_key(trace, spec, ("warmup*",))
+
+
+def test_cached_scalars_are_exactly_the_computed_ones(cache_dir):
+    """The rules' scalars read back equal those computed (values and order), and a cached run then reads
+    no trace frame for them."""
+    from analyzer.facts.scalars import trace_scalars
+
+    path = DATA / "host_sync.sqlite.xz"
+    options = AnalysisOptions(cache=True)
+    want = trace_scalars(prepare(load_trace(path), AnalysisOptions()))
+    first = fc.trace_scalars(_store(path, options))
+    store = _store(path, options)
+    hits = fc.fact_cache().hits
+    again = fc.trace_scalars(store)
+    assert fc.fact_cache().hits == hits + 1 and store.computations == {}
+    for got in (first, again):
+        assert list(got.items()) == list(want.items())
