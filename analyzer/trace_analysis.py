@@ -246,7 +246,9 @@ def fact_threads(trace: Trace | None = None) -> int:
     if raw.isdigit():
         return max(1, min(int(raw), 2))
     if trace is not None:
-        rows = sum(len(getattr(trace, name)) for name in ("kernels", "memcpy", "memset", "api"))
+        from analyzer.loading.cache import frame_rows
+
+        rows = sum(frame_rows(trace, name) for name in ("kernels", "memcpy", "memset", "api"))
         if rows < TWO_THREADS_FROM_ROWS:
             return 1
     try:
@@ -323,7 +325,9 @@ def noting(progress: Progress) -> Callable[[str], None]:
 def trace_cache(options: AnalysisOptions, *, background: bool = False) -> TraceCache | None:
     from analyzer.loading.cache import TraceCache, enabled_by_env
 
-    return TraceCache(background=background) if options.cache and enabled_by_env() else None
+    # lazy: a trace served from the cache reads each frame when first used (a run whose facts are in the
+    # fact cache reads only the few the report shows)
+    return TraceCache(background=background, lazy=True) if options.cache and enabled_by_env() else None
 
 
 #: facts an Nsight Compute report alone can fill; rules reading anything else need a timeline
