@@ -20,6 +20,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from analyzer.loading.columns import TextCodes
 from analyzer.loading.kineto.document import (
     DRIVER_CATS,
     FLOW_CATS,
@@ -186,7 +187,7 @@ _DTYPE_BYTES = {
 }
 
 
-def comm_columns(g: EventGroup) -> dict[str, np.ndarray]:
+def comm_columns(g: EventGroup) -> dict[str, Any]:
     """The optional kernel columns ``comm_bytes`` and ``comm_group`` from what c10d records on a
     collective's NCCL kernel (``In msg nelems``, ``Out msg nelems``, ``dtype``, ``Process Group Name``);
     none when no kernel of the trace carries them (an older PyTorch, or no collective).
@@ -203,7 +204,7 @@ def comm_columns(g: EventGroup) -> dict[str, np.ndarray]:
                      np.maximum(count_in, count_out))
     size = g.col("dtype_size")  # bytes per element of c10d's dtype name (_DTYPE_BYTES)
     known = (count >= 0) & (count < 2**56) & (size > 0)
-    return {"comm_bytes": np.where(known, count * np.maximum(size, 0), -1), "comm_group": g.col("comm_group")}
+    return {"comm_bytes": np.where(known, count * np.maximum(size, 0), -1), "comm_group": g.text("comm_group")}
 
 
 def distinct_codes(values: Iterable[Any]) -> tuple[np.ndarray, list[Any]]:
@@ -232,14 +233,20 @@ def code_of(names: np.ndarray, value: str) -> int:
     return int(hits[0]) if len(hits) else -2
 
 
-def per_distinct(values: np.ndarray, fn: Callable[[str], Any], dtype: Any = object) -> np.ndarray:
-    """``fn`` applied once per distinct value, broadcast back."""
-    if len(values) == 0:
-        return np.empty(0, dtype=dtype)
-    codes, uniq = distinct_codes(values.tolist())
-    table = np.empty(len(uniq), dtype=dtype)
-    table[:] = [fn(u) for u in uniq]
-    return table[codes]
+def per_label(text: TextCodes, fn: Callable[[str], Any], dtype: Any = object) -> np.ndarray:
+    """``fn`` of each row's text, applied once per label (the rows' codes are all valid)."""
+    table = np.empty(len(text.labels), dtype=dtype)
+    table[:] = [fn(u) for u in text.labels.tolist()]
+    return table[text.codes]
+
+
+def mapped(text: TextCodes, fn: Callable[[str], str]) -> TextCodes:
+    """``fn`` of each row's text, as codes: ``fn`` applied once per label, labels it maps to one text
+    merged (the result's labels are distinct, as :meth:`TextCodes.of` makes them)."""
+    codes, uniq = distinct_codes([fn(u) for u in text.labels.tolist()])
+    labels = np.empty(len(uniq), dtype=object)
+    labels[:] = uniq
+    return TextCodes(codes[text.codes], labels)
 
 
 def memcpy_info(name: str) -> tuple[str, str, str]:
@@ -356,13 +363,17 @@ _HEAD = 50  # timestamps kept as text per group (the format generation is read f
 
 class EventGroup:
     """The events of one kind as columns, with their times (ns, trace-relative once the origin is
-    known)."""
+    known). Text columns are codes into ``names``, the one table of distinct strings of the file:
+    :meth:`text` gives one as :class:`TextCodes` (no string touched), :meth:`col` as strings."""
 
     def __init__(self, start: np.ndarray, dur: np.ndarray, cols: dict[str, np.ndarray],
-                 head: Sequence[bytes] = (), comm: bool = False) -> None:
+                 head: Sequence[bytes] = (), comm: bool = False, codes: dict[str, np.ndarray] | None = None,
+                 names: np.ndarray | None = None) -> None:
         self.start = start
         self.dur = dur
         self.cols = cols
+        self.codes = codes or {}  # text columns: codes into names
+        self.names = names if names is not None else np.empty(0, dtype=object)
         self.head = list(head)  # the first timestamps as written (text)
         self.comm = comm  # some event names a process group or message size (kernels)
 
@@ -375,16 +386,33 @@ class EventGroup:
         return self.start + self.dur
 
     def col(self, name: str) -> np.ndarray:
-        return self.cols[name]
+        """Column ``name``; a text column as an object array of its strings."""
+        codes = self.codes.get(name)
+        return self.cols[name] if codes is None else self.names[codes]
+
+    def text(self, name: str) -> TextCodes:
+        """Text column ``name`` as codes into the distinct texts it holds (in table order)."""
+        codes = self.codes[name]
+        used = np.zeros(len(self.names), dtype=bool)
+        used[codes] = True
+        keep = np.flatnonzero(used)
+        remap = np.zeros(len(self.names), dtype=np.int32)
+        remap[keep] = np.arange(len(keep), dtype=np.int32)
+        return TextCodes(remap[codes], self.names[keep])
 
     def take(self, rows: np.ndarray) -> EventGroup:
-        return EventGroup(self.start[rows], self.dur[rows], {k: v[rows] for k, v in self.cols.items()}, self.head)
+        return EventGroup(self.start[rows], self.dur[rows], {k: v[rows] for k, v in self.cols.items()}, self.head,
+                          codes={k: v[rows] for k, v in self.codes.items()}, names=self.names)
 
     @staticmethod
     def concat(*groups: EventGroup) -> EventGroup:
+        """The rows of ``groups`` (of one :class:`EventColumns`: one string table) in turn."""
         keys = [k for k in groups[0].cols if all(k in g.cols for g in groups)]
+        text = [k for k in groups[0].codes if all(k in g.codes for g in groups)]
         return EventGroup(np.concatenate([g.start for g in groups]), np.concatenate([g.dur for g in groups]),
-                      {k: np.concatenate([g.cols[k] for g in groups]) for k in keys})
+                          {k: np.concatenate([g.cols[k] for g in groups]) for k in keys},
+                          codes={k: np.concatenate([g.codes[k] for g in groups]) for k in text},
+                          names=groups[0].names)
 
 
 class _Pieces:
@@ -484,11 +512,14 @@ class EventColumns:
                 arr = raw
             p.cols.setdefault(col, []).append(arr)
 
-    def x_categories(self) -> np.ndarray:
-        """The category of every complete (``X``) event, in the order of the file."""
-        names = self.names()
+    def x_category_counts(self) -> tuple[np.ndarray, np.ndarray]:
+        """The categories of the complete (``X``) events, in order of first appearance in the file, and
+        how many events each has."""
         codes = np.concatenate(self._x_cats) if self._x_cats else np.empty(0, np.int32)
-        return names[codes]
+        uniq, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+        counts = np.bincount(inverse.reshape(-1), minlength=len(uniq))
+        order = np.argsort(first)
+        return self.names()[uniq[order]], counts[order]
 
     def names(self) -> np.ndarray:
         if self._names is None or len(self._names) != len(self._strings):
@@ -512,15 +543,14 @@ class EventColumns:
         quality.add("huge_dur", label, int(huge_dur.sum()))
         dur = np.rint(np.where(negative_dur | huge_dur, 0.0, dur_ns)).astype(np.int64)
         cols: dict[str, np.ndarray] = {}
-        names = self.names()
+        codes: dict[str, np.ndarray] = {}
         for col, (_values, kind) in _SPECS[name].items():
             pieces = p.cols.get(col, [])
             if kind == _DIMS:
-                arr = np.concatenate(pieces) if pieces else np.empty((0, 3), np.int64)
+                cols[col] = np.concatenate(pieces) if pieces else np.empty((0, 3), np.int64)
             elif kind == _TEXT:
-                arr = names[np.concatenate(pieces)] if pieces else np.empty(0, dtype=object)
+                codes[col] = np.concatenate(pieces) if pieces else np.empty(0, np.int32)
             else:
-                arr = np.concatenate(pieces) if pieces else np.empty(0, np.int64)
-            cols[col] = arr
+                cols[col] = np.concatenate(pieces) if pieces else np.empty(0, np.int64)
         p.start, p.dur, p.cols = [], [], {}
-        return EventGroup(start, dur, cols, p.head, p.comm)
+        return EventGroup(start, dur, cols, p.head, p.comm, codes=codes, names=self.names())
