@@ -118,6 +118,8 @@ def ints(values: Sequence[Any], default: int = -1) -> np.ndarray:
         return np.fromiter(values, dtype=np.int64, count=n)
     except (TypeError, ValueError, OverflowError):
         pass
+    if _all_none(values):  # an args field these events lack (graph node, c10d's counts)
+        return np.full(n, default, dtype=np.int64)
     try:
         return np.fromiter((default if v is None else v for v in values), dtype=np.int64, count=n)
     except (TypeError, ValueError, OverflowError):
@@ -126,6 +128,11 @@ def ints(values: Sequence[Any], default: int = -1) -> np.ndarray:
     for i, v in enumerate(values):
         out[i] = int_or(v, default)
     return out
+
+
+def _all_none(values: Sequence[Any]) -> bool:
+    """Whether every value is None (one C-level count for a list)."""
+    return (values.count(None) if isinstance(values, list) else sum(v is None for v in values)) == len(values)
 
 
 def int_or(v: Any, default: int) -> int:
@@ -163,6 +170,12 @@ def texts(values: Sequence[Any]) -> np.ndarray:
 
 def dims(values: Sequence[Any]) -> np.ndarray:
     """(n, 3) int64 from ``[x, y, z]`` lists (missing: -1)."""
+    if set(map(type, values)) == {list} and set(map(len, values)) == {3}:  # every one a list of 3: flattened
+        try:
+            return np.fromiter(itertools.chain.from_iterable(values), dtype=np.int64,
+                               count=3 * len(values)).reshape(-1, 3)
+        except (TypeError, ValueError, OverflowError):
+            pass
     try:
         arr = np.array([v if v is not None else (-1, -1, -1) for v in values], dtype=np.int64)
         if arr.shape == (len(values), 3):
@@ -311,7 +324,10 @@ def _sync_kind_value(c: _Chunk) -> list[Any]:
 
 def _dtype_size(c: _Chunk) -> np.ndarray:
     """Bytes per element of each event's c10d ``dtype`` (-1 unknown)."""
-    return np.fromiter((_DTYPE_BYTES.get(v, -1) if isinstance(v, str) else -1 for v in _arg("dtype")(c)),
+    values = _arg("dtype")(c)
+    if _all_none(values):
+        return np.full(len(values), -1, dtype=np.int64)
+    return np.fromiter((_DTYPE_BYTES.get(v, -1) if isinstance(v, str) else -1 for v in values),
                        dtype=np.int64, count=len(c.evs))
 
 
@@ -336,8 +352,7 @@ _SPECS: dict[str, dict[str, tuple[Callable[[_Chunk], Any], str]]] = {
               "context": (_arg("context"), _INT), "stream": (_arg("stream"), _INT),
               "kind": (_sync_kind_value, _TEXT)},
     "spans": {},
-    "flows": {**_PID_TID, "id": (_field("id"), _INT), "ph": (_field("ph"), _TEXT), "cat": (_field("cat"), _TEXT),
-              "name": (_field("name"), _TEXT)},
+    "flows": {**_PID_TID, "id": (_field("id"), _INT), "ph": (_field("ph"), _TEXT), "cat": (_field("cat"), _TEXT)},
     "pyfuncs": {**_PID_TID, "name": (_field("name"), _TEXT)},
     "instants": {**_PID_TID, "name": (_field("name"), _TEXT), "mem_bytes": (_arg("mem_bytes"), _INT0),
                  "device_type": (_arg("device_type"), _INT), "device_id": (_arg("device_id"), _INT),
@@ -450,6 +465,8 @@ class EventColumns:
 
     def _text_codes(self, values: list[Any]) -> np.ndarray:
         """Codes of :func:`texts` of ``values``; straight from the values when all are str."""
+        if _all_none(values):  # a field these events lack: all ""
+            return np.full(len(values), self._strings.setdefault("", len(self._strings)), dtype=np.int32)
         try:
             codes, uniq = distinct_codes(values)
         except TypeError:  # unhashable: a JSON list or object
@@ -495,7 +512,7 @@ class EventColumns:
             p.head.extend(bytes(e.ts) for e in evs[:_HEAD - len(p.head)])
         chunk = _Chunk(evs)
         if name == "kernels" and not p.comm:
-            p.comm = any(v is not None for v in itertools.chain(_arg("pg_name")(chunk), _arg("in_nelems")(chunk)))
+            p.comm = not (_all_none(_arg("pg_name")(chunk)) and _all_none(_arg("in_nelems")(chunk)))
         p.start.append(start)
         p.dur.append(floats(_field("dur")(chunk)))
         for col, (values, kind) in _SPECS[name].items():
