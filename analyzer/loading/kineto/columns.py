@@ -55,29 +55,28 @@ def parse_timestamps_ns(raws: Sequence[bytes | msgspec.Raw]) -> np.ndarray:
     ``"1623142623460111"``, ``"4.5e3"``); missing or non-numeric values are ``-1``. Digits beyond the
     nanosecond are dropped.
 
-    Vectorised: the texts are sorted by length and joined, so the numbers of one length form one byte
-    matrix; where every row has its decimal point in the same column, the value accumulates column by
-    column. Anything else (signs, exponents, mixed layouts, 9e15 us or more) goes through ``Decimal``
-    one by one; torch.profiler never writes those."""
+    Vectorised: the texts are joined, and the numbers of one length gathered into one byte matrix;
+    where every row has its decimal point in the same column, the value is one product of the digit
+    matrix with the column's powers of ten. Anything else (signs, exponents, mixed layouts, 9e15 us or
+    more) goes through ``Decimal`` one by one; torch.profiler never writes those."""
     n = len(raws)
     out = np.full(n, -1, dtype=np.int64)
     if n == 0:
         return out
     lens = np.fromiter(map(len, raws), dtype=np.int64, count=n)
+    buf = np.frombuffer(b"".join(raws), dtype=np.uint8)
+    offsets = np.zeros(n, dtype=np.int64)
+    np.cumsum(lens[:-1], out=offsets[1:])
     order = np.argsort(lens, kind="stable")
     sorted_lens = lens[order]
-    buf = np.frombuffer(b"".join([raws[i] for i in order.tolist()]), dtype=np.uint8)
     cuts = [0, *(np.flatnonzero(np.diff(sorted_lens)) + 1).tolist(), n]
     slow: list[int] = []
-    pos = 0
     for a, b in itertools.pairwise(cuts):
         length = int(sorted_lens[a])
-        k = b - a
         rows = order[a:b]
-        m = buf[pos:pos + k * length].reshape(k, length)
-        pos += k * length
         if length == 0:
             continue
+        m = buf[offsets[rows][:, None] + np.arange(length)]  # (rows, length) bytes
         is_dot = m == 46
         dot_cols = np.flatnonzero(is_dot.any(axis=0))
         col = int(dot_cols[0]) if len(dot_cols) else length
@@ -89,16 +88,14 @@ def parse_timestamps_ns(raws: Sequence[bytes | msgspec.Raw]) -> np.ndarray:
         if col < length:
             valid[:, col] = is_dot[:, col]
         good = valid.all(axis=1)
-        acc = np.zeros(k, dtype=np.int64)
-        used = 0
+        # weight of each column in ns: the integer digits' powers of ten times 1000, the first three
+        # decimals' 100, 10, 1; the point and digits beyond the nanosecond 0
+        weight = np.zeros(length, dtype=np.int64)
         for j in range(min(length, col + 4)):
-            if j == col:
-                continue
-            acc *= 10
-            acc += digits[:, j]
-            used += j > col
-        acc *= 10 ** (3 - used)
-        out[rows[good]] = acc[good]
+            if j != col:
+                weight[j] = 10 ** (col - j + 2) if j < col else 10 ** (col + 3 - j)
+        acc = digits[good].astype(np.int64) @ weight
+        out[rows[good]] = acc
         if not good.all():
             slow.extend(rows[~good].tolist())
     for i in slow:
@@ -281,6 +278,7 @@ def memset_kind(name: str) -> str:
 # the groups and the fields each reads
 # ----------------------------------------------------------------------------------------------------
 _ARGS = attrgetter("args")
+_TS = attrgetter("ts")
 
 
 class _Chunk:
@@ -453,6 +451,7 @@ class EventColumns:
         self.meta: list[Event] = []  # process/thread metadata (ph "M"): a few per process
         self.events = 0
         self._names: np.ndarray | None = None
+        self._groups: dict[tuple[str, str], int] = {}  # (category, phase) -> group, as met
 
     def _codes(self, texts: np.ndarray) -> np.ndarray:
         return self._global_codes(*distinct_codes(texts.tolist()))
@@ -486,21 +485,30 @@ class EventColumns:
         meta = np.flatnonzero(ph_codes == code_of(ph_names, "M"))
         if len(meta):
             self.meta.extend(events[i] for i in meta.tolist())
-        of_pair = np.full((len(cat_names), len(ph_names)), -1, dtype=np.int64)  # (cat, ph) -> group
-        for k, (_name, cats, phases, _label) in enumerate(GROUPS):
-            of_pair[np.ix_([i for i, c in enumerate(cat_names) if c in cats],
-                           [i for i, p in enumerate(ph_names) if p in phases])] = k
-        gid = of_pair[cat_codes, ph_codes]
+        n_ph = max(len(ph_names), 1)
+        pairs, pair_of = np.unique(cat_codes * n_ph + ph_codes, return_inverse=True)  # the (cat, ph) met
+        gid = np.array([self._group_of(cat_names[p // n_ph], ph_names[p % n_ph]) for p in pairs.tolist()],
+                       dtype=np.int64)[pair_of.reshape(-1)]
         order = np.argsort(gid, kind="stable")
-        bounds = np.searchsorted(gid[order], np.arange(len(GROUPS) + 1))
+        bounds = np.searchsorted(gid[order], np.arange(len(GROUPS) + 1)).tolist()
+        # the events of every group, group after group, and their timestamps parsed in one go
+        grouped = [events[i] for i in order[bounds[0]:].tolist()]
+        starts = parse_timestamps_ns(list(map(_TS, grouped)))
         for k, (name, *_rest) in enumerate(GROUPS):
-            a, b = int(bounds[k]), int(bounds[k + 1])
+            a, b = bounds[k] - bounds[0], bounds[k + 1] - bounds[0]
             if a < b:
-                self._add_group(name, [events[i] for i in order[a:b].tolist()])
+                self._add_group(name, grouped[a:b], starts[a:b])
 
-    def _add_group(self, name: str, evs: list[Event]) -> None:
+    def _group_of(self, cat: str, ph: str) -> int:
+        """The group (index into :data:`GROUPS`) of events of category ``cat`` and phase ``ph``; -1 none."""
+        k = self._groups.get((cat, ph))
+        if k is None:
+            k = self._groups[(cat, ph)] = max((k for k, (_name, cats, phases, _label) in enumerate(GROUPS)
+                                              if cat in cats and ph in phases), default=-1)
+        return k
+
+    def _add_group(self, name: str, evs: list[Event], start: np.ndarray) -> None:
         p = self._pieces[name]
-        start = parse_timestamps_ns([e.ts for e in evs])
         timed = start >= 0
         if not timed.all():  # an event without a usable timestamp cannot be placed: left out
             p.negative_ts += sum(bytes(e.ts).lstrip().startswith(b"-")
