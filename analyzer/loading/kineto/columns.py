@@ -6,7 +6,10 @@ memset names say (direction and memory kinds).
 (kernels, copies, API calls, ranges, flows ...), converts only the fields each group reads (names
 become codes in one table of distinct strings) and keeps those columns; the event structs go with
 their chunk. Every conversion works event by event, so the columns are the same however the events
-were cut into chunks (the whole document as one chunk included).
+were cut into chunks (the whole document as one chunk included). Text stays codes up to the trace
+model: :meth:`EventGroup.text` hands a column on as :class:`~analyzer.loading.columns.TextCodes`, so
+the loader derives what a name says (a kernel's short name, a copy's direction) once per distinct
+name and never factorizes strings again.
 """
 from __future__ import annotations
 
