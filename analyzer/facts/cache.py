@@ -221,6 +221,7 @@ class FactCache:
         self._queued = 0  # bytes of the tables waiting to be written
         self._lock = threading.Lock()
         self._writer: threading.Thread | None = None
+        self._evicted_at = 0  # self.stored when entries were last evicted
 
     def bind(self, trace: Trace, window: Window, options: Mapping[str, Any]) -> StoreFacts | None:
         """The entries of one store's facts (None when the store cannot be cached)."""
@@ -309,8 +310,6 @@ class FactCache:
                 del table
                 with self._lock:
                     self._queued -= size
-                if self._queue.empty():
-                    tc.evict_entries(self.root, self.limit)
             except Exception as err:  # noqa: BLE001 - the cache is never required
                 _debug(f"cannot write: {type(err).__name__}: {err}")
             finally:
@@ -328,9 +327,16 @@ class FactCache:
             _debug(f"cannot write fact {meta.get('fact')}: {type(err).__name__}: {err}")
 
     def wait(self) -> None:
-        """Finish writing the facts offered so far (old entries evicted after them)."""
+        """Finish writing the facts offered so far, then evict the least recently used entries of both
+        cache folders beyond the limit (once per batch of writes: it reads every entry's meta.json)."""
         self._queue.join()
         _PENDING.discard(self)
+        if self.stored != self._evicted_at:
+            self._evicted_at = self.stored
+            try:
+                tc.evict_entries(self.root, self.limit)
+            except Exception as err:  # noqa: BLE001 - the cache is never required
+                _debug(f"cannot evict: {type(err).__name__}: {err}")
 
 
 class StoreFacts:

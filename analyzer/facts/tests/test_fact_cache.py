@@ -214,6 +214,10 @@ def test_entries_are_private_and_within_the_shared_limit(cache_dir, monkeypatch)
     left = sum(size for _, size, _ in tc.entries_in(cache_dir / "facts")) + \
         sum(size for _, size, _ in tc.entries_in(cache_dir / "traces"))
     assert left <= traces + facts // 2
+    limit = traces + facts // 3
+    monkeypatch.setenv("ANALYZER_CACHE_MAX", str(limit))  # a run's writes end with an eviction to the limit
+    _all_facts(_store(path, AnalysisOptions(cache=True, window_spec="full")))
+    assert sum(size for d in ("facts", "traces") for _, size, _ in tc.entries_in(cache_dir / d)) <= limit
     monkeypatch.setenv("ANALYZER_CACHE_MAX", "0")  # 0: nothing written
     shutil.rmtree(cache_dir / "facts")
     _all_facts(_store(path, AnalysisOptions(cache=True, window_spec="full")))
