@@ -384,7 +384,7 @@ class StoreFacts:
         if files is None:
             return None
         try:
-            frame = tc.table_to_frame(tc.ipc_table(files[tc.FACT_FILE]))
+            frame = tc.frame_from_ipc(files[tc.FACT_FILE])
             if list(frame.columns) != meta.get("columns"):
                 raise ValueError("columns differ from meta.json")
         except Exception as err:  # a damaged entry is a miss, never an error  # noqa: BLE001

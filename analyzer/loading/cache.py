@@ -379,10 +379,13 @@ def table_to_frame(table) -> pd.DataFrame:  # table: pyarrow.Table
     import pyarrow as pa
 
     out: dict[str, Any] = {}
-    for i, field in enumerate(table.schema):
+    num_rows = table.num_rows
+    for field in table.schema:
         kind = (field.metadata or {}).get(b"kind", b"").decode()
-        col = table.column(i)
+        col = table.column(0)
+        table = table.remove_column(0)  # the column's Arrow memory goes once converted (when no one else holds the table)
         arr = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+        del col
         if kind.startswith("category:") or kind == "object":
             if not pa.types.is_dictionary(arr.type):
                 raise _Unstorable(f"{field.name}: expected dictionary data")
@@ -408,7 +411,13 @@ def table_to_frame(table) -> pd.DataFrame:  # table: pyarrow.Table
             out[field.name] = np.array(arr.to_numpy(zero_copy_only=False), dtype=np.dtype(kind), copy=True)
         else:
             raise _Unstorable(f"{field.name}: unknown column kind {kind!r}")
-    return pd.DataFrame(out, copy=False) if out else pd.DataFrame(index=pd.RangeIndex(table.num_rows))
+    return pd.DataFrame(out, copy=False) if out else pd.DataFrame(index=pd.RangeIndex(num_rows))
+
+
+def frame_from_ipc(data: bytes) -> pd.DataFrame:
+    """:func:`table_to_frame` of the Arrow IPC file ``data``, each column's Arrow memory freed once it is
+    converted (the table lives only here): at most one column is held twice."""
+    return table_to_frame(ipc_table(data))
 
 
 def ipc_bytes(table) -> bytes:  # table: pyarrow.Table
@@ -424,7 +433,9 @@ def ipc_bytes(table) -> bytes:  # table: pyarrow.Table
 def ipc_table(data: bytes):  # -> pyarrow.Table
     import pyarrow as pa
 
-    return pa.ipc.open_file(pa.BufferReader(data)).read_all()
+    # the system allocator: Arrow memory freed while a frame is converted is reused by numpy (Arrow's own pool
+    # keeps it), so a frame read back peaks near its own size rather than twice it
+    return pa.ipc.open_file(pa.BufferReader(data), memory_pool=pa.system_memory_pool()).read_all()
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -749,7 +760,7 @@ class TraceCache:
         try:
             frames = {}
             for name in FRAME_COLUMNS:
-                frames[name] = table_to_frame(ipc_table(files[f"{name}.arrow"]))
+                frames[name] = frame_from_ipc(files[f"{name}.arrow"])
                 if list(frames[name].columns) != meta["columns"][name]:
                     raise _Unstorable(f"{name}: columns differ from meta.json")
             info_d = dict(meta["info"])
@@ -903,7 +914,7 @@ class _Frames:
                                   "it was written); reading the trace again")
             return None
         try:
-            frame = table_to_frame(ipc_table(data))
+            frame = frame_from_ipc(data)
             if list(frame.columns) != self.meta["columns"][name] or len(frame) != self.rows[name]:
                 raise _Unstorable(f"{name}: columns or rows differ from meta.json")
         except Exception as err:  # noqa: BLE001 - a damaged frame is loaded again, never an error
