@@ -33,6 +33,7 @@ from __future__ import annotations
 from typing import Callable
 
 import numpy as np
+import pandas as pd
 
 from analyzer.facts._util import column, text_codes
 from analyzer.facts.nvtx_ranges import innermost_open, ranges_only
@@ -51,6 +52,47 @@ def refilled_call(detail: str) -> str:
     if detail.startswith(REFILL_PREFIX) and detail.endswith(")"):
         return detail[len(REFILL_PREFIX):-1]
     return detail
+
+
+def owning_calls(seg_tid: np.ndarray, seg_start: np.ndarray, seg_call: np.ndarray, seg_refill: np.ndarray,
+                 call_tid: np.ndarray, call_start: np.ndarray, call_end: np.ndarray,
+                 call_name: np.ndarray) -> np.ndarray:
+    """The call each ``host_sync`` segment is charged to, as a position among the calls given (-1: none
+    of them). A segment is given by its feeding thread, start, the call its detail names
+    (:func:`refilled_call`) and whether it is a refill. The wait inside a call and the return after it
+    belong to the last call of that name on that thread starting at or before the segment (no other
+    call of that thread starts in between); a refill belongs to the first one ending after the
+    segment's start (the sync whose interval, previous return to its own, holds it:
+    :func:`charge_refills`). Exact when the calls are every synchronizing call of those names on those
+    threads in the window (a call that started before it owns no segment a later call could be taken
+    for): a rule's rows stand for their own calls' time, not for every call of their name."""
+    owner = np.full(len(seg_start), -1, dtype=np.int64)
+    if not len(seg_start) or not len(call_start):
+        return owner
+    tids, tid_codes = np.unique(np.r_[np.asarray(call_tid, np.int64), np.asarray(seg_tid, np.int64)],
+                                return_inverse=True)
+    name_codes, names = pd.factorize(np.r_[np.asarray(call_name, object), np.asarray(seg_call, object)])
+    key = tid_codes.reshape(-1).astype(np.int64) * (len(names) + 1) + name_codes
+    n = len(call_start)
+    c_key, s_key = key[:n], key[n:]
+    c_start, c_end = np.asarray(call_start, np.int64), np.asarray(call_end, np.int64)
+    s_start = np.asarray(seg_start, np.int64)
+    refill = np.asarray(seg_refill, bool)
+    order = np.lexsort((c_start, c_key))
+    sorted_key = c_key[order]
+    for k in np.unique(s_key).tolist():
+        lo, hi = np.searchsorted(sorted_key, [k, k + 1])
+        if lo == hi:
+            continue
+        calls = order[lo:hi]  # this thread's calls of this name, by start
+        starts = c_start[calls]
+        ends = np.maximum.accumulate(c_end[calls])
+        segs = np.flatnonzero(s_key == k)
+        at = np.where(refill[segs], np.searchsorted(ends, s_start[segs], side="right"),
+                      np.searchsorted(starts, s_start[segs], side="right") - 1)
+        ok = (at >= 0) & (at < len(calls))
+        owner[segs[ok]] = calls[at[ok]]
+    return owner
 
 
 #: one thread's synchronizing calls: (tid, start, end, detail code), disjoint and sorted by start
