@@ -17,7 +17,8 @@ PERIOD_COLUMNS: dict[str, str] = {
     "device": "GPU device id",
     "period": "index of the step (or tenth) in the window, from 0",
     "label": "what the period is: the NVTX step's text (step_7), 'period 3' of a repeating GPU op "
-    "sequence, or '30-40%' of a window without steps",
+    "sequence, 'before period 1' (the window's time before its first step), or '30-40%' of a window "
+    "without steps",
     "kind": "steps | periods | tenths (plural, as a message prints it)",
     "start": "period start (ns)",
     "end": "period end (ns)",
@@ -34,10 +35,25 @@ def _periods(ctx: FactContext) -> tuple[np.ndarray, np.ndarray, list[str], str]:
         starts = np.asarray(spans.starts, dtype=np.int64)
         ends = np.asarray(spans.ends, dtype=np.int64)
         if spans.source in ("nvtx", "annotation"):
-            return starts, ends, [str(n) for n in spans.names], "steps"
-        return starts, ends, [f"period {i + 1}" for i in range(len(starts))], "periods"
+            labels, kind = [str(n) for n in spans.names], "steps"
+        else:
+            labels, kind = [f"period {i + 1}" for i in range(len(starts))], "periods"
+        return (*_with_head(w.start_ns, starts, ends, labels), kind)
     edges = np.round(np.linspace(w.start_ns, w.end_ns, 11)).astype(np.int64)
     return edges[:-1], edges[1:], [f"{i * 10}-{(i + 1) * 10}%" for i in range(10)], "tenths"
+
+
+def _with_head(start_ns: int, starts: np.ndarray, ends: np.ndarray,
+               labels: list[str]) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """The steps, and before them the window's time that precedes the first one (a window opened at
+    the program's own annotation, before its repeating work began), so the periods hold all of the
+    window's idle time that low utilization counts: its least busy part is in the evidence, and a
+    finding of that time explains the symptom."""
+    first = int(starts.min()) if len(starts) else start_ns
+    if first <= start_ns:
+        return starts, ends, labels
+    at = int(np.argmin(starts))
+    return np.r_[start_ns, starts], np.r_[first, ends], [f"before {labels[at]}", *labels]
 
 
 @fact("window_periods", columns=PERIOD_COLUMNS, requires=("gpu_busy", "gpu_ops"), scope_keys=("device",))
