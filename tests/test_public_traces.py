@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from analyzer.facts.api import cuda_equivalent
+from analyzer.findings import Severity
 from analyzer.loading import load_trace
 from analyzer.pipeline import AnalysisOptions, analyze_inputs, analyze_paths, load_rules
 from analyzer.window import choose_window
@@ -179,6 +180,13 @@ def test_verdict_names_no_rank_the_rules_did_not():
         assert f"rank {stragglers[0].scope.rank} holds it back" in verdict
     else:
         assert "holds it back" not in verdict
+    # its biggest cause is a cause: every rank's low utilization is a symptom (what the causes
+    # explain), the verdict named it "biggest cause" over the ranks' launch-bound findings
+    causes = [(res.rank, f) for res in out.job.ranks for f in res.findings
+              if f.kind == "cause" and f.severity >= Severity.WARNING and f.counts and f.impact_ns]
+    assert causes and "busy less than half" not in verdict
+    rank, top = max(causes, key=lambda rf: rf[1].impact_ns)
+    assert f"biggest cause: {top.title} on rank {rank}" in verdict
 
 
 def test_a_folder_of_ncu_csvs_works_like_the_files(tmp_path, pack):
