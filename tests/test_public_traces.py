@@ -247,3 +247,15 @@ def test_a_capture_too_small_for_a_loop_says_so():
     """HTA's simple-add capture: 4 kernels. The window says there is no loop to find and why."""
     w = choose_window(load_trace(PUBLIC / "hta_simple_add_setup_only.pt.trace.json.gz"))
     assert w.steps is None and w.description.startswith("setup or a single call (4 GPU ops, too few for a loop)")
+
+
+def test_a_setup_only_capture_gets_no_idle_time_finding(pack):
+    """HTA's simple-add capture: 4 GPU ops 100 ms apart. host-work-in-loop said "GPU 0 waited 92.1% of the
+    time while the host ran its own code ... 1 problem worth 100 ms": the first call's one-time work, in
+    a capture with nothing that repeats. The rules judging the time between GPU ops are not run on it,
+    and say why."""
+    a = _analyze("hta_simple_add_setup_only.pt.trace.json.gz", pack)
+    judged = {"host-work-in-loop", "gpu-idle-gaps", "low-gpu-utilization", "launch-bound", "host-sync-in-loop"}
+    assert not judged & {f.rule for f in a.findings}
+    skipped = {n.rule: n.reason for n in a.not_checked}
+    assert judged <= set(skipped) and "4 GPU ops, too few for a loop" in skipped["host-work-in-loop"]
