@@ -101,3 +101,26 @@ def test_each_steps_syncs_own_their_waits_only():
         parts.append(part)
     assert len(parts) >= 5
     assert sum(p.length_ns for p in parts) == whole.length_ns  # a partition: no wait claimed twice
+
+
+@pytest.mark.parametrize("which", ["cudf", "balanced"])
+def test_every_host_sync_nanosecond_is_charged_to_one_call(which):
+    """sync_calls' and alloc_calls' gpu_wait_ns partition the breakdown's host_sync time: each segment
+    belongs to exactly one call, so findings summing their own calls never count one twice."""
+    a = _cudf() if which == "cudf" else _balanced()
+    seg = a.facts.get("timeline_segments")
+    total = int(seg.loc[seg["cause"].astype(str) == "host_sync", "duration"].sum())
+    syncs, allocs = a.facts.get("sync_calls"), a.facts.get("alloc_calls")
+    assert total > 0
+    assert int(syncs["gpu_wait_ns"].sum()) + int(allocs["gpu_wait_ns"].sum()) == total
+    assert int(syncs.loc[~syncs["blocking"], "gpu_wait_ns"].sum()) == 0
+
+
+def test_sync_memcpy_impact_is_its_readbacks_time():
+    """The impact sums the counted copies' own time (it was every blocking copy's, uploads included),
+    the same time as its footprint."""
+    (f,) = [f for f in _cudf().findings if f.rule == "sync-memcpy"]
+    assert f.footprint is not None and f.impact_ns == f.footprint.length_ns
+    calls = _cudf().facts.get("sync_calls")
+    d2h = calls[(calls["sync_kind"] == "pageable_async_memcpy") & (calls["direction"] == "D2H")]
+    assert f.impact_ns == int(d2h["gpu_wait_ns"].sum()) < int(calls["gpu_wait_ns"][calls["name"] == "cudaMemcpyAsync"].sum())

@@ -95,6 +95,48 @@ def owning_calls(seg_tid: np.ndarray, seg_start: np.ndarray, seg_call: np.ndarra
     return owner
 
 
+def charged_segments(seg: pd.DataFrame, call_tid: np.ndarray, call_start: np.ndarray, call_end: np.ndarray,
+                     call_name: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The ``host_sync`` rows of ``seg`` (``timeline_segments``) charged to the calls given, as positions
+    in ``seg`` and the owning call's position (:func:`owning_calls`: the calls must be every
+    synchronizing call of their names on their threads in the window)."""
+    empty = np.empty(0, dtype=np.int64)
+    if seg.empty or not len(call_start) or "host_tid" not in seg.columns:
+        return empty, empty
+    codes, labels = text_codes(seg["cause"])
+    hs = np.flatnonzero((labels == "host_sync")[codes])
+    if not len(hs):
+        return empty, empty
+    d_codes, d_labels = text_codes(seg["detail"].iloc[hs])
+    call_of = np.array([refilled_call(str(x)) for x in d_labels], dtype=object)[d_codes]
+    refill = np.array([str(x).startswith(REFILL_PREFIX) for x in d_labels], dtype=bool)[d_codes]
+    owner = owning_calls(seg["host_tid"].to_numpy("int64")[hs], seg["start"].to_numpy("int64")[hs], call_of, refill,
+                         call_tid, call_start, call_end, call_name)
+    ok = owner >= 0
+    return hs[ok], owner[ok]
+
+
+def charged_ns(seg: pd.DataFrame, calls: pd.DataFrame, owns: np.ndarray | None = None) -> np.ndarray:
+    """Per row of ``calls`` (an API-call fact's rows: tid, start, end, name), the GPU idle time (ns) the
+    timeline breakdown charged to it as ``host_sync``: the wait inside it, the return from it, the
+    refill before its return. ``owns``: the rows that can hold such time (blocking calls; the others
+    get 0 and are not taken for the owner of another call's time)."""
+    out = np.zeros(len(calls), dtype=np.int64)
+    if not len(calls):
+        return out
+    rows = np.arange(len(calls)) if owns is None else np.flatnonzero(owns)
+
+    def num(c: str) -> np.ndarray:
+        return pd.to_numeric(calls[c], errors="coerce").fillna(-1).to_numpy("int64")[rows]
+
+    pos, owner = charged_segments(seg, num("tid"), num("start"), num("end"),
+                                  calls["name"].astype(str).to_numpy(object)[rows])
+    if len(pos):
+        dur = (seg["end"].to_numpy("int64") - seg["start"].to_numpy("int64"))[pos]
+        out[rows] = np.rint(np.bincount(owner, weights=dur, minlength=len(rows))).astype(np.int64)
+    return out
+
+
 #: one thread's synchronizing calls: (tid, start, end, detail code), disjoint and sorted by start
 SyncBlocks = tuple[int, np.ndarray, np.ndarray, np.ndarray]
 

@@ -149,8 +149,7 @@ def _host_waits(rows: pd.DataFrame, positions: np.ndarray, window: Window,
     told apart from the other calls of ``source``, the rule's fact: the same names on the same threads,
     left out by its ``where`` or another finding's scope); None when the rows are no calls (no ``name``
     and ``tid``) or own no such segment."""
-    from analyzer.facts._util import text_codes
-    from analyzer.facts.breakdown_sync import REFILL_PREFIX, owning_calls, refilled_call
+    from analyzer.facts.breakdown_sync import charged_segments
 
     if source is None or "name" not in rows.columns or "tid" not in rows.columns:
         return None
@@ -159,33 +158,25 @@ def _host_waits(rows: pd.DataFrame, positions: np.ndarray, window: Window,
         calls = fact(source)  # every call of the rule's source: the finding's rows are some of them
     except Exception:  # noqa: BLE001 - a store without the breakdown (a job's cross-rank store): the gaps
         return None
-    if seg.empty or not {"name", "tid", "start", "end"} <= set(calls.columns) or "host_tid" not in seg.columns:
+    if seg.empty or not {"name", "tid", "start", "end"} <= set(calls.columns):
         return None
-    codes, labels = text_codes(seg["cause"])
-    hs = seg.loc[(labels == "host_sync")[codes]]
     if device is not None:
-        hs = hs.loc[hs["device"].to_numpy() == device]
-    if hs.empty:
-        return None
+        seg = seg.loc[seg["device"].to_numpy() == device]
     if "blocking" in calls.columns:  # a non-blocking call of a blocking one's name (cudaMemcpyAsync) owns nothing
         calls = calls.loc[calls["blocking"].fillna(False).to_numpy(dtype=bool)]
-    d_codes, d_labels = text_codes(hs["detail"])
-    call_of = np.array([refilled_call(str(x)) for x in d_labels], dtype=object)[d_codes]
-    refill = np.array([str(x).startswith(REFILL_PREFIX) for x in d_labels], dtype=bool)[d_codes]
     c_tid = pd.to_numeric(calls["tid"], errors="coerce").fillna(-1).to_numpy("int64")
     c_start = pd.to_numeric(calls["start"], errors="coerce").fillna(-1).to_numpy("int64")
-    owner = owning_calls(hs["host_tid"].to_numpy("int64"), hs["start"].to_numpy("int64"), call_of, refill,
-                         c_tid, c_start, pd.to_numeric(calls["end"], errors="coerce").fillna(-1).to_numpy("int64"),
-                         calls["name"].astype(str).to_numpy(object))
-    owned = np.flatnonzero(owner >= 0)
-    if not len(owned):
+    pos, owner = charged_segments(seg, c_tid, c_start,
+                                  pd.to_numeric(calls["end"], errors="coerce").fillna(-1).to_numpy("int64"),
+                                  calls["name"].astype(str).to_numpy(object))
+    if not len(pos):
         return None
     mine_tid = pd.to_numeric(rows["tid"].iloc[positions], errors="coerce").fillna(-1).to_numpy("int64")
     mine_start = pd.to_numeric(rows["start"].iloc[positions], errors="coerce").fillna(-1).to_numpy("int64")
-    ours = _pairs_in(c_tid[owner[owned]], c_start[owner[owned]], mine_tid, mine_start)
+    ours = _pairs_in(c_tid[owner], c_start[owner], mine_tid, mine_start)
     if not ours.any():
         return None
-    hs = hs.iloc[owned[ours]]
+    hs = seg.iloc[pos[ours]]
     return _build(hs["device"].to_numpy("int64"), hs["start"].to_numpy(float), hs["end"].to_numpy(float),
                   window, "host")
 
