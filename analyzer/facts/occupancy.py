@@ -242,7 +242,7 @@ def latency_floor(kernels: pd.DataFrame) -> dict[int, int]:
             for d in np.unique(dev[ok]).tolist()}
 
 
-@fact("occupancy", columns=_OCC_COLUMNS, scope_keys=("device", "name"), column_needs=_OCC_NEEDS)
+@fact("occupancy", columns=_OCC_COLUMNS, scope_keys=("device", "name"), column_needs=_OCC_NEEDS, per_kernel=True)
 def occupancy(ctx: FactContext) -> pd.DataFrame:
     """Theoretical occupancy, its limiter and the wave count per kernel launch configuration.
     Communication kernels (NCCL ...) are left out: they use few blocks on purpose and mostly wait."""

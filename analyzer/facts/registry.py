@@ -48,6 +48,9 @@ class FactSpec:
     # need: a rule reading them on a trace that lacks one is reported "not available in this trace"
     needs: tuple[str, ...] = ()
     column_needs: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: rows describe individual kernels (names, launch configurations, counters): a CUDA graph traced
+    #: without its kernels (nsys' default graph-level tracing) hides the ones it runs from this fact
+    per_kernel: bool = False
 
     def needs_for(self, columns: Iterable[str]) -> set[str]:
         """Capabilities needed to read ``columns`` of this fact (the fact's own needs included)."""
@@ -68,9 +71,11 @@ def fact(
     scope_keys: Iterable[str] = (),
     needs: Iterable[str] = (),
     column_needs: Mapping[str, Iterable[str]] | None = None,
+    per_kernel: bool = False,
 ) -> Callable[[Callable[[FactContext], pd.DataFrame]], Callable[[FactContext], pd.DataFrame]]:
     """Decorator registering ``fn`` as the fact ``name``. Its docstring becomes the fact's doc.
-    ``needs`` / ``column_needs`` name the trace capabilities the fact / some of its columns rest on."""
+    ``needs`` / ``column_needs`` name the trace capabilities the fact / some of its columns rest on;
+    ``per_kernel``: its rows describe individual kernels (see :attr:`FactSpec.per_kernel`)."""
     from analyzer.loading.capabilities import CAPABILITIES
 
     col_needs = {c: tuple(v) for c, v in (column_needs or {}).items()}
@@ -93,6 +98,7 @@ def fact(
             scope_keys=tuple(scope_keys),
             needs=tuple(needs),
             column_needs=col_needs,
+            per_kernel=per_kernel,
         )
         return fn
 
