@@ -170,6 +170,19 @@ def _caused_by(err: BaseException, kind: type[BaseException]) -> bool:
     return False
 
 
+def _ops_in_window(store: FactStore) -> int | None:
+    """GPU ops (kernels, copies, memsets) starting in the window (None: not counted, no timeline)."""
+    if store.trace.ncu_only:  # an Nsight Compute report alone: no timeline to count on
+        return None
+    try:
+        ops = store.get("gpu_ops")
+    except Exception:  # noqa: BLE001 - an input without a GPU timeline: nothing counted
+        return None
+    w = store.window
+    st = ops["start"].to_numpy()
+    return int(((st >= w.start_ns) & (st < w.end_ns)).sum())
+
+
 def finish(store: FactStore, pack: RulePack, *, progress: Progress = None, accepted: AcceptedFindings | None = None,
            keep: Iterable[str] | None = None) -> Analysis:
     """Evaluate ``pack`` over a prepared fact store: the :class:`Analysis` of one trace; findings matching
@@ -179,7 +192,8 @@ def finish(store: FactStore, pack: RulePack, *, progress: Progress = None, accep
     trace, window = store.trace, store.window
     from analyzer.loading.capabilities import window_capabilities
 
-    runnable, not_checked = split_by_capability(pack, {**trace.info.unavailable, **window_capabilities(window)})
+    runnable, not_checked = split_by_capability(
+        pack, {**trace.info.unavailable, **window_capabilities(window, _ops_in_window(store))})
     noting(progress)(f"{trace.name}: evaluating {len(runnable.rules)} rules")
     latent: dict[str, int] = {}
     findings = _evaluate(runnable, store, keep=keep, latent=latent)
