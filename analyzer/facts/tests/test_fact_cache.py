@@ -258,3 +258,32 @@ def test_cached_scalars_are_exactly_the_computed_ones(cache_dir):
     assert fc.fact_cache().hits == hits + 1 and store.computations == {}
     for got in (first, again):
         assert list(got.items()) == list(want.items())
+
+
+def test_cli_no_cache_writes_no_fact_and_debug_says_why(cache_dir, tmp_path, monkeypatch, capsys):
+    """``--no-cache`` neither reads nor writes facts; a cached run's report is the computed one; with
+    ANALYZER_DEBUG=1 a damaged fact entry is named on stderr, the report unchanged."""
+    from analyzer.cli import main
+
+    path = DATA / "round3" / "copy_on_compute_stream.pt.trace.json.gz"
+    out = tmp_path / "r.json"
+    assert main([str(path), "--format", "json", "-o", str(out), "-q", "--no-cache"]) == 0
+    fc.wait_all()
+    assert not (cache_dir / "facts").exists()
+    want = json.loads(out.read_text())
+    want.pop("created", None)
+    for run in range(2):
+        assert main([str(path), "--format", "json", "-o", str(out), "-q"]) == 0
+        fc.wait_all()
+        got = json.loads(out.read_text())
+        got.pop("created", None)
+        assert got == want, run
+    meta = _entries(cache_dir)[0]
+    (meta.parent / tc.FACT_FILE).write_bytes(b"not arrow")
+    monkeypatch.setenv("ANALYZER_DEBUG", "1")
+    capsys.readouterr()
+    assert main([str(path), "--format", "json", "-o", str(out), "-q"]) == 0
+    got = json.loads(out.read_text())
+    got.pop("created", None)
+    assert got == want
+    assert "fact cache: " in capsys.readouterr().err
