@@ -460,7 +460,7 @@ def _thread_timeline(starts: np.ndarray, ends: np.ndarray, cause: np.ndarray, de
 
 # -- the segments ----------------------------------------------------------------------------------
 @fact("timeline_segments", columns=SEGMENT_COLUMNS, requires=("gpu_ops", "steps"),
-      scope_keys=("device", "nvtx_path", "step"))
+      scope_keys=("device", "nvtx_path", "step"), alone=True)
 def timeline_segments(ctx: FactContext) -> pd.DataFrame:
     """Per device, disjoint labelled intervals covering the analysis window exactly (one cause each:
     see :mod:`analyzer.facts.breakdown`), ordered by (device, start)."""
