@@ -16,6 +16,10 @@
 #                                               # (bf16 since 2026-11-27), nsys + torch.profiler
 #     PART=d bash workloads/device_round3.sh    # host_sync --shape balanced and gpu (both variants,
 #                                               # nsys, twice: _run2) and balanced with torch.profiler
+#     PART=e bash workloads/device_round3.sh    # host_sync --graph (launch shape: the no-sync loop eager
+#                                               # vs captured in a CUDA graph), nsys twice (+_node of the
+#                                               # graphed one) and torch.profiler
+#     PART=f bash workloads/device_round3.sh    # host_sync --graph --shape balanced, nsys and torch
 # Every manifest.jsonl line holds the program's own measured step times (step_ms, mean_ms,
 # median_ms). Jobs left when the budget BUDGET_S (default 450 s) runs out are listed in skipped.txt.
 # Result: $OUT/round3_<PART>*.tar.xz (sqlite, analyze.txt, stats CSVs, torch traces, manifest, log),
@@ -23,7 +27,7 @@
 set -uo pipefail
 : "${OUT:?set OUT to the output directory}"
 PART=${PART:-a}
-[[ $PART =~ ^[abcd]$ ]] || { echo "PART must be a, b, c or d" >&2; exit 2; }
+[[ $PART =~ ^[a-f]$ ]] || { echo "PART must be one of a-f" >&2; exit 2; }
 BUDGET_S=${BUDGET_S:-450}; RESERVE_S=${RESERVE_S:-70}; MIN_JOB_S=${MIN_JOB_S:-20}
 PREFIX=${PREFIX:-round3_$PART}
 WORK=${WORK:-/tmp/wl_round3_$PART}
@@ -69,6 +73,18 @@ elif [[ $PART == d ]]; then
     done
     run_job 45 host_sync_balanced torch -- host_sync --gzip --shape balanced --suffix _balanced
     run_job 45 host_sync_fixed_balanced torch -- host_sync --fixed --gzip --shape balanced --suffix _balanced
+elif [[ $PART == e || $PART == f ]]; then
+    shape=launch; tag=graph
+    [[ $PART == f ]] && { shape=balanced; tag=graph_balanced; }
+    for run in "" _run2; do
+        [[ $PART == f && -n $run ]] && continue
+        run_job 50 "host_sync_${tag}$run" nsys -- host_sync --graph --shape "$shape" --suffix "_${tag}$run"
+        run_job 50 "host_sync_fixed_${tag}$run" nsys -- host_sync --graph --fixed --shape "$shape" --suffix "_${tag}$run"
+    done
+    run_job 50 "host_sync_fixed_${tag}_node" nsys -- host_sync --graph --fixed --shape "$shape" \
+        --cuda-graph-trace node --suffix "_${tag}_node"
+    run_job 45 "host_sync_${tag}" torch -- host_sync --graph --gzip --shape "$shape" --suffix "_${tag}"
+    run_job 45 "host_sync_fixed_${tag}" torch -- host_sync --graph --fixed --gzip --shape "$shape" --suffix "_${tag}"
 elif [[ $PART == c ]]; then
     pair 60 copy_on_compute_stream
     pair 60 host_work_in_range

@@ -15,6 +15,13 @@ the host cannot queue the next micro-step while the GPU runs this one, so host a
 without them they overlap. ``gpu`` (bf16, width 4096, batch 8192, 16 micro-steps) is GPU-bound: each
 sync costs only the GPU's refill after it. (bf16 so that fp32 matrix multiplies, whose fix would buy
 more than the syncs', are not the biggest cause.) The three calibrate what the breakdown charges to a sync in each regime.
+``--graph`` calibrates the other cause, launch-bound: its pathology is the twin's loop (no syncs, each
+micro-step's ~40 kernels launched one by one, eagerly), its fixed twin (``--graph --fixed``) the same
+step's micro-steps captured once in a ``torch.cuda.CUDAGraph`` (warmed up on a side stream, as PyTorch's
+whole-network capture example shows) and replayed per step: one graph launch instead of ~1,300 kernel
+launches. Comparing the two measures what CUDA graphs buy on this loop, which the breakdown states as
+launch-bound time (on the launch shape, more than the syncs' removal buys). Without CUDA, ``--graph
+--fixed`` runs the eager loop (capture needs CUDA).
 Trace evidence: per ``step_N`` 96 ``cudaStreamSynchronize`` calls (3 per micro-step) and 64 DtoH
 copies into pageable memory (16 KiB each at the full launch shape), with a GPU gap after each
 synchronization (tests/data/host_sync: 960 and 640 in 10 steps); the twin shows one DtoH copy per step
@@ -40,6 +47,9 @@ SHAPES = {"launch": (2048, 1024, 32, "float32"), "balanced": (6144, 3584, 32, "b
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shape", choices=tuple(SHAPES), default="launch",
                         help="launch-bound (default), balanced host and GPU, or GPU-bound micro-steps")
+    parser.add_argument("--graph", action="store_true",
+                        help="pathology: the loop without syncs, launched eagerly; --fixed: that loop "
+                             "captured in a CUDA graph (calibrates launch-bound)")
 
 
 def build(cfg: c.RunConfig) -> c.Step:
@@ -92,7 +102,48 @@ def build(cfg: c.RunConfig) -> c.Step:
         with nv.range("host_check"):
             _mean_loss, _acc = (torch.stack([total / micro, correct / (micro * batch)])).tolist()
 
-    return step_async if cfg.fixed else step_sync
+    if not cfg.options.graph:
+        return step_async if cfg.fixed else step_sync
+    if not (cfg.fixed and cfg.cuda):
+        if cfg.fixed:
+            print("[host_sync] no GPU: --graph --fixed runs the loop eagerly (CUDA-graph capture needs CUDA)",
+                  flush=True)
+        return step_async
+    return _graphed(torch, micro, batch, dev, micro_step, ys)
+
+
+def _graphed(torch, micro: int, batch: int, dev, micro_step, ys):  # type: ignore[no-untyped-def]
+    """The no-sync step's micro-steps captured once in a CUDA graph; the step replays it and reads the
+    loss and accuracy once, as the eager twin does."""
+    total = torch.zeros((), device=dev)
+    correct = torch.zeros((), device=dev)
+
+    def body() -> None:
+        total.zero_()
+        correct.zero_()
+        for k in range(micro):
+            loss, logits = micro_step(k)
+            total.add_(loss)
+            correct.add_(logits.argmax(dim=1).eq(ys[k]).sum())
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up (cuBLAS handles, optimizer state, allocator) off the capture
+        for _ in range(3):
+            body()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        body()
+    torch.cuda.synchronize()
+
+    def step_graph(_i: int) -> None:
+        with nv.range("micro_graph"):
+            graph.replay()
+        with nv.range("host_check"):
+            _mean_loss, _acc = (torch.stack([total / micro, correct / (micro * batch)])).tolist()
+
+    return step_graph
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -560,7 +560,7 @@ def _return_freed_memory() -> None:
     """Give the heap pages of freed facts back to the system (glibc's ``malloc_trim`` and Arrow's pool:
     a fact's columns under 32 MB live in the heap, which keeps freed pages; at a million kernels the
     rules' later facts started 160 MiB higher without it; 14 calls, 32 ms in all)."""
-    from analyzer.loading.sqlite_reader import release_free_memory
+    from analyzer.resources import release_free_memory
 
     release_free_memory()
 

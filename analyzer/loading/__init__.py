@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import gzip
 import lzma
-import sqlite3
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from analyzer.errors import InputError, UnsupportedFormatError
 from analyzer.loading.model import TIME_MAX, Trace, TraceInfo, empty_frame
-from analyzer.loading.sqlite_reader import SQLITE_MAGIC, fold_name, sqlite_uri, wal_of
+from analyzer.loading.sqlite_pages import SQLITE_MAGIC
 
 if TYPE_CHECKING:
     from analyzer.loading.cache import TraceCache
@@ -97,6 +96,9 @@ def _peek_decompressed(path: Path, opener: Callable[..., Any]) -> bytes:
 
 def _has_nsys_tables(path: Path) -> bool:
     from analyzer.loading.nsys_sqlite.schema import NSYS_MARKER_TABLES
+    import sqlite3
+
+    from analyzer.loading.sqlite_reader import fold_name, sqlite_uri, wal_of  # here: a torch.profiler load needs none
 
     try:
         conn = sqlite3.connect(sqlite_uri(path), uri=True)

@@ -52,6 +52,7 @@ _LEAF, _INTERIOR = 13, 5
 _SIZES = np.zeros(256, dtype=np.int64)
 _SIZES[:10] = [0, 1, 2, 3, 4, 6, 8, 8, 0, 0]
 _SIZES[12:128] = (np.arange(12, 128) - 12) // 2
+_SIZES16 = _SIZES.astype(np.uint16)
 #: right shift that turns the 8 big-endian bytes from a value's first into the value, sign kept
 _SHIFT = 64 - 8 * np.maximum(_SIZES, 1)
 #: serial types not decoded at all (reserved, or a longer varint), and those that are not integers or NULL
@@ -239,7 +240,10 @@ class PageFile:
     def _decode(self, buf: np.ndarray, lower: np.ndarray, upper: np.ndarray, ncols: int, wanted: Sequence[int]
                 ) -> tuple[int, list[np.ndarray | None], list[np.ndarray]]:
         """One batch of leaves (``buf``): the rows as :meth:`decode` yields them. Leaf ``i``'s rowids must
-        lie in ``(lower[i], upper[i]]``."""
+        lie in ``(lower[i], upper[i]]``. The records' serial types are gathered at once, one row of a
+        ``(ncols, rows)`` matrix per column, and their sizes summed down the columns into each value's
+        place in its record; a wanted column whose rows share one serial type (most do) is shifted by
+        one number."""
         ps, usable = self.page_size, self.usable
         base = np.arange((len(buf) - 8) // ps, dtype=np.int64) * ps
         if len(base) and (buf[base] != _LEAF).any():
@@ -268,41 +272,57 @@ class PageFile:
         record = cell + n1 + n2
         if (record + payload > page_of_row + usable).any():
             raise NotDirect("a record runs past its page")
-        header = buf[record].astype(np.int64)
-        if (header != ncols + 1).any():  # one byte per column: a one-byte header size, one-byte types
+        if (buf[record] != ncols + 1).any():  # one byte per column: a one-byte header size, one-byte types
             raise NotDirect("records with other column counts or long serial types")
-        pos = record + header
-        offsets: list[np.ndarray] = []
-        types: list[np.ndarray] = []
-        for c in range(ncols):
-            t = buf[record + 1 + c]
-            if _UNREADABLE[t].any():
-                raise NotDirect("serial types this module does not decode")
-            types.append(t)
-            offsets.append(pos)
-            pos = pos + _SIZES[t]
-        if (pos != record + payload).any():
+        # the serial types, one row per column: each record's header bytes copied at once, then transposed
+        headers = np.lib.stride_tricks.as_strided(buf, (len(buf) - ncols, ncols), (1, 1), writeable=False)
+        types = np.ascontiguousarray(headers[record + 1].T)
+        if int(types.max()) <= 9:  # integers, NULL, reals: sizes by arithmetic (a table lookup costs 7x)
+            sizes = types + (types >= 5)
+            sizes += types == 6
+            sizes *= types < 8
+        elif _UNREADABLE[types].any():
+            raise NotDirect("serial types this module does not decode")
+        else:
+            sizes = _SIZES16[types]
+        # where each column's value ends in the record's body (uint16: at most 254 columns of 57 bytes),
+        # a row at a time (numpy's cumsum down the rows costs 10x)
+        ends = np.empty(types.shape, dtype=np.uint16)
+        ends[0] = sizes[0]
+        for c in range(1, ncols):
+            np.add(ends[c - 1], sizes[c], out=ends[c])
+        if (ends[-1] != payload - (ncols + 1)).any():
             raise NotDirect("records whose header and payload disagree")
+        body = record + (ncols + 1)
         words = np.ndarray((len(buf) - 7,), dtype=">i8", buffer=buf, strides=(1,))
         values: list[np.ndarray | None] = []
         nulls: list[np.ndarray] = []
         for c in wanted:
             t = types[c]
-            if _NOT_INT[t].any():
+            lo, hi = int(t.min()), int(t.max())
+            if hi >= 7 and (_NOT_INT[t].any() if hi >= 12 else lo <= 7 and (t == 7).any()):
                 raise NotDirect("values other than integers")
-            null = t == 0
-            size = _SIZES[t]
-            widest = int(size.max())
-            if not widest:  # NULL, 0 or 1 in every row
-                v = (t == 9).astype(np.int64)
-                values.append(None if null.all() else v)
-            else:
-                v = words[offsets[c]].astype(np.int64)  # 8 bytes from the value's first, big-endian
-                v >>= _SHIFT[t]  # arithmetic: keeps the value's sign
-                small = size == 0
+            null = t == 0 if lo == 0 else np.zeros(rows, dtype=bool)
+            at = body + ends[c - 1] if c else body
+            if lo == hi and not _SIZES[lo]:  # NULL, 0 or 1 in every row
+                values.append(None if lo == 0 else np.full(rows, int(lo == 9), dtype=np.int64))
+                nulls.append(null)
+                continue
+            widest = int(_SIZES[lo]) if lo == hi else int(sizes[c].max())
+            if not widest:  # NULL, 0 or 1, mixed
+                values.append((t == 9).astype(np.int64))
+                nulls.append(null)
+                continue
+            if widest == 1:  # one byte, signed (gathering 8 bytes costs 4x)
+                v = buf[at].view(np.int8).astype(np.int64)
+            else:  # 8 bytes from the value's first, big-endian, shifted right (arithmetic: keeps the sign)
+                v = words[at].astype(np.int64)
+                v >>= int(_SHIFT[lo]) if lo == hi else _SHIFT[t]
+            if lo != hi:
+                small = sizes[c] == 0
                 if small.any():
                     v[small] = t[small] == 9
-                values.append(v)
+            values.append(v)
             nulls.append(null)
         return rows, values, nulls
 

@@ -901,35 +901,6 @@ def choose_backend() -> str:
     return "adbc" if importlib.util.find_spec("adbc_driver_sqlite") is not None else "sqlite3"
 
 
-_libc: Any = None
-
-
-def release_free_memory() -> None:
-    """Hand freed heap memory back to the OS between loading stages.
-
-    The loader's temporaries are 10-30 MB arrays; glibc serves those from its heap after the first big
-    ``free`` raises its mmap threshold, and keeps them after they are freed, so peak RSS would grow with
-    every stage. ``malloc_trim(0)`` returns those pages (and Arrow's pool its cache) at a cost of a few
-    milliseconds. A no-op where glibc is absent."""
-    global _libc
-    try:
-        import pyarrow as pa
-    except ImportError:
-        pa = None
-    if pa is not None and hasattr(pa.default_memory_pool(), "release_unused"):
-        pa.default_memory_pool().release_unused()
-    if _libc is None:
-        try:
-            import ctypes
-
-            _libc = ctypes.CDLL("libc.so.6")
-            _libc.malloc_trim.argtypes = [ctypes.c_size_t]
-        except (OSError, AttributeError):
-            _libc = False
-    if _libc:
-        _libc.malloc_trim(0)
-
-
 def file_identity(path: Path) -> tuple[int, int]:
     """(size, mtime_ns) of ``path``: the cache key of exports derived from it."""
     st = os.stat(path)

@@ -23,6 +23,7 @@ from analyzer.loading.common import (
     gc_paused,
     strip_api_suffix,
     text_as_object,
+    text_column,
 )
 from analyzer.loading.kernel_names import kernel_short_name
 from analyzer.loading.kineto.columns import (
@@ -64,6 +65,7 @@ from analyzer.loading.model import (
     empty_frame,
 )
 from analyzer.loading.python_stacks import python_call_stacks
+from analyzer.resources import release_free_memory
 
 Progress = Callable[[str], None]
 
@@ -96,8 +98,6 @@ class _KinetoLoader:
             self.say(f"parsed {stream.bytes_read / 1e6:,.1f} MB of JSON in chunks")
         except StreamFallback:
             doc, columns = self._whole_file()
-        from analyzer.loading.sqlite_reader import release_free_memory  # the one heap trim (glibc)
-
         release_free_memory()  # the decoded chunks' pages: glibc's heap keeps them once freed
         trace = self._build(doc, columns)
         release_free_memory()  # and the model's temporaries, before the facts allocate theirs
@@ -435,8 +435,8 @@ class _KinetoLoader:
         rows = [records[d] for d in sorted(records)]
         name = np.empty(len(rows), dtype=object)
         name[:] = [r["name"] for r in rows]
-        return text_as_object(pd.DataFrame({c: name if c == "name" else np.array([r[c] for r in rows], dtype=np.int64)
-                                            for c in GPU_COLUMNS}))
+        return pd.DataFrame({c: text_column(name) if c == "name" else np.array([r[c] for r in rows], dtype=np.int64)
+                             for c in GPU_COLUMNS})
 
     def _processes_threads(self, meta: list[Event]) -> tuple[pd.DataFrame, pd.DataFrame]:
         procs: dict[int, str] = {}
@@ -457,17 +457,18 @@ class _KinetoLoader:
                 tid = int_or(e.tid, -1)
                 if tid >= 0:
                     thread_names[(pid, tid)] = value
+        # text built as object columns (text_column), not left to pandas' inference of its str dtype
         processes = pd.DataFrame({"pid": np.array([p for p in procs if p not in gpu_pids], dtype=np.int64),
-                                  "name": np.array([n for p, n in procs.items() if p not in gpu_pids], dtype=object)})
+                                  "name": text_column(np.array([n for p, n in procs.items() if p not in gpu_pids],
+                                                               dtype=object))})
         threads = pd.DataFrame({"pid": np.array([k[0] for k in thread_names], dtype=np.int64),
                                 "tid": np.array([k[1] for k in thread_names], dtype=np.int64),
-                                "name": np.array(list(thread_names.values()), dtype=object)})
+                                "name": text_column(np.array(list(thread_names.values()), dtype=object))})
         if processes.empty:
             processes = empty_frame(PROCESS_COLUMNS)
         if threads.empty:
             threads = empty_frame(THREAD_COLUMNS)
-        return (text_as_object(processes.sort_values("pid", ignore_index=True)),
-                text_as_object(threads.sort_values(["pid", "tid"], ignore_index=True)))
+        return processes.sort_values("pid", ignore_index=True), threads.sort_values(["pid", "tid"], ignore_index=True)
 
 
 class _Quality:

@@ -89,7 +89,8 @@ from analyzer.loading.nsys_sqlite.schema import (
     detect_schema,
     no_gpu_activity,
 )
-from analyzer.loading.sqlite_reader import IntColumns, SqliteReader, ValuesIn, release_free_memory
+from analyzer.loading.sqlite_reader import IntColumns, SqliteReader, ValuesIn
+from analyzer.resources import release_free_memory
 
 Progress = Callable[[str], None]
 

@@ -19,7 +19,8 @@ from analyzer.pipeline import load_ncu_paths
 load_trace({path!r})
 assert load_ncu_paths([]) is None
 import json
-print(json.dumps(sorted(m for m in sys.modules if m.startswith(("analyzer.loading.ncu.", "analyzer.loading.nsys_")))))
+print(json.dumps(sorted(m for m in sys.modules if m.startswith(("analyzer.loading.ncu.", "analyzer.loading.nsys_",
+                                                             "analyzer.loading.sqlite_reader")))))
 """
 
 
@@ -40,7 +41,9 @@ def test_no_ncu_reader_without_ncu_files(trace: str) -> None:
 def test_torch_profiler_trace_does_not_import_the_nsys_loader() -> None:
     loaded = _imported(DATA / "kineto" / "occupancy.pt.trace.json.gz")
     assert "analyzer.loading.nsys_sqlite.loader" not in loaded and "analyzer.loading.nsys_rep" not in loaded, loaded
+    assert "analyzer.loading.sqlite_reader" not in loaded, loaded  # nor the SQLite reader
 
 
 def test_the_check_sees_imported_readers() -> None:  # the checks above would see a reader that is imported
-    assert "analyzer.loading.nsys_sqlite.loader" in _imported(DATA / "alloc_churn_fixed.sqlite.xz")
+    loaded = _imported(DATA / "alloc_churn_fixed.sqlite.xz")
+    assert "analyzer.loading.nsys_sqlite.loader" in loaded and "analyzer.loading.sqlite_reader" in loaded, loaded
