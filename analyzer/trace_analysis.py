@@ -146,7 +146,12 @@ def prepare(trace: Trace, options: AnalysisOptions, *, ncu: NcuReport | None = N
         **options.fact_options,
         **(extra_fact_options or {}),
     }
-    return FactStore(trace, window, fact_options)
+    store = FactStore(trace, window, fact_options)
+    if options.cache and not options.power_files:  # a power log changes the trace after loading
+        from analyzer.facts.cache import attach
+
+        attach(store)  # facts computed before on this trace, window and options are read back
+    return store
 
 
 def _caused_by(err: BaseException, kind: type[BaseException]) -> bool:

@@ -63,7 +63,7 @@ def no_cache_option(function: F) -> F:
     """``--no-cache`` (the command receives ``no_cache``), the same for every command that reads traces."""
     return click.option(
         "--no-cache", is_flag=True,
-        help="Neither read nor write the columnar trace cache (kept in the user's cache directory; "
+        help="Neither read nor write the columnar trace and fact caches (kept in the user's cache directory; "
              "ANALYZER_CACHE_DIR / ANALYZER_CACHE_MAX / ANALYZER_NO_CACHE=1).")(function)
 
 

@@ -228,6 +228,9 @@ class FactStore:
     _local: threading.local = field(default_factory=threading.local, repr=False)  # .depth: facts being computed
     _stopping: bool = field(default=False, repr=False)
     _trim: bool | None = field(default=None, repr=False)  # see _trims_memory
+    #: the fact cache's entries for this store (analyzer.facts.cache.StoreFacts; None: every fact is
+    #: computed): a fact found there is read instead of computed, and its inputs are not needed
+    disk: Any = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self._changed = threading.Condition(self._lock)
@@ -240,13 +243,19 @@ class FactStore:
         with self._lock:
             self._active.append(name)  # its dependencies stay while they are computed and read
         try:
-            for dep in spec.requires:
-                self.get(dep)
+            if not self._on_disk(name):
+                for dep in spec.requires:
+                    self.get(dep)
             return self._obtain(spec)
         finally:
             with self._lock:
                 self._active.remove(name)
             self._release()  # what only it kept (its inputs, read until now)
+
+    def _on_disk(self, name: str) -> bool:
+        """Fact ``name`` is in the fact cache: read, not computed from its inputs."""
+        disk = self.disk
+        return disk is not None and disk.has(name)
 
     def computed(self) -> list[str]:
         with self._lock:
@@ -258,6 +267,7 @@ class FactStore:
         tells each rank its waits after the first facts were computed)."""
         with self._lock:
             self.options = {**self.options, **extra}
+            self.disk = None  # keyed on the options it was made with
             names = set(forget)
             if names:
                 stale = names | {c for c in self._cache if names & set(dependency_order([c]))}
@@ -335,7 +345,7 @@ class FactStore:
             if name in need:
                 continue
             need.add(name)
-            if name not in cached or name in busy:
+            if (name not in cached or name in busy) and not self._on_disk(name):
                 try:
                     todo.extend(get_spec(name).requires)
                 except UnknownFactError:  # the reader fails on its own
@@ -403,13 +413,25 @@ class FactStore:
     def _compute(self, spec: FactSpec) -> pd.DataFrame:
         from analyzer.watchdog import stage
 
+        disk = self.disk
         ctx = FactContext(trace=self.trace, window=self.window, store=self, options=self.options)
         with stage(f"fact {spec.name}"):
+            frame = disk.read(spec.name) if disk is not None else None
+            if frame is not None:
+                return frame
             frame = spec.compute(ctx)
         missing = [c for c in spec.columns if c not in frame.columns]
         if missing:
             raise RuntimeError(f"fact {spec.name!r} did not produce declared columns {missing}")
+        if disk is not None and disk is self.disk and self._read_by_readers(spec.name):
+            disk.offer(spec.name, frame)
         return frame
+
+    def _read_by_readers(self, name: str) -> bool:
+        """Whether the plan's readers read fact ``name`` themselves (every fact without a plan): those the
+        fact cache stores; a fact computed only as another's input is not needed when that one is read."""
+        pending = self._pending
+        return pending is None or name in pending or name in self._keep
 
     # -- two threads ----------------------------------------------------------------------------------
     def start_prefetch(self) -> None:
@@ -468,7 +490,7 @@ class FactStore:
             if name in self._cache or name in self._running or name in self._failed_ahead:
                 continue
             spec = get_spec(name)
-            if spec.alone or not all(r in self._cache for r in spec.requires):
+            if spec.alone or not (self._on_disk(name) or all(r in self._cache for r in spec.requires)):
                 continue  # a fact computed alone is its reader's to compute
             if inputs is not None and name not in inputs:
                 continue

@@ -132,6 +132,8 @@ def load_trace(
     fmt = detect_format(p)
     if cache is not None and fmt in ("xz", "nsys-sqlite", "sqlite", "nsys-rep"):
         return cache.load(p, lambda: _load(p, fmt, progress, cache_dir), progress)
+    if cache is not None and fmt == "json":  # not stored, but its facts are (analyzer.facts.cache)
+        return cache.load_uncached(p, lambda: _load(p, fmt, progress, cache_dir))
     return _load(p, fmt, progress, cache_dir)
 
 

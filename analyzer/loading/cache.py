@@ -77,23 +77,28 @@ _SUPPORTED_KINDS = "iufb"
 _ENTRY_RE = re.compile(r"^[0-9a-f]{64}$")
 _TMP_RE = re.compile(r"^\.[0-9a-f]{12}-[a-z0-9_]{6,}$")  # tempfile.mkdtemp(prefix=".DIGEST12-")
 _INDEX_RE = re.compile(r"^[0-9a-f]{40}$")
-_ENTRY_FILES = frozenset({"meta.json", *(f"{name}.arrow" for name in FRAME_COLUMNS)})
-_SAID: set[str] = set()
+#: the one file of a fact cache entry besides its meta.json (analyzer.facts.cache)
+FACT_FILE = "fact.arrow"
+_ENTRY_FILES = frozenset({"meta.json", FACT_FILE, *(f"{name}.arrow" for name in FRAME_COLUMNS)})
+#: the cache's folders under :func:`cache_home`: loaded traces, and the facts computed from them
+#: (:mod:`analyzer.facts.cache`); ``ANALYZER_CACHE_MAX`` bounds them together
+CACHE_FOLDERS = ("traces", "facts")
+_SAID: set[tuple[str, str]] = set()
 
 Progress = Callable[[str], None]
 
 
-def _debug(message: str) -> None:
+def _debug(message: str, what: str = "trace cache") -> None:
     if os.environ.get("ANALYZER_DEBUG"):
-        sys.stderr.write(f"trace cache: {message}\n")
+        sys.stderr.write(f"{what}: {message}\n")
 
 
-def _say_once(key: str, message: str) -> None:
+def _say_once(key: str, message: str, what: str = "trace cache") -> None:
     """A line on stderr, once per process and kind of problem: the cache is never required, but a user
     should know when theirs was refused or damaged."""
-    if key not in _SAID:
-        _SAID.add(key)
-        sys.stderr.write(f"note: trace cache: {message}\n")
+    if (what, key) not in _SAID:
+        _SAID.add((what, key))
+        sys.stderr.write(f"note: {what}: {message}\n")
 
 
 def trusted(st: os.stat_result) -> bool:
@@ -172,12 +177,16 @@ def _read_private(path: Path) -> bytes:
         return fh.read()
 
 
-def _checksum(files: dict[str, bytes], meta: dict[str, Any]) -> str:
-    """SHA-256 of an entry's Arrow files and the part of its meta.json the trace is rebuilt from."""
+_STATED = ("info", "extras", "columns", "digest", "source_size")
+
+
+def entry_checksum(files: dict[str, bytes], meta: dict[str, Any], stated_keys: tuple[str, ...] = _STATED) -> str:
+    """SHA-256 of an entry's Arrow files and the part of its meta.json (``stated_keys``) the content is
+    rebuilt from."""
     h = hashlib.sha256()
     for name in sorted(files):
         h.update(name.encode() + b"\0" + hashlib.sha256(files[name]).digest())
-    stated = {k: meta.get(k) for k in ("info", "extras", "columns", "digest", "source_size")}
+    stated = {k: meta.get(k) for k in stated_keys}
     h.update(json.dumps(stated, sort_keys=True).encode())
     return h.hexdigest()
 
@@ -192,9 +201,9 @@ def cache_home() -> Path:
     return Path(base) / "gpu-trace-analyzer"
 
 
-def cache_root() -> Path:
-    """The cache directory for traces (see the module docstring)."""
-    return cache_home() / "traces"
+def cache_root(folder: str = "traces") -> Path:
+    """The cache directory for traces (see the module docstring), or another of :data:`CACHE_FOLDERS`."""
+    return cache_home() / folder
 
 
 def parse_size(text: str) -> int:
@@ -290,24 +299,54 @@ class _Unstorable(Exception):
     pass
 
 
-def _frame_to_table(frame: pd.DataFrame):  # -> pyarrow.Table
+Unstorable = _Unstorable  # a frame frame_to_table cannot store exactly (for the fact cache)
+
+
+def _string_kind(dtype: pd.StringDtype) -> str:
+    """``str:STORAGE:NA`` for pandas' string dtypes (``str`` is pandas 3's default text column)."""
+    na = "nan" if dtype.na_value is not pd.NA else "NA"
+    return f"str:{dtype.storage}:{na}"
+
+
+def _string_dtype(kind: str) -> pd.StringDtype:
+    _, storage, na = kind.split(":")
+    if storage not in ("pyarrow", "python") or na not in ("nan", "NA"):
+        raise _Unstorable(f"unknown string column kind {kind!r}")
+    return pd.StringDtype(storage, na_value=np.nan if na == "nan" else pd.NA)
+
+
+def frame_to_table(frame: pd.DataFrame):  # -> pyarrow.Table
+    """``frame`` as an Arrow table from which :func:`table_to_frame` rebuilds it exactly (columns,
+    dtypes incl. categorical categories and int widths, values); raises :class:`Unstorable` for what
+    it cannot store: an index other than 0..n-1, columns other than integers, floats, booleans and text
+    (object, pandas' string dtypes, categoricals of text)."""
     import pyarrow as pa
 
     if not isinstance(frame.index, pd.RangeIndex) or frame.index.start != 0 or frame.index.step != 1:
         raise _Unstorable("frame index is not 0..n-1")
     arrays, fields = [], []
     for name in frame.columns:
+        meta: dict[str, str] = {}
         if not isinstance(name, str):
             raise _Unstorable(f"column name {name!r}")
         col = frame[name]
         dtype = col.dtype
         if isinstance(dtype, pd.CategoricalDtype):
             cats = dtype.categories
-            if cats.dtype != object or dtype.ordered or not all(isinstance(c, str) for c in cats):
+            text_cats = isinstance(cats.dtype, pd.StringDtype)
+            if (cats.dtype != object and not text_cats) or dtype.ordered \
+                    or not all(isinstance(c, str) for c in cats):
                 raise _Unstorable(f"{name}: categorical of {cats.dtype}")
             codes = col.cat.codes.to_numpy()
-            kind = f"category:{codes.dtype.str}"
+            kind = f"category:{codes.dtype.str}" + (f":{_string_kind(cats.dtype)}" if text_cats else "")
             arr = pa.DictionaryArray.from_arrays(pa.array(codes), pa.array(list(cats), type=pa.string()))
+            if not len(frame):  # an IPC file of no rows keeps no dictionary: the categories go here
+                meta["categories"] = json.dumps(list(cats))
+        elif isinstance(dtype, pd.StringDtype):
+            kind = _string_kind(dtype)
+            arr = pa.array(col.array)
+            if isinstance(arr, pa.ChunkedArray):
+                arr = arr.combine_chunks()
         elif isinstance(dtype, np.dtype) and dtype.kind == "O":
             from analyzer.loading.columns import factorize_objects
 
@@ -323,11 +362,11 @@ def _frame_to_table(frame: pd.DataFrame):  # -> pyarrow.Table
         else:
             raise _Unstorable(f"{name}: dtype {dtype}")
         arrays.append(arr)
-        fields.append(pa.field(name, arr.type, metadata={"kind": kind}))
+        fields.append(pa.field(name, arr.type, metadata={"kind": kind, **meta}))
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
 
-def _table_to_frame(table) -> pd.DataFrame:  # table: pyarrow.Table
+def table_to_frame(table) -> pd.DataFrame:  # table: pyarrow.Table
     import pyarrow as pa
 
     out: dict[str, Any] = {}
@@ -338,15 +377,23 @@ def _table_to_frame(table) -> pd.DataFrame:  # table: pyarrow.Table
         if kind.startswith("category:") or kind == "object":
             if not pa.types.is_dictionary(arr.type):
                 raise _Unstorable(f"{field.name}: expected dictionary data")
-            labels = np.empty(len(arr.dictionary), dtype=object)
-            labels[:] = arr.dictionary.to_pylist()
+            stated = (field.metadata or {}).get(b"categories")
+            names = json.loads(stated) if stated is not None and not len(arr) else arr.dictionary.to_pylist()
+            if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+                raise _Unstorable(f"{field.name}: categories are not text")
+            labels = np.empty(len(names), dtype=object)
+            labels[:] = names
             codes = arr.indices.to_numpy(zero_copy_only=False)
             if kind == "object":
                 out[field.name] = pd.Series(labels[codes] if len(codes) else np.empty(0, dtype=object),
                                             dtype=object, copy=False)
             else:
-                codes = codes.astype(np.dtype(kind.split(":", 1)[1]), copy=False)
-                out[field.name] = pd.Categorical.from_codes(codes, categories=pd.Index(labels, dtype=object))
+                _, code_kind, *cat_kind = kind.split(":", 2)
+                codes = codes.astype(np.dtype(code_kind), copy=False)
+                cat_dtype = _string_dtype(cat_kind[0]) if cat_kind else object
+                out[field.name] = pd.Categorical.from_codes(codes, categories=pd.Index(labels, dtype=cat_dtype))
+        elif kind.startswith("str:"):
+            out[field.name] = pd.Series(pd.array(arr, dtype=_string_dtype(kind)), copy=False)
         elif kind and np.dtype(kind).kind in _SUPPORTED_KINDS:
             # a writable copy in the exact dtype: loaded frames are writable, so cached ones are too
             out[field.name] = np.array(arr.to_numpy(zero_copy_only=False), dtype=np.dtype(kind), copy=True)
@@ -355,10 +402,172 @@ def _table_to_frame(table) -> pd.DataFrame:  # table: pyarrow.Table
     return pd.DataFrame(out, copy=False) if out else pd.DataFrame(index=pd.RangeIndex(table.num_rows))
 
 
+def ipc_bytes(table) -> bytes:  # table: pyarrow.Table
+    """``table`` as an LZ4-compressed Arrow IPC file (Arrow's compression releases the GIL)."""
+    import pyarrow as pa
+
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression="lz4")) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def ipc_table(data: bytes):  # -> pyarrow.Table
+    import pyarrow as pa
+
+    return pa.ipc.open_file(pa.BufferReader(data)).read_all()
+
+
+# ---------------------------------------------------------------------------------------------------
+# entries: folders named by a digest, holding Arrow files and a checksummed meta.json (shared by the
+# trace cache and analyzer.facts.cache)
+# ---------------------------------------------------------------------------------------------------
+def open_entry(root: Path, digest: str, what: str = "trace cache") -> tuple[Path, dict[str, Any]] | None:
+    """The folder and meta.json of entry ``digest`` under ``root``: a private folder of this user's whose
+    meta.json (a private file) names that digest; None otherwise (a refused one said once on stderr)."""
+    entry = root / digest
+    try:
+        st = os.lstat(entry)
+        if not stat.S_ISDIR(st.st_mode) or not trusted(st):
+            raise _Untrusted(f"{entry} is not a private folder of yours")
+        meta = json.loads(_read_private(entry / "meta.json"))
+    except _Untrusted as err:
+        _say_once("entry", f"{err}; not used", what)
+        return None
+    except (OSError, ValueError):
+        return None
+    if not isinstance(meta, dict) or meta.get("digest") != digest:
+        _debug(f"{entry.name}: not an entry for this digest; ignored", what)
+        return None
+    return entry, meta
+
+
+def read_entry_files(entry: Path, meta: dict[str, Any], names: list[str], label: str, instead: str,
+                     what: str = "trace cache", stated_keys: tuple[str, ...] = _STATED) -> dict[str, bytes] | None:
+    """The bytes of ``names`` in ``entry``, checked against the checksum of its meta.json; None when one
+    is missing, unreadable or refused, or the checksum differs (said once: ``label`` does not match
+    its checksum; ``instead``)."""
+    try:
+        files = {name: _read_private(entry / name) for name in names}
+    except _Untrusted as err:
+        _say_once("entry", f"{err}; not used", what)
+        return None
+    except OSError as err:
+        _debug(f"{entry.name}: unreadable ({err}); ignored", what)
+        return None
+    if meta.get("checksum") != entry_checksum(files, meta, stated_keys):
+        _say_once("checksum", f"{label} does not match its checksum (it changed after it was written); {instead}",
+                  what)
+        return None
+    return files
+
+
+def touch_entry(entry: Path) -> None:
+    """Mark the entry used now (its meta.json's mtime: eviction removes the least recently used)."""
+    try:
+        os.utime(entry / "meta.json")
+    except OSError:
+        pass
+
+
+def write_entry(root: Path, digest: str, files: dict[str, bytes], meta: dict[str, Any], what: str = "trace cache",
+                stated_keys: tuple[str, ...] = _STATED) -> bool:
+    """Write entry ``digest`` under ``root``: ``files`` and ``meta`` (with their checksum added) into a
+    private temporary folder renamed into place, so no run ever sees half an entry. False when it could
+    not be written (said with ANALYZER_DEBUG)."""
+    try:
+        make_private_dir(root)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{digest[:12]}-", dir=root))  # 0700
+    except OSError as err:
+        _debug(f"cannot write under {root}: {err}", what)
+        return False
+    try:
+        meta = {**meta, "checksum": entry_checksum(files, meta, stated_keys)}
+        for fname, data in {**files, "meta.json": json.dumps(meta).encode()}.items():
+            fd = os.open(tmp / fname, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+        final = root / digest
+        try:
+            os.rename(tmp, final)
+        except OSError:  # an entry appeared meanwhile (another run), or an old one is in the way
+            _remove_entry_dir(final)
+            os.rename(tmp, final)
+    except OSError as err:
+        _debug(f"cannot write the entry: {err}", what)
+        _remove_entry_dir(tmp)
+        return False
+    return True
+
+
+def _metas(root: Path) -> list[Path]:
+    try:
+        return [p / "meta.json" for p in root.iterdir() if _ENTRY_RE.match(p.name)]
+    except OSError:
+        return []
+
+
+def entries_in(root: Path) -> list[tuple[float, int, Path]]:
+    """(last use, bytes, directory) of every entry the cache wrote under ``root``, oldest first."""
+    out = []
+    for meta in _metas(root):
+        entry = meta.parent
+        try:
+            if entry.is_symlink() or not _ours(meta):
+                continue
+            used = meta.stat(follow_symlinks=False).st_mtime
+            size = sum(f.stat(follow_symlinks=False).st_size for f in entry.iterdir())
+        except OSError:
+            continue
+        out.append((used, size, entry))
+    return sorted(out)
+
+
+def evict_entries(root: Path, limit: int) -> None:
+    """Remove the least recently used entries until those of ``root`` and of the other
+    :data:`CACHE_FOLDERS` beside it (when ``root`` is one of them) fit ``limit`` together; drop the
+    temporary folders of interrupted runs (an hour old) in them."""
+    roots = [root]
+    if root.name in CACHE_FOLDERS:
+        roots += [root.parent / name for name in CACHE_FOLDERS if name != root.name]
+    entries = sorted(e for r in roots for e in entries_in(r))
+    total = sum(size for _, size, _ in entries)
+    for _, size, entry in entries:
+        if total <= limit:
+            break
+        _remove_entry_dir(entry)
+        total -= size
+    now = time.time()
+    for r in roots:
+        try:
+            for p in r.iterdir():
+                if (_TMP_RE.match(p.name) and not p.is_symlink() and p.is_dir()
+                        and now - p.stat().st_mtime > 3600):
+                    _remove_entry_dir(p)
+        except OSError:
+            continue
+
+
 def _info_to_json(info: TraceInfo) -> dict[str, Any]:
     d = asdict(info)
     d["path"] = str(info.path)
     return d
+
+
+_SOURCE_ATTR = "_cache_source_digest"
+
+
+def mark_source(trace: Trace, digest: str) -> None:
+    """Record on ``trace`` the SHA-256 of the file it was loaded from. An attribute of this object, not
+    a field: a trace made from it (``dataclasses.replace``, one rank's frames) carries none."""
+    setattr(trace, _SOURCE_ATTR, digest)
+
+
+def source_digest(trace: Trace) -> str | None:
+    """The SHA-256 of the file ``trace`` was loaded from, when the trace cache knows it (see
+    :func:`mark_source`); the fact cache (:mod:`analyzer.facts.cache`) keys its entries on it."""
+    digest = getattr(trace, _SOURCE_ATTR, None)
+    return digest if isinstance(digest, str) else None
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -402,6 +611,7 @@ class TraceCache:
             if trace is not None:
                 self.hits += 1
                 self._remember(ident, digest)
+                mark_source(trace, digest)
                 return trace
         hasher = None
         if digest is None:  # hash while the loader runs
@@ -414,7 +624,33 @@ class TraceCache:
         except OSError:
             unchanged = False
         if digest is not None and unchanged:
+            mark_source(trace, digest)
             self._write(digest, ident, trace, say)
+        return trace
+
+    def load_uncached(self, path: Path, load: Callable[[], Trace]) -> Trace:
+        """``load()`` (a format the cache does not store: torch.profiler JSON), the trace marked with the
+        SHA-256 of ``path``'s content (:func:`source_digest`) for the fact cache: from the identity
+        index, else computed while ``load()`` runs."""
+        try:
+            ident = Identity.of(path)
+        except OSError:
+            return load()
+        digest = self._digest_from_index(ident) if self._root_trusted() else None
+        hasher = _Hasher(path) if digest is None else None
+        trace = load()
+        if hasher is not None:
+            digest = hasher.result()
+            try:
+                unchanged = Identity.of(path) == ident
+            except OSError:
+                unchanged = False
+            if digest is None or not unchanged:
+                return trace
+            if self._root_trusted() and self.limit > 0:
+                self._remember(ident, digest)
+        if digest is not None:
+            mark_source(trace, digest)
         return trace
 
     def _root_trusted(self) -> bool:
@@ -467,10 +703,7 @@ class TraceCache:
         return False
 
     def _metas(self) -> list[Path]:
-        try:
-            return [p / "meta.json" for p in self.root.iterdir() if _ENTRY_RE.match(p.name)]
-        except OSError:
-            return []
+        return _metas(self.root)
 
     @staticmethod
     def _safe_digest(path: Path) -> str | None:
@@ -483,43 +716,25 @@ class TraceCache:
     # -- read -------------------------------------------------------------------------------------------
     def _read(self, digest: str, path: Path, say: Progress, size: int | None = None) -> Trace | None:
 
-        entry = self.root / digest
-        try:
-            st = os.lstat(entry)
-            if not stat.S_ISDIR(st.st_mode) or not trusted(st):
-                raise _Untrusted(f"{entry} is not a private folder of yours")
-            meta = json.loads(_read_private(entry / "meta.json"))
-        except _Untrusted as err:
-            _say_once("entry", f"{err}; not used")
+        opened = open_entry(self.root, digest)
+        if opened is None:
             return None
-        except (OSError, ValueError):
-            return None
-        if not isinstance(meta, dict) or meta.get("signature") != code_signature() or meta.get("digest") != digest:
+        entry, meta = opened
+        if meta.get("signature") != code_signature():
             _debug(f"{entry.name}: written by another loader version; ignored")
             return None
         if size is not None and meta.get("source_size") != size:
             _debug(f"{entry.name}: written for a file of another size; ignored")
             return None
         say(f"reading {path.name} from the trace cache")
-        try:
-            import pyarrow as pa
-
-            files = {name: _read_private(entry / f"{name}.arrow") for name in FRAME_COLUMNS}
-        except _Untrusted as err:
-            _say_once("entry", f"{err}; not used")
-            return None
-        except OSError as err:
-            _debug(f"{entry.name}: unreadable ({err}); ignored")
-            return None
-        if meta.get("checksum") != _checksum(files, meta):
-            _say_once("checksum", f"the entry for {path.name} does not match its checksum (it changed after "
-                                  "it was written); reading the trace again")
+        files = read_entry_files(entry, meta, [f"{name}.arrow" for name in FRAME_COLUMNS],
+                                 f"the entry for {path.name}", "reading the trace again")
+        if files is None:
             return None
         try:
             frames = {}
             for name in FRAME_COLUMNS:
-                table = pa.ipc.open_file(pa.BufferReader(files[name])).read_all()
-                frames[name] = _table_to_frame(table)
+                frames[name] = table_to_frame(ipc_table(files[f"{name}.arrow"]))
                 if list(frames[name].columns) != meta["columns"][name]:
                     raise _Unstorable(f"{name}: columns differ from meta.json")
             info_d = dict(meta["info"])
@@ -529,10 +744,7 @@ class TraceCache:
         except Exception as err:  # a damaged entry is a miss, never an error  # noqa: BLE001
             _debug(f"{entry.name}: unreadable ({type(err).__name__}: {err}); ignored")
             return None
-        try:
-            os.utime(entry / "meta.json")  # last use, for eviction
-        except OSError:
-            pass
+        touch_entry(entry)
         return Trace(info=info, extras=extras, **frames)
 
     # -- write ------------------------------------------------------------------------------------------
@@ -540,7 +752,7 @@ class TraceCache:
         if self.limit <= 0:
             return
         try:
-            tables = {name: _frame_to_table(getattr(trace, name)) for name in FRAME_COLUMNS}
+            tables = {name: frame_to_table(getattr(trace, name)) for name in FRAME_COLUMNS}
             meta_text = json.dumps({
                 "format": FORMAT, "signature": code_signature(), "digest": digest,
                 "source": ident.path, "source_size": ident.size, "created": time.time(),
@@ -575,39 +787,8 @@ class TraceCache:
     def _store(self, digest: str, ident: Identity, tables: dict[str, Any], meta_text: str) -> None:
         """Write an entry's files into a temporary directory, rename it into place, evict old entries
         (Arrow's LZ4 and file writes release the GIL: in the background this overlaps the rules)."""
-        import pyarrow as pa
-
-        try:
-            make_private_dir(self.root)
-            tmp = Path(tempfile.mkdtemp(prefix=f".{digest[:12]}-", dir=self.root))  # 0700
-        except OSError as err:
-            _debug(f"cannot write under {self.root}: {err}")
-            return
-        try:
-            options = pa.ipc.IpcWriteOptions(compression="lz4")
-            files: dict[str, bytes] = {}
-            for name, table in tables.items():
-                sink = pa.BufferOutputStream()
-                with pa.ipc.new_file(sink, table.schema, options=options) as writer:
-                    writer.write_table(table)
-                files[name] = sink.getvalue().to_pybytes()
-            meta = json.loads(meta_text)
-            meta["checksum"] = _checksum(files, meta)
-            files_out = {f"{name}.arrow": data for name, data in files.items()}
-            files_out["meta.json"] = json.dumps(meta).encode()
-            for fname, data in files_out.items():
-                fd = os.open(tmp / fname, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(data)
-            final = self.root / digest
-            try:
-                os.rename(tmp, final)
-            except OSError:  # an entry appeared meanwhile (another run), or an old one is in the way
-                _remove_entry_dir(final)
-                os.rename(tmp, final)
-        except OSError as err:
-            _debug(f"cannot write the entry: {err}")
-            _remove_entry_dir(tmp)
+        files = {f"{name}.arrow": ipc_bytes(table) for name, table in tables.items()}
+        if not write_entry(self.root, digest, files, json.loads(meta_text)):
             return
         self._remember(ident, digest)
         self.evict()
@@ -615,35 +796,14 @@ class TraceCache:
     # -- eviction ---------------------------------------------------------------------------------------
     def entries(self) -> list[tuple[float, int, Path]]:
         """(last use, bytes, directory) of every entry, oldest first."""
-        out = []
-        for meta in self._metas():
-            entry = meta.parent
-            try:
-                if entry.is_symlink() or not _ours(meta):
-                    continue
-                used = meta.stat(follow_symlinks=False).st_mtime
-                size = sum(f.stat(follow_symlinks=False).st_size for f in entry.iterdir())
-            except OSError:
-                continue
-            out.append((used, size, entry))
-        return sorted(out)
+        return entries_in(self.root)
 
     def evict(self) -> None:
-        """Remove least recently used entries until the total fits the limit; drop stale leftovers
-        (temporary directories of interrupted runs, index files of evicted entries)."""
-        entries = self.entries()
-        total = sum(size for _, size, _ in entries)
-        for _, size, entry in entries:
-            if total <= self.limit:
-                break
-            _remove_entry_dir(entry)
-            total -= size
-        now = time.time()
+        """Remove least recently used entries (of this folder and the fact cache beside it, see
+        :func:`evict_entries`) until the total fits the limit; drop stale leftovers (temporary
+        directories of interrupted runs, index files of evicted entries)."""
+        evict_entries(self.root, self.limit)
         try:
-            for p in self.root.iterdir():
-                if (_TMP_RE.match(p.name) and not p.is_symlink() and p.is_dir()
-                        and now - p.stat().st_mtime > 3600):
-                    _remove_entry_dir(p)
             index = self.root / "ident"
             if index.is_dir() and not index.is_symlink():
                 live = {p.name for p in self.root.iterdir() if _ENTRY_RE.match(p.name)}
