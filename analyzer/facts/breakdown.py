@@ -628,7 +628,8 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
     seg["host_activity"] = _host_activity(ctx, seg, (seg["cause"] == "host_work").to_numpy(), pid)
     seg = seg[list(SEGMENT_COLUMNS)]
     for c in ("device", "host_tid", "waited_tid"):  # ids in 32 bits where they fit (millions of rows)
-        seg[c] = narrow_int(seg[c].to_numpy())
+        if seg[c].dtype != np.int32:
+            seg[c] = narrow_int(seg[c].to_numpy())
     return seg
 
 
@@ -685,6 +686,8 @@ class _HostCalls:
         if a_tid.dtype.kind not in "iu":
             a_tid = a_tid.astype(np.int64)
         self.order, self.first, self.last = key_groups(a_tid)
+        if len(self.order) < np.iinfo(np.int32).max:  # held through the idle classification: 32 bits
+            self.order = self.order.astype(np.int32)
         self.threads = a_tid[self.order[self.first]] if len(self.first) else np.empty(0, np.int64)
         self._thread: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         #: per feeding thread (by id), its synchronizing calls' blocks on its whole timeline
@@ -703,7 +706,8 @@ class _HostCalls:
             rows = self.order[self.first[g]:self.last[g]]
             if not _ascending(rows):
                 rows = np.sort(rows)
-            t_start = self.start[rows]
+            # a thread making every call (sorted rows: all of them in order) reads the starts as they are
+            t_start = self.start if len(rows) == len(self.start) else self.start[rows]
             if not _ascending(t_start):  # calls recorded out of start order
                 o = np.argsort(t_start, kind="stable")
                 rows, t_start = rows[o], t_start[o]
