@@ -168,15 +168,23 @@ def build_paths(text: np.ndarray, depth: np.ndarray, parent: np.ndarray) -> np.n
     Level by level over integer path codes: a path is (parent path, text), factorized per level, so each
     distinct path string is built once and shared by all ranges that have it (a replayed training loop
     has millions of ranges but a few hundred paths)."""
-    n = len(text)
-    paths = np.empty(n, dtype=object)
-    if n == 0:
-        return paths
+    if len(text) == 0:
+        return np.empty(0, dtype=object)
     text_codes, text_uniq = pd.factorize(text)
-    n_text = max(len(text_uniq), 1)
+    paths = path_codes(TextCodes(text_codes, np.asarray(text_uniq, dtype=object)), depth, parent)
+    return paths.labels[paths.codes]
+
+
+def path_codes(text: TextCodes, depth: np.ndarray, parent: np.ndarray) -> TextCodes:
+    """:func:`build_paths` of ranges whose texts are codes (every code valid), as codes into the paths
+    built, one per distinct (parent path, text); a text holding ``/`` can make two of them equal."""
+    n = len(text.codes)
     path_code = np.full(n, -1, dtype=np.int64)
     path_strings: list[str] = []
-    for d in range(int(depth.max()) + 1):
+    text_codes = np.asarray(text.codes, dtype=np.int64)
+    text_uniq = text.labels
+    n_text = max(len(text_uniq), 1)
+    for d in range(int(depth.max()) + 1 if n else 0):
         rows = np.flatnonzero(depth == d)
         if len(rows) == 0:
             continue
@@ -191,7 +199,7 @@ def build_paths(text: np.ndarray, depth: np.ndarray, parent: np.ndarray) -> np.n
         path_code[rows] = base + inv.reshape(-1)
     table = np.empty(len(path_strings), dtype=object)
     table[:] = path_strings
-    return table[path_code]
+    return TextCodes(path_code, table)
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -55,6 +55,8 @@ _SIZES[12:128] = (np.arange(12, 128) - 12) // 2
 _SIZES16 = _SIZES.astype(np.uint16)
 #: right shift that turns the 8 big-endian bytes from a value's first into the value, sign kept
 _SHIFT = 64 - 8 * np.maximum(_SIZES, 1)
+#: the same for 4 bytes, for values of at most 4 bytes (types 1 to 4)
+_SHIFT32 = np.maximum(32 - 8 * np.maximum(_SIZES, 1), 0).astype(np.int32)
 #: serial types not decoded at all (reserved, or a longer varint), and those that are not integers or NULL
 _UNREADABLE = np.zeros(256, dtype=bool)
 _UNREADABLE[[10, 11]] = True
@@ -220,8 +222,9 @@ class PageFile:
         """Decode every row of the leaf pages ``leaves`` (consecutive leaves of one table, ``keys`` their
         largest rowids as :class:`TablePages` has them, ``first`` the smallest rowid they may hold), a
         batch per :data:`BATCH_BYTES` of pages: the batch's row count, per index in ``wanted`` the
-        column's values as ``int64`` (``None`` where the column is NULL in every row) and the matching
-        NULL masks. ``ncols`` is the table's column count. Every row's rowid must lie above the previous
+        column's values (``None`` where the column is NULL in every row; ``int32`` where the batch holds
+        values of at most 4 bytes, so that they are known to fit 32 bits without a look at them, else
+        ``int64``) and the matching NULL masks. ``ncols`` is the table's column count. Every row's rowid must lie above the previous
         row's and within its leaf's keys, as SQLite's integrity check demands: damage that SQLite would
         read one way in a scan and another in a rowid search is refused. A batch's pages stay in the
         core's cache while the ~50 passes over them run: 1 MiB batches decoded the kernels of the 1 M
@@ -295,6 +298,7 @@ class PageFile:
             raise NotDirect("records whose header and payload disagree")
         body = record + (ncols + 1)
         words = np.ndarray((len(buf) - 7,), dtype=">i8", buffer=buf, strides=(1,))
+        quads = np.ndarray((len(buf) - 3,), dtype=">i4", buffer=buf, strides=(1,))
         values: list[np.ndarray | None] = []
         nulls: list[np.ndarray] = []
         for c in wanted:
@@ -305,17 +309,21 @@ class PageFile:
             null = t == 0 if lo == 0 else np.zeros(rows, dtype=bool)
             at = body + ends[c - 1] if c else body
             if lo == hi and not _SIZES[lo]:  # NULL, 0 or 1 in every row
-                values.append(None if lo == 0 else np.full(rows, int(lo == 9), dtype=np.int64))
+                values.append(None if lo == 0 else np.full(rows, int(lo == 9), dtype=np.int32))
                 nulls.append(null)
                 continue
             widest = int(_SIZES[lo]) if lo == hi else int(sizes[c].max())
             if not widest:  # NULL, 0 or 1, mixed
-                values.append((t == 9).astype(np.int64))
+                values.append((t == 9).astype(np.int32))
                 nulls.append(null)
                 continue
-            if widest == 1:  # one byte, signed (gathering 8 bytes costs 4x)
-                v = buf[at].view(np.int8).astype(np.int64)
-            else:  # 8 bytes from the value's first, big-endian, shifted right (arithmetic: keeps the sign)
+            # the bytes from the value's first, big-endian, shifted right (arithmetic: keeps the sign)
+            if widest == 1:  # one byte (gathering 8 bytes costs 4x)
+                v = buf[at].view(np.int8).astype(np.int32)
+            elif widest <= 4:
+                v = quads[at].astype(np.int32)
+                v >>= int(_SHIFT32[lo]) if lo == hi else _SHIFT32[t]
+            else:
                 v = words[at].astype(np.int64)
                 v >>= int(_SHIFT[lo]) if lo == hi else _SHIFT[t]
             if lo != hi:
@@ -339,14 +347,30 @@ def _be32(buf: np.ndarray, pos: np.ndarray) -> np.ndarray:
 def _varints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """SQLite varints at ``pos`` (1 to 9 bytes, big-endian, 7 bits per byte and all 8 in the ninth): their
     values (as int64 bits) and lengths. Vectorised over the rows still reading, which shrink fast: most
-    varints in nsys tables take one to three bytes."""
+    varints in nsys tables take one to three bytes. While every varint is still reading (the rowids of a
+    table past its first 127 rows are all two bytes or longer), whole arrays are read, without indexes."""
     value = buf[pos].astype(np.int64)
     length = np.ones(len(pos), dtype=np.int64)
-    going = np.flatnonzero(value >= 0x80)
-    if not len(going):
+    more = value >= 0x80
+    if not more.any():
         return value, length
-    value[going] &= 0x7F
-    for k in range(1, 9):
+    value &= 0x7F  # every value's first byte: the flag of those that stop is 0 already
+    k = 1
+    while more.all():  # whole arrays
+        b = buf[pos + k].astype(np.int64)
+        length += 1
+        if k == 8:
+            value <<= 8
+            value |= b
+            return value, length
+        value <<= 7
+        value |= b & 0x7F
+        more = b >= 0x80
+        k += 1
+    going = np.flatnonzero(more)
+    for k in range(k, 9):
+        if not len(going):
+            break
         b = buf[pos[going] + k].astype(np.int64)
         length[going] += 1
         if k == 8:
@@ -354,6 +378,4 @@ def _varints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             break
         value[going] = (value[going] << 7) | (b & 0x7F)
         going = going[b >= 0x80]
-        if not len(going):
-            break
     return value, length

@@ -129,7 +129,8 @@ _I32_MIN, _I32_MAX = int(np.iinfo(np.int32).min), int(np.iinfo(np.int32).max)
 
 
 def _fits32(values: np.ndarray) -> bool:
-    return not len(values) or (_I32_MIN <= int(values.min()) and int(values.max()) <= _I32_MAX)
+    return (values.dtype.kind == "i" and values.dtype.itemsize <= 4 or not len(values)
+            or (_I32_MIN <= int(values.min()) and int(values.max()) <= _I32_MAX))
 
 
 @dataclass
@@ -654,8 +655,10 @@ class SqliteReader:
                         rows = int(keep.sum())
                         values = [None if x is None else x[keep] for x in values]
                         nulls = [x[keep] for x in nulls]
-                for x, null in zip(values, nulls):
+                for i, (x, null) in enumerate(zip(values, nulls)):
                     if x is not None and null.any():
+                        if x.dtype == np.int32 and not _I32_MIN <= q.default <= _I32_MAX:
+                            x = values[i] = x.astype(np.int64)
                         x[null] = q.default
                 sink.add(rows, values)
         except NotDirect as exc:

@@ -20,6 +20,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from analyzer.loading.columns import TextCodes
 from analyzer.loading.kineto.document import (
     DRIVER_CATS,
     FLOW_CATS,
@@ -54,29 +55,28 @@ def parse_timestamps_ns(raws: Sequence[bytes | msgspec.Raw]) -> np.ndarray:
     ``"1623142623460111"``, ``"4.5e3"``); missing or non-numeric values are ``-1``. Digits beyond the
     nanosecond are dropped.
 
-    Vectorised: the texts are sorted by length and joined, so the numbers of one length form one byte
-    matrix; where every row has its decimal point in the same column, the value accumulates column by
-    column. Anything else (signs, exponents, mixed layouts, 9e15 us or more) goes through ``Decimal``
-    one by one; torch.profiler never writes those."""
+    Vectorised: the texts are joined, and the numbers of one length gathered into one byte matrix;
+    where every row has its decimal point in the same column, the value is one product of the digit
+    matrix with the column's powers of ten. Anything else (signs, exponents, mixed layouts, 9e15 us or
+    more) goes through ``Decimal`` one by one; torch.profiler never writes those."""
     n = len(raws)
     out = np.full(n, -1, dtype=np.int64)
     if n == 0:
         return out
     lens = np.fromiter(map(len, raws), dtype=np.int64, count=n)
+    buf = np.frombuffer(b"".join(raws), dtype=np.uint8)
+    offsets = np.zeros(n, dtype=np.int64)
+    np.cumsum(lens[:-1], out=offsets[1:])
     order = np.argsort(lens, kind="stable")
     sorted_lens = lens[order]
-    buf = np.frombuffer(b"".join([raws[i] for i in order.tolist()]), dtype=np.uint8)
     cuts = [0, *(np.flatnonzero(np.diff(sorted_lens)) + 1).tolist(), n]
     slow: list[int] = []
-    pos = 0
     for a, b in itertools.pairwise(cuts):
         length = int(sorted_lens[a])
-        k = b - a
         rows = order[a:b]
-        m = buf[pos:pos + k * length].reshape(k, length)
-        pos += k * length
         if length == 0:
             continue
+        m = buf[offsets[rows][:, None] + np.arange(length)]  # (rows, length) bytes
         is_dot = m == 46
         dot_cols = np.flatnonzero(is_dot.any(axis=0))
         col = int(dot_cols[0]) if len(dot_cols) else length
@@ -88,16 +88,14 @@ def parse_timestamps_ns(raws: Sequence[bytes | msgspec.Raw]) -> np.ndarray:
         if col < length:
             valid[:, col] = is_dot[:, col]
         good = valid.all(axis=1)
-        acc = np.zeros(k, dtype=np.int64)
-        used = 0
+        # weight of each column in ns: the integer digits' powers of ten times 1000, the first three
+        # decimals' 100, 10, 1; the point and digits beyond the nanosecond 0
+        weight = np.zeros(length, dtype=np.int64)
         for j in range(min(length, col + 4)):
-            if j == col:
-                continue
-            acc *= 10
-            acc += digits[:, j]
-            used += j > col
-        acc *= 10 ** (3 - used)
-        out[rows[good]] = acc[good]
+            if j != col:
+                weight[j] = 10 ** (col - j + 2) if j < col else 10 ** (col + 3 - j)
+        acc = digits[good].astype(np.int64) @ weight
+        out[rows[good]] = acc
         if not good.all():
             slow.extend(rows[~good].tolist())
     for i in slow:
@@ -117,6 +115,8 @@ def ints(values: Sequence[Any], default: int = -1) -> np.ndarray:
         return np.fromiter(values, dtype=np.int64, count=n)
     except (TypeError, ValueError, OverflowError):
         pass
+    if _all_none(values):  # an args field these events lack (graph node, c10d's counts)
+        return np.full(n, default, dtype=np.int64)
     try:
         return np.fromiter((default if v is None else v for v in values), dtype=np.int64, count=n)
     except (TypeError, ValueError, OverflowError):
@@ -125,6 +125,11 @@ def ints(values: Sequence[Any], default: int = -1) -> np.ndarray:
     for i, v in enumerate(values):
         out[i] = int_or(v, default)
     return out
+
+
+def _all_none(values: Sequence[Any]) -> bool:
+    """Whether every value is None (one C-level count for a list)."""
+    return (values.count(None) if isinstance(values, list) else sum(v is None for v in values)) == len(values)
 
 
 def int_or(v: Any, default: int) -> int:
@@ -162,6 +167,12 @@ def texts(values: Sequence[Any]) -> np.ndarray:
 
 def dims(values: Sequence[Any]) -> np.ndarray:
     """(n, 3) int64 from ``[x, y, z]`` lists (missing: -1)."""
+    if set(map(type, values)) == {list} and set(map(len, values)) == {3}:  # every one a list of 3: flattened
+        try:
+            return np.fromiter(itertools.chain.from_iterable(values), dtype=np.int64,
+                               count=3 * len(values)).reshape(-1, 3)
+        except (TypeError, ValueError, OverflowError):
+            pass
     try:
         arr = np.array([v if v is not None else (-1, -1, -1) for v in values], dtype=np.int64)
         if arr.shape == (len(values), 3):
@@ -186,7 +197,7 @@ _DTYPE_BYTES = {
 }
 
 
-def comm_columns(g: EventGroup) -> dict[str, np.ndarray]:
+def comm_columns(g: EventGroup) -> dict[str, Any]:
     """The optional kernel columns ``comm_bytes`` and ``comm_group`` from what c10d records on a
     collective's NCCL kernel (``In msg nelems``, ``Out msg nelems``, ``dtype``, ``Process Group Name``);
     none when no kernel of the trace carries them (an older PyTorch, or no collective).
@@ -203,7 +214,7 @@ def comm_columns(g: EventGroup) -> dict[str, np.ndarray]:
                      np.maximum(count_in, count_out))
     size = g.col("dtype_size")  # bytes per element of c10d's dtype name (_DTYPE_BYTES)
     known = (count >= 0) & (count < 2**56) & (size > 0)
-    return {"comm_bytes": np.where(known, count * np.maximum(size, 0), -1), "comm_group": g.col("comm_group")}
+    return {"comm_bytes": np.where(known, count * np.maximum(size, 0), -1), "comm_group": g.text("comm_group")}
 
 
 def distinct_codes(values: Iterable[Any]) -> tuple[np.ndarray, list[Any]]:
@@ -232,14 +243,20 @@ def code_of(names: np.ndarray, value: str) -> int:
     return int(hits[0]) if len(hits) else -2
 
 
-def per_distinct(values: np.ndarray, fn: Callable[[str], Any], dtype: Any = object) -> np.ndarray:
-    """``fn`` applied once per distinct value, broadcast back."""
-    if len(values) == 0:
-        return np.empty(0, dtype=dtype)
-    codes, uniq = distinct_codes(values.tolist())
-    table = np.empty(len(uniq), dtype=dtype)
-    table[:] = [fn(u) for u in uniq]
-    return table[codes]
+def per_label(text: TextCodes, fn: Callable[[str], Any], dtype: Any = object) -> np.ndarray:
+    """``fn`` of each row's text, applied once per label (the rows' codes are all valid)."""
+    table = np.empty(len(text.labels), dtype=dtype)
+    table[:] = [fn(u) for u in text.labels.tolist()]
+    return table[text.codes]
+
+
+def mapped(text: TextCodes, fn: Callable[[str], str]) -> TextCodes:
+    """``fn`` of each row's text, as codes: ``fn`` applied once per label, labels it maps to one text
+    merged (the result's labels are distinct, as :meth:`TextCodes.of` makes them)."""
+    codes, uniq = distinct_codes([fn(u) for u in text.labels.tolist()])
+    labels = np.empty(len(uniq), dtype=object)
+    labels[:] = uniq
+    return TextCodes(codes[text.codes], labels)
 
 
 def memcpy_info(name: str) -> tuple[str, str, str]:
@@ -261,6 +278,7 @@ def memset_kind(name: str) -> str:
 # the groups and the fields each reads
 # ----------------------------------------------------------------------------------------------------
 _ARGS = attrgetter("args")
+_TS = attrgetter("ts")
 
 
 class _Chunk:
@@ -304,7 +322,10 @@ def _sync_kind_value(c: _Chunk) -> list[Any]:
 
 def _dtype_size(c: _Chunk) -> np.ndarray:
     """Bytes per element of each event's c10d ``dtype`` (-1 unknown)."""
-    return np.fromiter((_DTYPE_BYTES.get(v, -1) if isinstance(v, str) else -1 for v in _arg("dtype")(c)),
+    values = _arg("dtype")(c)
+    if _all_none(values):
+        return np.full(len(values), -1, dtype=np.int64)
+    return np.fromiter((_DTYPE_BYTES.get(v, -1) if isinstance(v, str) else -1 for v in values),
                        dtype=np.int64, count=len(c.evs))
 
 
@@ -329,8 +350,7 @@ _SPECS: dict[str, dict[str, tuple[Callable[[_Chunk], Any], str]]] = {
               "context": (_arg("context"), _INT), "stream": (_arg("stream"), _INT),
               "kind": (_sync_kind_value, _TEXT)},
     "spans": {},
-    "flows": {**_PID_TID, "id": (_field("id"), _INT), "ph": (_field("ph"), _TEXT), "cat": (_field("cat"), _TEXT),
-              "name": (_field("name"), _TEXT)},
+    "flows": {**_PID_TID, "id": (_field("id"), _INT), "ph": (_field("ph"), _TEXT), "cat": (_field("cat"), _TEXT)},
     "pyfuncs": {**_PID_TID, "name": (_field("name"), _TEXT)},
     "instants": {**_PID_TID, "name": (_field("name"), _TEXT), "mem_bytes": (_arg("mem_bytes"), _INT0),
                  "device_type": (_arg("device_type"), _INT), "device_id": (_arg("device_id"), _INT),
@@ -356,13 +376,17 @@ _HEAD = 50  # timestamps kept as text per group (the format generation is read f
 
 class EventGroup:
     """The events of one kind as columns, with their times (ns, trace-relative once the origin is
-    known)."""
+    known). Text columns are codes into ``names``, the one table of distinct strings of the file:
+    :meth:`text` gives one as :class:`TextCodes` (no string touched), :meth:`col` as strings."""
 
     def __init__(self, start: np.ndarray, dur: np.ndarray, cols: dict[str, np.ndarray],
-                 head: Sequence[bytes] = (), comm: bool = False) -> None:
+                 head: Sequence[bytes] = (), comm: bool = False, codes: dict[str, np.ndarray] | None = None,
+                 names: np.ndarray | None = None) -> None:
         self.start = start
         self.dur = dur
         self.cols = cols
+        self.codes = codes or {}  # text columns: codes into names
+        self.names = names if names is not None else np.empty(0, dtype=object)
         self.head = list(head)  # the first timestamps as written (text)
         self.comm = comm  # some event names a process group or message size (kernels)
 
@@ -375,16 +399,33 @@ class EventGroup:
         return self.start + self.dur
 
     def col(self, name: str) -> np.ndarray:
-        return self.cols[name]
+        """Column ``name``; a text column as an object array of its strings."""
+        codes = self.codes.get(name)
+        return self.cols[name] if codes is None else self.names[codes]
+
+    def text(self, name: str) -> TextCodes:
+        """Text column ``name`` as codes into the distinct texts it holds (in table order)."""
+        codes = self.codes[name]
+        used = np.zeros(len(self.names), dtype=bool)
+        used[codes] = True
+        keep = np.flatnonzero(used)
+        remap = np.zeros(len(self.names), dtype=np.int32)
+        remap[keep] = np.arange(len(keep), dtype=np.int32)
+        return TextCodes(remap[codes], self.names[keep])
 
     def take(self, rows: np.ndarray) -> EventGroup:
-        return EventGroup(self.start[rows], self.dur[rows], {k: v[rows] for k, v in self.cols.items()}, self.head)
+        return EventGroup(self.start[rows], self.dur[rows], {k: v[rows] for k, v in self.cols.items()}, self.head,
+                          codes={k: v[rows] for k, v in self.codes.items()}, names=self.names)
 
     @staticmethod
     def concat(*groups: EventGroup) -> EventGroup:
+        """The rows of ``groups`` (of one :class:`EventColumns`: one string table) in turn."""
         keys = [k for k in groups[0].cols if all(k in g.cols for g in groups)]
+        text = [k for k in groups[0].codes if all(k in g.codes for g in groups)]
         return EventGroup(np.concatenate([g.start for g in groups]), np.concatenate([g.dur for g in groups]),
-                      {k: np.concatenate([g.cols[k] for g in groups]) for k in keys})
+                          {k: np.concatenate([g.cols[k] for g in groups]) for k in keys},
+                          codes={k: np.concatenate([g.codes[k] for g in groups]) for k in text},
+                          names=groups[0].names)
 
 
 class _Pieces:
@@ -410,6 +451,7 @@ class EventColumns:
         self.meta: list[Event] = []  # process/thread metadata (ph "M"): a few per process
         self.events = 0
         self._names: np.ndarray | None = None
+        self._groups: dict[tuple[str, str], int] = {}  # (category, phase) -> group, as met
 
     def _codes(self, texts: np.ndarray) -> np.ndarray:
         return self._global_codes(*distinct_codes(texts.tolist()))
@@ -422,6 +464,8 @@ class EventColumns:
 
     def _text_codes(self, values: list[Any]) -> np.ndarray:
         """Codes of :func:`texts` of ``values``; straight from the values when all are str."""
+        if _all_none(values):  # a field these events lack: all ""
+            return np.full(len(values), self._strings.setdefault("", len(self._strings)), dtype=np.int32)
         try:
             codes, uniq = distinct_codes(values)
         except TypeError:  # unhashable: a JSON list or object
@@ -441,21 +485,30 @@ class EventColumns:
         meta = np.flatnonzero(ph_codes == code_of(ph_names, "M"))
         if len(meta):
             self.meta.extend(events[i] for i in meta.tolist())
-        of_pair = np.full((len(cat_names), len(ph_names)), -1, dtype=np.int64)  # (cat, ph) -> group
-        for k, (_name, cats, phases, _label) in enumerate(GROUPS):
-            of_pair[np.ix_([i for i, c in enumerate(cat_names) if c in cats],
-                           [i for i, p in enumerate(ph_names) if p in phases])] = k
-        gid = of_pair[cat_codes, ph_codes]
+        n_ph = max(len(ph_names), 1)
+        pairs, pair_of = np.unique(cat_codes * n_ph + ph_codes, return_inverse=True)  # the (cat, ph) met
+        gid = np.array([self._group_of(cat_names[p // n_ph], ph_names[p % n_ph]) for p in pairs.tolist()],
+                       dtype=np.int64)[pair_of.reshape(-1)]
         order = np.argsort(gid, kind="stable")
-        bounds = np.searchsorted(gid[order], np.arange(len(GROUPS) + 1))
+        bounds = np.searchsorted(gid[order], np.arange(len(GROUPS) + 1)).tolist()
+        # the events of every group, group after group, and their timestamps parsed in one go
+        grouped = [events[i] for i in order[bounds[0]:].tolist()]
+        starts = parse_timestamps_ns(list(map(_TS, grouped)))
         for k, (name, *_rest) in enumerate(GROUPS):
-            a, b = int(bounds[k]), int(bounds[k + 1])
+            a, b = bounds[k] - bounds[0], bounds[k + 1] - bounds[0]
             if a < b:
-                self._add_group(name, [events[i] for i in order[a:b].tolist()])
+                self._add_group(name, grouped[a:b], starts[a:b])
 
-    def _add_group(self, name: str, evs: list[Event]) -> None:
+    def _group_of(self, cat: str, ph: str) -> int:
+        """The group (index into :data:`GROUPS`) of events of category ``cat`` and phase ``ph``; -1 none."""
+        k = self._groups.get((cat, ph))
+        if k is None:
+            k = self._groups[(cat, ph)] = max((k for k, (_name, cats, phases, _label) in enumerate(GROUPS)
+                                              if cat in cats and ph in phases), default=-1)
+        return k
+
+    def _add_group(self, name: str, evs: list[Event], start: np.ndarray) -> None:
         p = self._pieces[name]
-        start = parse_timestamps_ns([e.ts for e in evs])
         timed = start >= 0
         if not timed.all():  # an event without a usable timestamp cannot be placed: left out
             p.negative_ts += sum(bytes(e.ts).lstrip().startswith(b"-")
@@ -467,7 +520,7 @@ class EventColumns:
             p.head.extend(bytes(e.ts) for e in evs[:_HEAD - len(p.head)])
         chunk = _Chunk(evs)
         if name == "kernels" and not p.comm:
-            p.comm = any(v is not None for v in itertools.chain(_arg("pg_name")(chunk), _arg("in_nelems")(chunk)))
+            p.comm = not (_all_none(_arg("pg_name")(chunk)) and _all_none(_arg("in_nelems")(chunk)))
         p.start.append(start)
         p.dur.append(floats(_field("dur")(chunk)))
         for col, (values, kind) in _SPECS[name].items():
@@ -484,11 +537,14 @@ class EventColumns:
                 arr = raw
             p.cols.setdefault(col, []).append(arr)
 
-    def x_categories(self) -> np.ndarray:
-        """The category of every complete (``X``) event, in the order of the file."""
-        names = self.names()
+    def x_category_counts(self) -> tuple[np.ndarray, np.ndarray]:
+        """The categories of the complete (``X``) events, in order of first appearance in the file, and
+        how many events each has."""
         codes = np.concatenate(self._x_cats) if self._x_cats else np.empty(0, np.int32)
-        return names[codes]
+        uniq, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+        counts = np.bincount(inverse.reshape(-1), minlength=len(uniq))
+        order = np.argsort(first)
+        return self.names()[uniq[order]], counts[order]
 
     def names(self) -> np.ndarray:
         if self._names is None or len(self._names) != len(self._strings):
@@ -512,15 +568,14 @@ class EventColumns:
         quality.add("huge_dur", label, int(huge_dur.sum()))
         dur = np.rint(np.where(negative_dur | huge_dur, 0.0, dur_ns)).astype(np.int64)
         cols: dict[str, np.ndarray] = {}
-        names = self.names()
+        codes: dict[str, np.ndarray] = {}
         for col, (_values, kind) in _SPECS[name].items():
             pieces = p.cols.get(col, [])
             if kind == _DIMS:
-                arr = np.concatenate(pieces) if pieces else np.empty((0, 3), np.int64)
+                cols[col] = np.concatenate(pieces) if pieces else np.empty((0, 3), np.int64)
             elif kind == _TEXT:
-                arr = names[np.concatenate(pieces)] if pieces else np.empty(0, dtype=object)
+                codes[col] = np.concatenate(pieces) if pieces else np.empty(0, np.int32)
             else:
-                arr = np.concatenate(pieces) if pieces else np.empty(0, np.int64)
-            cols[col] = arr
+                cols[col] = np.concatenate(pieces) if pieces else np.empty(0, np.int64)
         p.start, p.dur, p.cols = [], [], {}
-        return EventGroup(start, dur, cols, p.head, p.comm)
+        return EventGroup(start, dur, cols, p.head, p.comm, codes=codes, names=self.names())

@@ -347,7 +347,7 @@ class EventStream:
             if comma < 0 or buf[comma] != ord(",") or (close := _before(buf, comma)) < 0 or buf[close] != ord("}"):
                 continue
             tries += 1
-            events = _decode_chunk(bytes(buf[:comma]) + b"]")
+            events = _decode_chunk(_closed_copy(buf, comma))
             if events is not None:
                 add(events)
                 return comma
@@ -367,6 +367,18 @@ class EventStream:
                 return bytes(buf[end:])
             hi = end
         raise StreamFallback
+
+
+def _closed_copy(buf: bytearray, comma: int) -> bytes:
+    """``buf[:comma] + b"]"`` in one copy: the separator is turned into the closing bracket while the text
+    is copied out, then put back. (The decoded events keep slices of the copy, never of ``buf``, which
+    grows and shrinks as blocks come in.)"""
+    buf[comma] = 0x5D  # "]"
+    try:
+        with memoryview(buf) as view:
+            return bytes(view[:comma + 1])
+    finally:
+        buf[comma] = 0x2C  # ","
 
 
 def _before(buf: bytearray, i: int) -> int:

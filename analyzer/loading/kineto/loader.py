@@ -32,9 +32,9 @@ from analyzer.loading.kineto.columns import (
     comm_columns,
     int_or,
     memcpy_info,
+    mapped,
     memset_kind,
-    per_distinct,
-    texts,
+    per_label,
 )
 from analyzer.loading.kineto.document import (
     GEN_2021_CATS,
@@ -125,8 +125,9 @@ class _KinetoLoader:
     # -- classification ---------------------------------------------------------------------------
     def _build(self, doc: Document, columns: EventColumns) -> Trace:
         self.say(f"classifying {columns.events:,} events")
-        x_cats = columns.x_categories()
-        cat_counts = pd.Series(x_cats).value_counts() if len(x_cats) else pd.Series(dtype=int)
+        cats, counts = columns.x_category_counts()
+        # value_counts' order: most events first, ties in order of first appearance
+        cat_counts = pd.Series(counts, index=pd.Index(cats, dtype=object)).sort_values(ascending=False, kind="stable")
         present = {str(c) for c in cat_counts.index}
         if not present & PYTORCH_CATS:
             found = ", ".join(f"{c or '(none)'}" for c in list(cat_counts.index[:5])) or "no complete (X) events"
@@ -188,7 +189,7 @@ class _KinetoLoader:
         unavailable = missing_capabilities(kernels=kernel_frame, memcpy=memcpy_frame, memset=memset_frame,
                                            api=api_frame, gpus=gpus, memory=memory_frame)
         if "memcpy_memory_kind" in unavailable:
-            names = sorted(set(memcpy.col("name").tolist()))[:2]
+            names = sorted(memcpy.text("name").labels.tolist())[:2]
             unavailable["memcpy_memory_kind"] = (
                 "torch.profiler names the copies without their host memory kind ("
                 + ", ".join(repr(n) for n in names) + "), so pageable and pinned copies cannot be told apart")
@@ -228,17 +229,17 @@ class _KinetoLoader:
         keep = np.flatnonzero(g.start >= 0)
         pid = g.col("pid")[keep]
         tid = g.col("tid")[keep]
-        text = g.col("name")[keep]
-        cats = g.col("cat")[keep]
         start = g.start[keep]
         end = g.end[keep]
         order = np.lexsort((-end, start))  # by start, outer ranges first
-        pid, tid, text, cats, start, end = pid[order], tid[order], text[order], cats[order], start[order], end[order]
+        pid, tid, start, end = pid[order], tid[order], start[order], end[order]
+        text, cats = g.text("name").take(keep[order]), g.text("cat").take(keep[order])  # codes, no string touched
         key = threads.keys(pid, tid)
         depth, parent, crossed = attr.nest_ranges(key, start, end)
-        parent = _link_secondary_threads(key, pid, tid, text, start, end, depth, parent)
+        parent = _link_secondary_threads(key, pid, tid, per_label(text, _is_step, dtype=bool), start, end, depth,
+                                         parent)
         depth = _depth_from_parents(parent)
-        paths = attr.build_paths(text, depth, parent)
+        paths = attr.path_codes(text, depth, parent)
         n = len(start)
         kind = np.empty(n, dtype=object)
         kind.fill("pushpop")  # one string shared by every row (np.full makes a str object per row)
@@ -248,8 +249,7 @@ class _KinetoLoader:
             "depth": depth, "parent_id": parent, "path": paths,
         })
         timeline = attr.NvtxTimeline(key, pid, start, end, depth, parent, crossed)
-        self._range_text = TextCodes.of(frame["text"])
-        self._range_path = TextCodes.of(frame["path"])
+        self._range_text, self._range_path = text, paths
         return frame, timeline
 
     # -- API calls -----------------------------------------------------------------------------------
@@ -263,7 +263,7 @@ class _KinetoLoader:
         corr = g.col("correlation")
         corr = flow_ids.fill(corr, g, "s")
         is_driver = np.concatenate([np.zeros(runtime.n, np.int64), np.ones(driver.n, np.int64)])
-        name = TextCodes.of(per_distinct(g.col("name"), strip_api_suffix))
+        name = mapped(g.text("name"), strip_api_suffix)
         start = g.start
         end = np.maximum(g.end, start)
         key = threads.keys(pid, tid)
@@ -299,11 +299,11 @@ class _KinetoLoader:
         if not g.n:
             return empty_frame(KERNEL_COLUMNS)
         data = self._op_columns(g, flow_ids, launch)
-        names = g.col("name")
+        names = g.text("name")
         grid, block = g.col("grid"), g.col("block")
-        n = len(names)
+        n = g.n
         data.update({
-            "short_name": per_distinct(names, kernel_short_name), "name": names,
+            "short_name": mapped(names, kernel_short_name), "name": names,
             "grid_x": grid[:, 0], "grid_y": grid[:, 1], "grid_z": grid[:, 2],
             "block_x": block[:, 0], "block_y": block[:, 1], "block_z": block[:, 2],
             "registers_per_thread": g.col("registers"),
@@ -317,18 +317,19 @@ class _KinetoLoader:
                                                  correlation_id=data["correlation_id"])
         frame = contract_frame(KERNEL_COLUMNS, data, compact=True)
         for col, values in comm_columns(g).items():  # optional columns: only where the trace has them
-            frame[col] = TextCodes.of(values).categorical() if values.dtype == object else values
+            frame[col] = values.categorical() if isinstance(values, TextCodes) else values
         return by_start(frame)
 
     def _memcpy(self, g: EventGroup, flow_ids: _FlowIds, launch: attr.Launches) -> pd.DataFrame:
         if not g.n:
             return empty_frame(MEMCPY_COLUMNS)
         data = self._op_columns(g, flow_ids, launch)
-        info = per_distinct(g.col("name"), memcpy_info)
+        names = g.text("name")
         data.update({
             "bytes": g.col("nbytes"),
-            "direction": texts([i[0] for i in info]), "src_kind": texts([i[1] for i in info]),
-            "dst_kind": texts([i[2] for i in info]),
+            "direction": mapped(names, lambda t: memcpy_info(t)[0]),
+            "src_kind": mapped(names, lambda t: memcpy_info(t)[1]),
+            "dst_kind": mapped(names, lambda t: memcpy_info(t)[2]),
         })
         return by_start(contract_frame(MEMCPY_COLUMNS, data, compact=True))
 
@@ -337,7 +338,7 @@ class _KinetoLoader:
             return empty_frame(MEMSET_COLUMNS)
         data = self._op_columns(g, flow_ids, launch)
         data.update({"bytes": g.col("nbytes"),
-                     "mem_kind": per_distinct(g.col("name"), memset_kind)})
+                     "mem_kind": mapped(g.text("name"), memset_kind)})
         return by_start(contract_frame(MEMSET_COLUMNS, data, compact=True))
 
     def _memory(self, g: EventGroup, threads: _ThreadKeys, timeline: attr.NvtxTimeline) -> pd.DataFrame:
@@ -346,8 +347,9 @@ class _KinetoLoader:
         after it and the range open on the event's thread (else on its process). CUDA blocks
         (``Device Type`` 1) are device memory, CPU blocks (0) host memory; a CUDA event without a
         ``Device Id`` keeps device -1."""
-        names = g.col("name")
-        rows = np.flatnonzero(names == "[memory]")
+        names = g.text("name")
+        code = np.flatnonzero(names.labels == "[memory]")
+        rows = np.flatnonzero(names.codes == code[0]) if len(code) else code
         if not len(rows):
             return empty_frame(MEMORY_COLUMNS)
         sub = g.take(rows)
@@ -395,7 +397,7 @@ class _KinetoLoader:
         data = {
             "start": g.start, "end": g.end, "duration": g.dur, "device": g.col("device"),
             "context": g.col("context"), "stream": g.col("stream"), "correlation_id": corr,
-            "sync_type": per_distinct(g.col("kind"), lambda k: _SYNC_KINDS.get(k.strip().lower(), "unknown")),
+            "sync_type": mapped(g.text("kind"), lambda k: _SYNC_KINDS.get(k.strip().lower(), "unknown")),
             "pid": attr.take(launch.pid, idx), "tid": attr.take(launch.tid, idx),
         }
         return by_start(contract_frame(SYNC_COLUMNS, data, compact=True))
@@ -604,19 +606,23 @@ class _FlowIds:
         return out
 
 
-def _link_secondary_threads(key: np.ndarray, pid: np.ndarray, tid: np.ndarray, text: np.ndarray,
+def _is_step(text: str) -> bool:
+    return text.startswith("ProfilerStep#")
+
+
+def _link_secondary_threads(key: np.ndarray, pid: np.ndarray, tid: np.ndarray, step: np.ndarray,
                             start: np.ndarray, end: np.ndarray, depth: np.ndarray,
                             parent: np.ndarray) -> np.ndarray:
     """Parents with the outermost ranges of secondary threads (autograd, data-loader pinning) nested
     under the innermost range of their process's main thread that encloses them.
 
     The main thread of a process holds its ``ProfilerStep#N`` ranges, else has tid == pid, else has the
-    most ranges. Ranges on it are untouched; a root elsewhere gets a parent only when a main-thread range
-    covers it entirely."""
+    most ranges (``step``: whether each range is one). Ranges on it are untouched; a root elsewhere gets
+    a parent only when a main-thread range covers it entirely."""
     out = parent.copy()
     if len(key) == 0:
         return out
-    main = _main_threads(key, pid, tid, per_distinct(text, lambda t: t.startswith("ProfilerStep#"), dtype=bool))
+    main = _main_threads(key, pid, tid, step)
     if main is None:  # one thread per process: nothing to link
         return out
     for p, main_key in main.items():
@@ -691,7 +697,7 @@ def trace_generation(cats: set[str], flows: EventGroup, ranges: EventGroup, kern
     sample = kernels.head[:50] + ranges.head[:50]
     if any(b"." in bytes(r) for r in sample):
         return "2024+"
-    flow_cats = set(flows.col("cat").tolist())
+    flow_cats = set(flows.text("cat").labels.tolist())
     if "ac2g" in flow_cats:
         return "2023"
     if "async_cpu_to_gpu" in flow_cats:

@@ -208,6 +208,25 @@ def test_varints_of_every_length():
     assert lengths.tolist() == [len(_encode_varint(v)) for v in values]
 
 
+
+def test_varints_all_of_one_length():
+    """Varints that all continue past their first bytes (a big table's rowids) are read as whole arrays
+    until some stop: the same values and lengths as one by one, for every length and a mix after it."""
+    from analyzer.loading.sqlite_pages import _varints
+
+    for low in (128, 16384, 2**21, 2**28, 2**35, 2**42, 2**49, 2**56):
+        values = [low, low + 1, 2 * low - 1, low + 77]
+        values_mixed = values + [low - 1, 5]  # shorter ones after the long ones: the indexed rounds
+        for vals in (values, values_mixed, [-1, -(2**63), 2**63 - 1] if low == 2**56 else values):
+            blob, starts = bytearray(), []
+            for v in vals:
+                starts.append(len(blob))
+                blob += _encode_varint(v)
+            buf = np.frombuffer(bytes(blob) + bytes(9), dtype=np.uint8)
+            got, lengths = _varints(buf, np.array(starts, dtype=np.int64))
+            assert got.tolist() == vals
+            assert lengths.tolist() == [len(_encode_varint(v)) for v in vals]
+
 def _encode_varint(v: int) -> bytes:
     """SQLite's varint encoding (sqlite3PutVarint), for the test above."""
     u = v & (2**64 - 1)
