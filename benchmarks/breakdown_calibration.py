@@ -216,10 +216,9 @@ def render(rows: list[Row]) -> str:
              "Where the twin fixes one range (optimizer_loop's fused optimizer fixes `optimizer` and fires "
              "on the eager `forward` and `backward` as the pathology does), the range saving, the range's "
              "own time saved, measures the fix without the noise of the ranges it leaves alone: the first "
-             "nsys recording's twin spent 45.7 ms more launch-bound time in `forward` and `backward` "
-             "(38.9 to 69.3 ms and 76.5 to 91.8 ms) with the same code there, which makes its step saving "
-             "understate the optimizer's (ratio 1.28 on the step, 0.95 on the range; the second recording, "
-             "against its session's twin, 0.86 and 0.92).\n")
+             "nsys recording's twin spent more launch-bound time in `forward` and `backward` than the "
+             "pathology with the same code there, which makes its step saving understate the optimizer's"
+             f"{_optimizer_ratios(rows)}.\n")
     text += host_sync_text(rows)
     text += ("\n## Every breakdown rule on every pair\n\nA rule's impact against the same measured saving "
              "(the twin may fix another cause too, so only the pair's biggest cause is expected near 1).\n\n")
@@ -235,40 +234,79 @@ def _impact(rows: list[Row], pair: str, fmt: str, rule: str) -> tuple[Row, float
     return None
 
 
+def _optimizer_ratios(rows: list[Row]) -> str:
+    """" (ratio R on the step, Q on the range; the second recording ...)" from optimizer_loop's nsys rows."""
+    got = []
+    for pair in ("round3/optimizer_loop", "round3/optimizer_loop_run2"):
+        r = next((r for r in rows if r.pair == pair and r.fmt == "nsys"), None)
+        if r is None or r.ratio is None or not r.range_saving_ns:
+            return ""
+        got.append(f"{r.ratio:.2f} on the step, {r.impact_ns / r.range_saving_ns:.2f} on the range")
+    return f" (ratio {got[0]}; the second recording, against its session's twin, {got[1]})"
+
+
 def host_sync_text(rows: list[Row]) -> str:
-    """The host_sync paragraph: its three shapes, from the rows (empty when they are not all there)."""
+    """The host_sync paragraphs: its three shapes and the CUDA-graph pairs that calibrate launch-bound on
+    the same loop, from the rows (empty when they are not all there)."""
     launch = _impact(rows, "host_sync", "nsys", "host-sync-in-loop")
+    launch2 = _impact(rows, "host_sync_run2", "nsys", "host-sync-in-loop")
     shapes = [_impact(rows, f"round3/host_sync_{s}{run}", "nsys", "host-sync-in-loop")
               for s in ("balanced", "gpu") for run in ("", "_run2")]
     torch = _impact(rows, "round3/host_sync_balanced", "torch.profiler", "host-sync-in-loop")
     torch_lb = _impact(rows, "round3/host_sync_balanced", "torch.profiler", "launch-bound")
     run2_lb = _impact(rows, "round3/host_sync_balanced_run2", "nsys", "launch-bound")
-    if launch is None or torch is None or torch_lb is None or run2_lb is None or any(x is None for x in shapes):
+    graphs = {(pair, fmt): _impact(rows, f"round3/host_sync_graph{pair}", fmt, "launch-bound")
+              for pair, fmt in (("", "nsys"), ("_run2", "nsys"), ("", "torch.profiler"),
+                                ("_balanced", "nsys"), ("_balanced", "torch.profiler"))}
+    needed = [launch, launch2, torch, torch_lb, run2_lb, *shapes, *graphs.values()]
+    if any(x is None for x in needed):
         return ""
+    assert launch and launch2 and torch and torch_lb and run2_lb
     each = "; ".join(f"{r.pair.removeprefix('round3/')} {ns / 1e6:.1f} ms for {r.saving_ns / 1e6:.1f} ms "
                      f"({ns / r.saving_ns:.2f})" for r, ns in (x for x in shapes if x is not None))
+    graph_each = "; ".join(
+        f"{r.pair.removeprefix('round3/')} ({fmt}) {ns / 1e6:.1f} ms for {r.saving_ns / 1e6:.1f} ms "
+        f"({ns / r.saving_ns:.2f}; step {r.step_ns / 1e6:.1f} -> {r.twin_step_ns / 1e6:.1f} ms)"
+        for (_p, fmt), (r, ns) in ((k, v) for k, v in graphs.items() if v is not None))
     lr, lns = launch
+    l2r, l2ns = launch2
     tr, tns = torch
+    g_launch = graphs[("", "nsys")]
+    g_bal = graphs[("_balanced", "nsys")]
+    assert g_launch and g_bal
     return (
         "\nhost_sync was first recorded in its launch shape (`host_sync`, `host_sync_run2`): the host issues "
         "each micro-step more slowly than the GPU runs it, so the loop is launch-bound with or without the "
         "synchronizations (launch-bound fires on the twin, in the same range), and removing them buys only "
-        f"their own waits (host-sync-in-loop: {lns / 1e6:.1f} ms). Its two recordings differ by 90 ms of window "
-        f"(saving {lr.saving_ns / 1e6:.1f} ms, then 13.3 ms), so that shape cannot be calibrated on its step "
-        "saving. A synchronization's cost is its wait plus the GPU's refill after it: between two "
+        f"their own waits (host-sync-in-loop: {lns / 1e6:.1f} and {l2ns / 1e6:.1f} ms). Its two recordings "
+        f"differ by 90 ms of window (saving {lr.saving_ns / 1e6:.1f} ms, then {l2r.saving_ns / 1e6:.1f} ms), so "
+        "that shape cannot be calibrated on its step saving. A synchronization's cost is its wait plus the "
+        "GPU's refill after it: between two "
         "synchronizations' returns, removing the later one buys min(S, I), S the time the host was blocked in "
         "it and I the GPU's idle time there, and the breakdown charges what the wait leaves of that to the "
         "synchronization, from the launch-bound and host time after the previous one "
         "(`analyzer/facts/breakdown_sync.py`). On the launch shape S is small (the GPU drained long before each "
         "synchronization) and launch-bound keeps its time. The `balanced` shape (host and GPU take turns) and "
         "the `gpu` shape (GPU-bound) are where the refill is most of the cost; host-sync-in-loop, each "
-        f"recording against its session's twin: {each}. Without the refill it stated 19.7, 22.6, 11.1 and 14.2 ms "
-        "(0.27, 0.39, 0.30, 0.26), and on balanced_run2 launch-bound led; there launch-bound `step_N/micro_N` "
-        f"still states {run2_lb[1] / 1e6:.1f} ms (its twin fires it too), as much as the synchronizations: that "
-        "recording's host was slower, and the two causes are about equal in it. Under torch.profiler the balanced program's host is slower "
-        f"({tr.step_ns / 1e6:.0f} ms steps against 60 under nsys) and launch-bound leads both it and its twin "
-        f"(`micro_N`, {torch_lb[1] / 1e6:.1f} ms), so the refill is small; host-sync-in-loop there states "
-        f"{tns / 1e6:.1f} ms for a {tr.saving_ns / 1e6:.1f} ms saving ({tns / tr.saving_ns:.2f}).\n")
+        f"recording against its session's twin: {each}.\n"
+        "\n**Which fix buys the most on host_sync's loop: the CUDA-graph pairs.** Where launch-bound leads the "
+        "pathology and fires on its twin too (the launch shape; `balanced_run2`, whose host was slower, with "
+        f"launch-bound `step_N/micro_N` at {run2_lb[1] / 1e6:.1f} ms; the balanced program under "
+        f"torch.profiler, whose host is slower still: {tr.step_ns / 1e6:.0f} ms steps against 60 under nsys, "
+        f"launch-bound {torch_lb[1] / 1e6:.1f} ms), the twin, which only removes the synchronizations, does not "
+        "measure launch-bound's fix. `host_sync --graph` does: its pathology is the twin's loop, launched "
+        "eagerly, its twin the same micro-steps captured in one CUDA graph (`round3/host_sync_graph*`). "
+        f"launch-bound against what the graph bought: {graph_each}. On the launch shape graphs bought "
+        f"{g_launch[0].saving_ns / 1e6:.0f} ms where removing the synchronizations bought "
+        f"{lr.saving_ns / 1e6:.0f} and {l2r.saving_ns / 1e6:.0f} ms; on the balanced shape "
+        f"{g_bal[0].saving_ns / 1e6:.0f} ms against {shapes[0][0].saving_ns / 1e6:.0f} and "  # type: ignore[index]
+        f"{shapes[1][0].saving_ns / 1e6:.0f} ms: launch-bound's fix buys more, so launch-bound first is the "  # type: ignore[index]
+        "right order on those recordings, while the synchronizations' own impact stays close to what removing "
+        f"them buys (host-sync-in-loop under torch.profiler: {tns / 1e6:.1f} ms for {tr.saving_ns / 1e6:.1f} ms, "
+        f"{tns / tr.saving_ns:.2f}). launch-bound counts the host's time between two CUDA calls up to "
+        "`dispatch_gap_ns` (1 ms) as dispatch: at 100 us it stated about half of what the graphs bought "
+        "(the framework's own code between launches, the autograd engine and the optimizer's bookkeeping, "
+        "runs 100 us to 1 ms between two calls; `analyzer/facts/breakdown.py`).\n")
 
 
 def main(argv: list[str] | None = None) -> int:

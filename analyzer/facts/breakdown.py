@@ -78,9 +78,18 @@ that launched the op before it). The op's *submission* is the end of its launch 
                   without NVTX (host work named ``(no NVTX range)``) are all classified
 
 Parameter: ``dispatch_gap_ns`` (fact option ``dispatch_gap_ns``, nanoseconds, default
-:data:`DISPATCH_GAP_NS` = 100 us): the longest host time between two CUDA calls that still counts as
-dispatching work. Python eager dispatch between two launches takes 5-50 us; host code that does
-something else (loading, preprocessing, logging) takes longer.
+:data:`DISPATCH_GAP_NS` = 1 ms): the longest host time between two CUDA calls that still counts as
+dispatching work. Python eager dispatch of one op takes 5-50 us, but the framework's own code between
+two launches (the autograd engine between backward kernels, an optimizer's bookkeeping around its
+foreach calls, module hooks) takes 100-300 us on the committed H200 recordings (host_sync's eager loop:
+median 112-139 us in forward, backward and the optimizer), and a CUDA graph removes it with the
+launches: the eager-vs-graphed pairs (``round3/host_sync_graph*``) measure it (graphs bought 36.5 ms of
+a 58.7 ms step; at a 100 us bound launch-bound stated about half of that, at 1 ms 73-84%; pieces of 0.5-1
+ms between two calls there are the autograd engine's thread waiting for work). Host code that does
+something else (loading data or weights, preprocessing) runs for milliseconds without a CUDA call
+(8-16 ms pieces in the committed dataloader and weight-loading workloads). The host time after a
+synchronizing call's return and the launch latency keep a 100 us bound (:data:`RETURN_NS`): a longer
+return is the host's next work, which the synchronization's refill charge already weighs.
 
 NVTX path (``nvtx_path``): for busy time, the innermost range open on the thread that launched the op
 (``gpu_ops``); for idle time, the innermost range open on the feeding thread at that instant (else on
@@ -107,7 +116,10 @@ from analyzer.facts.breakdown_sync import SyncBlocks, charge_refills, refilled_c
 from analyzer.loading.columns import categorical, narrow_int
 
 #: default longest host time between two CUDA calls that still counts as dispatch (ns)
-DISPATCH_GAP_NS = 100_000
+DISPATCH_GAP_NS = 1_000_000
+#: the longest host time after a synchronizing call's return that still counts as returning from it, and
+#: the longest time from an op's submission to its start that counts as launch latency (ns)
+RETURN_NS = 100_000
 
 CAUSES = ("compute", "exposed_comm", "exposed_copy", "launch_bound", "host_sync", "host_work",
           "wait_other", "setup", "unknown")
@@ -448,12 +460,14 @@ def _thread_timeline(starts: np.ndarray, ends: np.ndarray, cause: np.ndarray, de
     prev = keep - 1  # the block before each free span (-1: none)
     prev_sync = np.zeros(len(keep), dtype=bool)
     prev_sync[prev >= 0] = fc[prev[prev >= 0]] == _C["host_sync"]
-    short = (ge - gs) < dispatch_ns
-    free_cause = np.where(short, np.where(prev_sync, _C["host_sync"], _C["launch_bound"]),
-                          _C["host_work"]).astype(np.int8)
+    span = ge - gs
+    returning = prev_sync & (span < RETURN_NS)
+    short = span < dispatch_ns
+    free_cause = np.where(returning, _C["host_sync"],
+                          np.where(short, _C["launch_bound"], _C["host_work"])).astype(np.int8)
     free_detail = np.full(len(keep), -1, dtype=np.int64)
     free_detail[short] = dispatch_code
-    sync_ret = np.flatnonzero(short & prev_sync)
+    sync_ret = np.flatnonzero(returning)
     free_detail[sync_ret] = fd[prev[sync_ret]]
     return (fs, fe, fc, fd), (gs, ge, free_cause, free_detail)
 
@@ -871,7 +885,7 @@ def _classify_chunk(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev
     sub_in = rest & (submit > g0)
     tail_s = np.where(sub_in, np.clip(submit, cs, ce), ce)
     tail_len = np.where(sub_in, g1 - np.maximum(submit, g0), 0)
-    lat = sub_in & (tail_len <= dispatch_ns)
+    lat = sub_in & (tail_len <= RETURN_NS)
     emit(all_idx[lat], tail_s[lat], ce[lat], _C["launch_bound"], code("launch latency"))
     late = sub_in & ~lat
     emit(all_idx[late], tail_s[late], ce[late], _C["wait_other"], _wait_details(ctx, ops, next_op[late], code, shared.waits))

@@ -182,7 +182,7 @@ def path_codes(text: TextCodes, depth: np.ndarray, parent: np.ndarray) -> TextCo
     path_code = np.full(n, -1, dtype=np.int64)
     path_strings: list[str] = []
     text_codes = np.asarray(text.codes, dtype=np.int64)
-    text_uniq = text.labels
+    text_uniq = [str(t) for t in text.labels.tolist()]
     n_text = max(len(text_uniq), 1)
     for d in range(int(depth.max()) + 1 if n else 0):
         rows = np.flatnonzero(depth == d)
@@ -192,10 +192,9 @@ def path_codes(text: TextCodes, depth: np.ndarray, parent: np.ndarray) -> TextCo
         key = (parent_code + 1) * n_text + text_codes[rows]
         uniq, inv = np.unique(key, return_inverse=True)
         base = len(path_strings)
-        for k in uniq.tolist():
-            pc, tc = divmod(k, n_text)
-            t = str(text_uniq[tc])
-            path_strings.append(t if pc == 0 else f"{path_strings[pc - 1]}/{t}")
+        pcs, tcs = np.divmod(uniq, n_text)
+        path_strings.extend([text_uniq[tc] if pc == 0 else path_strings[pc - 1] + "/" + text_uniq[tc]
+                             for pc, tc in zip(pcs.tolist(), tcs.tolist())])
         path_code[rows] = base + inv.reshape(-1)
     table = np.empty(len(path_strings), dtype=object)
     table[:] = path_strings

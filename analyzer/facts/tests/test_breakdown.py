@@ -109,8 +109,8 @@ def _kernel(start, end, launch_start, corr, name="k"):
             "pid": 1, "tid": 1}
 
 
-def _window_causes(t, start, end):  # type: ignore[no-untyped-def]
-    st = store(t, start, end, "user")
+def _window_causes(t, start, end, **options):  # type: ignore[no-untyped-def]
+    st = store(t, start, end, "user", **options)
     check_partition(st)
     b = st.get("timeline_breakdown")
     win = b.loc[b["scope"] == "window"]
@@ -119,19 +119,32 @@ def _window_causes(t, start, end):  # type: ignore[no-untyped-def]
 
 def test_idle_between_launches_is_launch_bound_and_long_host_code_is_host_work():
     # k1 [10, 20) us launched by a call [0, 8); 30 us of Python; launch call [38, 46) -> k2 [50, 60);
-    # 500 us of host code; launch call [546, 554) -> k3 [558, 568)
-    api = [_api(0, 8 * US, corr=1), _api(38 * US, 46 * US, corr=2), _api(546 * US, 554 * US, corr=3)]
+    # 2 ms of host code; launch call [2046, 2054) -> k3 [2058, 2068)
+    api = [_api(0, 8 * US, corr=1), _api(38 * US, 46 * US, corr=2), _api(2046 * US, 2054 * US, corr=3)]
     kernels = [_kernel(10 * US, 20 * US, 0, 1), _kernel(50 * US, 60 * US, 38 * US, 2),
-               _kernel(558 * US, 568 * US, 546 * US, 3)]
-    got = _window_causes(trace(kernels=kernels, api=api), 10 * US, 568 * US)
+               _kernel(2058 * US, 2068 * US, 2046 * US, 3)]
+    got = _window_causes(trace(kernels=kernels, api=api), 10 * US, 2068 * US)
     assert got[("compute", "other")] == 30 * US
-    # gap [20, 50): host free until 38 (dispatch: 30 us < 100 us), launch call 38-46, latency 46-50
+    # gap [20, 50): host free until 38 (dispatch: 30 us < 1 ms), launch call 38-46, latency 46-50
     assert got[("launch_bound", "dispatch")] == 18 * US
     assert got[("launch_bound", "cudaLaunchKernel")] == 8 * US * 2
     assert got[("launch_bound", "launch latency")] == 4 * US * 2
-    # gap [60, 558): 486 us of host code with no CUDA call, then the launch
-    assert got[("host_work", "(no NVTX range)")] == 486 * US
-    assert sum(got.values()) == 558 * US
+    # gap [60, 2058): 1,986 us of host code with no CUDA call, then the launch
+    assert got[("host_work", "(no NVTX range)")] == 1986 * US
+    assert sum(got.values()) == 2058 * US
+
+
+def test_framework_code_between_two_launches_under_the_dispatch_gap_is_dispatch():
+    # 400 us of host code between two launch calls (the autograd engine or an optimizer's bookkeeping
+    # between two kernels: 100 us to 1 ms on the committed recordings) is dispatch; a graph removes it
+    api = [_api(0, 8 * US, corr=1), _api(430 * US, 438 * US, corr=2)]
+    kernels = [_kernel(10 * US, 30 * US, 0, 1), _kernel(440 * US, 450 * US, 430 * US, 2)]
+    got = _window_causes(trace(kernels=kernels, api=api), 10 * US, 450 * US)
+    assert got[("launch_bound", "dispatch")] == 400 * US
+    assert ("host_work", "(no NVTX range)") not in got
+    # the same gap with a smaller dispatch_gap_ns (fact option) is host work
+    got = _window_causes(trace(kernels=kernels, api=api), 10 * US, 450 * US, dispatch_gap_ns=100 * US)
+    assert got[("host_work", "(no NVTX range)")] == 400 * US
 
 
 def test_a_kernel_queued_before_the_gap_waits_on_something_else():

@@ -248,7 +248,7 @@ def test_a_launching_thread_the_profiler_did_not_trace(tmp_path):
     assert set(unknown["detail"]) == {NO_THREAD} and set(unknown["device"]) == {0, 1}
     for cause in ("host_work", "host_sync"):  # the main threads' own idle time is (nearly) unchanged
         now, before = (int(x.loc[x["cause"] == cause, "duration"].sum()) for x in (seg, full))
-        assert abs(now - before) <= 0.01 * before
+        assert abs(now - before) <= 0.01 * before + 10_000  # 1%, or 10 us where the cause is (nearly) absent
     md = analyze(path).to_markdown()  # a 2-rank job: one section per rank, each stating its own GPU once
     notes = [line for line in md.splitlines() if "Not classified in the timeline breakdown" in line]
     assert len(notes) == 2 and "on GPU 0" in notes[0] and "on GPU 1" in notes[1]

@@ -154,24 +154,33 @@ def _causes(t, start, end):  # type: ignore[no-untyped-def]
 
 
 def test_host_and_gpu_taking_turns_charge_min_s_i_per_interval():
-    # 100 us kernels, 150 us of host code after each sync: between two syncs' returns the host was blocked
-    # S = 100 us and the GPU idle I = 162 us (150 host, 8 launch, 2 latency, 2 in the sync); removing the
-    # sync buys min(S, I) = 100 us, 2 of which the sync's own wait already holds: 98 us of refill, taken
-    # from the host code right after the previous sync. Before the first sync: nothing to refill; after
-    # the last one the interval has no sync at its end.
-    got = _causes(*_turns(150, 100))
+    # 100 us kernels, 1.5 ms of host code after each sync: between two syncs' returns the host was blocked
+    # S = 100 us and the GPU idle I = 1,512 us (1,500 host, 8 launch, 2 latency, 2 in the sync); removing
+    # the sync buys min(S, I) = 100 us, 2 of which the sync's own wait already holds: 98 us of refill,
+    # taken from the host code right after the previous sync. Before the first sync: nothing to refill;
+    # after the last one the interval has no sync at its end.
+    got = _causes(*_turns(1500, 100))
     assert got[("host_sync", "refill (cudaStreamSynchronize)")] == 3 * 98 * US
     assert got[("host_sync", "cudaStreamSynchronize")] == 3 * 2 * US  # the window ends with the last kernel
-    assert got[("host_work", "(no NVTX range)")] == 3 * 150 * US - 3 * 98 * US
+    assert got[("host_work", "(no NVTX range)")] == 3 * 1500 * US - 3 * 98 * US
     assert got[("launch_bound", "cudaLaunchKernel")] == 3 * 8 * US
 
 
 def test_a_host_bound_loop_is_charged_only_what_the_sync_blocked():
-    # 20 us kernels, 300 us of host code: S = 20 us, so the refill is 18 us an interval and the rest of the
+    # 20 us kernels, 3 ms of host code: S = 20 us, so the refill is 18 us an interval and the rest of the
     # host code stays host work (removing the sync overlaps only 20 us of GPU work with it)
-    got = _causes(*_turns(300, 20))
+    got = _causes(*_turns(3000, 20))
     assert got[("host_sync", "refill (cudaStreamSynchronize)")] == 3 * 18 * US
-    assert got[("host_work", "(no NVTX range)")] == 3 * (300 - 18) * US
+    assert got[("host_work", "(no NVTX range)")] == 3 * (3000 - 18) * US
+
+
+def test_the_refill_takes_dispatch_time_too():
+    # 100 us kernels, 150 us of host code after each sync: longer than a sync's return (100 us), shorter
+    # than the dispatch gap (1 ms), so it is launch-bound dispatch, and the refill (98 us an interval, as
+    # above) is taken from it
+    got = _causes(*_turns(150, 100))
+    assert got[("host_sync", "refill (cudaStreamSynchronize)")] == 3 * 98 * US
+    assert got[("launch_bound", "dispatch")] == 3 * 150 * US - 3 * 98 * US  # the window ends with the last kernel
 
 
 def test_the_syncs_around_a_step_boundary_get_no_refill():

@@ -282,12 +282,14 @@ _TS = attrgetter("ts")
 
 
 class _Chunk:
-    """One group's events of a chunk, with their ``args`` fetched once."""
+    """One group's events of a chunk, with their ``args`` fetched once and the text codes of their
+    category and phase (``codes``: found for the whole chunk when it was sorted into groups)."""
 
-    __slots__ = ("_args", "evs")
+    __slots__ = ("_args", "codes", "evs")
 
-    def __init__(self, evs: list[Event]) -> None:
+    def __init__(self, evs: list[Event], codes: dict[str, np.ndarray] | None = None) -> None:
         self.evs = evs
+        self.codes = codes or {}
         self._args: tuple[list[Any], bool] | None = None
 
     def args(self) -> tuple[list[Any], bool]:
@@ -312,6 +314,10 @@ def _arg(name: str) -> Callable[[_Chunk], list[Any]]:
     return values
 
 
+def _coded(name: str) -> Callable[[_Chunk], np.ndarray]:
+    return lambda c: c.codes[name]
+
+
 def _comm_group_value(c: _Chunk) -> list[Any]:
     return [v if isinstance(v, str | int) and not isinstance(v, bool) else None for v in _arg("pg_name")(c)]
 
@@ -331,6 +337,7 @@ def _dtype_size(c: _Chunk) -> np.ndarray:
 
 # column -> (values of the chunk's events, conversion); "text" columns become codes in one string table
 _INT, _INT0, _TEXT, _DIMS, _RAW = "int", "int0", "text", "dims", "raw"
+_CODES = "codes"  # a text column whose codes the chunk's sorting found (category, phase)
 _PID_TID = {"pid": (_field("pid"), _INT), "tid": (_field("tid"), _INT)}
 _OPS = {**_PID_TID, "device": (_arg("device"), _INT), "stream": (_arg("stream"), _INT),
         "correlation": (_arg("correlation"), _INT), "context": (_arg("context"), _INT),
@@ -345,12 +352,12 @@ _SPECS: dict[str, dict[str, tuple[Callable[[_Chunk], Any], str]]] = {
     "memset": {**_OPS, "nbytes": (_arg("nbytes"), _INT)},
     "runtime": {**_PID_TID, "correlation": (_arg("correlation"), _INT), "name": (_field("name"), _TEXT)},
     "driver": {**_PID_TID, "correlation": (_arg("correlation"), _INT), "name": (_field("name"), _TEXT)},
-    "ranges": {**_PID_TID, "name": (_field("name"), _TEXT), "cat": (_field("cat"), _TEXT)},
+    "ranges": {**_PID_TID, "name": (_field("name"), _TEXT), "cat": (_coded("cat"), _CODES)},
     "syncs": {"correlation": (_arg("correlation"), _INT), "device": (_arg("device"), _INT),
               "context": (_arg("context"), _INT), "stream": (_arg("stream"), _INT),
               "kind": (_sync_kind_value, _TEXT)},
     "spans": {},
-    "flows": {**_PID_TID, "id": (_field("id"), _INT), "ph": (_field("ph"), _TEXT), "cat": (_field("cat"), _TEXT)},
+    "flows": {**_PID_TID, "id": (_field("id"), _INT), "ph": (_coded("ph"), _CODES), "cat": (_coded("cat"), _CODES)},
     "pyfuncs": {**_PID_TID, "name": (_field("name"), _TEXT)},
     "instants": {**_PID_TID, "name": (_field("name"), _TEXT), "mem_bytes": (_arg("mem_bytes"), _INT0),
                  "device_type": (_arg("device_type"), _INT), "device_id": (_arg("device_id"), _INT),
@@ -481,7 +488,8 @@ class EventColumns:
         ph_codes, ph_names = factorize(list(map(attrgetter("ph"), events)))
         cat_codes, cat_names = factorize(list(map(attrgetter("cat"), events)))
         is_x = ph_codes == code_of(ph_names, "X")
-        self._x_cats.append(self._codes(cat_names)[cat_codes[is_x]])
+        cat_all, ph_all = self._codes(cat_names)[cat_codes], self._codes(ph_names)[ph_codes]  # every event's
+        self._x_cats.append(cat_all[is_x])
         meta = np.flatnonzero(ph_codes == code_of(ph_names, "M"))
         if len(meta):
             self.meta.extend(events[i] for i in meta.tolist())
@@ -492,12 +500,13 @@ class EventColumns:
         order = np.argsort(gid, kind="stable")
         bounds = np.searchsorted(gid[order], np.arange(len(GROUPS) + 1)).tolist()
         # the events of every group, group after group, and their timestamps parsed in one go
-        grouped = [events[i] for i in order[bounds[0]:].tolist()]
+        rows = order[bounds[0]:]
+        grouped = [events[i] for i in rows.tolist()]
         starts = parse_timestamps_ns(list(map(_TS, grouped)))
         for k, (name, *_rest) in enumerate(GROUPS):
             a, b = bounds[k] - bounds[0], bounds[k + 1] - bounds[0]
             if a < b:
-                self._add_group(name, grouped[a:b], starts[a:b])
+                self._add_group(name, grouped[a:b], starts[a:b], {"cat": cat_all[rows[a:b]], "ph": ph_all[rows[a:b]]})
 
     def _group_of(self, cat: str, ph: str) -> int:
         """The group (index into :data:`GROUPS`) of events of category ``cat`` and phase ``ph``; -1 none."""
@@ -507,7 +516,7 @@ class EventColumns:
                                               if cat in cats and ph in phases), default=-1)
         return k
 
-    def _add_group(self, name: str, evs: list[Event], start: np.ndarray) -> None:
+    def _add_group(self, name: str, evs: list[Event], start: np.ndarray, codes: dict[str, np.ndarray]) -> None:
         p = self._pieces[name]
         timed = start >= 0
         if not timed.all():  # an event without a usable timestamp cannot be placed: left out
@@ -516,9 +525,10 @@ class EventColumns:
             p.untimed += int((~timed).sum())
             evs = [e for e, ok in zip(evs, timed.tolist()) if ok]
             start = start[timed]
+            codes = {k: v[timed] for k, v in codes.items()}
         if len(p.head) < _HEAD:
             p.head.extend(bytes(e.ts) for e in evs[:_HEAD - len(p.head)])
-        chunk = _Chunk(evs)
+        chunk = _Chunk(evs, codes)
         if name == "kernels" and not p.comm:
             p.comm = not (_all_none(_arg("pg_name")(chunk)) and _all_none(_arg("in_nelems")(chunk)))
         p.start.append(start)
@@ -573,7 +583,7 @@ class EventColumns:
             pieces = p.cols.get(col, [])
             if kind == _DIMS:
                 cols[col] = np.concatenate(pieces) if pieces else np.empty((0, 3), np.int64)
-            elif kind == _TEXT:
+            elif kind in (_TEXT, _CODES):
                 codes[col] = np.concatenate(pieces) if pieces else np.empty(0, np.int32)
             else:
                 cols[col] = np.concatenate(pieces) if pieces else np.empty(0, np.int64)

@@ -279,12 +279,12 @@ class EventStream:
     def read(self, add: Callable[[list[Event]], None]) -> None:
         """Hand every chunk's events to ``add``; then :attr:`document` holds the other members."""
         head = bytearray()
-        buf = bytearray()  # "[" + events text not yet decoded
-        searched = 0  # candidates at or after this offset of buf were tried
+        pending = _Pending()  # "[" + events text not yet decoded
+        searched = 0  # candidates at or after this offset of the pending text were tried
         bare = False
         for block in _blocks(self.path, self.shown):
             self.bytes_read += len(block)
-            if not buf:  # still before the events array
+            if not pending.size:  # still before the events array
                 if not head and block.startswith(_BOM):
                     block = block[3:]
                 head += block
@@ -294,20 +294,21 @@ class EventStream:
                         raise StreamFallback
                     continue
                 bare = head.lstrip(_WS)[:1] == b"["
-                buf = bytearray(b"[") + head[opened + 1:]
+                pending.append(b"[")
+                pending.append(head[opened + 1:])
                 del head[opened + 1:]
                 searched = 1
             else:
-                buf += block
-            cut = self._cut(buf, searched, add)
+                pending.append(block)
+            cut = self._cut(pending.buf, pending.size, searched, add)
             if cut:
-                del buf[1:cut + 1]
-            searched = len(buf)
-            if len(buf) > _PENDING:
+                pending.drop(cut)
+            searched = pending.size
+            if pending.size > _PENDING:
                 raise StreamFallback
-        if not buf:
+        if not pending.size:
             raise StreamFallback
-        tail = self._close(buf, add)
+        tail = self._close(pending.buf, pending.size, add)
         rest = bytes(head + tail)
         if rest.count(b"traceEvents") > (0 if bare else 1):  # another traceEvents member
             raise StreamFallback
@@ -334,10 +335,10 @@ class EventStream:
         return None if m is None else m.end() - 1
 
     @staticmethod
-    def _cut(buf: bytearray, searched: int, add: Callable[[list[Event]], None]) -> int:
-        """Decode the events before the last separator of ``buf`` that proves to be one, hand them to
-        ``add`` and return the separator's offset (0: none yet)."""
-        hi, tries = len(buf), 0
+    def _cut(buf: bytearray, size: int, searched: int, add: Callable[[list[Event]], None]) -> int:
+        """Decode the events before the last separator of ``buf[:size]`` that proves to be one, hand
+        them to ``add`` and return the separator's offset (0: none yet)."""
+        hi, tries = size, 0
         for _ in range(_LOOKS):
             brace = buf.rfind(b"{", searched, hi)
             if brace < 0 or tries >= _TRIES:
@@ -354,9 +355,10 @@ class EventStream:
         return 0
 
     @staticmethod
-    def _close(buf: bytearray, add: Callable[[list[Event]], None]) -> bytes:
-        """Decode the last events (up to the ``]`` that closes the array) and return the text from it."""
-        hi = len(buf)
+    def _close(buf: bytearray, size: int, add: Callable[[list[Event]], None]) -> bytes:
+        """Decode the last events of ``buf[:size]`` (up to the ``]`` that closes the array) and return
+        the text from it."""
+        hi = size
         for _ in range(2 * _TRIES):
             end = buf.rfind(b"]", 0, hi)
             if end < 0:
@@ -364,9 +366,33 @@ class EventStream:
             events = _decode_chunk(bytes(buf[:end + 1]))
             if events is not None:
                 add(events)
-                return bytes(buf[end:])
+                return bytes(buf[end:size])
             hi = end
         raise StreamFallback
+
+
+class _Pending:
+    """The text not yet decoded: ``buf[:size]`` of a buffer that keeps its capacity. Appending a block
+    and dropping the decoded text move bytes within it; a bytearray resized instead would give its
+    megabyte back at each cut and take it again at the next block (allocation and page faults: 0.15 s
+    of system and user time on a 311 MB trace)."""
+
+    def __init__(self) -> None:
+        self.buf = bytearray()
+        self.size = 0
+
+    def append(self, data: bytes | bytearray) -> None:
+        end = self.size + len(data)
+        if end > len(self.buf):  # more text than room: grow, with room for a block more
+            self.buf.extend(bytes(end + _BLOCK - len(self.buf)))
+        self.buf[self.size:end] = data
+        self.size = end
+
+    def drop(self, cut: int) -> None:
+        """Forget the text from offset 1 (after the ``[``) through ``cut``."""
+        tail = self.size - cut - 1
+        self.buf[1:1 + tail] = self.buf[cut + 1:self.size]
+        self.size = 1 + tail
 
 
 def _closed_copy(buf: bytearray, comma: int) -> bytes:
