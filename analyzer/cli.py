@@ -116,6 +116,9 @@ def _no_such_command(ctx: click.Context, group: click.Group, first: str) -> None
 def cli() -> None:
     """Diagnose Nsight Systems and torch.profiler traces (and Nsight Compute metrics): what is wrong,
     where, how much time a fix would buy, and what to do."""
+    from analyzer.resources import avoid_hugepage_stalls
+
+    avoid_hugepage_stalls()  # this process's numpy: no synchronous compaction on its page faults
 
 
 @cli.command("run", epilog=EPILOG)

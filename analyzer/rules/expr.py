@@ -606,14 +606,16 @@ def _text_test(name: str, value: Any, text: str) -> Any:
         test = lambda s: text in s
     if not isinstance(value, pd.Series):
         return test(str(value))
-    from analyzer.loading.columns import factorize_objects  # lazy: the expression layer stays fact-free
+    # each distinct value tested once (kernel names repeat a lot), then one gather by code (-1, a
+    # missing value, reads the False appended at the end)
+    if isinstance(value.dtype, pd.CategoricalDtype):  # the loader's text columns: their own codes
+        codes, uniques = value.cat.codes.to_numpy(), value.cat.categories
+    else:
+        from analyzer.loading.columns import factorize_objects  # lazy: the expression layer stays fact-free
 
-    codes, uniques = factorize_objects(value)  # test each distinct value once (kernel names repeat a lot)
-    hits = np.fromiter((test(str(u)) for u in uniques), dtype=bool, count=len(uniques))
-    out = np.zeros(len(value), dtype=bool)
-    known = codes >= 0
-    out[known] = hits[codes[known]]
-    return pd.Series(out, index=value.index)
+        codes, uniques = factorize_objects(value)
+    hits = np.append(np.fromiter((test(str(u)) for u in uniques), dtype=bool, count=len(uniques)), False)
+    return pd.Series(hits[codes], index=value.index)
 
 
 def _fact_aggregate(name: str, args: list[str], env: Env) -> Any:

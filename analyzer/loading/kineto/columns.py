@@ -6,7 +6,10 @@ memset names say (direction and memory kinds).
 (kernels, copies, API calls, ranges, flows ...), converts only the fields each group reads (names
 become codes in one table of distinct strings) and keeps those columns; the event structs go with
 their chunk. Every conversion works event by event, so the columns are the same however the events
-were cut into chunks (the whole document as one chunk included).
+were cut into chunks (the whole document as one chunk included). Text stays codes up to the trace
+model: :meth:`EventGroup.text` hands a column on as :class:`~analyzer.loading.columns.TextCodes`, so
+the loader derives what a name says (a kernel's short name, a copy's direction) once per distinct
+name and never factorizes strings again.
 """
 from __future__ import annotations
 
@@ -65,18 +68,23 @@ def parse_timestamps_ns(raws: Sequence[bytes | msgspec.Raw]) -> np.ndarray:
         return out
     lens = np.fromiter(map(len, raws), dtype=np.int64, count=n)
     buf = np.frombuffer(b"".join(raws), dtype=np.uint8)
-    offsets = np.zeros(n, dtype=np.int64)
-    np.cumsum(lens[:-1], out=offsets[1:])
-    order = np.argsort(lens, kind="stable")
-    sorted_lens = lens[order]
-    cuts = [0, *(np.flatnonzero(np.diff(sorted_lens)) + 1).tolist(), n]
+    one_length = bool(lens.min() == lens.max())  # the usual chunk: the joined text is the matrix already
+    if one_length:
+        order, sorted_lens, cuts = np.arange(n), lens, [0, n]
+    else:
+        offsets = np.zeros(n, dtype=np.int64)
+        np.cumsum(lens[:-1], out=offsets[1:])
+        order = np.argsort(lens, kind="stable")
+        sorted_lens = lens[order]
+        cuts = [0, *(np.flatnonzero(np.diff(sorted_lens)) + 1).tolist(), n]
     slow: list[int] = []
     for a, b in itertools.pairwise(cuts):
         length = int(sorted_lens[a])
         rows = order[a:b]
         if length == 0:
             continue
-        m = buf[offsets[rows][:, None] + np.arange(length)]  # (rows, length) bytes
+        # (rows, length) bytes
+        m = buf.reshape(n, length) if one_length else buf[offsets[rows][:, None] + np.arange(length)]
         is_dot = m == 46
         dot_cols = np.flatnonzero(is_dot.any(axis=0))
         col = int(dot_cols[0]) if len(dot_cols) else length

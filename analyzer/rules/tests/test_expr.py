@@ -58,6 +58,24 @@ def test_row_expression_is_vectorized(source, first_four):
     assert result.astype(bool).tolist()[:4] == first_four
 
 
+@pytest.mark.parametrize("source", ['matches(name, "gemm|reduce")', 'startswith(name, "elem")',
+                                    'contains(name, "wise")', "matches(name, pattern)"])
+def test_text_tests_on_categorical_text(source):
+    """The loader's text columns are categoricals: a text test reads their codes (a missing value and an
+    unused category that every pattern matches, last, included) and answers as on the text held as
+    Python strings."""
+    plain = kernels_frame()
+    plain.loc[5, "name"] = None
+    coded = plain.copy()
+    last = "elementwise_unused_gemm"
+    coded["name"] = pd.Categorical(plain["name"], categories=[*sorted(plain["name"].dropna().unique()), last])
+    expr = compile_expr(source, "row", NAMES)
+    got = evaluate(expr, Env(consts=CONSTS, rows=coded))
+    want = evaluate(expr, Env(consts=CONSTS, rows=plain))
+    assert got.tolist() == want.tolist()
+    assert got[5] is np.False_ and got.dtype == bool
+
+
 GROUP_CASES = [  # groups (sorted): elementwise_kernel, reduce_kernel, volta_sgemm_128x64_nn
     ("count()", [10, 5, 5]),
     ("sum(duration)", [45_000, 150_000, 4_000_000]),
