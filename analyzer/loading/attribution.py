@@ -234,9 +234,11 @@ def _thread_steps(rows: np.ndarray, s: np.ndarray, e: np.ndarray, depth: np.ndar
     d = depth[rows]
     times = np.concatenate([s, e])
     state = np.concatenate([rows, parent[rows]])
-    is_start = np.concatenate([np.ones(n, np.int64), np.zeros(n, np.int64)])
-    sub = np.concatenate([d, -d])
-    order = np.lexsort((sub, is_start, times))
+    # at equal times: ends (inner first: -depth ascending), then starts (outer first): one key for both,
+    # starts offset past every end
+    top = int(d.max()) + 1
+    tie = np.concatenate([d + 2 * top, top - d])
+    order = np.lexsort((tie, times))
     return _Steps(times[order], state[order])
 
 
@@ -293,7 +295,7 @@ class NvtxTimeline:
         # ties broken by the most recent start
         n = len(start)
         rank = np.empty(n, dtype=np.int64)
-        rank[np.lexsort((np.arange(n), start, depth))] = np.arange(n)
+        rank[np.lexsort((start, depth))] = np.arange(n)  # lexsort is stable: ties keep the row order
         for p, steps_list in by_pid.items():
             if len(steps_list) == 1:
                 self._procs[p] = steps_list[0]
