@@ -123,6 +123,10 @@ class Analysis:
     #: rule name -> its latent impact (ns): the impact of the groups its ``where`` kept but its
     #: ``condition`` did not fire on (below a threshold); rules with none are absent
     latent_impacts: dict[str, int] = field(default_factory=dict)
+    #: the rules (names) that judge individual kernels, those CUDA graphs run included: their source fact
+    #: is per-kernel (:attr:`analyzer.facts.registry.FactSpec.per_kernel`) and they do not read ``in_graph``
+    #: (a rule that does treats graph kernels its own way, as tiny-kernels leaves them out)
+    graph_kernel_rules: tuple[str, ...] = ()
 
     @property
     def ncu_only(self) -> bool:

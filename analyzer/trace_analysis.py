@@ -264,7 +264,16 @@ def _analysis(store: FactStore, findings: list[Finding], pack: RulePack, *, para
         ncu=store.trace.ncu,
         not_checked=not_checked,
         not_applicable=not_applicable,
+        graph_kernel_rules=_graph_kernel_rules(pack),
     )
+
+
+def _graph_kernel_rules(pack: RulePack) -> tuple[str, ...]:
+    """:attr:`Analysis.graph_kernel_rules` of ``pack``."""
+    from analyzer.facts.registry import FACTS
+
+    return tuple(sorted(r.name for r in pack.rules
+                        if r.source in FACTS and FACTS[r.source].per_kernel and "in_graph" not in r.columns))
 
 
 def pack_parameters(pack: RulePack) -> dict[str, dict[str, object]]:

@@ -60,7 +60,7 @@ import pandas as pd
 
 from analyzer.analysis import StepSpans, Window
 from analyzer.errors import WindowError
-from analyzer.facts._util import column, concat_codes, factorize_objects, text, text_codes
+from analyzer.facts._util import column, concat_codes, factorize_objects, new_frame, text, text_codes
 from analyzer.facts.nccl_nvtx import internal_ranges
 from analyzer.facts.nvtx import operator_ranges
 from analyzer.facts.nvtx_ranges import parent_positions, ranges_only
@@ -155,8 +155,9 @@ def _ops(trace: Trace) -> pd.DataFrame:
     start, end, api = (np.concatenate([t[i] for t in times]) for i in range(3))
     codes, labels = concat_codes(texts)
     order = np.lexsort((end, start))  # a stable sort by (start, end)
-    return pd.DataFrame({"start": start[order], "end": end[order], "api_start": api[order],
-                         "label": categorical(codes[order], labels)})
+    # the taken arrays as columns (no copy into one 2-D block: 30 ms at a million kernels)
+    return new_frame({"start": start[order], "end": end[order], "api_start": api[order],
+                      "label": categorical(codes[order], labels)})
 
 
 def _codes(frame: pd.DataFrame, name: str) -> tuple[np.ndarray, np.ndarray]:

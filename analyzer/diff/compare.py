@@ -140,7 +140,7 @@ class FindingChange:
     id: str
     title: str
     severity: str  # the higher of both runs
-    status: str  # "new" | "resolved" | "uncovered" | "masked" | "changed" | "unchanged"
+    status: str  # "new" | "resolved" | "uncovered" | "masked" | "hidden" | "changed" | "unchanged"
     base_count: int
     head_count: int
     base_impact_ns: int | None
@@ -514,10 +514,25 @@ def _kernel_overlap(base: RunSummary, head: RunSummary) -> float | None:
     return float(sum(min(v, sh[k]) for k, v in sb.items() if k in sh))
 
 
+def _graph_share(run: RunSummary) -> float:
+    """Share of ``run``'s kernel time in CUDA graphs traced without their kernels (category ``cuda_graph``)."""
+    total = sum(r.total_ns for r in run.categories.rows) + run.categories.other_ns
+    graphs = sum(r.total_ns for r in run.categories.rows if r.category == "cuda_graph")
+    return graphs / total if total > 0 else 0.0
+
+
 def _context_notes(base: RunSummary, head: RunSummary, overlap: float | None, phases: ChangeTable,
                    notes: list[str]) -> None:
     common_phases = sum(1 for r in phases.rows if r.status in ("changed", "same"))
-    if overlap is not None and overlap < SHALLOW_OVERLAP:
+    opaque = [(side, share) for side, share in (("BASE", _graph_share(base)), ("HEAD", _graph_share(head)))
+              if share >= 0.10]
+    if opaque and overlap is not None and overlap < SHALLOW_OVERLAP:
+        side, share = max(opaque, key=lambda x: x[1])
+        notes.append(f"{side} ran {fmt_pct(100 * share)} of its kernel time in CUDA graphs traced without their "
+                     "kernels (nsys' default graph-level tracing), so its kernel tables hold the graphs, not the "
+                     "kernels they ran: the kernel tables compare only what ran outside them (record with nsys "
+                     "--cuda-graph-trace=node to compare kernels)")
+    elif overlap is not None and overlap < SHALLOW_OVERLAP:
         extra = " and no NVTX range in common" if phases.total_rows and not common_phases else ""
         notes.append(f"BASE and HEAD have little in common: only {fmt_pct(100 * overlap)} of their kernel time is "
                      f"in kernel families both ran{extra}; they may be different programs, so the tables "
@@ -629,9 +644,11 @@ def _finding_changes(base: RunSummary, head: RunSummary, nb: int, nh: int, accep
         assert top is not None
         sev = max((r.severity for r in (br, hr) if r is not None), key=lambda s: _SEVERITY_RANK.get(s, 0))
         if br is None:
-            status = "uncovered" if _latent_holds(base, rule, nb, top.impact_ns, nh) else "new"
+            status = ("hidden" if rule in base.graph_hidden_rules
+                      else "uncovered" if _latent_holds(base, rule, nb, top.impact_ns, nh) else "new")
         elif hr is None:
-            status = "masked" if _latent_holds(head, rule, nh, br.impact_ns, nb) else "resolved"
+            status = ("hidden" if rule in head.graph_hidden_rules
+                      else "masked" if _latent_holds(head, rule, nh, br.impact_ns, nb) else "resolved")
         else:
             status = "changed" if _impact_moved(br.impact_ns, hr.impact_ns, nb, nh) else "unchanged"
         # the file judges HEAD's findings of the rule (BASE's when it is gone); every one must be held
@@ -649,7 +666,7 @@ def _finding_changes(base: RunSummary, head: RunSummary, nb: int, nh: int, accep
             head_latent_per_step_ns=_latent(head, rule, nh) if hr is None else None,
             step_scale=step_scale,
         ))
-    order = {"new": 0, "resolved": 1, "uncovered": 2, "masked": 3, "changed": 4, "unchanged": 5}
+    order = {"new": 0, "resolved": 1, "uncovered": 2, "masked": 3, "hidden": 4, "changed": 5, "unchanged": 6}
     return tuple(sorted(out, key=lambda f: (order[f.status], -_SEVERITY_RANK.get(f.severity, 0),
                                             -(f.head_impact_ns or f.base_impact_ns or 0), f.rule)))
 
@@ -776,6 +793,12 @@ def _verdict(step: StepComparison, findings: tuple[FindingChange, ...], settings
         parts.append("uncovered (in BASE too, under the rules' thresholds): " + ", ".join(uncovered))
     if masked:
         parts.append("masked (still in HEAD, under the rules' thresholds): " + ", ".join(masked))
+    hidden = [f for f in findings if f.status == "hidden" and f.problem]
+    for side, gone in (("HEAD", [f.rule for f in hidden if f.head_count == 0]),
+                       ("BASE", [f.rule for f in hidden if f.base_count == 0])):
+        if gone:
+            parts.append(f"not judged in {side}, whose CUDA graphs were traced without their kernels (record "
+                         "with nsys --cuda-graph-trace=node): " + ", ".join(gone))
     shrunk = sorted((f for f in findings if better(f) and f.problem),
                     key=lambda f: -((f.base_impact_per_step_ns or 0) - (f.head_impact_per_step_ns or 0)))
     if shrunk:

@@ -178,6 +178,7 @@ def diff_dict(r: DiffResult) -> dict[str, Any]:
             "resolved": [x.rule for x in f if x.status == "resolved"],
             "uncovered": [x.rule for x in f if x.status == "uncovered"],
             "masked": [x.rule for x in f if x.status == "masked"],
+            "hidden": [x.rule for x in f if x.status == "hidden"],
             "changed": [{"rule": x.rule, "base_impact_ns": x.base_impact_ns, "head_impact_ns": x.head_impact_ns}
                         for x in f if x.status == "changed"],
             "unchanged": [x.rule for x in f if x.status == "unchanged"],

@@ -210,7 +210,7 @@ _KCAT_COLUMNS = {c: f"kernel column {c}" for c in KERNEL_COLUMNS} | {
 }
 
 
-@fact("kernel_categories", columns=_KCAT_COLUMNS, scope_keys=("device", "stream", "nvtx_path", "name"))
+@fact("kernel_categories", columns=_KCAT_COLUMNS, scope_keys=("device", "stream", "nvtx_path", "name"), per_kernel=True)
 def kernel_categories(ctx: FactContext) -> pd.DataFrame:
     """One row per kernel starting in the window: the kernels frame plus its ``category``."""
     table = load_categories(ctx.options.get("categories_file") or None)

@@ -197,7 +197,8 @@ def _payloads(ctx: FactContext, k: pd.DataFrame) -> tuple[np.ndarray, np.ndarray
     return kernel_payloads(ctx.trace.nvtx, k)
 
 
-@fact("comm_kernels", columns=_COMM_COLUMNS, scope_keys=("device", "stream", "nvtx_path", "name"))
+@fact("comm_kernels", columns=_COMM_COLUMNS, scope_keys=("device", "stream", "nvtx_path", "name"),
+      per_kernel=True)
 def comm_kernels(ctx: FactContext) -> pd.DataFrame:
     """One row per communication kernel starting in the window, with what its name and NCCL's NVTX
     payload say about it and, inside a job, how long it waited for the other ranks."""

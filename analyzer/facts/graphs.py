@@ -204,7 +204,7 @@ _UNKNOWN_COLUMNS = {
 }
 
 
-@fact("unknown_launch_config", columns=_UNKNOWN_COLUMNS, scope_keys=("device",))
+@fact("unknown_launch_config", columns=_UNKNOWN_COLUMNS, scope_keys=("device",), per_kernel=True)
 def unknown_launch_config(ctx: FactContext) -> pd.DataFrame:
     """Per device: the kernels in the window whose grid or block dimensions the trace does not record
     (torch.profiler on ROCm for graph replays, nsys' whole graph executions). Launch-configuration rules

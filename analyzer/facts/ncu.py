@@ -135,7 +135,7 @@ def _without_communication(ctx: FactContext, kernels: pd.DataFrame) -> pd.DataFr
     return kernels if keep.all() else kernels.loc[keep]
 
 
-@fact("ncu_kernels", columns=NCU_KERNELS_COLUMNS, scope_keys=("device", "name", "nvtx_path"))
+@fact("ncu_kernels", columns=NCU_KERNELS_COLUMNS, scope_keys=("device", "name", "nvtx_path"), per_kernel=True)
 def ncu_kernels(ctx: FactContext) -> pd.DataFrame:
     """One row per launch profiled by Nsight Compute: normalized metrics (SI units, percents 0..100),
     the nsys launch it matched (time of that configuration inside the analysis window, NVTX path),

@@ -48,6 +48,9 @@ class FactSpec:
     # need: a rule reading them on a trace that lacks one is reported "not available in this trace"
     needs: tuple[str, ...] = ()
     column_needs: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: rows describe individual kernels (names, launch configurations, counters): a CUDA graph traced
+    #: without its kernels (nsys' default graph-level tracing) hides the ones it runs from this fact
+    per_kernel: bool = False
     #: computing it is the run's memory peak (millions of rows of temporaries): it is never computed ahead
     #: of its reader, and while one thread computes it no other thread starts computing a fact ahead
     #: (:meth:`FactStore.start_prefetch`), so the facts read later are not held through its peak
@@ -72,11 +75,13 @@ def fact(
     scope_keys: Iterable[str] = (),
     needs: Iterable[str] = (),
     column_needs: Mapping[str, Iterable[str]] | None = None,
+    per_kernel: bool = False,
     alone: bool = False,
 ) -> Callable[[Callable[[FactContext], pd.DataFrame]], Callable[[FactContext], pd.DataFrame]]:
     """Decorator registering ``fn`` as the fact ``name``. Its docstring becomes the fact's doc.
     ``needs`` / ``column_needs`` name the trace capabilities the fact / some of its columns rest on;
-    ``alone``: no fact is computed ahead on another thread while it is computed (:attr:`FactSpec.alone`)."""
+    ``per_kernel``: its rows describe individual kernels (see :attr:`FactSpec.per_kernel`); ``alone``: no
+    fact is computed ahead on another thread while it is computed (:attr:`FactSpec.alone`)."""
     from analyzer.loading.capabilities import CAPABILITIES
 
     col_needs = {c: tuple(v) for c, v in (column_needs or {}).items()}
@@ -99,6 +104,7 @@ def fact(
             scope_keys=tuple(scope_keys),
             needs=tuple(needs),
             column_needs=col_needs,
+            per_kernel=per_kernel,
             alone=alone,
         )
         return fn

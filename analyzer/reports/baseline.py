@@ -167,6 +167,11 @@ class RunSummary:
     #: (rule, ns): each rule's latent impact, its time below its thresholds (``Analysis.latent_impacts``;
     #: empty for a run read from a JSON report)
     latent_impacts: tuple[tuple[str, int], ...] = ()
+    #: rules this run's trace cannot judge on a material part of its GPU time: rules judging individual
+    #: kernels, graph kernels included (:attr:`analyzer.analysis.Analysis.graph_kernel_rules`), where CUDA
+    #: graphs ran without their kernels traced (nsys' default graph-level tracing) for at least :data:`GRAPH_HIDDEN_SHARE` of the
+    #: window's GPU busy time. A diff does not call such a rule's finding resolved (or new) for it.
+    graph_hidden_rules: tuple[str, ...] = ()
 
     # -- JSON --------------------------------------------------------------------------------------
     def baseline_dict(self) -> dict[str, Any]:
@@ -198,6 +203,7 @@ class RunSummary:
             "rules": _table_dict(self.rules, RULE_FIELDS),
             "findings": _table_dict(self.findings, FINDING_FIELDS),
             "latent_impacts": {rule: ns for rule, ns in self.latent_impacts},
+            "graph_hidden_rules": list(self.graph_hidden_rules),
         }
 
 
@@ -315,7 +321,26 @@ def summarize(analysis: Analysis) -> RunSummary:
         memory_peak_bytes=peak,
         memory_growth_bytes=growth,
         latent_impacts=tuple(sorted((str(k), int(v)) for k, v in getattr(analysis, "latent_impacts", {}).items())),
+        graph_hidden_rules=_graph_hidden_rules(analysis, get, busy_ns),
     )
+
+
+#: the share of GPU busy time in CUDA graphs traced without their kernels from which a run cannot judge
+#: per-kernel rules (a graph-level trace of a program that replays one graph per step: 98-99%)
+GRAPH_HIDDEN_SHARE = 0.10
+
+
+def _graph_hidden_rules(analysis: Analysis, get: Any, busy_ns: int | None) -> tuple[str, ...]:
+    """:attr:`RunSummary.graph_hidden_rules` of ``analysis``."""
+    kernel_rules = getattr(analysis, "graph_kernel_rules", ())
+    if not kernel_rules or not busy_ns:
+        return ()
+    replays = get("graph_replays")
+    if replays is None or replays.empty or "traced_kernels" not in replays.columns:
+        return ()
+    hidden = replays["traced_kernels"].to_numpy() == 0
+    opaque_ns = int(replays["gpu_ns"].to_numpy()[hidden].sum())
+    return tuple(kernel_rules) if opaque_ns >= GRAPH_HIDDEN_SHARE * busy_ns else ()
 
 
 def _memory(analysis: Analysis) -> tuple[int | None, int | None]:
@@ -572,6 +597,8 @@ def from_report(doc: Any, path: str, *, trace_index: int | None = None) -> RunSu
         memory_growth_bytes=r.integer(totals, "memory_growth_bytes_per_step", "totals", optional=True)
         if "memory_growth_bytes_per_step" in totals else None,
         latent_impacts=_latent_impacts(r, base),
+        graph_hidden_rules=tuple(r.text_list(base, "graph_hidden_rules", "baseline"))
+        if "graph_hidden_rules" in base else (),
     )
 
 

@@ -394,3 +394,30 @@ def test_each_fix_resolves_its_cause_and_adds_no_false_finding(name: str, fmt: s
     back = diff(*reversed(_fix_pair(name, fmt)))
     back_status = {f.rule: f.status for f in back.findings}
     assert all(back_status[x] == "new" for x in resolved) and all(back_status[x] == "masked" for x in uncovered)
+
+
+def test_a_graph_level_trace_does_not_resolve_what_it_cannot_see() -> None:
+    """host_sync's eager loop against the same micro-steps in one CUDA graph (H200): nsys' default
+    graph-level tracing records each replay without its kernels, so the twin's GEMMs (still fp32, with
+    small grids) are invisible in it: those findings are "hidden", not resolved; the node-level recording
+    of the same twin shows them persist. What the graph fixes (launch-bound, tiny-kernels: a rule that
+    leaves graph kernels out) is resolved in both."""
+    eager = summary("round3/host_sync_graph")
+    graphed, node = summary("round3/host_sync_graph_fixed"), summary("round3/host_sync_graph_fixed_node")
+    assert eager.graph_hidden_rules == () and node.graph_hidden_rules == ()
+    assert {"fp32-gemm-no-tensor-cores", "small-grid"} <= set(graphed.graph_hidden_rules)
+    assert "tiny-kernels" not in graphed.graph_hidden_rules  # it reads in_graph: graph kernels never count
+    r = diff(eager, graphed)
+    status = {f.rule: f.status for f in r.findings}
+    assert status["fp32-gemm-no-tensor-cores"] == status["small-grid"] == "hidden"
+    assert status["launch-bound"] == status["tiny-kernels"] == "resolved"
+    resolved = r.verdict.split("resolved: ")[1].split(";")[0]
+    assert "fp32-gemm" not in resolved and "not judged in HEAD" in r.verdict, r.verdict
+    assert any("CUDA graphs traced without their kernels" in n for n in r.notes)
+    r_node = diff(eager, node)
+    s_node = {f.rule: f.status for f in r_node.findings}
+    assert s_node["fp32-gemm-no-tensor-cores"] in ("unchanged", "changed") and s_node["launch-bound"] == "resolved"
+    back = {f.rule: f.status for f in diff(graphed, eager).findings}
+    assert back["fp32-gemm-no-tensor-cores"] == "hidden" and back["launch-bound"] == "new"
+    again = from_report(report("round3/host_sync_graph_fixed"), "graphed.json")  # kept in the JSON report
+    assert again.graph_hidden_rules == graphed.graph_hidden_rules

@@ -79,6 +79,17 @@ def test_many_small_chunks_equal_the_whole_file(path, monkeypatch, tmp_path):
     _same(gz, whole)
 
 
+def test_events_longer_than_a_block_grow_the_pending_text(monkeypatch):
+    """Blocks of 64 bytes, shorter than any event: the text not yet decoded outgrows its buffer again
+    and again (kept between cuts, not given back) and the trace is still the whole file's."""
+    path = TRACES[0]
+    _text(path)
+    streamed, messages = _load(path, whole=False, monkeypatch=monkeypatch, block=64)
+    whole, _ = _load(path, whole=True, monkeypatch=monkeypatch)
+    assert _streamed(messages)
+    _same(streamed, whole)
+
+
 @pytest.mark.parametrize("layout", ["compact", "bare-list", "events-first", "crlf-indented"])
 def test_other_writers_layouts_stream_to_the_same_trace(layout, monkeypatch, tmp_path):
     doc = json.loads(_text(TRACES[0]))

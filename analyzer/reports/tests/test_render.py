@@ -193,7 +193,7 @@ def test_json_shape():
     t = doc["traces"][0]
     assert list(t) == ["info", "window", "summary", "findings", "findings_total", "overview", "notes", "baseline"]
     assert list(t["baseline"]) == ["steps", "totals", "phases", "kernels", "categories", "copies", "rules",
-                                  "findings", "latent_impacts"]
+                                  "findings", "latent_impacts", "graph_hidden_rules"]
     assert list(t["overview"]) == ["categories", "top_kernels", "nvtx", "gaps", "breakdown", "phases", "signals",
                                    "ncu", "roofline"]
     (b0, b1) = t["overview"]["breakdown"]
