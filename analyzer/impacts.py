@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -45,22 +46,9 @@ def report_order(findings: Sequence[Finding]) -> list[Finding]:
 
 def union_adds(findings: Sequence[Finding]) -> list[int]:
     """What each finding adds to the union of the findings' time, in the order given (ns; 0 for a
-    finding without an impact). ``sum()`` of the result is the union. A report asks twice for the same
-    findings (the verdict's total and each row's part; each symptom's causes): the answers of the last
-    few calls are kept for the same objects (findings are frozen; footprints are bounded by
-    :data:`analyzer.rules.footprint.MAX_INTERVALS`)."""
-    for seen, adds in list(_RECENT_UNIONS):
-        if len(seen) == len(findings) and all(a is b for a, b in zip(seen, findings)):
-            return list(adds)
-    out = _union_adds(findings)
-    _RECENT_UNIONS.append((tuple(findings), tuple(out)))
-    del _RECENT_UNIONS[:-_RECENT_MAX]
-    return out
-
-
-#: the last :data:`_RECENT_MAX` :func:`union_adds` calls as ``(findings, adds)``
-_RECENT_UNIONS: list[tuple[tuple[Finding, ...], tuple[int, ...]]] = []
-_RECENT_MAX = 4
+    finding without an impact). ``sum()`` of the result is the union. A report needs these once per
+    list: it takes them from one :class:`Tally` (:func:`add_up`) instead of asking again."""
+    return _union_adds(findings)
 
 
 def _union_adds(findings: Sequence[Finding]) -> list[int]:
@@ -116,8 +104,13 @@ class Explained:
 def explain(symptom: Finding, findings: Sequence[Finding]) -> Explained:
     """The share of ``symptom`` explained by the counted causes among ``findings`` that it names in
     ``explained_by`` (their union, capped at the symptom's impact)."""
+    return _explain(symptom, [f for f in report_order(findings) if is_problem(f)])
+
+
+def _explain(symptom: Finding, causes: Sequence[Finding]) -> Explained:
+    """:func:`explain` given the counted causes in report order."""
     links = set(symptom.explained_by)
-    causes = [f for f in report_order(findings) if is_problem(f) and (f.key in links or f.rule in links)]
+    causes = [f for f in causes if f.key in links or f.rule in links]
     cap = symptom.impact_ns or 0
     parts: list[tuple[Finding, int]] = []
     left = cap
@@ -128,3 +121,46 @@ def explain(symptom: Finding, findings: Sequence[Finding]) -> Explained:
             parts.append((f, take))
     parts.sort(key=lambda p: -p[1])  # largest share first (stable: report order among equals)
     return Explained(symptom, cap - left, tuple(parts))
+
+
+@dataclass(frozen=True)
+class Tally:
+    """The findings of one report added up once (:func:`add_up`): the findings in report order, what
+    each counted cause adds to the verdict's total (their union), and what explains each counted
+    symptom. The verdict, the findings table and the JSON read their numbers from the same tally, so
+    they agree, and the unions are computed once per report, by whoever holds the findings."""
+
+    ordered: tuple[Finding, ...]
+    causes: tuple[Finding, ...]
+    adds: tuple[int, ...]
+    explained: tuple[Explained, ...]
+
+    @property
+    def total_ns(self) -> int:
+        """The union of the counted causes' time (ns)."""
+        return sum(self.adds)
+
+    @cached_property
+    def _adds_by_id(self) -> dict[int, int]:
+        return {id(f): a for f, a in zip(self.causes, self.adds)}
+
+    @cached_property
+    def _explained_by_id(self) -> dict[int, Explained]:
+        return {id(ex.symptom): ex for ex in self.explained}
+
+    def adds_ns(self, finding: Finding) -> int | None:
+        """What ``finding`` adds to the total (None: not a counted cause)."""
+        return self._adds_by_id.get(id(finding))
+
+    def explanation(self, symptom: Finding) -> Explained:
+        """What the causes explain of ``symptom`` (one of the tallied findings' counted symptoms)."""
+        ex = self._explained_by_id.get(id(symptom))
+        return ex if ex is not None else _explain(symptom, self.causes)
+
+
+def add_up(findings: Sequence[Finding]) -> Tally:
+    """Adds up ``findings`` (one trace's, or a job's) once: see :class:`Tally`."""
+    ordered = report_order(findings)
+    causes = [f for f in ordered if is_problem(f)]
+    return Tally(tuple(ordered), tuple(causes), tuple(union_adds(causes)),
+                 tuple(_explain(s, causes) for s in ordered if is_symptom(s)))

@@ -134,7 +134,12 @@ def prepare(trace: Trace, options: AnalysisOptions, *, ncu: NcuReport | None = N
             attach_power(trace, list(options.power_files))
     progress(f"{trace.name}: choosing the analysis window")
     with stage("choosing the window"):
-        window = choose_window(trace, options.window_spec, exclude=options.exclude_ranges)
+        if options.cache and not options.power_files:  # from the fact cache when chosen before
+            from analyzer.facts.cache import choose_window as cached_window
+
+            window = cached_window(trace, options.window_spec, options.exclude_ranges, cached=True)
+        else:
+            window = choose_window(trace, options.window_spec, exclude=options.exclude_ranges)
     if ncu is not None:  # timeline totals of the matched kernels over the analysis window, as rules see them
         from analyzer.loading.ncu import join_ncu
 
@@ -165,6 +170,19 @@ def _caused_by(err: BaseException, kind: type[BaseException]) -> bool:
     return False
 
 
+def _ops_in_window(store: FactStore) -> int | None:
+    """GPU ops (kernels, copies, memsets) starting in the window (None: not counted, no timeline)."""
+    if store.trace.ncu_only:  # an Nsight Compute report alone: no timeline to count on
+        return None
+    try:
+        ops = store.get("gpu_ops")
+    except Exception:  # noqa: BLE001 - an input without a GPU timeline: nothing counted
+        return None
+    w = store.window
+    st = ops["start"].to_numpy()
+    return int(((st >= w.start_ns) & (st < w.end_ns)).sum())
+
+
 def finish(store: FactStore, pack: RulePack, *, progress: Progress = None, accepted: AcceptedFindings | None = None,
            keep: Iterable[str] | None = None) -> Analysis:
     """Evaluate ``pack`` over a prepared fact store: the :class:`Analysis` of one trace; findings matching
@@ -174,7 +192,8 @@ def finish(store: FactStore, pack: RulePack, *, progress: Progress = None, accep
     trace, window = store.trace, store.window
     from analyzer.loading.capabilities import window_capabilities
 
-    runnable, not_checked = split_by_capability(pack, {**trace.info.unavailable, **window_capabilities(window)})
+    runnable, not_checked = split_by_capability(
+        pack, {**trace.info.unavailable, **window_capabilities(window, _ops_in_window(store))})
     noting(progress)(f"{trace.name}: evaluating {len(runnable.rules)} rules")
     latent: dict[str, int] = {}
     findings = _evaluate(runnable, store, keep=keep, latent=latent)
@@ -193,7 +212,8 @@ def _evaluate(pack: RulePack, store: FactStore, *, keep: Iterable[str] | None = 
     trace's fault (timestamps or sizes no real trace has), so it becomes one line naming the trace, not
     an error of the rule file. ``keep``: see :func:`finish`; ``latent``: filled with each rule's latent
     impact (:func:`analyzer.rules.engine.evaluate`)."""
-    from analyzer.facts.scalars import SCALAR_FACTS, trace_scalars
+    from analyzer.facts.cache import trace_scalars as cached_scalars
+    from analyzer.facts.scalars import SCALAR_FACTS
     from analyzer.rules import evaluate
     from analyzer.rules.model import RuleEvaluationError
 
@@ -206,7 +226,7 @@ def _evaluate(pack: RulePack, store: FactStore, *, keep: Iterable[str] | None = 
                 store.plan_reads([SCALAR_FACTS, *(rule.reads for rule in pack.rules)], keep=keep)
                 if threads > 1:
                     store.start_prefetch()
-            scalars = trace_scalars(store)
+            scalars = cached_scalars(store)  # from the fact cache when its facts are there
             if keep is not None:
                 store.done_with(SCALAR_FACTS)
             findings = evaluate(pack, store, store.window, scalars, threads=threads, latent=latent)
@@ -240,7 +260,9 @@ def fact_threads(trace: Trace | None = None) -> int:
     if raw.isdigit():
         return max(1, min(int(raw), 2))
     if trace is not None:
-        rows = sum(len(getattr(trace, name)) for name in ("kernels", "memcpy", "memset", "api"))
+        from analyzer.loading.cache import frame_rows
+
+        rows = sum(frame_rows(trace, name) for name in ("kernels", "memcpy", "memset", "api"))
         if rows < TWO_THREADS_FROM_ROWS:
             return 1
     try:
@@ -326,7 +348,9 @@ def noting(progress: Progress) -> Callable[[str], None]:
 def trace_cache(options: AnalysisOptions, *, background: bool = False) -> TraceCache | None:
     from analyzer.loading.cache import TraceCache, enabled_by_env
 
-    return TraceCache(background=background) if options.cache and enabled_by_env() else None
+    # lazy: a trace served from the cache reads each frame when first used (a run whose facts are in the
+    # fact cache reads only the few the report shows)
+    return TraceCache(background=background, lazy=True) if options.cache and enabled_by_env() else None
 
 
 #: facts an Nsight Compute report alone can fill; rules reading anything else need a timeline

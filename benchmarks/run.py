@@ -14,9 +14,13 @@
    ``analyze``        the real CLI with the rule pack and HTML output, a first run (the columnar
                       trace cache emptied before it, so it loads the file and writes the cache):
                       ``python -m analyzer.cli BIG.sqlite -o out.html -q [--rules PACK]``
-   ``analyze cached`` a re-analysis with other settings (``--window full``): the same command run
-                      again, served from the trace cache that ``analyze`` wrote (written first,
-                      unmeasured, when ``analyze`` is not run)
+   ``analyze cached`` a re-analysis with a new window (``--window full``): the same command run
+                      again, the trace served from the trace cache that ``analyze`` wrote (written
+                      first, unmeasured, when ``analyze`` is not run), its facts computed (the fact
+                      cache emptied before each repeat: that window's facts are new)
+   ``analyze cached facts`` a re-analysis with settings that keep the facts (Markdown instead of HTML
+                      and a rule parameter ``--set``): the trace and every fact the rules and report
+                      read served from the caches the first run wrote (analyzer/facts/cache.py)
    ``analyze no-cache`` the same first run with ``--no-cache`` (what the cache costs a first run)
    ``load cached``    ``load_trace`` served from that cache alone (imports included): the part of a
                       re-analysis that replaces the loader
@@ -57,7 +61,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent
-CONTENDERS = ("analyze", "analyze cached", "analyze no-cache", "load cached", "load_trace", "sqlite3 fetch",
+CONTENDERS = ("analyze", "analyze cached", "analyze cached facts", "analyze no-cache", "load cached", "load_trace", "sqlite3 fetch",
               "nsys analyze")
 DEFAULT_SOURCE = "tests/data/small_training_ctx128.sqlite.xz"
 
@@ -258,6 +262,7 @@ def run_contender(name: str, big: Path, kernels: int, size: str, args: argparse.
     env = dict(os.environ, ANALYZER_CACHE_DIR=str(cache_dir))
     env.pop("ANALYZER_NO_CACHE", None)
     fresh_cache = False  # empty the cache before each run
+    fresh_facts = False  # empty the fact cache (analyzer/facts/cache.py) before each run
     analyze = [sys.executable, "-m", "analyzer.cli", str(big), "-q", *(["--rules", str(args.rules)] if args.rules else [])]
     if name == "analyze":
         cmd = [*analyze, "-o", str(html)]
@@ -265,7 +270,7 @@ def run_contender(name: str, big: Path, kernels: int, size: str, args: argparse.
         html.unlink(missing_ok=True)
     elif name == "analyze no-cache":
         cmd = [*analyze, "-o", str(workdir / f"big_{size}_nocache.html"), "--no-cache"]
-    elif name in ("analyze cached", "load cached"):
+    elif name in ("analyze cached", "analyze cached facts", "load cached"):
         fresh = getattr(args, "cache_fresh", set())
         if size not in fresh:
             # not written by this run's `analyze`: write (or confirm) it now, unmeasured; an entry left
@@ -275,6 +280,12 @@ def run_contender(name: str, big: Path, kernels: int, size: str, args: argparse.
             args.cache_fresh = fresh | {size}
         if name == "analyze cached":
             cmd = [*analyze, "-o", str(workdir / f"big_{size}_cached.html"), "--window", "full"]
+            fresh_facts = True
+        elif name == "analyze cached facts":
+            # the first run's settings, unmeasured (its facts stored, or found: "analyze cached" may have
+            # emptied the fact cache), then another format and a rule parameter: the same facts
+            measure([*analyze, "-o", str(workdir / f"big_{size}_warmup.json")], args.timeout, env=env)
+            cmd = [*analyze, "-o", str(workdir / f"big_{size}_cached.md"), "--set", "gpu-idle-gaps.min_gap=0.2ms"]
         else:
             cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "load_cached", str(big)]
     elif name == "load_trace":
@@ -302,6 +313,8 @@ def run_contender(name: str, big: Path, kernels: int, size: str, args: argparse.
         for _ in range(max(1, args.repeat)):
             if fresh_cache:
                 shutil.rmtree(cache_dir, ignore_errors=True)
+            if fresh_facts:
+                shutil.rmtree(cache_dir / "facts", ignore_errors=True)
             got = measure(cmd, args.timeout, env=env)
             if got[3] != 0:
                 best = got

@@ -80,11 +80,12 @@ def test_rules_needs_come_from_the_columns_they_read():
     needs = {r.name: set(r.needs) for r in pack.rules}
     assert needs["pageable-memcpy"] == {"memcpy_memory_kind"}  # reads copy_throughput.pageable
     assert needs["h2d-dominance"] == set()  # direction and durations only
-    assert needs["sync-memcpy"] == {"api_calls", "memcpy_memory_kind"}  # `needs:` + sync_calls
+    # gpu_workload: the window's `needs:` of the rules judging the time between GPU ops
+    assert needs["sync-memcpy"] == {"gpu_workload", "api_calls", "memcpy_memory_kind"}  # `needs:` + sync_calls
     assert needs["small-grid"] == {"kernel_launch_config", "gpu_properties"}
     assert {"kernel_resources", "kernel_launch_config", "gpu_properties"} <= needs["low-occupancy"]
-    assert needs["tiny-kernels"] == {"api_calls", "launch_correlation"}  # fact_mean(launch_stats, ...)
-    assert needs["gpu-idle-gaps"] == set()
+    assert needs["tiny-kernels"] == {"gpu_workload", "api_calls", "launch_correlation"}  # fact_mean(launch_stats, ...)
+    assert needs["gpu-idle-gaps"] == {"gpu_workload"}
     for rule in pack.rules:
         assert set(rule.needs) <= set(CAPABILITIES)
 

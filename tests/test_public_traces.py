@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from analyzer.facts.api import cuda_equivalent
+from analyzer.findings import Severity
 from analyzer.loading import load_trace
 from analyzer.pipeline import AnalysisOptions, analyze_inputs, analyze_paths, load_rules
 from analyzer.window import choose_window
@@ -179,6 +180,13 @@ def test_verdict_names_no_rank_the_rules_did_not():
         assert f"rank {stragglers[0].scope.rank} holds it back" in verdict
     else:
         assert "holds it back" not in verdict
+    # its biggest cause is a cause: every rank's low utilization is a symptom (what the causes
+    # explain), the verdict named it "biggest cause" over the ranks' launch-bound findings
+    causes = [(res.rank, f) for res in out.job.ranks for f in res.findings
+              if f.kind == "cause" and f.severity >= Severity.WARNING and f.counts and f.impact_ns]
+    assert causes and "busy less than half" not in verdict
+    rank, top = max(causes, key=lambda rf: rf[1].impact_ns)
+    assert f"biggest cause: {top.title} on rank {rank}" in verdict
 
 
 def test_a_folder_of_ncu_csvs_works_like_the_files(tmp_path, pack):
@@ -239,3 +247,34 @@ def test_a_capture_too_small_for_a_loop_says_so():
     """HTA's simple-add capture: 4 kernels. The window says there is no loop to find and why."""
     w = choose_window(load_trace(PUBLIC / "hta_simple_add_setup_only.pt.trace.json.gz"))
     assert w.steps is None and w.description.startswith("setup or a single call (4 GPU ops, too few for a loop)")
+
+
+def test_a_setup_only_capture_gets_no_idle_time_finding(pack):
+    """HTA's simple-add capture: 4 GPU ops 100 ms apart. host-work-in-loop said "GPU 0 waited 92.1% of the
+    time while the host ran its own code ... 1 problem worth 100 ms": the first call's one-time work, in
+    a capture with nothing that repeats. The rules judging the time between GPU ops are not run on it,
+    and say why."""
+    a = _analyze("hta_simple_add_setup_only.pt.trace.json.gz", pack)
+    judged = {"host-work-in-loop", "gpu-idle-gaps", "low-gpu-utilization", "launch-bound", "host-sync-in-loop"}
+    assert not judged & {f.rule for f in a.findings}
+    skipped = {n.rule: n.reason for n in a.not_checked}
+    assert judged <= set(skipped) and "4 GPU ops, too few for a loop" in skipped["host-work-in-loop"]
+
+
+def test_one_long_launch_is_one_time_work_not_launch_overhead(pack):
+    """HTA's AlexNet capture: one cudaLaunchKernel takes 3.06 s (the first launch loading cuDNN's
+    module) and a cudaStreamCreateWithFlags 0.73 s; the other 78 launches take 9 us (median). The
+    breakdown counted both calls as launch-bound and the verdict led with "launch-bound: GPU 0 waited
+    for the host to launch work 29.3% of the time", whose fix (CUDA graphs, larger batches) buys
+    nothing here. Time inside one call issuing work for 10 ms or more is setup, detail naming the call."""
+    from analyzer.facts.breakdown import ONE_TIME_CALL_NS, one_time_detail
+
+    a = _analyze("hta_alexnet_single_pass.pt.trace.json.gz", pack)
+    assert "launch-bound" not in {f.rule for f in a.findings}
+    seg = a.facts.get("timeline_segments")
+    setup = seg[seg["cause"].astype(str) == "setup"]
+    per = setup.groupby(setup["detail"].astype(str))["duration"].sum()
+    assert per[one_time_detail("cudaLaunchKernel")] > 3_000_000_000
+    assert per[one_time_detail("cudaStreamCreateWithFlags")] > 700_000_000
+    launch = seg[seg["cause"].astype(str) == "launch_bound"]
+    assert launch["duration"].max() < ONE_TIME_CALL_NS  # every launch-bound piece is a short call or dispatch

@@ -50,3 +50,19 @@ def test_waits_without_a_stream_wait_call_keep_the_plain_detail():
     waits = seg[seg["cause"] == "wait_other"]
     assert len(waits) and set(waits["detail"]) == {"queued (another stream or an event)"}
     assert not [f for f in a.findings if f.rule == "waiting-on-other-work"]
+
+
+def test_low_utilization_counts_the_window_before_the_repeating_work():
+    """The decode window opens at the program's annotation, 463 ms before the repeating GPU work: the
+    periods low-gpu-utilization reads (window_periods) start with that stretch, so its least busy part
+    is in the evidence and the wait that fills it explains the symptom (it said "no finding explains
+    it" while waiting-on-other-work held 97.8% of the window)."""
+    for path in (DECODE, PREFILL):
+        a = analysis(path)
+        periods = a.facts.get("window_periods")
+        assert int(periods["start"].min()) == a.window.start_ns
+        (wait,) = [f for f in a.findings if f.rule == "waiting-on-other-work"]
+        (low,) = [f for f in a.findings if f.rule == "low-gpu-utilization"]
+        assert wait.key in low.explained_by
+    first = periods.sort_values("start").iloc[0]
+    assert first["label"].startswith("before ") and first["util"] < 0.05

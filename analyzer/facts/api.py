@@ -137,6 +137,10 @@ def sync_kind(name: str) -> str | None:
 
 _LOCATION_DOC = "where in the program the call comes from ('' without call stacks; analyzer.facts.stacks)"
 
+_GPU_WAIT_DOC = ("GPU idle time the timeline breakdown charged to this call as host_sync (ns): the wait "
+                 "inside it, the return from it, the refill before its return (0 for a call that does "
+                 "not block)")
+
 _API_ROW = {
     "start": "call start (ns)", "end": "call end (ns)", "duration": "call duration (ns)",
     "name": "API name (version suffix stripped)", "pid": "process", "tid": "thread",
@@ -153,17 +157,23 @@ _API_ROW = {
         "direction": "copy direction for memcpy kinds ('' otherwise)",
         "bytes": "copy/memset size (B, -1 unknown)",
         "code_location": _LOCATION_DOC,
+        "gpu_wait_ns": _GPU_WAIT_DOC,
     },
     scope_keys=("nvtx_path", "name", "tid"),
     needs=("api_calls",),
+    requires=("timeline_segments",),
 )
 def sync_calls(ctx: FactContext) -> pd.DataFrame:
     """CUDA API calls in the window that make the host wait for the device: explicit synchronization,
     synchronous copies/memsets, and asynchronous copies that pageable memory makes synchronous."""
+    from analyzer.facts.breakdown_sync import charged_ns
+
     rows = all_sync_call_rows(ctx.store)
     st = rows["start"].to_numpy()
     rows = rows.loc[(st >= ctx.window.start_ns) & (st < ctx.window.end_ns)].reset_index(drop=True)
-    return attach_locations(rows, ctx.store)
+    rows = attach_locations(rows, ctx.store)
+    rows["gpu_wait_ns"] = charged_ns(ctx.get("timeline_segments"), rows, rows["blocking"].to_numpy(dtype=bool))
+    return rows
 
 
 def all_sync_call_rows(store: FactStore) -> pd.DataFrame:
@@ -248,9 +258,11 @@ def sync_call_rows(
         "the window) the call starts in, -1 when outside every step or the window has no steps",
         "tenth": "which tenth of the window the call starts in (0..9)",
         "code_location": _LOCATION_DOC,
+        "gpu_wait_ns": _GPU_WAIT_DOC,
     },
     scope_keys=("nvtx_path", "name", "tid"),
     needs=("api_calls",),
+    requires=("timeline_segments",),
 )
 def alloc_calls(ctx: FactContext) -> pd.DataFrame:
     """CUDA API calls in the window that allocate or free device, pinned or managed memory, with the
@@ -270,7 +282,11 @@ def alloc_calls(ctx: FactContext) -> pd.DataFrame:
     w = ctx.window
     rel = (starts.astype(np.float64) - float(w.start_ns)) / float(max(w.duration_ns, 1))
     out["tenth"] = np.clip(np.floor(rel * 10), 0, 9).astype(np.int64)
-    return attach_locations(out, ctx.store)
+    out = attach_locations(out, ctx.store)
+    from analyzer.facts.breakdown_sync import charged_ns
+
+    out["gpu_wait_ns"] = charged_ns(ctx.get("timeline_segments"), out)
+    return out
 
 
 def step_index(times: np.ndarray, steps: tuple[tuple[int, int], ...]) -> np.ndarray:

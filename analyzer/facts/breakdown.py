@@ -66,8 +66,11 @@ that launched the op before it). The op's *submission* is the end of its launch 
                   :mod:`analyzer.facts.breakdown_threads`); without OS-runtime calls (torch.profiler)
                   waiting cannot be told from running Python, and the time keeps the waiting thread's range
 ``setup``         inside a one-time CUDA call (module or library load, graph capture or instantiation,
-                  device queries); detail says which. What ran before the steady state is outside the
-                  window (the window chooser's ``setup_ns``); time inside the window is never setup for
+                  device queries); detail says which. Also inside one call that issues work (a launch,
+                  not a synchronization or allocation) lasting :data:`ONE_TIME_CALL_NS` or more: the
+                  first launch loading a kernel's module, a library's initialization (detail
+                  ``cudaLaunchKernel (one-time: 10 ms or more in one call)``). What ran before the
+                  steady state is outside the window (the window chooser's ``setup_ns``); time inside the window is never setup for
                   its position: ``--window full``, a time span, or a window opened at the program's own
                   annotation holds the program's work before its first step, classified like any other
 ``unknown``       the trace cannot tell; detail says why (:data:`UNKNOWN_WHY`: no CUDA API calls
@@ -120,6 +123,18 @@ DISPATCH_GAP_NS = 1_000_000
 #: the longest host time after a synchronizing call's return that still counts as returning from it, and
 #: the longest time from an op's submission to its start that counts as launch latency (ns)
 RETURN_NS = 100_000
+
+#: a call that issues work (a launch, a stream or event call: not a synchronization) and lasts this long
+#: does one-time work inside it: ``setup``, detail :func:`one_time_detail`. A launch costs microseconds
+#: (median 4-21 us on every committed trace, at most 2.4 ms); the first launch of a kernel whose module
+#: is loaded lazily, or a library's first call, takes milliseconds to seconds (3.06 s in HTA's AlexNet
+#: capture). Synchronizations and allocations keep their cause whatever their length.
+ONE_TIME_CALL_NS = 10_000_000
+
+
+def one_time_detail(call: str) -> str:
+    """Detail of the ``setup`` time inside one long call that issues work (:data:`ONE_TIME_CALL_NS`)."""
+    return f"{call} (one-time: 10 ms or more in one call)"
 
 CAUSES = ("compute", "exposed_comm", "exposed_copy", "launch_bound", "host_sync", "host_work",
           "wait_other", "setup", "unknown")
@@ -693,9 +708,19 @@ class _HostCalls:
         name_code = np.array([code(str(x)) for x in a_names], dtype=np.int32)
         self.cause = a_cause
         self.detail = name_code[a_codes] if len(a_codes) else np.empty(0, np.int32)
-        del a_codes
         self.start = api["start"].to_numpy(dtype=np.int64)
         self.end = api["end"].to_numpy(dtype=np.int64)
+        # one call issuing work for ONE_TIME_CALL_NS or more is one-time work inside it (the first launch
+        # of a kernel loading its module, a library's initialization), not launch overhead
+        long = np.flatnonzero((a_cause == _C["launch_bound"]) & (self.end - self.start >= ONE_TIME_CALL_NS))
+        if len(long):
+            from analyzer.facts.api import ALLOC_APIS  # a stream-ordered allocation growing its pool keeps its cause
+
+            long = long[~np.array([str(a_names[c]) in ALLOC_APIS for c in a_codes[long].tolist()], dtype=bool)]
+        if len(long):
+            self.cause[long] = _C["setup"]
+            self.detail[long] = [code(one_time_detail(str(a_names[c]))) for c in a_codes[long].tolist()]
+        del a_codes
         a_tid = api["tid"].to_numpy()  # its own integer type: the same stable grouping without an int64 copy
         if a_tid.dtype.kind not in "iu":
             a_tid = a_tid.astype(np.int64)

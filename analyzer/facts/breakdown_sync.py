@@ -33,6 +33,7 @@ from __future__ import annotations
 from typing import Callable
 
 import numpy as np
+import pandas as pd
 
 from analyzer.facts._util import column, text_codes
 from analyzer.facts.nvtx_ranges import innermost_open, ranges_only
@@ -51,6 +52,89 @@ def refilled_call(detail: str) -> str:
     if detail.startswith(REFILL_PREFIX) and detail.endswith(")"):
         return detail[len(REFILL_PREFIX):-1]
     return detail
+
+
+def owning_calls(seg_tid: np.ndarray, seg_start: np.ndarray, seg_call: np.ndarray, seg_refill: np.ndarray,
+                 call_tid: np.ndarray, call_start: np.ndarray, call_end: np.ndarray,
+                 call_name: np.ndarray) -> np.ndarray:
+    """The call each ``host_sync`` segment is charged to, as a position among the calls given (-1: none
+    of them). A segment is given by its feeding thread, start, the call its detail names
+    (:func:`refilled_call`) and whether it is a refill. The wait inside a call and the return after it
+    belong to the last call of that name on that thread starting at or before the segment (no other
+    call of that thread starts in between); a refill belongs to the first one ending after the
+    segment's start (the sync whose interval, previous return to its own, holds it:
+    :func:`charge_refills`). Exact when the calls are every synchronizing call of those names on those
+    threads in the window (a call that started before it owns no segment a later call could be taken
+    for): a rule's rows stand for their own calls' time, not for every call of their name."""
+    owner = np.full(len(seg_start), -1, dtype=np.int64)
+    if not len(seg_start) or not len(call_start):
+        return owner
+    tids, tid_codes = np.unique(np.r_[np.asarray(call_tid, np.int64), np.asarray(seg_tid, np.int64)],
+                                return_inverse=True)
+    name_codes, names = pd.factorize(np.r_[np.asarray(call_name, object), np.asarray(seg_call, object)])
+    key = tid_codes.reshape(-1).astype(np.int64) * (len(names) + 1) + name_codes
+    n = len(call_start)
+    c_key, s_key = key[:n], key[n:]
+    c_start, c_end = np.asarray(call_start, np.int64), np.asarray(call_end, np.int64)
+    s_start = np.asarray(seg_start, np.int64)
+    refill = np.asarray(seg_refill, bool)
+    order = np.lexsort((c_start, c_key))
+    sorted_key = c_key[order]
+    for k in np.unique(s_key).tolist():
+        lo, hi = np.searchsorted(sorted_key, [k, k + 1])
+        if lo == hi:
+            continue
+        calls = order[lo:hi]  # this thread's calls of this name, by start
+        starts = c_start[calls]
+        ends = np.maximum.accumulate(c_end[calls])
+        segs = np.flatnonzero(s_key == k)
+        at = np.where(refill[segs], np.searchsorted(ends, s_start[segs], side="right"),
+                      np.searchsorted(starts, s_start[segs], side="right") - 1)
+        ok = (at >= 0) & (at < len(calls))
+        owner[segs[ok]] = calls[at[ok]]
+    return owner
+
+
+def charged_segments(seg: pd.DataFrame, call_tid: np.ndarray, call_start: np.ndarray, call_end: np.ndarray,
+                     call_name: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The ``host_sync`` rows of ``seg`` (``timeline_segments``) charged to the calls given, as positions
+    in ``seg`` and the owning call's position (:func:`owning_calls`: the calls must be every
+    synchronizing call of their names on their threads in the window)."""
+    empty = np.empty(0, dtype=np.int64)
+    if seg.empty or not len(call_start) or "host_tid" not in seg.columns:
+        return empty, empty
+    codes, labels = text_codes(seg["cause"])
+    hs = np.flatnonzero((labels == "host_sync")[codes])
+    if not len(hs):
+        return empty, empty
+    d_codes, d_labels = text_codes(seg["detail"].iloc[hs])
+    call_of = np.array([refilled_call(str(x)) for x in d_labels], dtype=object)[d_codes]
+    refill = np.array([str(x).startswith(REFILL_PREFIX) for x in d_labels], dtype=bool)[d_codes]
+    owner = owning_calls(seg["host_tid"].to_numpy("int64")[hs], seg["start"].to_numpy("int64")[hs], call_of, refill,
+                         call_tid, call_start, call_end, call_name)
+    ok = owner >= 0
+    return hs[ok], owner[ok]
+
+
+def charged_ns(seg: pd.DataFrame, calls: pd.DataFrame, owns: np.ndarray | None = None) -> np.ndarray:
+    """Per row of ``calls`` (an API-call fact's rows: tid, start, end, name), the GPU idle time (ns) the
+    timeline breakdown charged to it as ``host_sync``: the wait inside it, the return from it, the
+    refill before its return. ``owns``: the rows that can hold such time (blocking calls; the others
+    get 0 and are not taken for the owner of another call's time)."""
+    out = np.zeros(len(calls), dtype=np.int64)
+    if not len(calls):
+        return out
+    rows = np.arange(len(calls)) if owns is None else np.flatnonzero(owns)
+
+    def num(c: str) -> np.ndarray:
+        return pd.to_numeric(calls[c], errors="coerce").fillna(-1).to_numpy("int64")[rows]
+
+    pos, owner = charged_segments(seg, num("tid"), num("start"), num("end"),
+                                  calls["name"].astype(str).to_numpy(object)[rows])
+    if len(pos):
+        dur = (seg["end"].to_numpy("int64") - seg["start"].to_numpy("int64"))[pos]
+        out[rows] = np.rint(np.bincount(owner, weights=dur, minlength=len(rows))).astype(np.int64)
+    return out
 
 
 #: one thread's synchronizing calls: (tid, start, end, detail code), disjoint and sorted by start

@@ -52,7 +52,7 @@ import queue
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, is_dataclass
+from dataclasses import asdict, fields, is_dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -124,10 +124,38 @@ def _canonical(value: Any, name: str = "") -> Any:
     if isinstance(value, Mapping):
         if not all(isinstance(k, str) for k in value):
             raise Unkeyable(f"{name}: a mapping with keys other than text")
-        return {"dict": {k: _canonical(v, k) for k, v in sorted(value.items())}}
-    if is_dataclass(value) and not isinstance(value, type):
-        return {type(value).__name__: _canonical(asdict(value), name)}
+        return {"dict": [[k, _canonical(v, k)] for k, v in value.items()]}  # in order: a dict read back keeps it
+    if is_dataclass(value) and not isinstance(value, type):  # each field as it is (asdict would drop nested types)
+        return {type(value).__name__: {"dict": [[f.name, _canonical(getattr(value, f.name), f.name)]
+                                                for f in fields(value)]}}
     raise Unkeyable(f"{name or 'a value'} is a {type(value).__name__}")
+
+
+def _decode(doc: Any) -> Any:
+    """The value :func:`_canonical` wrote (dataclasses: the analysis window's), types included; raises
+    ValueError for anything else."""
+    from analyzer.analysis import StepSpans, Window
+
+    if doc is None or isinstance(doc, (bool, str)):
+        return doc
+    if isinstance(doc, dict) and len(doc) == 1:
+        (tag, value), = doc.items()
+        if tag == "int" and isinstance(value, str):
+            return int(value)
+        if tag == "float" and isinstance(value, str):
+            return float.fromhex(value) if value not in ("nan", "inf", "-inf") else float(value)
+        if tag in ("tuple", "list") and isinstance(value, list):
+            items = [_decode(v) for v in value]
+            return tuple(items) if tag == "tuple" else items
+        if tag == "dict" and isinstance(value, list) and all(
+                isinstance(kv, list) and len(kv) == 2 and isinstance(kv[0], str) for kv in value):
+            return {k: _decode(v) for k, v in value}
+        classes = {"Window": Window, "StepSpans": StepSpans}
+        if tag in classes and isinstance(value, dict):
+            fields_ = _decode(value)
+            if isinstance(fields_, dict):
+                return classes[tag](**fields_)
+    raise ValueError(f"not a cached value: {str(doc)[:80]}")
 
 
 def _file_key(path: Path) -> str:
@@ -164,6 +192,23 @@ def store_key(trace: Trace, window: Window, options: Mapping[str, Any]) -> str |
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
 
+def window_key(trace: Trace, spec: str | None, exclude: Any) -> str | None:
+    """SHA-256 naming the window :func:`analyzer.window.choose_window` picks for ``trace`` with ``spec``
+    and ``exclude`` (its code is among the signature's top-level modules); None when not cacheable."""
+    digest = tc.source_digest(trace)
+    if digest is None or trace.ncu_only:
+        return None
+    try:
+        info = asdict(trace.info)
+        info.pop("path", None)
+        doc = {"format": FORMAT, "signature": facts_signature(), "trace": digest, "info": _canonical(info, "info"),
+               "window_spec": _canonical(spec, "window"), "exclude": _canonical(exclude, "exclude")}
+    except Unkeyable as err:
+        _debug(f"{trace.name}: window not cached: {err}")
+        return None
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+
+
 class FactCache:
     """The fact entries under ``root`` (default ``<cache home>/facts``), written by a background thread."""
 
@@ -176,6 +221,7 @@ class FactCache:
         self._queued = 0  # bytes of the tables waiting to be written
         self._lock = threading.Lock()
         self._writer: threading.Thread | None = None
+        self._evicted_at = 0  # self.stored when entries were last evicted
 
     def bind(self, trace: Trace, window: Window, options: Mapping[str, Any]) -> StoreFacts | None:
         """The entries of one store's facts (None when the store cannot be cached)."""
@@ -196,6 +242,47 @@ class FactCache:
         tc._say_once("root", f"{self.root} is not private to you (another user's, or writable by others); "
                              "not used. Make it yours and chmod 700 it, or set ANALYZER_CACHE_DIR", WHAT)
         return False
+
+    # -- small values (the window, the scalars): a meta.json entry, JSON of every type ---------------------
+    def value(self, label: str, key: str) -> Any:
+        """The value stored as ``label`` under ``key``, None when there is none or it is unusable."""
+        if self.limit <= 0 or not self._root_trusted():
+            return None
+        digest = hashlib.sha256(f"{label}\0{key}".encode()).hexdigest()
+        if not os.path.isfile(self.root / digest / "meta.json"):
+            return None
+        opened = tc.open_entry(self.root, digest, WHAT)
+        if opened is None:
+            return None
+        entry, meta = opened
+        if (meta.get("fact"), meta.get("key"), meta.get("signature")) != (label, key, facts_signature()) or \
+                tc.read_entry_files(entry, meta, [], f"the cached {label}", "computing it again", WHAT,
+                                    (*_STATED, "value")) is None:
+            return None
+        try:
+            value = _decode(meta["value"])
+            if _canonical(value) != meta["value"]:
+                raise ValueError("not exactly what was stored")
+        except (ValueError, TypeError, KeyError, Unkeyable) as err:
+            _debug(f"{entry.name}: unreadable {label} ({err}); computing it again")
+            return None
+        tc.touch_entry(entry)
+        self.hits += 1
+        return value
+
+    def put_value(self, label: str, key: str, value: Any) -> None:
+        """Store ``value`` as ``label`` under ``key`` (written here: its meta.json only)."""
+        if self.limit <= 0 or not self._root_trusted():
+            return
+        try:
+            doc = _canonical(value, label)
+        except Unkeyable as err:
+            _debug(f"{label} not cached: {err}")
+            return
+        digest = hashlib.sha256(f"{label}\0{key}".encode()).hexdigest()
+        meta = {"format": FORMAT, "signature": facts_signature(), "digest": digest, "fact": label, "key": key,
+                "columns": [], "value": doc, "created": time.time()}
+        tc.write_entry(self.root, digest, {}, meta, WHAT, (*_STATED, "value"))
 
     # -- writing --------------------------------------------------------------------------------------
     def put(self, digest: str, table: Any, meta: dict[str, Any]) -> None:
@@ -223,8 +310,6 @@ class FactCache:
                 del table
                 with self._lock:
                     self._queued -= size
-                if self._queue.empty():
-                    tc.evict_entries(self.root, self.limit)
             except Exception as err:  # noqa: BLE001 - the cache is never required
                 _debug(f"cannot write: {type(err).__name__}: {err}")
             finally:
@@ -242,9 +327,16 @@ class FactCache:
             _debug(f"cannot write fact {meta.get('fact')}: {type(err).__name__}: {err}")
 
     def wait(self) -> None:
-        """Finish writing the facts offered so far (old entries evicted after them)."""
+        """Finish writing the facts offered so far, then evict the least recently used entries of both
+        cache folders beyond the limit (once per batch of writes: it reads every entry's meta.json)."""
         self._queue.join()
         _PENDING.discard(self)
+        if self.stored != self._evicted_at:
+            self._evicted_at = self.stored
+            try:
+                tc.evict_entries(self.root, self.limit)
+            except Exception as err:  # noqa: BLE001 - the cache is never required
+                _debug(f"cannot evict: {type(err).__name__}: {err}")
 
 
 class StoreFacts:
@@ -292,7 +384,7 @@ class StoreFacts:
         if files is None:
             return None
         try:
-            frame = tc.table_to_frame(tc.ipc_table(files[tc.FACT_FILE]))
+            frame = tc.frame_from_ipc(files[tc.FACT_FILE])
             if list(frame.columns) != meta.get("columns"):
                 raise ValueError("columns differ from meta.json")
         except Exception as err:  # a damaged entry is a miss, never an error  # noqa: BLE001
@@ -346,6 +438,41 @@ def attach(store: FactStore) -> None:
     if not tc.enabled_by_env():
         return
     store.disk = fact_cache().bind(store.trace, store.window, store.options)
+
+
+def choose_window(trace: Trace, spec: str | None, exclude: Any, *, cached: bool) -> Window:
+    """:func:`analyzer.window.choose_window` for ``trace``, ``spec`` and ``exclude``, read from the fact
+    cache when ``cached`` and it chose it before for the same trace content, code and arguments (a
+    cached run then reads no trace frame for it), stored there otherwise."""
+    from analyzer.window import choose_window as choose
+
+    key = window_key(trace, spec, exclude) if cached and tc.enabled_by_env() else None
+    if key is None:
+        return choose(trace, spec, exclude=exclude)
+    cache = fact_cache()
+    window = cache.value("window", key)
+    if type(window).__name__ != "Window":
+        window = choose(trace, spec, exclude=exclude)
+        cache.put_value("window", key, window)
+    return window
+
+
+def trace_scalars(store: FactStore) -> dict[str, float]:
+    """:func:`analyzer.facts.scalars.trace_scalars` of ``store``, read from the fact cache when the store's
+    facts are cached and it computed them before (a cached run then reads neither the scalars' facts nor
+    the trace's kernels and API calls for them), stored there otherwise."""
+    from analyzer.facts.scalars import trace_scalars as compute
+
+    disk = store.disk
+    if not isinstance(disk, StoreFacts):
+        return compute(store)
+    scalars = disk.cache.value("scalars", disk.key)
+    if isinstance(scalars, dict) and all(isinstance(v, float) for v in scalars.values()):
+        return scalars
+    scalars = compute(store)
+    if store.disk is disk:  # its options did not change meanwhile
+        disk.cache.put_value("scalars", disk.key, scalars)
+    return scalars
 
 
 def wait_all() -> None:

@@ -380,7 +380,9 @@ class FactStore:
         few MiB, and 18 trims per analysis cost more CPU (~10 ms, and the page faults of taking the pages
         again) than the memory they return is worth."""
         if self._trim is None:
-            self._trim = sum(len(getattr(self.trace, n, ())) for n in ("kernels", "memcpy", "memset", "api")) \
+            from analyzer.loading.cache import frame_rows
+
+            self._trim = sum(frame_rows(self.trace, n) for n in ("kernels", "memcpy", "memset", "api")) \
                 >= TRIM_FROM_ROWS
         return self._trim
 

@@ -61,6 +61,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from dataclasses import fields as dataclass_fields
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +70,7 @@ import pandas as pd
 
 from analyzer.loading.model import FRAME_COLUMNS, Trace, TraceInfo
 
-FORMAT = 2  # bump when the entry layout changes
+FORMAT = 3  # bump when the entry layout changes
 RACY_SECONDS = 3.0
 DEFAULT_MAX_BYTES = 5 * 10**9
 _HASH_CHUNK = 1 << 22
@@ -177,15 +178,23 @@ def _read_private(path: Path) -> bytes:
         return fh.read()
 
 
-_STATED = ("info", "extras", "columns", "digest", "source_size")
+#: meta.json's keys the trace is rebuilt from (``files``: each Arrow file's SHA-256, so that one frame
+#: can be read and checked alone; ``rows``: each frame's length), covered by the entry's checksum
+_STATED = ("info", "extras", "columns", "digest", "source_size", "files", "rows")
 
 
 def entry_checksum(files: dict[str, bytes], meta: dict[str, Any], stated_keys: tuple[str, ...] = _STATED) -> str:
     """SHA-256 of an entry's Arrow files and the part of its meta.json (``stated_keys``) the content is
     rebuilt from."""
+    return checksum_of_digests({name: hashlib.sha256(data).hexdigest() for name, data in files.items()}, meta,
+                               stated_keys)
+
+
+def checksum_of_digests(digests: dict[str, str], meta: dict[str, Any], stated_keys: tuple[str, ...] = _STATED) -> str:
+    """:func:`entry_checksum` from the files' SHA-256 digests (hex) instead of their bytes."""
     h = hashlib.sha256()
-    for name in sorted(files):
-        h.update(name.encode() + b"\0" + hashlib.sha256(files[name]).digest())
+    for name in sorted(digests):
+        h.update(name.encode() + b"\0" + bytes.fromhex(digests[name]))
     stated = {k: meta.get(k) for k in stated_keys}
     h.update(json.dumps(stated, sort_keys=True).encode())
     return h.hexdigest()
@@ -370,10 +379,13 @@ def table_to_frame(table) -> pd.DataFrame:  # table: pyarrow.Table
     import pyarrow as pa
 
     out: dict[str, Any] = {}
-    for i, field in enumerate(table.schema):
+    num_rows = table.num_rows
+    for field in table.schema:
         kind = (field.metadata or {}).get(b"kind", b"").decode()
-        col = table.column(i)
+        col = table.column(0)
+        table = table.remove_column(0)  # the column's Arrow memory goes once converted (when no one else holds the table)
         arr = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+        del col
         if kind.startswith("category:") or kind == "object":
             if not pa.types.is_dictionary(arr.type):
                 raise _Unstorable(f"{field.name}: expected dictionary data")
@@ -399,7 +411,13 @@ def table_to_frame(table) -> pd.DataFrame:  # table: pyarrow.Table
             out[field.name] = np.array(arr.to_numpy(zero_copy_only=False), dtype=np.dtype(kind), copy=True)
         else:
             raise _Unstorable(f"{field.name}: unknown column kind {kind!r}")
-    return pd.DataFrame(out, copy=False) if out else pd.DataFrame(index=pd.RangeIndex(table.num_rows))
+    return pd.DataFrame(out, copy=False) if out else pd.DataFrame(index=pd.RangeIndex(num_rows))
+
+
+def frame_from_ipc(data: bytes) -> pd.DataFrame:
+    """:func:`table_to_frame` of the Arrow IPC file ``data``, each column's Arrow memory freed once it is
+    converted (the table lives only here): at most one column is held twice."""
+    return table_to_frame(ipc_table(data))
 
 
 def ipc_bytes(table) -> bytes:  # table: pyarrow.Table
@@ -415,7 +433,9 @@ def ipc_bytes(table) -> bytes:  # table: pyarrow.Table
 def ipc_table(data: bytes):  # -> pyarrow.Table
     import pyarrow as pa
 
-    return pa.ipc.open_file(pa.BufferReader(data)).read_all()
+    # the system allocator: Arrow memory freed while a frame is converted is reused by numpy (Arrow's own pool
+    # keeps it), so a frame read back peaks near its own size rather than twice it
+    return pa.ipc.open_file(pa.BufferReader(data), memory_pool=pa.system_memory_pool()).read_all()
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -576,13 +596,18 @@ def source_digest(trace: Trace) -> str | None:
 class TraceCache:
     """Entries under ``root`` (default :func:`cache_root`), at most ``limit`` bytes in all."""
 
-    def __init__(self, root: Path | None = None, limit: int | None = None, *, background: bool = False) -> None:
+    def __init__(self, root: Path | None = None, limit: int | None = None, *, background: bool = False,
+                 lazy: bool = False) -> None:
         """``background``: a new entry's files are written by a thread while the caller goes on (the
         trace's frames are turned into Arrow tables and its info and extras into text first, so later
-        changes to the trace do not reach the entry); :meth:`wait` finishes them."""
+        changes to the trace do not reach the entry); :meth:`wait` finishes them. ``lazy``: a trace
+        served from the cache reads each frame (and checks its SHA-256) when first used, so a run whose
+        facts come from the fact cache reads only the frames the report shows (a damaged frame found
+        then is loaded again by the loader, said once on stderr)."""
         self.root = root or cache_root()
         self.limit = max_bytes() if limit is None else limit
         self.background = background
+        self.lazy = lazy
         self.hits = 0  # traces served from the cache by this object
         self._pending: list[threading.Thread] = []
 
@@ -607,7 +632,8 @@ class TraceCache:
             say(f"hashing {path.name} to look it up in the trace cache")
             digest = self._safe_digest(path)
         if digest is not None:
-            trace = self._read(digest, path, say, ident.size)
+            trace = (self._read_lazy(digest, path, say, ident, load) if self.lazy
+                     else self._read(digest, path, say, ident.size))
             if trace is not None:
                 self.hits += 1
                 self._remember(ident, digest)
@@ -734,7 +760,7 @@ class TraceCache:
         try:
             frames = {}
             for name in FRAME_COLUMNS:
-                frames[name] = table_to_frame(ipc_table(files[f"{name}.arrow"]))
+                frames[name] = frame_from_ipc(files[f"{name}.arrow"])
                 if list(frames[name].columns) != meta["columns"][name]:
                     raise _Unstorable(f"{name}: columns differ from meta.json")
             info_d = dict(meta["info"])
@@ -746,6 +772,40 @@ class TraceCache:
             return None
         touch_entry(entry)
         return Trace(info=info, extras=extras, **frames)
+
+    def _read_lazy(self, digest: str, path: Path, say: Progress, ident: Identity,
+                   load: Callable[[], Trace]) -> Trace | None:
+        """The trace of entry ``digest`` with its frames read when first used (:class:`_LazyTrace`): here
+        only meta.json is read and checked (its checksum covers each frame file's SHA-256)."""
+        opened = open_entry(self.root, digest)
+        if opened is None:
+            return None
+        entry, meta = opened
+        if meta.get("signature") != code_signature() or meta.get("source_size") != ident.size:
+            _debug(f"{entry.name}: written by another loader version or for another file; ignored")
+            return None
+        digests, rows = meta.get("files"), meta.get("rows")
+        names = [f"{name}.arrow" for name in FRAME_COLUMNS]
+        if not (isinstance(digests, dict) and isinstance(rows, dict) and set(digests) == set(names)
+                and all(isinstance(d, str) and re.fullmatch(r"[0-9a-f]{64}", d) for d in digests.values())
+                and all(isinstance(rows.get(n), int) for n in FRAME_COLUMNS)):
+            _debug(f"{entry.name}: no frame digests; ignored")
+            return None
+        if meta.get("checksum") != checksum_of_digests(digests, meta):
+            _say_once("checksum", f"the entry for {path.name} does not match its checksum (it changed after it "
+                                  "was written); reading the trace again")
+            return None
+        say(f"reading {path.name} from the trace cache")
+        try:
+            info_d = dict(meta["info"])
+            info_d["path"] = path  # the name the user gave this time
+            info = TraceInfo(**info_d)
+            extras = meta.get("extras") or {}
+        except Exception as err:  # noqa: BLE001 - a damaged entry is a miss
+            _debug(f"{entry.name}: unreadable ({type(err).__name__}: {err}); ignored")
+            return None
+        touch_entry(entry)
+        return _LazyTrace.of(info, extras, _Frames(entry, meta, path, ident, load))
 
     # -- write ------------------------------------------------------------------------------------------
     def _write(self, digest: str, ident: Identity, trace: Trace, say: Progress) -> None:
@@ -759,6 +819,7 @@ class TraceCache:
                 "info": _info_to_json(trace.info),
                 "extras": trace.extras,  # JSON only; a trace with other extras is not cached
                 "columns": {name: list(getattr(trace, name).columns) for name in FRAME_COLUMNS},
+                "rows": {name: len(getattr(trace, name)) for name in FRAME_COLUMNS},
             })
         except (_Unstorable, TypeError, ValueError) as err:
             _debug(f"not caching {ident.path}: {err}")
@@ -788,7 +849,9 @@ class TraceCache:
         """Write an entry's files into a temporary directory, rename it into place, evict old entries
         (Arrow's LZ4 and file writes release the GIL: in the background this overlaps the rules)."""
         files = {f"{name}.arrow": ipc_bytes(table) for name, table in tables.items()}
-        if not write_entry(self.root, digest, files, json.loads(meta_text)):
+        meta = json.loads(meta_text)
+        meta["files"] = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
+        if not write_entry(self.root, digest, files, meta):
             return
         self._remember(ident, digest)
         self.evict()
@@ -818,6 +881,95 @@ class TraceCache:
                         continue
         except OSError:
             pass
+
+
+class _Frames:
+    """The frames of a lazily read entry: each read from its Arrow file and checked against its SHA-256
+    when first asked for; if one cannot be used, the loader runs once and gives the others."""
+
+    def __init__(self, entry: Path, meta: dict[str, Any], path: Path, ident: Identity, load: Callable[[], Trace]):
+        self.entry, self.meta, self.path, self.ident, self.load = entry, meta, path, ident, load
+        self.rows: dict[str, int] = dict(meta["rows"])
+        self.lock = threading.Lock()
+        self.loaded: Trace | None = None  # the loader's trace, after a frame could not be read
+
+    def frame(self, name: str) -> pd.DataFrame:
+        with self.lock:
+            if self.loaded is None:
+                frame = self._read(name)
+                if frame is not None:
+                    return frame
+                self.loaded = self._load_again()
+            return getattr(self.loaded, name)
+
+    def _read(self, name: str) -> pd.DataFrame | None:
+        fname = f"{name}.arrow"
+        try:
+            data = _read_private(self.entry / fname)
+        except (OSError, _Untrusted) as err:
+            _debug(f"{self.entry.name}: {fname} unreadable ({err}); loading the trace again")
+            return None
+        if hashlib.sha256(data).hexdigest() != self.meta["files"][fname]:
+            _say_once("checksum", f"the entry for {self.path.name} does not match its checksum (it changed after "
+                                  "it was written); reading the trace again")
+            return None
+        try:
+            frame = frame_from_ipc(data)
+            if list(frame.columns) != self.meta["columns"][name] or len(frame) != self.rows[name]:
+                raise _Unstorable(f"{name}: columns or rows differ from meta.json")
+        except Exception as err:  # noqa: BLE001 - a damaged frame is loaded again, never an error
+            _debug(f"{self.entry.name}: {fname} unreadable ({type(err).__name__}: {err}); loading the trace again")
+            return None
+        return frame
+
+    def _load_again(self) -> Trace:
+        """The loader's trace of the same file (the entry is removed: the next run writes it again)."""
+        _remove_entry_dir(self.entry)
+        try:
+            unchanged = Identity.of(self.path) == self.ident
+        except OSError:
+            unchanged = False
+        if not unchanged:
+            from analyzer.errors import InputError
+
+            raise InputError(self.path, "changed while it was being analyzed", hint="run the analysis again")
+        return self.load()
+
+
+class _LazyTrace(Trace):
+    """A trace served from the cache whose frames are read when first used (:class:`_Frames`); otherwise
+    a :class:`Trace` (pickled, copied or compared, it reads them all)."""
+
+    _frames: _Frames
+
+    @classmethod
+    def of(cls, info: TraceInfo, extras: dict[str, object], frames: _Frames) -> _LazyTrace:
+        trace = cls.__new__(cls)
+        trace.__dict__.update(info=info, extras=extras, ncu=None, ncu_only=False, _frames=frames)
+        return trace
+
+    def __getattr__(self, name: str) -> Any:  # only for attributes not set yet: the frames not read
+        frames = self.__dict__.get("_frames")
+        if frames is None or name not in FRAME_COLUMNS:
+            raise AttributeError(name)
+        frame = frames.frame(name)
+        self.__dict__.setdefault(name, frame)
+        return self.__dict__[name]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _plain_trace, ({f.name: getattr(self, f.name) for f in dataclass_fields(Trace)},)
+
+
+def _plain_trace(fields: dict[str, Any]) -> Trace:
+    return Trace(**fields)
+
+
+def frame_rows(trace: Trace, name: str) -> int:
+    """``len(getattr(trace, name))``, without reading a frame a lazily read trace has not read yet."""
+    frames = trace.__dict__.get("_frames") if isinstance(trace, _LazyTrace) else None
+    if frames is not None and name not in trace.__dict__ and name in frames.rows:
+        return frames.rows[name]
+    return len(getattr(trace, name, ()))
 
 
 class _Hasher:

@@ -32,6 +32,9 @@ CAPABILITIES: dict[str, str] = {
                    "in at least one profiled launch",
     "steady_state_loop": "repeated GPU work (a loop whose iterations the window found: steps, annotations "
                          "that repeat like iterations, or a repeating GPU op sequence)",
+    "gpu_workload": "GPU work to judge the time between ops by: at least as many GPU ops in the window as the "
+                    "shortest loop (analyzer.window.MIN_LOOP_OPS); fewer is setup or a single call, whose idle "
+                    "time between ops is one-time work, not a cost the program repeats",
 }
 
 #: what to record for memory events (said once, by the memory rules and the report)
@@ -39,16 +42,27 @@ MEMORY_EVENTS_HINT = ("record them with nsys profile --cuda-memory-usage=true, o
                       "torch.profiler.profile(profile_memory=True)")
 
 
-def window_capabilities(window: object) -> dict[str, str]:
+def window_capabilities(window: object, gpu_ops: int | None = None) -> dict[str, str]:
     """Capabilities the analysis *window* lacks (the trace may have them all): a capture without repeated
     GPU work (model loading, one serving step, a single pass) has no steady-state loop, so rules about what
-    a loop repeats (allocations per iteration) do not apply to it; it is judged as one pass."""
+    a loop repeats (allocations per iteration) do not apply to it; it is judged as one pass. A window of
+    fewer than :data:`analyzer.window.MIN_LOOP_OPS` GPU ops (``gpu_ops``, when counted) is setup or a
+    single call: the rules that judge the GPU's time between ops (idle gaps, host work, launches,
+    synchronizations) have nothing the program repeats to judge."""
+    from analyzer.window import MIN_LOOP_OPS
+
+    out: dict[str, str] = {}
+    if gpu_ops is not None and gpu_ops < MIN_LOOP_OPS:
+        out["gpu_workload"] = (f"the window holds {gpu_ops} GPU op{'' if gpu_ops == 1 else 's'}, too few for a "
+                               "loop: setup or a single call, whose idle time between ops is one-time work; "
+                               "record the program's steady state")
     steps = getattr(window, "steps", None)
     if steps is not None and len(steps) > 0:
-        return {}
-    return {"steady_state_loop": "the capture holds no repeated GPU work (no step ranges or repeated "
-                                 "annotations, no repeating GPU op sequence): setup only, one serving step "
-                                 "or a single pass, judged as one pass"}
+        return out
+    out["steady_state_loop"] = ("the capture holds no repeated GPU work (no step ranges or repeated "
+                                "annotations, no repeating GPU op sequence): setup only, one serving step "
+                                "or a single pass, judged as one pass")
+    return out
 
 
 _HOST_SIDE = {"H2D": "src_kind", "D2H": "dst_kind", "H2H": "src_kind"}

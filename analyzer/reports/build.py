@@ -18,6 +18,7 @@ import numpy as np
 from analyzer.analysis import Analysis
 from analyzer.facts.registry import UnknownFactError
 from analyzer.findings import Finding
+from analyzer.impacts import add_up
 from analyzer.reports.format import cap_text, plural, truncate
 from analyzer.reports.sections.breakdown import breakdown_views, unclassified_notes
 from analyzer.reports.sections.common import Unavailable, optional_fact, required_fact
@@ -87,9 +88,10 @@ def with_findings(section: TraceSection, findings: list[Finding], limits: Limits
     multi-GPU job's rank sections are built where the rank's trace is, and findings marked afterwards
     (``--write-accepted``) are shown through this."""
     h = section.header
-    views, _ = finding_views(findings, h.analyzed_ns, f"t{section.index}-", limits or Limits())
+    sums = add_up(findings)  # the unions, once for the table and the verdict
+    views, _ = finding_views(findings, h.analyzed_ns, f"t{section.index}-", limits or Limits(), sums)
     verdict, problems, impact = verdict_text(findings, h.analyzed_ns, h.gpu_busy_share, h.device_count,
-                                         not_checked=len(section.not_checked))
+                                         not_checked=len(section.not_checked), sums=sums)
     summed, tally = impact_tally(findings, impact)
     counts = {s: 0 for s in _SEVERITY_ORDER}
     for f in findings:
@@ -121,9 +123,11 @@ def trace_section(analysis: Analysis, index: int, multi: bool, limits: Limits) -
             busy_share = busy_ns / (window.duration_ns * devices)
         kernel_ns, kernel_count = _kernel_time(analysis)
     prefix = f"t{index}-" if multi else ""
-    findings, _ = finding_views(analysis.findings, window.duration_ns, prefix, limits)
+    sums = add_up(analysis.findings)  # the unions, once for the table and the verdict
+    findings, _ = finding_views(analysis.findings, window.duration_ns, prefix, limits, sums)
     verdict, problems, impact = verdict_text(analysis.findings, window.duration_ns, busy_share, devices,
-                                         not_checked=len(getattr(analysis, "not_checked", ()) or ()))
+                                         not_checked=len(getattr(analysis, "not_checked", ()) or ()),
+                                         sums=sums)
     summed, tally = impact_tally(analysis.findings, impact)
     counts = {s: 0 for s in _SEVERITY_ORDER}
     for f in analysis.findings:

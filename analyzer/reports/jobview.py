@@ -173,13 +173,23 @@ def _verdict(job: Any, findings: tuple[FindingView, ...], rank_problems: list[tu
     parts = [head]
     if culprit is not None:
         parts.append(f"rank {culprit} holds it back: {why}")
-    problems = [f for f in findings if f.severity in ("warning", "error")]
+    # a cause leads, as in a trace's verdict; a symptom (low utilization) is what causes explain, never
+    # the biggest cause itself; accepted findings do not count
+    def counted(f: FindingView) -> bool:
+        return f.severity in ("warning", "error") and f.accepted != "accepted"
+
+    problems = [f for f in findings if counted(f) and not f.symptom]
+    causes = [(name, f) for name, f in rank_problems if counted(f) and not f.symptom]
+    symptoms = [(name, f) for name, f in rank_problems if counted(f) and f.symptom]
     if problems:
         top = problems[0]
         parts.append(f"biggest cause: {top.title} ({top.impact_text})")
-    elif rank_problems:
-        name, f = max(rank_problems, key=lambda sf: sf[1].impact_ns or 0)
+    elif causes:
+        name, f = max(causes, key=lambda sf: sf[1].impact_ns or 0)
         parts.append(f"biggest cause: {f.title} on {name} ({f.impact_text})")
+    elif symptoms:
+        name, f = max(symptoms, key=lambda sf: sf[1].impact_ns or 0)
+        parts.append(f"no cause found for the biggest symptom: {f.title} on {name} ({f.impact_text})")
     else:
         parts.append("no problems found")
     return "; ".join(parts)

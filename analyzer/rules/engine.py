@@ -19,7 +19,7 @@ from analyzer.analysis import FactSource, Window
 from analyzer.findings import Finding, Scope, rank
 from analyzer.rules.expr import Env, EvalError, Expr, ExprError
 from analyzer.rules.expr import evaluate as eval_expr
-from analyzer.rules.footprint import COLUMNS as FOOTPRINT_COLUMNS
+from analyzer.rules.footprint import footprint_columns
 from analyzer.rules.footprint import footprint, merge_intervals
 from analyzer.rules.model import SCOPES, Rule, RuleEvaluationError, RulePack
 from analyzer.rules.templates import render
@@ -212,7 +212,7 @@ def _kept_columns(rule: Rule, rows: pd.DataFrame) -> list[str] | None:
     Filtering copies every column of the kept rows (29 columns x 0.8 M kernels per rule on a
     million-kernel trace: 0.1 s and 180 MB each). The loader records in ``rule.columns`` every
     declared fact column that the rule's expressions, keys and evidence read; the engine also reads
-    the columns of finding intervals and footprints (``analyzer.rules.footprint.COLUMNS``). Columns the fact does not declare are kept, so
+    the columns of finding intervals and footprints (``analyzer.rules.footprint.footprint_columns``). Columns the fact does not declare are kept, so
     name lookups resolve exactly as on the full frame."""
     if not rule.columns:
         return None
@@ -226,7 +226,7 @@ def _kept_columns(rule: Rule, rows: pd.DataFrame) -> list[str] | None:
     # copied: ``category != "communication"`` used to take a million Arrow strings per kernel rule)
     after = {n for e in (rule.condition, rule.impact, *(e for _, e in rule.lets)) if e is not None for n in e.names}
     needed = {*(c for c in rule.columns if c in after), *rule.key_columns, *rule.evidence.columns,
-              *(c for c, _ in rule.evidence.sort), *FOOTPRINT_COLUMNS}
+              *(c for c, _ in rule.evidence.sort), *footprint_columns(declared)}
     keep = [c for c in rows.columns if c in needed or c not in declared]
     return keep if len(keep) < len(rows.columns) else None
 
@@ -355,7 +355,7 @@ def _findings(rule: Rule, env: Env, fired: np.ndarray, impact: np.ndarray | None
             metrics=lets,
             kind=rule.kind,
             headline=headline,
-            footprint=(footprint(rows, mine, scope, window, store_get, rule.footprint)
+            footprint=(footprint(rows, mine, scope, window, store_get, rule.footprint, rule.source)
                        if impact_ns is not None and rule.kind == "cause" and store_get is not None else None),
         )
         spans = merge_intervals(intervals[0][mine], intervals[1][mine]) if intervals is not None else None

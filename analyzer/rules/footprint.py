@@ -5,11 +5,12 @@ needs one that holds its impact on the *GPU* timeline, found from the rows it gr
 
 - rows with a time and a ``device`` (kernels, copies, idle gaps): their own intervals (``"rows"``);
 - rows with a time but no device (host calls: synchronizations, allocations): the timeline segments
-  the breakdown charges to those calls (cause ``host_sync``, detail the call or its refill,
-  ``refill (cudaStreamSynchronize)``), exactly the time the host-wait rules' impacts sum, for a finding
-  of the whole trace or a device; else (other calls, a finding of one NVTX range) the GPU idle gaps
-  those calls overlap, on the finding's device or on every device (``"host"``): a synchronization
-  costs the GPU the idle time around it, not the time the host spent inside the call;
+  the breakdown charges to those very calls (cause ``host_sync``: the wait inside each, the return
+  from it, the refill before its return, detail ``refill (cudaStreamSynchronize)``), told apart from
+  the other calls of the rule's source on the same threads (those its ``where`` left out, another
+  finding's range or stream); else (calls the breakdown charges nothing: launches...) the GPU idle
+  gaps those calls overlap, on the finding's device or on every device (``"host"``): a
+  synchronization costs the GPU the idle time around it, not the time the host spent inside the call;
 - rows of the timeline breakdown (a ``cause`` per row, no time: ``timeline_breakdown``): the timeline
   segments (``timeline_segments``) of the same device, cause and detail (and step or NVTX range, for
   step and range rows): the exact time the breakdown counted (``"breakdown"``);
@@ -39,6 +40,14 @@ MAX_INTERVALS = 200_000
 COLUMNS = ("start", "end", "duration", "device", "cause", "detail", "scope", "key")
 
 
+def footprint_columns(columns: Collection[str]) -> tuple[str, ...]:
+    """The columns of a source with ``columns`` that the footprint reads (the engine keeps them past a
+    rule's ``where``): :data:`COLUMNS`, and for host calls (a time, no device) the thread, which tells
+    a finding's calls apart (:func:`_host_waits`); a million kernels' threads are not copied."""
+    timed = "start" in columns and ("end" in columns or "duration" in columns)
+    return (*COLUMNS, "tid") if timed and "device" not in columns else COLUMNS
+
+
 #: what a rule may say about where its impact lies (``footprint:`` in the pack): ``auto`` (from its
 #: rows, as this module's docstring says) or ``idle_before`` (the GPU idle gap that ends where each of
 #: its rows starts: the wait for that op, e.g. the launch overhead of tiny kernels)
@@ -61,9 +70,10 @@ def footprint_reads(columns: Collection[str], scope: str, how: str = "auto") -> 
 
 
 def footprint(rows: pd.DataFrame, positions: np.ndarray, scope: Scope, window: Window,
-              fact: Callable[[str], pd.DataFrame], how: str = "auto") -> Footprint | None:
+              fact: Callable[[str], pd.DataFrame], how: str = "auto", source: str | None = None) -> Footprint | None:
     """The footprint of the finding that grouped ``rows.iloc[positions]`` (None: not found: a fact it
-    needs is missing on this input)."""
+    needs is missing on this input). ``source``: the fact the rows were taken from (the rule's
+    ``source``, before its ``where``): host calls' waits are told apart among its calls."""
     try:
         times = _times(rows, positions)
         if how == "idle_before" and times is not None and "device" in rows.columns:
@@ -73,7 +83,7 @@ def footprint(rows: pd.DataFrame, positions: np.ndarray, scope: Scope, window: W
             device = pd.to_numeric(rows["device"].iloc[positions], errors="coerce").fillna(-1).to_numpy("int64")
             return _build(device, *times, window, "rows")
         if times is not None:
-            waits = _host_waits(rows, positions, scope, window, fact)
+            waits = _host_waits(rows, positions, window, fact, source, scope.device)
             return waits if waits is not None else _host(times, scope, window, fact)
         if "cause" in rows.columns and "device" in rows.columns:
             return _breakdown(rows.iloc[positions], window, fact)
@@ -132,36 +142,41 @@ def _pairs_in(key: np.ndarray, value: np.ndarray, table_key: np.ndarray, table_v
     return hit
 
 
-def _host_waits(rows: pd.DataFrame, positions: np.ndarray, scope: Scope, window: Window,
-                fact: Callable[[str], pd.DataFrame]) -> Footprint | None:
-    """The ``host_sync`` timeline segments of the calls the rows name (the wait in them, the return
-    from them, the refill after them), for a finding of the trace or a device; None when the rows
-    name no call the breakdown charges (or the finding is one NVTX range's)."""
-    from analyzer.facts._util import text_codes
-    from analyzer.facts.breakdown_sync import refilled_call
+def _host_waits(rows: pd.DataFrame, positions: np.ndarray, window: Window,
+                fact: Callable[[str], pd.DataFrame], source: str | None, device: int | None) -> Footprint | None:
+    """The ``host_sync`` timeline segments charged to the calls the finding grouped (the wait in each,
+    the return from it, the refill before its return: :func:`analyzer.facts.breakdown_sync.owning_calls`,
+    told apart from the other calls of ``source``, the rule's fact: the same names on the same threads,
+    left out by its ``where`` or another finding's scope); None when the rows are no calls (no ``name``
+    and ``tid``) or own no such segment."""
+    from analyzer.facts.breakdown_sync import charged_segments
 
-    if "name" not in rows.columns or scope.nvtx_path or scope.kernel or scope.stream is not None:
+    if source is None or "name" not in rows.columns or "tid" not in rows.columns:
         return None
     try:
         seg = fact("timeline_segments")
+        calls = fact(source)  # every call of the rule's source: the finding's rows are some of them
     except Exception:  # noqa: BLE001 - a store without the breakdown (a job's cross-rank store): the gaps
         return None
-    if seg.empty:
+    if seg.empty or not {"name", "tid", "start", "end"} <= set(calls.columns):
         return None
-    codes, labels = text_codes(seg["cause"])
-    wait = np.r_[labels == "host_sync", False]
-    hs = seg.loc[wait[np.where(codes < 0, len(labels), codes)]]
-    if scope.device is not None:
-        hs = hs.loc[hs["device"].to_numpy() == scope.device]
-    if hs.empty:
+    if device is not None:
+        seg = seg.loc[seg["device"].to_numpy() == device]
+    if "blocking" in calls.columns:  # a non-blocking call of a blocking one's name (cudaMemcpyAsync) owns nothing
+        calls = calls.loc[calls["blocking"].fillna(False).to_numpy(dtype=bool)]
+    c_tid = pd.to_numeric(calls["tid"], errors="coerce").fillna(-1).to_numpy("int64")
+    c_start = pd.to_numeric(calls["start"], errors="coerce").fillna(-1).to_numpy("int64")
+    pos, owner = charged_segments(seg, c_tid, c_start,
+                                  pd.to_numeric(calls["end"], errors="coerce").fillna(-1).to_numpy("int64"),
+                                  calls["name"].astype(str).to_numpy(object))
+    if not len(pos):
         return None
-    names = {str(x) for x in pd.unique(rows["name"].iloc[positions])}
-    d_codes, d_labels = text_codes(hs["detail"])
-    mine = np.array([refilled_call(str(x)) in names for x in d_labels] + [False])
-    keep = mine[np.where(d_codes < 0, len(d_labels), d_codes)]
-    if not keep.any():
+    mine_tid = pd.to_numeric(rows["tid"].iloc[positions], errors="coerce").fillna(-1).to_numpy("int64")
+    mine_start = pd.to_numeric(rows["start"].iloc[positions], errors="coerce").fillna(-1).to_numpy("int64")
+    ours = _pairs_in(c_tid[owner], c_start[owner], mine_tid, mine_start)
+    if not ours.any():
         return None
-    hs = hs.loc[keep]
+    hs = seg.iloc[pos[ours]]
     return _build(hs["device"].to_numpy("int64"), hs["start"].to_numpy(float), hs["end"].to_numpy(float),
                   window, "host")
 

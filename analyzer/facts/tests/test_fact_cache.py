@@ -56,7 +56,8 @@ def _all_facts(store) -> dict[str, object]:
 
 
 def _entries(cache_dir: Path) -> list[Path]:
-    return sorted((cache_dir / "facts").glob("*/meta.json"))
+    """The meta.json of each fact entry (not the window's and scalars' entries, which have no Arrow file)."""
+    return sorted(m for m in (cache_dir / "facts").glob("*/meta.json") if (m.parent / tc.FACT_FILE).exists())
 
 
 @pytest.mark.parametrize("path", TRACES, ids=lambda p: p.name)
@@ -213,7 +214,47 @@ def test_entries_are_private_and_within_the_shared_limit(cache_dir, monkeypatch)
     left = sum(size for _, size, _ in tc.entries_in(cache_dir / "facts")) + \
         sum(size for _, size, _ in tc.entries_in(cache_dir / "traces"))
     assert left <= traces + facts // 2
+    limit = traces + facts // 3
+    monkeypatch.setenv("ANALYZER_CACHE_MAX", str(limit))  # a run's writes end with an eviction to the limit
+    _all_facts(_store(path, AnalysisOptions(cache=True, window_spec="full")))
+    assert sum(size for d in ("facts", "traces") for _, size, _ in tc.entries_in(cache_dir / d)) <= limit
     monkeypatch.setenv("ANALYZER_CACHE_MAX", "0")  # 0: nothing written
     shutil.rmtree(cache_dir / "facts")
     _all_facts(_store(path, AnalysisOptions(cache=True, window_spec="full")))
     assert not _entries(cache_dir)
+
+
+@pytest.mark.parametrize("spec", [None, "full", "step_*", "1ms:"])
+def test_cached_window_is_exactly_the_chosen_one(spec, cache_dir):
+    """The window (bounds, source, text, steps with their types) read back is the one chosen; another
+    spec or exclusion is another entry."""
+    from analyzer.window import choose_window
+
+    path = DATA / "small_training_ctx128.sqlite.xz"
+    trace = load_trace(path, cache=tc.TraceCache(limit=10**9))
+    want = choose_window(load_trace(path), spec)
+    hits = fc.fact_cache().hits
+    first = fc.choose_window(trace, spec, ("warmup*",), cached=True)
+    again = fc.choose_window(load_trace(path, cache=tc.TraceCache(limit=10**9)), spec, ("warmup*",), cached=True)
+    assert fc.fact_cache().hits == hits + 1
+    for got in (first, again):
+        assert got == want and got.steps == want.steps
+        assert fc._canonical(got) == fc._canonical(want)  # the same types (tuples, ints) all the way down
+    assert fc.window_key(trace, spec, ()) != fc.window_key(trace, spec, ("warmup*",))
+
+
+def test_cached_scalars_are_exactly_the_computed_ones(cache_dir):
+    """The rules' scalars read back equal those computed (values and order), and a cached run then reads
+    no trace frame for them."""
+    from analyzer.facts.scalars import trace_scalars
+
+    path = DATA / "host_sync.sqlite.xz"
+    options = AnalysisOptions(cache=True)
+    want = trace_scalars(prepare(load_trace(path), AnalysisOptions()))
+    first = fc.trace_scalars(_store(path, options))
+    store = _store(path, options)
+    hits = fc.fact_cache().hits
+    again = fc.trace_scalars(store)
+    assert fc.fact_cache().hits == hits + 1 and store.computations == {}
+    for got in (first, again):
+        assert list(got.items()) == list(want.items())

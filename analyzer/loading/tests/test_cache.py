@@ -349,3 +349,42 @@ def test_derived_files_follow_the_cache_dir_and_its_trust(tmp_path, monkeypatch,
     copy.chmod(0o666)
     assert cached_decompressed(packed) == copy and len(load_trace(packed).kernels) == truth
     assert copy.stat().st_mode & 0o777 == 0o600  # written again, privately
+
+
+def test_lazy_trace_reads_each_frame_when_used(trace_file, tmp_path, monkeypatch, capsys):
+    """A lazily served trace (the analysis' cache) reads no frame until one is used, then exactly the
+    loaded frame; a damaged frame file is loaded again by the loader (said once), and a pickled or
+    copied trace is a plain, complete one."""
+    import dataclasses
+    import pickle
+
+    from analyzer.loading.cache import frame_rows
+
+    monkeypatch.setattr(cache_mod, "_SAID", set(), raising=False)
+    fresh = load_trace(trace_file)
+    lazy_cache = TraceCache(tmp_path / "lazy", limit=10**9, lazy=True)
+    count = Counting(monkeypatch)
+    count.load(trace_file, lazy_cache)
+    read: list[str] = []
+    real = cache_mod._Frames._read
+    monkeypatch.setattr(cache_mod._Frames, "_read", lambda self, name: read.append(name) or real(self, name))
+    trace, hit = count.load(trace_file, lazy_cache)
+    assert hit and read == []
+    assert [frame_rows(trace, n) for n in FRAME_COLUMNS] == [len(getattr(fresh, n)) for n in FRAME_COLUMNS]
+    assert read == []
+    assert len(trace.kernels) == len(fresh.kernels) and read == ["kernels"]
+    assert_same_trace(fresh, trace)
+    assert sorted(read) == sorted(FRAME_COLUMNS)  # each once
+    copied = pickle.loads(pickle.dumps(count.load(trace_file, lazy_cache)[0]))
+    assert type(copied) is cache_mod.Trace
+    assert_same_trace(fresh, copied)
+    assert_same_trace(fresh, dataclasses.replace(count.load(trace_file, lazy_cache)[0]))
+    entry = _entry(lazy_cache)
+    trace, hit = count.load(trace_file, lazy_cache)
+    data = bytearray((entry / "api.arrow").read_bytes())
+    data[len(data) // 2] ^= 0x5A
+    (entry / "api.arrow").write_bytes(bytes(data))
+    assert hit
+    assert_same_trace(fresh, trace)  # the api frame (and every other not read yet) from the loader
+    assert capsys.readouterr().err.count("does not match its checksum") == 1
+    assert not entry.exists()  # the next run writes it again

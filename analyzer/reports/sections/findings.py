@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from analyzer.findings import Finding, Severity
-from analyzer.impacts import Explained, explain, is_problem, is_symptom, report_order, union_adds
+from analyzer.impacts import Explained, Tally, add_up, is_problem, is_symptom
 from analyzer.reports.format import fmt_duration, fmt_impact_pct, fmt_ms, fmt_share, plural
 from analyzer.reports.sections.common import cell_value, evidence_kind, honest_column, labelize
 from analyzer.reports.values import Link
@@ -15,11 +15,12 @@ from analyzer.reports.viewmodel import Column, EvidenceTable, FindingView, Limit
 
 
 def finding_views(
-    findings: list[Finding], window_ns: int, prefix: str, limits: Limits
+    findings: list[Finding], window_ns: int, prefix: str, limits: Limits, sums: Tally | None = None
 ) -> tuple[tuple[FindingView, ...], dict[str, str]]:
-    ranked = report_order(findings)
-    causes = [f for f in ranked if is_problem(f)]
-    adds = {id(f): a for f, a in zip(causes, union_adds(causes))}
+    """The findings as the table shows them; ``sums``: their :func:`analyzer.impacts.add_up`, when the
+    caller also builds the verdict from it (computed here otherwise)."""
+    sums = sums if sums is not None else add_up(findings)
+    ranked = list(sums.ordered)
     anchors: dict[str, str] = {}
     seen: dict[str, int] = {}
     for f in ranked:
@@ -66,10 +67,10 @@ def finding_views(
         }
         record = {k: _py(v) if k in ("metrics", "impact_pct", "impact_ns") else v for k, v in record.items()}
         record["scope"] = _py(record["scope"])
-        record["adds_ns"] = adds.get(id(f))
+        record["adds_ns"] = sums.adds_ns(f)
         explained = ""
         if is_symptom(f):
-            ex = explain(f, findings)
+            ex = sums.explanation(f)
             explained = _explained_text(ex, window_ns)
             record["explained"] = {
                 "explained_ns": ex.explained_ns,
@@ -105,7 +106,7 @@ def finding_views(
                 accepted="" if f.acceptance is None else ("grown" if f.acceptance.counts else "accepted"),
                 accepted_note="" if f.acceptance is None else f.acceptance.note(),
                 kind=f.kind,
-                adds_ns=adds.get(id(f)),
+                adds_ns=sums.adds_ns(f),
                 explained=explained,
             )
         )
@@ -137,18 +138,20 @@ def _explained_text(ex: Explained, window_ns: int) -> str:
 
 
 def verdict_text(findings: list[Finding], window_ns: int, busy_share: float | None,
-             devices: int = 1, not_checked: int = 0) -> tuple[str, int, int | None]:
+             devices: int = 1, not_checked: int = 0, sums: Tally | None = None) -> tuple[str, int, int | None]:
     """One line: what is wrong, in plain words, and what it is worth.
 
-    It leads with the biggest cause (the first row of the findings table: :func:`report_order`) in
+    It leads with the biggest cause (the first row of the findings table: :func:`analyzer.impacts.report_order`) in
     its rule's plain words (``verdict:``), then the total: the union of the counted causes' time
     (:mod:`analyzer.impacts`: time two findings share counts once), and what the causes explain of each
     symptom (low utilization...), which is never added. Percentages are of the analysis window (of
     the window times the GPUs when several did work). ``not_checked``: rules not run for want of data;
-    without problems the line says so instead of a plain "No problems found"."""
+    without problems the line says so instead of a plain "No problems found". ``sums``: the findings'
+    :func:`analyzer.impacts.add_up` when the caller holds it (computed here otherwise)."""
+    sums = sums if sums is not None else add_up(findings)
     accepted = sum(1 for f in findings if f.severity >= Severity.WARNING and not f.counts)
-    ordered = report_order(findings)
-    problems = [f for f in ordered if is_problem(f)]
+    ordered = list(sums.ordered)
+    problems = list(sums.causes)
     symptoms = [f for f in ordered if is_symptom(f)]
     notes = sum(1 for f in findings if f.severity < Severity.WARNING)
     if not problems:
@@ -182,7 +185,7 @@ def verdict_text(findings: list[Finding], window_ns: int, busy_share: float | No
     if not with_impact:
         return (f"{lead}{plural(len(problems), kind)} (impact not estimable); biggest: {biggest.title}{also}",
                 len(problems), None)
-    total = sum(union_adds(problems))
+    total = sums.total_ns
     span = window_ns * max(devices, 1)
     if span > 0:
         total = min(total, span)
@@ -191,7 +194,7 @@ def verdict_text(findings: list[Finding], window_ns: int, busy_share: float | No
     named = "" if biggest.headline else f"; biggest: {biggest.title}"
     text = f"{lead}{plural(len(problems), kind)} worth {fmt_ms(total)}{pct}{named}{also}"
     for s in symptoms[:1]:  # the biggest symptom; the others are listed with what explains them
-        ex = explain(s, findings)
+        ex = sums.explanation(s)
         what = s.headline or s.title
         text += f"; {what}: {_explained_text(ex, window_ns)}"
     return text, len(problems), total
