@@ -12,7 +12,7 @@ from analyzer.facts.breakdown_ranges import phase_keys
 from analyzer.facts.registry import FactContext, fact
 from analyzer.facts._util import text_codes
 
-#: segments summed per chunk of this many (a 10 M-kernel trace has about 43 M): the sums are the same
+#: segments summed per chunk of this many (a 10 M-kernel trace has about 48 M): the sums are the same
 #: for any chunk size
 SUM_CHUNK = 1 << 20
 

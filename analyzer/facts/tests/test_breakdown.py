@@ -290,7 +290,7 @@ def test_idle_time_classified_in_chunks_is_the_same(name, monkeypatch):
 
 @pytest.mark.parametrize("name", ["host_sync", "ddp/ddp_exposed_comm_2gpu", "round3/decode_eager"])
 def test_breakdown_summed_in_chunks_is_the_same(name, monkeypatch):
-    """``timeline_breakdown`` sums the segments :data:`SUM_CHUNK` at a time (10 M kernels have about 43 M
+    """``timeline_breakdown`` sums the segments :data:`SUM_CHUNK` at a time (10 M kernels have about 48 M
     segments), merging the chunks' groups: chunks of 5 and 97 segments (groups split across chunks, steps
     and devices crossing chunk boundaries) give the same table as one chunk, row order included."""
     import pandas as pd
