@@ -488,8 +488,20 @@ def _thread_timeline(starts: np.ndarray, ends: np.ndarray, cause: np.ndarray, de
 
 
 # -- the segments ----------------------------------------------------------------------------------
+def _add(columns: tuple[list[np.ndarray], ...], *pieces: np.ndarray) -> None:
+    for col, piece in zip(columns, pieces):
+        col.append(piece)
+
+
+def _joined(pieces: list[np.ndarray]) -> np.ndarray:
+    """The pieces of one column joined, the list emptied (its pieces freed as the column is made)."""
+    out = np.concatenate(pieces) if len(pieces) != 1 else pieces[0]
+    pieces.clear()
+    return out
+
+
 @fact("timeline_segments", columns=SEGMENT_COLUMNS, requires=("gpu_ops", "steps"),
-      scope_keys=("device", "nvtx_path", "step"))
+      scope_keys=("device", "nvtx_path", "step"), alone=True)
 def timeline_segments(ctx: FactContext) -> pd.DataFrame:
     """Per device, disjoint labelled intervals covering the analysis window exactly (one cause each:
     see :mod:`analyzer.facts.breakdown`), ordered by (device, start)."""
@@ -499,6 +511,7 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
         return empty_frame(SEGMENT_COLUMNS, ("device", "start", "end", "duration", "host_tid", "waited_tid"))
     dispatch_ns = int(ctx.options.get("dispatch_gap_ns", DISPATCH_GAP_NS) or DISPATCH_GAP_NS)
     level, op_detail, labels = _op_classes(ctx, ops)
+    op_detail = op_detail.astype(np.int32)  # label codes (a few hundred): a column per segment
     index = {x: i for i, x in enumerate(labels)}
 
     def code(label: str) -> int:
@@ -510,11 +523,15 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
     starts = ops["start"].to_numpy(dtype=np.int64)
     ends = ops["end"].to_numpy(dtype=np.int64)
     devices = ops["device"].to_numpy(dtype=np.int64)
+    # device ids as the segments hold them (32 bits where every id fits, as narrow_int makes them)
+    i32 = np.iinfo(np.int32)
+    dev_type = np.int32 if not len(devices) or i32.min <= devices.min() <= devices.max() <= i32.max else np.int64
     g_dev, g_start, g_end, _g_first, g_last = graph_spans(ops)
     graph_code = code(GRAPH_NODE_GAPS)
     # busy segments per device and level, then the idle gaps between them (whole trace, then clipped)
-    busy: list[tuple[np.ndarray, ...]] = []  # (device, start, end, cause, detail, op position)
-    gaps: list[tuple[np.ndarray, ...]] = []  # (device, start, end, prev op, next op)
+    # per column, its pieces per device and level (each column joined and its pieces freed in turn)
+    busy: tuple[list[np.ndarray], ...] = tuple([] for _ in range(6))  # device, start, end, cause, detail, op
+    gaps: tuple[list[np.ndarray], ...] = tuple([] for _ in range(5))  # device, start, end, prev op, next op
     d_order, d_from, d_to = key_groups(devices)
     for a, b in zip(d_from.tolist(), d_to.tolist()):
         rows = np.sort(d_order[a:b])  # gpu_ops is ordered by start: keep that order
@@ -534,7 +551,8 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
                 fs, fe = _complement(cov_s, cov_e, lo, hi)
                 ai, _ci, s, e = intersect(s, e, fs, fe)
                 r = r[ai]
-            busy.append((np.full(len(s), dev), s, e, np.full(len(s), cause, dtype=np.int8), op_detail[r], r))
+            _add(busy, np.full(len(s), dev, dtype=dev_type), s, e, np.full(len(s), cause, dtype=np.int8),
+                 op_detail[r], r)
             # the covered time so far, and which op owns each piece (pieces are disjoint: starts unique)
             cov_s, cov_e, owner = _merge_pieces((cov_s, cov_e, owner), (s, e, r))
         # inside a CUDA graph execution, between dependent nodes: the graph's own GPU time
@@ -543,8 +561,8 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
             fs, fe = _complement(cov_s, cov_e, lo, hi)
             ai, _ci, s, e = intersect(g_start[m], g_end[m], fs, fe)
             r = g_last[m][ai]
-            busy.append((np.full(len(s), dev), s, e, np.full(len(s), _C["compute"], dtype=np.int8),
-                         np.full(len(s), graph_code, dtype=np.int64), r))
+            _add(busy, np.full(len(s), dev, dtype=dev_type), s, e, np.full(len(s), _C["compute"], dtype=np.int8),
+                 np.full(len(s), graph_code, dtype=np.int32), r)
             cov_s, cov_e, owner = _merge_pieces((cov_s, cov_e, owner), (s, e, r))
         gs, ge = _complement(cov_s, cov_e, lo, hi)
         # the piece ending where the gap starts / starting where it ends
@@ -558,21 +576,19 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
         keep = (ge > w.start_ns) & (gs < w.end_ns)
         if not keep.all():
             gs, ge, prv, nxt = gs[keep], ge[keep], prv[keep], nxt[keep]
-        gaps.append((np.full(len(gs), dev), gs, ge, prv, nxt))
+        _add(gaps, np.full(len(gs), dev, dtype=dev_type), gs, ge, prv, nxt)
 
-    bdev, bs, be, bc, bd, bop = (np.concatenate([x[i] for x in busy]) for i in range(6))
-    del busy
+    bdev, bs, be, bc, bd, bop = (_joined(x) for x in busy)
     clip_s, clip_e = np.maximum(bs, w.start_ns), np.minimum(be, w.end_ns)
     inside = clip_e > clip_s
     op_paths_codes, op_paths = text_codes(ops["nvtx_path"])
     busy_frame = {
         "device": narrow_int(bdev[inside]), "start": clip_s[inside], "end": clip_e[inside], "cause": bc[inside],
-        "detail": bd[inside].astype(np.int32),  # codes and ids in 32 bits: a column per segment
-        "path_codes": op_paths_codes[bop[inside]].astype(np.int32),
+        "detail": bd[inside].astype(np.int32, copy=False),  # codes and ids in 32 bits: a column per segment
+        "path_codes": op_paths_codes[bop[inside]].astype(np.int32, copy=False),
     }
     del bdev, bs, be, bc, bd, bop, clip_s, clip_e, inside
-    gdev, gs, ge, gprev, gnext = (np.concatenate([x[i] for x in gaps]) for i in range(5))
-    del gaps
+    gdev, gs, ge, gprev, gnext = (_joined(x) for x in gaps)
     gdev = narrow_int(gdev)
     syncs: list[SyncBlocks] = []
     idle = _classify_idle(ctx, ops, level, gdev, gs, ge, gprev, gnext, dispatch_ns, code, syncs)
@@ -641,7 +657,8 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
     seg["host_activity"] = _host_activity(ctx, seg, (seg["cause"] == "host_work").to_numpy(), pid)
     seg = seg[list(SEGMENT_COLUMNS)]
     for c in ("device", "host_tid", "waited_tid"):  # ids in 32 bits where they fit (millions of rows)
-        seg[c] = narrow_int(seg[c].to_numpy())
+        if seg[c].dtype != np.int32:
+            seg[c] = narrow_int(seg[c].to_numpy())
     return seg
 
 
@@ -708,6 +725,8 @@ class _HostCalls:
         if a_tid.dtype.kind not in "iu":
             a_tid = a_tid.astype(np.int64)
         self.order, self.first, self.last = key_groups(a_tid)
+        if len(self.order) < np.iinfo(np.int32).max:  # held through the idle classification: 32 bits
+            self.order = self.order.astype(np.int32)
         self.threads = a_tid[self.order[self.first]] if len(self.first) else np.empty(0, np.int64)
         self._thread: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         #: per feeding thread (by id), its synchronizing calls' blocks on its whole timeline
@@ -726,7 +745,8 @@ class _HostCalls:
             rows = self.order[self.first[g]:self.last[g]]
             if not _ascending(rows):
                 rows = np.sort(rows)
-            t_start = self.start[rows]
+            # a thread making every call (sorted rows: all of them in order) reads the starts as they are
+            t_start = self.start if len(rows) == len(self.start) else self.start[rows]
             if not _ascending(t_start):  # calls recorded out of start order
                 o = np.argsort(t_start, kind="stable")
                 rows, t_start = rows[o], t_start[o]

@@ -12,6 +12,10 @@ from analyzer.facts.breakdown_ranges import phase_keys
 from analyzer.facts.registry import FactContext, fact
 from analyzer.facts._util import text_codes
 
+#: segments summed per chunk of this many (a 10 M-kernel trace has about 48 M): the sums are the same
+#: for any chunk size
+SUM_CHUNK = 1 << 20
+
 
 @fact("timeline_breakdown", columns=BREAKDOWN_COLUMNS, requires=("timeline_segments", "steps"),
       scope_keys=("device", "scope", "key", "cause"))
@@ -37,19 +41,16 @@ def timeline_breakdown(ctx: FactContext) -> pd.DataFrame:
             "phase_ns", "phase_host_held_ns", "compiled", "group_ns", "group_host_held_ns")
     if seg.empty:
         return empty_frame(BREAKDOWN_COLUMNS, ints, ("share", "cause_share", "key_cause_share", "compiled_share"))
-    # summed on integer codes (a million-kernel trace has millions of segments), text put back per row
-    dev = seg["device"].to_numpy(dtype=np.int64)
+    # summed on integer codes (a million-kernel trace has millions of segments), SUM_CHUNK segments at a
+    # time (every per-segment temporary bounded; the chunks' groups merged by code), text put back per row
+    dev = seg["device"].to_numpy()
     start, end = seg["start"].to_numpy(dtype=np.int64), seg["end"].to_numpy(dtype=np.int64)
     cause_codes, cause_labels = text_codes(seg["cause"])
     detail_codes, detail_labels = text_codes(seg["detail"])
     range_codes, range_labels = text_codes(seg["range_key"])
-
-    if len(dev) and dev.min() == dev.max():  # one device: its codes without hashing millions of rows
-        dev_codes, dev_values = np.zeros(len(dev), dtype=np.intp), dev[:1].copy()
-    else:
-        dev_codes, dev_values = pd.factorize(dev)
+    # segments are ordered by (device, start): the devices are runs, their values sorted
+    dev_labels = np.unique(dev[np.r_[0, np.flatnonzero(dev[1:] != dev[:-1]) + 1]]).astype(np.int64)
     n_cause, n_detail = len(cause_labels), len(detail_labels)
-    dev_labels = np.asarray(dev_values, dtype=np.int64)
 
     def frame(scope: str, d: np.ndarray, k: np.ndarray, key_labels: np.ndarray, c: np.ndarray, x: np.ndarray,
               total: np.ndarray, segments: np.ndarray) -> pd.DataFrame:
@@ -58,19 +59,18 @@ def timeline_breakdown(ctx: FactContext) -> pd.DataFrame:
             "cause": np.asarray(cause_labels, dtype=object)[c], "detail": np.asarray(detail_labels, dtype=object)[x],
             "duration_ns": total, "segments": segments.astype(np.int64)})
 
-    def grouped(keys: np.ndarray, n_key: int, dur: np.ndarray, pos: np.ndarray | None = None,
-                index: np.ndarray | None = None, first_index: bool = False) -> tuple[np.ndarray, ...]:
-        """The (device, key, cause, detail) groups of the segments ``pos`` (all: None), unordered, as
-        ``(code, duration, segments, first)``: one mixed-radix integer code per segment, counted directly
-        when the code space is small, else factorized (hash, no sort). ``first``: the smallest ``index``
-        (default the position) of the group's segments, or (``index`` None and not ``first_index``)
-        only a number in the same order."""
-        take = (lambda a: a) if pos is None else (lambda a: a[pos])
-        combined = take(dev_codes).astype(np.int64) * n_key + np.asarray(keys, dtype=np.int64)
+    def grouped(a: int, keys: np.ndarray, n_key: int, dur: np.ndarray, pos: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
+        """The (device, key, cause, detail) groups of the chunk's segments from ``a`` (``pos``: those of its
+        positions, all: None; ``keys`` and ``dur`` per selected segment), unordered, as ``(code, duration,
+        segments, first)``: one mixed-radix integer code per segment, counted directly when the code space
+        is small, else factorized (hash, no sort); ``first`` the smallest segment position of each group."""
+        b = a + len(keys) if pos is None else a  # the slice of the chunk (pos: positions from a)
+        take = (lambda x: x[a:b]) if pos is None else (lambda x: x[a + pos])
+        combined = np.searchsorted(dev_labels, take(dev)).astype(np.int64) * n_key + np.asarray(keys, dtype=np.int64)
         combined = (combined * n_cause + take(cause_codes)) * n_detail + take(detail_codes)
         space = len(dev_labels) * n_key * n_cause * n_detail
         n = len(combined)
-        idx = np.arange(n, dtype=np.int64) if index is None else index
+        idx = np.arange(a, a + n, dtype=np.int64) if pos is None else a + np.asarray(pos, dtype=np.int64)
         if space <= max(2 * n, 1 << 16):
             counts = np.bincount(combined, minlength=space)
             uniq = np.flatnonzero(counts)
@@ -81,11 +81,19 @@ def timeline_breakdown(ctx: FactContext) -> pd.DataFrame:
         group, uniq = pd.factorize(combined)
         segments = np.bincount(group, minlength=len(uniq))
         total = sum_by(group, dur, len(uniq))
-        if index is None and not first_index:  # factorize numbers the groups in order of first appearance
-            return np.asarray(uniq, dtype=np.int64), total, segments, np.arange(len(uniq), dtype=np.int64)
         first = np.full(len(uniq), np.iinfo(np.int64).max, dtype=np.int64)
         np.minimum.at(first, group, idx)
         return np.asarray(uniq, dtype=np.int64), total, segments, first
+
+    def merged(parts: list[tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]:
+        """The chunks' ``(code, duration, segments, first)`` groups merged on the code."""
+        if len(parts) == 1:
+            return parts[0]
+        g, uniq = pd.factorize(np.concatenate([p[0] for p in parts]))
+        first = np.full(len(uniq), np.iinfo(np.int64).max, dtype=np.int64)
+        np.minimum.at(first, g, np.concatenate([p[3] for p in parts]))
+        return (np.asarray(uniq, dtype=np.int64), sum_by(g, np.concatenate([p[1] for p in parts]), len(uniq)),
+                sum_by(g, np.concatenate([p[2] for p in parts]), len(uniq)), first)
 
     def decoded(code: np.ndarray, n_key: int) -> tuple[np.ndarray, ...]:
         """``(device, key, cause, detail)`` codes of :func:`grouped`'s group codes."""
@@ -94,10 +102,34 @@ def timeline_breakdown(ctx: FactContext) -> pd.DataFrame:
         d, k = np.divmod(rest, n_key)
         return d, k, c, x
 
+    steps = ctx.get("steps")
+    n_range = max(len(range_labels), 1)
+    if not steps.empty:
+        lo, hi, names = step_bounds(steps)
+        n_step = len(lo) + 1  # key len(lo): a segment not inside one step (summed by its pieces instead)
+    range_parts: list[tuple[np.ndarray, ...]] = []
+    step_parts: list[tuple[np.ndarray, ...]] = []
+    for a in range(0, len(start), SUM_CHUNK):
+        s_, e_ = start[a:a + SUM_CHUNK], end[a:a + SUM_CHUNK]
+        range_parts.append(grouped(a, range_codes[a:a + SUM_CHUNK], n_range, e_ - s_))
+        if steps.empty:
+            continue
+        k = span_of(s_, lo)
+        kk = np.maximum(k, 0)
+        inside = (k >= 0) & (e_ <= hi[kk]) & (e_ > s_)
+        # nearly every segment lies inside one step: all of them in one pass with no gather, the others
+        # (crossing a step boundary, or outside every step) cut into their pieces inside steps
+        wu, wtotal, wsegs, wfirst = grouped(a, np.where(inside, kk, len(lo)), n_step, e_ - s_)
+        del k, kk
+        whole = decoded(wu, n_step)[1] != len(lo)
+        step_parts.append((wu[whole], wtotal[whole], wsegs[whole], wfirst[whole]))
+        rest = np.flatnonzero(~inside)
+        ai, ci, s, e = intersect(s_[rest], e_[rest], lo, hi)
+        step_parts.append(grouped(a, ci, n_step, e - s, rest[ai]))
+        del inside, rest, ai, ci, s, e
     # the range rows, then the window rows summed from them (each window group first appears where its
     # first range group does, so their order is the segments' order of first appearance too)
-    n_range = max(len(range_labels), 1)
-    ru, rtotal, rsegs, rfirst = grouped(range_codes, n_range, end - start)
+    ru, rtotal, rsegs, rfirst = merged(range_parts)
     o = np.argsort(rfirst, kind="stable")
     ru, rtotal, rsegs = ru[o], rtotal[o], rsegs[o]
     rd, rk, rc, rx = decoded(ru, n_range)
@@ -107,32 +139,14 @@ def timeline_breakdown(ctx: FactContext) -> pd.DataFrame:
     parts = [frame("window", wd, np.zeros(len(wuniq), dtype=np.int64), np.array([""], dtype=object), wc, wx,
                    sum_by(wkey, rtotal, len(wuniq)), sum_by(wkey, rsegs, len(wuniq))),
              frame("range", rd, rk, range_labels, rc, rx, rtotal, rsegs)]
-    steps = ctx.get("steps")
     if not steps.empty:
-        lo, hi, names = step_bounds(steps)
-        n_step = len(lo) + 1  # key len(lo): a segment not inside one step (summed by its pieces instead)
-        k = span_of(start, lo)
-        kk = np.maximum(k, 0)
-        inside = (k >= 0) & (end <= hi[kk]) & (end > start)
-        # nearly every segment lies inside one step: all of them in one pass with no gather, the others
-        # (crossing a step boundary, or outside every step) cut into their pieces inside steps
-        wu, wtotal, wsegs, wfirst = grouped(np.where(inside, kk, len(lo)), n_step, end - start, first_index=True)
-        del k, kk
-        whole = decoded(wu, n_step)[1] != len(lo)
-        rest = np.flatnonzero(~inside)
-        ai, ci, s, e = intersect(start[rest], end[rest], lo, hi)
-        pu, ptotal, psegs, pfirst = grouped(ci, n_step, e - s, rest[ai], rest[ai])
-        # a group may hold whole segments and pieces: the two tables merged on the group code
-        sg, su = pd.factorize(np.r_[wu[whole], pu])
-        first = np.full(len(su), np.iinfo(np.int64).max, dtype=np.int64)
-        np.minimum.at(first, sg, np.r_[wfirst[whole], pfirst])
-        sd, sk, sc, sx = decoded(np.asarray(su, dtype=np.int64), n_step)
+        # a group may hold whole segments and pieces (of one chunk or several): merged on the group code
+        su, stotal, ssegs, first = merged(step_parts)
+        sd, sk, sc, sx = decoded(su, n_step)
         # in the order a pass over (segment, step) pieces meets them
         o = np.lexsort((sk, first))
         step_labels = np.asarray([str(x) for x in names] + [""], dtype=object)
-        parts.append(frame("step", sd[o], sk[o], step_labels, sc[o], sx[o],
-                           sum_by(sg, np.r_[wtotal[whole], ptotal], len(su))[o],
-                           sum_by(sg, np.r_[wsegs[whole], psegs], len(su))[o]))
+        parts.append(frame("step", sd[o], sk[o], step_labels, sc[o], sx[o], stotal[o], ssegs[o]))
     out = pd.concat(parts, ignore_index=True)
     group_total = out.groupby(["device", "scope", "key"], sort=False)["duration_ns"].transform("sum")
     out["share"] = out["duration_ns"] / group_total.where(group_total > 0, 1)

@@ -152,7 +152,8 @@ def cross_thread_waits(ctx: FactContext, seg: pd.DataFrame, pid: np.ndarray) -> 
     """``seg`` (timeline segments, ordered by device and start; column ``waited_tid`` added in place) with each host-work piece the feeding
     thread spent blocked on another busy thread of its process relabelled (detail names that thread and
     its innermost range; ``waited_tid`` the thread), and ``pid`` (the feeding process per row) to match."""
-    seg["waited_tid"] = np.full(len(seg), -1, dtype=np.int64)  # in place: a million-kernel trace's frame
+    # in place (a million-kernel trace's frame), in 32 bits: the pieces below widen it where needed
+    seg["waited_tid"] = np.full(len(seg), -1, dtype=np.int32)
     if ctx.trace.osrt.empty or seg.empty:
         return seg, pid
     rows = np.flatnonzero((seg["cause"] == "host_work").to_numpy() & (seg["host_tid"] >= 0).to_numpy())

@@ -51,6 +51,10 @@ class FactSpec:
     #: rows describe individual kernels (names, launch configurations, counters): a CUDA graph traced
     #: without its kernels (nsys' default graph-level tracing) hides the ones it runs from this fact
     per_kernel: bool = False
+    #: computing it is the run's memory peak (millions of rows of temporaries): it is never computed ahead
+    #: of its reader, and while one thread computes it no other thread starts computing a fact ahead
+    #: (:meth:`FactStore.start_prefetch`), so the facts read later are not held through its peak
+    alone: bool = False
 
     def needs_for(self, columns: Iterable[str]) -> set[str]:
         """Capabilities needed to read ``columns`` of this fact (the fact's own needs included)."""
@@ -72,10 +76,12 @@ def fact(
     needs: Iterable[str] = (),
     column_needs: Mapping[str, Iterable[str]] | None = None,
     per_kernel: bool = False,
+    alone: bool = False,
 ) -> Callable[[Callable[[FactContext], pd.DataFrame]], Callable[[FactContext], pd.DataFrame]]:
     """Decorator registering ``fn`` as the fact ``name``. Its docstring becomes the fact's doc.
     ``needs`` / ``column_needs`` name the trace capabilities the fact / some of its columns rest on;
-    ``per_kernel``: its rows describe individual kernels (see :attr:`FactSpec.per_kernel`)."""
+    ``per_kernel``: its rows describe individual kernels (see :attr:`FactSpec.per_kernel`); ``alone``: no
+    fact is computed ahead on another thread while it is computed (:attr:`FactSpec.alone`)."""
     from analyzer.loading.capabilities import CAPABILITIES
 
     col_needs = {c: tuple(v) for c, v in (column_needs or {}).items()}
@@ -99,6 +105,7 @@ def fact(
             needs=tuple(needs),
             column_needs=col_needs,
             per_kernel=per_kernel,
+            alone=alone,
         )
         return fn
 
@@ -115,6 +122,20 @@ class UnknownFactError(LookupError):
         self.known = tuple(known)
         known_text = f"; known facts: {', '.join(self.known)}" if self.known else ""
         super().__init__(f"unknown fact {name!r}{known_text}" + (f" ({hint})" if hint else ""))
+
+
+def _inputs_of(names: list[str]) -> set[str] | None:
+    """The facts ``names`` need, directly or through others (None: no names)."""
+    if not names:
+        return None
+    out: set[str] = set()
+    todo = [r for n in names for r in get_spec(n).requires]
+    while todo:
+        name = todo.pop()
+        if name not in out:
+            out.add(name)
+            todo.extend(get_spec(name).requires)
+    return out
 
 
 def get_spec(name: str) -> FactSpec:
@@ -466,12 +487,20 @@ class FactStore:
         computed, claimed for this thread (the lock is held)."""
         if not self._order or self._pending is None:
             return None
+        me = threading.get_ident()
+        if any(t != me and get_spec(n).alone for n, t in self._running.items()):
+            return None  # another thread computes the run's memory peak: nothing else meanwhile
+        # a fact computed alone whose inputs are being computed: only those inputs meanwhile (what is
+        # computed now is held through its peak)
+        inputs = _inputs_of([n for n in self._active if get_spec(n).alone])
         need: set[str] | None = None
         for name in self._order:
             if name in self._cache or name in self._running or name in self._failed_ahead:
                 continue
             spec = get_spec(name)
-            if not self._on_disk(name) and not all(r in self._cache for r in spec.requires):
+            if spec.alone or not (self._on_disk(name) or all(r in self._cache for r in spec.requires)):
+                continue  # a fact computed alone is its reader's to compute
+            if inputs is not None and name not in inputs:
                 continue
             if need is None:
                 need, _ = self._needed()

@@ -286,3 +286,23 @@ def test_idle_time_classified_in_chunks_is_the_same(name, monkeypatch):
         st = FactStore(t, w, {})
         pd.testing.assert_frame_equal(st.get("timeline_segments"), seg)
         pd.testing.assert_frame_equal(st.get("timeline_breakdown"), table)
+
+
+@pytest.mark.parametrize("name", ["host_sync", "ddp/ddp_exposed_comm_2gpu", "round3/decode_eager"])
+def test_breakdown_summed_in_chunks_is_the_same(name, monkeypatch):
+    """``timeline_breakdown`` sums the segments :data:`SUM_CHUNK` at a time (10 M kernels have about 48 M
+    segments), merging the chunks' groups: chunks of 5 and 97 segments (groups split across chunks, steps
+    and devices crossing chunk boundaries) give the same table as one chunk, row order included."""
+    import pandas as pd
+
+    from analyzer.facts import breakdown_table
+    from analyzer.facts.registry import FactStore
+
+    t = _load(name)
+    w = choose_window(t)
+    whole = FactStore(t, w, {})
+    seg, table = whole.get("timeline_segments"), whole.get("timeline_breakdown")
+    assert len(seg) > 500 and (table["scope"] == "step").any() and (table["segments"] > 97).any()
+    for size in (5, 97):
+        monkeypatch.setattr(breakdown_table, "SUM_CHUNK", size)
+        pd.testing.assert_frame_equal(FactStore(t, w, {}).get("timeline_breakdown"), table)

@@ -136,6 +136,38 @@ def test_two_failing_rules_fail_as_on_one_thread(monkeypatch: pytest.MonkeyPatch
     assert _no_second_thread_left()
 
 
+@pytest.mark.parametrize("name", ["host_sync.sqlite.xz", "callstacks/host_sync_bt.sqlite.xz"])
+def test_a_fact_computed_alone_holds_no_fact_computed_ahead(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``timeline_segments`` (``alone``: the run's memory peak) is computed by its reader, not ahead on
+    the second thread; while it is computed no other fact starts, and while its inputs are computed only
+    they start (what would start then is held through its peak); the reports are those of one thread."""
+    trace = load_trace(DATA / name)
+    assert registry.get_spec("timeline_segments").alone
+    spans: list[tuple[str, str, float, float]] = []
+    real = FactStore._compute
+
+    def timed(self: FactStore, spec: registry.FactSpec) -> pd.DataFrame:
+        import time
+
+        t0 = time.perf_counter()
+        try:
+            return real(self, spec)
+        finally:
+            spans.append((spec.name, threading.current_thread().name, t0, time.perf_counter()))
+
+    monkeypatch.setattr(FactStore, "_compute", timed)
+    two = _analyze(trace, monkeypatch, 2)
+    assert {thread for _, thread, _, _ in spans} >= {"MainThread", "analyzer-facts"}
+    (seg,) = [s for s in spans if s[0] == "timeline_segments"]
+    assert seg[1] == "MainThread"
+    started_meanwhile = [n for n, _, a, _ in spans if seg[2] < a < seg[3] and n != "timeline_segments"]
+    inputs = registry._inputs_of(["timeline_segments"]) or set()
+    assert set(started_meanwhile) <= inputs  # only facts it reads itself, on its own thread
+    monkeypatch.undo()
+    one = _analyze(trace, monkeypatch, 1)
+    assert _reports(two) == _reports(one)
+
+
 def test_helpers_stop_above_their_memory_limit(monkeypatch: pytest.MonkeyPatch) -> None:
     """Above ``ANALYZER_HELPER_MEMORY`` the helper threads (the fact thread and the second rules thread)
     take no new work: every fact is computed and every rule run on the main thread, and the reports are
