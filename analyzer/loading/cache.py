@@ -491,10 +491,10 @@ def touch_entry(entry: Path) -> None:
 
 
 def write_entry(root: Path, digest: str, files: dict[str, bytes], meta: dict[str, Any], what: str = "trace cache",
-                stated_keys: tuple[str, ...] = _STATED) -> bool:
+                stated_keys: tuple[str, ...] = _STATED, digests: dict[str, str] | None = None) -> bool:
     """Write entry ``digest`` under ``root``: ``files`` and ``meta`` (with their checksum added) into a
     private temporary folder renamed into place, so no run ever sees half an entry. False when it could
-    not be written (said with ANALYZER_DEBUG)."""
+    not be written (said with ANALYZER_DEBUG). ``digests``: the files' SHA-256 (hex) when already known."""
     try:
         make_private_dir(root)
         tmp = Path(tempfile.mkdtemp(prefix=f".{digest[:12]}-", dir=root))  # 0700
@@ -502,7 +502,9 @@ def write_entry(root: Path, digest: str, files: dict[str, bytes], meta: dict[str
         _debug(f"cannot write under {root}: {err}", what)
         return False
     try:
-        meta = {**meta, "checksum": entry_checksum(files, meta, stated_keys)}
+        checksum = (checksum_of_digests(digests, meta, stated_keys) if digests is not None
+                    else entry_checksum(files, meta, stated_keys))
+        meta = {**meta, "checksum": checksum}
         for fname, data in {**files, "meta.json": json.dumps(meta).encode()}.items():
             fd = os.open(tmp / fname, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
             with os.fdopen(fd, "wb") as fh:
@@ -851,7 +853,7 @@ class TraceCache:
         files = {f"{name}.arrow": ipc_bytes(table) for name, table in tables.items()}
         meta = json.loads(meta_text)
         meta["files"] = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
-        if not write_entry(self.root, digest, files, meta):
+        if not write_entry(self.root, digest, files, meta, digests=meta["files"]):
             return
         self._remember(ident, digest)
         self.evict()
