@@ -412,10 +412,13 @@ class StoreFacts:
 def _ours(name: str) -> bool:
     """Fact ``name`` is computed by a module of ``analyzer/facts`` (whose sources the signature holds): a
     fact registered elsewhere (a plugin's, a test's) is computed every time."""
-    from analyzer.facts.registry import FACTS
+    from analyzer.facts.registry import UnknownFactError, get_spec
 
-    spec = FACTS.get(name)
-    module = getattr(spec.compute, "__module__", "") if spec is not None else ""
+    try:
+        spec = get_spec(name)  # the fact modules imported first
+    except UnknownFactError:
+        return False
+    module = getattr(spec.compute, "__module__", "") or ""
     return module.startswith("analyzer.facts.") and not module.startswith("analyzer.facts.tests")
 
 

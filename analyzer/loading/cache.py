@@ -407,11 +407,28 @@ def table_to_frame(table) -> pd.DataFrame:  # table: pyarrow.Table
         elif kind.startswith("str:"):
             out[field.name] = pd.Series(pd.array(arr, dtype=_string_dtype(kind)), copy=False)
         elif kind and np.dtype(kind).kind in _SUPPORTED_KINDS:
-            # a writable copy in the exact dtype: loaded frames are writable, so cached ones are too
-            out[field.name] = np.array(arr.to_numpy(zero_copy_only=False), dtype=np.dtype(kind), copy=True)
+            # writable in the exact dtype (loaded frames are writable, so cached ones are too): the values
+            # Arrow decompressed into memory of its own, else a copy
+            out[field.name] = _writable_values(arr, np.dtype(kind))
         else:
             raise _Unstorable(f"{field.name}: unknown column kind {kind!r}")
     return pd.DataFrame(out, copy=False) if out else pd.DataFrame(index=pd.RangeIndex(num_rows))
+
+
+def _writable_values(arr, dtype: np.dtype) -> np.ndarray:  # arr: pyarrow.Array
+    """``arr``'s values as a writable numpy array of ``dtype``: a view of Arrow's buffer when that is
+    memory Arrow allocated (decompressed: no one else sees it once the table is gone) holding exactly
+    these values (integers or floats of that width, no nulls), else a copy."""
+    import pyarrow as pa
+
+    if arr.null_count == 0 and dtype.kind in "iuf" and not pa.types.is_boolean(arr.type):
+        buf = arr.buffers()[1]
+        if (buf is not None and buf.is_mutable and np.dtype(arr.type.to_pandas_dtype()) == dtype
+                and buf.size >= (arr.offset + len(arr)) * dtype.itemsize):
+            view = np.frombuffer(buf, dtype=dtype, count=len(arr), offset=arr.offset * dtype.itemsize)
+            if view.flags.writeable:
+                return view
+    return np.array(arr.to_numpy(zero_copy_only=False), dtype=dtype, copy=True)
 
 
 def frame_from_ipc(data: bytes) -> pd.DataFrame:
