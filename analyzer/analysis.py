@@ -103,6 +103,7 @@ REPORT_FACTS: frozenset[str] = frozenset({
     "gpu_busy", "utilization", "gpu_gaps", "gpu_ops", "category_summary", "top_kernels", "nvtx_projection",
     "nvtx_instances", "phases", "steps", "copy_throughput", "code_locations", "sm_activity", "energy",
     "energy_steps", "timeline_breakdown", "memory_timeline", "memory_steps", "memory_ranges", "memory_growth",
+    "graph_replays",  # the diff summary: CUDA graphs traced without their kernels
 })
 
 

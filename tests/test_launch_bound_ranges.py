@@ -48,7 +48,9 @@ def test_the_fused_twin_is_silent_on_the_optimizer_range_only():
     twin = launch_bound("round3/optimizer_loop_fixed.sqlite.xz")
     assert "step_N/optimizer" not in twin  # what the fix bought
     assert {"step_N/forward", "step_N/backward"} <= set(twin)  # still eager: other findings
-    assert range_launch_bound_ns("round3/optimizer_loop_fixed.sqlite.xz")["step_N/optimizer"] < 2_000_000
+    # the fused optimizer's few launches keep some Python between them: under 10% of the per-tensor loop's
+    fused = range_launch_bound_ns("round3/optimizer_loop_fixed.sqlite.xz")["step_N/optimizer"]
+    assert fused < 0.1 * range_launch_bound_ns("round3/optimizer_loop.sqlite.xz")["step_N/optimizer"]
 
 
 def test_range_findings_never_overlap_in_the_verdict():
@@ -66,9 +68,13 @@ def test_a_profiler_step_wrapper_is_read_through():
     assert max(found.values(), key=lambda f: f.impact_ns).scope.nvtx_path == "ProfilerStep#N/step_N/optimizer"
 
 
-@pytest.mark.parametrize("name", ["round3/compile_train_fixed.sqlite.xz", "round3/decode_eager_fixed.sqlite.xz"])
-def test_cuda_graph_twins_are_silent_in_every_range(name):
-    assert not launch_bound(name)
+@pytest.mark.parametrize("name,eager", [("round3/compile_train_fixed.sqlite.xz", {"step_N/optimizer"}),
+                                        ("round3/decode_eager_fixed.sqlite.xz", set())])
+def test_cuda_graph_twins_are_silent_in_every_range_the_graphs_cover(name, eager):
+    """The graphs replace every launch in the ranges they cover; compile_train's twin graphs the compiled
+    model only: its fused AdamW step stays eager, launched from Python after the replay (0.3 ms of its
+    1.84 ms step launch-bound: a true finding, the same range as the pathology's own optimizer finding)."""
+    assert set(launch_bound(name)) == eager
 
 
 def test_the_phases_partition_the_window():
@@ -95,7 +101,7 @@ def test_torch_compiled_ranges_are_one_finding_whose_impact_is_their_sum(name, p
     assert compiled_phases(name) == {fwd, bwd}  # the eager optimizer launches no Inductor kernel
     found = launch_bound(name)
     group = f"{bwd} + {fwd}"
-    assert set(found) == {group}  # no per-range finding beside it: nothing counted twice
+    assert set(found) - {opt} == {group}  # no per-range finding of a compiled range beside it
     per_range = range_launch_bound_ns(name)
     f = found[group]
     assert f.impact_ns == per_range[fwd] + per_range[bwd]
@@ -110,7 +116,7 @@ def test_torch_compiled_ranges_are_one_finding_whose_impact_is_their_sum(name, p
     # one finding in the verdict union: its footprint holds all of its impact
     a = analysis(name)
     mine = [x for x in report_order(a.findings) if x.rule == "launch-bound"]
-    assert union_adds(mine) == [f.impact_ns]
+    assert union_adds(mine) == [x.impact_ns for x in mine]  # the eager optimizer's is disjoint from it
 
 
 @pytest.mark.parametrize("name", ["round3/optimizer_loop.sqlite.xz", "round3/optimizer_loop.pt.trace.json.gz",

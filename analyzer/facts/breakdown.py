@@ -91,8 +91,12 @@ a 58.7 ms step; at a 100 us bound launch-bound stated about half of that, at 1 m
 ms between two calls there are the autograd engine's thread waiting for work). Host code that does
 something else (loading data or weights, preprocessing) runs for milliseconds without a CUDA call
 (8-16 ms pieces in the committed dataloader and weight-loading workloads). The host time after a
-synchronizing call's return and the launch latency keep a 100 us bound (:data:`RETURN_NS`): a longer
-return is the host's next work, which the synchronization's refill charge already weighs.
+synchronizing call's return and the launch latency keep a 100 us bound (:data:`RETURN_NS`), and the
+host's time after a synchronization's return is never dispatch (the host is not between two launches
+there: a loop's bookkeeping after its step-end sync, a check after ``.item()``): longer than the return,
+it is host work, which the synchronization's refill charge weighs. That keeps the host code around a
+CUDA-graph replay loop's step-end synchronization out of launch-bound (compile_train's cudagraph-tree
+twin: host-bound-graph-loop judges it).
 
 NVTX path (``nvtx_path``): for busy time, the innermost range open on the thread that launched the op
 (``gpu_ops``); for idle time, the innermost range open on the feeding thread at that instant (else on
@@ -115,6 +119,7 @@ from analyzer.facts.registry import FactContext, fact
 from analyzer.facts.breakdown_launch import submission as _submission
 from analyzer.facts.breakdown_launch import wait_details as _wait_details
 from analyzer.facts.breakdown_ranges import generic_keys
+from analyzer.facts.breakdown_pieces import _ascending, _complement, _frontier, _merge_pieces, intersect
 from analyzer.facts.breakdown_sync import SyncBlocks, charge_refills, refilled_call
 from analyzer.loading.columns import categorical, narrow_int
 
@@ -262,79 +267,7 @@ def empty_frame(columns: dict[str, str], ints: tuple[str, ...], floats: tuple[st
 
 
 # -- interval helpers ------------------------------------------------------------------------------
-def _frontier(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """For intervals sorted by start: ``(pos, s, e)``, the part of each interval no earlier interval
-    covers (the busy frontier it extends), kept where non-empty. Disjoint, sorted, their union is the
-    intervals' union."""
-    if len(start) == 0:
-        z = np.empty(0, dtype=np.int64)
-        return z, z, z
-    m = np.maximum.accumulate(np.maximum(end, start))
-    prev = np.empty_like(m)
-    prev[0] = np.iinfo(np.int64).min
-    prev[1:] = m[:-1]
-    s = np.maximum(start, prev)
-    keep = np.flatnonzero(m > s)
-    return keep, s[keep], m[keep]
 
-
-def intersect(a_start: np.ndarray, a_end: np.ndarray, c_start: np.ndarray,
-              c_end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Pieces of intervals ``A`` (any) inside the sorted disjoint intervals ``C``:
-    ``(a_index, c_index, start, end)``, each non-empty; one ``searchsorted`` per side."""
-    lo = np.searchsorted(c_end, a_start, side="right")  # first C ending after a's start
-    hi = np.searchsorted(c_start, a_end, side="left")  # C starting before a's end
-    count = np.maximum(hi - lo, 0)
-    a_idx = np.repeat(np.arange(len(a_start)), count)
-    first = np.cumsum(count) - count
-    c_idx = np.repeat(lo, count) + (np.arange(int(count.sum())) - np.repeat(first, count))
-    s = np.maximum(a_start[a_idx], c_start[c_idx])
-    e = np.minimum(a_end[a_idx], c_end[c_idx])
-    keep = e > s
-    return a_idx[keep], c_idx[keep], s[keep], e[keep]
-
-
-def _ascending(a: np.ndarray) -> bool:
-    """Whether ``a`` is sorted (non-decreasing): one pass, to skip a sort of millions of rows."""
-    return len(a) < 2 or bool((a[1:] >= a[:-1]).all())
-
-
-def _merge_pieces(a: tuple[np.ndarray, ...], b: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
-    """Pieces ``(start, end, *payload)`` of ``a`` (sorted by start) and ``b`` merged in start order, as a
-    stable sort of ``a`` then ``b`` orders them: ``b`` sorted on its own (it may hold overlapping pieces,
-    e.g. of overlapping graph executions; usually it is sorted already), then each placed by one
-    binary search, after the ``a`` pieces starting at the same time; no sort of the whole."""
-    if not len(b[0]):
-        return a
-    if not _ascending(b[0]):
-        o = np.argsort(b[0], kind="stable")
-        b = tuple(x[o] for x in b)
-    if not len(a[0]):
-        return b
-    n = len(a[0]) + len(b[0])
-    at = np.searchsorted(a[0], b[0], side="right") + np.arange(len(b[0]))
-    from_a = np.ones(n, dtype=bool)
-    from_a[at] = False
-    out = []
-    for x, y in zip(a, b):
-        merged = np.empty(n, dtype=np.result_type(x, y))
-        merged[at] = y
-        merged[from_a] = x
-        out.append(merged)
-    return tuple(out)
-
-
-def _complement(s: np.ndarray, e: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
-    """The parts of ``[lo, hi)`` not covered by the sorted disjoint intervals ``(s, e)``."""
-    gs = np.r_[lo, e]
-    ge = np.r_[s, hi]
-    gs = np.maximum(gs, lo)
-    ge = np.minimum(ge, hi)
-    keep = ge > gs
-    return gs[keep], ge[keep]
-
-
-# -- busy time -------------------------------------------------------------------------------------
 def _op_classes(ctx: FactContext, ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """Per op: level (0 compute, 1 communication, 2 copy/memset) and a detail code into the returned
     labels (kernel category, collective, copy direction and memory kind)."""
@@ -477,7 +410,7 @@ def _thread_timeline(starts: np.ndarray, ends: np.ndarray, cause: np.ndarray, de
     prev_sync[prev >= 0] = fc[prev[prev >= 0]] == _C["host_sync"]
     span = ge - gs
     returning = prev_sync & (span < RETURN_NS)
-    short = span < dispatch_ns
+    short = ~prev_sync & (span < dispatch_ns)  # after a sync the host is not between two launches
     free_cause = np.where(returning, _C["host_sync"],
                           np.where(short, _C["launch_bound"], _C["host_work"])).astype(np.int8)
     free_detail = np.full(len(keep), -1, dtype=np.int64)
