@@ -44,6 +44,12 @@ corrupt entry, a read-only or full cache directory, a frame whose columns cannot
 (``ANALYZER_DEBUG=1`` says why on stderr). Entries are written to a temporary directory and renamed
 into place, so a concurrent or interrupted run never leaves a half entry under a real name.
 
+Lazy frames: the analysis (``TraceCache(lazy=True)``) reads an entry's meta.json only, and each frame
+when first used, checked against the SHA-256 meta.json states for it (the entry's checksum covers those
+digests and each frame's row count): a run whose facts come from the fact cache
+(:mod:`analyzer.facts.cache`, the ``facts`` folder beside ``traces``, within the same size limit) reads
+only the few frames its report shows. A frame found damaged then is loaded again by the loader.
+
 Exactness: a cached trace has the same frames (columns, dtypes incl. categorical categories and int
 widths, values, index), :class:`~analyzer.loading.model.TraceInfo` (with the path the user gave this
 time) and extras as the loaded one; tests compare both and the reports built from them byte for byte.
