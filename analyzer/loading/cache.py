@@ -552,6 +552,23 @@ def _metas(root: Path) -> list[Path]:
         return []
 
 
+def _traces_with_facts(root: Path) -> set[str]:
+    """The trace digests the fact entries beside ``root`` (a ``traces`` folder) were computed from."""
+    out: set[str] = set()
+    if root.name != "traces":
+        return out
+    for meta in _metas(root.parent / "facts"):
+        try:
+            if meta.is_symlink() or meta.stat().st_size > 1 << 20:
+                continue
+            digest = json.loads(meta.read_text()).get("trace")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(digest, str) and _ENTRY_RE.match(digest):
+            out.add(digest)
+    return out
+
+
 def entries_in(root: Path) -> list[tuple[float, int, Path]]:
     """(last use, bytes, directory) of every entry the cache wrote under ``root``, oldest first."""
     out = []
@@ -895,6 +912,7 @@ class TraceCache:
             index = self.root / "ident"
             if index.is_dir() and not index.is_symlink():
                 live = {p.name for p in self.root.iterdir() if _ENTRY_RE.match(p.name)}
+                live |= _traces_with_facts(self.root)  # a torch.profiler file has fact entries only
                 for f in index.iterdir():
                     try:
                         if not (_INDEX_RE.match(f.name) and not f.is_symlink() and f.is_file()):
