@@ -161,6 +161,12 @@ class FindingChange:
     #: median step over BASE's when the step change was within the runs' noise (two runs of a
     #: host-bound program differ by up to 46%, and their launch and idle times with them)
     step_scale: float = 1.0
+    #: when the step change was within the runs' noise: that noise per step, in ns (the noise floor times
+    #: BASE's median step). A host running 13% slower in one recording lengthens the launch and idle
+    #: waits by all of that time, a far larger share of them than of the step: a persisting finding's
+    #: growth below it is not called worse (host_sync_balanced_run2 -> its twin's rerun: launch-bound
+    #: 6.8 -> 10.9 ms a step, inside the 8.6 ms two recordings of that loop differ by)
+    noise_per_step_ns: float = 0.0
 
     @property
     def problem(self) -> bool:
@@ -236,9 +242,13 @@ def diff_runs(
     # a step change within the runs' noise (a host-bound program run again at another host speed) moves
     # the time-based impacts with it: a finding is then worse or smaller only against the step's change
     scale = 1.0  # the step change the verdict states
+    noise = 0.0  # ... and the time per step the runs' noise allows it
     if not step.significant and step.change_pct is not None and math.isfinite(step.change_pct):
         scale = max(1.0 + step.change_pct / 100.0, 1e-9)
-    findings = _finding_changes(base, head, nb, nh, settings.accepted, settings.accepted_file, step_scale=scale)
+        if per_step and step.base_median_ns:
+            noise = step.noise_floor_pct / 100.0 * step.base_median_ns
+    findings = _finding_changes(base, head, nb, nh, settings.accepted, settings.accepted_file, step_scale=scale,
+                                noise_per_step_ns=noise)
     if settings.accepted_file is not None:
         notes.append(_accepted_note(findings, settings.accepted_file))
     overlap = _kernel_overlap(base, head)
@@ -632,7 +642,8 @@ def _by_file(run: RunSummary, accepted_file: Any) -> dict[str, tuple[int, int, i
 
 
 def _finding_changes(base: RunSummary, head: RunSummary, nb: int, nh: int, accepted: frozenset[str],
-                     accepted_file: Any = None, step_scale: float = 1.0) -> tuple[FindingChange, ...]:
+                     accepted_file: Any = None, step_scale: float = 1.0,
+                     noise_per_step_ns: float = 0.0) -> tuple[FindingChange, ...]:
     brules = {r.rule: r for r in base.rules.rows}
     hrules = {r.rule: r for r in head.rules.rows}
     by_file_b = _by_file(base, accepted_file) if accepted_file is not None else {}
@@ -664,7 +675,7 @@ def _finding_changes(base: RunSummary, head: RunSummary, nb: int, nh: int, accep
             accepted_count=held, grown_count=grown,
             base_latent_per_step_ns=_latent(base, rule, nb) if br is None else None,
             head_latent_per_step_ns=_latent(head, rule, nh) if hr is None else None,
-            step_scale=step_scale,
+            step_scale=step_scale, noise_per_step_ns=noise_per_step_ns,
         ))
     order = {"new": 0, "resolved": 1, "uncovered": 2, "masked": 3, "hidden": 4, "changed": 5, "unchanged": 6}
     return tuple(sorted(out, key=lambda f: (order[f.status], -_SEVERITY_RANK.get(f.severity, 0),
@@ -724,10 +735,11 @@ def better(f: FindingChange) -> bool:
 
 def worse(f: FindingChange) -> bool:
     """A persisting problem whose impact per step grew by at least :data:`WORSE_PCT`, and by that much
-    beyond the step's own growth when that was within the noise (``f.step_scale``)."""
+    beyond the step's own growth when that was within the noise (``f.step_scale``); then also by more
+    time per step than that noise (``f.noise_per_step_ns``)."""
     b, h = f.base_impact_per_step_ns, f.head_impact_per_step_ns
     return (f.status == "changed" and b is not None and h is not None and b > 0
-            and h >= b * max(1.0, f.step_scale) * (1 + WORSE_PCT / 100))
+            and h >= b * max(1.0, f.step_scale) * (1 + WORSE_PCT / 100) and h - b > f.noise_per_step_ns)
 
 
 # -- verdict -----------------------------------------------------------------------------------------
