@@ -228,7 +228,7 @@ class FactCache:
         if not self._root_trusted():
             return None
         key = store_key(trace, window, options)
-        return StoreFacts(self, key) if key is not None else None
+        return StoreFacts(self, key, tc.source_digest(trace)) if key is not None else None
 
     def _root_trusted(self) -> bool:
         try:
@@ -342,9 +342,10 @@ class FactCache:
 class StoreFacts:
     """One fact store's entries: ``has``/``read`` before computing a fact, ``offer`` after."""
 
-    def __init__(self, cache: FactCache, key: str) -> None:
+    def __init__(self, cache: FactCache, key: str, trace_digest: str | None = None) -> None:
         self.cache = cache
         self.key = key
+        self.trace_digest = trace_digest
         self._present: dict[str, bool] = {}
 
     def _digest(self, name: str) -> str:
@@ -405,7 +406,8 @@ class StoreFacts:
             return
         digest = self._digest(name)
         meta = {"format": FORMAT, "signature": facts_signature(), "digest": digest, "fact": name, "key": self.key,
-                "columns": list(frame.columns), "created": time.time()}
+                "columns": list(frame.columns), "created": time.time(),
+                "trace": self.trace_digest}  # for eviction: the trace file's identity index entry stays
         self.cache.put(digest, table, meta)
 
 

@@ -44,6 +44,12 @@ corrupt entry, a read-only or full cache directory, a frame whose columns cannot
 (``ANALYZER_DEBUG=1`` says why on stderr). Entries are written to a temporary directory and renamed
 into place, so a concurrent or interrupted run never leaves a half entry under a real name.
 
+Lazy frames: the analysis (``TraceCache(lazy=True)``) reads an entry's meta.json only, and each frame
+when first used, checked against the SHA-256 meta.json states for it (the entry's checksum covers those
+digests and each frame's row count): a run whose facts come from the fact cache
+(:mod:`analyzer.facts.cache`, the ``facts`` folder beside ``traces``, within the same size limit) reads
+only the few frames its report shows. A frame found damaged then is loaded again by the loader.
+
 Exactness: a cached trace has the same frames (columns, dtypes incl. categorical categories and int
 widths, values, index), :class:`~analyzer.loading.model.TraceInfo` (with the path the user gave this
 time) and extras as the loaded one; tests compare both and the reports built from them byte for byte.
@@ -546,6 +552,23 @@ def _metas(root: Path) -> list[Path]:
         return []
 
 
+def _traces_with_facts(root: Path) -> set[str]:
+    """The trace digests the fact entries beside ``root`` (a ``traces`` folder) were computed from."""
+    out: set[str] = set()
+    if root.name != "traces":
+        return out
+    for meta in _metas(root.parent / "facts"):
+        try:
+            if meta.is_symlink() or meta.stat().st_size > 1 << 20:
+                continue
+            digest = json.loads(meta.read_text()).get("trace")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(digest, str) and _ENTRY_RE.match(digest):
+            out.add(digest)
+    return out
+
+
 def entries_in(root: Path) -> list[tuple[float, int, Path]]:
     """(last use, bytes, directory) of every entry the cache wrote under ``root``, oldest first."""
     out = []
@@ -889,6 +912,7 @@ class TraceCache:
             index = self.root / "ident"
             if index.is_dir() and not index.is_symlink():
                 live = {p.name for p in self.root.iterdir() if _ENTRY_RE.match(p.name)}
+                live |= _traces_with_facts(self.root)  # a torch.profiler file has fact entries only
                 for f in index.iterdir():
                     try:
                         if not (_INDEX_RE.match(f.name) and not f.is_symlink() and f.is_file()):

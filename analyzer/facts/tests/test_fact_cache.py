@@ -288,3 +288,16 @@ def test_cli_no_cache_writes_no_fact_and_debug_says_why(cache_dir, tmp_path, mon
     got.pop("created", None)
     assert got == want
     assert "fact cache: the cached fact" in capsys.readouterr().err
+
+
+def test_torch_profiler_file_stays_in_the_identity_index(cache_dir):
+    """A torch.profiler trace has fact entries but no trace entry: the trace cache's eviction keeps its
+    identity index entry (it is not hashed again on every run)."""
+    kineto = DATA / "round3" / "copy_on_compute_stream.pt.trace.json.gz"
+    cache = tc.TraceCache(limit=10**9)
+    cache_ident = tc.Identity.of(kineto)
+    _all_facts(_store(kineto, AnalysisOptions(cache=True)))
+    index = cache.root / "ident" / cache_ident.key()
+    assert index.read_text() == tc.file_digest(kineto)
+    load_trace(DATA / "healthy.sqlite.xz", cache=cache)  # writes a trace entry, then evicts
+    assert index.exists()
