@@ -344,6 +344,15 @@ FIX_FINDINGS: dict[str, tuple[set[str], set[str], set[str], set[str]]] = {
     # and then to the GPU on the compute stream (2.0 ms, 2.5 in BASE): under 10% and 8% of BASE's
     # 14x longer step, over them in HEAD's; uncovered, not new
     "alloc_churn": ({"alloc-in-loop"}, set(), set(), {"host-work-in-loop", "exposed-copies"}),
+    # host_sync without its synchronizations (round 3, H200): the syncs and the blocking copies go, nothing
+    # else appears; launch-bound stays under its threshold in both (the twin waits 3.1 ms a step, 6% of it)
+    "host_sync_balanced": ({"host-sync-in-loop", "sync-memcpy"}, set(), set(), set()),
+    "host_sync_gpu": ({"host-sync-in-loop", "sync-memcpy"}, set(), set(), set()),
+    # the eager loop against the same micro-steps in one CUDA graph: the launches go; the twin's fp32 GEMMs
+    # and small grids are not visible to nsys' graph-level tracing ("hidden", never "resolved": see
+    # test_a_graph_level_trace_does_not_resolve_what_it_cannot_see), and persist under torch.profiler
+    "host_sync_graph": ({"launch-bound", "tiny-kernels", "low-gpu-utilization"}, set(), set(), set()),
+    "host_sync_graph_balanced": ({"launch-bound"}, set(), set(), set()),
 }
 #: where torch.profiler's recording differs: under the profiler the twin's main thread still waits
 #: 3.7 ms a step in ``wait_weights`` for the loader thread (7.3 ms in BASE), so host-work-in-loop
@@ -353,6 +362,11 @@ FIX_FINDINGS_PT = {
     "host_work_in_range": (set(), {"host-work-in-loop"}, set(), set()),
     "compile_train": ({"tiny-kernels"}, {"launch-bound"}, {"host-bound-graph-loop"}, {"small-grid"}),
 }
+del FIX_FINDINGS_PT["host_sync_gpu"]  # recorded with nsys only
+#: torch.profiler pairs whose step-time change is within the noise of the recording: host_sync_balanced's
+#: steps spread 78..100 ms under the profiler and the program's own saving is 4.3% (88.7 -> 84.9 ms)
+STEP_WITHIN_NOISE_PT = {"host_sync_balanced"}
+FIX_CASES = [(n, "nsys") for n in sorted(FIX_FINDINGS)] + [(n, "torch") for n in sorted(FIX_FINDINGS_PT)]
 
 
 def _fix_pair(name: str, fmt: str) -> tuple[Any, Any]:
@@ -370,8 +384,7 @@ def _pt_summary(path: str) -> RunSummary:
     return summarize(analyze_trace(Path(path)))
 
 
-@pytest.mark.parametrize("fmt", ["nsys", "torch"])
-@pytest.mark.parametrize("name", sorted(FIX_FINDINGS))
+@pytest.mark.parametrize("name,fmt", FIX_CASES, ids=[f"{n}-{f}" for n, f in FIX_CASES])
 def test_each_fix_resolves_its_cause_and_adds_no_false_finding(name: str, fmt: str) -> None:
     resolved, resolved_or_smaller, new, uncovered = (FIX_FINDINGS if fmt == "nsys" else FIX_FINDINGS_PT)[name]
     r = diff(*_fix_pair(name, fmt), fail_on_regression_pct=5)
@@ -384,7 +397,9 @@ def test_each_fix_resolves_its_cause_and_adds_no_false_finding(name: str, fmt: s
             (rule, r.verdict)
     assert got["new"] == new and got["uncovered"] == uncovered and not got["masked"], r.verdict
     assert not r.regression
-    if r.step.status != "inconclusive":  # torch.profiler recorded 4 steps of decode_eager and optimizer_loop
+    if fmt == "torch" and name in STEP_WITHIN_NOISE_PT:
+        assert r.step.status == "unchanged" and (r.step.change_pct or 0) < 0, r.verdict
+    elif r.step.status != "inconclusive":  # torch.profiler recorded 4 steps of decode_eager and optimizer_loop
         assert r.step.significant or name.startswith("memory_"), r.verdict  # the memory fixes buy memory
     # the verdict names what the fix resolved and what it uncovered, and nothing as new but ``new``
     if got["resolved"]:
