@@ -69,7 +69,9 @@ that launched the op before it). The op's *submission* is the end of its launch 
                   device queries); detail says which. Also inside one call that issues work (a launch,
                   not a synchronization or allocation) lasting :data:`ONE_TIME_CALL_NS` or more: the
                   first launch loading a kernel's module, a library's initialization (detail
-                  ``cudaLaunchKernel (one-time: 10 ms or more in one call)``). What ran before the
+                  ``cudaLaunchKernel (one-time: 10 ms or more in one call)``), and inside a kernel's
+                  first launch call when it takes far longer than its later ones (its code object
+                  loading: :mod:`analyzer.facts.breakdown_firstlaunch`). What ran before the
                   steady state is outside the window (the window chooser's ``setup_ns``); time inside the window is never setup for
                   its position: ``--window full``, a time span, or a window opened at the program's own
                   annotation holds the program's work before its first step, classified like any other
@@ -117,6 +119,7 @@ from analyzer.facts.nvtx import main_threads
 from analyzer.facts.nvtx_ranges import innermost_open, ranges_only
 from analyzer.facts.registry import FactContext, fact
 from analyzer.facts.breakdown_launch import submission as _submission
+from analyzer.facts.breakdown_firstlaunch import first_launch_detail, first_launch_rows
 from analyzer.facts.breakdown_launch import wait_details as _wait_details
 from analyzer.facts.breakdown_ranges import generic_keys
 from analyzer.facts.breakdown_pieces import _ascending, _complement, _frontier, _merge_pieces, intersect
@@ -653,6 +656,11 @@ class _HostCalls:
         if len(long):
             self.cause[long] = _C["setup"]
             self.detail[long] = [code(one_time_detail(str(a_names[c]))) for c in a_codes[long].tolist()]
+        # a kernel's first launch far longer than its later ones loads its code object: one-time work too
+        first = first_launch_rows(api, ctx.trace.kernels, self.cause == _C["launch_bound"])
+        if len(first):
+            self.cause[first] = _C["setup"]
+            self.detail[first] = [code(first_launch_detail(str(a_names[c]))) for c in a_codes[first].tolist()]
         del a_codes
         a_tid = api["tid"].to_numpy()  # its own integer type: the same stable grouping without an int64 copy
         if a_tid.dtype.kind not in "iu":

@@ -207,11 +207,13 @@ def test_kernels_without_durations_leave_one_idle_gap(tmp_path):
 def test_full_window_calls_nothing_setup_for_lying_before_the_first_step():
     """``--window full`` analyzes the whole span: the host time before the first step (model loading
     in the program's ``setup`` range, warm-up) is classified by what the host did; only one-time CUDA
-    calls (library loads, graph capture, and the 4 warm-up launches of 10 ms or more that load their
-    kernels' modules) stay ``setup``. Before the fix 1.28 s of decode_eager's 2.05 s were "setup: before
+    calls (library loads, graph capture, the 4 warm-up launches of 10 ms or more and the 20 first
+    launches of 3-10 ms, 20x or more their kernel's later launches, that load their kernels' modules)
+    stay ``setup``. Before the fix 1.28 s of decode_eager's 2.05 s were "setup: before
     the first step"."""
     from analyzer.facts import FactStore
     from analyzer.facts.breakdown import _SETUP_API, one_time_detail
+    from analyzer.facts.breakdown_firstlaunch import first_launch_detail
 
     t = load_trace(real_trace("round3/decode_eager"))
     w = choose_window(t, "full")
@@ -221,7 +223,8 @@ def test_full_window_calls_nothing_setup_for_lying_before_the_first_step():
     seg = st.get("timeline_segments")
     assert "before the first step" not in set(seg["detail"])
     setup = seg.loc[seg["cause"] == "setup"]
-    one_time = {one_time_detail("cudaLaunchKernel")}
+    one_time = {one_time_detail("cudaLaunchKernel"), first_launch_detail("cudaLaunchKernel"),
+                first_launch_detail("cudaLaunchKernelExC")}
     assert all(_SETUP_API.match(d) or d in one_time for d in set(setup["detail"])), set(setup["detail"])
     before = seg.loc[seg["end"] <= min(w.steps.starts)]
     by_cause = before.groupby("cause")["duration"].sum()
