@@ -13,10 +13,20 @@ finishes alone: small traces keep the speed, big ones stay within memory.
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 #: resident memory above which helper threads stop taking new facts and rules (default)
 DEFAULT_LIMIT = 5 * 1024**3
+
+
+def parse_size(text: str) -> int:
+    """``"5GB"`` -> 5e9, ``"500MB"``, ``"2GiB"``, ``"123"`` (bytes); raises ValueError."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kmgt]?)(i?)b?\s*", text.lower())
+    if not m:
+        raise ValueError(f"bad size {text!r}; write e.g. 5GB, 500MB or 0")
+    base = 1024 if m.group(3) else 1000
+    return int(float(m.group(1)) * base ** " kmgt".index(m.group(2) or " "))
 
 _limit: int | None | bool = False  # False: not read yet
 
@@ -43,7 +53,6 @@ def _read_limit() -> int | None:
     if raw in ("0", "off", "none", "no"):
         return None
     if raw:
-        from analyzer.loading.cache import parse_size
 
         try:
             return parse_size(raw) or None

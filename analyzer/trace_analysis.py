@@ -137,7 +137,8 @@ def prepare(trace: Trace, options: AnalysisOptions, *, ncu: NcuReport | None = N
         if options.cache and not options.power_files:  # from the fact cache when chosen before
             from analyzer.facts.cache import choose_window as cached_window
 
-            window = cached_window(trace, options.window_spec, options.exclude_ranges, cached=True)
+            window = cached_window(trace, options.window_spec, options.exclude_ranges, cached=True,
+                                   choose=choose_window)
         else:
             window = choose_window(trace, options.window_spec, exclude=options.exclude_ranges)
     if ncu is not None:  # timeline totals of the matched kernels over the analysis window, as rules see them

@@ -65,6 +65,7 @@ from analyzer.facts.nccl_nvtx import internal_ranges
 from analyzer.facts.nvtx import operator_ranges
 from analyzer.facts.nvtx_ranges import parent_positions, ranges_only
 from analyzer.facts.phase_index import match_ranges, parse_patterns
+from analyzer.loading.capabilities import MIN_LOOP_OPS
 from analyzer.loading.columns import categorical
 from analyzer.loading.model import Trace
 from analyzer.saferegex import PatternError, UserPattern, compile_glob
@@ -76,9 +77,6 @@ KNOWN_STEP_STEMS = frozenset({
 MIN_GENERIC_REPEATS = 3
 MIN_GENERIC_COVERAGE = 0.3
 MIN_PERIODIC_MATCH = 0.6
-#: fewer GPU ops than this cannot hold a loop (3 iterations of 2 ops): a capture of setup only (model
-#: loading: thousands of allocations and one kernel)
-MIN_LOOP_OPS = 6
 _TIME_SPEC = re.compile(r"^\s*(?P<a>[0-9]*\.?[0-9]+\s*(ns|us|ms|s))?\s*:\s*(?P<b>[0-9]*\.?[0-9]+\s*(ns|us|ms|s))?\s*$")
 _UNITS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 _STEM = re.compile(r"^(?P<stem>.*?)[\s_\-#:.]*(?P<num>\d+)$")

@@ -51,7 +51,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, fields, is_dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -445,12 +445,12 @@ def attach(store: FactStore) -> None:
     store.disk = fact_cache().bind(store.trace, store.window, store.options)
 
 
-def choose_window(trace: Trace, spec: str | None, exclude: Any, *, cached: bool) -> Window:
-    """:func:`analyzer.window.choose_window` for ``trace``, ``spec`` and ``exclude``, read from the fact
+def choose_window(trace: Trace, spec: str | None, exclude: Any, *, cached: bool,
+                  choose: Callable[..., Window]) -> Window:
+    """``choose(trace, spec, exclude=exclude)`` (:func:`analyzer.window.choose_window`, passed in: the
+    window chooser sits above the facts) for ``trace``, ``spec`` and ``exclude``, read from the fact
     cache when ``cached`` and it chose it before for the same trace content, code and arguments (a
     cached run then reads no trace frame for it), stored there otherwise."""
-    from analyzer.window import choose_window as choose
-
     key = window_key(trace, spec, exclude) if cached and tc.enabled_by_env() else None
     if key is None:
         return choose(trace, spec, exclude=exclude)

@@ -84,6 +84,7 @@ from analyzer.loading.arrowio import (  # noqa: F401 (re-exported: the caches' o
     table_to_frame,
 )
 from analyzer.loading.model import FRAME_COLUMNS, Trace, TraceInfo
+from analyzer.resources import parse_size  # noqa: F401 (re-exported: ANALYZER_CACHE_MAX is parsed here)
 
 FORMAT = 3  # bump when the entry layout changes
 RACY_SECONDS = 3.0
@@ -227,15 +228,6 @@ def cache_home() -> Path:
 def cache_root(folder: str = "traces") -> Path:
     """The cache directory for traces (see the module docstring), or another of :data:`CACHE_FOLDERS`."""
     return cache_home() / folder
-
-
-def parse_size(text: str) -> int:
-    """``"5GB"`` -> 5e9, ``"500MB"``, ``"2GiB"``, ``"123"`` (bytes); raises ValueError."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kmgt]?)(i?)b?\s*", text.lower())
-    if not m:
-        raise ValueError(f"bad size {text!r}; write e.g. 5GB, 500MB or 0")
-    base = 1024 if m.group(3) else 1000
-    return int(float(m.group(1)) * base ** " kmgt".index(m.group(2) or " "))
 
 
 def max_bytes() -> int:

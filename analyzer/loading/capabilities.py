@@ -33,9 +33,14 @@ CAPABILITIES: dict[str, str] = {
     "steady_state_loop": "repeated GPU work (a loop whose iterations the window found: steps, annotations "
                          "that repeat like iterations, or a repeating GPU op sequence)",
     "gpu_workload": "GPU work to judge the time between ops by: at least as many GPU ops in the window as the "
-                    "shortest loop (analyzer.window.MIN_LOOP_OPS); fewer is setup or a single call, whose idle "
+                    "shortest loop (MIN_LOOP_OPS); fewer is setup or a single call, whose idle "
                     "time between ops is one-time work, not a cost the program repeats",
 }
+
+#: fewer GPU ops than this cannot hold a loop (3 iterations of 2 ops): a capture of setup only (model
+#: loading: thousands of allocations and one kernel); the window chooser and the ``gpu_workload``
+#: capability read it
+MIN_LOOP_OPS = 6
 
 #: what to record for memory events (said once, by the memory rules and the report)
 MEMORY_EVENTS_HINT = ("record them with nsys profile --cuda-memory-usage=true, or "
@@ -46,10 +51,9 @@ def window_capabilities(window: object, gpu_ops: int | None = None) -> dict[str,
     """Capabilities the analysis *window* lacks (the trace may have them all): a capture without repeated
     GPU work (model loading, one serving step, a single pass) has no steady-state loop, so rules about what
     a loop repeats (allocations per iteration) do not apply to it; it is judged as one pass. A window of
-    fewer than :data:`analyzer.window.MIN_LOOP_OPS` GPU ops (``gpu_ops``, when counted) is setup or a
+    fewer than :data:`MIN_LOOP_OPS` GPU ops (``gpu_ops``, when counted) is setup or a
     single call: the rules that judge the GPU's time between ops (idle gaps, host work, launches,
     synchronizations) have nothing the program repeats to judge."""
-    from analyzer.window import MIN_LOOP_OPS
 
     out: dict[str, str] = {}
     if gpu_ops is not None and gpu_ops < MIN_LOOP_OPS:
