@@ -239,7 +239,11 @@ def test_round3_improvements_are_significant_with_the_right_size(name: str) -> N
     assert back.step.status == "slower" and back.regression
 
 
-@pytest.mark.parametrize("name", ["decode_eager", "decode_eager_fixed", "optimizer_loop", "optimizer_loop_fixed"])
+#: host_sync_balanced's repeats are not here: its twin's rerun ran the host 13% slower (52.4 -> 59.4 ms a
+#: step by the program's own timer, the same kernels), which a diff rightly calls slower (the recordings
+#: differ; docs/diff-calibration.md leaves them out of the noise calibration and says why)
+@pytest.mark.parametrize("name", ["decode_eager", "decode_eager_fixed", "optimizer_loop", "optimizer_loop_fixed",
+                                  "host_sync_graph", "host_sync_graph_fixed", "host_sync_gpu", "host_sync_gpu_fixed"])
 def test_round3_repeats_are_no_significant_change(name: str) -> None:
     for base, head in ((name, f"{name}_run2"), (f"{name}_run2", name)):
         r = diff(summary(f"round3/{base}"), summary(f"round3/{head}"), fail_on_regression_pct=5)
