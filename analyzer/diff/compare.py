@@ -164,8 +164,9 @@ class FindingChange:
     #: when the step change was within the runs' noise: that noise per step, in ns (the noise floor times
     #: BASE's median step). A host running 13% slower in one recording lengthens the launch and idle
     #: waits by all of that time, a far larger share of them than of the step: a persisting finding's
-    #: growth below it is not called worse (host_sync_balanced_run2 -> its twin's rerun: launch-bound
-    #: 6.8 -> 10.9 ms a step, inside the 8.6 ms two recordings of that loop differ by)
+    #: growth below it is not called worse, nor a shrinking smaller (host_sync_balanced_run2 -> its twin's
+    #: rerun: launch-bound 6.8 -> 10.9 ms a step, inside the 8.6 ms two recordings of that loop differ by).
+    #: 0 when the step change was beyond the noise but too few steps were recorded to call it
     noise_per_step_ns: float = 0.0
 
     @property
@@ -245,7 +246,8 @@ def diff_runs(
     noise = 0.0  # ... and the time per step the runs' noise allows it
     if not step.significant and step.change_pct is not None and math.isfinite(step.change_pct):
         scale = max(1.0 + step.change_pct / 100.0, 1e-9)
-        if per_step and step.base_median_ns:
+        within = abs(math.log(scale)) <= stats.log_floor(step.noise_floor_pct)  # not just too few steps
+        if per_step and step.base_median_ns and within:
             noise = step.noise_floor_pct / 100.0 * step.base_median_ns
     findings = _finding_changes(base, head, nb, nh, settings.accepted, settings.accepted_file, step_scale=scale,
                                 noise_per_step_ns=noise)
@@ -727,10 +729,10 @@ def _moved(f: FindingChange) -> str:
 def better(f: FindingChange) -> bool:
     """A persisting problem whose impact per step shrank by the factor :func:`worse` asks it to grow by
     (``1 + WORSE_PCT / 100``), and by that much beyond the step's own shrinking when that was within the
-    noise."""
+    noise; then also by more time per step than that noise, as :func:`worse`."""
     b, h = f.base_impact_per_step_ns, f.head_impact_per_step_ns
     return (f.status == "changed" and b is not None and h is not None and b > 0
-            and h * (1 + WORSE_PCT / 100) <= b * min(1.0, f.step_scale))
+            and h * (1 + WORSE_PCT / 100) <= b * min(1.0, f.step_scale) and b - h > f.noise_per_step_ns)
 
 
 def worse(f: FindingChange) -> bool:
