@@ -151,7 +151,7 @@ def test_facts_snapshot_categorical_text(tmp_path: Path) -> None:
 
 def test_stages_and_memstages_with_an_output_file(tmp_path: Path) -> None:
     """Both run the real CLI in their process, with the user's -o and format (they crashed on -o once)."""
-    out = _run(REPO / "benchmarks" / "stages.py", TINY, "--format", "md", "-o", tmp_path / "s.md")
+    out = _run(REPO / "benchmarks" / "stages.py", TINY, "--no-cache", "--format", "md", "-o", tmp_path / "s.md")
     assert "# " in (tmp_path / "s.md").read_text()
     stages = {line[:44].strip(): line[44:].split() for line in out.splitlines()}
     for stage in ("loading", "rules", "building the report", "whole process"):
