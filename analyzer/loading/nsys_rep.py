@@ -131,8 +131,7 @@ def cached_sqlite_for_report(report: Path, *, cache_dir: Path | None = None,
         detail = _last_line(proc.stderr) or _last_line(proc.stdout) or f"exit code {proc.returncode}"
         raise _export_failure(report, nsys, detail, installed_version(nsys))
     os.chmod(tmp, 0o600)  # private like the rest of the cache (served only while no one else can write it)
-    os.replace(tmp, target)
-    return target
+    return publish(tmp, target)
 
 
 # "Version number is invalid: 2024@6@2@225-..." (nsys 2022-2023 reading a newer report)
@@ -200,7 +199,25 @@ def cached_decompressed(path: Path, *, cache_dir: Path | None = None, progress: 
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise
-    os.replace(tmp_name, target)
+    return publish(Path(tmp_name), target)
+
+
+def publish(tmp: Path, target: Path) -> Path:
+    """Put the finished derived file ``tmp`` in place as ``target`` and return ``target``, without ever
+    replacing a usable ``target`` another analysis put there meanwhile: that one may be open and being
+    read (its reader checks that the file it read did not change, by path, and would refuse it), and it
+    holds the same bytes (same input content, same derivation); ours is then dropped. A hard link creates
+    ``target`` only if it does not exist (atomic); where links are not supported, a rename replaces it."""
+    try:
+        os.link(tmp, target)
+    except FileExistsError:
+        if not _usable(target):  # not ours to serve (owner, mode, a link): replaced by a good one
+            os.replace(tmp, target)
+            return target
+    except OSError:  # no hard links on this file system
+        os.replace(tmp, target)
+        return target
+    tmp.unlink(missing_ok=True)
     return target
 
 

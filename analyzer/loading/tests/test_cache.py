@@ -351,6 +351,33 @@ def test_derived_files_follow_the_cache_dir_and_its_trust(tmp_path, monkeypatch,
     assert copy.stat().st_mode & 0o777 == 0o600  # written again, privately
 
 
+def test_a_derived_file_being_read_is_never_replaced_by_another_analysis(tmp_path, monkeypatch):
+    """Two analyses of one .sqlite.xz started together both decompress it; the one finishing second used
+    to rename its copy over the first one's while that was being read, and the first refused its input
+    ("the file changed while it was read"; seen running two analyses of a committed trace at once). The
+    second now keeps the file in place and drops its own copy; a copy not fit to serve is still replaced."""
+    from analyzer.loading.nsys_rep import cached_decompressed, publish
+    from analyzer.loading.sqlite_reader import SqliteReader
+    from analyzer.testing import DATA_DIR
+
+    monkeypatch.setenv("ANALYZER_CACHE_DIR", str(tmp_path / "cache"))
+    packed = tmp_path / "tiny_kernels.sqlite.xz"
+    shutil.copyfile(DATA_DIR / "tiny_kernels.sqlite.xz", packed)
+    copy = cached_decompressed(packed)
+    reader = SqliteReader(copy)  # the first analysis, reading
+    inode = copy.stat().st_ino
+    late = copy.with_name(".xz-late")  # the second analysis' finished copy
+    shutil.copyfile(copy, late)
+    assert publish(late, copy) == copy and not late.exists()
+    assert copy.stat().st_ino == inode
+    reader.check_unchanged()  # the first one's input did not change under it
+    reader.close()
+    copy.chmod(0o666)  # someone else could have written it: not served, so replaced
+    shutil.copyfile(copy, late)
+    publish(late, copy)
+    assert copy.stat().st_ino != inode and not late.exists()
+
+
 def test_lazy_trace_reads_each_frame_when_used(trace_file, tmp_path, monkeypatch, capsys):
     """A lazily served trace (the analysis' cache) reads no frame until one is used, then exactly the
     loaded frame; a damaged frame file is loaded again by the loader (said once), and a pickled or
