@@ -94,12 +94,7 @@ def facts_signature() -> str:
             sources += [p for p in (package / sub).rglob("*")
                         if p.suffix in (".py", ".yaml", ".yml", ".json", ".csv")
                         and "tests" not in p.relative_to(package).parts]
-        for src in sorted(sources):
-            name = str(src.relative_to(package)).encode()
-            try:
-                h.update(name + b"\0" + src.read_bytes())
-            except OSError:
-                h.update(name)
+        tc.hash_sources(h, sources, package)
         _SIGNATURE = h.hexdigest()
     return _SIGNATURE
 

@@ -261,14 +261,20 @@ def code_signature() -> str:
         # every loader source (subpackages too, tests not), and the shared helpers the loader calls
         sources = [s for s in here.rglob("*.py") if "tests" not in s.relative_to(here).parts]
         sources += [here.parent / "facts" / "_util.py"]
-        for src in sorted(sources):
-            name = str(src.relative_to(here.parent)).encode()
-            try:
-                h.update(name + b"\0" + src.read_bytes())
-            except OSError:
-                h.update(name)
+        hash_sources(h, sources, here.parent)
         _SIGNATURE = h.hexdigest()
     return _SIGNATURE
+
+
+def hash_sources(h: Any, sources: list[Path], root: Path) -> None:
+    """Feed each file of ``sources`` (sorted) into the hash ``h``: its path under ``root`` and its bytes
+    (only the path when it cannot be read): a code signature of the caches."""
+    for src in sorted(sources):
+        name = str(src.relative_to(root)).encode()
+        try:
+            h.update(name + b"\0" + src.read_bytes())
+        except OSError:
+            h.update(name)
 
 
 def file_digest(path: Path) -> str:

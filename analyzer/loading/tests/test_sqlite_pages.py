@@ -194,10 +194,15 @@ def test_damaged_pages_read_as_sqlite_reads_them(seed, export, tmp_path, monkeyp
 
 def test_varints_of_every_length():
     """SQLite's varints: 1 to 8 bytes of 7 bits, the ninth byte all 8 bits."""
-    from analyzer.loading.sqlite_pages import _varints
-
     values = [0, 1, 127, 128, 16383, 16384, 2**21, 2**28 - 1, 2**35, 2**42 + 5, 2**49, 2**56 - 1, 2**56,
               2**63 - 1, -1, -(2**63)]
+    _check_varints(values)
+
+
+def _check_varints(values: list[int]) -> None:
+    """``values`` encoded back to back are read back by ``_varints`` with their own lengths."""
+    from analyzer.loading.sqlite_pages import _varints
+
     blob, starts = bytearray(), []
     for v in values:
         starts.append(len(blob))
@@ -212,20 +217,11 @@ def test_varints_of_every_length():
 def test_varints_all_of_one_length():
     """Varints that all continue past their first bytes (a big table's rowids) are read as whole arrays
     until some stop: the same values and lengths as one by one, for every length and a mix after it."""
-    from analyzer.loading.sqlite_pages import _varints
-
     for low in (128, 16384, 2**21, 2**28, 2**35, 2**42, 2**49, 2**56):
         values = [low, low + 1, 2 * low - 1, low + 77]
         values_mixed = values + [low - 1, 5]  # shorter ones after the long ones: the indexed rounds
         for vals in (values, values_mixed, [-1, -(2**63), 2**63 - 1] if low == 2**56 else values):
-            blob, starts = bytearray(), []
-            for v in vals:
-                starts.append(len(blob))
-                blob += _encode_varint(v)
-            buf = np.frombuffer(bytes(blob) + bytes(9), dtype=np.uint8)
-            got, lengths = _varints(buf, np.array(starts, dtype=np.int64))
-            assert got.tolist() == vals
-            assert lengths.tolist() == [len(_encode_varint(v)) for v in vals]
+            _check_varints(vals)
 
 def _encode_varint(v: int) -> bytes:
     """SQLite's varint encoding (sqlite3PutVarint), for the test above."""
