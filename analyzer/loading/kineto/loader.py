@@ -13,7 +13,7 @@ import pandas as pd
 
 from analyzer.errors import InputError
 from analyzer.loading import attribution as attr
-from analyzer.loading.api_names import host_side_summary, launch_calls
+from analyzer.loading.api_names import grid_in_blocks, host_side_summary, launch_calls
 from analyzer.loading.capabilities import missing_capabilities
 from analyzer.loading.columns import TextCodes
 from analyzer.loading.common import (
@@ -81,6 +81,9 @@ class _KinetoLoader:
         self.shown = display_path or path
         self.say: Progress = progress or (lambda _msg: None)
         self.source_format = source_format
+        # grid, block and shared memory of each API call (ROCm's launch calls), set by _api
+        empty = np.empty((0, 3), dtype=np.int64)
+        self._call_config: tuple[np.ndarray, np.ndarray, np.ndarray] = (empty, empty, np.empty(0, np.int64))
 
     def run(self) -> Trace:
         with gc_paused():
@@ -275,7 +278,29 @@ class _KinetoLoader:
             "correlation_id": corr, "return_value": np.full(n, -1, dtype=np.int64),
         }
         data.update(attr.range_columns(self._range_text, self._range_path, thread_nvtx))
+        no_dims = np.full((driver.n, 3), -1, dtype=np.int64)
+        self._call_config = (np.concatenate([runtime.col("grid"), no_dims]),
+                             np.concatenate([runtime.col("block"), no_dims]),
+                             np.concatenate([runtime.col("smem"), np.full(driver.n, -1, dtype=np.int64)]))
         return data, attr.Launches(api, name, thread_nvtx, timeline, nvtx)
+
+    def _launch_config(self, g: EventGroup, corr: np.ndarray, launch: attr.Launches
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Grid, block and dynamic shared memory of each kernel: the kernel event's, else (ROCm before
+        6.3 writes them on the launch call only: ``hipLaunchKernel``'s ``grid``/``block``/``shared
+        memory``) its launching call's."""
+        grid, block, smem = g.col("grid"), g.col("block"), g.col("smem")
+        missing = (grid < 0).all(axis=1) & (block < 0).all(axis=1)
+        call_grid, call_block, call_smem = self._call_config
+        if missing.any() and (call_grid >= 0).any():
+            idx = launch.index.lookup(None, corr)
+            take = missing & (idx >= 0)
+            take[take] &= (call_grid[idx[take]] >= 0).all(axis=1)
+            if take.any():
+                grid, block, smem = grid.copy(), block.copy(), smem.copy()
+                grid[take], block[take] = call_grid[idx[take]], call_block[idx[take]]
+                smem[take] = call_smem[idx[take]]
+        return grid, block, smem
 
     # -- GPU operations ---------------------------------------------------------------------------------
     def _op_columns(self, g: EventGroup, flow_ids: _FlowIds, launch: attr.Launches) -> dict[str, Any]:
@@ -300,7 +325,8 @@ class _KinetoLoader:
             return empty_frame(KERNEL_COLUMNS)
         data = self._op_columns(g, flow_ids, launch)
         names = g.text("name")
-        grid, block = g.col("grid"), g.col("block")
+        grid, block, smem = self._launch_config(g, data["correlation_id"], launch)
+        grid = grid_in_blocks(grid, block, data["api_name"].codes, data["api_name"].labels)
         n = g.n
         data.update({
             "short_name": mapped(names, kernel_short_name), "name": names,
@@ -308,7 +334,7 @@ class _KinetoLoader:
             "block_x": block[:, 0], "block_y": block[:, 1], "block_z": block[:, 2],
             "registers_per_thread": g.col("registers"),
             "static_smem": np.zeros(n, dtype=np.int64),
-            "dynamic_smem": np.maximum(g.col("smem"), 0),
+            "dynamic_smem": np.maximum(smem, 0),
             "launch_type": np.full(n, -1, dtype=np.int64),
             "graph_node_id": g.col("graph_node"),
             "graph_id": np.full(n, -1, dtype=np.int64),  # torch.profiler does not name the graph
