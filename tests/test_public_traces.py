@@ -108,6 +108,23 @@ def test_rocm_gpu_named_by_the_id_its_kernels_carry(name, device, gpu):
     assert int(trace.gpus["sm_count"].iloc[0]) == 304
 
 
+def test_an_unnamed_rocm_gpu_is_named_from_its_properties():
+    """TraceLens' vLLM piecewise-graph trace (ROCm 7.0, MI300X): deviceProperties name every GPU "", and
+    the report said "unknown GPU (compute capability 9.4)", CUDA's words for a Hopper-like part. HIP's
+    major.minor and CU count name it now, and CUDA's per-compute-capability limits stay unfilled."""
+    import json
+    import lzma
+
+    name = "tracelens_vllm_piecewise_mi300x.pt.trace.json.xz"
+    with lzma.open(PUBLIC / name, "rt") as f:
+        props = json.load(f)["deviceProperties"]
+    assert {p["name"] for p in props} == {""}
+    want = {f"AMD GPU (HIP arch {p['computeMajor']}.{p['computeMinor']}, {p['numSms']} CUs)" for p in props}
+    gpus = load_trace(PUBLIC / name).gpus
+    assert set(gpus["name"]) == want == {"AMD GPU (HIP arch 9.4, 304 CUs)"}
+    assert (gpus["max_blocks_per_sm"] == 0).all() and (gpus["threads_per_warp"] == 64).all()
+
+
 def test_hip_calls_read_as_their_cuda_equivalents():
     """One table: launches, copies, synchronization, allocation and graph launches."""
     assert cuda_equivalent("hipLaunchKernel") == "cudaLaunchKernel"

@@ -182,7 +182,9 @@ class _KinetoLoader:
             self.say(f"Python call stacks from {pyfuncs.n:,} python_function events")
             stacks, api_stacks = python_call_stacks(pyfuncs.col("pid"), pyfuncs.col("tid"), pyfuncs.start,
                                                     pyfuncs.end, pyfuncs.col("name"), api_frame)
-        gpus = _match_devices(self._gpus(doc.deviceProperties),
+        rocm = (doc.roctracer_version is not None or doc.hip_runtime_version is not None
+                or any(str(n).startswith("hip") for n in api_frame_data["name"].labels))
+        gpus = _match_devices(self._gpus(doc.deviceProperties, rocm),
                               [f["device"] for f in (kernel_frame, memcpy_frame, memset_frame) if len(f)])
         processes, thread_frame = self._processes_threads(columns.meta)
 
@@ -429,7 +431,11 @@ class _KinetoLoader:
         return by_start(contract_frame(SYNC_COLUMNS, data, compact=True))
 
     # -- GPUs, processes, threads -------------------------------------------------------------------------
-    def _gpus(self, props: Any) -> pd.DataFrame:
+    def _gpus(self, props: Any, rocm: bool = False) -> pd.DataFrame:
+        """One row per ``deviceProperties`` entry. On ROCm (``rocm``: the document or its API calls say
+        so) a device without a name (ROCm 7 writes ``""``) is named ``AMD GPU (HIP arch 9.4, 304 CUs)``
+        from its properties, and CUDA's per-compute-capability limits are never filled in: HIP's
+        major.minor (9.0 on an MI210, 9.4 on an MI300X) is AMD's architecture, not CUDA's Hopper."""
         if not isinstance(props, list) or not props:
             return empty_frame(GPU_COLUMNS)
         mapping = {
@@ -455,7 +461,10 @@ class _KinetoLoader:
                     rec[col] = max(int_or(value, 0), 0)
             if not rec["max_shared_per_sm"]:
                 rec["max_shared_per_sm"] = max(int_or(p.get("maxSharedMemoryPerMultiProcessor"), 0), 0)
-            if "AMD" not in rec["name"] and "Radeon" not in rec["name"] and "Instinct" not in rec["name"]:
+            amd = rocm or any(w in rec["name"] for w in ("AMD", "Radeon", "Instinct"))
+            if amd and not rec["name"].strip():
+                rec["name"] = _amd_gpu_name(rec)
+            if not amd:
                 fill_cc_limits(rec)  # CUDA compute capabilities; AMD's gfx numbers are not those
             records.setdefault(rec["device"], rec)
         if not records:
@@ -559,6 +568,16 @@ def _no_gpu_activity(shown: Path, cats: set[str], runtime: EventGroup, driver: E
                "another profiler holding CUPTI at the same time (nsys, DCGM profiling) takes it")
         hint = "record on native Linux with no other profiler attached"
     return InputError(shown, f"torch.profiler trace without GPU activity: {host}; {why}", hint=hint)
+
+
+def _amd_gpu_name(rec: dict[str, Any]) -> str:
+    """A name for an AMD GPU the trace left unnamed, from what its properties say."""
+    parts = []
+    if rec.get("compute_major"):
+        parts.append(f"HIP arch {rec['compute_major']}.{rec.get('compute_minor', 0)}")
+    if rec.get("sm_count"):
+        parts.append(f"{rec['sm_count']} CUs")
+    return "AMD GPU" + (f" ({', '.join(parts)})" if parts else "")
 
 
 def _match_devices(gpus: pd.DataFrame, used: list[Any]) -> pd.DataFrame:
