@@ -86,6 +86,10 @@ def test_cuda_graph_twins_are_silent_in_every_range_the_graphs_cover(name, eager
     assert graphed and not graphed & eager
     if name.startswith("round3/compile_train_fixed"):  # over min_impact (2 ms) in two of the three recordings
         assert max(per_range[p] for p in graphed) >= 1_500_000
+        # the eager optimizer's finding says how much of the GPU's launch-bound time the graphed ranges hold
+        in_graphed = sum(per_range[p] for p in graphed)
+        (f,) = launch_bound(name).values()
+        assert f"; {in_graphed / 1e6:.1f} ms in graphed ranges)" in f.message, f.message
 
 
 def graphed_phases(name: str) -> set[str]:

@@ -254,6 +254,8 @@ BREAKDOWN_COLUMNS = {
     "graphed": "range rows: 1 when the phase runs mostly in CUDA graphs (graphed_share at least GRAPHED_SHARE, "
                "50%): launch-bound's fix is in place, its launch-bound time is the graph launches and the "
                "host work around them (host-bound-graph-loop); else 0",
+    "device_graphed_ns": "every row: on the row's device, the row's cause's time in graphed phases (ns; part of "
+                         "device_cause_ns)",
     "compiled": "range rows: 1 when the phase runs torch.compile'd code (compiled_share at least "
                 "COMPILED_SHARE, 25%) and is not graphed, else 0",
     "fix_group": "range rows: the phases one fix covers, as launch-bound states them: the phase itself, "

@@ -91,7 +91,7 @@ def kernel_shares(ctx: FactContext, phase_of: dict[str, str]) -> dict[tuple[int,
 
 
 def fix_groups(ctx: FactContext, out: pd.DataFrame, is_range: np.ndarray, held_rows: np.ndarray) -> None:
-    """The ``compiled_share``, ``graphed_share``, ``graphed``, ``compiled``, ``fix_group``, ``group_ns``, ``group_host_held_ns`` and
+    """The ``compiled_share``, ``graphed_share``, ``graphed``, ``device_graphed_ns``, ``compiled``, ``fix_group``, ``group_ns``, ``group_host_held_ns`` and
     ``group_parts`` columns of :func:`timeline_breakdown` (in place; see :data:`BREAKDOWN_COLUMNS`). The
     standard fix for launch-bound compiled code, ``torch.compile(mode="reduce-overhead")``, records every
     compiled region in CUDA graphs at once (forward and backward alike): its phases are one fix."""
@@ -116,6 +116,9 @@ def fix_groups(ctx: FactContext, out: pd.DataFrame, is_range: np.ndarray, held_r
     out["compiled_share"] = share
     out["graphed_share"] = graphed_share
     out["graphed"] = graphed.astype(np.int64)
+    in_graphed = out.loc[graphed].groupby(["device", "cause"])["duration_ns"].sum()
+    out["device_graphed_ns"] = (in_graphed.reindex(pd.MultiIndex.from_frame(out[["device", "cause"]])).fillna(0)
+                                .to_numpy(dtype=np.int64) if len(in_graphed) else np.zeros(len(out), dtype=np.int64))
     out["compiled"] = compiled.astype(np.int64)
     out["fix_group"] = group
     by_group = [out["device"], out["fix_group"]]
