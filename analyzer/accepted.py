@@ -83,7 +83,7 @@ class AcceptedFindings:
 
 def load_accepted(path: str | Path, *, max_growth: float = DEFAULT_MAX_GROWTH) -> AcceptedFindings:
     """Read and check an accepted-findings file. Raises :class:`ConfigError` naming file and line."""
-    from analyzer.rules.expr import did_you_mean
+    from analyzer.errors import did_you_mean
     from analyzer.yamlsafe import LineDict, LineList, load_yaml
 
     path = Path(path)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from analyzer.analysis import Analysis
-from analyzer.facts.phase_index import exclude_option
+from analyzer.facts.range_patterns import exclude_option
 from analyzer.facts.registry import all_specs
 from analyzer.findings import Finding
 from analyzer.job.run import JobAnalysis, JobOutcome

@@ -102,7 +102,7 @@ class _DefaultGroup(ConfigGroup):
 def _no_such_command(ctx: click.Context, group: click.Group, first: str) -> None:
     """Refuse a first argument that is no file and looks like a mistyped command (``analyze difff a b``),
     with the command it is closest to; anything else is a TRACE for the default command."""
-    from analyzer.rules.expr import did_you_mean
+    from analyzer.errors import did_you_mean
 
     if first.startswith("-") or any(c in first for c in "/\\.*?[") or Path(first).exists():
         return
@@ -196,7 +196,7 @@ def run_cmd(
     them such as one trace per rank; ncu files among them are joined to the traces; ncu files alone
     give a kernel report)."""
     from analyzer.api import run as run_analysis
-    from analyzer.facts.phase_index import exclude_option
+    from analyzer.facts.range_patterns import exclude_option
     from analyzer.findings import Severity
     from analyzer.reports import render_parts
     from analyzer.trace_analysis import AnalysisOptions

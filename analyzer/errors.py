@@ -3,6 +3,9 @@ what to do; the CLI prints ``error: <message>`` and exits with the error's ``exi
 """
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 EXIT_OK = 0
 EXIT_FINDINGS = 1
 EXIT_USAGE = 2
@@ -96,3 +99,15 @@ class ClusterError(AnalyzerError):
 
 class StageTimeoutError(AnalyzerError):
     """The analysis of one trace ran past its time limit (``--timeout``); names the stage it was in."""
+
+
+def closest_name(name: str, candidates: Iterable[object]) -> str | None:
+    """The candidate most like ``name`` (``difflib``, cutoff 0.6), or None."""
+    match = difflib.get_close_matches(name, sorted(str(c) for c in candidates), n=1, cutoff=0.6)
+    return match[0] if match else None
+
+
+def did_you_mean(name: str, candidates: Iterable[object]) -> str | None:
+    """``'did you mean "x"?'`` for the closest candidate, or None."""
+    best = closest_name(name, candidates)
+    return f'did you mean "{best}"?' if best else None

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from typing import Any
 
 #: resident memory above which helper threads stop taking new facts and rules (default)
@@ -116,7 +117,9 @@ def avoid_hugepage_stalls(defrag_file: str = THP_DEFRAG) -> bool:
     arrays of millions of rows all the time; measured on a 1 M-kernel trace with defrag ``madvise``, those
     faults cost 0.8 s of kernel time of a 2.3 s load (20 fresh 40 MB arrays: 3.6 s with the advice, 0.9 s
     without), see numpy issue 31590. The command calls this for its own process; an explicit
-    ``NUMPY_MADVISE_HUGEPAGE`` is left as the user set it, and a library caller's numpy is not touched."""
+    ``NUMPY_MADVISE_HUGEPAGE`` is left as the user set it, and a library caller's numpy is not touched.
+    Before numpy is imported this sets ``NUMPY_MADVISE_HUGEPAGE=0``, which numpy reads when it is imported
+    (so that ``analyze --help`` imports no numpy; processes the command starts inherit the setting)."""
     if "NUMPY_MADVISE_HUGEPAGE" in os.environ:
         return False
     try:
@@ -127,6 +130,9 @@ def avoid_hugepage_stalls(defrag_file: str = THP_DEFRAG) -> bool:
     chosen = [word[1:-1] for word in text.split() if word.startswith("[") and word.endswith("]")]
     if len(chosen) != 1 or chosen[0] not in SYNC_COMPACTION:
         return False
+    if "numpy" not in sys.modules:
+        os.environ["NUMPY_MADVISE_HUGEPAGE"] = "0"
+        return True
     import importlib
 
     for name in ("numpy._core.multiarray", "numpy.core.multiarray"):  # numpy 2, numpy 1.x

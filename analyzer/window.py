@@ -64,7 +64,8 @@ from analyzer.facts._util import column, concat_codes, factorize_objects, new_fr
 from analyzer.facts.nccl_nvtx import internal_ranges
 from analyzer.facts.nvtx import operator_ranges
 from analyzer.facts.nvtx_ranges import parent_positions, ranges_only
-from analyzer.facts.phase_index import match_ranges, parse_patterns
+from analyzer.facts.phase_index import match_ranges
+from analyzer.facts.range_patterns import parse_patterns
 from analyzer.loading.capabilities import MIN_LOOP_OPS
 from analyzer.loading.columns import categorical
 from analyzer.loading.model import Trace

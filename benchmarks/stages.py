@@ -64,6 +64,10 @@ watchdog.stage = _timed_stage  # type: ignore[assignment]  # before the modules 
 def main(argv: list[str]) -> int:
     from analyzer.cli import cli
 
+    if not any(Path(__file__).resolve().parents[1].joinpath("analyzer", "__pycache__").glob("cli.*.pyc")):
+        print("note: analyzer is not byte-compiled (PYTHONDONTWRITEBYTECODE?): start-up includes compiling "
+              "every module from source, which an installed copy never does; run "
+              "`python -m compileall -q analyzer` first (benchmarks/run.py does)", file=sys.stderr)
     if not argv:
         print(__doc__, file=sys.stderr)
         return 2

@@ -71,3 +71,21 @@ def test_the_command_applies_it():
                          timeout=120, check=True).stdout
     before, sync, after = (w == "True" for w in out.split("RESULT")[1].split())
     assert after is (before and not sync)
+
+
+def test_before_numpy_is_imported(tmp_path):
+    """Called before numpy is imported (``analyze --help`` imports none), it imports none either: it sets
+    ``NUMPY_MADVISE_HUGEPAGE=0``, which numpy then reads when the command imports it."""
+    defrag = tmp_path / "defrag"
+    defrag.write_text("always defer defer+madvise [madvise] never\n")
+    code = ("import os, sys\n"
+            "from analyzer.resources import avoid_hugepage_stalls\n"
+            f"done = avoid_hugepage_stalls({str(defrag)!r})\n"
+            "imported = 'numpy' in sys.modules\n"
+            "try:\n    from numpy._core.multiarray import _get_madvise_hugepage as get\n"
+            "except ImportError:\n    from numpy.core.multiarray import _get_madvise_hugepage as get\n"
+            "print('RESULT', done, imported, os.environ['NUMPY_MADVISE_HUGEPAGE'], bool(get()))\n")
+    env = {k: v for k, v in os.environ.items() if k != "NUMPY_MADVISE_HUGEPAGE"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=120, check=True).stdout
+    assert out.split("RESULT")[1].split() == ["True", "False", "0", "False"]

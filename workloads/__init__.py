@@ -21,6 +21,7 @@ PATHOLOGIES: tuple[str, ...] = (
     "copy_on_compute_stream",
     "host_work_in_range",
     "compile_train",
+    "compile_decode",
     "memory_leak",
     "memory_peak",
 )

@@ -13,6 +13,8 @@
 Unknown options after the names are passed to the workload, e.g.
 ``profile transformer --model small --context 128 --mode training`` (trace
 ``small_training_ctx128``). Each profiled trace appends one JSON line to ``DIR/manifest.jsonl``.
+``--bare`` (a workload option) records without any NVTX range or torch.profiler step markers
+(``workloads/_common.py``); name such traces with ``--suffix _bare``; the manifest flags say ``bare``.
 
 ``--tool torch`` records torch.profiler (Kineto) JSON instead of an nsys report (no external tool:
 see ``workloads/_torchprof.py``), as ``DIR/<trace>.pt.trace.json[.gz]`` (``--gzip``).
@@ -334,7 +336,8 @@ def cmd_profile(args: argparse.Namespace, extra: list[str]) -> int:
                     post(tool_path, b)
             flags = [f for f, on in (("backtrace", args.backtrace), ("power", args.power),
                                      ("gzip", args.gzip and args.tool == "torch"),
-                                     ("memory", args.torch_memory)) if on]
+                                     ("memory", args.torch_memory), ("bare", "--bare" in extra))
+                     if on]
             if args.gpu_metrics:
                 flags.append(f"gpu-metrics={args.gpu_metrics}Hz")
             if args.cuda_graph_trace:

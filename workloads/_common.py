@@ -8,6 +8,11 @@ loop here wraps the warmup steps in one ``warmup`` NVTX range and each measured 
 per-step wall time, then one machine-readable ``RESULT {json}`` line. With
 ``WORKLOADS_RESULT_FILE=PATH`` set (the driver sets it), the same result plus every measured step's
 wall time (``step_ms``) is also written to PATH as JSON.
+
+``--bare`` records the program as people record theirs: no NVTX range at all (no ``setup``,
+``warmup``, ``step_N`` nor the workload's own ranges) and, under torch.profiler, no schedule and no
+``prof.step()``: one ``profile`` around the measured steps, the warm-up steps run before it. The
+program still times its steps itself (``step_ms`` in the result), synchronizing after each.
 """
 from __future__ import annotations
 
@@ -44,6 +49,7 @@ class RunConfig:
     warmup: int
     options: argparse.Namespace
     has_twin: bool = True
+    bare: bool = False
 
     @property
     def smoke(self) -> bool:
@@ -81,6 +87,9 @@ def make_parser(
                         help=f"measured steps (default {steps[0]} smoke / {steps[1]} full)")
     parser.add_argument("--warmup", type=int, default=None,
                         help=f"warmup steps (default {warmup[0]} smoke / {warmup[1]} full)")
+    parser.add_argument("--bare", action="store_true",
+                        help="no NVTX ranges; under torch.profiler one profile around the "
+                             "measured steps, no schedule or ProfilerStep markers")
     parser.set_defaults(_defaults={"steps": steps, "warmup": warmup, "has_twin": has_twin})
     return parser
 
@@ -105,8 +114,11 @@ def parse_config(name: str, parser: argparse.ArgumentParser, argv: Sequence[str]
     warmup = ns.warmup if ns.warmup is not None else defaults["warmup"][idx]
     if steps < 1 or warmup < 0:
         parser.error("--steps must be >= 1 and --warmup >= 0")
+    if ns.bare:
+        nv.disable()  # before build(): the workload's own ranges go too
     return RunConfig(name=name, size=ns.size, fixed=ns.fixed, device=select_device(ns.device),
-                     steps=steps, warmup=warmup, options=ns, has_twin=defaults["has_twin"])
+                     steps=steps, warmup=warmup, options=ns, has_twin=defaults["has_twin"],
+                     bare=ns.bare)
 
 
 def synchronize(device: object) -> None:
@@ -122,27 +134,42 @@ def run_steps(cfg: RunConfig, step: Step, *, label: str = "step") -> list[float]
     ``{label}_N`` range. Returns measured step times in milliseconds.
 
     With ``WORKLOADS_TORCH_TRACE_DIR`` set, torch.profiler records the measured steps (one
-    ``ProfilerStep#N`` each; the warmup steps are the profiler's warmup): see ``_torchprof``."""
+    ``ProfilerStep#N`` each; the warmup steps are the profiler's warmup): see ``_torchprof``.
+    With ``cfg.bare`` (no ranges) the warm-up runs first and one unscheduled profile records the
+    measured steps, as a user wraps a loop in ``with torch.profiler.profile(...)``."""
     from . import _torchprof
 
+    if cfg.bare:
+        _warm_up(cfg, step)
+        with _torchprof.recording(0, cfg.steps, cfg.cuda, scheduled=False) as profiler_step:
+            return _measure(cfg, step, label, profiler_step)
     with _torchprof.recording(cfg.warmup, cfg.steps, cfg.cuda) as profiler_step:
-        if cfg.warmup:
-            with nv.range("warmup"):
-                for i in range(cfg.warmup):
-                    step(-1 - i)
-                synchronize(cfg.device)
-            for _ in range(cfg.warmup):
-                profiler_step()
-        times: list[float] = []
-        for i in range(cfg.steps):
-            t0 = time.perf_counter()
-            with nv.range(f"{label}_{i}"):
-                step(i)
-                synchronize(cfg.device)
-            ms = (time.perf_counter() - t0) * 1e3
+        _warm_up(cfg, step)
+        for _ in range(cfg.warmup):
             profiler_step()
-            times.append(ms)
-            print(f"[{cfg.name}] {label} {i}: {ms:.3f} ms", flush=True)
+        return _measure(cfg, step, label, profiler_step)
+
+
+def _warm_up(cfg: RunConfig, step: Step) -> None:
+    if cfg.warmup:
+        with nv.range("warmup"):
+            for i in range(cfg.warmup):
+                step(-1 - i)
+            synchronize(cfg.device)
+
+
+def _measure(cfg: RunConfig, step: Step, label: str, profiler_step: Callable[[], None]) -> list[float]:
+    """The measured steps, each timed by the program (synchronized) in a ``{label}_N`` range."""
+    times: list[float] = []
+    for i in range(cfg.steps):
+        t0 = time.perf_counter()
+        with nv.range(f"{label}_{i}"):
+            step(i)
+            synchronize(cfg.device)
+        ms = (time.perf_counter() - t0) * 1e3
+        profiler_step()
+        times.append(ms)
+        print(f"[{cfg.name}] {label} {i}: {ms:.3f} ms", flush=True)
     return times
 
 
@@ -150,7 +177,7 @@ def report(cfg: RunConfig, times: list[float], **extra: object) -> None:
     """Print the per-run summary and one ``RESULT {json}`` line."""
     result = {
         "workload": cfg.name, "variant": cfg.variant, "size": cfg.size, "device": str(cfg.device),
-        "steps": len(times), "warmup": cfg.warmup, "nvtx": nv.BACKEND,
+        "steps": len(times), "warmup": cfg.warmup, "nvtx": nv.BACKEND, "bare": cfg.bare,
         "mean_ms": round(statistics.fmean(times), 3) if times else None,
         "median_ms": round(statistics.median(times), 3) if times else None,
         **extra,

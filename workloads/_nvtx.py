@@ -60,6 +60,15 @@ def mark(name: str) -> None:
 _MIRROR_TORCH = bool(os.environ.get("WORKLOADS_TORCH_TRACE_DIR"))
 
 
+def disable() -> None:
+    """Switch every annotation off for the rest of the process (``--bare``: the program is
+    recorded as people record theirs, without NVTX or mirrored ``record_function`` ranges)."""
+    global _push, _pop, _mark, _MIRROR_TORCH, BACKEND
+    _push, _pop, _mark = _noop, _noop, _noop
+    _MIRROR_TORCH = False
+    BACKEND = "none"
+
+
 @contextlib.contextmanager
 def range(name: str) -> Iterator[None]:
     """Context manager: an NVTX range around the body (no-op without NVTX); also a torch.profiler

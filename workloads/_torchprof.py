@@ -13,6 +13,10 @@ names the file (``NAME.<ms>.pt.trace.json``; ``_rank<RANK>`` is appended when ``
 the ranks of a ``torchrun`` job each write their own); ``WORKLOADS_TORCH_STACK=1`` adds Python stacks;
 ``WORKLOADS_TORCH_MEMORY=1`` records the caching allocator's allocations and frees
 (``profile_memory=True``: ``[memory]`` instant events with bytes, address, device and the totals).
+
+A ``--bare`` run (:mod:`workloads._common`) records with ``scheduled=False``: no schedule and no
+``prof.step()`` (no ``ProfilerStep#N``), one profile around the measured steps, the way people
+wrap their loop in ``with torch.profiler.profile(...)``; nothing is mirrored (no ranges).
 """
 from __future__ import annotations
 
@@ -42,11 +46,14 @@ def worker_name() -> str | None:
 
 
 @contextlib.contextmanager
-def recording(warmup_steps: int, measured_steps: int, cuda: bool) -> Iterator[Callable[[], None]]:
+def recording(warmup_steps: int, measured_steps: int, cuda: bool,
+              *, scheduled: bool = True) -> Iterator[Callable[[], None]]:
     """Yield a ``step()`` to call after every warmup and measured step; a no-op when switched off.
 
     The schedule is ``wait=0, warmup=warmup_steps, active=measured_steps, repeat=1``: the trace holds
     ``ProfilerStep#<warmup_steps>`` .. ``ProfilerStep#<warmup_steps + measured_steps - 1>``.
+    ``scheduled=False``: no schedule, everything inside the ``with`` is recorded and the yielded
+    ``step()`` does nothing (no ``ProfilerStep#N``); the trace is written when the block ends.
     """
     out = trace_dir()
     if out is None:
@@ -60,13 +67,14 @@ def recording(warmup_steps: int, measured_steps: int, cuda: bool) -> Iterator[Ca
                                         use_gzip=os.environ.get(ENV_GZIP) == "1")
     prof = profile(
         activities=activities,
-        schedule=schedule(wait=0, warmup=warmup_steps, active=measured_steps, repeat=1),
+        schedule=(schedule(wait=0, warmup=warmup_steps, active=measured_steps, repeat=1)
+                  if scheduled else None),
         on_trace_ready=handler,
         record_shapes=True,
         with_stack=os.environ.get(ENV_STACK) == "1",
         profile_memory=os.environ.get(ENV_MEMORY) == "1",
     )
     with prof:
-        yield prof.step
+        yield prof.step if scheduled else (lambda: None)
     if cuda:
         torch.cuda.synchronize()

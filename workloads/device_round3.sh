@@ -20,6 +20,13 @@
 #                                               # vs captured in a CUDA graph), nsys twice (+_node of the
 #                                               # graphed one) and torch.profiler
 #     PART=f bash workloads/device_round3.sh    # host_sync --graph --shape balanced, nsys and torch
+#     PART=g bash workloads/device_round3.sh    # held-out recordings (issue 27): compile_decode with
+#                                               # NVTX under nsys (+_node of the reduce-overhead twin),
+#                                               # then programs recorded as people record them (--bare:
+#                                               # no NVTX, one torch.profiler profile without steps,
+#                                               # suffix _bare): compile_decode (torch), decode_eager,
+#                                               # optimizer_loop, host_work_in_range, host_sync --shape
+#                                               # balanced, nsys and torch.profiler of both variants
 # Every manifest.jsonl line holds the program's own measured step times (step_ms, mean_ms,
 # median_ms). Jobs left when the budget BUDGET_S (default 450 s) runs out are listed in skipped.txt.
 # Result: $OUT/round3_<PART>*.tar.xz (sqlite, analyze.txt, stats CSVs, torch traces, manifest, log),
@@ -27,7 +34,7 @@
 set -uo pipefail
 : "${OUT:?set OUT to the output directory}"
 PART=${PART:-a}
-[[ $PART =~ ^[a-f]$ ]] || { echo "PART must be one of a-f" >&2; exit 2; }
+[[ $PART =~ ^[a-g]$ ]] || { echo "PART must be one of a-g" >&2; exit 2; }
 BUDGET_S=${BUDGET_S:-450}; RESERVE_S=${RESERVE_S:-70}; MIN_JOB_S=${MIN_JOB_S:-20}
 PREFIX=${PREFIX:-round3_$PART}
 WORK=${WORK:-/tmp/wl_round3_$PART}
@@ -85,6 +92,27 @@ elif [[ $PART == e || $PART == f ]]; then
         --cuda-graph-trace node --suffix "_${tag}_node"
     run_job 45 "host_sync_${tag}" torch -- host_sync --graph --gzip --shape "$shape" --suffix "_${tag}"
     run_job 45 "host_sync_fixed_${tag}" torch -- host_sync --graph --fixed --gzip --shape "$shape" --suffix "_${tag}"
+elif [[ $PART == g ]]; then
+    # compile_decode's first compile fills Inductor's caches, which its later runs reuse; the
+    # compilation is in the warm-up steps, outside the measured ones
+    pair 120 compile_decode
+    run_job 90 compile_decode_fixed_node nsys -- compile_decode --fixed --cuda-graph-trace node --suffix _node
+    bare_pair() {  # bare_pair TOOL CAP NAME SUFFIX [ARGS...]: both variants without any range
+        local tool="$1" cap="$2" w="$3" sfx="$4"; shift 4
+        local opts=(--bare --suffix "${sfx}_bare"); [[ $tool == torch ]] && opts+=(--gzip)
+        run_job "$cap" "${w}${sfx}_bare" "$tool" -- "$w" "${opts[@]}" "$@"
+        run_job "$cap" "${w}_fixed${sfx}_bare" "$tool" -- "$w" --fixed "${opts[@]}" "$@"
+    }
+    bare_pair torch 60 compile_decode ""
+    bare_pair nsys 45 decode_eager ""
+    bare_pair nsys 45 optimizer_loop ""
+    bare_pair nsys 45 host_work_in_range ""
+    # named by shape, as in PART=d: host_sync_balanced_bare, host_sync_fixed_balanced_bare
+    bare_pair nsys 45 host_sync _balanced --shape balanced
+    bare_pair torch 40 decode_eager "" --steps 5
+    bare_pair torch 40 optimizer_loop "" --steps 5
+    bare_pair torch 40 host_work_in_range ""
+    bare_pair torch 45 host_sync _balanced --shape balanced
 elif [[ $PART == c ]]; then
     pair 60 copy_on_compute_stream
     pair 60 host_work_in_range

@@ -4,16 +4,16 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from analyzer.config.cli import ConfigGroup
 from analyzer.config.options import PackRef, pack_options, rule_settings
 from analyzer.errors import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, AnalyzerError
-from analyzer.rules.loader import load_pack, resolve_pack_ref, validate_pack
-from analyzer.rules.model import RulePack
-from analyzer.rules.units import format_quantity
+
+if TYPE_CHECKING:
+    from analyzer.rules.model import RulePack
 
 
 def default_analyze(
@@ -45,6 +45,7 @@ rules_file_option = click.option(
 
 
 def _load(rules_files: Sequence[str], ctx: click.Context | None = None) -> RulePack:
+    from analyzer.rules.loader import load_pack
     from analyzer.rules.selection import apply_settings
 
     try:
@@ -82,6 +83,8 @@ def list_rules(ctx: click.Context, rules_files: tuple[str, ...], **_: object) ->
 @rules_file_option
 def explain(name_or_id: str, rules_files: tuple[str, ...]) -> None:
     """Explain one rule: what it detects, why it matters, how to fix it, its parameters."""
+    from analyzer.rules.units import format_quantity
+
     pack = _load(rules_files)
     try:
         rule = pack.get(name_or_id)
@@ -114,6 +117,8 @@ def explain(name_or_id: str, rules_files: tuple[str, ...]) -> None:
 @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
 def validate(files: tuple[Path, ...]) -> None:
     """Check rule files without reading any trace; print every problem (exit 2 if any)."""
+    from analyzer.rules.loader import validate_pack
+
     failed = False
     for file in files:
         pack, problems = validate_pack(file)
@@ -185,6 +190,8 @@ def test(names: tuple[str, ...], rules_files: tuple[str, ...], all_rules: bool,
 
 def _own_files(refs: Sequence[str]) -> set[str]:
     """The files the given pack references name themselves (folders: their YAML files)."""
+    from analyzer.rules.loader import resolve_pack_ref
+
     out: set[str] = set()
     for ref in refs:
         path = resolve_pack_ref(ref)

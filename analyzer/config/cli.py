@@ -24,8 +24,7 @@ import click
 from click.core import ParameterSource
 
 from analyzer.config.project import ProjectConfig, display_path, find_config, read_config
-from analyzer.errors import ConfigError
-from analyzer.rules.expr import did_you_mean
+from analyzer.errors import ConfigError, did_you_mean
 
 META_KEY = "analyzer.config"
 

@@ -12,13 +12,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from analyzer.config.cli import CliOnlyOption, LayeredOption, layers
-from analyzer.rules.loader import BUILTIN_PACKS
-from analyzer.rules.selection import RuleSettings, split_selectors
+
+if TYPE_CHECKING:
+    from analyzer.rules.selection import RuleSettings
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -109,6 +110,8 @@ class PackRef(click.ParamType):
         return text
 
     def from_config(self, value: str, base: Path) -> str:
+        from analyzer.rules.loader import BUILTIN_PACKS  # the rules engine only when a file names a pack
+
         if value in BUILTIN_PACKS:
             return value
         path = Path(value).expanduser()
@@ -144,6 +147,8 @@ def pack_options(function: F) -> F:
 def rule_settings(ctx: click.Context) -> tuple[RuleSettings, ...]:
     """The ``--set`` / ``--select`` / ``--extend-select`` / ``--ignore`` layers of this invocation:
     the configuration file's, then the command line's (see :mod:`analyzer.rules.selection`)."""
+    from analyzer.rules.selection import RuleSettings, split_selectors  # imported by a run, not by --help
+
     out = []
     for index in (0, 1):  # 0: configuration file, 1: command line
         values: dict[str, Any] = {}

@@ -109,7 +109,7 @@ def diff(ctx: click.Context, base: Path, head: Path, rules_files: tuple[str, ...
     a JSON report keeps the findings it was written with."""
     from analyzer.diff.compare import DEFAULT_MIN_EFFECT_PCT, DiffSettings, diff_runs
     from analyzer.diff.inputs import load_run
-    from analyzer.facts.phase_index import exclude_option
+    from analyzer.facts.range_patterns import exclude_option
     from analyzer.fileio import atomic_write
     from analyzer.pipeline import AnalysisOptions, load_accepted_findings, load_rules
     from analyzer.diff.report import render_diff

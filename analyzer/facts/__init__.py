@@ -4,15 +4,21 @@ Every module listed in :data:`analyzer.facts.registry.FACT_MODULES` registers it
 """
 from __future__ import annotations
 
-from analyzer.facts.registry import (
-    FactContext,
-    FactSpec,
-    FactStore,
-    UnknownFactError,
-    all_specs,
-    fact,
-    get_spec,
-    load_all,
-)
+from typing import TYPE_CHECKING
+
+from analyzer.lazyimport import lazy_attributes
+
+if TYPE_CHECKING:  # imported on first use: the command line's option modules read no pandas
+    from analyzer.facts.registry import (
+        FactContext,
+        FactSpec,
+        FactStore,
+        UnknownFactError,
+        all_specs,
+        fact,
+        get_spec,
+        load_all,
+    )
 
 __all__ = ["FactContext", "FactSpec", "FactStore", "UnknownFactError", "all_specs", "fact", "get_spec", "load_all"]
+__getattr__ = lazy_attributes(__name__, globals(), {name: "analyzer.facts.registry" for name in __all__})

@@ -12,7 +12,8 @@ from __future__ import annotations
 import pandas as pd
 
 from analyzer.facts.registry import FactContext, fact
-from analyzer.facts.phase_index import DEFAULT_EXCLUDE, phase_index
+from analyzer.facts.phase_index import phase_index
+from analyzer.facts.range_patterns import DEFAULT_EXCLUDE
 from analyzer.facts.phase_table import PHASE_COLUMNS, phase_table
 
 

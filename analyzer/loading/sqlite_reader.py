@@ -82,6 +82,11 @@ CHUNK_ROWS = 1 << 18
 #: rows per ADBC record batch
 BATCH_ROWS = 65536
 
+#: a table the SQL backend reads goes to ADBC from this many rowids on, a smaller one to ``sqlite3``:
+#: importing the ADBC driver costs about 0.05-0.08 s of CPU (it imports ``pyarrow.dataset``), more than
+#: ``sqlite3`` takes for such a table (the NVTX texts of a 1 M-kernel trace, 42 k rows: about 0.02 s)
+ADBC_MIN_ROWS = 1 << 17
+
 _FREED = np.empty(0, dtype=np.int64)
 
 
@@ -422,7 +427,7 @@ class SqliteReader:
         if real is None or column not in self.columns(real):
             return np.empty(0, dtype=object)
         sql = f'SELECT CAST("{column}" AS TEXT) FROM "{real}"' + (f" WHERE {where}" if where else "")
-        if self.backend == "adbc":
+        if self._uses_adbc(real):
             import pyarrow as pa
             import pyarrow.compute as pc
 
@@ -433,9 +438,10 @@ class SqliteReader:
             uniq = np.empty(len(enc.dictionary), dtype=object)
             uniq[:] = enc.dictionary.to_pylist()
             return uniq[enc.indices.to_numpy(zero_copy_only=False)] if len(enc) else np.empty(0, dtype=object)
-        values = [r[0] for r in self.conn.execute(sql)]
+        shared: dict[str, str] = {}
+        values = [shared.setdefault(v, v) if v is not None else "" for (v,) in self.conn.execute(sql)]
         arr = np.empty(len(values), dtype=object)
-        arr[:] = ["" if v is None else v for v in values]
+        arr[:] = values
         return arr
 
     def fetch_parallel(self, jobs: Mapping[str, Callable[[], T] | IntColumns], *, pages: bool = True,
@@ -457,7 +463,7 @@ class SqliteReader:
         (:meth:`check_table`). On ``sqlite3`` (the GIL is held while stepping) the SQL jobs run one
         after another, unsplit."""
         queries = {name: self._int_query(job) for name, job in jobs.items() if isinstance(job, IntColumns)}
-        adbc = self.backend == "adbc"
+        any_adbc = False
         tasks: list[tuple[int, str, int, Callable[[], Any]]] = []  # (weight, job name, part, work)
         parts: dict[str, int] = {}
         blocks: dict[str, tuple[_Block, list[tuple[int, int]]]] = {}
@@ -480,20 +486,22 @@ class SqliteReader:
                                                     table.keys[a:b], block, (lo - block.first, hi - lo))))
                 continue
             intact = q is not None and self.check_table(q.real)  # a damaged tree: one full scan
+            adbc = q is not None and self._uses_adbc(q.real)
+            any_adbc |= adbc
             ranges = self._rowid_ranges(q.real) if q is not None and adbc and split and intact else None
             if q is None or not ranges:
                 parts[name] = 1
                 tasks.append((CHUNK_ROWS * max(len(q.fetched) if q else 0, 1), name, 0,
-                              functools.partial(self._int_part, q, None, None)))
+                              functools.partial(self._int_part, q, None, None, adbc)))
                 continue
             block = _Block.allocate(q, ranges)
             blocks[name] = (block, ranges)
             parts[name] = len(ranges)
             for i, rows in enumerate(ranges):
                 tasks.append(((rows[1] - rows[0]) * max(len(q.fetched), 1), name, i,
-                              functools.partial(self._int_part, q, rows, block)))
+                              functools.partial(self._int_part, q, rows, block, True)))
         done: dict[tuple[str, int], Any] = {}
-        parallel = adbc or bool(blocks)  # page ranges decode in parallel on either backend
+        parallel = any_adbc or bool(blocks)  # page ranges decode in parallel on either backend
         if not parallel or len(tasks) < 2:
             for _, name, i, work in tasks:
                 done[name, i] = work()
@@ -665,9 +673,10 @@ class SqliteReader:
             return _Refused(str(exc))
         return sink.finish()
 
-    def _int_part(self, q: _IntQuery | None, rows: tuple[int, int] | None, block: _Block | None) -> _Part | None:
+    def _int_part(self, q: _IntQuery | None, rows: tuple[int, int] | None, block: _Block | None,
+                  adbc: bool) -> _Part | None:
         """The fetched columns of one row range of ``q`` (all rows for ``None``), written into ``block`` at
-        the range's offset when there is one."""
+        the range's offset when there is one; by ADBC or by ``sqlite3`` (see :meth:`_uses_adbc`)."""
         if q is None:
             return None
         conds = ([f"rowid >= {rows[0]} AND rowid < {rows[1]}"] if rows else []) + ([f"({q.where})"] if q.where else [])
@@ -675,7 +684,7 @@ class SqliteReader:
         plain_cols = ", ".join(f'"{c}"' for c in q.cols) or "0"
         cast_cols = ", ".join(f'coalesce(CAST("{c}" AS INTEGER), {int(q.default)})' for c in q.cols) or "0"
         plain, cast = f"SELECT {plain_cols}{tail}", f"SELECT {cast_cols}{tail}"
-        if self.backend == "adbc":
+        if adbc:
             at = None if block is None or rows is None else (rows[0] - block.first, rows[1] - rows[0])
             try:
                 return self._adbc_ints(plain, q, block, at)
@@ -761,6 +770,18 @@ class SqliteReader:
         if self._backend is None:
             self._backend = choose_backend()
         return self._backend
+
+    def _uses_adbc(self, real: str) -> bool:
+        """Whether the SQL backend reads table ``real`` by ADBC: the backend is ADBC and the table spans at
+        least :data:`ADBC_MIN_ROWS` rowids (or its rowids cannot be bounded: a damaged table, read as
+        before); a smaller table is read by ``sqlite3``, so that a run whose big tables all take the page
+        route never imports the driver. ``$ANALYZER_SQLITE_BACKEND=adbc`` sends every table to ADBC."""
+        if self.backend != "adbc":
+            return False
+        if forced_backend() == "adbc":
+            return True
+        bounds = self._rowid_bounds(real)
+        return bounds is None or bounds[1] - bounds[0] >= ADBC_MIN_ROWS
 
     def _adbc_cursor(self):  # -> adbc cursor on this thread's connection
         import adbc_driver_sqlite.dbapi as adbc
@@ -895,11 +916,17 @@ class _NotIntegers(Exception):
     """A fetched column holds values other than integers (the query is retried with casts)."""
 
 
+def forced_backend() -> str | None:
+    """The SQL backend ``$ANALYZER_SQLITE_BACKEND`` names (``sqlite3`` or ``adbc``), else None."""
+    forced = os.environ.get("ANALYZER_SQLITE_BACKEND", "").strip().lower()
+    return forced if forced in ("sqlite3", "adbc") else None
+
+
 def choose_backend() -> str:
     """``adbc`` when the ADBC SQLite driver is installed, else ``sqlite3`` (``$ANALYZER_SQLITE_BACKEND``
     overrides)."""
-    forced = os.environ.get("ANALYZER_SQLITE_BACKEND", "").strip().lower()
-    if forced in ("sqlite3", "adbc"):
+    forced = forced_backend()
+    if forced is not None:
         return forced
     return "adbc" if importlib.util.find_spec("adbc_driver_sqlite") is not None else "sqlite3"
 

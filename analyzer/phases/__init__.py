@@ -11,18 +11,30 @@
 """
 from __future__ import annotations
 
-from analyzer.facts.phase_index import DEFAULT_EXCLUDE, PhaseIndex, RangePattern, range_timing
-from analyzer.facts.phase_table import (
-    ModelConfig,
-    attention_split,
-    category_mix,
-    kernel_categories,
-    phase_table,
-    step_split,
-    top_kernels,
-)
+from typing import TYPE_CHECKING
+
+from analyzer.lazyimport import lazy_attributes
+
+if TYPE_CHECKING:  # imported on first use: ``analyze sweep --help`` reads no pandas
+    from analyzer.facts.phase_index import PhaseIndex, range_timing
+    from analyzer.facts.phase_table import (
+        ModelConfig,
+        attention_split,
+        category_mix,
+        kernel_categories,
+        phase_table,
+        step_split,
+        top_kernels,
+    )
+    from analyzer.facts.range_patterns import DEFAULT_EXCLUDE, RangePattern
 
 __all__ = [
     "DEFAULT_EXCLUDE", "ModelConfig", "PhaseIndex", "RangePattern", "attention_split", "category_mix",
     "kernel_categories", "phase_table", "range_timing", "step_split", "top_kernels",
 ]
+__getattr__ = lazy_attributes(__name__, globals(), {
+    "DEFAULT_EXCLUDE": "analyzer.facts.range_patterns", "RangePattern": "analyzer.facts.range_patterns",
+    "PhaseIndex": "analyzer.facts.phase_index", "range_timing": "analyzer.facts.phase_index",
+    **{name: "analyzer.facts.phase_table" for name in ("ModelConfig", "attention_split", "category_mix", "kernel_categories",
+                                         "phase_table", "step_split", "top_kernels")},
+})

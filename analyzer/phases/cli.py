@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import click
 
 from analyzer.errors import EXIT_USAGE, AnalyzerError
-from analyzer.facts.phase_index import DEFAULT_EXCLUDE, NO_EXCLUDE, exclude_option, parse_patterns
+from analyzer.facts.range_patterns import DEFAULT_EXCLUDE, NO_EXCLUDE, exclude_option, parse_patterns
 
 F = TypeVar("F", bound=Callable[..., Any])
 

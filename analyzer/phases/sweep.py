@@ -69,7 +69,8 @@ from analyzer._paths import trace_stem
 from analyzer.boundedio import BoundedReadError, copy_decompressed, decompressed_limit
 from analyzer.errors import AnalyzerError, InputError, ParameterError
 from analyzer.loading.model import Trace
-from analyzer.facts.phase_index import DEFAULT_EXCLUDE, MEASURE_TOLERANCE, PhaseIndex
+from analyzer.facts.phase_index import MEASURE_TOLERANCE, PhaseIndex
+from analyzer.facts.range_patterns import DEFAULT_EXCLUDE
 from analyzer.facts.phase_table import (
     ModelConfig,
     attention_split,

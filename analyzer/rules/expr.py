@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import ast
 import builtins
-import difflib
 import functools
 import math
 import operator
@@ -32,6 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analyzer.errors import closest_name, did_you_mean
 from analyzer.rules.units import BYTE_UNITS, DURATION_UNITS, literal_value
 from analyzer.saferegex import PatternError, UserPattern, compile_regex
 
@@ -271,7 +271,7 @@ class _Checker:
         visible = set(n.consts) | (set(n.columns) if row else set(n.keys | n.lets))
         if in_aggregate:
             visible |= n.lets | n.keys
-        best = _closest(name, visible | set(n.columns))
+        best = closest_name(name, visible | set(n.columns))
         kind = "column" if best in n.columns else "name"
         raise ExprError(f'unknown {kind} "{name}"', f'did you mean "{best}"?' if best else None)
 
@@ -375,17 +375,6 @@ def _describe_forbidden(node: ast.AST) -> str:
     if isinstance(node, ast.Subscript):
         return "indexing (x[...]) is not allowed in rule expressions"
     return f"{type(node).__name__} is not allowed in rule expressions"
-
-
-def _closest(name: str, candidates: Any) -> str | None:
-    match = difflib.get_close_matches(name, sorted(str(c) for c in candidates), n=1, cutoff=0.6)
-    return match[0] if match else None
-
-
-def did_you_mean(name: str, candidates: Any) -> str | None:
-    """``'did you mean "x"?'`` for the closest candidate, or None."""
-    best = _closest(name, candidates)
-    return f'did you mean "{best}"?' if best else None
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -18,8 +18,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from analyzer.errors import ParameterError, RuleError
-from analyzer.rules.expr import did_you_mean
+from analyzer.errors import ParameterError, RuleError, did_you_mean
 from analyzer.rules.model import CATEGORIES, Rule, RulePack
 from analyzer.rules.overrides import apply_overrides
 from analyzer.saferegex import PatternError, UserPattern, compile_glob

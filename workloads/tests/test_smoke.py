@@ -24,13 +24,15 @@ def _run(args: list[str]) -> subprocess.CompletedProcess:
                           text=True, timeout=120)
 
 
-@pytest.mark.parametrize("fixed", [False, True], ids=["pathology", "fixed"])
+@pytest.mark.parametrize("fixed", [False, True], ids=["pathology", "fixed-bare"])
 @pytest.mark.parametrize("name", PATHOLOGIES + ("healthy",))
 def test_workload_smoke(name: str, fixed: bool) -> None:
+    """Each workload and its twin; the twin runs ``--bare`` (no ranges: the shared run loop)."""
     proc = _run([f"workloads.{name}", "--size", "smoke", "--device", "cpu"]
-                + (["--fixed"] if fixed else []))
+                + (["--fixed", "--bare"] if fixed else []))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "RESULT {" in proc.stdout
+    assert f'"bare": {str(fixed).lower()}' in proc.stdout
 
 
 @pytest.mark.parametrize("mode", ["forward", "forward_backward", "training"])
@@ -165,3 +167,25 @@ def test_torch_memory_recording_and_step_times_in_manifest(tmp_path: Path) -> No
     mem = [e for e in events if e.get("name") == "[memory]"]
     assert mem and all("Bytes" in e["args"] for e in mem)
     assert {e["name"] for e in events} >= {"validate", "step_0", "step_2"}
+
+
+def test_bare_torch_profile_has_no_ranges_and_no_steps(tmp_path: Path) -> None:
+    """``--bare`` under torch.profiler: one profile around the measured steps, as people record:
+    no ``ProfilerStep#N``, no ``record_function`` range (the workload's own ``token_N`` ranges
+    included), the ops and the program's own step times still there."""
+    import json
+
+    proc = _run(["workloads", "profile", "decode_eager", "--tool", "torch", "--size", "smoke",
+                 "--out", str(tmp_path), "--suffix", "_bare", "--", "--device", "cpu", "--bare",
+                 "--steps", "3"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (rec,) = [json.loads(line) for line in (tmp_path / "manifest.jsonl").read_text().splitlines()]
+    assert rec["name"] == "decode_eager_bare" and "bare" in rec["flags"]
+    assert len(rec["step_ms"]) == 3 and all(t > 0 for t in rec["step_ms"])
+    events = json.loads((tmp_path / "decode_eager_bare.pt.trace.json").read_text())["traceEvents"]
+    names = {e.get("name", "") for e in events}
+    assert not [n for n in names if n.startswith(("ProfilerStep", "step_", "token_", "warmup"))]
+    assert not [e for e in events if e.get("cat") == "user_annotation"]
+    ops = [e for e in events if e.get("cat") == "cpu_op"]
+    # 3 measured steps of 2 tokens, each token's argmax: none of the warm-up step's (outside)
+    assert sum(e["name"] == "aten::argmax" for e in ops) == 3 * 2

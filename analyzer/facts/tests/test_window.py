@@ -110,7 +110,8 @@ def test_exclude_ranges_has_one_meaning_for_the_window_and_the_phase_tables():
     """``--exclude-ranges`` is parsed once (analyzer.facts.phase_index.exclude_option) and matched as
     the phase tables match it, regexes and path patterns included, on a real trace."""
     from analyzer.errors import ParameterError
-    from analyzer.facts.phase_index import PhaseIndex, exclude_option
+    from analyzer.facts.phase_index import PhaseIndex
+    from analyzer.facts.range_patterns import exclude_option
     from analyzer.loading import load_trace
     from analyzer.testing import real_trace
 

@@ -245,3 +245,34 @@ def test_empty_tables_are_typed_and_independent(trace):
     second = empty_typed(spec)
     assert list(second.columns) == ["name", "start", "value"] and second.empty
     assert [str(t) for t in second.dtypes] == ["object", "int64", "float64"]
+
+
+def test_small_tables_skip_adbc(monkeypatch):
+    """With the backend chosen automatically, a table the SQL backend reads goes to ADBC only from
+    ``ADBC_MIN_ROWS`` rowids on (importing the driver costs more than ``sqlite3`` takes for a small
+    table); both read a real trace's NVTX texts and memory events to the same arrays."""
+    pytest.importorskip("adbc_driver_sqlite")
+    import analyzer.loading.sqlite_reader as sr
+    from analyzer.testing import real_trace
+
+    monkeypatch.delenv("ANALYZER_SQLITE_BACKEND", raising=False)
+    monkeypatch.setenv("ANALYZER_SQLITE_PAGES", "0")  # every table by the SQL backend
+    calls: list[str] = []
+    for name in ("_adbc_query", "_adbc_batches"):
+        real = getattr(sr.SqliteReader, name)
+        monkeypatch.setattr(sr.SqliteReader, name,
+                            lambda self, sql, real=real: calls.append(sql) or real(self, sql))
+    got = {}
+    for min_rows in (sr.ADBC_MIN_ROWS, 1):
+        monkeypatch.setattr(sr, "ADBC_MIN_ROWS", min_rows)
+        reader = SqliteReader(real_trace("small_training_ctx128"))
+        assert reader.backend == "adbc"
+        got[min_rows] = (reader.fetch_text("NVTX_EVENTS", "text"),
+                         reader.fetch_ints("CUPTI_ACTIVITY_KIND_MEMCPY", {"start": "start", "bytes": "bytes"}))
+        reader.close()
+        assert bool(calls) is (min_rows == 1)  # the trace's tables are far below the default
+    texts, ints = got[sr.ADBC_MIN_ROWS]
+    assert len(texts) > 0 and len(ints["start"]) > 0
+    assert texts.tolist() == got[1][0].tolist()
+    for column, values in ints.items():
+        assert values.dtype == got[1][1][column].dtype and np.array_equal(values, got[1][1][column])
