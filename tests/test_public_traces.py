@@ -108,6 +108,23 @@ def test_rocm_gpu_named_by_the_id_its_kernels_carry(name, device, gpu):
     assert int(trace.gpus["sm_count"].iloc[0]) == 304
 
 
+def test_an_unnamed_rocm_gpu_is_named_from_its_properties():
+    """TraceLens' vLLM piecewise-graph trace (ROCm 7.0, MI300X): deviceProperties name every GPU "", and
+    the report said "unknown GPU (compute capability 9.4)", CUDA's words for a Hopper-like part. HIP's
+    major.minor and CU count name it now, and CUDA's per-compute-capability limits stay unfilled."""
+    import json
+    import lzma
+
+    name = "tracelens_vllm_piecewise_mi300x.pt.trace.json.xz"
+    with lzma.open(PUBLIC / name, "rt") as f:
+        props = json.load(f)["deviceProperties"]
+    assert {p["name"] for p in props} == {""}
+    want = {f"AMD GPU (HIP arch {p['computeMajor']}.{p['computeMinor']}, {p['numSms']} CUs)" for p in props}
+    gpus = load_trace(PUBLIC / name).gpus
+    assert set(gpus["name"]) == want == {"AMD GPU (HIP arch 9.4, 304 CUs)"}
+    assert (gpus["max_blocks_per_sm"] == 0).all() and (gpus["threads_per_warp"] == 64).all()
+
+
 def test_hip_calls_read_as_their_cuda_equivalents():
     """One table: launches, copies, synchronization, allocation and graph launches."""
     assert cuda_equivalent("hipLaunchKernel") == "cudaLaunchKernel"
@@ -118,6 +135,54 @@ def test_hip_calls_read_as_their_cuda_equivalents():
     assert cuda_equivalent("hipHostMalloc") == "cudaMallocHost"
     assert cuda_equivalent("hipGraphLaunch") == "cudaGraphLaunch"
     assert cuda_equivalent("cudaMalloc") == "cudaMalloc" and cuda_equivalent("hipify") == "hipify"
+
+
+def _raw_launches(name: str) -> dict[int, tuple[str, list[int], list[int]]]:
+    """correlation id -> (launching call, grid, block) of every kernel launch call, read from the
+    trace's JSON with the json module (not our loader)."""
+    import gzip
+    import json
+    import lzma
+
+    opener = lzma.open if name.endswith(".xz") else gzip.open
+    with opener(PUBLIC / name, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    return {e["args"]["correlation"]: (e["name"], e["args"]["grid"], e["args"]["block"]) for e in events
+            if e.get("cat") == "cuda_runtime" and "grid" in e.get("args", {})}
+
+
+@pytest.mark.parametrize("name", ["tracelens_sglang_prefill_mi300x.pt.trace.json.xz",
+                                  "tracelens_resnet_act_checkpoint_mi300x.pt.trace.json.xz",
+                                  "hta_mi250_minitoy_rocm62.pt.trace.json.gz"])
+def test_work_item_grids_of_hip_module_launches_are_read_in_blocks(name):
+    """PyTorch's ROCm profiler writes hipExtModuleLaunchKernel's globalWorkSize (work-items) as the
+    kernel's grid: a Tensile GEMM of 70 workgroups of 256 threads read as a grid of 17,920 blocks, so
+    small-grid and low-occupancy judged hipBLASLt/MIOpen kernels 256x larger than they ran. Kernels
+    of that call now have grid = ceil(work-items / block) in every dimension; every other launch call
+    (hipLaunchKernel, hipModuleLaunchKernel: grids in blocks) keeps the grid the trace wrote."""
+    raw = _raw_launches(name)
+    k = load_trace(PUBLIC / name).kernels
+    k = k[k["correlation_id"].isin(list(raw))]
+    ext = k["api_name"].astype(str) == "hipExtModuleLaunchKernel"
+    assert ext.sum() >= 2 and (~ext).sum() >= 2
+    for row in k.itertuples():
+        call, grid, block = raw[row.correlation_id]
+        assert call == row.api_name
+        want = [-(-g // b) for g, b in zip(grid, block)] if call == "hipExtModuleLaunchKernel" else grid
+        assert [row.grid_x, row.grid_y, row.grid_z] == want, (row.short_name, grid, block)
+        assert [row.block_x, row.block_y, row.block_z] == block
+
+
+def test_small_grid_judges_miopen_kernels_by_their_workgroups(pack):
+    """TraceLens' ResNet (activation checkpointing) rank-0 trace on an MI300X: MIOpen's
+    igemm_fwd_gtcx3 convolution runs 256 workgroups (65,536 work-items / 256) on 304 CUs; read as
+    65,536 blocks, small-grid left it and every hipExtModuleLaunchKernel kernel out (402 launches in
+    23 configurations before, 618 in 43 now)."""
+    a = _analyze("tracelens_resnet_act_checkpoint_mi300x.pt.trace.json.xz", pack)
+    (f,) = [f for f in a.findings if f.rule == "small-grid"]
+    cols = f.evidence_columns
+    rows = {(r[cols.index("short_name")], r[cols.index("grid_blocks")]) for r in f.evidence}
+    assert any(n.startswith("igemm_fwd_gtcx3") and g == 256 for n, g in rows), rows
 
 
 def test_hip_launches_count_as_launches(pack):

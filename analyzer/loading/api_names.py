@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+import numpy as np
+
 from analyzer.loading.common import strip_api_suffix
 
 # host waits for the device: name -> kind
@@ -53,6 +55,12 @@ HIP_TO_CUDA: dict[str, str] = {
     "hipExtMallocWithFlags": "cudaMalloc", "hipMallocManaged": "cudaMallocManaged",
 }
 _HIP = re.compile(r"^hip(?=[A-Z])")
+#: HIP launch calls whose grid argument counts work-items (threads), not blocks: ``hipExtModuleLaunchKernel``
+#: and ``hipHccModuleLaunchKernel`` take ``globalWorkSizeX/Y/Z`` (HSA's grid size) where the other launch
+#: calls take ``gridDim``. PyTorch's profiler on ROCm (roctracer and rocprofiler-sdk loggers alike) writes
+#: that argument as the kernel's ``grid`` unchanged, so hipBLASLt/Tensile GEMMs and MIOpen kernels show a
+#: grid ``blockDim`` times too large; the loaders divide it back (:func:`grid_in_blocks`)
+WORK_ITEM_GRID_APIS = frozenset({"hipExtModuleLaunchKernel", "hipHccModuleLaunchKernel"})
 
 
 def cuda_equivalent(name: str) -> str:
@@ -88,3 +96,25 @@ def host_side_summary(calls: Iterable[tuple[str, int, int]], span_ns: int) -> st
     rate = f", {launches / (span_ns / 1e9):,.0f} per second" if launches and span_ns > 0 else ""
     return (f"host side: {n_calls:,} CUDA API calls took {total / 1e9:,.3f} s; {launches:,} kernel launch calls"
             f"{rate}; {syncs:,} synchronizations took {sync_ns / 1e9:,.3f} s")
+
+
+def grid_in_blocks(grid: np.ndarray, block: np.ndarray, api_codes: np.ndarray, api_labels: np.ndarray
+                   ) -> np.ndarray:
+    """Launch grids in blocks. ``grid`` and ``block``: (n, 3) arrays as the trace wrote them (``-1`` or
+    ``0``: not recorded); ``api_codes``/``api_labels``: each kernel's launching call as codes into the
+    call names (suffixes stripped; code ``-1``: no call in the trace). Rows launched by a
+    :data:`WORK_ITEM_GRID_APIS` call with every dimension recorded get ``ceil(grid / block)`` per
+    dimension (a partial block at the edge is still a block); the others keep their values. A new
+    array when a row changes, else ``grid`` itself."""
+    hit = np.isin(np.asarray(api_labels, dtype=object), list(WORK_ITEM_GRID_APIS))
+    if not hit.any():
+        return grid
+    codes = np.asarray(api_codes)
+    rows = (codes >= 0) & hit[np.maximum(codes, 0)]
+    grid, block = np.asarray(grid), np.asarray(block)
+    rows &= (grid > 0).all(axis=1) & (block > 0).all(axis=1)
+    if not rows.any():
+        return grid
+    out = grid.copy()
+    out[rows] = -(-out[rows] // block[rows])
+    return out

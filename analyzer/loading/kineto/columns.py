@@ -175,6 +175,8 @@ def texts(values: Sequence[Any]) -> np.ndarray:
 
 def dims(values: Sequence[Any]) -> np.ndarray:
     """(n, 3) int64 from ``[x, y, z]`` lists (missing: -1)."""
+    if _all_none(values):  # a field these events lack (CUDA's launch calls)
+        return np.full((len(values), 3), -1, dtype=np.int64)
     if set(map(type, values)) == {list} and set(map(len, values)) == {3}:  # every one a list of 3: flattened
         try:
             return np.fromiter(itertools.chain.from_iterable(values), dtype=np.int64,
@@ -358,7 +360,9 @@ _SPECS: dict[str, dict[str, tuple[Callable[[_Chunk], Any], str]]] = {
                 "comm_group": (_comm_group_value, _TEXT)},
     "memcpy": {**_OPS, "nbytes": (_arg("nbytes"), _INT)},
     "memset": {**_OPS, "nbytes": (_arg("nbytes"), _INT)},
-    "runtime": {**_PID_TID, "correlation": (_arg("correlation"), _INT), "name": (_field("name"), _TEXT)},
+    # launch calls on ROCm carry the launch configuration (older ROCm writes it on the call only)
+    "runtime": {**_PID_TID, "correlation": (_arg("correlation"), _INT), "name": (_field("name"), _TEXT),
+                "grid": (_arg("grid"), _DIMS), "block": (_arg("block"), _DIMS), "smem": (_arg("smem"), _INT)},
     "driver": {**_PID_TID, "correlation": (_arg("correlation"), _INT), "name": (_field("name"), _TEXT)},
     "ranges": {**_PID_TID, "name": (_field("name"), _TEXT), "cat": (_coded("cat"), _CODES)},
     "syncs": {"correlation": (_arg("correlation"), _INT), "device": (_arg("device"), _INT),

@@ -122,6 +122,8 @@ class Document(msgspec.Struct):
     displayTimeUnit: Any = None
     traceName: Any = None
     host_name: Any = None
+    roctracer_version: Any = None  # written by PyTorch built for ROCm
+    hip_runtime_version: Any = None
 
 
 _DOC_DECODER = msgspec.json.Decoder(Document)

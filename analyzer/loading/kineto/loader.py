@@ -13,7 +13,7 @@ import pandas as pd
 
 from analyzer.errors import InputError
 from analyzer.loading import attribution as attr
-from analyzer.loading.api_names import host_side_summary, launch_calls
+from analyzer.loading.api_names import grid_in_blocks, host_side_summary, launch_calls
 from analyzer.loading.capabilities import missing_capabilities
 from analyzer.loading.columns import TextCodes
 from analyzer.loading.common import (
@@ -81,6 +81,9 @@ class _KinetoLoader:
         self.shown = display_path or path
         self.say: Progress = progress or (lambda _msg: None)
         self.source_format = source_format
+        # grid, block and shared memory of each API call (ROCm's launch calls), set by _api
+        empty = np.empty((0, 3), dtype=np.int64)
+        self._call_config: tuple[np.ndarray, np.ndarray, np.ndarray] = (empty, empty, np.empty(0, np.int64))
 
     def run(self) -> Trace:
         with gc_paused():
@@ -179,7 +182,9 @@ class _KinetoLoader:
             self.say(f"Python call stacks from {pyfuncs.n:,} python_function events")
             stacks, api_stacks = python_call_stacks(pyfuncs.col("pid"), pyfuncs.col("tid"), pyfuncs.start,
                                                     pyfuncs.end, pyfuncs.col("name"), api_frame)
-        gpus = _match_devices(self._gpus(doc.deviceProperties),
+        rocm = (doc.roctracer_version is not None or doc.hip_runtime_version is not None
+                or any(str(n).startswith("hip") for n in api_frame_data["name"].labels))
+        gpus = _match_devices(self._gpus(doc.deviceProperties, rocm),
                               [f["device"] for f in (kernel_frame, memcpy_frame, memset_frame) if len(f)])
         processes, thread_frame = self._processes_threads(columns.meta)
 
@@ -275,7 +280,29 @@ class _KinetoLoader:
             "correlation_id": corr, "return_value": np.full(n, -1, dtype=np.int64),
         }
         data.update(attr.range_columns(self._range_text, self._range_path, thread_nvtx))
+        no_dims = np.full((driver.n, 3), -1, dtype=np.int64)
+        self._call_config = (np.concatenate([runtime.col("grid"), no_dims]),
+                             np.concatenate([runtime.col("block"), no_dims]),
+                             np.concatenate([runtime.col("smem"), np.full(driver.n, -1, dtype=np.int64)]))
         return data, attr.Launches(api, name, thread_nvtx, timeline, nvtx)
+
+    def _launch_config(self, g: EventGroup, corr: np.ndarray, launch: attr.Launches
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Grid, block and dynamic shared memory of each kernel: the kernel event's, else (ROCm before
+        6.3 writes them on the launch call only: ``hipLaunchKernel``'s ``grid``/``block``/``shared
+        memory``) its launching call's."""
+        grid, block, smem = g.col("grid"), g.col("block"), g.col("smem")
+        missing = (grid < 0).all(axis=1) & (block < 0).all(axis=1)
+        call_grid, call_block, call_smem = self._call_config
+        if missing.any() and (call_grid >= 0).any():
+            idx = launch.index.lookup(None, corr)
+            take = missing & (idx >= 0)
+            take[take] &= (call_grid[idx[take]] >= 0).all(axis=1)
+            if take.any():
+                grid, block, smem = grid.copy(), block.copy(), smem.copy()
+                grid[take], block[take] = call_grid[idx[take]], call_block[idx[take]]
+                smem[take] = call_smem[idx[take]]
+        return grid, block, smem
 
     # -- GPU operations ---------------------------------------------------------------------------------
     def _op_columns(self, g: EventGroup, flow_ids: _FlowIds, launch: attr.Launches) -> dict[str, Any]:
@@ -300,7 +327,8 @@ class _KinetoLoader:
             return empty_frame(KERNEL_COLUMNS)
         data = self._op_columns(g, flow_ids, launch)
         names = g.text("name")
-        grid, block = g.col("grid"), g.col("block")
+        grid, block, smem = self._launch_config(g, data["correlation_id"], launch)
+        grid = grid_in_blocks(grid, block, data["api_name"].codes, data["api_name"].labels)
         n = g.n
         data.update({
             "short_name": mapped(names, kernel_short_name), "name": names,
@@ -308,7 +336,7 @@ class _KinetoLoader:
             "block_x": block[:, 0], "block_y": block[:, 1], "block_z": block[:, 2],
             "registers_per_thread": g.col("registers"),
             "static_smem": np.zeros(n, dtype=np.int64),
-            "dynamic_smem": np.maximum(g.col("smem"), 0),
+            "dynamic_smem": np.maximum(smem, 0),
             "launch_type": np.full(n, -1, dtype=np.int64),
             "graph_node_id": g.col("graph_node"),
             "graph_id": np.full(n, -1, dtype=np.int64),  # torch.profiler does not name the graph
@@ -403,7 +431,11 @@ class _KinetoLoader:
         return by_start(contract_frame(SYNC_COLUMNS, data, compact=True))
 
     # -- GPUs, processes, threads -------------------------------------------------------------------------
-    def _gpus(self, props: Any) -> pd.DataFrame:
+    def _gpus(self, props: Any, rocm: bool = False) -> pd.DataFrame:
+        """One row per ``deviceProperties`` entry. On ROCm (``rocm``: the document or its API calls say
+        so) a device without a name (ROCm 7 writes ``""``) is named ``AMD GPU (HIP arch 9.4, 304 CUs)``
+        from its properties, and CUDA's per-compute-capability limits are never filled in: HIP's
+        major.minor (9.0 on an MI210, 9.4 on an MI300X) is AMD's architecture, not CUDA's Hopper."""
         if not isinstance(props, list) or not props:
             return empty_frame(GPU_COLUMNS)
         mapping = {
@@ -429,7 +461,10 @@ class _KinetoLoader:
                     rec[col] = max(int_or(value, 0), 0)
             if not rec["max_shared_per_sm"]:
                 rec["max_shared_per_sm"] = max(int_or(p.get("maxSharedMemoryPerMultiProcessor"), 0), 0)
-            if "AMD" not in rec["name"] and "Radeon" not in rec["name"] and "Instinct" not in rec["name"]:
+            amd = rocm or any(w in rec["name"] for w in ("AMD", "Radeon", "Instinct"))
+            if amd and not rec["name"].strip():
+                rec["name"] = _amd_gpu_name(rec)
+            if not amd:
                 fill_cc_limits(rec)  # CUDA compute capabilities; AMD's gfx numbers are not those
             records.setdefault(rec["device"], rec)
         if not records:
@@ -533,6 +568,16 @@ def _no_gpu_activity(shown: Path, cats: set[str], runtime: EventGroup, driver: E
                "another profiler holding CUPTI at the same time (nsys, DCGM profiling) takes it")
         hint = "record on native Linux with no other profiler attached"
     return InputError(shown, f"torch.profiler trace without GPU activity: {host}; {why}", hint=hint)
+
+
+def _amd_gpu_name(rec: dict[str, Any]) -> str:
+    """A name for an AMD GPU the trace left unnamed, from what its properties say."""
+    parts = []
+    if rec.get("compute_major"):
+        parts.append(f"HIP arch {rec['compute_major']}.{rec.get('compute_minor', 0)}")
+    if rec.get("sm_count"):
+        parts.append(f"{rec['sm_count']} CUs")
+    return "AMD GPU" + (f" ({', '.join(parts)})" if parts else "")
 
 
 def _match_devices(gpus: pd.DataFrame, used: list[Any]) -> pd.DataFrame:
