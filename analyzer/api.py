@@ -26,7 +26,7 @@ from analyzer.analysis import Analysis
 from analyzer.facts.range_patterns import exclude_option
 from analyzer.facts.registry import all_specs
 from analyzer.findings import Finding
-from analyzer.job.run import JobAnalysis, JobOutcome
+from analyzer.job.outcome import JobOutcome
 from analyzer.pipeline import analyze_inputs
 from analyzer.progress import Progress
 from analyzer.reports import ReportView, build_report, render
@@ -35,6 +35,7 @@ from analyzer.trace_analysis import AnalysisOptions, load_accepted_findings
 if TYPE_CHECKING:
     from analyzer.accepted import AcceptedFindings
     from analyzer.job.remote import Scheduler
+    from analyzer.job.run import JobAnalysis
 
 PathLike = str | Path
 

@@ -40,7 +40,7 @@ from analyzer.watchdog import Watchdog, stage
 if TYPE_CHECKING:
     from analyzer.accepted import AcceptedFindings
     from analyzer.job.remote import Scheduler
-    from analyzer.job.run import JobOutcome
+    from analyzer.job.outcome import JobOutcome
     from analyzer.loading.model import NcuReport, Trace
     from analyzer.rules.model import RulePack
 
@@ -146,7 +146,7 @@ def analyze_inputs(paths: Sequence[Path], options: AnalysisOptions, *, job: bool
     ``options.accepted_file``); with ``write_accepted``, every finding is recorded in that file first
     (keeping the reasons of the entries it held) and marked as accepted by it.
     ``pack``: an already loaded rule pack (else from ``options``)."""
-    from analyzer.job.run import JobOutcome
+    from analyzer.job.outcome import JobOutcome
 
     if pack is None:
         with stage("loading the rules"):
@@ -185,7 +185,7 @@ def _analyze_traces(traces: Sequence[Path], options: AnalysisOptions, pack: Rule
                     job: bool | None, scheduler: Scheduler | None, workers: int | None,
                     progress: Progress) -> JobOutcome:
     """The traces of :func:`analyze_inputs` as one job or each on its own (no accepted findings yet)."""
-    from analyzer.job.run import JobOutcome, analyze_job  # the job machinery only when inputs are given
+    from analyzer.job.outcome import JobOutcome
 
     if job is False:
         return JobOutcome(None, _each_alone(traces, options, pack, ncu, progress), "--no-job")
@@ -199,6 +199,8 @@ def _analyze_traces(traces: Sequence[Path], options: AnalysisOptions, pack: Rule
         if alone is not None:
             return JobOutcome(None, [alone], "a single process")
         loaded[str(traces[0])] = trace
+    from analyzer.job.run import analyze_job  # the job machinery only for inputs that may be one job
+
     outcome = analyze_job(traces, options, pack=pack, scheduler=scheduler, workers=workers, force=job,
                           ncu=ncu, progress=progress, loaded=loaded)
     if outcome.job is None and outcome.analyses is None and outcome.alone is None:

@@ -7,9 +7,14 @@ every :func:`analyzer.watchdog.stage` timed: the top-level stages (loading, choo
 rules, building and writing the report), the facts and rules inside them (a fact is computed inside
 the first rule or report section that reads it, so it is also counted there; facts the second
 thread computed while the rules ran are marked ``[2nd thread]``), and what is left: interpreter
-start-up and imports before the first stage. CPU time is the process's (all threads: with two fact
-threads a stage's CPU can exceed its wall time), steadier than wall time on a shared machine. Run it twice to see a re-analysis served from the trace
-cache (``--no-cache`` to see the loader every time).
+start-up and imports before the first stage. CPU time of a top-level stage is the process's (all
+threads: the loader's readers, the second fact thread), that of a fact or rule its own thread's (the
+process's CPU over a fact computed on the second thread counted the main thread's work at the same
+time too: ``gpu_gaps`` read 1.46 s at 1M kernels for about 0.85 s of its own); CPU time is steadier
+than wall time on a shared machine. Run it twice to see a re-analysis served from the trace cache
+(``--no-cache`` to see the loader every time). Byte-compile the package first where
+``PYTHONDONTWRITEBYTECODE`` is set (``python -m compileall -q analyzer``; benchmarks/run.py does):
+otherwise start-up includes compiling every module from source, which an installed copy never does.
 """
 from __future__ import annotations
 
@@ -45,7 +50,8 @@ def _timed_stage(name: str) -> Iterator[None]:
     else:
         key = ("  fact " if name.startswith("fact ") else "  rule ") + name.split(" ", 1)[1]
         key += " [2nd thread]" if second else ""
-    w, c = time.perf_counter(), time.process_time()
+    clock = time.process_time if key == name else time.thread_time  # a fact or rule: its own thread's
+    w, c = time.perf_counter(), clock()
     _local.depth = depth + 1
     try:
         with _real_stage(name):
@@ -54,7 +60,7 @@ def _timed_stage(name: str) -> Iterator[None]:
         _local.depth = depth
         t = _totals[key]
         t[0] += time.perf_counter() - w
-        t[1] += time.process_time() - c
+        t[1] += clock() - c
         t[2] += 1
 
 

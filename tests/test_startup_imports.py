@@ -57,3 +57,20 @@ def test_loading_a_trace_imports_no_later_stage(trace):
                         "assert len(trace.kernels) > 0\n")
     assert "analyzer.loading" in modules
     assert _heavy(modules, NOT_FOR_LOADING) == []
+
+
+#: what analyzing one single-process trace into a JSON report never needs
+NOT_FOR_ONE_TRACE = ("analyzer.job.run", "analyzer.job.rank", "analyzer.job.cross", "analyzer.job.remote",
+                     "dask", "distributed", "adbc_driver_manager", "analyzer.reports.html", "analyzer.reports.svg",
+                     "analyzer.diff.compare", "analyzer.phases.sweep")
+
+
+def test_one_trace_run_imports_no_job_machinery(tmp_path):
+    """``analyze TRACE --format json`` on one single-process trace: the multi-GPU job machinery (rank
+    phases, cross-rank matching, Dask), the HTML renderer and the other commands' modules stay out."""
+    out = tmp_path / "report.json"
+    modules = _imported("from analyzer.cli import cli\n"
+                        f"cli.main(args=['tests/data/healthy.sqlite.xz', '--no-cache', '-q', '-o', {str(out)!r}],"
+                        " prog_name='analyze', standalone_mode=False)\n")
+    assert out.stat().st_size > 0 and "analyzer.reports.jsonout" in modules
+    assert _heavy(modules, NOT_FOR_ONE_TRACE) == []

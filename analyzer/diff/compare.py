@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from analyzer.diff import stats
-from analyzer.reports.baseline import RunSummary, Steps, Table
+from analyzer.reports.baseline import GRAPH_HIDDEN_SHARE, RunSummary, Steps, Table
 from analyzer.reports.format import fmt_bytes, fmt_ms, fmt_pct, plural
 
 DEFAULT_MIN_EFFECT_PCT = 3.0
@@ -526,18 +526,11 @@ def _kernel_overlap(base: RunSummary, head: RunSummary) -> float | None:
     return float(sum(min(v, sh[k]) for k, v in sb.items() if k in sh))
 
 
-def _graph_share(run: RunSummary) -> float:
-    """Share of ``run``'s kernel time in CUDA graphs traced without their kernels (category ``cuda_graph``)."""
-    total = sum(r.total_ns for r in run.categories.rows) + run.categories.other_ns
-    graphs = sum(r.total_ns for r in run.categories.rows if r.category == "cuda_graph")
-    return graphs / total if total > 0 else 0.0
-
-
 def _context_notes(base: RunSummary, head: RunSummary, overlap: float | None, phases: ChangeTable,
                    notes: list[str]) -> None:
     common_phases = sum(1 for r in phases.rows if r.status in ("changed", "same"))
-    opaque = [(side, share) for side, share in (("BASE", _graph_share(base)), ("HEAD", _graph_share(head)))
-              if share >= 0.10]
+    opaque = [(side, run.opaque_graph_share) for side, run in (("BASE", base), ("HEAD", head))
+              if run.opaque_graph_share >= GRAPH_HIDDEN_SHARE]
     if opaque and overlap is not None and overlap < SHALLOW_OVERLAP:
         side, share = max(opaque, key=lambda x: x[1])
         notes.append(f"{side} ran {fmt_pct(100 * share)} of its kernel time in CUDA graphs traced without their "

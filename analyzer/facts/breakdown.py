@@ -248,8 +248,16 @@ BREAKDOWN_COLUMNS = {
     "compiled_share": "range rows: of the kernels the phase launched one by one in the window (not replayed "
                       "from a CUDA graph), the share torch.compile's Inductor generated (Triton kernels "
                       "named triton_*; 0..1; 0 for other rows)",
+    "graphed_share": "range rows: of the phase's kernel time in the window, the share CUDA graph replays ran "
+                     "(kernels of a replay, or whole graph executions where nsys traced graphs, not their "
+                     "nodes; 0..1; 0 for other rows)",
+    "graphed": "range rows: 1 when the phase runs mostly in CUDA graphs (graphed_share at least GRAPHED_SHARE, "
+               "50%): launch-bound's fix is in place, its launch-bound time is the graph launches and the "
+               "host work around them (host-bound-graph-loop); else 0",
+    "device_graphed_ns": "every row: on the row's device, the row's cause's time in graphed phases (ns; part of "
+                         "device_cause_ns)",
     "compiled": "range rows: 1 when the phase runs torch.compile'd code (compiled_share at least "
-                "COMPILED_SHARE, 25%), else 0",
+                "COMPILED_SHARE, 25%) and is not graphed, else 0",
     "fix_group": "range rows: the phases one fix covers, as launch-bound states them: the phase itself, "
                  "except that every compiled phase of a device under an NVTX range forms one group "
                  "(CUDA graphs of torch.compile(mode='reduce-overhead') cover every compiled region at "

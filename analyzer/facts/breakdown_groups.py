@@ -15,6 +15,11 @@ from analyzer.facts.registry import FactContext
 #: Inductor's (torch.compile default mode: 56% in compile_train's forward and backward, the rest cuBLAS
 #: GEMMs and eager copies; 0 in every eager workload)
 COMPILED_SHARE = 0.25
+#: a phase is graphed when at least this share of its kernel time ran in CUDA graph replays: launch-bound's
+#: fix is in place there, its remaining launch-bound time is the graph launches and the host between them
+#: (host-bound-graph-loop's). Every committed phase is at either end: 97-100% (decode_eager_fixed,
+#: host_sync_graph*_fixed, compile_train_fixed's forward and backward, the vLLM/SGLang decode traces) or 0%
+GRAPHED_SHARE = 0.5
 #: a group's name lists at most this many phases (``A + B + C + 5 more``), its ``group_parts`` at most
 #: this many with their shares (``..., 5 more 1.2 ms (3%)``): a step of many compiled ranges stays readable
 NAMED_PHASES = 4
@@ -37,9 +42,12 @@ def _parts_text(items: list[tuple[str, int]], total: float) -> str:
     return ", ".join(f"{p} {v / 1e6:.1f} ms ({v / total:.0%})" if total > 0 else f"{p} 0.0 ms" for p, v in items)
 
 
-def compiled_shares(ctx: FactContext, phase_of: dict[str, str]) -> dict[tuple[int, str], float]:
-    """Per (device, phase): of the kernels launched one by one (``in_graph`` 0) starting in the window,
-    the share torch.compile's Inductor generated (:func:`analyzer.loading.kernel_names.is_inductor_kernel`).
+def kernel_shares(ctx: FactContext, phase_of: dict[str, str]) -> dict[tuple[int, str], tuple[float, float]]:
+    """Per (device, phase), of the kernels starting in the window: ``(compiled_share, graphed_share)``.
+    ``compiled_share``: of the kernels launched one by one (``in_graph`` 0), the share torch.compile's
+    Inductor generated (:func:`analyzer.loading.kernel_names.is_inductor_kernel`); ``graphed_share``: the
+    kernel time CUDA graph replays ran (``in_graph`` 1, a node-level traced graph's kernel or one of
+    torch.profiler's; 2, a whole execution of nsys' default graph-level trace) over all kernel time.
     Kernel names and NVTX paths are read once per distinct text."""
     from analyzer.loading.kernel_names import is_inductor_kernel
     from analyzer.loading.model import NOT_IN_GRAPH
@@ -50,42 +58,54 @@ def compiled_shares(ctx: FactContext, phase_of: dict[str, str]) -> dict[tuple[in
     w = ctx.window
     start = ops["start"].to_numpy(dtype=np.int64)
     op_codes, op_labels = text_codes(ops["op"])  # a categorical's own codes: no text compared per row
-    mine = (op_labels == "kernel")[op_codes] & (start >= w.start_ns) & (start < w.end_ns)
-    if "in_graph" in ops:
-        mine &= ops["in_graph"].fillna(NOT_IN_GRAPH).to_numpy(dtype=np.int64) == NOT_IN_GRAPH
-    pos = np.flatnonzero(mine)
+    pos = np.flatnonzero((op_labels == "kernel")[op_codes] & (start >= w.start_ns) & (start < w.end_ns))
     if not len(pos):
         return {}
+    if "in_graph" in ops:
+        eager = ops["in_graph"].to_numpy()[pos]
+        eager = np.where(pd.isna(eager), NOT_IN_GRAPH, eager).astype(np.int64) == NOT_IN_GRAPH
+    else:
+        eager = np.ones(len(pos), dtype=bool)
+    duration = ops["duration"].to_numpy(dtype=np.float64)[pos]
     all_names, names = text_codes(ops["label"])
-    inductor = np.array([is_inductor_kernel(str(x)) for x in names], dtype=bool)[all_names[pos]]
+    inductor = np.array([is_inductor_kernel(str(x)) for x in names], dtype=bool)[all_names[pos]] & eager
     all_paths, paths = text_codes(ops["nvtx_path"])
-    path_codes = all_paths[pos]
     phases = np.array([phase_of.get(k, "") for k in generic_keys(paths)], dtype=object)
-    phase_codes, phase_labels = pd.factorize(phases[path_codes])
+    phase_codes, phase_labels = pd.factorize(phases[all_paths[pos]])
     dev_codes, dev_values = pd.factorize(ops["device"].to_numpy(dtype=np.int64)[pos])
     n_phase = max(len(phase_labels), 1)
     key = dev_codes.astype(np.int64) * n_phase + phase_codes
-    launches = np.bincount(key, minlength=len(dev_values) * n_phase)
-    generated = np.bincount(key, weights=inductor, minlength=len(dev_values) * n_phase)
-    out: dict[tuple[int, str], float] = {}
-    for k in np.flatnonzero(launches):
+    space = len(dev_values) * n_phase
+    launches = np.bincount(key, weights=eager, minlength=space)
+    generated = np.bincount(key, weights=inductor, minlength=space)
+    kernel_ns = np.bincount(key, weights=duration, minlength=space)
+    graphed_ns = np.bincount(key, weights=np.where(eager, 0.0, duration), minlength=space)
+    out: dict[tuple[int, str], tuple[float, float]] = {}
+    kernels = np.bincount(key, minlength=space)
+    for k in np.flatnonzero(kernels):
         d, p = divmod(int(k), n_phase)
-        out[(int(dev_values[d]), str(phase_labels[p]))] = float(generated[k] / launches[k])
+        out[(int(dev_values[d]), str(phase_labels[p]))] = (  # kernels of no duration: graphed by count
+            float(generated[k] / launches[k]) if launches[k] else 0.0,
+            float(graphed_ns[k] / kernel_ns[k]) if kernel_ns[k] > 0 else float(1 - launches[k] / kernels[k]))
     return out
 
 
 def fix_groups(ctx: FactContext, out: pd.DataFrame, is_range: np.ndarray, held_rows: np.ndarray) -> None:
-    """The ``compiled_share``, ``compiled``, ``fix_group``, ``group_ns``, ``group_host_held_ns`` and
+    """The ``compiled_share``, ``graphed_share``, ``graphed``, ``device_graphed_ns``, ``compiled``, ``fix_group``, ``group_ns``, ``group_host_held_ns`` and
     ``group_parts`` columns of :func:`timeline_breakdown` (in place; see :data:`BREAKDOWN_COLUMNS`). The
     standard fix for launch-bound compiled code, ``torch.compile(mode="reduce-overhead")``, records every
     compiled region in CUDA graphs at once (forward and backward alike): its phases are one fix."""
     phase = out["phase"].to_numpy(dtype=object)
     device = out["device"].to_numpy(dtype=np.int64)
     phase_of = {str(k): str(p) for k, p in zip(out["key"].to_numpy(dtype=object)[is_range], phase[is_range])}
-    shares = compiled_shares(ctx, phase_of)
-    share = np.array([shares.get((int(d), str(p)), 0.0) if r else 0.0
-                      for d, p, r in zip(device, phase, is_range)], dtype=np.float64)
-    compiled = is_range & (share >= COMPILED_SHARE)
+    shares = kernel_shares(ctx, phase_of)
+    of_row = [shares.get((int(d), str(p)), (0.0, 0.0)) if r else (0.0, 0.0)
+              for d, p, r in zip(device, phase, is_range)]
+    share = np.array([c for c, _ in of_row], dtype=np.float64)
+    graphed_share = np.array([g for _, g in of_row], dtype=np.float64)
+    graphed = is_range & (graphed_share >= GRAPHED_SHARE)
+    # a graphed phase's fix is done: it joins no group of compiled phases still to graph
+    compiled = is_range & (share >= COMPILED_SHARE) & ~graphed
     members: dict[int, set[str]] = {}
     for d, p in zip(device[compiled], phase[compiled]):
         if p:  # the time outside every range stays the device's own finding
@@ -94,6 +114,11 @@ def fix_groups(ctx: FactContext, out: pd.DataFrame, is_range: np.ndarray, held_r
     group = np.array([label.get(int(d), p) if c and p and int(d) in label else (p if r else "")
                       for d, p, c, r in zip(device, phase, compiled, is_range)], dtype=object)
     out["compiled_share"] = share
+    out["graphed_share"] = graphed_share
+    out["graphed"] = graphed.astype(np.int64)
+    in_graphed = out.loc[graphed].groupby(["device", "cause"])["duration_ns"].sum()
+    out["device_graphed_ns"] = (in_graphed.reindex(pd.MultiIndex.from_frame(out[["device", "cause"]])).fillna(0)
+                                .to_numpy(dtype=np.int64) if len(in_graphed) else np.zeros(len(out), dtype=np.int64))
     out["compiled"] = compiled.astype(np.int64)
     out["fix_group"] = group
     by_group = [out["device"], out["fix_group"]]

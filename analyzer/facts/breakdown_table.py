@@ -38,9 +38,10 @@ def timeline_breakdown(ctx: FactContext) -> pd.DataFrame:
     that cause, ``segments`` the number of disjoint intervals summed."""
     seg = ctx.get("timeline_segments")
     ints = ("device", "duration_ns", "segments", "key_cause_ns", "device_host_held_ns", "device_cause_ns",
-            "phase_ns", "phase_host_held_ns", "compiled", "group_ns", "group_host_held_ns")
+            "phase_ns", "phase_host_held_ns", "graphed", "device_graphed_ns", "compiled", "group_ns", "group_host_held_ns")
     if seg.empty:
-        return empty_frame(BREAKDOWN_COLUMNS, ints, ("share", "cause_share", "key_cause_share", "compiled_share"))
+        return empty_frame(BREAKDOWN_COLUMNS, ints, ("share", "cause_share", "key_cause_share", "compiled_share",
+                                                     "graphed_share"))
     # summed on integer codes (a million-kernel trace has millions of segments), SUM_CHUNK segments at a
     # time (every per-segment temporary bounded; the chunks' groups merged by code), text put back per row
     dev = seg["device"].to_numpy()

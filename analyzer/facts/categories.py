@@ -12,6 +12,7 @@ Window: kernels whose start lies in the window.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -34,6 +35,21 @@ OTHER = "other"
 #: ``CUDA graph <id>``, ``in_graph`` = GRAPH_EXECUTION): its kernels are not in the trace, so no name
 #: pattern can say what it computes; it is a graph replay, never ``other``
 GRAPH_CATEGORY = "cuda_graph"
+
+
+def opaque_graph_share(totals: Iterable[tuple[str, int]], other_ns: int = 0) -> float:
+    """The share of kernel time that ran in CUDA graphs traced without their kernels (nsys' default
+    graph-level tracing): :data:`GRAPH_CATEGORY`'s time over all kernel time, from ``(category, total_ns)``
+    pairs as ``category_summary`` gives them (``other_ns``: kernel time of categories a table left out).
+    The one measure of "graphs whose kernels the trace lacks": ``analyze diff``'s note that kernel tables
+    hold graphs, not kernels, and the rules a run cannot judge (a run summary's ``graph_hidden_rules``),
+    for a trace and for a JSON report alike. 0 without kernel time."""
+    total = other_ns
+    graphs = 0
+    for category, ns in totals:
+        total += ns
+        graphs += ns if category == GRAPH_CATEGORY else 0
+    return graphs / total if total > 0 else 0.0
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ import pandas as pd
 
 from analyzer.analysis import Analysis
 from analyzer.errors import InputError
+from analyzer.facts.categories import opaque_graph_share
 from analyzer.facts.registry import UnknownFactError
 from analyzer.reports.values import flat_parameters, gpu_label
 
@@ -169,9 +170,16 @@ class RunSummary:
     latent_impacts: tuple[tuple[str, int], ...] = ()
     #: rules this run's trace cannot judge on a material part of its GPU time: rules judging individual
     #: kernels, graph kernels included (:attr:`analyzer.analysis.Analysis.graph_kernel_rules`), where CUDA
-    #: graphs ran without their kernels traced (nsys' default graph-level tracing) for at least :data:`GRAPH_HIDDEN_SHARE` of the
-    #: window's GPU busy time. A diff does not call such a rule's finding resolved (or new) for it.
+    #: graphs ran without their kernels traced (nsys' default graph-level tracing) for at least
+    #: :data:`GRAPH_HIDDEN_SHARE` of the window's kernel time (:attr:`opaque_graph_share`). A diff does not
+    #: call such a rule's finding resolved (or new) for it.
     graph_hidden_rules: tuple[str, ...] = ()
+
+    @property
+    def opaque_graph_share(self) -> float:
+        """The share of the run's kernel time in CUDA graphs traced without their kernels (its category
+        table's ``cuda_graph`` row: :func:`analyzer.facts.categories.opaque_graph_share`)."""
+        return _opaque_graph_share(self.categories)
 
     # -- JSON --------------------------------------------------------------------------------------
     def baseline_dict(self) -> dict[str, Any]:
@@ -293,6 +301,7 @@ def summarize(analysis: Analysis) -> RunSummary:
     kernel_ns = int(kernels_frame["total_ns"].sum()) if kernels_frame is not None and len(kernels_frame) else 0
     kernel_count = int(kernels_frame["count"].sum()) if kernels_frame is not None and len(kernels_frame) else 0
     peak, growth = _memory(analysis)
+    categories = _categories(get("category_summary"))
     return RunSummary(
         name=trace.name,
         path=str(trace.info.path),
@@ -313,7 +322,7 @@ def summarize(analysis: Analysis) -> RunSummary:
         steps=steps,
         phases=_phases(get("nvtx_instances"), window.start_ns, window.end_ns),
         kernels=kernels,
-        categories=_categories(get("category_summary")),
+        categories=categories,
         copies=_copies(get("gpu_ops"), get("copy_throughput"), window.start_ns, window.end_ns),
         rules=_rules(analysis.findings),
         findings=_findings(analysis.findings),
@@ -321,26 +330,25 @@ def summarize(analysis: Analysis) -> RunSummary:
         memory_peak_bytes=peak,
         memory_growth_bytes=growth,
         latent_impacts=tuple(sorted((str(k), int(v)) for k, v in getattr(analysis, "latent_impacts", {}).items())),
-        graph_hidden_rules=_graph_hidden_rules(analysis, get, busy_ns),
+        graph_hidden_rules=_graph_hidden_rules(analysis, categories),
     )
 
 
-#: the share of GPU busy time in CUDA graphs traced without their kernels from which a run cannot judge
-#: per-kernel rules (a graph-level trace of a program that replays one graph per step: 98-99%)
+#: the share of kernel time in CUDA graphs traced without their kernels
+#: (:func:`analyzer.facts.categories.opaque_graph_share`) from which a run cannot judge per-kernel rules, and
+#: a diff's kernel tables compare mostly graphs (a graph-level trace of a program that replays one graph per
+#: step: 98-100%; compile_train's reduce-overhead twin, eager optimizer: 79%)
 GRAPH_HIDDEN_SHARE = 0.10
 
 
-def _graph_hidden_rules(analysis: Analysis, get: Any, busy_ns: int | None) -> tuple[str, ...]:
-    """:attr:`RunSummary.graph_hidden_rules` of ``analysis``."""
+def _opaque_graph_share(categories: Table) -> float:
+    return opaque_graph_share(((r.category, r.total_ns) for r in categories.rows), categories.other_ns)
+
+
+def _graph_hidden_rules(analysis: Analysis, categories: Table) -> tuple[str, ...]:
+    """:attr:`RunSummary.graph_hidden_rules` of ``analysis``, whose kernel categories are ``categories``."""
     kernel_rules = getattr(analysis, "graph_kernel_rules", ())
-    if not kernel_rules or not busy_ns:
-        return ()
-    replays = get("graph_replays")
-    if replays is None or replays.empty or "traced_kernels" not in replays.columns:
-        return ()
-    hidden = replays["traced_kernels"].to_numpy() == 0
-    opaque_ns = int(replays["gpu_ns"].to_numpy()[hidden].sum())
-    return tuple(kernel_rules) if opaque_ns >= GRAPH_HIDDEN_SHARE * busy_ns else ()
+    return tuple(kernel_rules) if kernel_rules and _opaque_graph_share(categories) >= GRAPH_HIDDEN_SHARE else ()
 
 
 def _memory(analysis: Analysis) -> tuple[int | None, int | None]:

@@ -442,6 +442,38 @@ def test_a_graph_level_trace_does_not_resolve_what_it_cannot_see() -> None:
     assert again.graph_hidden_rules == graphed.graph_hidden_rules
 
 
+@pytest.mark.parametrize("name,lo,hi", [("round3/compile_train_fixed", 0.6, 0.9),  # graphed model, eager AdamW
+                                         ("round3/host_sync_graph_fixed", 0.95, 1.0),  # one graph a step
+                                         ("round3/compile_train_fixed_node", 0.0, 0.0),  # the kernels traced
+                                         ("round3/compile_train", 0.0, 0.0)])  # eager launches
+def test_one_measure_of_graphs_traced_without_their_kernels(name: str, lo: float, hi: float) -> None:
+    """The diff's note that kernel tables hold graphs and the rules a run cannot judge read one share:
+    kernel time of whole graph executions (nsys' default graph-level trace) over all kernel time in the
+    window, checked against the trace's own kernels, and kept through the JSON report."""
+    from analyzer.reports.baseline import GRAPH_HIDDEN_SHARE
+    from analyzer.reports.format import fmt_pct
+
+    run = summary(name)
+    a = analyze_trace(real_trace(name))
+    ops = a.facts.get("gpu_ops")
+    w = a.window
+    k = ops[(ops["op"] == "kernel") & (ops["start"] >= w.start_ns) & (ops["start"] < w.end_ns)]
+    expected = float(k.loc[k["in_graph"] == 2, "duration"].sum() / k["duration"].sum())
+    assert run.opaque_graph_share == pytest.approx(expected) and lo <= expected <= hi
+    assert bool(run.graph_hidden_rules) == (expected >= GRAPH_HIDDEN_SHARE)
+    again = from_report(report(name), "again.json")
+    assert again.opaque_graph_share == pytest.approx(expected) and again.graph_hidden_rules == run.graph_hidden_rules
+    # the note states that share, whichever side holds the graphs
+    eager = summary("round3/compile_train")
+    notes = diff(eager, run).notes + diff(run, eager).notes
+    said = [n for n in notes if "CUDA graphs traced without their kernels" in n]
+    if expected >= GRAPH_HIDDEN_SHARE:
+        assert said and all(n.startswith(("BASE ran ", "HEAD ran ")) for n in said), notes
+        assert all(f"ran {fmt_pct(100 * expected)} of its kernel time" in n for n in said), said
+    else:
+        assert not said, notes
+
+
 def test_a_growth_inside_the_step_noise_is_not_called_worse() -> None:
     """host_sync_balanced_run2 -> its twin's rerun (nsys, H200): the syncs go (resolved), and the step is
     9.5% shorter, within the 13% two recordings of this loop differ by (its GPU idles 30% of the step).
