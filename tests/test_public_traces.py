@@ -170,6 +170,31 @@ def test_idle_between_graph_replays_with_the_replay_queued_is_not_the_hosts(pack
     assert max(causes, key=lambda f: f.impact_ns).rule == "waiting-on-other-work"
 
 
+def test_rocm_allocator_events_are_gpu_memory_of_the_kernels_device(pack):
+    """Hugging Face BERT-small on an MI300X VF with profile_memory=True: PyTorch built for ROCm writes
+    its GPU blocks with Device Type 6 (c10::DeviceType::HIP) and Device Id 0 (the index the process
+    sees), the kernels device 2. Only type 1 was read as GPU memory, so the memory rules said "none
+    that names its device" and were not run. Every GPU block is now device memory of device 2, the
+    allocator's totals as written, and the memory rules run."""
+    import json
+    import lzma
+
+    name = "tracelens_bert_small_mi300x.pt.trace.json.xz"
+    with lzma.open(PUBLIC / name, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    hip = [e["args"] for e in events if e.get("name") == "[memory]" and e["args"].get("Device Type") == 6
+           and e["args"].get("Bytes")]
+    kernel_devices = {e["args"]["device"] for e in events if e.get("cat") == "kernel"}
+    assert len(hip) > 200 and {a["Device Id"] for a in hip} == {0} and kernel_devices == {2}
+    mem = load_trace(PUBLIC / name).memory
+    gpu = mem[mem["mem_kind"].astype(str) == "device"]
+    assert len(gpu) == len(hip) and set(gpu["device"]) == {2}
+    assert int(gpu["total_allocated"].max()) == max(a["Total Allocated"] for a in hip)
+    a = _analyze(name, pack)
+    skipped = {n.rule for n in a.not_checked}
+    assert not {"memory-growth", "memory-near-capacity"} & skipped, skipped
+
+
 def test_hip_calls_read_as_their_cuda_equivalents():
     """One table: launches, copies, synchronization, allocation and graph launches."""
     assert cuda_equivalent("hipLaunchKernel") == "cudaLaunchKernel"
