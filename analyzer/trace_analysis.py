@@ -216,6 +216,7 @@ def _evaluate(pack: RulePack, store: FactStore, *, keep: Iterable[str] | None = 
     from analyzer.facts.cache import trace_scalars as cached_scalars
     from analyzer.facts.scalars import SCALAR_FACTS
     from analyzer.rules import evaluate
+    from analyzer.rules.engine import evaluation_order
     from analyzer.rules.model import RuleEvaluationError
 
     trace = store.trace
@@ -224,7 +225,8 @@ def _evaluate(pack: RulePack, store: FactStore, *, keep: Iterable[str] | None = 
         try:
             threads = fact_threads(trace) if keep is not None else 1
             if keep is not None:  # the scalars, then each rule in order (the engine says when one is done)
-                store.plan_reads([SCALAR_FACTS, *(rule.reads for rule in pack.rules)], keep=keep)
+                rules = pack.rules  # their reads in the order the engine evaluates them
+                store.plan_reads([SCALAR_FACTS, *(rules[i].reads for i in evaluation_order(rules))], keep=keep)
                 if threads > 1:
                     store.start_prefetch()
             scalars = cached_scalars(store)  # from the fact cache when its facts are there

@@ -125,6 +125,76 @@ def test_an_unnamed_rocm_gpu_is_named_from_its_properties():
     assert (gpus["max_blocks_per_sm"] == 0).all() and (gpus["threads_per_warp"] == 64).all()
 
 
+def test_idle_between_graph_replays_with_the_replay_queued_is_not_the_hosts(pack):
+    """HTA's 16-rank A100 training trace (rank 0, 62 CUDA graph replays in the window): the GPU runs
+    nothing for 562 ms between replays, and host-bound-graph-loop led the verdict with "the host's work
+    between replays now sets the loop's pace" (54.9%). Read with the json module, every replay's
+    cudaGraphLaunch had returned before the GPU idle gap just before that replay began (HTA: no host wait
+    on the compute stream): the replays were queued, waiting on other streams or ranks. Only the idle
+    time the breakdown charges to the host counts now; the rule is silent and waiting-on-other-work
+    leads."""
+    import bisect
+    import json
+    import lzma
+
+    import numpy as np
+
+    name = "hta_graph_replays_16rank_rank0.pt.trace.json.xz"
+    with lzma.open(PUBLIC / name, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    returned = {e["args"]["correlation"]: e["ts"] + e["dur"] for e in events
+                if e.get("cat") == "cuda_runtime" and e.get("name") == "cudaGraphLaunch"}
+    ops = sorted((e["ts"], e["ts"] + e["dur"], e["args"].get("correlation")) for e in events
+                 if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and e["args"].get("device") == 0)
+    reach = np.maximum.accumulate([o[1] for o in ops])
+    starts = [o[0] for o in ops]
+    first: dict[int, float] = {}
+    for s, _e, c in ops:
+        if c in returned:
+            first.setdefault(c, s)
+    idle = queued = 0.0
+    for c, s in first.items():
+        i = bisect.bisect_left(starts, s) - 1
+        if i >= 0 and reach[i] < s:
+            idle += s - reach[i]
+            queued += (s - reach[i]) if returned[c] <= reach[i] else 0.0
+    assert len(first) >= 60 and idle > 400_000 and queued == idle  # us
+
+    a = _analyze(name, pack)
+    r = a.facts.get("graph_replays")
+    assert np.nansum(r["idle_before_ns"]) > 0.5 * a.window.duration_ns
+    assert np.nansum(r["host_idle_before_ns"]) < 0.02 * np.nansum(r["idle_before_ns"])
+    rules = {f.rule for f in a.findings}
+    assert "host-bound-graph-loop" not in rules and "waiting-on-other-work" in rules
+    causes = [f for f in a.findings if f.kind == "cause" and f.severity >= Severity.WARNING and f.impact_ns]
+    assert max(causes, key=lambda f: f.impact_ns).rule == "waiting-on-other-work"
+
+
+def test_rocm_allocator_events_are_gpu_memory_of_the_kernels_device(pack):
+    """Hugging Face BERT-small on an MI300X VF with profile_memory=True: PyTorch built for ROCm writes
+    its GPU blocks with Device Type 6 (c10::DeviceType::HIP) and Device Id 0 (the index the process
+    sees), the kernels device 2. Only type 1 was read as GPU memory, so the memory rules said "none
+    that names its device" and were not run. Every GPU block is now device memory of device 2, the
+    allocator's totals as written, and the memory rules run."""
+    import json
+    import lzma
+
+    name = "tracelens_bert_small_mi300x.pt.trace.json.xz"
+    with lzma.open(PUBLIC / name, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    hip = [e["args"] for e in events if e.get("name") == "[memory]" and e["args"].get("Device Type") == 6
+           and e["args"].get("Bytes")]
+    kernel_devices = {e["args"]["device"] for e in events if e.get("cat") == "kernel"}
+    assert len(hip) > 200 and {a["Device Id"] for a in hip} == {0} and kernel_devices == {2}
+    mem = load_trace(PUBLIC / name).memory
+    gpu = mem[mem["mem_kind"].astype(str) == "device"]
+    assert len(gpu) == len(hip) and set(gpu["device"]) == {2}
+    assert int(gpu["total_allocated"].max()) == max(a["Total Allocated"] for a in hip)
+    a = _analyze(name, pack)
+    skipped = {n.rule for n in a.not_checked}
+    assert not {"memory-growth", "memory-near-capacity"} & skipped, skipped
+
+
 def test_hip_calls_read_as_their_cuda_equivalents():
     """One table: launches, copies, synchronization, allocation and graph launches."""
     assert cuda_equivalent("hipLaunchKernel") == "cudaLaunchKernel"

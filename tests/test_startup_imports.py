@@ -74,3 +74,19 @@ def test_one_trace_run_imports_no_job_machinery(tmp_path):
                         " prog_name='analyze', standalone_mode=False)\n")
     assert out.stat().st_size > 0 and "analyzer.reports.jsonout" in modules
     assert _heavy(modules, NOT_FOR_ONE_TRACE) == []
+
+
+@pytest.mark.parametrize("package", ["analyzer.rules", "analyzer.facts", "analyzer.phases"])
+def test_lazy_package_names_resolve(package):
+    """Every name a lazily exporting package lists in ``__all__`` resolves to its submodule's object,
+    and a name it does not export is an AttributeError (``hasattr`` and ``from X import *`` work)."""
+    import importlib
+
+    module = importlib.import_module(package)
+    for name in module.__all__:
+        value = getattr(module, name)
+        assert value is not None and getattr(module, name) is value, (package, name)
+    assert not hasattr(module, "no_such_name")
+    namespace: dict[str, object] = {}
+    exec(f"from {package} import *", namespace)  # noqa: S102 - a fixed import statement
+    assert set(module.__all__) <= set(namespace)

@@ -113,8 +113,8 @@ import numpy as np
 import pandas as pd
 
 from analyzer.facts._util import FAR_NS, column, key_groups, text, text_codes
+from analyzer.facts.breakdown_busy import _op_classes, busy_and_gaps
 from analyzer.facts.breakdown_threads import cross_thread_waits
-from analyzer.facts.intervals import graph_spans
 from analyzer.facts.nvtx import main_threads
 from analyzer.facts.nvtx_ranges import innermost_open, ranges_only
 from analyzer.facts.registry import FactContext, fact
@@ -122,7 +122,7 @@ from analyzer.facts.breakdown_launch import submission as _submission
 from analyzer.facts.breakdown_firstlaunch import first_launch_detail, first_launch_rows
 from analyzer.facts.breakdown_launch import wait_details as _wait_details
 from analyzer.facts.breakdown_ranges import generic_keys
-from analyzer.facts.breakdown_pieces import _ascending, _complement, _frontier, _merge_pieces, intersect
+from analyzer.facts.breakdown_pieces import _ascending, _frontier, intersect
 from analyzer.facts.breakdown_sync import SyncBlocks, charge_refills, refilled_call
 from analyzer.loading.columns import categorical, narrow_int
 
@@ -277,99 +277,6 @@ def empty_frame(columns: dict[str, str], ints: tuple[str, ...], floats: tuple[st
                          for c in columns})
 
 
-# -- interval helpers ------------------------------------------------------------------------------
-
-def _op_classes(ctx: FactContext, ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """Per op: level (0 compute, 1 communication, 2 copy/memset) and a detail code into the returned
-    labels (kernel category, collective, copy direction and memory kind)."""
-    from analyzer.facts.categories import classify_codes, load_categories, with_graph_executions
-    from analyzer.facts.comm import COMMUNICATION, parse_nccl_kernel
-
-    n = len(ops)
-    op_codes, op_labels = text_codes(ops["op"])
-    kind_labels = np.asarray(op_labels, dtype=object)
-
-    def of_kind(name: str) -> np.ndarray:  # rows whose op is ``name``, from the few labels' test
-        return (kind_labels == name)[op_codes] if n else np.zeros(0, dtype=bool)
-
-    labels: list[str] = []
-    index: dict[str, int] = {}
-
-    def code(label: str) -> int:
-        if label not in index:
-            index[label] = len(labels)
-            labels.append(label)
-        return index[label]
-
-    level = np.zeros(n, dtype=np.int8)
-    detail = np.zeros(n, dtype=np.int64)
-    is_kernel = of_kind("kernel")
-    if is_kernel.any():
-        table = load_categories(ctx.options.get("categories_file") or None)
-        kl = ops["label"][is_kernel]
-        ccodes, cats = with_graph_executions(*classify_codes(kl, kl, table),
-                                             ops["in_graph"][is_kernel] if "in_graph" in ops else None)
-        # the collective of each distinct communication kernel label, the category of the others
-        name_codes, names = text_codes(kl)
-        per_cat = np.array([code(str(c)) for c in cats], dtype=np.int64) if len(cats) else np.empty(0, np.int64)
-        det = per_cat[ccodes] if len(ccodes) else np.empty(0, np.int64)
-        comm = np.asarray(cats == COMMUNICATION)[ccodes] if len(ccodes) else np.zeros(0, dtype=bool)
-        if comm.any():
-            coll = np.array([code(parse_nccl_kernel(str(x)).collective or COMMUNICATION) for x in names],
-                            dtype=np.int64)
-            det = np.where(comm, coll[name_codes], det)
-        kpos = np.flatnonzero(is_kernel)
-        level[kpos[comm]] = 1
-        detail[kpos] = det
-    is_set = of_kind("memset")
-    is_copy = of_kind("memcpy")
-    other = ~(is_kernel | is_copy | is_set)
-    for kind in np.unique(kind_labels[np.unique(op_codes[other])]) if other.any() else ():
-        detail[other & of_kind(kind)] = code(str(kind))  # e.g. a CUDA-graph execution
-    level[is_set] = 2
-    if is_set.any():
-        detail[is_set] = code("memset")
-    if is_copy.any():
-        level[is_copy] = 2
-        detail[is_copy] = _copy_details(ctx, ops, np.flatnonzero(is_copy), code)
-    return level, detail, labels
-
-
-def _copy_details(ctx: FactContext, ops: pd.DataFrame, pos: np.ndarray, code) -> np.ndarray:  # type: ignore[no-untyped-def]
-    """``H2D pageable``, ``D2H pinned``, ``D2D``... per copy op (joined to the memcpy table on device,
-    start and correlation id)."""
-    mc = ctx.trace.memcpy
-    label_codes, label_texts = text_codes(ops["label"].iloc[pos])
-    kind = np.full(len(pos), "", dtype=object)
-    if len(mc):
-        key = pd.DataFrame({
-            "device": ops["device"].to_numpy(dtype=np.int64)[pos],
-            "start": ops["start"].to_numpy(dtype=np.int64)[pos],
-            "correlation_id": ops["correlation_id"].to_numpy(dtype=np.int64)[pos],
-        })
-        direction = text(column(mc, "direction", "")).to_numpy(dtype=object)
-        src = text(column(mc, "src_kind", "")).to_numpy(dtype=object)
-        dst = text(column(mc, "dst_kind", "")).to_numpy(dtype=object)
-        host = np.where(direction == "H2D", src, np.where(direction == "D2H", dst, ""))
-        table = pd.DataFrame({
-            "device": column(mc, "device", 0).fillna(0).to_numpy(dtype=np.int64),
-            "start": mc["start"].to_numpy(dtype=np.int64),
-            "correlation_id": column(mc, "correlation_id", -1).fillna(-1).to_numpy(dtype=np.int64),
-            "_host": host,
-        }).drop_duplicates(["device", "start", "correlation_id"])
-        joined = key.merge(table, on=["device", "start", "correlation_id"], how="left")
-        kind = joined["_host"].fillna("").to_numpy(dtype=object)
-    # the detail text of each distinct (label, host memory kind) pair, spread back to the copies
-    kind_codes, kind_texts = text_codes(pd.Series(kind, dtype=object))
-    pair, pairs = pd.factorize(label_codes.astype(np.int64) * len(kind_texts) + kind_codes)
-    per_pair = []
-    for value in pairs.tolist():
-        d = str(label_texts[value // len(kind_texts)]).removeprefix("memcpy ")
-        k = str(kind_texts[value % len(kind_texts)])
-        per_pair.append(code(f"{d} {k}".strip() if k in ("pageable", "pinned", "managed") else d))
-    return np.array(per_pair, dtype=np.int64)[pair] if len(pair) else np.empty(0, dtype=np.int64)
-
-
 # -- the host side ---------------------------------------------------------------------------------
 def _api_classes(ctx: FactContext) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per row of ``trace.api``: cause code of time spent inside it (launch_bound, host_sync, setup),
@@ -432,11 +339,6 @@ def _thread_timeline(starts: np.ndarray, ends: np.ndarray, cause: np.ndarray, de
 
 
 # -- the segments ----------------------------------------------------------------------------------
-def _add(columns: tuple[list[np.ndarray], ...], *pieces: np.ndarray) -> None:
-    for col, piece in zip(columns, pieces):
-        col.append(piece)
-
-
 def _joined(pieces: list[np.ndarray]) -> np.ndarray:
     """The pieces of one column joined, the list emptied (its pieces freed as the column is made)."""
     out = np.concatenate(pieces) if len(pieces) != 1 else pieces[0]
@@ -464,74 +366,21 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
             labels.append(label)
         return index[label]
 
-    starts = ops["start"].to_numpy(dtype=np.int64)
-    ends = ops["end"].to_numpy(dtype=np.int64)
-    devices = ops["device"].to_numpy(dtype=np.int64)
-    # device ids as the segments hold them (32 bits where every id fits, as narrow_int makes them)
-    i32 = np.iinfo(np.int32)
-    dev_type = np.int32 if not len(devices) or i32.min <= devices.min() <= devices.max() <= i32.max else np.int64
-    g_dev, g_start, g_end, _g_first, g_last = graph_spans(ops)
-    graph_code = code(GRAPH_NODE_GAPS)
-    # busy segments per device and level, then the idle gaps between them (whole trace, then clipped)
-    # per column, its pieces per device and level (each column joined and its pieces freed in turn)
-    busy: tuple[list[np.ndarray], ...] = tuple([] for _ in range(6))  # device, start, end, cause, detail, op
-    gaps: tuple[list[np.ndarray], ...] = tuple([] for _ in range(5))  # device, start, end, prev op, next op
-    d_order, d_from, d_to = key_groups(devices)
-    for a, b in zip(d_from.tolist(), d_to.tolist()):
-        rows = np.sort(d_order[a:b])  # gpu_ops is ordered by start: keep that order
-        dev = int(devices[rows[0]])
-        lo = min(w.start_ns, int(starts[rows].min()))
-        hi = max(w.end_ns, int(ends[rows].max()))
-        cov_s = np.empty(0, dtype=np.int64)
-        cov_e = np.empty(0, dtype=np.int64)
-        owner = np.empty(0, dtype=np.int64)
-        for lvl, cause in ((0, _C["compute"]), (1, _C["exposed_comm"]), (2, _C["exposed_copy"])):
-            r = rows[level[rows] == lvl]
-            if not len(r):
-                continue
-            pos, s, e = _frontier(starts[r], ends[r])
-            r = r[pos]
-            if len(cov_s):  # only what no higher level covers
-                fs, fe = _complement(cov_s, cov_e, lo, hi)
-                ai, _ci, s, e = intersect(s, e, fs, fe)
-                r = r[ai]
-            _add(busy, np.full(len(s), dev, dtype=dev_type), s, e, np.full(len(s), cause, dtype=np.int8),
-                 op_detail[r], r)
-            # the covered time so far, and which op owns each piece (pieces are disjoint: starts unique)
-            cov_s, cov_e, owner = _merge_pieces((cov_s, cov_e, owner), (s, e, r))
-        # inside a CUDA graph execution, between dependent nodes: the graph's own GPU time
-        m = (g_dev == dev) & (g_end > lo) & (g_start < hi)
-        if m.any() and len(cov_s):
-            fs, fe = _complement(cov_s, cov_e, lo, hi)
-            ai, _ci, s, e = intersect(g_start[m], g_end[m], fs, fe)
-            r = g_last[m][ai]
-            _add(busy, np.full(len(s), dev, dtype=dev_type), s, e, np.full(len(s), _C["compute"], dtype=np.int8),
-                 np.full(len(s), graph_code, dtype=np.int32), r)
-            cov_s, cov_e, owner = _merge_pieces((cov_s, cov_e, owner), (s, e, r))
-        gs, ge = _complement(cov_s, cov_e, lo, hi)
-        # the piece ending where the gap starts / starting where it ends
-        k_next = np.searchsorted(cov_s, ge, side="left")
-        k_prev = np.searchsorted(cov_s, gs, side="left") - 1
-        if len(owner):
-            nxt = np.where(k_next < len(cov_s), owner[np.minimum(k_next, len(owner) - 1)], -1)
-            prv = np.where(k_prev >= 0, owner[np.maximum(k_prev, 0)], -1)
-        else:  # every operation on the device lasts 0 ns (a trace without durations): one gap, no neighbours
-            nxt = prv = np.full(len(gs), -1, dtype=np.int64)
-        keep = (ge > w.start_ns) & (gs < w.end_ns)
-        if not keep.all():
-            gs, ge, prv, nxt = gs[keep], ge[keep], prv[keep], nxt[keep]
-        _add(gaps, np.full(len(gs), dev, dtype=dev_type), gs, ge, prv, nxt)
-
-    bdev, bs, be, bc, bd, bop = (_joined(x) for x in busy)
-    clip_s, clip_e = np.maximum(bs, w.start_ns), np.minimum(be, w.end_ns)
+    busy, gaps = busy_and_gaps(ops, level, op_detail, w.start_ns, w.end_ns, code(GRAPH_NODE_GAPS), _C)
+    del op_detail
+    # the busy pieces clipped to the window, one column at a time (its pieces freed as it is made)
+    clip_s = np.maximum(_joined(busy[1]), w.start_ns)
+    clip_e = np.minimum(_joined(busy[2]), w.end_ns)
     inside = clip_e > clip_s
     op_paths_codes, op_paths = text_codes(ops["nvtx_path"])
-    busy_frame = {
-        "device": narrow_int(bdev[inside]), "start": clip_s[inside], "end": clip_e[inside], "cause": bc[inside],
-        "detail": bd[inside].astype(np.int32, copy=False),  # codes and ids in 32 bits: a column per segment
-        "path_codes": op_paths_codes[bop[inside]].astype(np.int32, copy=False),
-    }
-    del bdev, bs, be, bc, bd, bop, clip_s, clip_e, inside
+    busy_frame = {"device": narrow_int(_joined(busy[0])[inside]), "start": clip_s[inside]}
+    del clip_s
+    busy_frame["end"] = clip_e[inside]
+    del clip_e
+    busy_frame["cause"] = _joined(busy[3])[inside]
+    busy_frame["detail"] = _joined(busy[4])[inside].astype(np.int32, copy=False)  # codes in 32 bits
+    busy_frame["path_codes"] = op_paths_codes[_joined(busy[5])[inside]].astype(np.int32, copy=False)
+    del op_paths_codes, inside, busy
     gdev, gs, ge, gprev, gnext = (_joined(x) for x in gaps)
     gdev = narrow_int(gdev)
     syncs: list[SyncBlocks] = []
@@ -539,48 +388,34 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
     del gdev, gs, ge, gprev, gnext
     cut = charge_refills(ctx, idle, syncs, labels, code, _C)  # a sync's refill is the sync's cost (in place)
     del syncs
-    # every column gathered in (device, start) order from its busy, idle and cut-off idle parts in one
-    # join, each part freed once gathered (a million-kernel trace has millions of segments); text
-    # columns are categoricals built from codes (a few hundred texts)
+    # every column scattered in (device, start) order from its busy, idle and cut-off idle parts, each
+    # part freed once placed (a 10 M-kernel trace has about 48 M segments: no joined copy of a column,
+    # the places in 32 bits); text columns are categoricals built from codes (a few hundred texts)
     parts = [busy_frame, idle] + ([cut] if cut is not None else [])
-    sizes = [len(x["start"]) for x in parts]
-    all_dev = np.concatenate([x["device"] for x in parts])
-    all_start = np.concatenate([x["start"] for x in parts])
-    if len(all_dev) and all_dev.min() == all_dev.max():  # one device: one sort of a few sorted runs
-        order = np.argsort(all_start, kind="stable")
-    else:
-        order = np.lexsort((all_start, all_dev))
-    del all_dev, all_start
-
-    def gathered(name: str, busy_fill: int | None = None) -> np.ndarray:
-        """The column in segment order, as wide as its parts (32-bit codes and ids)."""
-        cols = [x.pop(name) for x in (parts if busy_fill is None else parts[1:])]
-        if busy_fill is not None:
-            cols.insert(0, np.full(sizes[0], busy_fill, dtype=cols[0].dtype))
-        both = np.concatenate(cols, dtype=np.result_type(*cols))
-        del cols
-        return both[order]
-
-    seg_dev = gathered("device")
-    start = gathered("start")
-    end = gathered("end")
-    seg_cause = gathered("cause")
-    detail = gathered("detail")
+    dest = _places([x["device"] for x in parts], [x["start"] for x in parts])
+    bounds = np.cumsum([0] + [len(x["start"]) for x in parts]).tolist()
+    seg_dev = _gathered(parts, dest, bounds, "device")
+    start = _gathered(parts, dest, bounds, "start")
+    end = _gathered(parts, dest, bounds, "end")
+    seg_cause = _gathered(parts, dest, bounds, "cause")
+    detail = _gathered(parts, dest, bounds, "detail")
     # NVTX paths: busy segments' codes into gpu_ops' labels, idle ones' into the range table's
     n_op = len(op_paths)
     for x in parts[1:]:
         idle_codes = x["path_codes"]
         idle_codes[idle_codes >= 0] += n_op
-    path_codes = gathered("path_codes")
+    path_codes = _gathered(parts, dest, bounds, "path_codes")
     paths = np.r_[np.asarray(op_paths, dtype=object), np.asarray(idle["path_labels"], dtype=object)]
     paths = np.array(["" if x is None or (isinstance(x, float) and np.isnan(x)) else str(x) for x in paths]
                      + [""], dtype=object)
     path_codes[path_codes < 0] = len(paths) - 1
     keys = np.array(generic_keys(paths), dtype=object)
-    host_tid = gathered("tid", -1)
-    pid = gathered("pid", -1)
+    host_tid = _gathered(parts, dest, bounds, "tid", -1)
+    pid = _gathered(parts, dest, bounds, "pid", -1)
     for x in parts:
         x.clear()
+    del dest, busy_frame, idle, cut
+    parts.clear()
     step_codes, step_labels = _step_codes(ctx, start)
     seg = pd.DataFrame({
         "device": seg_dev, "start": start, "end": end,
@@ -604,6 +439,39 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
         if seg[c].dtype != np.int32:
             seg[c] = narrow_int(seg[c].to_numpy())
     return seg
+
+
+def _gathered(parts: list[dict[str, np.ndarray]], dest: np.ndarray, bounds: list[int], name: str,
+              busy_fill: int | None = None) -> np.ndarray:
+    """Column ``name`` in segment order (``dest``: each segment's place, parts one after another from
+    ``bounds``), as wide as its parts (32-bit codes and ids), each part's array freed once placed;
+    ``busy_fill``: the value of the first part (busy time), which has no such column."""
+    own = parts if busy_fill is None else parts[1:]
+    out = np.empty(bounds[-1], dtype=np.result_type(*(x[name] for x in own)))
+    for i, x in enumerate(parts):
+        if i == 0 and busy_fill is not None:
+            out[dest[:bounds[1]]] = busy_fill
+        else:
+            out[dest[bounds[i]:bounds[i + 1]]] = x.pop(name)
+    return out
+
+
+def _places(devices: list[np.ndarray], starts: list[np.ndarray]) -> np.ndarray:
+    """Each segment's place in (device, start) order (stable) among the parts' segments, in 32 bits
+    where the count fits."""
+    all_dev = np.concatenate(devices)
+    all_start = np.concatenate(starts)
+    if len(all_dev) and all_dev.min() == all_dev.max():  # one device: one sort of a few sorted runs
+        del all_dev
+        order = np.argsort(all_start, kind="stable")
+    else:
+        order = np.lexsort((all_start, all_dev))
+        del all_dev
+    del all_start
+    n = len(order)
+    dest = np.empty(n, dtype=np.int32 if n < np.iinfo(np.int32).max else np.int64)
+    dest[order] = np.arange(n, dtype=dest.dtype)
+    return dest
 
 
 #: host-work segments shorter than this get no host_activity; at most this many (the longest) get one

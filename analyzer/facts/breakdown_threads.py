@@ -26,6 +26,7 @@ import pandas as pd
 
 from analyzer.facts._util import text, text_codes
 from analyzer.facts.nvtx_ranges import innermost_open, ranges_only
+from analyzer.loading.columns import narrow_int
 from analyzer.facts.registry import FactContext
 
 #: OS-runtime calls that block a thread until another thread of its process acts (semaphores, condition
@@ -188,17 +189,40 @@ def cross_thread_waits(ctx: FactContext, seg: pd.DataFrame, pid: np.ndarray) -> 
         end = int(seg["end"].iat[r])
         if end > cur:
             pieces_out.append((r, cur, end, own, -1))
+    # each relabelled row replaced where it stands by its pieces (they cover it exactly, in time order),
+    # so the frame keeps its (device, start) order; built one column at a time, each old column dropped
+    # from ``seg`` once gathered (no whole copy of a 10 M-kernel trace's segments held beside it)
+    pieces_out.sort(key=lambda p: p[0])  # stable: a row's pieces stay in time order
     new_rows, new_start, new_end, new_detail, new_waited = (list(x) for x in zip(*pieces_out))
-    at = np.array(new_rows, dtype=np.int64)
-    extra = seg.iloc[at].copy()
-    extra["start"] = np.array(new_start, dtype=np.int64)
-    extra["end"] = np.array(new_end, dtype=np.int64)
-    extra["duration"] = extra["end"] - extra["start"]
-    extra["detail"] = pd.Categorical(new_detail, categories=seg["detail"].cat.categories)
-    extra["waited_tid"] = np.array(new_waited, dtype=np.int64)
-    drop = np.zeros(len(seg), dtype=bool)
-    drop[list(named)] = True
-    out = pd.concat([seg.loc[~drop], extra], ignore_index=True)
-    out_pid = np.r_[pid[~drop], pid[at]]
-    order = np.lexsort((out["start"].to_numpy(), out["device"].to_numpy()))
-    return out.iloc[order].reset_index(drop=True), out_pid[order]
+    n = len(seg)
+    counts = np.ones(n, dtype=np.int64)
+    replaced = np.zeros(n, dtype=bool)
+    replaced[list(named)] = True
+    counts[replaced] = np.bincount(np.array(new_rows, dtype=np.int64), minlength=n)[replaced]
+    src = np.repeat(np.arange(n, dtype=np.int32 if n < np.iinfo(np.int32).max else np.int64), counts)
+    at = np.flatnonzero(replaced[src])  # where the pieces land, in pieces_out's order
+    del counts, replaced
+    start = np.array(new_start, dtype=np.int64)
+    end = np.array(new_end, dtype=np.int64)
+    waited = np.array(new_waited, dtype=np.int64)
+    given: dict[str, np.ndarray] = {"start": start, "end": end, "duration": end - start, "waited_tid": waited}
+    cols: dict[str, object] = {}
+    for name in list(seg.columns):
+        col = seg[name]
+        if name == "detail":
+            codes = col.cat.codes.to_numpy()[src]
+            codes[at] = pd.Categorical(new_detail, dtype=col.dtype).codes
+            cols[name] = pd.Categorical.from_codes(codes, dtype=col.dtype, validate=False)
+        elif isinstance(col.dtype, pd.CategoricalDtype):
+            cols[name] = pd.Categorical.from_codes(col.cat.codes.to_numpy()[src], dtype=col.dtype, validate=False)
+        else:
+            values = col.to_numpy()
+            if name in given:
+                values = values.astype(np.result_type(values, narrow_int(given[name])), copy=False)
+            values = values[src]
+            if name in given:
+                values[at] = given[name]
+            cols[name] = values
+        del col
+        del seg[name]
+    return pd.DataFrame(cols, copy=False), pid[src]

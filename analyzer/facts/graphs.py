@@ -44,6 +44,10 @@ _REPLAY_COLUMNS = {
                      "(ns; NaN for the device's first replay in the window, 0 when they overlap)",
     "idle_before_ns": "of that gap, the time the device ran nothing at all (ns; other GPU work in the gap, "
                       "e.g. eager kernels between two replays, is not idle; NaN as gap_before_ns)",
+    "host_idle_before_ns": "of idle_before_ns, the time the timeline breakdown charges to the host (causes "
+                           "launch_bound, host_sync, host_work: the thread feeding the GPU had not submitted the "
+                           "next work); the rest is the GPU waiting with the replay already queued (another "
+                           "stream, an event, another rank) or setup (ns; NaN as gap_before_ns)",
     "updates_before": "graph updates since the device's previous replay started: executable-graph updates "
                       "(cudaGraphExecUpdate, cudaGraphExec*SetParams ...) and instantiations (the API calls, or "
                       "nsys' CUDA_GRAPH_EVENTS where they count more); 0 for the device's first replay in the window",
@@ -55,12 +59,13 @@ GRAPH_UPDATE_API = re.compile(r"^cu(?:da)?GraphExec\w*(?:Update|SetParams|SetEve
 
 def _empty_replays() -> pd.DataFrame:
     text = {"api_name", "nvtx_path"}
-    real = {"gap_before_ns", "idle_before_ns"}
+    real = {"gap_before_ns", "idle_before_ns", "host_idle_before_ns"}
     return empty_typed((c, object if c in text else "float64" if c in real else "int64")
                        for c in _REPLAY_COLUMNS)
 
 
-@fact("graph_replays", columns=_REPLAY_COLUMNS, requires=("gpu_busy",), scope_keys=("device", "nvtx_path"))
+@fact("graph_replays", columns=_REPLAY_COLUMNS, requires=("gpu_busy", "timeline_segments"),
+      scope_keys=("device", "nvtx_path"))
 def graph_replays(ctx: FactContext) -> pd.DataFrame:
     """One row per CUDA graph replay starting in the window, in start order per device, with the idle
     time between consecutive replays."""
@@ -128,8 +133,9 @@ def graph_replays(ctx: FactContext) -> pd.DataFrame:
             reach = np.maximum.accumulate(e[idx])
             gap[idx[1:]] = np.maximum(s[idx[1:]] - reach[:-1], 0)
     out["gap_before_ns"] = gap
-    out["idle_before_ns"] = _idle_in_gaps(ctx.get("gpu_busy"), dev, s - np.nan_to_num(gap).astype(np.int64), s,
-                                          np.isnan(gap))
+    lo = s - np.nan_to_num(gap).astype(np.int64)
+    out["idle_before_ns"] = _idle_in_gaps(ctx.get("gpu_busy"), dev, lo, s, np.isnan(gap))
+    out["host_idle_before_ns"] = _host_time_in_gaps(ctx.get("timeline_segments"), dev, lo, s, np.isnan(gap))
     out["updates_before"] = _updates_between(ctx, dev, s)
     return out.sort_values("start", kind="stable", ignore_index=True)[list(_REPLAY_COLUMNS)]
 
@@ -165,6 +171,41 @@ def _updates_between(ctx: FactContext, device: np.ndarray, start: np.ndarray) ->
         lo, hi = start[idx[:-1]], start[idx[1:]]
         out[idx[1:]] = between(upd_t, lo, hi) + np.maximum(between(inst_t, lo, hi), between(ev_t, lo, hi))
     return out
+
+
+def _host_time_in_gaps(segments: pd.DataFrame, device: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                       none: np.ndarray) -> np.ndarray:
+    """Per gap ``[lo, hi)`` on ``device``: the time the timeline breakdown charges to the host inside it
+    (:data:`~analyzer.facts.breakdown.HOST_CAUSES`); NaN where ``none``."""
+    from analyzer.facts.breakdown import HOST_CAUSES
+
+    out = np.where(none, np.nan, 0.0)
+    if segments.empty:
+        return out
+    host = segments[segments["cause"].astype(str).isin(HOST_CAUSES).to_numpy()]
+    dev = host["device"].to_numpy(np.int64)
+    for d in np.unique(device).tolist():
+        mine = np.flatnonzero((device == d) & ~none)
+        rows = np.flatnonzero(dev == d)
+        if not len(mine) or not len(rows):
+            continue
+        order = rows[np.argsort(host["start"].to_numpy(np.int64)[rows], kind="stable")]
+        out[mine] = _covered(host["start"].to_numpy(np.int64)[order], host["end"].to_numpy(np.int64)[order],
+                             lo[mine], hi[mine])
+    return out
+
+
+def _covered(bs: np.ndarray, be: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Per ``[lo, hi)``: the time the disjoint intervals ``[bs, be)`` (sorted by start) cover inside it."""
+    done = np.concatenate(([0], np.cumsum(be - bs)))
+
+    def before(t: np.ndarray) -> np.ndarray:  # covered time before t
+        i = np.searchsorted(bs, t, side="right")  # intervals starting at or before t
+        last = np.maximum(i - 1, 0)
+        partial = np.where(i > 0, np.clip(t - bs[last], 0, None) - np.clip(t - be[last], 0, None), 0)
+        return done[last] * (i > 0) + partial
+
+    return (before(hi) - before(lo)).astype(np.float64)
 
 
 def _idle_in_gaps(busy: pd.DataFrame, device: np.ndarray, lo: np.ndarray, hi: np.ndarray,

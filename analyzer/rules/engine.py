@@ -8,7 +8,7 @@ evidence. Then link findings (``explains``) whose evidence time intervals overla
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -54,11 +54,11 @@ def evaluate(pack: RulePack, store: FactSource, window: Window, scalars: Mapping
     """Findings of every rule in ``pack``, linked and ranked. Raises :class:`RuleEvaluationError`
     naming the rule when a rule cannot be evaluated on this trace.
 
-    ``threads`` 2: this thread and a second one take the rules in pack order, each the next one not
-    taken (for a store whose facts may be read from two threads: a :class:`FactStore`). The findings
-    are the same as on one thread, in the same order; when rules fail, the error raised is the first
-    failing rule's in pack order, as on one thread (rules are taken in order, so every earlier rule
-    was evaluated).
+    Rules are evaluated in :func:`evaluation_order` (the readers of the largest fact first). ``threads``
+    2: this thread and a second one take them in that order, each the next one not taken (for a store
+    whose facts may be read from two threads: a :class:`FactStore`). The findings are the same as on
+    one thread, in pack order; when rules fail, the error raised is the first failing rule's in pack
+    order (after a failure every rule before it in pack order is still evaluated, none after it).
 
     ``latent``: when given, filled with each rule's *latent impact*: its impact summed over the groups
     that passed ``where`` but not ``condition`` (time the rule would count had its thresholds been met;
@@ -76,35 +76,44 @@ def evaluate(pack: RulePack, store: FactSource, window: Window, scalars: Mapping
             if rule.id in known:
                 results[i] = list(known[rule.id])
         rules = [r if results[i] is None else None for i, r in enumerate(rules)]  # type: ignore[misc]
+    import threading
+
+    lock = threading.Lock()
+    order = evaluation_order(rules)
+    taken = [0]
+
+    def next_rule() -> int | None:
+        """The next rule to evaluate (its pack index), None when none is left: after a rule failed, only
+        rules before it in pack order (the error raised is the first failing rule's in pack order)."""
+        with lock:
+            while taken[0] < len(order):
+                i = order[taken[0]]
+                taken[0] += 1
+                if rules[i] is not None and not (errors and i > min(errors)):
+                    return i
+            return None
+
     if threads <= 1 or len(rules) < 2:
-        for i, rule in enumerate(rules):
-            if rule is not None:
-                results[i] = _evaluate_one(rule, store, window, scalars, latent)
+        while (i := next_rule()) is not None:
+            try:
+                results[i] = _evaluate_one(rules[i], store, window, scalars, latent)  # type: ignore[arg-type]
+            except Exception as err:  # noqa: BLE001 - raised in pack order below
+                errors[i] = err
     else:
-        import threading
-
-        lock = threading.Lock()
-        taken = [0]
-
         from analyzer.resources import helpers_may_go_on
 
         def work(helper: bool = False) -> None:
             while True:
                 if helper and not helpers_may_go_on():  # above the helpers' memory limit
                     return
-                with lock:
-                    i = taken[0]
-                    while i < len(rules) and rules[i] is None:  # known: nothing to evaluate
-                        i += 1
-                    if i >= len(rules) or errors:
-                        return
-                    taken[0] = i + 1
+                i = next_rule()
+                if i is None:
+                    return
                 try:
-                    results[i] = _evaluate_one(rules[i], store, window, scalars, latent)
+                    results[i] = _evaluate_one(rules[i], store, window, scalars, latent)  # type: ignore[arg-type]
                 except Exception as err:  # noqa: BLE001 - raised in pack order below
                     with lock:
                         errors[i] = err
-                    return
 
         second = threading.Thread(target=work, args=(True,), name="analyzer-rules", daemon=True)
         second.start()
@@ -112,13 +121,31 @@ def evaluate(pack: RulePack, store: FactSource, window: Window, scalars: Mapping
             work()
         except BaseException:  # the watchdog's interrupt: the other thread stops after its rule
             with lock:
-                taken[0] = len(rules)
+                taken[0] = len(order)
             raise
         second.join()
     if errors:
         raise errors[min(errors)]
     fired = [item for part in results for item in (part or ())]
     return rank(_link(pack, fired))
+
+
+def evaluation_order(rules: Sequence[Rule | None]) -> list[int]:
+    """The order rules are evaluated in (their findings stay in pack order): first, in pack order, the
+    rules reading a fact computed alone (:attr:`analyzer.facts.registry.FactSpec.alone`: the run's
+    largest, ``timeline_segments``, 48 M rows at 10 M kernels), then the others in pack order. A fact
+    is freed after its last reader (:meth:`analyzer.facts.registry.FactStore.plan_reads`), so the largest
+    one is gone before the other rules' facts are built beside it, instead of being held to the last of
+    its readers at the end of the pack."""
+    from analyzer.facts.registry import all_specs
+
+    specs = all_specs()
+
+    def reads_alone(rule: Rule | None) -> bool:
+        return rule is not None and any(name in specs and specs[name].alone for name in rule.reads)
+
+    first = [i for i, rule in enumerate(rules) if reads_alone(rule)]
+    return first + [i for i, rule in enumerate(rules) if not reads_alone(rule)]
 
 
 def fire(rule: Rule, store: FactSource, window: Window, scalars: Mapping[str, float]) -> list[_Fired]:

@@ -131,3 +131,38 @@ def test_phase_index_is_freed_before_the_timeline_segments_are_built() -> None:
     store.get("timeline_breakdown")
     assert held == [False]
     assert {"phases", "nvtx_instances", "steps"} <= set(store.computed())
+
+
+def test_the_timeline_segments_are_freed_before_the_other_rules_build_their_facts(monkeypatch) -> None:
+    """The rules reading the largest fact (``timeline_segments``, computed alone: 48 M rows, about 2 GB at
+    10 M kernels) are evaluated first (:func:`analyzer.rules.engine.evaluation_order`), so it is freed
+    after them, before the facts of the other rules (``launch_stats``, ``occupancy``...) are built beside
+    it; the findings stay in pack order and are the same as from a store that kept every fact."""
+    from analyzer.rules.engine import evaluation_order
+
+    monkeypatch.setenv("ANALYZER_FACT_THREADS", "1")
+    opts = AnalysisOptions()
+    pack = load_rules(opts)
+    order = [pack.rules[i].id for i in evaluation_order(pack.rules)]
+    readers = [r.id for r in pack.rules if "timeline_segments" in r.reads]
+    assert {"GPU004", "GPU005", "LNC003", "SYN001"} <= set(readers)
+    assert order[:len(readers)] == readers  # first, in pack order; then the others in pack order
+    assert order[len(readers):] == [r.id for r in pack.rules if r.id not in readers]
+    trace = load_trace(DATA / "host_sync.sqlite.xz")
+    held: dict[str, bool] = {}
+    real_prepare = prepare(trace, opts)
+    compute = FactStore._compute
+
+    def spy(self, spec):  # type: ignore[no-untyped-def]
+        held.setdefault(spec.name, "timeline_segments" in self.computed())
+        return compute(self, spec)
+
+    monkeypatch.setattr(FactStore, "_compute", spy)
+    planned = analyze_loaded(trace, pack, options=opts)
+    assert held["timeline_breakdown"] is True  # built from the segments
+    assert held["launch_stats"] is False and held["occupancy"] is False
+    assert "timeline_segments" not in planned.facts.computed()
+    kept = finish(real_prepare, pack)  # every fact kept, rules evaluated as above
+    assert [(f.id, f.message, f.impact_ns) for f in planned.findings] == [
+        (f.id, f.message, f.impact_ns) for f in kept.findings]
+    assert {f.id for f in planned.findings} >= {"SYN001"}  # a reader of the segments fired

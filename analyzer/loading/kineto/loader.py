@@ -184,8 +184,12 @@ class _KinetoLoader:
                                                     pyfuncs.end, pyfuncs.col("name"), api_frame)
         rocm = (doc.roctracer_version is not None or doc.hip_runtime_version is not None
                 or any(str(n).startswith("hip") for n in api_frame_data["name"].labels))
-        gpus = _match_devices(self._gpus(doc.deviceProperties, rocm),
-                              [f["device"] for f in (kernel_frame, memcpy_frame, memset_frame) if len(f)])
+        gpus, renamed = _match_devices(self._gpus(doc.deviceProperties, rocm),
+                                       [f["device"] for f in (kernel_frame, memcpy_frame, memset_frame) if len(f)])
+        if renamed and len(memory_frame):  # the allocator numbers GPUs as deviceProperties does
+            mem_dev = memory_frame["device"].to_numpy(dtype=np.int64)
+            memory_frame["device"] = np.array([renamed.get(int(d), int(d)) for d in mem_dev],
+                                              dtype=np.int64).astype(memory_frame["device"].dtype)
         processes, thread_frame = self._processes_threads(columns.meta)
 
         rank, world = _distributed(doc.distributedInfo)
@@ -373,8 +377,10 @@ class _KinetoLoader:
         """``[memory]`` instant events (``profile_memory=True``) -> the memory frame: one row per caching-
         allocator block allocated (``Bytes`` > 0) or freed (< 0), with the allocator's running totals
         after it and the range open on the event's thread (else on its process). CUDA blocks
-        (``Device Type`` 1) are device memory, CPU blocks (0) host memory; a CUDA event without a
-        ``Device Id`` keeps device -1."""
+        (``Device Type`` 1, or 6: HIP, as PyTorch built for ROCm writes them) are device memory, CPU
+        blocks (0) host memory; a GPU event without a ``Device Id`` keeps device -1. The ``Device Id`` is
+        the index the process sees, as ``deviceProperties`` numbers them: the caller maps it to the id
+        the GPU's kernels carry (:func:`_match_devices`)."""
         names = g.text("name")
         code = np.flatnonzero(names.labels == "[memory]")
         rows = np.flatnonzero(names.codes == code[0]) if len(code) else code
@@ -390,10 +396,11 @@ class _KinetoLoader:
         if n == 0:
             return empty_frame(MEMORY_COLUMNS)
         dtype = sub.col("device_type")
+        gpu = np.isin(dtype, GPU_DEVICE_TYPES)
         kind = np.full(n, "unknown", dtype=object)
-        kind[dtype == 1] = "device"
+        kind[gpu] = "device"
         kind[dtype == 0] = "host"
-        device = np.where(dtype == 1, sub.col("device_id"), -1)
+        device = np.where(gpu, sub.col("device_id"), -1)
         device[device < -1] = -1
         pid = sub.col("pid")
         tid = sub.col("tid")
@@ -570,6 +577,10 @@ def _no_gpu_activity(shown: Path, cats: set[str], runtime: EventGroup, driver: E
     return InputError(shown, f"torch.profiler trace without GPU activity: {host}; {why}", hint=hint)
 
 
+#: c10::DeviceType values of GPU memory in ``[memory]`` events: CUDA (1), HIP (6: PyTorch built for ROCm)
+GPU_DEVICE_TYPES = (1, 6)
+
+
 def _amd_gpu_name(rec: dict[str, Any]) -> str:
     """A name for an AMD GPU the trace left unnamed, from what its properties say."""
     parts = []
@@ -580,30 +591,33 @@ def _amd_gpu_name(rec: dict[str, Any]) -> str:
     return "AMD GPU" + (f" ({', '.join(parts)})" if parts else "")
 
 
-def _match_devices(gpus: pd.DataFrame, used: list[Any]) -> pd.DataFrame:
+def _match_devices(gpus: pd.DataFrame, used: list[Any]) -> tuple[pd.DataFrame, dict[int, int]]:
     """``gpus`` with their ids matched to the ids the GPU events carry. ``deviceProperties`` numbers the
     devices the process sees (0, 1 ...), while ROCm's tracer writes the physical index on each kernel
     (device 2 or 9 with ``HIP_VISIBLE_DEVICES`` set, ``deviceProperties`` listing only id 0). Used ids
     without properties take, in order, the listed devices no event uses; when every listed device has
-    the same name, a used id beyond them takes that name too (one kind of GPU in the machine)."""
+    the same name, a used id beyond them takes that name too (one kind of GPU in the machine). Also
+    returns the ids changed (listed id -> the id its events carry)."""
     if gpus.empty or not used:
-        return gpus
+        return gpus, {}
     ids = np.unique(np.concatenate([np.asarray(u, dtype=np.int64) for u in used]))
     listed = gpus["device"].to_numpy(dtype=np.int64)
     missing = [int(d) for d in ids if d not in set(listed.tolist())]
     if not missing:
-        return gpus
+        return gpus, {}
     spare = [i for i, d in enumerate(listed.tolist()) if d not in set(ids.tolist())]
     out = gpus.copy()
     device = out["device"].to_numpy(dtype=np.int64).copy()
+    renamed: dict[int, int] = {}
     for row, d in zip(spare, missing):
+        renamed[int(device[row])] = d
         device[row] = d
     out["device"] = device
     left = missing[len(spare):]
     if left and out["name"].nunique() == 1:  # the same GPU model throughout: the unlisted ones are it too
         extra = pd.DataFrame([out.iloc[0].to_dict() | {"device": d} for d in left], columns=out.columns)
         out = pd.concat([out, extra], ignore_index=True)
-    return text_as_object(out.sort_values("device", ignore_index=True).astype({"device": "int64"}))
+    return text_as_object(out.sort_values("device", ignore_index=True).astype({"device": "int64"})), renamed
 
 
 class _ThreadKeys:
