@@ -73,7 +73,8 @@ PUBLIC_TRACES = (
     "tracelens_bert_small_mi300x.pt.trace.json.xz", "tracelens_vit_nsfw_mi300x.pt.trace.json.xz",
     "tracelens_sglang_decode_mi300x.pt.trace.json.xz", "tracelens_sglang_prefill_mi300x.pt.trace.json.xz",
     "tracelens_vllm_decode_graph_mi300x.pt.trace.json.gz", "tracelens_vllm_piecewise_mi300x.pt.trace.json.xz",
-    "tracelens_torch_compile_mi300x.pt.trace.json.gz", "tracelens_resnet_act_checkpoint_mi300x.pt.trace.json.xz",
+    "tracelens_xdit_flux_mi300x.pt.trace.json.xz", "tracelens_torch_compile_mi300x.pt.trace.json.gz",
+    "tracelens_resnet_act_checkpoint_mi300x.pt.trace.json.xz",
 )
 #: largest |our host share - HTA's host share| (of idle time) accepted on a single-stream trace
 SHARE_TOL = 0.10

@@ -67,6 +67,9 @@ TRACELENS: dict[str, tuple[str, tuple[float, float, float, float, float]]] = {
     "tracelens_vllm_piecewise_mi300x.pt.trace.json.xz": (
         "tests/traces/inference/vllm_prefilldecode_piecewise/perf_csvs/gpu_timeline.csv",
         (156.0084013671875, 0.0, 0.0773974609375, 0.3806171875, 156.466416015625)),
+    "tracelens_xdit_flux_mi300x.pt.trace.json.xz": (
+        "tests/traces/inference/xdit_flux.1_aiter_sage/perf_csvs/gpu_timeline.csv",
+        (201.15163330078124, 0.0, 0.20012255859375, 25.243927734375, 226.59568359375)),
     "tracelens_torch_compile_mi300x.pt.trace.json.gz": (
         "tests/traces/torch_compile_triton/trace_perf_report_csvs/gpu_timeline.csv",
         (12.54902099609375, 0.0, 0.0, 1.123046875e-05, 12.5490322265625)),

@@ -195,6 +195,43 @@ def test_rocm_allocator_events_are_gpu_memory_of_the_kernels_device(pack):
     assert not {"memory-growth", "memory-near-capacity"} & skipped, skipped
 
 
+def test_rccl_generic_kernels_take_the_collective_c10d_recorded(pack):
+    """TraceLens' ResNet rank-0 MI300X trace: RCCL runs every collective as ncclDevKernel_Generic, so
+    the breakdown's exposed communication was all "Generic" (55.6 ms) and comm_kernels' collective too.
+    c10d writes the torch.distributed call on the kernel ("Collective name": allreduce, broadcast); the
+    kernels that carry it now have that collective (read here with the json module), the others (queued
+    before the profiler's CPU side started: no c10d record) stay Generic."""
+    import json
+    import lzma
+
+    name = "tracelens_resnet_act_checkpoint_mi300x.pt.trace.json.xz"
+    with lzma.open(PUBLIC / name, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    want = {"allreduce": "AllReduce", "broadcast": "Broadcast"}
+    recorded = {(e["args"]["device"], e["args"]["correlation"]): want[e["args"]["Collective name"]]
+                for e in events if e.get("cat") == "kernel" and e["name"].startswith("ncclDevKernel_Generic")
+                and "Collective name" in e["args"]}
+    assert len(recorded) == 12
+    a = _analyze(name, pack)
+    comm = a.facts.get("comm_kernels")
+    for row in comm.itertuples():
+        assert row.collective == recorded.get((row.device, row.correlation_id), "Generic"), row
+    seg = a.facts.get("timeline_segments")
+    exposed = seg[seg["cause"].astype(str) == "exposed_comm"]
+    per = exposed.groupby(exposed["detail"].astype(str))["duration"].sum()
+    assert per["AllReduce"] > 30e6 and per.sum() == exposed["duration"].sum()
+
+
+def test_c10d_collective_names():
+    from analyzer.facts.comm import c10d_collective
+
+    assert [c10d_collective(n) for n in ("allreduce", "_allgather_base", "all_gather_into_tensor_coalesced",
+                                          "_reduce_scatter_base", "reduce_scatter_tensor_coalesced", "reduce",
+                                          "broadcast", "alltoall_base", "send", "recv", "nccl:all_reduce", "")] \
+        == ["AllReduce", "AllGather", "AllGather", "ReduceScatter", "ReduceScatter", "Reduce", "Broadcast",
+            "AllToAll", "Send", "Recv", "", ""]
+
+
 def test_hip_calls_read_as_their_cuda_equivalents():
     """One table: launches, copies, synchronization, allocation and graph launches."""
     assert cuda_equivalent("hipLaunchKernel") == "cudaLaunchKernel"

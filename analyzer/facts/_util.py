@@ -140,17 +140,26 @@ def covered_until(us: np.ndarray, ue: np.ndarray, t: np.ndarray) -> np.ndarray:
     return _covered_at(us, ue, _covered_base(us, ue), t)
 
 
-def covered_between(us: np.ndarray, ue: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def covered_between(us: np.ndarray, ue: np.ndarray, a: np.ndarray, b: np.ndarray,
+                    base: np.ndarray | None = None) -> np.ndarray:
     """``covered_until(us, ue, b) - covered_until(us, ue, a)``: the covered time inside each ``[a, b)``,
-    with the intervals' running total computed once for both sides."""
+    with the intervals' running total computed once for both sides (``base``: :func:`covered_base` of
+    the intervals, given when several calls share them)."""
     us = np.asarray(us, dtype=np.int64)
     ue = np.asarray(ue, dtype=np.int64)
     a = np.asarray(a, dtype=np.int64)
     b = np.asarray(b, dtype=np.int64)
     if len(us) == 0 or len(a) == 0:
         return np.zeros(len(a), dtype=np.int64)
-    base = _covered_base(us, ue)
+    if base is None:
+        base = _covered_base(us, ue)
     return _covered_at(us, ue, base, b) - _covered_at(us, ue, base, a)
+
+
+def covered_base(us: np.ndarray, ue: np.ndarray) -> np.ndarray:
+    """The running total of the sorted disjoint intervals ``[us, ue)`` that :func:`covered_between` reads
+    (computed once for several calls over the same intervals)."""
+    return _covered_base(np.asarray(us, dtype=np.int64), np.asarray(ue, dtype=np.int64))
 
 
 def _covered_base(us: np.ndarray, ue: np.ndarray) -> np.ndarray:

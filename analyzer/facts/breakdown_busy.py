@@ -3,6 +3,8 @@ detail, the busy pieces per device and level, and the idle gaps between them (sp
 :mod:`analyzer.facts.breakdown`, whose docstring defines the causes)."""
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pandas as pd
 
@@ -13,6 +15,31 @@ from analyzer.facts.registry import FactContext
 
 #: busy pieces' columns (device, start, end, cause, detail, op) and gaps' (device, start, end, prev op, next op)
 Columns = tuple[list[np.ndarray], ...]
+
+
+def _c10d_details(ctx: FactContext, ops: pd.DataFrame, rows: np.ndarray, detail: np.ndarray,
+                  code: Callable[[str], int]) -> None:
+    """Communication ops ``rows`` of ``ops`` whose kernel name says no collective (RCCL/NCCL's
+    ``ncclDevKernel_Generic``) take the one c10d recorded on the kernel
+    (:func:`analyzer.facts.comm.kernel_collectives`), matched on (device, start, correlation id)."""
+    from analyzer.facts.comm import kernel_collectives
+
+    k = ctx.trace.kernels
+    named = text(k["comm_collective"]) != ""
+    if not named.any():
+        return
+    k = k.loc[named.to_numpy()]
+    coll = kernel_collectives(k)
+    keys = pd.MultiIndex.from_arrays([column(k, "device", 0).to_numpy(np.int64), k["start"].to_numpy(np.int64),
+                                      column(k, "correlation_id", -1).to_numpy(np.int64)])
+    lookup = pd.Series(coll, index=keys)
+    lookup = lookup[~lookup.index.duplicated()]
+    mine = pd.MultiIndex.from_arrays([ops["device"].to_numpy(np.int64)[rows], ops["start"].to_numpy(np.int64)[rows],
+                                      ops["correlation_id"].to_numpy(np.int64)[rows]])
+    found = lookup.reindex(mine).to_numpy(dtype=object)
+    hit = np.array([isinstance(v, str) and v not in ("", "Generic") for v in found], dtype=bool)
+    if hit.any():
+        detail[rows[hit]] = [code(str(v)) for v in found[hit]]
 
 
 def _op_classes(ctx: FactContext, ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, list[str]]:
@@ -57,6 +84,8 @@ def _op_classes(ctx: FactContext, ops: pd.DataFrame) -> tuple[np.ndarray, np.nda
         kpos = np.flatnonzero(is_kernel)
         level[kpos[comm]] = 1
         detail[kpos] = det
+        if comm.any() and "comm_collective" in ctx.trace.kernels.columns:
+            _c10d_details(ctx, ops, kpos[comm], detail, code)
     is_set = of_kind("memset")
     is_copy = of_kind("memcpy")
     other = ~(is_kernel | is_copy | is_set)

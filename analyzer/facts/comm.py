@@ -98,6 +98,39 @@ def parse_nccl_kernel(name: str) -> NcclKernel:
     return NcclKernel()
 
 
+#: c10d's ``Collective name`` (letters only, lower case) prefix -> the collective; longer prefixes first
+_C10D_PREFIXES = (("allreduce", "AllReduce"), ("allgather", "AllGather"), ("reducescatter", "ReduceScatter"),
+                  ("alltoall", "AllToAll"), ("broadcast", "Broadcast"), ("reduce", "Reduce"),
+                  ("sendrecv", "SendRecv"), ("send", "Send"), ("recv", "Recv"), ("gather", "Gather"),
+                  ("scatter", "Scatter"), ("barrier", "Barrier"))
+
+
+def c10d_collective(name: str) -> str:
+    """The collective of a torch.distributed call as c10d records it on the kernel (``allreduce``,
+    ``_allgather_base``, ``all_gather_into_tensor_coalesced``, ``_reduce_scatter_base``, ``send`` ...);
+    ``""`` for anything else."""
+    key = re.sub(r"[^a-z]", "", name.lower())
+    return next((coll for prefix, coll in _C10D_PREFIXES if key.startswith(prefix)), "")
+
+
+def kernel_collectives(kernels: pd.DataFrame) -> np.ndarray:
+    """Per row of ``kernels`` (communication kernels): the collective its name says
+    (:func:`parse_nccl_kernel`), else -- a name that says none, or NCCL/RCCL's ``ncclDevKernel_Generic``
+    that runs several -- the torch.distributed call c10d recorded on the kernel (the optional
+    ``comm_collective`` column: torch.profiler traces), else ``""`` (``Generic`` where only the name
+    says that much)."""
+    if kernels.empty:
+        return np.zeros(0, dtype=object)
+    names = text(kernels["short_name"]).where(text(kernels["short_name"]) != "", text(kernels["name"]))
+    codes, uniq = pd.factorize(names)
+    out = np.array([parse_nccl_kernel(str(u)).collective for u in uniq], dtype=object)[codes]
+    if "comm_collective" in kernels.columns:
+        ccodes, cuniq = pd.factorize(text(kernels["comm_collective"]))
+        c10d = np.array([c10d_collective(str(u)) for u in cuniq], dtype=object)[ccodes]
+        out = np.where(((out == "") | (out == "Generic")) & (c10d != ""), c10d, out)
+    return out
+
+
 #: nccl-tests' bus-bandwidth factors for n ranks (bus bandwidth = algorithm bandwidth x factor)
 def bus_factor(collective: str, n: int) -> float:
     """``AllReduce``: 2(n-1)/n; ``AllGather``/``ReduceScatter``: (n-1)/n; ``Broadcast``/``Reduce``/
@@ -256,7 +289,7 @@ def comm_kernels(ctx: FactContext) -> pd.DataFrame:
         "correlation_id": column(k, "correlation_id", -1).fillna(-1).to_numpy(dtype=np.int64),
         "short_name": text(k["short_name"]).to_numpy(dtype=object),
         "name": text(k["name"]).to_numpy(dtype=object),
-        "collective": take("collective"), "reduce_op": take("reduce_op"), "dtype": take("dtype"),
+        "collective": kernel_collectives(k), "reduce_op": take("reduce_op"), "dtype": take("dtype"),
         "algorithm": take("algorithm"), "protocol": take("protocol"),
         "bytes": nbytes, "comm": comm,
         "nvtx_path": text(column(k, "nvtx_path", "")).to_numpy(dtype=object),
@@ -339,4 +372,4 @@ def comm_overlap(ctx: FactContext) -> pd.DataFrame:
 
 
 __all__ = ["COMMUNICATION", "JobRankContext", "NcclKernel", "bus_factor", "comm_kernel_mask",
-           "compute_kernel_mask", "parse_nccl_kernel"]
+           "compute_kernel_mask", "parse_nccl_kernel", "c10d_collective", "kernel_collectives"]

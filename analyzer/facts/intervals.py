@@ -32,6 +32,7 @@ from analyzer.loading.columns import empty_typed
 from analyzer.facts._util import (
     column,
     categorical_parts,
+    covered_base,
     covered_between,
     covered_until,
     key_groups,
@@ -282,6 +283,10 @@ def api_open_at(api: pd.DataFrame, tid: np.ndarray, t: np.ndarray) -> np.ndarray
     return _host_api(api, tid, t)[0]
 
 
+#: queries of :func:`_host_api` looked up per chunk of this many (one thread's temporaries bounded)
+QUERY_CHUNK = 1 << 20
+
+
 def _host_api(api: pd.DataFrame, tid: np.ndarray, t: np.ndarray, start: np.ndarray | None = None,
               end: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``(api_open_at(api, tid, t), covered)``: with ``start``/``end`` given, ``covered[i]`` is the time of
@@ -315,26 +320,38 @@ def _host_api(api: pd.DataFrame, tid: np.ndarray, t: np.ndarray, start: np.ndarr
         if g == len(thread_of) or thread_of[g] != tid[q[0]]:
             continue
         rows = a_order[a_from[g]:a_to[g]]  # this thread's calls by start
-        starts = a_start[rows]
-        ends = a_end[rows]
+        if rows[-1] - rows[0] == len(rows) - 1 and bool((rows[1:] > rows[:-1]).all()):  # a run (one thread: all)
+            starts = a_start[rows[0]:rows[-1] + 1]  # read only: a view
+            ends = a_end[rows[0]:rows[-1] + 1].copy()  # clamped below
+        else:
+            starts = a_start[rows]
+            ends = a_end[rows]
         run_max = np.maximum.accumulate(ends)
         # the position of the running maximum, built in place (one temporary per call, not three)
         holder = np.arange(len(rows))
         holder[ends != run_max] = -1
         del run_max
         np.maximum.accumulate(holder, out=holder)
-        tq = t[q]
-        k = np.searchsorted(starts, tq, side="right") - 1
-        found = k >= 0
-        kk = np.maximum(k, 0)
-        own_open = found & (ends[kk] > tq)
-        hold = holder[kk]
-        hold_open = found & (ends[hold] > tq)
-        out[q] = np.where(own_open, rows[kk], np.where(hold_open, rows[hold], -1))
-        del k, found, kk, own_open, hold, hold_open, holder, tq
         if start is not None and end is not None:
-            us, ue = union_sorted(starts, ends)  # (may clamp ``ends``, used no more)
-            covered[q] = covered_between(us, ue, start[q], end[q])
+            # (ends clamped to their starts in place: no lookup below reads a call ending before it starts
+            # differently, since each reads calls starting at or before its instant)
+            us, ue = union_sorted(starts, ends)
+            base = covered_base(us, ue)
+        # the queries QUERY_CHUNK at a time: each lookup's temporaries (a dozen arrays per query: 10 M
+        # gaps at 10 M kernels) stay bounded; the answers are the same for any chunk size
+        for qc in range(0, len(q), QUERY_CHUNK):
+            qq = q[qc:qc + QUERY_CHUNK]
+            tq = t[qq]
+            k = np.searchsorted(starts, tq, side="right") - 1
+            found = k >= 0
+            kk = np.maximum(k, 0)
+            own_open = found & (ends[kk] > tq)
+            hold = holder[kk]
+            hold_open = found & (ends[hold] > tq)
+            out[qq] = np.where(own_open, rows[kk], np.where(hold_open, rows[hold], -1))
+            del k, found, kk, own_open, hold, hold_open, tq
+            if start is not None and end is not None:
+                covered[qq] = covered_between(us, ue, start[qq], end[qq], base)
     return out, covered
 
 

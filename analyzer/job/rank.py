@@ -176,7 +176,7 @@ def pack_section(section: TraceSection) -> bytes:
 def _comm_frame(trace: Trace, store: FactStore) -> pd.DataFrame:
     """Every communication kernel of the trace (not only the window), start order: the columns the
     cross-rank facts read (the summary travels to the client, so nothing more: kernel names stay)."""
-    from analyzer.facts.comm import comm_kernel_mask, parse_nccl_kernel
+    from analyzer.facts.comm import comm_kernel_mask, kernel_collectives, parse_nccl_kernel
     from analyzer.facts.nccl_nvtx import kernel_payloads
     from analyzer.facts.registry import FactContext
 
@@ -192,8 +192,8 @@ def _comm_frame(trace: Trace, store: FactStore) -> pd.DataFrame:
     names = text(c["short_name"])
     codes, uniq = pd.factorize(names)
     parsed = [parse_nccl_kernel(str(u)) for u in uniq]
-    coll = np.array([p.collective or str(u) for p, u in zip(parsed, uniq)], dtype=object)[codes] \
-        if len(c) else np.zeros(0, dtype=object)
+    coll = kernel_collectives(c)
+    coll = np.where(coll == "", names.to_numpy(dtype=object), coll) if len(c) else np.zeros(0, dtype=object)
     nbytes, comm = kernel_payloads(trace.nvtx, c)
     pick = lambda a: np.array([getattr(p, a) for p in parsed], dtype=object)[codes] if len(c) \
         else np.zeros(0, dtype=object)  # noqa: E731

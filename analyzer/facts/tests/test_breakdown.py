@@ -309,3 +309,22 @@ def test_breakdown_summed_in_chunks_is_the_same(name, monkeypatch):
     for size in (5, 97):
         monkeypatch.setattr(breakdown_table, "SUM_CHUNK", size)
         pd.testing.assert_frame_equal(FactStore(t, w, {}).get("timeline_breakdown"), table)
+
+
+@pytest.mark.parametrize("name", ["host_sync", "round3/host_work_in_range_fixed", "kineto/host_sync_stack.pt.trace.json.gz"])
+def test_gaps_host_calls_looked_up_in_chunks_are_the_same(name, monkeypatch):
+    """``gpu_gaps`` looks up the feeding thread's CUDA call open at each gap and the calls' time inside it
+    :data:`analyzer.facts.intervals.QUERY_CHUNK` gaps at a time (10 M kernels have about 10 M gaps, a
+    dozen temporaries each): chunks of 3 and 50 gaps give the same gaps as one chunk."""
+    import pandas as pd
+
+    from analyzer.facts import intervals
+    from analyzer.facts.registry import FactStore
+
+    t = _load(name)
+    w = choose_window(t)
+    gaps = FactStore(t, w, {}).get("gpu_gaps")
+    assert len(gaps) > 100 and (gaps["host_api_overlap_ns"] > 0).any() and (gaps["host_api"] != "").any()
+    for size in (3, 50):
+        monkeypatch.setattr(intervals, "QUERY_CHUNK", size)
+        pd.testing.assert_frame_equal(FactStore(t, w, {}).get("gpu_gaps"), gaps)

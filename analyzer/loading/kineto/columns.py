@@ -208,9 +208,11 @@ _DTYPE_BYTES = {
 
 
 def comm_columns(g: EventGroup) -> dict[str, Any]:
-    """The optional kernel columns ``comm_bytes`` and ``comm_group`` from what c10d records on a
-    collective's NCCL kernel (``In msg nelems``, ``Out msg nelems``, ``dtype``, ``Process Group Name``);
-    none when no kernel of the trace carries them (an older PyTorch, or no collective).
+    """The optional kernel columns ``comm_bytes``, ``comm_group`` and ``comm_collective`` from what c10d
+    records on a collective's NCCL kernel (``In msg nelems``, ``Out msg nelems``, ``dtype``, ``Process
+    Group Name``, ``Collective name``); none when no kernel of the trace carries them (an older PyTorch,
+    or no collective). ``comm_collective``: the torch.distributed call as c10d names it (``allreduce``,
+    ``_allgather_base``, ``reduce_scatter_tensor_coalesced`` ...; ``""`` unknown).
 
     ``comm_bytes`` is NCCL's message size, the one its NVTX payload states for nsys traces: the element
     count NCCL is called with times the element size. That count is the smaller of c10d's input and
@@ -224,7 +226,8 @@ def comm_columns(g: EventGroup) -> dict[str, Any]:
                      np.maximum(count_in, count_out))
     size = g.col("dtype_size")  # bytes per element of c10d's dtype name (_DTYPE_BYTES)
     known = (count >= 0) & (count < 2**56) & (size > 0)
-    return {"comm_bytes": np.where(known, count * np.maximum(size, 0), -1), "comm_group": g.text("comm_group")}
+    return {"comm_bytes": np.where(known, count * np.maximum(size, 0), -1), "comm_group": g.text("comm_group"),
+            "comm_collective": g.text("comm_collective")}
 
 
 def distinct_codes(values: Iterable[Any]) -> tuple[np.ndarray, list[Any]]:
@@ -332,6 +335,10 @@ def _comm_group_value(c: _Chunk) -> list[Any]:
     return [v if isinstance(v, str | int) and not isinstance(v, bool) else None for v in _arg("pg_name")(c)]
 
 
+def _comm_collective_value(c: _Chunk) -> list[Any]:
+    return [v if isinstance(v, str) else None for v in _arg("coll_name")(c)]
+
+
 def _sync_kind_value(c: _Chunk) -> list[Any]:
     return [k if isinstance(k, str) else n for k, n in zip(_arg("sync_kind")(c), _field("name")(c))]
 
@@ -357,7 +364,7 @@ _SPECS: dict[str, dict[str, tuple[Callable[[_Chunk], Any], str]]] = {
                 "registers": (_arg("registers"), _INT), "smem": (_arg("smem"), _INT),
                 "graph_node": (_arg("graph_node"), _INT), "in_nelems": (_arg("in_nelems"), _INT),
                 "out_nelems": (_arg("out_nelems"), _INT), "dtype_size": (_dtype_size, _RAW),
-                "comm_group": (_comm_group_value, _TEXT)},
+                "comm_group": (_comm_group_value, _TEXT), "comm_collective": (_comm_collective_value, _TEXT)},
     "memcpy": {**_OPS, "nbytes": (_arg("nbytes"), _INT)},
     "memset": {**_OPS, "nbytes": (_arg("nbytes"), _INT)},
     # launch calls on ROCm carry the launch configuration (older ROCm writes it on the call only)

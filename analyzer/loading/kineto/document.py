@@ -90,6 +90,7 @@ class _Args(msgspec.Struct, gc=False):
     out_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
     dtype: Any = None
     pg_name: Any = msgspec.field(default=None, name="Process Group Name")
+    coll_name: Any = msgspec.field(default=None, name="Collective name")  # the torch.distributed call
     # torch.profiler(profile_memory=True) "[memory]" instant events: the caching allocator's block
     mem_bytes: Any = msgspec.field(default=None, name="Bytes")  # > 0 allocated, < 0 freed
     total_allocated: Any = msgspec.field(default=None, name="Total Allocated")
