@@ -20,7 +20,9 @@ setup; calling that idle GPU time cries wolf. So rules look at a window, chosen 
 
    Framework operators never qualify (Kineto's ``cpu_op`` events, ``aten::*``, ``vllm::*``, autograd
    nodes, ``CompiledFunction``: :func:`analyzer.facts.nvtx.operator_ranges`): they repeat more often
-   than any iteration. The best stem is the well-known one, then the outermost, then the one covering most GPU work.
+   than any iteration; nor do PyTorch's annotations around one part of each iteration
+   (``Optimizer.step#...``, ``enumerate(DataLoader)#...``: :func:`analyzer.facts.nvtx.framework_marks`),
+   which mark iterations (below) without enclosing them. The best stem is the well-known one, then the outermost, then the one covering most GPU work.
    When no warmup range was found and there are at least 4 instances, the first instance is left
    out: it pays lazy module loading, autotuning and allocator growth.
 2. **Periodic GPU op sequence** (no usable NVTX): the labels of all GPU ops in start order (kernel
@@ -29,7 +31,10 @@ setup; calling that idle GPU time cries wolf. So rules look at a window, chosen 
    match rate ``label[i] == label[i-P]`` over the second half of the trace). The steady state begins
    at the change point that best splits "does not repeat" from "repeats" (fewest matches before plus
    fewest mismatches after, one cumulative sum). Because ``label[i]`` is compared with the op one
-   period earlier, the first steady iteration is also left out, as in 1. At least 3 periods must
+   period earlier, the first steady iteration is also left out, as in 1. Periods whose length is far from the
+   steady state's (more than 4x longer or shorter than the median of the second half) at the start are
+   left out too: the op sequence repeats from the first iteration on, but a whole-process recording
+   without NVTX holds that iteration's one-time work (lazy module loading, warm-up, compilation). At least 3 periods must
    remain, with >= 60 % of ops repeating. When no candidate repeats, the spacings of the rarest labels
    of the second half are tried (a capture ending inside an iteration ends on ops that recur many
    times per iteration, whose last occurrences all lie in the last iteration).
@@ -62,7 +67,7 @@ from analyzer.analysis import StepSpans, Window
 from analyzer.errors import WindowError
 from analyzer.facts._util import column, concat_codes, factorize_objects, new_frame, text, text_codes
 from analyzer.facts.nccl_nvtx import internal_ranges
-from analyzer.facts.nvtx import operator_ranges
+from analyzer.facts.nvtx import framework_marks, operator_ranges
 from analyzer.facts.nvtx_ranges import parent_positions, ranges_only
 from analyzer.facts.phase_index import match_ranges
 from analyzer.facts.range_patterns import parse_patterns
@@ -328,7 +333,10 @@ def _nvtx_steps(
     # often as steps do but are never the user's training loop
     # and so are the framework's operators (aten::linear, autograd nodes, CompiledFunction: Kineto's
     # cpu_op events, PyTorch's emit_nvtx ranges), which repeat more often than any iteration
-    cand = nv.loc[~inherited & ~internal_ranges(nv) & ~operator_ranges(nv)].reset_index(drop=True)
+    # and so are PyTorch's own once-per-iteration annotations (Optimizer.step#...), which enclose one
+    # part of an iteration only: they mark iterations (_annotation_marks), never enclose them
+    cand = nv.loc[~inherited & ~internal_ranges(nv) & ~operator_ranges(nv)
+                  & ~framework_marks(nv)].reset_index(drop=True)
     if cand.empty:
         return None
     texts = text(cand["text"])
@@ -525,7 +533,48 @@ def _periodic(trace: Trace, ops: pd.DataFrame, exclude: tuple[str, ...]) -> tupl
     iteration, head, label = _iteration(codes, first_op, period, rate)
     what = (f"iterations of {iteration} GPU ops, each from a {uniques[label]!r}" if label is not None
             else f"periods of {iteration} GPU ops")
-    return start, desc, _period_spans(ops, head, iteration, start, what)
+    spans = _period_spans(ops, head, iteration, start, what)
+    skip = 0 if note else _unsteady_head(spans)  # warmup ranges: the program said where its loop starts
+    if skip:
+        typical = float(np.median(np.subtract(spans.ends, spans.starts)[skip:]))
+        head_ns = spans.starts[skip] - spans.starts[0]
+        start = spans.starts[skip]
+        unit = "period" if label is None else "iteration"
+        desc += (f", after the first {skip} {unit}{'s' if skip > 1 else ''} ({_fmt(head_ns)}: one-time "
+                 f"work, {'their lengths' if skip > 1 else 'its length'} far from the steady {_fmt(typical)})")
+        spans = _period_spans(ops, head, iteration, start, what)
+    return start, desc, spans
+
+
+#: a period this many times longer or shorter than the steady state's median is not steady
+UNSTEADY_FACTOR = 4.0
+
+
+def _unsteady_head(spans: StepSpans) -> int:
+    """How many leading periods are not yet the steady state in time. The op sequence can repeat from
+    the first iteration on while its first iterations still pay one-time work (lazy module loading,
+    cuBLAS and allocator warm-up, compilation, a program's warm-up steps before CUDA-graph capture):
+    a whole-process recording (nsys) of a program without NVTX ranges holds them. A period whose length
+    is more than :data:`UNSTEADY_FACTOR` times the median of the second half's periods, or less than
+    that median divided by it, is unsteady; the head ends at the change point that best splits
+    "unsteady" from "steady" (fewest steady periods before plus fewest unsteady ones after; the
+    latest among equals), so an occasional long period later in the loop (logging, a checkpoint)
+    stays in the window. At least 3 periods, and a third of them, remain."""
+    n = len(spans)
+    if n < 6:
+        return 0
+    dur = np.subtract(spans.ends, spans.starts).astype(np.float64)
+    typical = float(np.median(dur[n // 2:]))
+    if typical <= 0:
+        return 0
+    off = (dur > UNSTEADY_FACTOR * typical) | (dur < typical / UNSTEADY_FACTOR)
+    limit = n - max(3, n // 3)  # the latest cut
+    if not off[:limit].any():
+        return 0
+    before_steady = np.concatenate(([0], np.cumsum(~off)))
+    after_off = int(off.sum()) - np.concatenate(([0], np.cumsum(off)))
+    cost = (before_steady + after_off)[: limit + 1]
+    return int(np.flatnonzero(cost == cost.min())[-1])  # the latest: an unsteady period at the start is one-time
 
 
 def _steady(codes: np.ndarray, cands: list[int]) -> tuple[int, int, int, np.ndarray] | None:

@@ -18,6 +18,13 @@ and compared:
   time per step in the pathology - in the twin) x the pathology's steps, what the fix bought in the range
   it fixes, immune to run-to-run noise in the ranges the fix leaves alone.
 
+Pairs recorded without step ranges (``--bare``: no NVTX, torch.profiler without ``ProfilerStep#N``; the
+``*_bare`` pairs of ``tests/data/round3``) have no steps the two windows share: the window is the steady
+state the analyzer found (periods of the GPU op sequence, or iterations between two ``Optimizer.step#...``
+annotations), whose periods may be a part of the program's loop and differ between the twins. Their
+saving is a share of the pathology's window: window x (1 - twin mean step / pathology mean step), the
+mean steps being the programs' own synchronized step times (``round3/manifest.jsonl``, same tool).
+
     python benchmarks/breakdown_calibration.py            # print the table
     python benchmarks/breakdown_calibration.py --write    # and write docs/breakdown-calibration.md
     python benchmarks/breakdown_calibration.py --check    # exit 1 when the file differs from the table
@@ -28,6 +35,7 @@ Run from the repository root (``python -m`` style: the checkout's ``analyzer`` i
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,9 +67,12 @@ class Row:
     range: str = ""  # the biggest cause's NVTX range ("" for a whole-device finding)
     resolved_ns: float = 0.0  # impacts of the biggest cause's rule's findings the twin is silent on
     range_saving_ns: float | None = None  # the range's own time saved (per-range findings)
+    window_ns: float | None = None  # recorded without step ranges: the pathology's window (saving by share)
 
     @property
     def saving_ns(self) -> float:
+        if self.window_ns is not None:
+            return self.window_ns * (1 - self.twin_step_ns / self.step_ns) if self.step_ns > 0 else 0.0
         return (self.step_ns - self.twin_step_ns) * self.steps
 
     @property
@@ -120,12 +131,33 @@ def _range_ns(analysis, device: int | None, phase: str) -> float:  # type: ignor
     return float(bd.loc[mine, "duration_ns"].sum())
 
 
+def _recorded_mean_step(pair: str, fmt: str) -> tuple[float, float] | None:
+    """(pathology, twin) mean step (ns) the programs measured themselves, from the manifest beside them."""
+    folder, _, name = pair.rpartition("/")
+    manifest = DATA / folder / "manifest.jsonl"
+    if not manifest.is_file():
+        return None
+    tool = "nsys" if fmt == "nsys" else "torch"
+    means: dict[str, float] = {}
+    for line in manifest.read_text().splitlines():
+        rec = json.loads(line)
+        if rec.get("tool") == tool and rec.get("name") in (name, f"{name}_fixed") and rec.get("mean_ms"):
+            means[rec["name"]] = float(rec["mean_ms"]) * 1e6
+    if len(means) < 2:
+        return None
+    return means[name], means[f"{name}_fixed"]
+
+
 def row(pair: str, fmt: str, sick: Path, twin: Path) -> Row:
     a, b = _analyze(sick), _analyze(twin)
     fired = [f for f in a.findings if f.rule in BREAKDOWN_RULES and f.impact_ns is not None]
     top = max(fired, key=lambda f: f.impact_ns, default=None)
     step, n = _mean_step(a)
     twin_step, twin_n = _mean_step(b)
+    window_ns = None
+    recorded = _recorded_mean_step(pair, fmt) if pair.endswith("_bare") else None
+    if recorded is not None:  # no step ranges: the saving is a share of the window
+        (step, twin_step), window_ns = recorded, float(a.window.duration_ns)
     rule = top.rule if top is not None else ""
     twin_keys = {f.key for f in b.findings}
     impacts = tuple((f.rule, f.scope.nvtx_path or "", float(f.impact_ns), f.key in twin_keys)
@@ -133,11 +165,11 @@ def row(pair: str, fmt: str, sick: Path, twin: Path) -> Row:
     resolved = sum(float(f.impact_ns) for f in fired if f.rule == rule and f.key not in twin_keys)
     where = top.scope.nvtx_path or "" if top is not None else ""
     range_saving = None
-    if top is not None and top.scope.kind == "device_range":
+    if top is not None and top.scope.kind == "device_range" and window_ns is None:
         dev = top.scope.device
         range_saving = (_range_ns(a, dev, where) / n - _range_ns(b, dev, where) / twin_n) * n
     return Row(pair, fmt, rule, float(top.impact_ns) if top is not None else 0.0, n, step, twin_step,
-               top is not None and top.key in twin_keys, impacts, where, resolved, range_saving)
+               top is not None and top.key in twin_keys, impacts, where, resolved, range_saving, window_ns)
 
 
 def table(rows: list[Row]) -> str:
@@ -151,8 +183,9 @@ def table(rows: list[Row]) -> str:
         if not r.rule:
             continue
         rs = r.range_saving_ns
+        steps = "window" if r.window_ns is not None else str(r.steps)
         lines.append(
-            f"| {r.pair} | {r.fmt} | {_cause(r.rule, r.range)} | {r.impact_ns / 1e6:.1f} | {r.steps} "
+            f"| {r.pair} | {r.fmt} | {_cause(r.rule, r.range)} | {r.impact_ns / 1e6:.1f} | {steps} "
             f"| {r.step_ns / 1e6:.2f} | {r.twin_step_ns / 1e6:.2f} | {r.saving_ns / 1e6:.1f} | {_ratio(r, r.impact_ns)} "
             f"| {'no' if r.twin_fires else 'yes'} | {r.resolved_ns / 1e6:.1f} | {_ratio(r, r.resolved_ns)} "
             f"| {'' if rs is None else f'{rs / 1e6:.1f}'} "
@@ -222,6 +255,7 @@ def render(rows: list[Row]) -> str:
              "pathology with the same code there, which makes its step saving understate the optimizer's"
              f"{_optimizer_ratios(rows)}.\n")
     text += host_sync_text(rows)
+    text += bare_text(rows)
     text += ("\n## Every breakdown rule on every pair\n\nA rule's impact against the same measured saving "
              "(the twin may fix another cause too, so only the pair's biggest cause is expected near 1).\n\n")
     return text + rule_table(rows)
@@ -309,6 +343,44 @@ def host_sync_text(rows: list[Row]) -> str:
         "`dispatch_gap_ns` (1 ms) as dispatch: at 100 us it stated about half of what the graphs bought "
         "(the framework's own code between launches, the autograd engine and the optimizer's bookkeeping, "
         "runs 100 us to 1 ms between two calls; `analyzer/facts/breakdown.py`).\n")
+
+
+def bare_text(rows: list[Row]) -> str:
+    """The paragraph on the pairs recorded without step ranges (``*_bare``), from their rows."""
+    bare = [r for r in rows if r.window_ns is not None and r.rule]
+    if not bare:
+        return ""
+
+    def find(pair: str, fmt: str) -> Row | None:
+        return next((r for r in rows if r.pair == f"round3/{pair}" and r.fmt == fmt), None)
+
+    each = "; ".join(
+        f"{r.pair.removeprefix('round3/')} ({r.fmt}) {_cause(r.rule, r.range)} {r.impact_ns / r.window_ns:.1%} "
+        f"of the window for {r.saving_ns / r.window_ns:.1%} ({_ratio(r, r.impact_ns)}; twin "
+        f"{'fires it too' if r.twin_fires else 'silent'})" for r in bare)
+    text = (
+        "\n**Programs recorded as people record them** (`--bare`: no NVTX range, torch.profiler without "
+        "`ProfilerStep#N`; `PART=g bash workloads/device_round3.sh`, `round3/*_bare*`): the steps in the "
+        "table are \"window\": the saving is the pathology's window times the share of the step the twin "
+        "saved (its own step times), since the windows hold different guessed periods. The biggest cause's "
+        f"share of the window against that share: {each}. Without ranges a finding covers the whole window, "
+        "so a twin that fixes one part of the loop (optimizer_loop's fused optimizer under nsys, which has "
+        "no `Optimizer.step#...` annotation to name the part) fires the same finding")
+    graphs, graphs_nsys = find("compile_decode_bare", "torch.profiler"), find("compile_decode", "nsys")
+    if graphs is not None and graphs_nsys is not None:
+        text += (". compile_decode's reduce-overhead twin under torch.profiler runs "
+                 f"{graphs.twin_step_ns / 1e6:.1f} ms a step against {graphs_nsys.twin_step_ns / 1e6:.1f} ms under "
+                 "nsys (the profiler slows the cudagraph trees' bookkeeping between replays), so the share the "
+                 f"graphs saved there ({graphs.saving_ns / graphs.window_ns:.1%}) is below what they save unprofiled "
+                 f"({graphs_nsys.saving_ns / (graphs_nsys.step_ns * graphs_nsys.steps):.1%} under nsys); its twin "
+                 + ("fires launch-bound too" if graphs.twin_fires else "replays graphs and fires no launch-bound "
+                    "finding (host-bound-graph-loop names the bookkeeping)"))
+    sync = find("host_sync_balanced_bare", "nsys")
+    if sync is not None:
+        text += (f". host_sync balanced's twin saved {sync.saving_ns / sync.window_ns:.1%} of the step in its "
+                 f"nsys recording ({sync.step_ns / 1e6:.1f} and {sync.twin_step_ns / 1e6:.1f} ms a step): it "
+                 "calibrates nothing there")
+    return text + ".\n"
 
 
 def main(argv: list[str] | None = None) -> int:

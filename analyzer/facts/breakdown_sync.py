@@ -21,7 +21,15 @@ host-sync-in-loop calls one a step fine), so the interval that holds a step's st
 ``steps`` fact) and the one ending at the last synchronization before it are not charged. Their idle
 time is the step's own start and end, held by what the host does there (loading the next batch or
 weights, a blocking copy of the batch, the loop's bookkeeping): it stays host work or launch-bound,
-where the rules that name it (host-work-in-loop) find it.
+where the rules that name it (host-work-in-loop) find it. Steps that are only periods of a repeating GPU
+op sequence (a program recorded without NVTX ranges or annotations) may be a part of its loop (a
+micro-step, a layer): a thread that synchronizes at least twice per period does more than the loop's one
+synchronization a step, and its intervals are charged at the periods' boundaries too (host_sync's
+balanced loop recorded by nsys without NVTX: three synchronizations a micro-step, one period each;
+exempting two intervals a period charged 28 ms where its NVTX recording charges 59). Iterations marked
+by an annotation (``Optimizer.step#...``) keep the exemption: one such iteration of a ResNet loop holds
+the data loader's ``next()`` and the two blocking copies of its batch, whose refill would take the
+loader's time.
 
 Self-limiting: a launch-bound loop (``S`` small: the GPU drained long before the host synchronized)
 keeps its launch-bound time; a GPU-bound one (``I`` small) gets only its short refills charged; a
@@ -169,6 +177,8 @@ def charge_refills(ctx: FactContext, idle: dict[str, np.ndarray], syncs: list[Sy
     dev, start, end = idle["device"], idle["start"], idle["end"]
     cause, tid = idle["cause"], idle["tid"]
     steps = ctx.get("steps")
+    # steps that are only periods of the GPU op sequence: the program declared none
+    guessed = w.steps is not None and w.steps.source == "periodic"
     done = np.empty(0, np.int64)
     if not steps.empty:  # every step's start and completion
         end_ns = steps["done"].to_numpy(dtype=np.int64)
@@ -184,7 +194,10 @@ def charge_refills(ctx: FactContext, idle: dict[str, np.ndarray], syncs: list[Sy
         blocked = np.maximum(np.minimum(r_e, w.end_ns) - np.maximum(r_s, w.start_ns), 0)
         open_k = blocked > 0
         open_k[0] = False  # before the thread's first sync: no queue drained by an earlier one
-        if len(done):  # the step's own synchronization: the intervals on either side of a step boundary
+        # periods that hold two synchronizations of this thread or more are not the loop's steps with
+        # their one synchronization
+        sub_step = guessed and int(np.count_nonzero(blocked)) >= 2 * len(steps)
+        if len(done) and not sub_step:  # the step's own synchronization: the intervals either side of a boundary
             before = np.searchsorted(done, r_e, side="right")  # boundaries up to each return
             crosses = np.zeros(n + 1, dtype=bool)  # interval k holds a boundary (k = n: after the last)
             crosses[1:n] = before[1:] > before[:-1]
