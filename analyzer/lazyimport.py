@@ -33,9 +33,8 @@ def lazy_attributes(package: str, namespace: dict[str, Any], where: Mapping[str,
                               name=module) from exc
         try:
             value = getattr(loaded, name)
-        except AttributeError as exc:  # the package's table names the wrong module
-            raise ImportError(f"{package}.{name} is listed in {module}, which has no {name!r}",
-                              name=module) from exc
+        except AttributeError as exc:  # the package's table names the wrong module, or a circular import
+            raise ImportError(f"{package}.{name} is listed in {module}: {exc}", name=module) from exc
         namespace[name] = value
         return value
 

@@ -7,8 +7,11 @@ from __future__ import annotations
 import importlib
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
+
+from analyzer.lazyimport import lazy_attributes
 
 INIT = textwrap.dedent("""
     from analyzer.lazyimport import lazy_attributes
@@ -49,8 +52,17 @@ def test_attribute_error_inside_the_import_names_its_cause(package):
 
 
 def test_a_name_listed_in_the_wrong_module_says_so(package):
-    with pytest.raises(ImportError, match=r"lazy_probe_pkg\.misplaced is listed in lazy_probe_pkg\.fine"):
+    with pytest.raises(ImportError, match=r"lazy_probe_pkg\.misplaced is listed in lazy_probe_pkg\.fine: .*misplaced"):
         package.misplaced  # noqa: B018
+
+
+def test_a_circular_import_says_so(package):
+    """A module that asks its own package for a name it defines itself, while it is being imported: the
+    error keeps Python's words for it (a partially initialized module, a circular import)."""
+    (Path(package.__file__).parent / "loop.py").write_text("from lazy_probe_pkg import looped\nlooped = 1\n")
+    package.__getattr__ = lazy_attributes(package.__name__, vars(package), {"looped": "lazy_probe_pkg.loop"})
+    with pytest.raises(ImportError, match="circular import"):
+        package.looped  # noqa: B018
 
 
 @pytest.mark.parametrize("package", ["analyzer.rules", "analyzer.facts", "analyzer.phases"])
