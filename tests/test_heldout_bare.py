@@ -132,3 +132,35 @@ def test_compiled_decode_is_launch_bound(trace: str, tool: str):
     assert top.rule == "launch-bound" and "torch.compile'd code" in top.headline
     pair = "compile_decode" if tool == "nsys" else "compile_decode_bare"
     assert share(a, top) / saving_share(pair, tool) == pytest.approx(1, abs=0.25)
+
+
+@pytest.mark.parametrize("name", ["round3/decode_eager_bare.pt.trace.json.gz", "public/tracelens_sglang_decode_mi300x.pt.trace.json.xz",
+                                  "public/tracelens_sglang_prefill_mi300x.pt.trace.json.xz",
+                                  "public/tracelens_vllm_decode_graph_mi300x.pt.trace.json.gz"])
+def test_a_steady_recording_keeps_its_periodic_window(name: str):
+    """Recordings whose periods are steady from the start (torch.profiler started after the warm-up;
+    serving traces) lose nothing to the unsteady-head cut."""
+    from analyzer.loading import load_trace
+    from analyzer.window import choose_window
+
+    path = DATA_DIR / name
+    if not path.is_file():
+        pytest.skip(f"{name} not in tests/data")
+    window = choose_window(load_trace(path))
+    assert window.steps is not None and window.steps.source == "periodic"
+    assert "one-time work" not in window.description
+
+
+def test_annotation_iterations_keep_the_step_boundary_exemption():
+    """A ResNet loop marked by ``Optimizer.zero_grad#SGD.zero_grad`` (no ProfilerStep): each iteration's
+    two blocking input copies follow the data loader's ``next()``; charging their refills would move
+    about 48 ms of the loader's host work to the copies. It stays host work."""
+    path = DATA_DIR / "public" / "param_resnet_no_profilerstep.pt.trace.json.xz"
+    if not path.is_file():
+        pytest.skip("public/param_resnet_no_profilerstep not in tests/data")
+    a = analyze_trace(path)
+    assert a.window.steps is not None and a.window.steps.source == "annotation"
+    bd = a.facts.get("timeline_breakdown")
+    window = bd[bd["scope"] == "window"]
+    assert window.loc[window["cause"] == "host_sync", "duration_ns"].sum() < 5e6
+    assert biggest(a).rule == "host-work-in-loop"

@@ -21,4 +21,5 @@ if TYPE_CHECKING:  # imported on first use: the command line's option modules re
     )
 
 __all__ = ["FactContext", "FactSpec", "FactStore", "UnknownFactError", "all_specs", "fact", "get_spec", "load_all"]
-__getattr__ = lazy_attributes(__name__, globals(), {name: "analyzer.facts.registry" for name in __all__})
+if not TYPE_CHECKING:  # type checkers read the imports above (see analyzer.lazyimport)
+    __getattr__ = lazy_attributes(__name__, globals(), {name: "analyzer.facts.registry" for name in __all__})

@@ -172,7 +172,7 @@ def _device(rows: np.ndarray, dev: int, starts: np.ndarray, ends: np.ndarray, le
     hi = max(w_end, int(ends[rows].max()))
     cov_s = np.empty(0, dtype=np.int64)
     cov_e = np.empty(0, dtype=np.int64)
-    owner = np.empty(0, dtype=pos_type)
+    owner: np.ndarray = np.empty(0, dtype=pos_type)
     for lvl, cause in ((0, causes["compute"]), (1, causes["exposed_comm"]), (2, causes["exposed_copy"])):
         r = rows[level[rows] == lvl]
         if not len(r):
@@ -203,8 +203,8 @@ def _device(rows: np.ndarray, dev: int, starts: np.ndarray, ends: np.ndarray, le
     k_prev = np.searchsorted(cov_s, gs, side="left") - 1
     del cov_s, cov_e
     if len(owner):
-        nxt = np.where(k_next < len(owner), owner[np.minimum(k_next, len(owner) - 1)], -1).astype(pos_type)
-        prv = np.where(k_prev >= 0, owner[np.maximum(k_prev, 0)], -1).astype(pos_type)
+        nxt: np.ndarray = np.where(k_next < len(owner), owner[np.minimum(k_next, len(owner) - 1)], -1).astype(pos_type)
+        prv: np.ndarray = np.where(k_prev >= 0, owner[np.maximum(k_prev, 0)], -1).astype(pos_type)
     else:  # every operation on the device lasts 0 ns (a trace without durations): one gap, no neighbours
         nxt = prv = np.full(len(gs), -1, dtype=pos_type)
     keep = (ge > w_start) & (gs < w_end)

@@ -202,10 +202,10 @@ def cross_thread_waits(ctx: FactContext, seg: pd.DataFrame, pid: np.ndarray) -> 
     src = np.repeat(np.arange(n, dtype=np.int32 if n < np.iinfo(np.int32).max else np.int64), counts)
     at = np.flatnonzero(replaced[src])  # where the pieces land, in pieces_out's order
     del counts, replaced
-    start = np.array(new_start, dtype=np.int64)
-    end = np.array(new_end, dtype=np.int64)
-    waited = np.array(new_waited, dtype=np.int64)
-    given: dict[str, np.ndarray] = {"start": start, "end": end, "duration": end - start, "waited_tid": waited}
+    piece_start = np.array(new_start, dtype=np.int64)
+    piece_end = np.array(new_end, dtype=np.int64)
+    given: dict[str, np.ndarray] = {"start": piece_start, "end": piece_end, "duration": piece_end - piece_start,
+                                    "waited_tid": np.array(new_waited, dtype=np.int64)}
     cols: dict[str, object] = {}
     for name in list(seg.columns):
         col = seg[name]

@@ -19,7 +19,7 @@ import pandas as pd
 
 from analyzer.loading.columns import empty_typed
 
-from analyzer.facts._util import column, new_frame, starts_in_window, text_array, text_codes, union_intervals
+from analyzer.facts._util import column, covered_between, new_frame, starts_in_window, text_array, text_codes, union_intervals
 from analyzer.facts.occupancy import known_launch_config
 from analyzer.facts.registry import FactContext, fact
 from analyzer.loading.model import GRAPH_EXECUTION
@@ -179,57 +179,36 @@ def _host_time_in_gaps(segments: pd.DataFrame, device: np.ndarray, lo: np.ndarra
     (:data:`~analyzer.facts.breakdown.HOST_CAUSES`); NaN where ``none``."""
     from analyzer.facts.breakdown import HOST_CAUSES
 
-    out = np.where(none, np.nan, 0.0)
     if segments.empty:
-        return out
+        return np.where(none, np.nan, 0.0)
     host = segments[segments["cause"].astype(str).isin(HOST_CAUSES).to_numpy()]
-    dev = host["device"].to_numpy(np.int64)
-    for d in np.unique(device).tolist():
-        mine = np.flatnonzero((device == d) & ~none)
-        rows = np.flatnonzero(dev == d)
-        if not len(mine) or not len(rows):
-            continue
-        order = rows[np.argsort(host["start"].to_numpy(np.int64)[rows], kind="stable")]
-        out[mine] = _covered(host["start"].to_numpy(np.int64)[order], host["end"].to_numpy(np.int64)[order],
-                             lo[mine], hi[mine])
-    return out
-
-
-def _covered(bs: np.ndarray, be: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """Per ``[lo, hi)``: the time the disjoint intervals ``[bs, be)`` (sorted by start) cover inside it."""
-    done = np.concatenate(([0], np.cumsum(be - bs)))
-
-    def before(t: np.ndarray) -> np.ndarray:  # covered time before t
-        i = np.searchsorted(bs, t, side="right")  # intervals starting at or before t
-        last = np.maximum(i - 1, 0)
-        partial = np.where(i > 0, np.clip(t - bs[last], 0, None) - np.clip(t - be[last], 0, None), 0)
-        return done[last] * (i > 0) + partial
-
-    return (before(hi) - before(lo)).astype(np.float64)
+    return _covered_in_gaps(host, device, lo, hi, none)
 
 
 def _idle_in_gaps(busy: pd.DataFrame, device: np.ndarray, lo: np.ndarray, hi: np.ndarray,
                   none: np.ndarray) -> np.ndarray:
     """Per gap ``[lo, hi)`` on ``device``: its length minus the device's busy time inside it (``busy``:
-    the gpu_busy union, sorted per device); NaN where ``none``."""
-    out = np.where(none, np.nan, (hi - lo).astype(np.float64))
-    if busy.empty:
+    the gpu_busy union per device); NaN where ``none``."""
+    return (hi - lo).astype(np.float64) - _covered_in_gaps(busy, device, lo, hi, none)
+
+
+def _covered_in_gaps(intervals: pd.DataFrame, device: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                     none: np.ndarray) -> np.ndarray:
+    """Per gap ``[lo, hi)`` on ``device``: the time the disjoint intervals of that device (``intervals``:
+    ``device``, ``start``, ``end``) cover inside it (:func:`~analyzer.facts._util.covered_between`); NaN
+    where ``none``."""
+    out = np.where(none, np.nan, 0.0)
+    if intervals.empty:
         return out
+    dev = intervals["device"].to_numpy(np.int64)
+    starts, ends = intervals["start"].to_numpy(np.int64), intervals["end"].to_numpy(np.int64)
     for d in np.unique(device).tolist():
         mine = np.flatnonzero((device == d) & ~none)
-        b = busy.loc[busy["device"].to_numpy() == d]
-        if not len(mine) or b.empty:
+        rows = np.flatnonzero(dev == d)
+        if not len(mine) or not len(rows):
             continue
-        bs, be = b["start"].to_numpy(np.int64), b["end"].to_numpy(np.int64)
-        done = np.concatenate(([0], np.cumsum(be - bs)))
-
-        def covered(t: np.ndarray) -> np.ndarray:  # busy time before t
-            i = np.searchsorted(bs, t, side="right")  # intervals starting at or before t
-            partial = np.where(i > 0, np.clip(t - bs[np.maximum(i - 1, 0)], 0, None)
-                               - np.clip(t - be[np.maximum(i - 1, 0)], 0, None), 0)
-            return done[np.maximum(i - 1, 0)] * (i > 0) + partial
-
-        out[mine] = (hi[mine] - lo[mine]) - (covered(hi[mine]) - covered(lo[mine]))
+        rows = rows[np.argsort(starts[rows], kind="stable")]
+        out[mine] = covered_between(starts[rows], ends[rows], lo[mine], hi[mine])
     return out
 
 

@@ -32,9 +32,11 @@ __all__ = [
     "DEFAULT_EXCLUDE", "ModelConfig", "PhaseIndex", "RangePattern", "attention_split", "category_mix",
     "kernel_categories", "phase_table", "range_timing", "step_split", "top_kernels",
 ]
-__getattr__ = lazy_attributes(__name__, globals(), {
-    "DEFAULT_EXCLUDE": "analyzer.facts.range_patterns", "RangePattern": "analyzer.facts.range_patterns",
-    "PhaseIndex": "analyzer.facts.phase_index", "range_timing": "analyzer.facts.phase_index",
-    **{name: "analyzer.facts.phase_table" for name in ("ModelConfig", "attention_split", "category_mix", "kernel_categories",
-                                         "phase_table", "step_split", "top_kernels")},
-})
+if not TYPE_CHECKING:  # type checkers read the imports above (see analyzer.lazyimport)
+    __getattr__ = lazy_attributes(__name__, globals(), {
+        "DEFAULT_EXCLUDE": "analyzer.facts.range_patterns", "RangePattern": "analyzer.facts.range_patterns",
+        "PhaseIndex": "analyzer.facts.phase_index", "range_timing": "analyzer.facts.phase_index",
+        **{name: "analyzer.facts.phase_table" for name in ("ModelConfig", "attention_split", "category_mix",
+                                                           "kernel_categories", "phase_table", "step_split",
+                                                           "top_kernels")},
+    })

@@ -55,4 +55,5 @@ __all__ = [
     "validate_pack",
 ]
 
-__getattr__ = lazy_attributes(__name__, globals(), {name: f"{__name__}.{module}" for name, module in _WHERE.items()})
+if not TYPE_CHECKING:  # type checkers read the imports above (see analyzer.lazyimport)
+    __getattr__ = lazy_attributes(__name__, globals(), {name: f"{__name__}.{module}" for name, module in _WHERE.items()})

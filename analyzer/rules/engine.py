@@ -94,11 +94,11 @@ def evaluate(pack: RulePack, store: FactSource, window: Window, scalars: Mapping
             return None
 
     if threads <= 1 or len(rules) < 2:
-        while (i := next_rule()) is not None:
+        while (at := next_rule()) is not None:
             try:
-                results[i] = _evaluate_one(rules[i], store, window, scalars, latent)  # type: ignore[arg-type]
+                results[at] = _evaluate_one(rules[at], store, window, scalars, latent)  # type: ignore[arg-type]
             except Exception as err:  # noqa: BLE001 - raised in pack order below
-                errors[i] = err
+                errors[at] = err
     else:
         from analyzer.resources import helpers_may_go_on
 

@@ -161,6 +161,7 @@ def test_the_timeline_segments_are_freed_before_the_other_rules_build_their_fact
     planned = analyze_loaded(trace, pack, options=opts)
     assert held["timeline_breakdown"] is True  # built from the segments
     assert held["launch_stats"] is False and held["occupancy"] is False
+    assert isinstance(planned.facts, FactStore)
     assert "timeline_segments" not in planned.facts.computed()
     kept = finish(real_prepare, pack)  # every fact kept, rules evaluated as above
     assert [(f.id, f.message, f.impact_ns) for f in planned.findings] == [
