@@ -44,6 +44,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks._docfile import write_or_check  # noqa: E402
+
 DATA = ROOT / "tests" / "data"
 DOC = ROOT / "docs" / "breakdown-calibration.md"
 
@@ -397,13 +399,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = [row(*p) for p in chosen]
     text = render(rows)
     print(text)
-    if args.write:
-        DOC.write_text(text)
-    if args.check and (not DOC.is_file() or DOC.read_text() != text):
-        print(f"{DOC.relative_to(ROOT)} is out of date: run python benchmarks/breakdown_calibration.py --write",
-              file=sys.stderr)
-        return 1
-    return 0
+    return write_or_check(DOC, text, write=args.write, check=args.check, script="benchmarks/breakdown_calibration.py")
 
 
 if __name__ == "__main__":

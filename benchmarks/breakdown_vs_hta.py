@@ -47,7 +47,6 @@ rule above; the op count per stream must equal HTA's, so both sides look at the 
 """
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import sys
@@ -62,6 +61,8 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from benchmarks._docfile import doc_main  # noqa: E402
 
 ROUND3 = ROOT / "tests" / "data" / "round3"
 DOC = ROOT / "docs" / "breakdown-vs-hta.md"
@@ -243,19 +244,8 @@ def table(rs: list[Row]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--write", action="store_true", help=f"write {DOC.relative_to(ROOT)}")
-    ap.add_argument("--check", action="store_true", help=f"exit 1 when {DOC.relative_to(ROOT)} is not current")
-    args = ap.parse_args(argv)
-    text = table(rows())
-    print(text, end="")
-    if args.write:
-        DOC.write_text(text)
-    if args.check and (not DOC.is_file() or DOC.read_text() != text):
-        print(f"{DOC.relative_to(ROOT)} is not current: run python benchmarks/breakdown_vs_hta.py --write",
-              file=sys.stderr)
-        return 1
-    return 0
+    return doc_main(argv, description=__doc__.split("\n\n")[0], doc=DOC, script="benchmarks/breakdown_vs_hta.py",
+                    make_text=lambda: table(rows()))
 
 
 if __name__ == "__main__":

@@ -51,3 +51,24 @@ def test_attribute_error_inside_the_import_names_its_cause(package):
 def test_a_name_listed_in_the_wrong_module_says_so(package):
     with pytest.raises(ImportError, match=r"lazy_probe_pkg\.misplaced is listed in lazy_probe_pkg\.fine"):
         package.misplaced  # noqa: B018
+
+
+@pytest.mark.parametrize("package", ["analyzer.rules", "analyzer.facts", "analyzer.phases"])
+def test_type_checkers_see_exactly_the_lazy_names(package):
+    """A lazily exporting package imports its exported names for type checkers (``if TYPE_CHECKING:``)
+    and defines its module ``__getattr__`` only at run time (``if not TYPE_CHECKING:``): a ``__getattr__``
+    mypy sees types every attribute of the package, typos included, as Any."""
+    import ast
+
+    module = importlib.import_module(package)
+    tree = ast.parse(open(module.__file__, encoding="utf-8").read())
+    typed: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            typed |= {a.asname or a.name for n in ast.walk(node) if isinstance(n, ast.ImportFrom) for a in n.names}
+        assigned = [t.id for n in ([node] if isinstance(node, ast.Assign) else []) for t in n.targets
+                    if isinstance(t, ast.Name)]
+        assert "__getattr__" not in assigned, f"{package}: __getattr__ visible to type checkers"
+        if isinstance(node, ast.FunctionDef):
+            assert node.name != "__getattr__", f"{package}: __getattr__ visible to type checkers"
+    assert typed == set(module.__all__)

@@ -188,8 +188,10 @@ class _KinetoLoader:
                                        [f["device"] for f in (kernel_frame, memcpy_frame, memset_frame) if len(f)])
         if renamed and len(memory_frame):  # the allocator numbers GPUs as deviceProperties does
             mem_dev = memory_frame["device"].to_numpy(dtype=np.int64)
-            memory_frame["device"] = np.array([renamed.get(int(d), int(d)) for d in mem_dev],
-                                              dtype=np.int64).astype(memory_frame["device"].dtype)
+            mapped = mem_dev.copy()
+            for listed, carried in renamed.items():  # a few GPUs: one pass each, not a Python call per event
+                mapped[mem_dev == listed] = carried
+            memory_frame["device"] = mapped.astype(memory_frame["device"].dtype)
         processes, thread_frame = self._processes_threads(columns.meta)
 
         rank, world = _distributed(doc.distributedInfo)
