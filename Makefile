@@ -34,6 +34,7 @@ demo: $(VENV)/.core
 
 test: $(VENV)/.dev
 	$(BIN)/lint-imports --no-cache
+	$(BIN)/mypy analyzer
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 lint: $(VENV)/.dev
