@@ -13,21 +13,14 @@ finishes alone: small traces keep the speed, big ones stay within memory.
 from __future__ import annotations
 
 import os
-import re
 import sys
 from typing import Any
+
+from analyzer.boundedio import parse_size
 
 #: resident memory above which helper threads stop taking new facts and rules (default)
 DEFAULT_LIMIT = 5 * 1024**3
 
-
-def parse_size(text: str) -> int:
-    """``"5GB"`` -> 5e9, ``"500MB"``, ``"2GiB"``, ``"123"`` (bytes); raises ValueError."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kmgt]?)(i?)b?\s*", text.lower())
-    if not m:
-        raise ValueError(f"bad size {text!r}; write e.g. 5GB, 500MB or 0")
-    base = 1024 if m.group(3) else 1000
-    return int(float(m.group(1)) * base ** " kmgt".index(m.group(2) or " "))
 
 _limit: int | None | bool = False  # False: not read yet
 

@@ -84,7 +84,7 @@ from analyzer.loading.arrowio import (  # noqa: F401 (re-exported: the caches' o
     table_to_frame,
 )
 from analyzer.loading.model import FRAME_COLUMNS, Trace, TraceInfo
-from analyzer.resources import parse_size  # noqa: F401 (re-exported: ANALYZER_CACHE_MAX is parsed here)
+from analyzer.boundedio import parse_size  # noqa: F401 (re-exported: ANALYZER_CACHE_MAX is parsed here)
 
 FORMAT = 3  # bump when the entry layout changes
 RACY_SECONDS = 3.0
