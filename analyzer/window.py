@@ -576,10 +576,15 @@ def _unsteady_head(spans: StepSpans) -> int:
     limit = n - max(3, n // 3)  # the latest cut
     if not off[:limit].any():
         return 0
-    before_steady = np.concatenate(([0], np.cumsum(~off)))
-    after_off = int(off.sum()) - np.concatenate(([0], np.cumsum(off)))
-    cost = (before_steady + after_off)[: limit + 1]
+    cost = _split_costs(~off)[: limit + 1]
     return int(np.flatnonzero(cost == cost.min())[-1])  # the latest: an unsteady period at the start is one-time
+
+
+def _split_costs(good: np.ndarray) -> np.ndarray:
+    """For each split ``s`` in ``0..len(good)``: how many ``good`` come before it plus how many not good
+    from it on (one cumulative sum); its minimum is the change point from "not yet" to "steady"."""
+    before = np.concatenate(([0], np.cumsum(good)))
+    return before + ((len(good) - np.arange(len(good) + 1)) - (before[-1] - before))
 
 
 def _steady(codes: np.ndarray, cands: list[int]) -> tuple[int, int, int, np.ndarray] | None:
@@ -599,11 +604,7 @@ def _steady(codes: np.ndarray, cands: list[int]) -> tuple[int, int, int, np.ndar
         return None
     period = min(p for p, r in rates.items() if r >= best - 0.05)
     match = codes[period:] == codes[:-period]
-    cm = np.concatenate(([0], np.cumsum(match)))
-    total = len(match)
-    s = np.arange(total + 1)
-    cost = cm[s] + ((total - s) - (cm[-1] - cm[s]))  # matches before s + mismatches from s on
-    split = int(np.argmin(cost))
+    split = int(np.argmin(_split_costs(match)))  # matches before it + mismatches from it on: the earliest
     first_op = split + period
     if n - first_op < 3 * period or float(np.mean(match[split:])) < MIN_PERIODIC_MATCH:
         return None
