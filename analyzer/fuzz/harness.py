@@ -198,11 +198,6 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def folder_listing(folder: Path) -> list[tuple[str, int, int]]:
-    """(name, size, mtime_ns) of every entry of ``folder``: a reader must not add -journal/-wal files."""
-    return sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in folder.iterdir())
-
-
 def error_kind(message: str, names: Iterable[str] = ()) -> str:
     """An error line with the file names, numbers and quoted values taken out (for counting kinds)."""
     import re

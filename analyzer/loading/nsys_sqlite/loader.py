@@ -14,7 +14,7 @@ import pandas as pd
 from analyzer.errors import InputError
 from analyzer.loading import attribution as attr
 from analyzer.loading.capabilities import missing_capabilities
-from analyzer.loading.columns import TextCodes
+from analyzer.loading.columns import TextCodes, narrow_int
 from analyzer.loading.common import by_start as _by_start
 from analyzer.loading.common import contract_frame as _frame
 from analyzer.loading.common import fill_cc_limits as _fill_cc_limits
@@ -292,15 +292,16 @@ class _Loader:
 
         self.say(f"attributing NVTX ranges ({len(nv['start']):,} events)")
         nvtx, timeline = self._build_nvtx(nv, origin, trace_end)
-        self._nvtx_text = TextCodes.of(nvtx["text"])
-        self._nvtx_path = TextCodes.of(nvtx["path"])
+        self._nvtx_text = attr.narrow_codes(TextCodes.of(nvtx["text"]))
+        self._nvtx_path = attr.narrow_codes(TextCodes.of(nvtx["path"]))
         del nv
         release_free_memory()
 
         api_name = strings.codes(api["name_id"], strip_api_suffix)
-        api["pid"] = pid_of(api["global_tid"])
-        api["tid"] = tid_of(api["global_tid"])
-        api_thread_nvtx = timeline.thread_at(api["global_tid"], api["start"])
+        # 32 bits (24-bit ids, range rows): shared by the API frame and the launch join (no int64 copies)
+        api["pid"] = narrow_int(pid_of(api["global_tid"]))
+        api["tid"] = narrow_int(tid_of(api["global_tid"]))
+        api_thread_nvtx = narrow_int(timeline.thread_at(api["global_tid"], api["start"]))
         api_frame_data: dict[str, Any] = {
             "start": api["start"], "end": api["end"], "duration": api["duration"],
             "name": api_name, "kind": TextCodes(api["is_driver"], np.array(["runtime", "driver"], dtype=object)),
