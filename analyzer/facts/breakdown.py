@@ -170,6 +170,9 @@ UNKNOWN_WHY: dict[str, str] = {
 }
 #: ``compute`` detail of the time between dependent nodes of one CUDA graph execution
 GRAPH_NODE_GAPS = "CUDA graph (between nodes)"
+#: the details the analyzer words itself (the others name what the trace recorded: NVTX ranges, calls,
+#: kernel categories); reports put these in the trace's platform words (analyzer.loading.vocabulary)
+OWN_DETAILS = frozenset({*UNKNOWN_WHY, GRAPH_NODE_GAPS})
 
 
 # one-time CUDA calls: module/library loading, graph capture and instantiation, device queries
