@@ -27,7 +27,6 @@ from analyzer.loading.model import Trace
 from analyzer.facts.range_patterns import DEFAULT_EXCLUDE, RangePattern, parse_patterns
 
 OP_KERNEL, OP_MEMCPY, OP_MEMSET = 0, 1, 2
-OP_NAMES = {OP_KERNEL: "kernel", OP_MEMCPY: "memcpy", OP_MEMSET: "memset"}
 
 
 def match_ranges(patterns: Sequence[RangePattern], names: pd.Series, paths: pd.Series) -> np.ndarray:

@@ -363,6 +363,7 @@ class _Loader:
             unavailable=missing_capabilities(kernels=kernels, memcpy=memcpy, memset=memset, api=api_frame,
                                              gpus=gpus, memory=memory),
             utc_origin_ns=self._utc_origin(int(origin)),
+            platform="cuda",  # Nsight Systems traces NVIDIA GPUs only
         )
         extras: dict[str, Any] = {"metadata": dict(schema.metadata), **signal_extras}
         if graph_stats or untimed_graphs:
