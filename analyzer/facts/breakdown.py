@@ -124,6 +124,7 @@ from analyzer.facts.breakdown_launch import wait_details as _wait_details
 from analyzer.facts.breakdown_ranges import generic_keys
 from analyzer.facts.breakdown_pieces import _ascending, _frontier, intersect
 from analyzer.facts.breakdown_sync import SyncBlocks, charge_refills, refilled_call
+from analyzer.facts.launch_loops import trace_loop_ranges
 from analyzer.loading.columns import categorical, narrow_int
 
 #: default longest host time between two CUDA calls that still counts as dispatch (ns)
@@ -375,7 +376,14 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
     clip_s = np.maximum(_joined(busy[1]), w.start_ns)
     clip_e = np.minimum(_joined(busy[2]), w.end_ns)
     inside = clip_e > clip_s
-    op_paths_codes, op_paths = text_codes(ops["nvtx_path"])
+    loops = trace_loop_ranges(ctx.trace, ctx.options.get("categories_file") or None)  # a range-less trace's loops stand for its ranges
+    if loops.empty:
+        op_paths_codes, op_paths = text_codes(ops["nvtx_path"])
+    else:
+        op_paths_codes = innermost_open(loops, ops["tid"].to_numpy(dtype=np.int64),
+                                        ops["api_start"].to_numpy(dtype=np.int64))
+        op_paths = np.append(loops["path"].to_numpy(dtype=object), "").astype(object)
+        op_paths_codes[op_paths_codes < 0] = len(op_paths) - 1
     busy_frame = {"device": narrow_int(_joined(busy[0])[inside]), "start": clip_s[inside]}
     del clip_s
     busy_frame["end"] = clip_e[inside]
@@ -387,7 +395,7 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
     gdev, gs, ge, gprev, gnext = (_joined(x) for x in gaps)
     gdev = narrow_int(gdev)
     syncs: list[SyncBlocks] = []
-    idle = _classify_idle(ctx, ops, level, gdev, gs, ge, gprev, gnext, dispatch_ns, code, syncs)
+    idle = _classify_idle(ctx, ops, level, gdev, gs, ge, gprev, gnext, dispatch_ns, code, syncs, loops)
     del gdev, gs, ge, gprev, gnext
     cut = charge_refills(ctx, idle, syncs, labels, code, _C)  # a sync's refill is the sync's cost (in place)
     del syncs
@@ -630,7 +638,7 @@ class _Idle:
     use, so the detail codes are numbered as one pass over the gaps would number them) and the
     wait-details cache."""
 
-    def __init__(self, ctx: FactContext, ops: pd.DataFrame) -> None:
+    def __init__(self, ctx: FactContext, ops: pd.DataFrame, loops: pd.DataFrame | None = None) -> None:
         self.otid = narrow_int(ops["tid"].to_numpy(dtype=np.int64))
         self.opid = narrow_int(ops["pid"].to_numpy(dtype=np.int64))
         self.calls: _HostCalls | None = None
@@ -647,11 +655,19 @@ class _Idle:
             self.path_codes = np.r_[path_codes.astype(np.int32), -1]
             self.text_codes = np.r_[text_codes_.astype(np.int32), -1]
             self.mains = main_threads(self.nv)
+        if self.nv.empty and loops is not None and not loops.empty:
+            # the loops found from the launches (:mod:`analyzer.facts.launch_loops`) name the time on
+            # their own thread only (no main-thread fallback), and host work keeps "(no NVTX range)"
+            self.nv = loops
+            path_codes, self.path_labels = text_codes(loops["path"])
+            self.path_codes = np.r_[path_codes.astype(np.int32), -1]
+            self.text_codes = np.full(len(loops) + 1, -1, dtype=np.int32)
+            self.text_labels = np.empty(0, dtype=object)
 
 
 def _classify_idle(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev: np.ndarray, g0: np.ndarray,
                    g1: np.ndarray, prev_op: np.ndarray, next_op: np.ndarray, dispatch_ns: int, code,  # type: ignore[no-untyped-def]
-                   syncs: list[SyncBlocks]) -> dict[str, np.ndarray]:
+                   syncs: list[SyncBlocks], loops: pd.DataFrame | None = None) -> dict[str, np.ndarray]:
     """Idle segments (clipped to the window) from the gaps ``[g0, g1)`` (unclipped) with the ops
     around them, classified :data:`IDLE_CHUNK` gaps at a time; the feeding threads' synchronizing calls
     are added to ``syncs`` (each thread's once, by thread id)."""
@@ -661,7 +677,7 @@ def _classify_idle(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev:
     if has_next.any():
         submit[has_next] = _submission(ctx, ops, next_op[has_next])
     del has_next
-    shared = _Idle(ctx, ops)
+    shared = _Idle(ctx, ops, loops)
     parts = [_classify_chunk(ctx, ops, level, gdev[a:a + IDLE_CHUNK], g0[a:a + IDLE_CHUNK], g1[a:a + IDLE_CHUNK],
                              prev_op[a:a + IDLE_CHUNK], next_op[a:a + IDLE_CHUNK], submit[a:a + IDLE_CHUNK],
                              dispatch_ns, code, shared)
