@@ -360,10 +360,18 @@ def blocking_syncs(trace: Trace, ranges: pd.DataFrame | None = None,
         # (pid, correlation id) packed in one int64 (a MultiIndex factorized two million API rows)
         mine = correlation_key(sy["pid"].fillna(-1).to_numpy(np.int64),
                                sy["correlation_id"].fillna(-1).to_numpy(np.int64))
-        api_keys = correlation_key(api["pid"].to_numpy(np.int64), api["correlation_id"].to_numpy(np.int64))
-        # hash the few sync records' keys and probe the millions of calls (not the other way round),
-        # then test the records against the calls that matched
-        api_keys = api_keys[pd.Series(api_keys).isin(mine).to_numpy()]
+        # hash the few sync records' correlation ids (the key's low 32 bits) and probe the millions of
+        # calls' ids as stored (not the other way round, and no int64 key per call), then key only the
+        # calls that matched and test the records against those
+        low = mine & 0xFFFFFFFF
+        api_corr = api["correlation_id"].to_numpy()
+        if api_corr.dtype == np.int32:  # the same low bits, as the column stores them
+            probe = pd.Series(api_corr).isin(low.astype(np.uint32).view(np.int32))
+        else:
+            probe = pd.Series(np.asarray(api_corr, dtype=np.int64) & 0xFFFFFFFF).isin(low)
+        hit = np.flatnonzero(probe.to_numpy())
+        del probe
+        api_keys = correlation_key(api["pid"].to_numpy()[hit].astype(np.int64), api_corr[hit].astype(np.int64))
         known = pd.Series(mine).isin(api_keys).to_numpy()
         kinds = sy["sync_type"].astype(object).fillna("").to_numpy(object)
         keep = (kinds != "stream_wait_event") & ~known
