@@ -102,7 +102,11 @@ twin: host-bound-graph-loop judges it).
 
 NVTX path (``nvtx_path``): for busy time, the innermost range open on the thread that launched the op
 (``gpu_ops``); for idle time, the innermost range open on the feeding thread at that instant (else on
-its process's main thread, as ``gpu_gaps`` does). Steps: the window's steps from completion to
+its process's main thread, as ``gpu_gaps`` does). A trace without any NVTX range has the loops its
+launches show instead (:mod:`analyzer.facts.launch_loops`: one thread launching the same short cycle of
+kernels back to back, a Python loop over tensors or layers, ``(per-tensor loop: lerp_scalar, Mul, ...)``),
+each a range on its launching thread from its first launch call to the end of its last; host work keeps
+the detail ``(no NVTX range)``. Steps: the window's steps from completion to
 completion (the ``steps`` fact): step i holds ``(done[i-1], done[i]]``.
 """
 from __future__ import annotations
@@ -213,7 +217,8 @@ SEGMENT_COLUMNS = {
     "detail": "kernel category, copy direction and memory kind, CUDA call, 'dispatch', 'refill (<call>)' (a "
               "synchronization's refill, host_sync), NVTX range or why unknown",
     "duration": "end - start (ns)",
-    "nvtx_path": "NVTX path of the launching thread's innermost range ('' none)",
+    "nvtx_path": "NVTX path of the launching thread's innermost range ('' none); on a trace without any NVTX "
+                 "range, the loop the launches show ('(loop: ...)', analyzer.facts.launch_loops)",
     "range_key": "nvtx_path cut before the first framework operator (aten::...), enumerated components "
                  "made generic (step_12/load_batch -> step_N/load_batch): the breakdown's range key",
     "step": "step the segment's start lies in ('' outside every step or without steps)",

@@ -12,7 +12,8 @@ batched or compiled layer stack), so the breakdown names it as a range of its ow
 A stretch is a run of launches on one thread, in launch order, whose kernel names repeat with a period
 of at most :data:`MAX_PERIOD` launches for at least :data:`MIN_TURNS` turns. Smaller periods are taken
 first (a cycle of 7 also repeats every 14); a stretch overlapping one already taken is dropped. Its name
-is the cycle's kernels, each by its operation (:func:`op_name`), in the order the trace's first stretch
+is the cycle's kernels, each by its operation (:func:`op_name`; a library GEMM, convolution, attention or
+communication kernel by its category: ``gemm``), in the order the trace's first stretch
 of that cycle ran them (its first turn: the loop body's order); every stretch of the same cycle, in
 whatever rotation it started, has that name, so the same loop has one name in every step.
 """
@@ -42,6 +43,9 @@ LOOP_PREFIX = "(loop: "
 TENSOR_LOOP_PREFIX = "(per-tensor loop: "
 #: kernel categories of a per-tensor loop (an optimizer's update, a gradient clip or scale per tensor)
 PER_TENSOR = frozenset({"elementwise", "reduction"})
+#: kernel categories named by the category, not the kernel (a library's GEMM kernels are named by tile
+#: sizes and architectures: ``sm80_xmma_gemm_f32f32_..._execute_kernel__5x_cublas``)
+BY_CATEGORY = frozenset({"gemm", "convolution", "attention", "communication"})
 
 _WRAPPERS = re.compile(r"^(?:[AB]UnaryFunctor|func_wrapper_t|ReduceOp|OpaqueType|Array|array)$")
 _OPS = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -66,11 +70,12 @@ def op_name(kernel: str) -> str:
             name = found[0] if "Functor" not in found[0] or len(found) == 1 else found[-1]
             if re.match(r"^[AB]UnaryFunctor$|^BinaryFunctor$", name) and len(found) > 1:
                 name = found[-1]
-    for suffix in ("_cuda_kernel", "_kernel_cuda", "CUDAKernelImpl", "_kernel", "Functor", "_cuda"):
+    for suffix in ("_cuda_kernel", "_kernel_cuda", "_kernel_vectorized", "CUDAKernelImpl", "CUDAKernelTemplate",
+                   "_kernel", "Functor", "_cuda"):
         if name.endswith(suffix) and len(name) > len(suffix):
             name = name[: -len(suffix)]
             break
-    name = re.sub(r"^CUDAFunctorOnSelf_|^CUDAFunctor_", "", name)
+    name = re.sub(r"^CUDAFunctorOnSelf_|^CUDAFunctor_|^vectorized_", "", name)
     name = re.sub(r"[0-9]+", "", name).strip("_") or "kernel"
     return name if len(name) <= NAME_CHARS else name[:NAME_CHARS - 3].rstrip("_") + "..."
 
@@ -156,10 +161,11 @@ def loop_ranges(kernels: pd.DataFrame, categories_file: str | None = None) -> pd
         body = max(begun, key=lambda c: begun[c])  # dicts keep first-seen order: max keeps the earliest tie
         for c in body:
             if c not in names:
-                names[c] = op_name(str(labels[c]))
+                cats[c] = categorize(str(labels[c]), "", table)
+                names[c] = cats[c] if cats[c] in BY_CATEGORY else op_name(str(labels[c]))
         words = [names[c] for c in body]
         shown = ", ".join(words[:NAMES_SHOWN]) + (", ..." if len(words) > NAMES_SHOWN else "")
-        kinds = {cats.setdefault(c, categorize(str(labels[c]), "", table)) for c in body}
+        kinds = {cats[c] for c in body}
         prefix = TENSOR_LOOP_PREFIX if kinds <= PER_TENSOR else LOOP_PREFIX
         label_of[canon] = f"{prefix}{shown})" if len(words) > 1 else f"{prefix}{words[0]} repeated)"
     for row, canon in zip(found, canons):

@@ -31,6 +31,8 @@ def test_per_parameter_adam_is_a_per_tensor_loop_the_fused_twin_does_not_run():
     layers = {p for p in loops["path"] if p.startswith(LOOP_PREFIX) and "repeated" not in p}
     assert layers == {p for p in twin["path"] if p.startswith(LOOP_PREFIX) and "repeated" not in p}
     assert len(layers) == 2 and loops.loc[loops["path"].isin(layers), "tid"].nunique() == 2
+    # named by the loop body's kernels, a library GEMM by its category
+    assert "(loop: gemm, gemm, layer_norm, Gelu)" in layers
     # each stretch is a loop's launches, back to back: stretches of one thread never overlap
     for _, g in loops.groupby("tid"):
         s, e = g["start"].to_numpy(), g["end"].to_numpy()
