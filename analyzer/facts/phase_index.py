@@ -136,15 +136,28 @@ def _expand_to_ancestors(flat: dict[str, np.ndarray], pairs: pd.DataFrame,
     run = np.flatnonzero(np.r_[True, pr_sorted[1:] != pr_sorted[:-1]]) if len(pr_sorted) else np.empty(0, np.int64)
     run_id = pr_sorted[run]
     run_len = np.diff(np.r_[run, len(pr_sorted)])
-    at = np.minimum(np.searchsorted(run_id, nid), max(len(run_id) - 1, 0))
-    if len(run_id):
-        hit = run_id[at] == nid
+    span = int(run_id[-1]) + 1 if len(run_id) else 0
+    if (len(run_id) and run_id[0] >= 0 and span <= 4 * len(run_id) + (1 << 20) and len(nid)
+            and int(nid.min()) >= -1 and int(nid.max()) < span):
+        # range ids are (nearly) the rows of the range table: each id's run found in a table indexed by
+        # id (a gather in a few cached kilobytes per op, not a binary search), -1 reading the last slot,
+        # which has no run
+        run_at = np.zeros(span + 1, dtype=np.int64)
+        run_at[run_id] = run
+        lo = run_at[nid]
+        run_at[:] = 0
+        run_at[run_id] = run_len
+        cnt = run_at[nid]
+        del run_at
+    elif len(run_id):
+        at = np.minimum(np.searchsorted(run_id, nid), len(run_id) - 1)
         lo = run[at]
-        cnt = np.where(hit, run_len[at], 0)
+        cnt = np.where(run_id[at] == nid, run_len[at], 0)
+        del at
     else:
         lo = np.zeros(len(nid), dtype=np.int64)
         cnt = np.zeros(len(nid), dtype=np.int64)
-    del nid, at
+    del nid
     src = np.repeat(np.arange(len(cnt)), cnt)  # the op row of each output row
     first_out = np.cumsum(cnt) - cnt  # output position of each op's first ancestor
     lo -= first_out
@@ -152,9 +165,12 @@ def _expand_to_ancestors(flat: dict[str, np.ndarray], pairs: pd.DataFrame,
     pos = np.repeat(lo, cnt)  # pairs position (sorted order)
     del lo, cnt
     pos += np.arange(len(src))
-    instance = narrow_int(anc_sorted[pos])
-    own = pairs["distance"].to_numpy(np.int64)[porder][pos] == 0
-    del pos
+    # narrowed and compared at the pairs' size, then gathered per output row (the same values and types:
+    # a subset of values that fit 32 bits fits too; when the pairs' do not, the rows' own are tested)
+    anc_narrow = narrow_int(anc_sorted)
+    instance = anc_narrow[pos] if anc_narrow.dtype == np.int32 else narrow_int(anc_sorted[pos])
+    own = (pairs["distance"].to_numpy(np.int64)[porder] == 0)[pos]
+    del pos, anc_narrow
     if by_instance and len(src):
         order = np.lexsort((flat["start"][src], instance))
         src = src[order]
@@ -164,8 +180,14 @@ def _expand_to_ancestors(flat: dict[str, np.ndarray], pairs: pd.DataFrame,
     out: dict[str, np.ndarray] = {"instance": instance, "own": own}
     del instance, own
     for c in columns:
-        values = flat.pop(c)[src]
-        out[c] = narrow_int(values) if c == "row" else values
+        whole = flat.pop(c)
+        if c == "row":  # narrowed before the gather where every row number fits (see instance above)
+            narrow = narrow_int(whole)
+            out[c] = narrow[src] if narrow.dtype == np.int32 else narrow_int(whole[src])
+            del narrow
+        else:
+            out[c] = whole[src]
+        del whole
     return pd.DataFrame(out, copy=False)
 
 

@@ -195,6 +195,10 @@ def _read(p: Path, fmt: str, progress: Callable[[str], None] | None, cache_dir: 
     if fmt in ("gzip", "xz"):
         raise InputError(p, f"a {fmt}-compressed file that holds neither a JSON trace nor an SQLite export",
                          hint="pass an nsys export (.sqlite, .nsys-rep) or a torch.profiler trace (.json, .json.gz)")
+    if p.suffix.lower() == ".qdstrm":  # nsys's raw capture, left when the conversion at the end failed
+        raise InputError(p, "an unconverted Nsight Systems capture (.qdstrm), which only nsys's QdstrmImporter "
+                            "reads", hint=f"convert it where nsys is installed (QdstrmImporter -i {p.name}) and "
+                                          "pass the .nsys-rep it writes, or that report's SQLite export")
     archive = next((name for magic, name in ARCHIVE_MAGICS if _head(p).startswith(magic)), None)
     if archive is not None:
         raise InputError(p, f"{archive}, not a trace file",

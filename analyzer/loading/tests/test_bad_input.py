@@ -296,6 +296,15 @@ def test_export_in_a_container_the_analyzer_does_not_open(tmp_path):
     assert "a bzip2-compressed file, not a trace file" in msg and "unpack it" in msg
 
 
+def test_unconverted_nsys_capture(tmp_path):
+    """A .qdstrm (nsys's raw capture, left when its conversion failed; the bytes here are a stand-in:
+    only the name is read) is named as one, with QdstrmImporter's command."""
+    p = tmp_path / "report1.qdstrm"
+    p.write_bytes(b"\x00" * 64)
+    msg = str(_error(p))
+    assert "unconverted Nsight Systems capture (.qdstrm)" in msg and "QdstrmImporter -i report1.qdstrm" in msg
+
+
 def test_team_nsys_rep(tmp_path):
     """``tests/data/healthy.nsys-rep`` (nsys 2025.3): exported and loaded when the installed nsys can read
     it; otherwise (no nsys, or an older nsys: "Version not supported") one UnsupportedFormatError line
