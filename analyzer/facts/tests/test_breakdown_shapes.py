@@ -11,6 +11,7 @@ import pytest
 
 from analyzer.facts import FactStore, load_all
 from analyzer.facts.breakdown import NO_API_IN_TRACE, NO_THREAD, UNKNOWN_WHY
+from analyzer.facts.launch_loops import LOOP_PREFIX, TENSOR_LOOP_PREFIX
 from analyzer.facts.tests.test_breakdown import check_partition
 from analyzer.loading import load_trace
 from analyzer.testing import DATA_DIR, real_trace
@@ -143,8 +144,9 @@ def test_a_gpu_only_trace_says_once_what_it_cannot_classify(tmp_path):
 
 def test_without_nvtx_host_work_is_outside_every_range(tmp_path):
     """No NVTX (dropped from a copy of dataloader_starved): the breakdown partitions the window, the
-    host work is named '(no NVTX range)', the range scope holds one key (''), and host-work-in-loop
-    still fires, saying the time is in code outside any NVTX range."""
+    host work is named '(no NVTX range)', the range scope holds no key but '' and the loops found from
+    the launches (``launch_loops``: the loader's short loops of fills), the host work is all outside any
+    range, and host-work-in-loop still fires, saying the time is in code outside any NVTX range."""
     from analyzer.api import analyze
 
     path = _derived(tmp_path, "dataloader_starved", ("NVTX_EVENTS",))
@@ -152,7 +154,10 @@ def test_without_nvtx_host_work_is_outside_every_range(tmp_path):
     st = FactStore(t, choose_window(t), {})
     check_partition(st)
     b = st.get("timeline_breakdown")
-    assert set(b.loc[b["scope"] == "range", "key"]) == {""}
+    ranges = b.loc[b["scope"] == "range"]
+    assert "" in set(ranges["key"])
+    assert all(k == "" or k.startswith((LOOP_PREFIX, TENSOR_LOOP_PREFIX)) for k in set(ranges["key"]))
+    assert set(ranges.loc[ranges["cause"] == "host_work", "key"]) == {""}
     win = b.loc[b["scope"] == "window"]
     assert not (win["cause"] == "unknown").any()
     hw = win.loc[win["cause"] == "host_work"]
