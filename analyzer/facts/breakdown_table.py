@@ -7,7 +7,7 @@ import pandas as pd
 
 from analyzer.facts.breakdown import (BREAKDOWN_COLUMNS, HOST_CAUSES, empty_frame, intersect, span_of,
                                       step_bounds, sum_by)
-from analyzer.facts.breakdown_groups import fix_groups
+from analyzer.facts.breakdown_groups import fix_groups, graph_launch_rows
 from analyzer.facts.breakdown_ranges import phase_keys
 from analyzer.facts.registry import FactContext, fact
 from analyzer.facts._util import text_codes
@@ -38,7 +38,8 @@ def timeline_breakdown(ctx: FactContext) -> pd.DataFrame:
     that cause, ``segments`` the number of disjoint intervals summed."""
     seg = ctx.get("timeline_segments")
     ints = ("device", "duration_ns", "segments", "key_cause_ns", "device_host_held_ns", "device_cause_ns",
-            "phase_ns", "phase_host_held_ns", "graphed", "device_graphed_ns", "compiled", "group_ns", "group_host_held_ns")
+            "phase_ns", "phase_host_held_ns", "graphed", "graph_launch", "device_graph_launch_ns", "compiled", "group_ns",
+            "group_host_held_ns")
     if seg.empty:
         return empty_frame(BREAKDOWN_COLUMNS, ints, ("share", "cause_share", "key_cause_share", "compiled_share",
                                                      "graphed_share"))
@@ -170,6 +171,7 @@ def timeline_breakdown(ctx: FactContext) -> pd.DataFrame:
     out["phase_host_held_ns"] = np.where(
         is_range, out["duration_ns"].where(held_rows, 0).groupby(by_phase).transform("sum"), 0)
     fix_groups(ctx, out, is_range, held_rows)
+    graph_launch_rows(out)
     held = out.loc[is_win & out["cause"].isin(HOST_CAUSES).to_numpy()].groupby("device")["duration_ns"].sum()
     out["device_host_held_ns"] = out["device"].map(held).fillna(0).astype(np.int64)
     # window rows by time; steps in their order; ranges by their time of the row's cause (so the
