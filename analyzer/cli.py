@@ -42,7 +42,7 @@ FORMATS = ("html", "md", "json")
 LOCAL_DASK_MIN_FILES = 8
 EPILOG = """\b
 Examples:
-  analyze trace.sqlite                              # HTML report next to the trace's name in reports/
+  analyze trace.sqlite                              # HTML report in reports/trace.html + a summary
   analyze trace.sqlite --format md -o summary.md    # a PR comment
   analyze run1.sqlite run2.sqlite -o compare.html   # one report, a section per trace
   analyze trace.sqlite --set gpu-idle-gaps.min_gap=2ms --fail-on warning
@@ -202,10 +202,11 @@ def run_cmd(
     from analyzer.trace_analysis import AnalysisOptions
 
     fmt = output_format(output, fmt)
-    if output is not None and str(output) != "-":
-        from analyzer.fileio import output_target
+    target = output or Path("reports") / f"{trace_stem(traces[0]) or 'report'}{'-and-more' if len(traces) > 1 else ''}.{fmt}"
+    if str(target) != "-":
+        from analyzer.fileio import check_writable
 
-        output_target(output)  # a directory, device or FIFO is refused before the analysis runs
+        check_writable(target)  # a directory, device, FIFO or a folder it cannot write is refused before the analysis runs
     progress = progress_printer(sys.stderr.isatty() and not quiet)
     options = AnalysisOptions(
         rules_files=tuple(rules_files),
@@ -240,7 +241,6 @@ def run_cmd(
         report = result.report()
         # in parts: a JSON report is rendered section by section as it is written (never one string)
         parts = render_parts(report, fmt)  # type: ignore[arg-type]
-    target = output or Path("reports") / f"{trace_stem(traces[0]) or 'report'}{'-and-more' if len(traces) > 1 else ''}.{fmt}"
     with Watchdog(timeout, str(traces[0])), stage("writing the report"):
         if str(target) == "-":
             for part in parts:

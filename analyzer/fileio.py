@@ -74,6 +74,25 @@ def output_target(path: str | Path) -> Path:
     return target
 
 
+def check_writable(path: str | Path) -> Path:
+    """:func:`output_target` of ``path``, after a probe that a file can be created where it goes: a
+    temporary file made and removed in the nearest folder that exists (the missing ones are made only
+    when the report is written). For a check before a long analysis, so that it does not end in
+    ``cannot write the file``. Raises :class:`OutputError`."""
+    target = output_target(path)
+    folder = target.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    existed = target.exists()
+    try:
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
+    except OSError as exc:
+        raise output_error(target, exc, kept_old=existed) from None
+    os.close(fd)
+    os.unlink(tmp_name)
+    return target
+
+
 @contextlib.contextmanager
 def atomic_output(path: str | Path, mode: str = "w", *, encoding: str | None = "utf-8",
                   make_parents: bool = True) -> Iterator[IO[Any]]:

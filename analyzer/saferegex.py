@@ -26,8 +26,6 @@ except ImportError:  # pragma: no cover
 MAX_PATTERN_CHARS = 1000
 #: memory RE2 may use for one compiled pattern (its default is 8 MiB)
 MAX_PROGRAM_BYTES = 8 << 20
-#: the engine in use: "re2" (linear time) or "re" (guarded fallback)
-ENGINE = "re2" if _re2 is not None else "re"
 
 
 class PatternError(ValueError):

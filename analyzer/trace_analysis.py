@@ -215,9 +215,11 @@ def _evaluate(pack: RulePack, store: FactStore, *, keep: Iterable[str] | None = 
     impact (:func:`analyzer.rules.engine.evaluate`)."""
     from analyzer.facts.cache import trace_scalars as cached_scalars
     from analyzer.facts.scalars import SCALAR_FACTS
+    from analyzer.loading.vocabulary import vocabulary_of
     from analyzer.rules import evaluate
     from analyzer.rules.engine import evaluation_order
     from analyzer.rules.model import RuleEvaluationError
+    from analyzer.rules.wording import finding_words, pack_words
 
     trace = store.trace
     ended = False
@@ -232,9 +234,11 @@ def _evaluate(pack: RulePack, store: FactStore, *, keep: Iterable[str] | None = 
             scalars = cached_scalars(store)  # from the fact cache when its facts are there
             if keep is not None:
                 store.done_with(SCALAR_FACTS)
-            findings = evaluate(pack, store, store.window, scalars, threads=threads, latent=latent)
+            words = vocabulary_of(trace)  # a ROCm trace's findings name HIP calls and compute units
+            findings = evaluate(pack_words(pack, words), store, store.window, scalars, threads=threads,
+                                latent=latent)
             ended = True
-            return findings
+            return [finding_words(f, words) for f in findings]
         except RuleEvaluationError as err:
             if _caused_by(err, OverflowError):
                 raise InputError(trace.info.path, "holds timestamps, durations or sizes too large for 64-bit "

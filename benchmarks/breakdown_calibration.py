@@ -365,9 +365,12 @@ def bare_text(rows: list[Row]) -> str:
         "`ProfilerStep#N`; `PART=g bash workloads/device_round3.sh`, `round3/*_bare*`): the steps in the "
         "table are \"window\": the saving is the pathology's window times the share of the step the twin "
         "saved (its own step times), since the windows hold different guessed periods. The biggest cause's "
-        f"share of the window against that share: {each}. Without ranges a finding covers the whole window, "
-        "so a twin that fixes one part of the loop (optimizer_loop's fused optimizer under nsys, which has "
-        "no `Optimizer.step#...` annotation to name the part) fires the same finding")
+        f"share of the window against that share: {each}. Without any range (the nsys recordings), launch-bound "
+        "is stated per loop the launches show (`analyzer/facts/launch_loops.py`: one thread launching the same "
+        "short cycle of kernels for 16 turns or more, back to back, a Python loop over tensors), the rest of the "
+        "window outside any: optimizer_loop's per-parameter Adam is `(per-tensor loop: lerp_scalar, Mul, addcmul, sqrt, "
+        "...)`, which its fused twin does not run, while the forward and backward layer loops fire on both; "
+        "before, the one whole-window finding fired on the twin too and stated 1.64x the saving")
     graphs, graphs_nsys = find("compile_decode_bare", "torch.profiler"), find("compile_decode", "nsys")
     if graphs is not None and graphs_nsys is not None:
         text += (". compile_decode's reduce-overhead twin under torch.profiler runs "

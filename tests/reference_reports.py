@@ -10,8 +10,9 @@ change a byte; a change that means to alter a report regenerates the references 
     .venv/bin/python tests/reference_reports.py --check        # what the test does, with a diff
 
 The cases: every ``tests/data/*.sqlite.xz`` with the default options, the two public exports (when
-``../shared/traces-public`` is there), two ncu joins, a two-trace comparison, and three option sets
-(``--window full``, ``--window 'step_*'`` with a ``--set`` override, ``--only-ranges``).
+``../shared/traces-public`` is there), two ROCm torch.profiler traces, two ncu joins, a two-trace
+comparison, and three option sets (``--window full``, ``--window 'step_*'`` with a ``--set`` override,
+``--only-ranges``).
 """
 from __future__ import annotations
 
@@ -50,6 +51,10 @@ def cases() -> list[Case]:
     for name in ("LeiWang1999__memfusion_artifact__report1.sqlite", "quasiben__nvtx-examples__cudf.sqlite"):
         if (PUBLIC_DIR / name).is_file():
             out.append(Case("public-" + name.split("__")[1], (PUBLIC_DIR / name,)))
+    # ROCm (torch.profiler on MI300X, TraceLens' test data): reports in the trace's words, HIP calls and
+    # compute units (analyzer.loading.vocabulary)
+    for name in ("tracelens_bert_small_mi300x", "tracelens_sglang_prefill_mi300x"):
+        out.append(Case("rocm-" + name.removeprefix("tracelens_"), (DATA / "public" / f"{name}.pt.trace.json.xz",)))
     ncu = DATA / "ncu"
     out += [
         Case("naive_attention+ncu-raw", (DATA / "naive_attention.sqlite.xz",), ncu=(ncu / "naive_attention.raw.csv",)),

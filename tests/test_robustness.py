@@ -160,6 +160,29 @@ def test_output_onto_a_device_fifo_or_directory_is_refused(tmp_path, capsys):
         assert _leftovers(tmp_path) == []
 
 
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="no /proc: a folder no one can create files in")
+def test_output_where_no_file_can_be_made_is_refused_before_the_analysis(tmp_path, capsys, monkeypatch):
+    """``-o`` into a folder where no file can be created (here under /proc, refused even to root) fails
+    in a second with one line, not after the whole analysis; the probe leaves nothing behind."""
+    import analyzer.api
+
+    ran: list[str] = []
+
+    def analysis(*_args, **_kwargs):
+        ran.append("analysis")
+        raise SystemExit(3)
+
+    monkeypatch.setattr(analyzer.api, "run", analysis)
+    for target in (Path("/proc/analyzer-no-such-folder/r.md"), Path("/proc/r.md")):
+        rc, err = _run(capsys, str(real_trace(TRACE)), "-o", str(target), "-q")
+        line = _one_error_line(err)
+        assert rc == 2 and line.startswith(f"error: {target}: cannot write the file"), line
+    assert ran == []
+    ok = tmp_path / "new" / "r.md"  # a folder that will be made: the probe writes in the one that exists
+    rc, _ = _run(capsys, str(real_trace(TRACE)), "-o", str(ok), "-q")
+    assert (rc, ran) == (3, ["analysis"]) and list(tmp_path.iterdir()) == []
+
+
 def test_output_through_a_symlink_writes_the_file_it_leads_to(tmp_path, capsys):
     real = tmp_path / "reports" / "r.md"
     real.parent.mkdir()

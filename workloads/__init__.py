@@ -22,6 +22,7 @@ PATHOLOGIES: tuple[str, ...] = (
     "host_work_in_range",
     "compile_train",
     "compile_decode",
+    "compile_graph_break",
     "memory_leak",
     "memory_peak",
 )

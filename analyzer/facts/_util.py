@@ -275,15 +275,6 @@ def new_frame(data: dict[str, object]) -> pd.DataFrame:
     return pd.DataFrame(wrapped, copy=False)
 
 
-def sorted_frame(data: dict[str, np.ndarray], by: str) -> pd.DataFrame:
-    """``pd.DataFrame(data).sort_values(by, kind="stable")`` with a fresh index: the stable argsort
-    runs on the numpy array and the rows are taken before the frame is built (one copy, not two).
-    For ``merge_asof`` inputs, which need sorted keys but not the original index."""
-    order = np.argsort(np.asarray(data[by]), kind="stable")
-    # the taken arrays are new: no second copy (or 2-D consolidation) when building the frame
-    return pd.DataFrame({k: np.asarray(v)[order] for k, v in data.items()}, copy=False)
-
-
 def column(frame: pd.DataFrame, name: str, default: object) -> pd.Series:
     """``frame[name]`` or a constant column (for optional extras a loader may not provide)."""
     if name in frame.columns:

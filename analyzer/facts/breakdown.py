@@ -102,7 +102,11 @@ twin: host-bound-graph-loop judges it).
 
 NVTX path (``nvtx_path``): for busy time, the innermost range open on the thread that launched the op
 (``gpu_ops``); for idle time, the innermost range open on the feeding thread at that instant (else on
-its process's main thread, as ``gpu_gaps`` does). Steps: the window's steps from completion to
+its process's main thread, as ``gpu_gaps`` does). A trace without any NVTX range has the loops its
+launches show instead (:mod:`analyzer.facts.launch_loops`: one thread launching the same short cycle of
+kernels back to back, a Python loop over tensors or layers, ``(per-tensor loop: lerp_scalar, Mul, ...)``),
+each a range on its launching thread from its first launch call to the end of its last; host work keeps
+the detail ``(no NVTX range)``. Steps: the window's steps from completion to
 completion (the ``steps`` fact): step i holds ``(done[i-1], done[i]]``.
 """
 from __future__ import annotations
@@ -116,7 +120,7 @@ from analyzer.facts._util import FAR_NS, column, key_groups, text, text_codes
 from analyzer.facts.breakdown_busy import _op_classes, busy_and_gaps
 from analyzer.facts.breakdown_threads import cross_thread_waits
 from analyzer.facts.nvtx import main_threads
-from analyzer.facts.nvtx_ranges import InnermostOpen, ranges_only
+from analyzer.facts.nvtx_ranges import InnermostOpen, innermost_open, ranges_only
 from analyzer.facts.registry import FactContext, fact
 from analyzer.facts.breakdown_launch import submission as _submission
 from analyzer.facts.breakdown_firstlaunch import first_launch_detail, first_launch_rows
@@ -124,6 +128,7 @@ from analyzer.facts.breakdown_launch import wait_details as _wait_details
 from analyzer.facts.breakdown_ranges import generic_keys
 from analyzer.facts.breakdown_pieces import _ascending, _frontier, intersect
 from analyzer.facts.breakdown_sync import SyncBlocks, charge_refills, refilled_call
+from analyzer.facts.launch_loops import trace_loop_ranges
 from analyzer.loading.columns import categorical, narrow_int
 
 #: default longest host time between two CUDA calls that still counts as dispatch (ns)
@@ -169,6 +174,9 @@ UNKNOWN_WHY: dict[str, str] = {
 }
 #: ``compute`` detail of the time between dependent nodes of one CUDA graph execution
 GRAPH_NODE_GAPS = "CUDA graph (between nodes)"
+#: the details the analyzer words itself (the others name what the trace recorded: NVTX ranges, calls,
+#: kernel categories); reports put these in the trace's platform words (analyzer.loading.vocabulary)
+OWN_DETAILS = frozenset({*UNKNOWN_WHY, GRAPH_NODE_GAPS})
 
 
 # one-time CUDA calls: module/library loading, graph capture and instantiation, device queries
@@ -209,7 +217,8 @@ SEGMENT_COLUMNS = {
     "detail": "kernel category, copy direction and memory kind, CUDA call, 'dispatch', 'refill (<call>)' (a "
               "synchronization's refill, host_sync), NVTX range or why unknown",
     "duration": "end - start (ns)",
-    "nvtx_path": "NVTX path of the launching thread's innermost range ('' none)",
+    "nvtx_path": "NVTX path of the launching thread's innermost range ('' none); on a trace without any NVTX "
+                 "range, the loop the launches show ('(loop: ...)', analyzer.facts.launch_loops)",
     "range_key": "nvtx_path cut before the first framework operator (aten::...), enumerated components "
                  "made generic (step_12/load_batch -> step_N/load_batch): the breakdown's range key",
     "step": "step the segment's start lies in ('' outside every step or without steps)",
@@ -372,7 +381,14 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
     clip_s = np.maximum(_joined(busy[1]), w.start_ns)
     clip_e = np.minimum(_joined(busy[2]), w.end_ns)
     inside = clip_e > clip_s
-    op_paths_codes, op_paths = text_codes(ops["nvtx_path"])
+    loops = trace_loop_ranges(ctx.trace, ctx.options.get("categories_file") or None)  # a range-less trace's loops stand for its ranges
+    if loops.empty:
+        op_paths_codes, op_paths = text_codes(ops["nvtx_path"])
+    else:
+        op_paths_codes = innermost_open(loops, ops["tid"].to_numpy(dtype=np.int64),
+                                        ops["api_start"].to_numpy(dtype=np.int64))
+        op_paths = np.append(loops["path"].to_numpy(dtype=object), "").astype(object)
+        op_paths_codes[op_paths_codes < 0] = len(op_paths) - 1
     busy_frame = {"device": narrow_int(_joined(busy[0])[inside]), "start": clip_s[inside]}
     del clip_s
     busy_frame["end"] = clip_e[inside]
@@ -384,7 +400,7 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
     gdev, gs, ge, gprev, gnext = (_joined(x) for x in gaps)
     gdev = narrow_int(gdev)
     syncs: list[SyncBlocks] = []
-    idle = _classify_idle(ctx, ops, level, gdev, gs, ge, gprev, gnext, dispatch_ns, code, syncs)
+    idle = _classify_idle(ctx, ops, level, gdev, gs, ge, gprev, gnext, dispatch_ns, code, syncs, loops)
     del gdev, gs, ge, gprev, gnext
     cut = charge_refills(ctx, idle, syncs, labels, code, _C)  # a sync's refill is the sync's cost (in place)
     del syncs
@@ -629,13 +645,12 @@ class _Idle:
     use, so the detail codes are numbered as one pass over the gaps would number them) and the
     wait-details cache."""
 
-    def __init__(self, ctx: FactContext, ops: pd.DataFrame) -> None:
+    def __init__(self, ctx: FactContext, ops: pd.DataFrame, loops: pd.DataFrame | None = None) -> None:
         self.otid = narrow_int(ops["tid"].to_numpy(dtype=np.int64))
         self.opid = narrow_int(ops["pid"].to_numpy(dtype=np.int64))
         self.calls: _HostCalls | None = None
         self.waits: dict = {}
         self.nv = ranges_only(ctx.trace.nvtx)
-        self.innermost = InnermostOpen(self.nv)  # each chunk's lookups read one table of answers
         if self.nv.empty:
             self.path_codes, self.path_labels = np.empty(0, np.int64), np.empty(0, dtype=object)
             self.text_codes, self.text_labels = np.empty(0, np.int64), np.empty(0, dtype=object)
@@ -650,6 +665,15 @@ class _Idle:
         # the main threads as sorted arrays: each segment's process looked up by one binary search
         self._main_pid = np.array(sorted(self.mains), dtype=np.int64)
         self._main_tid = np.array([self.mains[k] for k in sorted(self.mains)], dtype=np.int64)
+        if self.nv.empty and loops is not None and not loops.empty:
+            # the loops found from the launches (:mod:`analyzer.facts.launch_loops`) name the time on
+            # their own thread only (no main-thread fallback), and host work keeps "(no NVTX range)"
+            self.nv = loops
+            path_codes, self.path_labels = text_codes(loops["path"])
+            self.path_codes = np.r_[path_codes.astype(np.int32), -1]
+            self.text_codes = np.full(len(loops) + 1, -1, dtype=np.int32)
+            self.text_labels = np.empty(0, dtype=object)
+        self.innermost = InnermostOpen(self.nv)  # each chunk's lookups read one table of answers
 
     def main_tid(self, pid: np.ndarray) -> np.ndarray:
         """Per process id, its main thread (:func:`analyzer.facts.nvtx.main_threads`), -1 for none."""
@@ -663,7 +687,7 @@ class _Idle:
 
 def _classify_idle(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev: np.ndarray, g0: np.ndarray,
                    g1: np.ndarray, prev_op: np.ndarray, next_op: np.ndarray, dispatch_ns: int, code,  # type: ignore[no-untyped-def]
-                   syncs: list[SyncBlocks]) -> dict[str, np.ndarray]:
+                   syncs: list[SyncBlocks], loops: pd.DataFrame | None = None) -> dict[str, np.ndarray]:
     """Idle segments (clipped to the window) from the gaps ``[g0, g1)`` (unclipped) with the ops
     around them, classified :data:`IDLE_CHUNK` gaps at a time; the feeding threads' synchronizing calls
     are added to ``syncs`` (each thread's once, by thread id)."""
@@ -673,7 +697,7 @@ def _classify_idle(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev:
     if has_next.any():
         submit[has_next] = _submission(ctx, ops, next_op[has_next])
     del has_next
-    shared = _Idle(ctx, ops)
+    shared = _Idle(ctx, ops, loops)
     parts = [_classify_chunk(ctx, ops, level, gdev[a:a + IDLE_CHUNK], g0[a:a + IDLE_CHUNK], g1[a:a + IDLE_CHUNK],
                              prev_op[a:a + IDLE_CHUNK], next_op[a:a + IDLE_CHUNK], submit[a:a + IDLE_CHUNK],
                              dispatch_ns, code, shared)

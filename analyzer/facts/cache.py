@@ -226,17 +226,7 @@ class FactCache:
         return StoreFacts(self, key, tc.source_digest(trace)) if key is not None else None
 
     def _root_trusted(self) -> bool:
-        try:
-            st = os.stat(self.root)
-        except FileNotFoundError:
-            return True
-        except OSError:
-            return False
-        if tc.trusted(st):
-            return True
-        tc._say_once("root", f"{self.root} is not private to you (another user's, or writable by others); "
-                             "not used. Make it yours and chmod 700 it, or set ANALYZER_CACHE_DIR", WHAT)
-        return False
+        return tc.root_trusted(self.root, WHAT)
 
     # -- small values (the window, the scalars): a meta.json entry, JSON of every type ---------------------
     def value(self, label: str, key: str) -> Any:

@@ -27,7 +27,6 @@ from analyzer.loading.model import Trace
 from analyzer.facts.range_patterns import DEFAULT_EXCLUDE, RangePattern, parse_patterns
 
 OP_KERNEL, OP_MEMCPY, OP_MEMSET = 0, 1, 2
-OP_NAMES = {OP_KERNEL: "kernel", OP_MEMCPY: "memcpy", OP_MEMSET: "memset"}
 
 
 def match_ranges(patterns: Sequence[RangePattern], names: pd.Series, paths: pd.Series) -> np.ndarray:
@@ -137,15 +136,28 @@ def _expand_to_ancestors(flat: dict[str, np.ndarray], pairs: pd.DataFrame,
     run = np.flatnonzero(np.r_[True, pr_sorted[1:] != pr_sorted[:-1]]) if len(pr_sorted) else np.empty(0, np.int64)
     run_id = pr_sorted[run]
     run_len = np.diff(np.r_[run, len(pr_sorted)])
-    at = np.minimum(np.searchsorted(run_id, nid), max(len(run_id) - 1, 0))
-    if len(run_id):
-        hit = run_id[at] == nid
+    span = int(run_id[-1]) + 1 if len(run_id) else 0
+    if (len(run_id) and run_id[0] >= 0 and span <= 4 * len(run_id) + (1 << 20) and len(nid)
+            and int(nid.min()) >= -1 and int(nid.max()) < span):
+        # range ids are (nearly) the rows of the range table: each id's run found in a table indexed by
+        # id (a gather in a few cached kilobytes per op, not a binary search), -1 reading the last slot,
+        # which has no run
+        run_at = np.zeros(span + 1, dtype=np.int64)
+        run_at[run_id] = run
+        lo = run_at[nid]
+        run_at[:] = 0
+        run_at[run_id] = run_len
+        cnt = run_at[nid]
+        del run_at
+    elif len(run_id):
+        at = np.minimum(np.searchsorted(run_id, nid), len(run_id) - 1)
         lo = run[at]
-        cnt = np.where(hit, run_len[at], 0)
+        cnt = np.where(run_id[at] == nid, run_len[at], 0)
+        del at
     else:
         lo = np.zeros(len(nid), dtype=np.int64)
         cnt = np.zeros(len(nid), dtype=np.int64)
-    del nid, at
+    del nid
     src = np.repeat(np.arange(len(cnt)), cnt)  # the op row of each output row
     first_out = np.cumsum(cnt) - cnt  # output position of each op's first ancestor
     lo -= first_out
@@ -153,9 +165,12 @@ def _expand_to_ancestors(flat: dict[str, np.ndarray], pairs: pd.DataFrame,
     pos = np.repeat(lo, cnt)  # pairs position (sorted order)
     del lo, cnt
     pos += np.arange(len(src))
-    instance = narrow_int(anc_sorted[pos])
-    own = pairs["distance"].to_numpy(np.int64)[porder][pos] == 0
-    del pos
+    # narrowed and compared at the pairs' size, then gathered per output row (the same values and types:
+    # a subset of values that fit 32 bits fits too; when the pairs' do not, the rows' own are tested)
+    anc_narrow = narrow_int(anc_sorted)
+    instance = anc_narrow[pos] if anc_narrow.dtype == np.int32 else narrow_int(anc_sorted[pos])
+    own = (pairs["distance"].to_numpy(np.int64)[porder] == 0)[pos]
+    del pos, anc_narrow
     if by_instance and len(src):
         order = np.lexsort((flat["start"][src], instance))
         src = src[order]
@@ -165,8 +180,14 @@ def _expand_to_ancestors(flat: dict[str, np.ndarray], pairs: pd.DataFrame,
     out: dict[str, np.ndarray] = {"instance": instance, "own": own}
     del instance, own
     for c in columns:
-        values = flat.pop(c)[src]
-        out[c] = narrow_int(values) if c == "row" else values
+        whole = flat.pop(c)
+        if c == "row":  # narrowed before the gather where every row number fits (see instance above)
+            narrow = narrow_int(whole)
+            out[c] = narrow[src] if narrow.dtype == np.int32 else narrow_int(whole[src])
+            del narrow
+        else:
+            out[c] = whole[src]
+        del whole
     return pd.DataFrame(out, copy=False)
 
 
@@ -361,10 +382,18 @@ def blocking_syncs(trace: Trace, ranges: pd.DataFrame | None = None,
         # (pid, correlation id) packed in one int64 (a MultiIndex factorized two million API rows)
         mine = correlation_key(sy["pid"].fillna(-1).to_numpy(np.int64),
                                sy["correlation_id"].fillna(-1).to_numpy(np.int64))
-        api_keys = correlation_key(api["pid"].to_numpy(np.int64), api["correlation_id"].to_numpy(np.int64))
-        # hash the few sync records' keys and probe the millions of calls (not the other way round),
-        # then test the records against the calls that matched
-        api_keys = api_keys[pd.Series(api_keys).isin(mine).to_numpy()]
+        # hash the few sync records' correlation ids (the key's low 32 bits) and probe the millions of
+        # calls' ids as stored (not the other way round, and no int64 key per call), then key only the
+        # calls that matched and test the records against those
+        low = mine & 0xFFFFFFFF
+        api_corr = api["correlation_id"].to_numpy()
+        if api_corr.dtype == np.int32:  # the same low bits, as the column stores them
+            probe = pd.Series(api_corr).isin(low.astype(np.uint32).view(np.int32))
+        else:
+            probe = pd.Series(np.asarray(api_corr, dtype=np.int64) & 0xFFFFFFFF).isin(low)
+        hit = np.flatnonzero(probe.to_numpy())
+        del probe
+        api_keys = correlation_key(api["pid"].to_numpy()[hit].astype(np.int64), api_corr[hit].astype(np.int64))
         known = pd.Series(mine).isin(api_keys).to_numpy()
         kinds = sy["sync_type"].astype(object).fillna("").to_numpy(object)
         keep = (kinds != "stream_wait_event") & ~known

@@ -74,6 +74,42 @@ def settle(outcomes: dict[str, tuple[int, str]], seen: list[str], outcome: Outco
     return outcome, False
 
 
+def analyze_reusing(runner: Any, trace: Path, output: Path, load: Callable[[], Any],
+                    whole: Callable[[], bool] | None = None) -> Outcome:
+    """One case through the pipeline as ``analyze TRACE --format json -o OUTPUT`` runs it: ``load()``
+    under the watchdog, the trace analyzed with ``runner.pack`` and ``runner.options``, the JSON report
+    written. A case whose loaded trace (:func:`trace_fingerprint`) equals one already analyzed reuses that
+    outcome (``runner.outcomes``; counted in ``runner.reused``): the rest of the pipeline is a
+    deterministic function of the loaded trace. ``runner.loaded`` is the loaded trace (None when loading
+    failed). ``whole()``, when given, runs first and returns True when it handled the case itself."""
+    from analyzer.fileio import atomic_write
+    from analyzer.pipeline import analyze_trace
+    from analyzer.reports import build_report, render
+    from analyzer.watchdog import Watchdog, stage
+
+    runner.loaded = None
+    seen: list[str] = []
+
+    def run() -> None:
+        if whole is not None and whole():
+            return
+        with Watchdog(runner.options.timeout, str(trace)):
+            with stage("loading"):
+                loaded = load()
+            runner.loaded = loaded
+            key = trace_fingerprint(loaded)
+            if key is not None and key in runner.outcomes:
+                seen.append(key)
+                return
+            analysis = analyze_trace(trace, runner.pack, options=runner.options, trace=loaded)
+            seen.append(key or "")
+        atomic_write(output, render(build_report([analysis]), "json"))
+
+    outcome, reused = settle(runner.outcomes, seen, run_guarded(run))
+    runner.reused += reused
+    return outcome
+
+
 def check_outcome(outcome: Outcome, *, names: Iterable[str], quiet: bool = True,
                   time_limit: float = CASE_TIMEOUT_S, cpu_limit: float = CASE_CPU_S) -> None:
     """Raise :class:`FuzzFailure` unless ``outcome`` is one the product allows: exit 0/1 (with nothing on
@@ -196,11 +232,6 @@ def sha256(path: Path) -> str:
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
-
-
-def folder_listing(folder: Path) -> list[tuple[str, int, int]]:
-    """(name, size, mtime_ns) of every entry of ``folder``: a reader must not add -journal/-wal files."""
-    return sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in folder.iterdir())
 
 
 def error_kind(message: str, names: Iterable[str] = ()) -> str:

@@ -27,10 +27,9 @@ from analyzer.fuzz.harness import (
     CASE_TIMEOUT_S,
     FuzzFailure,
     Outcome,
+    analyze_reusing,
     check_outcome,
     damage_json_text,
-    run_guarded,
-    settle,
     sha256,
 )
 
@@ -214,36 +213,20 @@ class Runner:
         events or keys the loader does not read) reuses that outcome: the rest of the pipeline is a
         deterministic function of the loaded trace. The property check runs on every case."""
         from analyzer.fileio import atomic_write
-        from analyzer.fuzz.harness import trace_fingerprint
         from analyzer.loading import load_trace
-        from analyzer.pipeline import analyze_paths, analyze_trace, split_inputs, trace_cache
+        from analyzer.pipeline import analyze_paths, split_inputs, trace_cache
         from analyzer.reports import build_report, render
-        from analyzer.watchdog import Watchdog, stage
 
-        self.loaded = None
-        seen: list[str] = []
-
-        def run() -> None:
+        def whole() -> bool:
             traces, ncu_paths = split_inputs([trace], self.options)
             if traces != [trace] or ncu_paths:  # not one trace (read as ncu): the whole path as it is
                 analyses = analyze_paths([trace], self.options, pack=self.pack)
                 atomic_write(output, render(build_report(analyses), "json"))
-                return
-            with Watchdog(self.options.timeout, str(trace)):
-                with stage("loading"):
-                    loaded = load_trace(trace, cache=trace_cache(self.options))
-                self.loaded = loaded
-                key = trace_fingerprint(loaded)
-                if key is not None and key in self.outcomes:
-                    seen.append(key)
-                    return
-                analysis = analyze_trace(trace, self.pack, options=self.options, trace=loaded)
-                seen.append(key or "")
-            atomic_write(output, render(build_report([analysis]), "json"))
+                return True
+            return False
 
-        outcome, reused = settle(self.outcomes, seen, run_guarded(run))
-        self.reused += reused
-        return outcome
+        return analyze_reusing(self, trace, output, lambda: load_trace(trace, cache=trace_cache(self.options)),
+                               whole)
 
     def case(self, base: Path, mutations: list[JsonMutation], damage: tuple[str, float] | None,
              index: int = 0) -> Outcome:

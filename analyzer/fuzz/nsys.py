@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from analyzer.fuzz.harness import CASE_TIMEOUT_S, FuzzFailure, Outcome, check_outcome, run_guarded, settle, sha256
+from analyzer.fuzz.harness import CASE_TIMEOUT_S, FuzzFailure, Outcome, analyze_reusing, check_outcome, sha256
 
 KEY_TABLES = (
     "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER",
@@ -304,31 +304,9 @@ class Runner:
         """The pipeline as ``analyze TRACE --format json -o OUTPUT`` runs it. A case whose loaded trace
         equals one already analyzed (a mutation of a table or column the loader does not read) reuses
         that outcome: the rest of the pipeline is a deterministic function of the loaded trace."""
-        from analyzer.fileio import atomic_write
         from analyzer.loading import load_trace
-        from analyzer.pipeline import analyze_trace
-        from analyzer.reports import build_report, render
-        from analyzer.watchdog import Watchdog, stage
 
-        seen: list[str] = []
-        self.loaded = None
-
-        def run() -> None:
-            with Watchdog(self.options.timeout, str(trace)):
-                with stage("loading"):
-                    loaded = load_trace(trace)
-                self.loaded = loaded
-                key = fingerprint(loaded)
-                if key is not None and key in self.outcomes:
-                    seen.append(key)
-                    return
-                analysis = analyze_trace(trace, self.pack, options=self.options, trace=loaded)
-                seen.append(key or "")
-            atomic_write(output, render(build_report([analysis]), "json"))
-
-        outcome, reused = settle(self.outcomes, seen, run_guarded(run))
-        self.reused += reused
-        return outcome
+        return analyze_reusing(self, trace, output, lambda: load_trace(trace))
 
     def case(self, base: Path, mutations: list[Mutation], index: int = 0) -> tuple[Outcome, list[str]]:
         """Build, analyze and check one case; raises :class:`FuzzFailure` with the mutations listed."""
@@ -392,14 +370,6 @@ def check_kernels_as_sqlite_reads_them(path: Path, trace: Any) -> int:
     if got != want:
         raise FuzzFailure(f"kernels {got[0]:,} and {got[1]:,} ns where SQLite reads {want[0]:,} and {want[1]:,} ns")
     return 1
-
-
-def fingerprint(trace: Any) -> str | None:
-    """:func:`analyzer.fuzz.harness.trace_fingerprint`: everything the loader produced (every frame, the
-    info, every extra); None when it cannot be computed (then the case runs in full)."""
-    from analyzer.fuzz.harness import trace_fingerprint
-
-    return trace_fingerprint(trace)
 
 
 def base_traces() -> list[Path]:

@@ -29,6 +29,9 @@ NCU_MAGIC = b"NVR\x00"
 XZ_MAGIC = b"\xfd7zXZ\x00"
 GZIP_MAGIC = b"\x1f\x8b"
 REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
+#: containers a trace is often sent in, which the analyzer does not open: named in the error
+ARCHIVE_MAGICS = ((b"PK\x03\x04", "a ZIP archive"), (b"BZh", "a bzip2-compressed file"),
+                  (b"\x28\xb5\x2f\xfd", "a Zstandard-compressed file"), (b"7z\xbc\xaf\x27\x1c", "a 7-Zip archive"))
 #: what :func:`detect_format` calls a file that :func:`load_trace` may read
 TRACE_FORMATS = frozenset({"nsys-sqlite", "nsys-rep", "json", "xz"})
 
@@ -77,6 +80,15 @@ def detect_format(path: str | Path) -> str:
     if looks_like_json(head):
         return "json"
     return "unknown"
+
+
+def _head(path: Path) -> bytes:
+    """The first bytes of ``path`` (``b""`` when it cannot be read)."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(8)
+    except OSError:
+        return b""
 
 
 def looks_like_json(head: bytes) -> bool:
@@ -176,9 +188,22 @@ def _read(p: Path, fmt: str, progress: Callable[[str], None] | None, cache_dir: 
         return load_kineto(p, progress=progress)
     if fmt == "empty":
         raise InputError(p, "file is empty", hint="export the trace again")
+    if fmt == "gzip" and _peek_decompressed(p, gzip.open).startswith(SQLITE_MAGIC):
+        raise InputError(p, "a gzip-compressed SQLite file, which the analyzer does not decompress",
+                         hint=f"decompress it (gunzip -k {p.name}) and pass the .sqlite, or compress it "
+                              "with xz instead (.sqlite.xz is read as it is)")
     if fmt in ("gzip", "xz"):
         raise InputError(p, f"a {fmt}-compressed file that holds neither a JSON trace nor an SQLite export",
                          hint="pass an nsys export (.sqlite, .nsys-rep) or a torch.profiler trace (.json, .json.gz)")
+    if p.suffix.lower() == ".qdstrm":  # nsys's raw capture, left when the conversion at the end failed
+        raise InputError(p, "an unconverted Nsight Systems capture (.qdstrm), which only nsys's QdstrmImporter "
+                            "reads", hint=f"convert it where nsys is installed (QdstrmImporter -i {p.name}) and "
+                                          "pass the .nsys-rep it writes, or that report's SQLite export")
+    archive = next((name for magic, name in ARCHIVE_MAGICS if _head(p).startswith(magic)), None)
+    if archive is not None:
+        raise InputError(p, f"{archive}, not a trace file",
+                         hint="unpack it and pass the trace inside (.sqlite, .nsys-rep, .pt.trace.json); "
+                              ".sqlite.xz, .json.gz and .json.xz are read as they are")
     raise InputError(
         p, "not a trace this analyzer reads (neither an Nsight Systems export or report nor a torch.profiler JSON)",
         hint="pass OUT.sqlite from: nsys export --type sqlite -o OUT.sqlite IN.nsys-rep, or a .pt.trace.json(.gz)",

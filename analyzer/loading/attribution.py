@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from analyzer.arrays import sorted_distinct
-from analyzer.loading.columns import TextCodes, key_groups, take
+from analyzer.loading.columns import TextCodes, key_groups, narrow_int, take
 
 NONE = -1
 
@@ -421,37 +421,46 @@ def range_columns(text: TextCodes, path: TextCodes, ids: np.ndarray) -> dict[str
 
 
 class Launches:
-    """The API calls as a join target: the correlation index plus per-call columns (``int64``), read with
+    """The API calls as a join target: the correlation index plus per-call columns, read with
     :func:`take` so that a failed join (row index -1) gathers "unknown" (-1).
 
     ``api`` holds integer arrays ``start``, ``pid``, ``tid``, ``correlation_id`` and ``is_driver``
     (driver calls lose correlation-id ties against runtime calls); ``thread_nvtx`` is the innermost
-    range open on each call's own thread at its start."""
+    range open on each call's own thread at its start. ``pid``, ``tid`` and ``thread_nvtx`` are kept in
+    32 bits when their values fit (:func:`narrow_int`; a loader that passes them narrowed already shares
+    them): at 10 M kernels the calls are 20.8 M rows, and each int64 column of them 167 MB."""
 
     def __init__(self, api: dict[str, np.ndarray], name: TextCodes, thread_nvtx: np.ndarray,
                  timeline: NvtxTimeline, nvtx: pd.DataFrame) -> None:
         self.index = CorrelationIndex(api["pid"], api["correlation_id"], api["is_driver"])
         self.name = name
         self.start = np.asarray(api["start"], dtype=np.int64)
-        self.pid = np.asarray(api["pid"], dtype=np.int64)
-        self.tid = np.asarray(api["tid"], dtype=np.int64)
-        self.thread_nvtx = np.asarray(thread_nvtx, dtype=np.int64)
+        self.pid = narrow_int(api["pid"])
+        self.tid = narrow_int(api["tid"])
+        self.thread_nvtx = narrow_int(thread_nvtx)
         self.nvtx = nvtx
         self._timeline = timeline
-        self._process: np.ndarray | None = None
 
-    def process_nvtx(self) -> np.ndarray:
-        """Process-fallback range per call (computed once, only for calls with no range on their thread)."""
-        if self._process is None:
-            out = np.full(len(self.thread_nvtx), NONE, dtype=np.int64)
-            need = np.flatnonzero(self.thread_nvtx < 0)
-            if len(need):
-                out[need] = self._timeline.process_at(self.pid[need], self.start[need])
-            self._process = out
-        return self._process
+    def process_nvtx(self, calls: np.ndarray, thread: np.ndarray) -> np.ndarray:
+        """Process-fallback range of the calls ``calls`` (row indices, -1 none) whose ranges on their own
+        thread are ``thread`` (``take(self.thread_nvtx, calls)``): the deepest range open at the call's
+        start on any thread of its process, looked up only for calls with no range on their own thread
+        (-1 for the others). Asked per join for the calls that launched its operations: most of a
+        trace's calls launch nothing (half of the 2 M calls of a 1 M-kernel trace are on a thread
+        without ranges), so a lookup for every call cost twice the queries and a trace-long array."""
+        out = np.full(len(calls), NONE, dtype=np.int64)
+        need = np.flatnonzero((thread < 0) & (calls >= 0))
+        if len(need):
+            rows = calls[need]
+            out[need] = self._timeline.process_at(self.pid[rows], self.start[rows])
+        return out
 
 
 _HOW = np.array(["none", "process", "thread"], dtype=object)
+
+#: :func:`launch_columns` joins the operations this many at a time, so that its per-operation
+#: temporaries (the call row, the thread and process ranges: int64 each) are never as long as the table
+LAUNCH_CHUNK = 1 << 20
 
 
 def launch_columns(launch: Launches, op_pid: np.ndarray | None, op_corr: np.ndarray,
@@ -459,26 +468,64 @@ def launch_columns(launch: Launches, op_pid: np.ndarray | None, op_corr: np.ndar
     """The attribution columns (:data:`~analyzer.loading.model.ATTRIBUTION_COLUMNS`) of GPU operations:
     their launching call joined on (pid, correlation id) (on the id alone when ``op_pid`` is None), the
     range open on the call's thread, else the process fallback. ``text``/``path``: the ranges' texts
-    and paths as codes (see :func:`range_columns`)."""
+    and paths as codes (see :func:`range_columns`).
+
+    Joined :data:`LAUNCH_CHUNK` operations at a time into columns allocated once for all of them, in the
+    types of the columns they gather (32 bits for the call's pid, tid and range where the calls' columns
+    are: :class:`Launches`), and codes in 32 bits: at 10 M kernels the whole-table int64 temporaries of
+    one join (call rows, both ranges, the chosen range, pid, tid and four codes) were about 0.8 GB of the
+    loader's peak. The values are those of one join over all operations."""
     n = len(op_corr)
-    idx = launch.index.lookup(op_pid, op_corr)
-    thread_id = take(launch.thread_nvtx, idx)
-    proc_id = take(launch.process_nvtx(), idx)
-    proc_id[thread_id >= 0] = NONE
-    nvtx_id = np.where(thread_id >= 0, thread_id, proc_id)
+    own_pid = narrow_int(op_pid) if op_pid is not None else None
+    pid_dtype = np.result_type(launch.pid.dtype, own_pid.dtype if own_pid is not None else np.int64)
+    if own_pid is None and launch.pid.dtype == np.int32:
+        pid_dtype = np.dtype(np.int32)  # the fill -1 fits
+    range_dtype = np.result_type(launch.thread_nvtx.dtype, np.int32)
+    out_name = np.empty(n, dtype=_code_type(launch.name))
+    out_start = np.empty(n, dtype=launch.start.dtype)
+    out_pid = np.empty(n, dtype=pid_dtype)
+    out_tid = np.empty(n, dtype=launch.tid.dtype)
     how = np.zeros(n, dtype=np.int8)
-    how[proc_id >= 0] = 1
-    how[thread_id >= 0] = 2
-    own_pid = op_pid if op_pid is not None else np.full(n, NONE, dtype=np.int64)
+    nvtx_id = np.empty(n, dtype=range_dtype)
+    for lo in range(0, n, LAUNCH_CHUNK):
+        hi = min(lo + LAUNCH_CHUNK, n)
+        part_pid = own_pid[lo:hi] if own_pid is not None else None
+        idx = launch.index.lookup(part_pid, op_corr[lo:hi])
+        thread_id = take(launch.thread_nvtx, idx)
+        proc_id = launch.process_nvtx(idx, thread_id)
+        has_thread = thread_id >= 0
+        nvtx_id[lo:hi] = np.where(has_thread, thread_id, proc_id)
+        part_how = how[lo:hi]
+        part_how[proc_id >= 0] = 1
+        part_how[has_thread] = 2
+        del thread_id, proc_id, has_thread
+        out_name[lo:hi] = take(launch.name.codes, idx)
+        out_start[lo:hi] = take(launch.start, idx)
+        found = idx >= 0
+        out_pid[lo:hi] = np.where(found, take(launch.pid, idx), part_pid if part_pid is not None else NONE)
+        out_tid[lo:hi] = take(launch.tid, idx)
     out: dict[str, Any] = {
-        "api_name": launch.name.take(idx),
-        "api_start": take(launch.start, idx),
-        "pid": np.where(idx >= 0, take(launch.pid, idx), own_pid),
-        "tid": take(launch.tid, idx),
+        "api_name": TextCodes(out_name, launch.name.labels),
+        "api_start": out_start,
+        "pid": out_pid,
+        "tid": out_tid,
         "attribution": TextCodes(how, _HOW),
     }
-    out.update(range_columns(text, path, nvtx_id))
+    out.update(range_columns(narrow_codes(text), narrow_codes(path), nvtx_id))
     return out
+
+
+def _code_type(text: TextCodes) -> np.dtype:
+    """The type for codes into ``text``'s labels: 32 bits where they fit (codes are label positions)."""
+    return np.dtype(np.int32) if len(text.labels) < 2**31 - 1 else np.asarray(text.codes).dtype
+
+
+def narrow_codes(text: TextCodes) -> TextCodes:
+    """``text`` with its codes in 32 bits where they fit (no copy when they are already): the range
+    texts and paths that every join gathers by operation."""
+    codes = np.asarray(text.codes)
+    dtype = _code_type(text)
+    return text if codes.dtype == dtype else TextCodes(codes.astype(dtype), text.labels)
 
 
 def graph_membership(api_name: TextCodes, graph_node_id: np.ndarray,

@@ -123,6 +123,22 @@ def trusted(st: os.stat_result) -> bool:
     return (geteuid is None or st.st_uid == geteuid()) and not st.st_mode & 0o022
 
 
+def root_trusted(root: Path, what: str = "trace cache") -> bool:
+    """The cache folder ``root`` is this user's and no one else can write to it (or does not exist yet:
+    it is created private); otherwise a note says so, once (``what``: which cache)."""
+    try:
+        st = os.stat(root)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    if trusted(st):
+        return True
+    _say_once("root", f"{root} is not private to you (another user's, or writable by others); "
+                      "not used. Make it yours and chmod 700 it, or set ANALYZER_CACHE_DIR", what)
+    return False
+
+
 def make_private_dir(path: Path) -> None:
     """``path`` (and missing parents) created ``0700``; an existing folder is left as it is."""
     missing = []
@@ -574,19 +590,7 @@ class TraceCache:
         return trace
 
     def _root_trusted(self) -> bool:
-        """The cache folder is this user's and no one else can write to it (or does not exist yet: it
-        is created private)."""
-        try:
-            st = os.stat(self.root)
-        except FileNotFoundError:
-            return True
-        except OSError:
-            return False
-        if trusted(st):
-            return True
-        _say_once("root", f"{self.root} is not private to you (another user's, or writable by others); "
-                          "not used. Make it yours and chmod 700 it, or set ANALYZER_CACHE_DIR")
-        return False
+        return root_trusted(self.root)
 
     # -- lookup -----------------------------------------------------------------------------------------
     def _index_file(self, ident: Identity) -> Path:

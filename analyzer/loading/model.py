@@ -319,6 +319,10 @@ class TraceInfo:
     #: wall-clock (UTC, ns since the epoch) time of the trace's t = 0, when the export records it:
     #: what puts one-file-per-rank traces, each on its own session clock, on a common clock
     utc_origin_ns: int | None = None
+    #: the GPU software platform the trace was recorded on: "cuda" (NVIDIA) or "rocm" (AMD: HIP API names,
+    #: compute units); "" when the loader could not tell (:func:`analyzer.loading.vocabulary.platform_of`
+    #: then reads the trace's API and GPU names). Reports name what the trace recorded through it
+    platform: str = ""
 
 
 @dataclass(frozen=True)

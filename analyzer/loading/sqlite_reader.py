@@ -929,9 +929,3 @@ def choose_backend() -> str:
     if forced is not None:
         return forced
     return "adbc" if importlib.util.find_spec("adbc_driver_sqlite") is not None else "sqlite3"
-
-
-def file_identity(path: Path) -> tuple[int, int]:
-    """(size, mtime_ns) of ``path``: the cache key of exports derived from it."""
-    st = os.stat(path)
-    return st.st_size, st.st_mtime_ns

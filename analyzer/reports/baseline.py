@@ -486,9 +486,6 @@ def _copies(ops: pd.DataFrame | None, copies: pd.DataFrame | None, start: int, e
     return Table(tuple(rows), len(rows))
 
 
-_SEVERITIES = ("info", "warning", "error")
-
-
 def _rules(findings: Sequence[Any]) -> Table:
     from analyzer.findings import rank
 

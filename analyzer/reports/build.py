@@ -19,6 +19,7 @@ from analyzer.analysis import Analysis
 from analyzer.facts.registry import UnknownFactError
 from analyzer.findings import Finding
 from analyzer.impacts import add_up
+from analyzer.loading.vocabulary import vocabulary_of
 from analyzer.reports.format import cap_text, plural, truncate
 from analyzer.reports.sections.breakdown import breakdown_views, unclassified_notes
 from analyzer.reports.sections.common import Unavailable, optional_fact, required_fact
@@ -30,6 +31,7 @@ from analyzer.reports.sections.phases import phases_table
 from analyzer.reports.sections.signals import signals_view
 from analyzer.reports.sections.timeline import gap_summary, utilization_chart
 from analyzer.reports.values import Link
+from analyzer.reports.wording import in_words
 from analyzer.reports.values import flat_parameters as _flat_parameters
 from analyzer.reports.values import gpu_label as _gpu_label
 from analyzer.reports.values import py_value as _py
@@ -228,7 +230,7 @@ def trace_section(analysis: Analysis, index: int, multi: bool, limits: Limits) -
 
     if not ncu_only:
         attempt("Device memory", memory)
-    return TraceSection(
+    return in_words(TraceSection(  # a ROCm trace's section names its HIP calls and compute units
         kind="ncu" if ncu_only else "nsys",
         index=index,
         anchor=f"trace-{index}",
@@ -239,7 +241,7 @@ def trace_section(analysis: Analysis, index: int, multi: bool, limits: Limits) -
         not_checked=tuple(NotCheckedView(n.id, n.rule, n.title, str(n.severity), n.reason)
                           for n in getattr(analysis, "not_checked", ())),
         **parts,
-    )
+    ), vocabulary_of(trace))
 
 
 def _baseline(analysis: Analysis, notes: list[str]) -> dict[str, Any] | None:

@@ -6,6 +6,7 @@ the same bytes (no ``repr`` of floats, no locale, no platform differences).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 DASH = "\u2014"  # shown for unknown values
@@ -199,25 +200,36 @@ def cap_text(obj: Any, limit: int = MAX_TEXT_CHARS) -> Any:
     rendered from the capped report, so the cap holds in HTML, JSON, Markdown and the terminal alike.
     Text already marked safe (``Markup``: charts, the stylesheet) is left whole: cutting it would cut
     its markup."""
-    import dataclasses
-
     from markupsafe import Markup
 
+    return map_text(obj, lambda s: s if len(s) <= limit or isinstance(s, Markup) else truncate(s, limit))
+
+
+def map_text(obj: Any, change: Callable[[str], str], visit: Callable[[Any], Any] | None = None) -> Any:
+    """``obj`` with ``change`` applied to every string in it, through dataclasses, tuples, lists and dicts
+    (keys too); the same object where nothing changed. ``visit(x)``, when given, is asked first for every
+    dataclass ``x``: a value it returns (not None) replaces ``x`` whole (its own fields are not walked)."""
+    import dataclasses
+
     if isinstance(obj, str):
-        return obj if len(obj) <= limit or isinstance(obj, Markup) else truncate(obj, limit)
+        return change(obj)
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        if visit is not None:
+            instead = visit(obj)
+            if instead is not None:
+                return instead
         changes = {}
         for f in dataclasses.fields(obj):
             value = getattr(obj, f.name)
-            capped = cap_text(value, limit)
-            if capped is not value:
-                changes[f.name] = capped
+            mapped = map_text(value, change, visit)
+            if mapped is not value:
+                changes[f.name] = mapped
         return dataclasses.replace(obj, **changes) if changes else obj
     if type(obj) in (tuple, list):
-        items = [cap_text(v, limit) for v in obj]
+        items = [map_text(v, change, visit) for v in obj]
         return obj if all(a is b for a, b in zip(items, obj)) else type(obj)(items)
     if type(obj) is dict:
-        pairs = [(cap_text(k, limit), cap_text(v, limit)) for k, v in obj.items()]
+        pairs = [(map_text(k, change, visit), map_text(v, change, visit)) for k, v in obj.items()]
         same = all(k2 is k and v2 is v for (k2, v2), (k, v) in zip(pairs, obj.items()))
         return obj if same else dict(pairs)
     return obj

@@ -304,7 +304,7 @@ def _section(s: TraceSection, level: _Level, multi: bool) -> list[str]:
     if s.signals is not None:
         sig = s.signals
         lines += ["> " + md_text(n, 400) for n in sig.notes] + ([""] if sig.notes else [])
-        for title, table in (("Where the CUDA calls come from", sig.code_locations),
+        for title, table in ((sig.code_locations_title, sig.code_locations),
                              ("Measured GPU activity", sig.gpu_metrics), ("Energy", sig.energy)):
             if table is not None and table.rows:
                 lines += ["<details>", f"<summary>{title}</summary>", ""]

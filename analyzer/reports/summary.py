@@ -150,8 +150,11 @@ def _step_peaks(section: object) -> list[str]:
     for device, recs in by_device.items():
         low = min(recs, key=lambda r: r["peak_bytes"])  # type: ignore[arg-type,return-value]
         high = max(recs, key=lambda r: r["peak_bytes"])  # type: ignore[arg-type,return-value]
-        out.append(f"GPU {device} peak per step: {size(low['peak_bytes'])} ({low['step']}) to "
-                   f"{size(high['peak_bytes'])} ({high['step']}) over {len(recs)} steps")
+        if size(low["peak_bytes"]) == size(high["peak_bytes"]):  # not "4.4 GiB (step_0) to 4.4 GiB (step_0)"
+            out.append(f"GPU {device} peak per step: {size(high['peak_bytes'])} in each of {len(recs)} steps")
+        else:
+            out.append(f"GPU {device} peak per step: {size(low['peak_bytes'])} ({low['step']}) to "
+                       f"{size(high['peak_bytes'])} ({high['step']}) over {len(recs)} steps")
     return out
 
 

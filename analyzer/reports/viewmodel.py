@@ -315,6 +315,7 @@ class SignalsView:
     """What the trace recorded beyond the kernel timeline: call stacks, GPU metrics, power."""
 
     code_locations: Table | None = None  # per call site: kind, location, calls, API time
+    code_locations_title: str = "Where the CUDA calls come from"  # "HIP calls" on ROCm
     gpu_metrics: Table | None = None  # per device: SM / tensor activity, DRAM, PCIe
     energy: Table | None = None  # per device: energy, power, per step
     energy_steps: Table | None = None

@@ -73,24 +73,6 @@ TEXT_FUNCTIONS: tuple[str, ...] = ("matches", "startswith", "contains")
 FACT_FUNCTIONS: dict[str, int] = {"fact_count": 1, "fact_sum": 2, "fact_min": 2, "fact_max": 2, "fact_mean": 2,
                                   "fact_first": 2}
 
-FUNCTION_DOCS: dict[str, str] = {
-    "count()": "rows in the group",
-    "sum(x)": "sum of x over the group's rows",
-    "mean(x) / median(x) / min(x) / max(x)": "statistics of x over the group's rows",
-    "p(x, q)": "q-th percentile of x (q a number literal 0..100)",
-    "any(c) / all(c)": "whether some / every row satisfies condition c",
-    "share(c)": "fraction of the group's rows satisfying c (0..1)",
-    "nunique(x)": "distinct values of x",
-    "first(x)": "x on the group's first row (the fact's order)",
-    "abs(x), sqrt(x), log10(x)": "element-wise math",
-    "min(a, b), max(a, b), clip(x, lo, hi)": "element-wise minimum / maximum / clamp",
-    'matches(x, "regex")': "x contains a match of the regex (RE2 syntax: linear time, no back-references)",
-    'startswith(x, "text"), contains(x, "text")': "plain text tests",
-    'fact_count("fact")': "rows of another fact in this group (same scope keys) or in the whole fact",
-    'fact_sum("fact", "col")': "likewise fact_min, fact_max, fact_mean: a column of another fact",
-    'fact_first("fact", "col")': "the column on the other fact's first matching row (text too; '' if none)",
-}
-
 _BINOPS: dict[type, Callable[..., Any]] = {
     ast.Add: np.add,
     ast.Sub: np.subtract,

@@ -19,9 +19,6 @@ from analyzer.errors import ParameterError, RuleError, UnsafeRuleError
 from analyzer.facts.registry import FactSpec, all_specs
 from analyzer.findings import FINDING_KINDS, Severity
 from analyzer.rules.expr import (
-    AGGREGATES,
-    FACT_FUNCTIONS,
-    TEXT_FUNCTIONS,
     Expr,
     ExprError,
     Names,
@@ -61,7 +58,6 @@ MAX_EVIDENCE_LIMIT = 1000
 ID_RE = re.compile(r"^[A-Z]{2,5}\d{3}$")
 NAME_RE = re.compile(r"^[a-z][a-z0-9]*(?:-[a-z0-9]+)*$")
 IDENT_RE = re.compile(r"^[a-z][a-z0-9_]*$")
-_FUNCTION_NAMES = {*AGGREGATES, "abs", "sqrt", "log10", "clip", *TEXT_FUNCTIONS, *FACT_FUNCTIONS}
 
 
 #: the name ``--rules`` and ``extends:`` give the built-in pack

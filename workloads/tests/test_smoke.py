@@ -189,3 +189,21 @@ def test_bare_torch_profile_has_no_ranges_and_no_steps(tmp_path: Path) -> None:
     ops = [e for e in events if e.get("cat") == "cpu_op"]
     # 3 measured steps of 2 tokens, each token's argmax: none of the warm-up step's (outside)
     assert sum(e["name"] == "aten::argmax" for e in ops) == 3 * 2
+
+
+def test_compile_graph_break_breaks_only_in_the_pathology() -> None:
+    """compile_graph_break on the CPU (Dynamo with the eager backend): the pathology's gate helper
+    breaks each block's graph (Dynamo counts the breaks and compiles two graphs per block frame),
+    the twin's loop is traced into one graph with no break."""
+    import re
+
+    counts = {}
+    for fixed in (False, True):
+        proc = _run(["workloads.compile_graph_break", "--size", "smoke", "--device", "cpu",
+                     "--steps", "1"] + (["--fixed"] if fixed else []))
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        m = re.search(r"graphs: (\d+), graph breaks: (\d+)", proc.stdout)
+        assert m, proc.stdout[-2000:]
+        counts[fixed] = (int(m.group(1)), int(m.group(2)))
+    assert counts[True] == (1, 0)
+    assert counts[False][1] >= 1 and counts[False][0] >= 2

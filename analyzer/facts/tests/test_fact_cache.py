@@ -224,6 +224,21 @@ def test_entries_are_private_and_within_the_shared_limit(cache_dir, monkeypatch)
     assert not _entries(cache_dir)
 
 
+def test_a_facts_folder_others_can_write_is_not_used(cache_dir, monkeypatch, capsys):
+    """Anyone could have put entries in a facts folder writable by others: it is neither read nor
+    written, and a note names it once, as the fact cache's (the trace cache's own check, shared)."""
+    monkeypatch.setattr(tc, "_SAID", set())  # said once per process: another test may have said it
+    path = DATA / "healthy.sqlite.xz"
+    (cache_dir / "facts").mkdir(parents=True)
+    (cache_dir / "facts").chmod(0o777)
+    for _ in range(2):
+        store = _store(path, AnalysisOptions(cache=True))
+        assert store.disk is None
+    assert not list((cache_dir / "facts").iterdir())
+    err = capsys.readouterr().err
+    assert err.count(f"note: fact cache: {cache_dir / 'facts'} is not private to you") == 1
+
+
 @pytest.mark.parametrize("spec", [None, "full", "step_*", "1ms:"])
 def test_cached_window_is_exactly_the_chosen_one(spec, cache_dir):
     """The window (bounds, source, text, steps with their types) read back is the one chosen; another

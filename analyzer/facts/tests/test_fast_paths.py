@@ -279,3 +279,37 @@ def test_instance_gpu_table_equals_the_outer_join(name, monkeypatch):
     assert len(ours[0]) and ours[0]["sync_count"].sum() + ours[0]["op_count"].sum() > 0
     for a, b in zip(ours, theirs):
         pd.testing.assert_frame_equal(a, b, check_exact=True)
+
+
+@pytest.mark.parametrize("name", ["small_training_ctx128", "host_sync"])
+def test_expand_to_ancestors_equals_the_merge(name):
+    """The phase index's expansion of ops onto their enclosing ranges finds each op's pairs in a table
+    indexed by range id (the ids are the range rows) and otherwise by a binary search (ids far apart:
+    here every id shifted by 2**40): both give the rows of the pandas merge it replaces, stably sorted by
+    (instance, start), with instance and row in 32 bits; ops outside any range (id -1) give none."""
+    from analyzer.facts.phase_index import _expand_to_ancestors, ancestor_pairs
+
+    t = _trace(name)
+    k = t.kernels
+    pairs = ancestor_pairs(t.nvtx)
+    nid = k["nvtx_id"].to_numpy(np.int64)
+    nid = np.where(np.arange(len(nid)) % 7 == 0, -1, nid)  # every 7th op as if launched outside any range
+    base = {"op": np.zeros(len(k), np.int8), "row": np.arange(len(k), dtype=np.int64),
+            "start": k["start"].to_numpy(np.int64), "end": k["end"].to_numpy(np.int64),
+            "duration": k["duration"].to_numpy(np.int64)}
+    merged = pd.DataFrame({**base, "nvtx_id": nid}).merge(pairs, left_on="nvtx_id", right_on="range_id",
+                                                           how="inner", sort=False)
+    merged = merged.iloc[np.lexsort((merged["start"].to_numpy(), merged["ancestor_id"].to_numpy()))]
+    expected = pd.DataFrame({"instance": merged["ancestor_id"].to_numpy(np.int32),
+                             "own": merged["distance"].to_numpy() == 0,
+                             **{c: merged[c].to_numpy() for c in ("op", "row", "start", "end", "duration")}})
+    expected["row"] = expected["row"].astype(np.int32)
+    assert len(expected) > len(k) // 2
+    by_table = _expand_to_ancestors({**base, "nvtx_id": nid}, pairs, by_instance=True)
+    pd.testing.assert_frame_equal(by_table, expected, check_exact=True)
+    shift = 2**40
+    far = pairs.assign(range_id=pairs["range_id"] + shift, ancestor_id=pairs["ancestor_id"] + shift)
+    by_search = _expand_to_ancestors({**base, "nvtx_id": np.where(nid >= 0, nid + shift, -1)}, far, by_instance=True)
+    assert by_search["instance"].dtype == np.int64  # beyond 32 bits: kept wide
+    by_search["instance"] = (by_search["instance"] - shift).astype(np.int32)
+    pd.testing.assert_frame_equal(by_search, expected, check_exact=True)

@@ -268,6 +268,18 @@ def test_report_formats_agree(leak, tmp_path) -> None:
     assert re.search(r"GPU 0 peak per step: 769\.5 MiB \(step_4\) to 2\.4 GiB \(step_22\) over 19 steps", text)
 
 
+def test_summary_of_steps_with_one_peak_says_so():
+    """The fixed twin's steps all peak at the same level: the terminal says so once, not as a range
+    from one step to the same step ("361.3 MiB (step_4) to 361.3 MiB (step_4)")."""
+    from analyzer.reports.build import build_report
+    from analyzer.reports.summary import summary_text
+
+    view = build_report([analyze_trace(FIXED)])
+    steps = view.traces[0].memory.steps.records()
+    assert {r["peak_bytes"] for r in steps} == {378_890_240}  # one level, to the byte
+    assert f"  GPU 0 peak per step: 361.3 MiB in each of {len(steps)} steps" in summary_text(view, width=400).splitlines()
+
+
 # -- analyze diff --------------------------------------------------------------------------------------
 def test_diff_reports_the_peak_going_down(leak, fixed) -> None:
     from datetime import datetime, timezone

@@ -216,6 +216,7 @@ class _KinetoLoader:
             rank=rank,
             world_size=world,
             unavailable=unavailable,
+            platform="rocm" if rocm else "cuda",
         )
         extras: dict[str, Any] = {
             "kineto": {

@@ -96,5 +96,6 @@ def ncu_trace(report: NcuReport) -> Trace:
         origin_ns=0,
         duration_ns=int(duration.sum()),
         export_schema="ncu",
+        platform="cuda",  # Nsight Compute profiles NVIDIA GPUs only
     )
     return replace(Trace.from_frames(info, gpus=gpus), ncu=report, ncu_only=True)

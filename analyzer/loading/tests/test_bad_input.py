@@ -270,6 +270,41 @@ def test_xz_compressed_export(tmp_path):
         load_trace(bad, cache_dir=tmp_path / "cache")
 
 
+def test_export_in_a_container_the_analyzer_does_not_open(tmp_path):
+    """A real export gzip'ed, zipped or bzip2'ed (how traces get mailed around) is named as what it is,
+    with the command that makes it readable, not called a file without an SQLite export."""
+    import bz2
+    import gzip
+    import zipfile
+
+    from analyzer.testing import real_trace
+
+    export = real_trace("dataloader_starved")
+    gz = tmp_path / "dataloader_starved.sqlite.gz"
+    gz.write_bytes(gzip.compress(export.read_bytes(), compresslevel=1))
+    assert detect_format(gz) == "gzip"
+    msg = str(_error(gz))
+    assert "a gzip-compressed SQLite file" in msg and "gunzip -k dataloader_starved.sqlite.gz" in msg
+    zipped = tmp_path / "traces.zip"
+    with zipfile.ZipFile(zipped, "w") as z:
+        z.write(export, "dataloader_starved.sqlite")
+    msg = str(_error(zipped))
+    assert "a ZIP archive, not a trace file" in msg and "unpack it" in msg
+    bz = tmp_path / "dataloader_starved.sqlite.bz2"
+    bz.write_bytes(bz2.compress(export.read_bytes(), compresslevel=1))
+    msg = str(_error(bz))
+    assert "a bzip2-compressed file, not a trace file" in msg and "unpack it" in msg
+
+
+def test_unconverted_nsys_capture(tmp_path):
+    """A .qdstrm (nsys's raw capture, left when its conversion failed; the bytes here are a stand-in:
+    only the name is read) is named as one, with QdstrmImporter's command."""
+    p = tmp_path / "report1.qdstrm"
+    p.write_bytes(b"\x00" * 64)
+    msg = str(_error(p))
+    assert "unconverted Nsight Systems capture (.qdstrm)" in msg and "QdstrmImporter -i report1.qdstrm" in msg
+
+
 def test_team_nsys_rep(tmp_path):
     """``tests/data/healthy.nsys-rep`` (nsys 2025.3): exported and loaded when the installed nsys can read
     it; otherwise (no nsys, or an older nsys: "Version not supported") one UnsupportedFormatError line

@@ -104,3 +104,30 @@ def test_training_trace_schema(training_sqlite):
         assert gpu["max_threads_per_sm"] == 2048 and gpu["max_shared_per_block_optin"] == 227 * 1024
     assert set(trace.kernels["device"]) <= set(trace.gpus["device"])
     assert (trace.kernels["api_name"] != "").all()
+
+
+@pytest.mark.parametrize("name", [NAME, "kineto/host_sync.pt.trace.json.xz"])
+def test_launch_join_in_chunks_equals_one_join(name, monkeypatch):
+    """The launch join (``attribution.launch_columns``) runs per chunk of GPU operations: with chunks of
+    a few hundred operations every loaded frame (kernels, copies, memsets, sync, memory: call, pid,
+    tid, NVTX range by thread and by the process fallback) equals the join in one piece. nsys (joined on
+    pid and correlation id, backward kernels attributed by the process fallback) and torch.profiler
+    (on the correlation id alone)."""
+    import dataclasses
+
+    import pandas as pd
+
+    from analyzer.loading import attribution
+    from analyzer.testing import DATA_DIR, real_trace
+
+    path = real_trace(name) if name == NAME else DATA_DIR / name
+    if not path.is_file():
+        pytest.skip(f"{name} not in {DATA_DIR}")
+    whole = load_trace(path)
+    frames = [f.name for f in dataclasses.fields(whole) if isinstance(getattr(whole, f.name), pd.DataFrame)]
+    assert (whole.kernels["attribution"] == "process").any() or name != NAME  # the fallback is exercised
+    monkeypatch.setattr(attribution, "LAUNCH_CHUNK", 333)
+    assert len(whole.kernels) > 3 * 333
+    chunked = load_trace(path)
+    for frame in frames:
+        pd.testing.assert_frame_equal(getattr(whole, frame), getattr(chunked, frame), check_exact=True, obj=frame)

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pandas as pd
 
 from analyzer.analysis import Analysis
-from analyzer.facts.breakdown import UNKNOWN_WHY
+from analyzer.facts.breakdown import OWN_DETAILS, UNKNOWN_WHY
+from analyzer.loading.vocabulary import vocabulary_of
 from analyzer.reports.format import fmt_duration, fmt_impact_pct
 from analyzer.reports.sections.common import Unavailable, optional_fact, table_view
 from analyzer.reports.viewmodel import (
@@ -44,6 +45,9 @@ def breakdown_views(analysis: Analysis, limits: Limits) -> tuple[BreakdownView, 
         raise Unavailable(f"fact 'timeline_breakdown' lacks columns {', '.join(missing)}")
     order = {c: i for i, (c, _) in enumerate(BREAKDOWN_CAUSES)}
     frame = frame[list(need)]
+    words = vocabulary_of(analysis.trace)
+    if words.rocm:  # the analyzer's own details in the platform's words (the rest: see reports.wording)
+        frame = frame.assign(detail=[words.text(d) if d in OWN_DETAILS else d for d in frame["detail"].astype(str)])
     views = []
     cols = (Column("cause", "Cause", "text"), Column("detail", "Detail", "code"),
             Column("duration_ns", "Time", "ns"), Column("share", "Of the window", "share"))
@@ -90,4 +94,5 @@ def unclassified_notes(analysis: Analysis) -> tuple[str, ...]:
                           for dev, ns in per.items())
         why = UNKNOWN_WHY.get(str(detail), "the trace cannot tell what held the GPU back")
         notes.append(f"Not classified in the timeline breakdown ({detail}): {parts}; {why}.")
-    return tuple(notes)
+    words = vocabulary_of(analysis.trace)  # the analyzer's words (the details are its own: UNKNOWN_WHY)
+    return tuple(words.text(n) for n in notes)

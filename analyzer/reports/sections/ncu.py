@@ -3,7 +3,7 @@ numbers of an ncu report analyzed on its own.
 """
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -12,14 +12,6 @@ from analyzer.analysis import Analysis
 from analyzer.reports.format import truncate
 from analyzer.reports.sections.common import Unavailable, table_view
 from analyzer.reports.viewmodel import Column, Limits, RooflineChart, RooflinePoint, Table
-
-
-@runtime_checkable
-class NcuKernels(Protocol):
-    """What reports need from Nsight Compute data: a ``kernels`` frame with the columns in
-    :data:`NCU_COLUMNS` (``matched_ns`` optional: time of the matching kernels on the nsys timeline)."""
-
-    kernels: pd.DataFrame
 
 
 NCU_COLUMNS: tuple[str, ...] = (

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from typing import Any, cast
 
 from analyzer.analysis import Analysis
+from analyzer.loading.vocabulary import vocabulary_of
 from analyzer.reports.sections.common import optional_fact, table_view
 from analyzer.reports.viewmodel import Column, Limits, SignalsView
 
@@ -17,6 +18,7 @@ def signals_view(analysis: Analysis, limits: Limits) -> SignalsView | None:
     from analyzer.facts.stacks import RECORD_HINT
 
     trace = analysis.trace
+    words = vocabulary_of(trace)
     notes: list[str] = [str(n) for n in cast("Iterable[object]", trace.extras.get("notes", ()))]
     parts: dict[str, Any] = {}
     locs = optional_fact(analysis, "code_locations")
@@ -29,7 +31,7 @@ def signals_view(analysis: Analysis, limits: Limits) -> SignalsView | None:
                                          "CUDA API calls in the window by the code that made them, most "
                                          "time first")
     elif trace.api_stacks.empty and any(f.rule in _CALL_SITE_RULES for f in analysis.findings):
-        notes.append(f"Code locations: this trace has no call stacks; {RECORD_HINT}.")
+        notes.append(words.text(f"Code locations: this trace has no call stacks; {RECORD_HINT}."))
     act = optional_fact(analysis, "sm_activity")
     if act is not None and len(act):
         cols = (Column("device", "GPU", "int"), Column("samples", "Samples", "int"),
@@ -71,6 +73,8 @@ def signals_view(analysis: Analysis, limits: Limits) -> SignalsView | None:
         notes.append("Energy: the power log does not cover the analysis window.")
     if not parts and not notes:
         return None
+    if "code_locations" in parts:
+        parts["code_locations_title"] = words.text(SignalsView.code_locations_title)
     return SignalsView(notes=tuple(notes), **parts)
 
 

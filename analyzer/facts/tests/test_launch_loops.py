@@ -1,0 +1,111 @@
+"""Loops found from the launches (:mod:`analyzer.facts.launch_loops`): the breakdown's "where" on a trace
+without NVTX ranges, on the committed recordings of a per-parameter optimizer and its fused twin."""
+from __future__ import annotations
+
+import numpy as np
+
+from analyzer.facts import FactStore, load_all
+from analyzer.facts.launch_loops import LOOP_PREFIX, TENSOR_LOOP_PREFIX, loop_ranges, op_name, trace_loop_ranges
+from analyzer.loading import load_trace
+from analyzer.testing import real_trace
+from analyzer.window import choose_window
+
+load_all()
+
+
+def _loops(name: str):  # type: ignore[no-untyped-def]
+    return trace_loop_ranges(load_trace(real_trace(name)))
+
+
+def test_per_parameter_adam_is_a_per_tensor_loop_the_fused_twin_does_not_run():
+    # optimizer_loop --bare (nsys, no NVTX): Adam(foreach=False) over 202 parameter tensors launches
+    # Adam's 7 elementwise kernels per tensor; forward (4 kernels a layer) and backward (7, on the
+    # autograd thread) loop over 50 layers; the fused twin runs the same forward and backward
+    loops = _loops("round3/optimizer_loop_bare")
+    twin = _loops("round3/optimizer_loop_bare_fixed")
+    adam = loops.loc[loops["path"].str.startswith(TENSOR_LOOP_PREFIX)]
+    assert set(adam["path"]) == {"(per-tensor loop: lerp_scalar, Mul, addcmul, sqrt, ...)"}
+    assert (adam["period"] == 7).all() and adam["turns"].median() == 202
+    assert adam["tid"].nunique() == 1 and len(adam) >= 10  # once a step, on the main thread
+    assert not twin["path"].str.startswith(TENSOR_LOOP_PREFIX).any()
+    layers = {p for p in loops["path"] if p.startswith(LOOP_PREFIX) and "repeated" not in p}
+    assert layers == {p for p in twin["path"] if p.startswith(LOOP_PREFIX) and "repeated" not in p}
+    assert len(layers) == 2 and loops.loc[loops["path"].isin(layers), "tid"].nunique() == 2
+    # named by the loop body's kernels, a library GEMM by its category
+    assert "(loop: gemm, gemm, layer_norm, Gelu)" in layers
+    # each stretch is a loop's launches, back to back: stretches of one thread never overlap
+    for _, g in loops.groupby("tid"):
+        s, e = g["start"].to_numpy(), g["end"].to_numpy()
+        assert (s[1:] >= e[:-1]).all()
+
+
+def test_the_loops_are_the_breakdowns_ranges_and_the_adam_loop_holds_most_launch_bound_time():
+    t = load_trace(real_trace("round3/optimizer_loop_bare"))
+    w = choose_window(t)
+    from analyzer.facts.tests.test_breakdown import check_partition
+
+    st = FactStore(t, w, {})
+    check_partition(st)
+    b = st.get("timeline_breakdown")
+    lb = b.loc[(b["scope"] == "range") & (b["cause"] == "launch_bound")].groupby("key")["duration_ns"].sum()
+    assert lb.idxmax().startswith(TENSOR_LOOP_PREFIX)
+    # the loop's launch-bound time is what the fused optimizer saved: 53.8% of the window by the programs'
+    # own step times (47.46 -> 21.91 ms a step); the whole window's launch-bound time is 88%
+    assert 0.75 * 0.538 < lb.max() / w.duration_ns < 1.25 * 0.538
+    total = b.loc[(b["scope"] == "window") & (b["cause"] == "launch_bound"), "duration_ns"].sum()
+    assert total / w.duration_ns > 0.8
+
+
+def test_traces_with_ranges_keep_them():
+    # the NVTX recording of the same program names its ranges itself: no loop stands for one
+    assert _loops("round3/optimizer_loop").empty
+    b = FactStore(load_trace(real_trace("round3/optimizer_loop")),
+                  choose_window(load_trace(real_trace("round3/optimizer_loop"))), {}).get("timeline_breakdown")
+    assert not b["key"].astype(str).str.startswith("(").any()
+
+
+def test_launches_far_apart_are_no_loop():
+    # host_sync --shape balanced --bare: the micro-step's kernels repeat, but each micro-step waits on
+    # a synchronization (more than 1 ms between two launches): no loop, one whole-window finding
+    assert _loops("round3/host_sync_balanced_bare").empty
+
+
+def test_op_names_of_the_recorded_kernels():
+    t = load_trace(real_trace("round3/optimizer_loop_bare"))
+    names = {op_name(str(n)) for n in t.kernels["name"].astype(str).unique()}
+    assert {"lerp_scalar", "addcmul", "sqrt", "addcdiv", "Mul", "add", "Gelu", "GeluBackward"} <= names
+    assert all(len(n) <= 24 and not any(ch.isdigit() for ch in n) for n in names)
+
+
+def test_no_launch_table_no_loops():
+    t = load_trace(real_trace("round3/optimizer_loop_bare"))
+    k = t.kernels.drop(columns=["api_start"])
+    assert loop_ranges(k).empty and loop_ranges(t.kernels.iloc[:5]).empty
+    assert np.array_equal(loop_ranges(t.kernels)["range_id"].to_numpy(), np.arange(len(loop_ranges(t.kernels))))
+
+
+def _launch_bound_by_range(t, w):  # type: ignore[no-untyped-def]
+    b = FactStore(t, w, {}).get("timeline_breakdown")
+    rows = b.loc[(b["scope"] == "range") & (b["cause"] == "launch_bound")]
+    return rows.groupby("phase")["duration_ns"].sum().to_dict(), rows.groupby("key")["duration_ns"].sum().to_dict()
+
+
+def test_without_its_ranges_a_recording_is_split_where_its_ranges_were():
+    # the NVTX recordings with their ranges dropped (the same window): each loop's launch-bound time is
+    # within 10% of what the program's own range held (measured: optimizer 182.4 / 195.4 ms, backward
+    # 73.7 / 80.1, forward 38.1 / 40.0; tiny_kernels' update loop 111.1 / 110.5)
+    import dataclasses
+
+    for name, expect in (("round3/optimizer_loop", {
+            "step_N/optimizer": "(per-tensor loop: lerp_scalar, Mul, addcmul, sqrt, ...)",
+            "step_N/forward": "(loop: gemm, gemm, layer_norm, Gelu)",
+            "step_N/backward": "(loop: GeluBackward, layer_norm_grad_input, GammaBetaBackward, gemm, ...)"}),
+            ("tiny_kernels", {"step_N/update": "(per-tensor loop: Mul, add)"})):
+        t = load_trace(real_trace(name))
+        w = choose_window(t)
+        by_phase, _ = _launch_bound_by_range(t, w)
+        _, by_loop = _launch_bound_by_range(dataclasses.replace(t, nvtx=t.nvtx.iloc[:0]), w)
+        for phase, loop in expect.items():
+            assert abs(by_loop[loop] / by_phase[phase] - 1) < 0.10, (name, phase, by_loop, by_phase)
+        # what no loop holds is small: the loops are where the launch-bound time is
+        assert by_loop.get("", 0) < 0.1 * sum(by_loop.values())
