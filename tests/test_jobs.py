@@ -156,9 +156,18 @@ def test_job_report_in_three_formats():
     assert {f["scope"]["rank"] for t in doc["traces"] for f in t["findings"]} == {0, 1}
     md = render(report, "md")
     assert len(md) < 65_000 and "## Job: 2 of 2 ranks" in md and "rank 1 holds it back" in md
+    # the rank table's exposed communication leaves the waits for other ranks out (they are in its own
+    # columns) and says so; each rank's breakdown counts them: "exposed communication" alone is that one
+    assert "| Exposed comm. (waits left out) |" in md
+    causes = {(b["device"], b["causes"].get("exposed_comm", 0)) for t in doc["traces"] for b in t["overview"]["breakdown"]}
+    for r in doc["job"]["ranks"]:
+        assert r["exposed_transfer_ns"] == r["exposed_ns"] - r["exposed_wait_ns"]
+        assert (r["device"], r["exposed_ns"]) in causes
+    assert max(r["exposed_wait_ns"] for r in doc["job"]["ranks"]) > 10 * max(r["exposed_transfer_ns"] for r in doc["job"]["ranks"])
     html = render(report, "html")
     assert 'class="chart swimlanes"' in html and "rank 1" in html and "<script" not in html
     assert "waiting for another rank" in html
+    assert "Exposed comm. (waits left out)" in html and "less the time they waited for other ranks" in html
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)

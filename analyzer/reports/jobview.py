@@ -86,7 +86,7 @@ def _rank_table(job: Any, sections: dict[int, str], limits: Limits) -> Table:
     cols = (
         Column("rank", "Rank", "text"), Column("label", "Input", "code"), Column("device", "GPU", "int"),
         Column("step_ns", "Step (mean)", "ns"), Column("compute_per_step_ns", "Compute / step", "ns"),
-        Column("comm_ns", "Communication", "ns"), Column("exposed_transfer_ns", "Exposed comm.", "ns"),
+        Column("comm_ns", "Communication", "ns"), Column("exposed_transfer_ns", "Exposed comm. (waits left out)", "ns"),
         Column("wait_ns", "Waited for others", "ns"), Column("lead_ns", "Others waited for it", "ns"),
         Column("last", "Last to arrive", "text"), Column("skew_ns", "Clock skew", "ns"),
     )
@@ -95,7 +95,9 @@ def _rank_table(job: Any, sections: dict[int, str], limits: Limits) -> Table:
     frame["rank"] = [Link(f"rank {int(r)}", sections.get(int(r), "")) for r in frame["rank"]]
     frame["last"] = [f"{int(a)} of {int(b)}" for a, b in zip(frame["last_count"], frame["instances"])]
     return table_view(frame, cols, limits.devices * 64, limits.cell_chars,
-                  caption="Per rank, inside its analysis window (communication: union of NCCL kernel time)")
+                  caption="Per rank, inside its analysis window (communication: union of NCCL kernel time; "
+                          "exposed communication: communication kernels with no compute beside them, less the "
+                          "time they waited for other ranks, which is in the waiting columns)")
 
 
 def _collective_table(job: Any, limits: Limits) -> tuple[Table | None, str]:
