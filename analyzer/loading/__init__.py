@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import lzma
+import re
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +29,8 @@ QDREP_MAGIC = b"NVIDIA Tegra Profiler Report"
 NCU_MAGIC = b"NVR\x00"
 XZ_MAGIC = b"\xfd7zXZ\x00"
 GZIP_MAGIC = b"\x1f\x8b"
+#: a Git LFS pointer (what a clone without ``git lfs`` holds in place of a large file): its first line
+LFS_MAGIC = b"version https://git-lfs.github.com/spec/"
 REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
 #: containers a trace is often sent in, which the analyzer does not open: named in the error
 ARCHIVE_MAGICS = ((b"PK\x03\x04", "a ZIP archive"), (b"BZh", "a bzip2-compressed file"),
@@ -55,9 +58,9 @@ def detect_format(path: str | Path) -> str:
     """What kind of file ``path`` is, from its first bytes (and suffix for reports):
     ``"nsys-sqlite"`` (SQLite with nsys tables), ``"sqlite"`` (other SQLite), ``"nsys-rep"``,
     ``"ncu-rep"``, ``"json"`` (a JSON document, plain, gzip- or xz-compressed: torch.profiler traces),
-    ``"xz"`` (anything else xz-compressed), ``"gzip"`` (anything else gzip-compressed), ``"empty"`` or
-    ``"unknown"``. Raises :class:`InputError` for a missing
-    path or a directory."""
+    ``"xz"`` (anything else xz-compressed), ``"gzip"`` (anything else gzip-compressed), ``"lfs-pointer"``
+    (a Git LFS pointer standing in for the file, whatever its name), ``"empty"`` or ``"unknown"``. Raises
+    :class:`InputError` for a missing path or a directory."""
     p = Path(path)
     _check_path(p)
     try:
@@ -69,6 +72,8 @@ def detect_format(path: str | Path) -> str:
         return "empty"
     if head.startswith(SQLITE_MAGIC):
         return "nsys-sqlite" if _has_nsys_tables(p) else "sqlite"
+    if head.startswith(LFS_MAGIC):
+        return "lfs-pointer"
     if head.startswith(QDREP_MAGIC) or p.suffix.lower() in REPORT_SUFFIXES:
         return "nsys-rep"
     if head.startswith(NCU_MAGIC) or p.suffix.lower() == ".ncu-rep":
@@ -89,6 +94,18 @@ def _head(path: Path) -> bytes:
             return fh.read(8)
     except OSError:
         return b""
+
+
+def _lfs_size(path: Path) -> str:
+    """`` (N bytes)`` from a Git LFS pointer's ``size`` line, ``""`` when it has none (a pointer is a few
+    lines: only its first 512 bytes are read)."""
+    try:
+        with open(path, "rb") as fh:
+            text = fh.read(512).decode("ascii", "replace")
+    except OSError:
+        return ""
+    m = re.search(r"^size (\d{1,15})$", text, re.MULTILINE)
+    return f" ({int(m.group(1)):,} bytes)" if m else ""
 
 
 def looks_like_json(head: bytes) -> bool:
@@ -188,6 +205,10 @@ def _read(p: Path, fmt: str, progress: Callable[[str], None] | None, cache_dir: 
         return load_kineto(p, progress=progress)
     if fmt == "empty":
         raise InputError(p, "file is empty", hint="export the trace again")
+    if fmt == "lfs-pointer":
+        raise InputError(p, f"a Git LFS pointer, not the trace: the repository keeps the file{_lfs_size(p)} in "
+                         "Git LFS and this checkout holds only the pointer",
+                         hint=f"fetch it (git lfs pull --include '{p.name}') or download the file itself")
     if fmt == "gzip" and _peek_decompressed(p, gzip.open).startswith(SQLITE_MAGIC):
         raise InputError(p, "a gzip-compressed SQLite file, which the analyzer does not decompress",
                          hint=f"decompress it (gunzip -k {p.name}) and pass the .sqlite, or compress it "

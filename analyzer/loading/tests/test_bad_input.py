@@ -56,6 +56,19 @@ def test_text_file(tmp_path):
     _error(p)
 
 
+@pytest.mark.parametrize("name", ["report1.sqlite", "profile.nsys-rep", "worker0.pt.trace.json.gz"])
+def test_git_lfs_pointer(tmp_path, name):
+    """A clone without git-lfs holds a three-line pointer where the trace should be (met on a public
+    repository's report1.sqlite): say so and how to fetch it, whatever the file is named."""
+    p = tmp_path / name
+    p.write_text("version https://git-lfs.github.com/spec/v1\n"
+                 "oid sha256:a1c2af0d6058114d6a1c2a21e86fbe5812197ea2d6e4293dcf997dd24db63123\nsize 552960\n")
+    assert detect_format(p) == "lfs-pointer"
+    err = _error(p)
+    assert "Git LFS pointer" in str(err) and "552,960 bytes" in str(err)
+    assert f"git lfs pull --include '{name}'" in str(err)
+
+
 def test_empty_file(tmp_path):
     p = tmp_path / "empty.sqlite"
     p.write_bytes(b"")

@@ -131,3 +131,35 @@ def test_launch_join_in_chunks_equals_one_join(name, monkeypatch):
     chunked = load_trace(path)
     for frame in frames:
         pd.testing.assert_frame_equal(getattr(whole, frame), getattr(chunked, frame), check_exact=True, obj=frame)
+
+
+@pytest.mark.parametrize("name", ["small_training_ctx128", "host_sync"])
+def test_one_process_index_equals_the_merge(name):
+    """When every call is of one process, the correlation index keys the calls by their correlation ids'
+    low 32 bits alone (no 64-bit key per call); its joins equal a merge on (pid, correlation id) keeping
+    the runtime call of a runtime/driver pair, also for operations of another process (no match) and for
+    calls shuffled out of order (the sorted path)."""
+    import numpy as np
+    import pandas as pd
+
+    from analyzer.loading.attribution import CorrelationIndex
+    from analyzer.testing import real_trace
+
+    t = load_trace(real_trace(name))
+    api, k = t.api, t.kernels
+    assert api["pid"].nunique() == 1
+    op_pid = k["pid"].to_numpy().copy()
+    op_pid[::5] += 1  # every fifth operation as if from another process
+    op_corr = k["correlation_id"].to_numpy()
+    for order in (np.arange(len(api)), np.random.default_rng(3).permutation(len(api))):
+        calls = api.iloc[order].reset_index(drop=True)
+        driver = (calls["kind"] == "driver").to_numpy().astype(np.int8)
+        index = CorrelationIndex(calls["pid"].to_numpy(), calls["correlation_id"].to_numpy(), driver)
+        assert index._one_pid is not None
+        ranked = pd.DataFrame({"pid": calls["pid"].to_numpy(np.int64), "corr": calls["correlation_id"].to_numpy(np.int64),
+                               "driver": driver, "row": np.arange(len(calls))})
+        ranked = ranked.sort_values(["pid", "corr", "driver", "row"]).drop_duplicates(["pid", "corr"])
+        expected = pd.DataFrame({"pid": op_pid.astype(np.int64), "corr": op_corr.astype(np.int64)}).merge(
+            ranked, on=["pid", "corr"], how="left")["row"].fillna(-1).to_numpy(np.int64)
+        assert (expected >= 0).sum() > len(k) // 2 and (expected[::5] == -1).all()
+        np.testing.assert_array_equal(index.lookup(op_pid, op_corr), expected)
