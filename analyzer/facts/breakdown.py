@@ -127,7 +127,7 @@ from analyzer.facts._util import FAR_NS, column, key_groups, text, text_codes
 from analyzer.facts.breakdown_busy import _op_classes, busy_and_gaps
 from analyzer.facts.breakdown_threads import cross_thread_waits
 from analyzer.facts.nvtx import main_threads
-from analyzer.facts.nvtx_ranges import innermost_open, ranges_only
+from analyzer.facts.nvtx_ranges import InnermostOpen, innermost_open, ranges_only
 from analyzer.facts.registry import FactContext, fact
 from analyzer.facts.breakdown_launch import submission as _submission
 from analyzer.facts.breakdown_firstlaunch import first_launch_detail, first_launch_rows
@@ -452,7 +452,6 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
     paths = np.array(["" if x is None or (isinstance(x, float) and np.isnan(x)) else str(x) for x in paths]
                      + [""], dtype=object)
     path_codes[path_codes < 0] = len(paths) - 1
-    keys = np.array(generic_keys(paths), dtype=object)
     host_tid = _gathered(parts, dest, bounds, "tid", -1)
     pid = _gathered(parts, dest, bounds, "pid", -1)
     for x in parts:
@@ -460,17 +459,20 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
     del dest, busy_frame, idle, cut
     parts.clear()
     step_codes, step_labels = _step_codes(ctx, start)
+    nvtx_path = categorical(path_codes, paths)
     seg = pd.DataFrame({
         "device": seg_dev, "start": start, "end": end,
         "cause": categorical(seg_cause, CAUSES),
         "detail": categorical(detail, labels),  # code -1 (a host-work detail never filled): ""
         "duration": end - start,
-        "nvtx_path": categorical(path_codes, paths),
-        "range_key": categorical(path_codes, keys),
+        "nvtx_path": nvtx_path,
+        # each distinct path's key, read through the path's own (narrow) codes: one pass over the segments
+        "range_key": categorical(np.asarray(nvtx_path.codes),
+                                 np.array(generic_keys(np.asarray(nvtx_path.categories, dtype=object)), dtype=object)),
         "step": categorical(step_codes, step_labels),
         "host_tid": host_tid,
     }, copy=False)
-    del detail, path_codes, step_codes
+    del detail, path_codes, step_codes, nvtx_path
     n_seg = len(seg)
     seg, pid = cross_thread_waits(ctx, seg, pid)
     if len(seg) != n_seg:  # host-work segments split at waits on another thread: their pieces' steps
@@ -707,6 +709,9 @@ class _Idle:
             self.path_codes = np.r_[path_codes.astype(np.int32), -1]
             self.text_codes = np.r_[text_codes_.astype(np.int32), -1]
             self.mains = main_threads(self.nv)
+        # the main threads as sorted arrays: each segment's process looked up by one binary search
+        self._main_pid = np.array(sorted(self.mains), dtype=np.int64)
+        self._main_tid = np.array([self.mains[k] for k in sorted(self.mains)], dtype=np.int64)
         if self.nv.empty and loops is not None and not loops.empty:
             # the loops found from the launches (:mod:`analyzer.facts.launch_loops`) name the time on
             # their own thread only (no main-thread fallback), and host work keeps "(no NVTX range)"
@@ -715,6 +720,16 @@ class _Idle:
             self.path_codes = np.r_[path_codes.astype(np.int32), -1]
             self.text_codes = np.full(len(loops) + 1, -1, dtype=np.int32)
             self.text_labels = np.empty(0, dtype=object)
+        self.innermost = InnermostOpen(self.nv)  # each chunk's lookups read one table of answers
+
+    def main_tid(self, pid: np.ndarray) -> np.ndarray:
+        """Per process id, its main thread (:func:`analyzer.facts.nvtx.main_threads`), -1 for none."""
+        out = np.full(len(pid), -1, dtype=np.int64)
+        if len(self._main_pid) and len(pid):
+            at = np.minimum(np.searchsorted(self._main_pid, pid), len(self._main_pid) - 1)
+            hit = self._main_pid[at] == pid
+            out[hit] = self._main_tid[at[hit]]
+        return out
 
     def graph_details(self, detail: np.ndarray, code) -> np.ndarray:  # type: ignore[no-untyped-def]
         """The launch-bound detail codes ``detail`` of time before a graph replay: ``X (before a graph
@@ -857,11 +872,11 @@ def _classify_chunk(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev
     nv = shared.nv
     if len(s) and not nv.empty:
         mid = s + (e - s) // 2
-        rpos = innermost_open(nv, t, mid)
+        rpos = shared.innermost(t, mid)
         missing = rpos < 0
         if missing.any():
-            main_tid = pd.Series(p[missing]).map(shared.mains).fillna(-1).to_numpy(dtype=np.int64)
-            retry = innermost_open(nv, main_tid, mid[missing])
+            main_tid = shared.main_tid(p[missing])
+            retry = shared.innermost(main_tid, mid[missing])
             sub = rpos[missing]
             sub[retry >= 0] = retry[retry >= 0]
             rpos[missing] = sub

@@ -72,7 +72,9 @@ def kernel_shares(ctx: FactContext, phase_of: dict[str, str]) -> dict[tuple[int,
     inductor = np.array([is_inductor_kernel(str(x)) for x in names], dtype=bool)[all_names[pos]] & eager
     all_paths, paths = text_codes(ops["nvtx_path"])
     phases = np.array([phase_of.get(k, "") for k in generic_keys(paths)], dtype=object)
-    phase_codes, phase_labels = pd.factorize(phases[all_paths[pos]])
+    # each distinct path's phase coded once, then read per kernel (no text hashed per kernel)
+    path_phase, phase_labels = pd.factorize(phases)
+    phase_codes = path_phase[all_paths[pos]]
     dev_codes, dev_values = pd.factorize(ops["device"].to_numpy(dtype=np.int64)[pos])
     n_phase = max(len(phase_labels), 1)
     key = dev_codes.astype(np.int64) * n_phase + phase_codes

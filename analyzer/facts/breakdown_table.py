@@ -66,10 +66,14 @@ def timeline_breakdown(ctx: FactContext) -> pd.DataFrame:
         positions, all: None; ``keys`` and ``dur`` per selected segment), unordered, as ``(code, duration,
         segments, first)``: one mixed-radix integer code per segment, counted directly when the code space
         is small, else factorized (hash, no sort); ``first`` the smallest segment position of each group."""
-        b = a + len(keys) if pos is None else a  # the slice of the chunk (pos: positions from a)
-        take = (lambda x: x[a:b]) if pos is None else (lambda x: x[a + pos])
-        combined = np.searchsorted(dev_labels, take(dev)).astype(np.int64) * n_key + np.asarray(keys, dtype=np.int64)
-        combined = (combined * n_cause + take(cause_codes)) * n_detail + take(detail_codes)
+        if pos is None:  # the chunk's (device, cause, detail) part, found once for its two sums
+            dev_code, cause_detail = chunk_codes(a, a + len(keys))
+        else:
+            dev_code, cause_detail = chunk_codes(a, a, a + np.asarray(pos, dtype=np.int64))
+        combined = np.asarray(keys, dtype=np.int64)
+        if dev_code is not None:
+            combined = dev_code * n_key + combined
+        combined = combined * (n_cause * n_detail) + cause_detail
         space = len(dev_labels) * n_key * n_cause * n_detail
         n = len(combined)
         idx = np.arange(a, a + n, dtype=np.int64) if pos is None else a + np.asarray(pos, dtype=np.int64)
@@ -86,6 +90,21 @@ def timeline_breakdown(ctx: FactContext) -> pd.DataFrame:
         first = np.full(len(uniq), np.iinfo(np.int64).max, dtype=np.int64)
         np.minimum.at(first, group, idx)
         return np.asarray(uniq, dtype=np.int64), total, segments, first
+
+    cached: dict[tuple[int, int], tuple[np.ndarray | None, np.ndarray]] = {}
+
+    def chunk_codes(a: int, b: int, rows: np.ndarray | None = None) -> tuple[np.ndarray | None, np.ndarray]:
+        """``(device code or None for one device, cause * n_detail + detail)`` of segments ``[a, b)`` (or
+        ``rows``); the last slice's kept for the next sum of the same chunk."""
+        if rows is None and (a, b) in cached:
+            return cached[(a, b)]
+        take = (lambda x: x[a:b]) if rows is None else (lambda x: x[rows])
+        dev_code = np.searchsorted(dev_labels, take(dev)).astype(np.int64) if len(dev_labels) > 1 else None
+        cause_detail = take(cause_codes).astype(np.int64) * n_detail + take(detail_codes)
+        if rows is None:
+            cached.clear()
+            cached[(a, b)] = (dev_code, cause_detail)
+        return dev_code, cause_detail
 
     def merged(parts: list[tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]:
         """The chunks' ``(code, duration, segments, first)`` groups merged on the code."""
