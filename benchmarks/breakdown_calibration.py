@@ -253,10 +253,11 @@ def render(rows: list[Row]) -> str:
              "biggest finding is what fixing that one range buys, except for torch.compile'd code: ranges "
              "whose one-by-one kernel launches are at least 25% Inductor's (`fix_group` of the breakdown) are "
              "one finding, since `mode=\"reduce-overhead\"` graphs every compiled region at once "
-             "(compile_train: `step_N/backward + step_N/forward`; its twin replays both from CUDA graphs, and "
-             "a range whose kernel time is at least 50% graph replays, `graphed` in the breakdown, has the fix "
-             "in place: its graph launch calls are no launch-bound finding; the twin fires on its eager fused "
-             "AdamW `step_N/optimizer` as the pathology does). Where the twin fixes several findings at once, "
+             "(compile_train: `step_N/backward + step_N/forward`; its twin replays both from CUDA graphs, "
+             "whose launches, the `graph_launch` rows of the breakdown, are no launch-bound time; the twin "
+             "fires on its eager fused AdamW `step_N/optimizer` as the pathology does). A range mostly replayed "
+             "from graphs keeps a finding for its eager remainder"
+             f"{_graph_break_ratios(rows)}. Where the twin fixes several findings at once, "
              "the pair's saving is also compared with what the twin resolves, the sum of the findings it is "
              "silent on. "
              "Where the twin fixes one range (optimizer_loop's fused optimizer fixes `optimizer` and fires "
@@ -279,6 +280,19 @@ def _impact(rows: list[Row], pair: str, fmt: str, rule: str) -> tuple[Row, float
             found = [ns for name, _where, ns, _twin in r.impacts if name == rule]
             return (r, max(found)) if found else None
     return None
+
+
+def _graph_break_ratios(rows: list[Row]) -> str:
+    """compile_graph_break's ratios: the eager kernels a graph break leaves between the replays."""
+    found = [(fmt, got) for fmt in ("nsys", "torch.profiler")
+             if (got := _impact(rows, "round3/compile_graph_break", fmt, "launch-bound")) is not None]
+    if not found:
+        return ""
+    parts = ", ".join(f"{r.ratio:.2f} ({fmt})" for fmt, (r, _ns) in found if r.ratio is not None)
+    return (" (compile_graph_break, `mode=\"reduce-overhead\"` with a graph break per block: ~65 eager kernels "
+            "launched one by one between two replays, 73% of `step_N/forward`'s kernel time replayed: "
+            f"{parts} of the single graph's saving, which also removes the eager kernels' own time and 15 "
+            "of the 16 replays' launches a step)")
 
 
 def _optimizer_ratios(rows: list[Row]) -> str:

@@ -78,18 +78,24 @@ def test_cuda_graph_twins_are_silent_in_every_range_the_graphs_cover(name, eager
     """The graphs replace every launch in the ranges they cover; compile_train's twin graphs the compiled
     model only: its fused AdamW step stays eager, launched from Python after the replay (0.3 ms of its
     1.84 ms step launch-bound: a true finding, the same range as the pathology's own optimizer finding).
-    Its graphed ``backward`` keeps 1.7-3.1 ms of launch-bound time (the graph launch calls, longer under
-    torch.profiler and node-level tracing, and the Python around them) and is no finding: it is graphed."""
+    Its graphed ``backward`` keeps 1.7-3.1 ms of launch-bound time, most of it the replays' launches (the
+    graph launch calls, longer under torch.profiler and node-level tracing, and the Python around them:
+    ``graph_launch``), which launch-bound does not count; the eager launches left in the graphed ranges
+    (the gradient seed, a few copies) stay under the rule's 2 ms."""
     assert set(launch_bound(name)) == eager
     per_range = range_launch_bound_ns(name)
     graphed = graphed_phases(name)
     assert graphed and not graphed & eager
+    bd = analysis(name).facts.get("timeline_breakdown")
+    rows = bd[(bd["scope"] == "range") & (bd["cause"] == "launch_bound") & bd["phase"].isin(graphed)]
+    assert rows.loc[rows["graph_launch"] == 0, "duration_ns"].sum() < 2_000_000
     if name.startswith("round3/compile_train_fixed"):  # over min_impact (2 ms) in two of the three recordings
         assert max(per_range[p] for p in graphed) >= 1_500_000
-        # the eager optimizer's finding says how much of the GPU's launch-bound time the graphed ranges hold
-        in_graphed = sum(per_range[p] for p in graphed)
+        # the eager optimizer's finding says how much launch-bound time the replays' launches hold
+        graph_ns = int(bd.loc[(bd["scope"] == "window") & (bd["graph_launch"] == 1), "duration_ns"].sum())
+        assert graph_ns > 0
         (f,) = launch_bound(name).values()
-        assert f"; {in_graphed / 1e6:.1f} ms in graphed ranges)" in f.message, f.message
+        assert f"; {graph_ns / 1e6:.1f} ms launching graphs, not counted)" in f.message, f.message
 
 
 @pytest.mark.parametrize("name", ["round3/compile_decode_fixed_node.sqlite.xz",

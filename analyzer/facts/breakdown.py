@@ -40,7 +40,14 @@ that launched the op before it). The op's *submission* is the end of its launch 
 ``launch_bound``  the feeding thread was issuing work: inside a CUDA call (detail = the call:
                   ``cudaLaunchKernel``...), or between two CUDA calls less than ``dispatch_gap_ns``
                   apart (detail ``dispatch``: Python/framework dispatch), or the op's launch latency
-                  after its submission (detail ``launch latency``)
+                  after its submission (detail ``launch latency``). Where the op ending the gap is a
+                  CUDA graph replay's (a kernel it ran, or a whole execution), or the op just before
+                  one on its device (the replay's input copy: cudagraph trees and hand-written graph
+                  loops copy fresh inputs into the graph's static buffers right before each replay),
+                  the host was preparing and launching that replay: the details other than the graph
+                  launch call itself say so (``dispatch (before a graph replay)``, :data:`GRAPH_NEXT`);
+                  launch-bound's finding counts the rest only, the eager launches (a graph-broken
+                  step's eager remainder, an eager optimizer after the replays)
 ``host_sync``     the feeding thread was blocked in a synchronizing call (detail = the call:
                   ``cudaStreamSynchronize``, a synchronous or pageable ``cudaMemcpy*``, and the
                   implicitly synchronizing allocations: ``cudaMalloc``, ``cudaHostAlloc``, ``cudaFree``...),
@@ -120,7 +127,7 @@ from analyzer.facts._util import FAR_NS, column, key_groups, text, text_codes
 from analyzer.facts.breakdown_busy import _op_classes, busy_and_gaps
 from analyzer.facts.breakdown_threads import cross_thread_waits
 from analyzer.facts.nvtx import main_threads
-from analyzer.facts.nvtx_ranges import innermost_open, ranges_only
+from analyzer.facts.nvtx_ranges import InnermostOpen, innermost_open, ranges_only
 from analyzer.facts.registry import FactContext, fact
 from analyzer.facts.breakdown_launch import submission as _submission
 from analyzer.facts.breakdown_firstlaunch import first_launch_detail, first_launch_rows
@@ -177,6 +184,22 @@ GRAPH_NODE_GAPS = "CUDA graph (between nodes)"
 #: the details the analyzer words itself (the others name what the trace recorded: NVTX ranges, calls,
 #: kernel categories); reports put these in the trace's platform words (analyzer.loading.vocabulary)
 OWN_DETAILS = frozenset({*UNKNOWN_WHY, GRAPH_NODE_GAPS})
+#: suffix of a ``launch_bound`` detail whose idle gap ends at a CUDA graph replay's op, or at the op just
+#: before one (its input copy): the host preparing and launching the replay (``dispatch (before a graph
+#: replay)``); the time inside a graph launch call keeps the call's name. Launch-bound counts only the
+#: rest, the eager launches (:func:`graph_launch_time`)
+GRAPH_NEXT = " (before a graph replay)"
+
+
+def graph_launch_time(detail: str) -> bool:
+    """A ``launch_bound`` detail of time spent on a CUDA graph replay's launch rather than on eager
+    work: inside a graph launch call (``cudaGraphLaunch``...), or any launch-bound time of a gap that
+    ends at a replay's op or its input copy (detail ending in :data:`GRAPH_NEXT`)."""
+    from analyzer.loading.api_names import cuda_equivalent
+    from analyzer.loading.common import strip_api_suffix
+    from analyzer.loading.model import GRAPH_LAUNCH_APIS
+
+    return detail.endswith(GRAPH_NEXT) or cuda_equivalent(strip_api_suffix(detail)) in GRAPH_LAUNCH_APIS
 
 
 # one-time CUDA calls: module/library loading, graph capture and instantiation, device queries
@@ -261,10 +284,14 @@ BREAKDOWN_COLUMNS = {
                      "(kernels of a replay, or whole graph executions where nsys traced graphs, not their "
                      "nodes; 0..1; 0 for other rows)",
     "graphed": "range rows: 1 when the phase runs mostly in CUDA graphs (graphed_share at least GRAPHED_SHARE, "
-               "50%): launch-bound's fix is in place, its launch-bound time is the graph launches and the "
-               "host work around them (host-bound-graph-loop); else 0",
-    "device_graphed_ns": "every row: on the row's device, the row's cause's time in graphed phases (ns; part of "
-                         "device_cause_ns)",
+               "50%): torch.compile's fix is in place there, the phase joins no group of compiled phases "
+               "still to graph; else 0",
+    "graph_launch": "1 for a launch_bound row of time spent on CUDA graph replays' launches (inside a graph "
+                    "launch call, or in a gap that ends at a replay's op or at its input copy just before it: "
+                    "detail ending ' (before a graph replay)'), which launch-bound does not count; 0 for every "
+                    "other row (the eager launches)",
+    "device_graph_launch_ns": "every row: on the row's device, the launch_bound time spent launching CUDA graph "
+                              "replays in the window (ns; part of device_cause_ns for launch_bound rows)",
     "compiled": "range rows: 1 when the phase runs torch.compile'd code (compiled_share at least "
                 "COMPILED_SHARE, 25%) and is not graphed, else 0",
     "fix_group": "range rows: the phases one fix covers, as launch-bound states them: the phase itself, "
@@ -400,7 +427,7 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
     gdev, gs, ge, gprev, gnext = (_joined(x) for x in gaps)
     gdev = narrow_int(gdev)
     syncs: list[SyncBlocks] = []
-    idle = _classify_idle(ctx, ops, level, gdev, gs, ge, gprev, gnext, dispatch_ns, code, syncs, loops)
+    idle = _classify_idle(ctx, ops, level, gdev, gs, ge, gprev, gnext, dispatch_ns, code, labels, syncs, loops)
     del gdev, gs, ge, gprev, gnext
     cut = charge_refills(ctx, idle, syncs, labels, code, _C)  # a sync's refill is the sync's cost (in place)
     del syncs
@@ -425,7 +452,6 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
     paths = np.array(["" if x is None or (isinstance(x, float) and np.isnan(x)) else str(x) for x in paths]
                      + [""], dtype=object)
     path_codes[path_codes < 0] = len(paths) - 1
-    keys = np.array(generic_keys(paths), dtype=object)
     host_tid = _gathered(parts, dest, bounds, "tid", -1)
     pid = _gathered(parts, dest, bounds, "pid", -1)
     for x in parts:
@@ -433,17 +459,20 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
     del dest, busy_frame, idle, cut
     parts.clear()
     step_codes, step_labels = _step_codes(ctx, start)
+    nvtx_path = categorical(path_codes, paths)
     seg = pd.DataFrame({
         "device": seg_dev, "start": start, "end": end,
         "cause": categorical(seg_cause, CAUSES),
         "detail": categorical(detail, labels),  # code -1 (a host-work detail never filled): ""
         "duration": end - start,
-        "nvtx_path": categorical(path_codes, paths),
-        "range_key": categorical(path_codes, keys),
+        "nvtx_path": nvtx_path,
+        # each distinct path's key, read through the path's own (narrow) codes: one pass over the segments
+        "range_key": categorical(np.asarray(nvtx_path.codes),
+                                 np.array(generic_keys(np.asarray(nvtx_path.categories, dtype=object)), dtype=object)),
         "step": categorical(step_codes, step_labels),
         "host_tid": host_tid,
     }, copy=False)
-    del detail, path_codes, step_codes
+    del detail, path_codes, step_codes, nvtx_path
     n_seg = len(seg)
     seg, pid = cross_thread_waits(ctx, seg, pid)
     if len(seg) != n_seg:  # host-work segments split at waits on another thread: their pieces' steps
@@ -643,9 +672,29 @@ class _Idle:
     use, so the detail codes are numbered as one pass over the gaps would number them) and the
     wait-details cache."""
 
-    def __init__(self, ctx: FactContext, ops: pd.DataFrame, loops: pd.DataFrame | None = None) -> None:
+    def __init__(self, ctx: FactContext, ops: pd.DataFrame, labels: list[str],
+                 loops: pd.DataFrame | None = None) -> None:
+        from analyzer.loading.model import NOT_IN_GRAPH
+
         self.otid = narrow_int(ops["tid"].to_numpy(dtype=np.int64))
         self.opid = narrow_int(ops["pid"].to_numpy(dtype=np.int64))
+        # per op: a CUDA graph replay ran it, or it runs just before one (the gaps it ends are a replay's
+        # launch); None: no graph in the trace
+        in_graph = column(ops, "in_graph", NOT_IN_GRAPH).fillna(NOT_IN_GRAPH).to_numpy(dtype=np.int64)
+        self.graph_op: np.ndarray | None = None
+        if (in_graph != NOT_IN_GRAPH).any():
+            # also the op just before a replay's on its device (gpu_ops is ordered by start): the replay's
+            # input copy (cudagraph trees and hand-written graph loops copy fresh inputs into the graph's
+            # static buffers right before each replay), so the gap before it is the replay's preparation
+            graph = in_graph != NOT_IN_GRAPH
+            lead = np.zeros(len(graph), dtype=bool)
+            order, first, last = key_groups(ops["device"].to_numpy(dtype=np.int64))
+            for a, b in zip(first.tolist(), last.tolist()):
+                rows = np.sort(order[a:b])
+                lead[rows[:-1]] = graph[rows[1:]]
+            self.graph_op = graph | lead
+        self.labels = labels
+        self._graph_detail: dict[int, int] = {}
         self.calls: _HostCalls | None = None
         self.waits: dict = {}
         self.nv = ranges_only(ctx.trace.nvtx)
@@ -660,6 +709,9 @@ class _Idle:
             self.path_codes = np.r_[path_codes.astype(np.int32), -1]
             self.text_codes = np.r_[text_codes_.astype(np.int32), -1]
             self.mains = main_threads(self.nv)
+        # the main threads as sorted arrays: each segment's process looked up by one binary search
+        self._main_pid = np.array(sorted(self.mains), dtype=np.int64)
+        self._main_tid = np.array([self.mains[k] for k in sorted(self.mains)], dtype=np.int64)
         if self.nv.empty and loops is not None and not loops.empty:
             # the loops found from the launches (:mod:`analyzer.facts.launch_loops`) name the time on
             # their own thread only (no main-thread fallback), and host work keeps "(no NVTX range)"
@@ -668,21 +720,43 @@ class _Idle:
             self.path_codes = np.r_[path_codes.astype(np.int32), -1]
             self.text_codes = np.full(len(loops) + 1, -1, dtype=np.int32)
             self.text_labels = np.empty(0, dtype=object)
+        self.innermost = InnermostOpen(self.nv)  # each chunk's lookups read one table of answers
+
+    def main_tid(self, pid: np.ndarray) -> np.ndarray:
+        """Per process id, its main thread (:func:`analyzer.facts.nvtx.main_threads`), -1 for none."""
+        out = np.full(len(pid), -1, dtype=np.int64)
+        if len(self._main_pid) and len(pid):
+            at = np.minimum(np.searchsorted(self._main_pid, pid), len(self._main_pid) - 1)
+            hit = self._main_pid[at] == pid
+            out[hit] = self._main_tid[at[hit]]
+        return out
+
+    def graph_details(self, detail: np.ndarray, code) -> np.ndarray:  # type: ignore[no-untyped-def]
+        """The launch-bound detail codes ``detail`` of time before a graph replay: ``X (before a graph
+        replay)`` (:data:`GRAPH_NEXT`), a graph launch call's own name kept; each distinct code named once."""
+        used = np.unique(detail)
+        for x in used.tolist():
+            if x not in self._graph_detail:
+                label = str(self.labels[x]) if x >= 0 else ""
+                self._graph_detail[x] = x if graph_launch_time(label) else code(label + GRAPH_NEXT)
+        mapped = np.array([self._graph_detail[x] for x in used.tolist()], dtype=np.int32)
+        return mapped[np.searchsorted(used, detail)]
 
 
 def _classify_idle(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev: np.ndarray, g0: np.ndarray,
                    g1: np.ndarray, prev_op: np.ndarray, next_op: np.ndarray, dispatch_ns: int, code,  # type: ignore[no-untyped-def]
-                   syncs: list[SyncBlocks], loops: pd.DataFrame | None = None) -> dict[str, np.ndarray]:
+                   labels: list[str], syncs: list[SyncBlocks], loops: pd.DataFrame | None = None) -> dict[str, np.ndarray]:
     """Idle segments (clipped to the window) from the gaps ``[g0, g1)`` (unclipped) with the ops
     around them, classified :data:`IDLE_CHUNK` gaps at a time; the feeding threads' synchronizing calls
-    are added to ``syncs`` (each thread's once, by thread id)."""
+    are added to ``syncs`` (each thread's once, by thread id). ``labels``: the detail texts ``code``
+    numbers (a launch-bound detail before a graph replay is named from its eager one)."""
     n = len(g0)
     submit = np.full(n, -1, dtype=np.int64)  # the end of the launch call of the op ending each gap
     has_next = next_op >= 0
     if has_next.any():
         submit[has_next] = _submission(ctx, ops, next_op[has_next])
     del has_next
-    shared = _Idle(ctx, ops, loops)
+    shared = _Idle(ctx, ops, labels, loops)
     parts = [_classify_chunk(ctx, ops, level, gdev[a:a + IDLE_CHUNK], g0[a:a + IDLE_CHUNK], g1[a:a + IDLE_CHUNK],
                              prev_op[a:a + IDLE_CHUNK], next_op[a:a + IDLE_CHUNK], submit[a:a + IDLE_CHUNK],
                              dispatch_ns, code, shared)
@@ -722,6 +796,9 @@ def _classify_chunk(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev
     out_t: list[np.ndarray] = []  # feeding thread (for the NVTX lookup), -1 none
     out_p: list[np.ndarray] = []
 
+    # the gaps a CUDA graph replay's op (or its input copy) ends: their launch-bound time launches the replay
+    graph_next = has_next & shared.graph_op[np.maximum(next_op, 0)] if shared.graph_op is not None else None
+
     def emit(idx: np.ndarray, s: np.ndarray, e: np.ndarray, cause: int | np.ndarray, detail: int | np.ndarray) -> None:
         keep = e > s
         if not keep.any():
@@ -730,10 +807,17 @@ def _classify_chunk(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev
         out_dev.append(gdev[idx])
         out_s.append(s)
         out_e.append(e)
-        out_c.append(np.broadcast_to(np.asarray(cause, dtype=np.int8), keep.shape)[keep] if np.ndim(cause)
-                     else np.full(len(s), cause, dtype=np.int8))
-        out_d.append(np.broadcast_to(np.asarray(detail, dtype=np.int32), keep.shape)[keep] if np.ndim(detail)
-                     else np.full(len(s), detail, dtype=np.int32))
+        c = (np.broadcast_to(np.asarray(cause, dtype=np.int8), keep.shape)[keep] if np.ndim(cause)
+             else np.full(len(s), cause, dtype=np.int8))
+        d = (np.broadcast_to(np.asarray(detail, dtype=np.int32), keep.shape)[keep] if np.ndim(detail)
+             else np.full(len(s), detail, dtype=np.int32))
+        if graph_next is not None:
+            to_graph = np.flatnonzero(graph_next[idx] & (c == _C["launch_bound"]))
+            if len(to_graph):
+                d = d.copy()
+                d[to_graph] = shared.graph_details(d[to_graph], code)
+        out_c.append(c)
+        out_d.append(d)
         out_t.append(feeder[idx])
         out_p.append(fpid[idx])
 
@@ -788,11 +872,11 @@ def _classify_chunk(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev
     nv = shared.nv
     if len(s) and not nv.empty:
         mid = s + (e - s) // 2
-        rpos = innermost_open(nv, t, mid)
+        rpos = shared.innermost(t, mid)
         missing = rpos < 0
         if missing.any():
-            main_tid = pd.Series(p[missing]).map(shared.mains).fillna(-1).to_numpy(dtype=np.int64)
-            retry = innermost_open(nv, main_tid, mid[missing])
+            main_tid = shared.main_tid(p[missing])
+            retry = shared.innermost(main_tid, mid[missing])
             sub = rpos[missing]
             sub[retry >= 0] = retry[retry >= 0]
             rpos[missing] = sub

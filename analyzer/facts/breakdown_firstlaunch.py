@@ -42,31 +42,36 @@ def first_launch_rows(api: pd.DataFrame, kernels: pd.DataFrame, launch: np.ndarr
     dur = api["end"].to_numpy(dtype=np.int64)[rows] - a_start[rows]
     if not (dur >= FIRST_LAUNCH_MIN_NS).any():  # no launch call long enough: nothing to join
         return none
-    k_corr = column(kernels, "correlation_id", -1).fillna(-1).to_numpy(dtype=np.int64)
-    ok = k_corr >= 0
-    if not ok.any():
-        return none
-    k_key = correlation_key(column(kernels, "pid", -1).fillna(-1).to_numpy(dtype=np.int64)[ok], k_corr[ok])
-    k_name = pd.factorize(column(kernels, "name", ""))[0][ok]
-    # a call launching one kernel: its (pid, correlation id) is held by exactly one kernel
-    uniq, first_at, counts = np.unique(k_key, return_index=True, return_counts=True)
-    one = counts == 1
-    uniq, name_of = uniq[one], k_name[first_at[one]]
-    if not len(uniq):
-        return none
-    a_corr = column(api, "correlation_id", -1).fillna(-1).to_numpy(dtype=np.int64)[rows]
+    k_name, names = pd.factorize(column(kernels, "name", ""))
     a_pid = column(api, "pid", -1).fillna(-1).to_numpy(dtype=np.int64)[rows]
-    a_key = correlation_key(a_pid, a_corr)
-    at = np.minimum(np.searchsorted(uniq, a_key), len(uniq) - 1)
-    hit = (a_corr >= 0) & (uniq[at] == a_key) & (name_of[at] >= 0)
-    if not hit.any():
+    name = _single_kernel_names(column(kernels, "pid", -1).fillna(-1).to_numpy(dtype=np.int64),
+                                column(kernels, "correlation_id", -1).fillna(-1).to_numpy(dtype=np.int64),
+                                k_name, a_pid,
+                                column(api, "correlation_id", -1).fillna(-1).to_numpy(dtype=np.int64)[rows])
+    hit = np.flatnonzero(name >= 0)
+    if not len(hit):
         return none
-    rows, a_pid, dur, name = rows[hit], a_pid[hit], dur[hit], name_of[at[hit]]
+    rows, dur, name, a_pid = rows[hit], dur[hit], name[hit], a_pid[hit]
+    del hit
     typical_all = float(np.median(dur))
-    # per (process, kernel name) its launch calls by start: the first one against the median of the others
-    order = np.lexsort((a_start[rows], name, a_pid))
-    same = (a_pid[order][1:] == a_pid[order][:-1]) & (name[order][1:] == name[order][:-1])
-    heads = np.flatnonzero(np.r_[True, ~same])
+    # per (process, kernel name) its launch calls by start (ties: by row): the first one against the
+    # median of the others. The pair as one small code where processes and names are few (a stable sort
+    # of 16-bit codes is a radix sort), else as one int64, as a (process, correlation id) key is made
+    pid_code, pids = pd.factorize(a_pid)
+    if len(pids) * (len(names) + 1) < 2**16:
+        pair = (pid_code * (len(names) + 1) + name).astype(np.uint16)
+    else:
+        pair = correlation_key(a_pid, name)
+    del a_pid, pid_code
+    start = a_start[rows]
+    if len(start) > 1 and bool((start[1:] >= start[:-1]).all()):  # calls recorded in start order
+        order = np.argsort(pair, kind="stable")
+    else:
+        order = np.lexsort((start, pair))
+    del start
+    sorted_pair = pair[order]
+    heads = np.flatnonzero(np.r_[True, sorted_pair[1:] != sorted_pair[:-1]])
+    del sorted_pair, pair
     ends = np.r_[heads[1:], len(order)]
     long = dur[order[heads]] >= FIRST_LAUNCH_MIN_NS  # few: the loop below runs over long first launches
     out = []
@@ -77,3 +82,30 @@ def first_launch_rows(api: pd.DataFrame, kernels: pd.DataFrame, launch: np.ndarr
         if dur[first] >= FIRST_LAUNCH_FACTOR * typical:
             out.append(int(rows[first]))
     return np.array(sorted(out), dtype=np.int64)
+
+
+def _single_kernel_names(k_pid: np.ndarray, k_corr: np.ndarray, k_name: np.ndarray, a_pid: np.ndarray,
+                         a_corr: np.ndarray) -> np.ndarray:
+    """Per call ``(a_pid, a_corr)``: the name code (``k_name``) of the one kernel with that process and
+    correlation id, -1 where no kernel or several have it (or the call has no id)."""
+    out = np.full(len(a_corr), -1, dtype=np.int64)
+    ok = k_corr >= 0
+    if not ok.any() or not len(a_corr):
+        return out
+    k_pid, k_corr, k_name = k_pid[ok], k_corr[ok], k_name[ok]
+    k_key = correlation_key(k_pid, k_corr)
+    # the keys held by one kernel each: sorted (any sort: a key kept has one row), unequal to both neighbours
+    order = np.argsort(k_key)
+    k_key = k_key[order]
+    one = np.ones(len(k_key), dtype=bool)
+    one[1:] &= k_key[1:] != k_key[:-1]
+    one[:-1] &= k_key[:-1] != k_key[1:]
+    uniq, name_of = k_key[one], k_name[order[one]]
+    del k_key, order, one
+    if not len(uniq):
+        return out
+    a_key = correlation_key(a_pid, a_corr)
+    at = np.minimum(np.searchsorted(uniq, a_key), len(uniq) - 1)
+    hit = (a_corr >= 0) & (uniq[at] == a_key)
+    out[hit] = name_of[at[hit]]  # -1 where the kernel has no name
+    return out

@@ -15,10 +15,11 @@ from analyzer.facts.registry import FactContext
 #: Inductor's (torch.compile default mode: 56% in compile_train's forward and backward, the rest cuBLAS
 #: GEMMs and eager copies; 0 in every eager workload)
 COMPILED_SHARE = 0.25
-#: a phase is graphed when at least this share of its kernel time ran in CUDA graph replays: launch-bound's
-#: fix is in place there, its remaining launch-bound time is the graph launches and the host between them
-#: (host-bound-graph-loop's). Every committed phase is at either end: 97-100% (decode_eager_fixed,
-#: host_sync_graph*_fixed, compile_train_fixed's forward and backward, the vLLM/SGLang decode traces) or 0%
+#: a phase is graphed when at least this share of its kernel time ran in CUDA graph replays: torch.compile's
+#: reduce-overhead fix is in place there, and the phase joins no group of compiled phases still to graph
+#: (launch-bound itself tells graph launches from eager ones per gap: ``graph_launch``). Every committed
+#: phase is at either end: 97-100% (decode_eager_fixed, host_sync_graph*_fixed, compile_train_fixed's
+#: forward and backward, the vLLM/SGLang decode traces) or 0%
 GRAPHED_SHARE = 0.5
 #: a group's name lists at most this many phases (``A + B + C + 5 more``), its ``group_parts`` at most
 #: this many with their shares (``..., 5 more 1.2 ms (3%)``): a step of many compiled ranges stays readable
@@ -71,7 +72,9 @@ def kernel_shares(ctx: FactContext, phase_of: dict[str, str]) -> dict[tuple[int,
     inductor = np.array([is_inductor_kernel(str(x)) for x in names], dtype=bool)[all_names[pos]] & eager
     all_paths, paths = text_codes(ops["nvtx_path"])
     phases = np.array([phase_of.get(k, "") for k in generic_keys(paths)], dtype=object)
-    phase_codes, phase_labels = pd.factorize(phases[all_paths[pos]])
+    # each distinct path's phase coded once, then read per kernel (no text hashed per kernel)
+    path_phase, phase_labels = pd.factorize(phases)
+    phase_codes = path_phase[all_paths[pos]]
     dev_codes, dev_values = pd.factorize(ops["device"].to_numpy(dtype=np.int64)[pos])
     n_phase = max(len(phase_labels), 1)
     key = dev_codes.astype(np.int64) * n_phase + phase_codes
@@ -90,8 +93,24 @@ def kernel_shares(ctx: FactContext, phase_of: dict[str, str]) -> dict[tuple[int,
     return out
 
 
+def graph_launch_rows(out: pd.DataFrame) -> None:
+    """The ``graph_launch`` and ``device_graph_launch_ns`` columns of :func:`timeline_breakdown` (in place):
+    which launch_bound rows are time spent launching CUDA graph replays
+    (:func:`analyzer.facts.breakdown.graph_launch_time`: read once per distinct detail), and their window
+    total per device."""
+    from analyzer.facts.breakdown import graph_launch_time
+
+    codes, details = text_codes(out["detail"])
+    per_detail = np.array([graph_launch_time(str(x)) for x in details] + [False], dtype=bool)
+    flag = per_detail[np.where(codes < 0, len(details), codes)] & (out["cause"] == "launch_bound").to_numpy()
+    out["graph_launch"] = flag.astype(np.int64)
+    in_window = flag & (out["scope"] == "window").to_numpy()
+    per_device = out.loc[in_window].groupby("device")["duration_ns"].sum()
+    out["device_graph_launch_ns"] = out["device"].map(per_device).fillna(0).to_numpy(dtype=np.int64)
+
+
 def fix_groups(ctx: FactContext, out: pd.DataFrame, is_range: np.ndarray, held_rows: np.ndarray) -> None:
-    """The ``compiled_share``, ``graphed_share``, ``graphed``, ``device_graphed_ns``, ``compiled``, ``fix_group``, ``group_ns``, ``group_host_held_ns`` and
+    """The ``compiled_share``, ``graphed_share``, ``graphed``, ``compiled``, ``fix_group``, ``group_ns``, ``group_host_held_ns`` and
     ``group_parts`` columns of :func:`timeline_breakdown` (in place; see :data:`BREAKDOWN_COLUMNS`). The
     standard fix for launch-bound compiled code, ``torch.compile(mode="reduce-overhead")``, records every
     compiled region in CUDA graphs at once (forward and backward alike): its phases are one fix."""
@@ -116,9 +135,6 @@ def fix_groups(ctx: FactContext, out: pd.DataFrame, is_range: np.ndarray, held_r
     out["compiled_share"] = share
     out["graphed_share"] = graphed_share
     out["graphed"] = graphed.astype(np.int64)
-    in_graphed = out.loc[graphed].groupby(["device", "cause"])["duration_ns"].sum()
-    out["device_graphed_ns"] = (in_graphed.reindex(pd.MultiIndex.from_frame(out[["device", "cause"]])).fillna(0)
-                                .to_numpy(dtype=np.int64) if len(in_graphed) else np.zeros(len(out), dtype=np.int64))
     out["compiled"] = compiled.astype(np.int64)
     out["fix_group"] = group
     by_group = [out["device"], out["fix_group"]]

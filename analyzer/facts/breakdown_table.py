@@ -7,7 +7,7 @@ import pandas as pd
 
 from analyzer.facts.breakdown import (BREAKDOWN_COLUMNS, HOST_CAUSES, empty_frame, intersect, span_of,
                                       step_bounds, sum_by)
-from analyzer.facts.breakdown_groups import fix_groups
+from analyzer.facts.breakdown_groups import fix_groups, graph_launch_rows
 from analyzer.facts.breakdown_ranges import phase_keys
 from analyzer.facts.registry import FactContext, fact
 from analyzer.facts._util import text_codes
@@ -38,7 +38,8 @@ def timeline_breakdown(ctx: FactContext) -> pd.DataFrame:
     that cause, ``segments`` the number of disjoint intervals summed."""
     seg = ctx.get("timeline_segments")
     ints = ("device", "duration_ns", "segments", "key_cause_ns", "device_host_held_ns", "device_cause_ns",
-            "phase_ns", "phase_host_held_ns", "graphed", "device_graphed_ns", "compiled", "group_ns", "group_host_held_ns")
+            "phase_ns", "phase_host_held_ns", "graphed", "graph_launch", "device_graph_launch_ns", "compiled", "group_ns",
+            "group_host_held_ns")
     if seg.empty:
         return empty_frame(BREAKDOWN_COLUMNS, ints, ("share", "cause_share", "key_cause_share", "compiled_share",
                                                      "graphed_share"))
@@ -65,10 +66,14 @@ def timeline_breakdown(ctx: FactContext) -> pd.DataFrame:
         positions, all: None; ``keys`` and ``dur`` per selected segment), unordered, as ``(code, duration,
         segments, first)``: one mixed-radix integer code per segment, counted directly when the code space
         is small, else factorized (hash, no sort); ``first`` the smallest segment position of each group."""
-        b = a + len(keys) if pos is None else a  # the slice of the chunk (pos: positions from a)
-        take = (lambda x: x[a:b]) if pos is None else (lambda x: x[a + pos])
-        combined = np.searchsorted(dev_labels, take(dev)).astype(np.int64) * n_key + np.asarray(keys, dtype=np.int64)
-        combined = (combined * n_cause + take(cause_codes)) * n_detail + take(detail_codes)
+        if pos is None:  # the chunk's (device, cause, detail) part, found once for its two sums
+            dev_code, cause_detail = chunk_codes(a, a + len(keys))
+        else:
+            dev_code, cause_detail = chunk_codes(a, a, a + np.asarray(pos, dtype=np.int64))
+        combined = np.asarray(keys, dtype=np.int64)
+        if dev_code is not None:
+            combined = dev_code * n_key + combined
+        combined = combined * (n_cause * n_detail) + cause_detail
         space = len(dev_labels) * n_key * n_cause * n_detail
         n = len(combined)
         idx = np.arange(a, a + n, dtype=np.int64) if pos is None else a + np.asarray(pos, dtype=np.int64)
@@ -85,6 +90,21 @@ def timeline_breakdown(ctx: FactContext) -> pd.DataFrame:
         first = np.full(len(uniq), np.iinfo(np.int64).max, dtype=np.int64)
         np.minimum.at(first, group, idx)
         return np.asarray(uniq, dtype=np.int64), total, segments, first
+
+    cached: dict[tuple[int, int], tuple[np.ndarray | None, np.ndarray]] = {}
+
+    def chunk_codes(a: int, b: int, rows: np.ndarray | None = None) -> tuple[np.ndarray | None, np.ndarray]:
+        """``(device code or None for one device, cause * n_detail + detail)`` of segments ``[a, b)`` (or
+        ``rows``); the last slice's kept for the next sum of the same chunk."""
+        if rows is None and (a, b) in cached:
+            return cached[(a, b)]
+        take = (lambda x: x[a:b]) if rows is None else (lambda x: x[rows])
+        dev_code = np.searchsorted(dev_labels, take(dev)).astype(np.int64) if len(dev_labels) > 1 else None
+        cause_detail = take(cause_codes).astype(np.int64) * n_detail + take(detail_codes)
+        if rows is None:
+            cached.clear()
+            cached[(a, b)] = (dev_code, cause_detail)
+        return dev_code, cause_detail
 
     def merged(parts: list[tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]:
         """The chunks' ``(code, duration, segments, first)`` groups merged on the code."""
@@ -170,6 +190,7 @@ def timeline_breakdown(ctx: FactContext) -> pd.DataFrame:
     out["phase_host_held_ns"] = np.where(
         is_range, out["duration_ns"].where(held_rows, 0).groupby(by_phase).transform("sum"), 0)
     fix_groups(ctx, out, is_range, held_rows)
+    graph_launch_rows(out)
     held = out.loc[is_win & out["cause"].isin(HOST_CAUSES).to_numpy()].groupby("device")["duration_ns"].sum()
     out["device_host_held_ns"] = out["device"].map(held).fillna(0).astype(np.int64)
     # window rows by time; steps in their order; ranges by their time of the row's cause (so the

@@ -46,8 +46,10 @@ _REPLAY_COLUMNS = {
                       "e.g. eager kernels between two replays, is not idle; NaN as gap_before_ns)",
     "host_idle_before_ns": "of idle_before_ns, the time the timeline breakdown charges to the host (causes "
                            "launch_bound, host_sync, host_work: the thread feeding the GPU had not submitted the "
-                           "next work); the rest is the GPU waiting with the replay already queued (another "
-                           "stream, an event, another rank) or setup (ns; NaN as gap_before_ns)",
+                           "next work), less the eager launches between them (launch_bound time of the gaps "
+                           "between two eager ops, not a replay's launch: launch-bound's); the rest is the GPU "
+                           "waiting with the replay already queued (another stream, an event, another rank) or "
+                           "setup (ns; NaN as gap_before_ns)",
     "updates_before": "graph updates since the device's previous replay started: executable-graph updates "
                       "(cudaGraphExecUpdate, cudaGraphExec*SetParams ...) and instantiations (the API calls, or "
                       "nsys' CUDA_GRAPH_EVENTS where they count more); 0 for the device's first replay in the window",
@@ -176,12 +178,21 @@ def _updates_between(ctx: FactContext, device: np.ndarray, start: np.ndarray) ->
 def _host_time_in_gaps(segments: pd.DataFrame, device: np.ndarray, lo: np.ndarray, hi: np.ndarray,
                        none: np.ndarray) -> np.ndarray:
     """Per gap ``[lo, hi)`` on ``device``: the time the timeline breakdown charges to the host inside it
-    (:data:`~analyzer.facts.breakdown.HOST_CAUSES`); NaN where ``none``."""
-    from analyzer.facts.breakdown import HOST_CAUSES
+    (:data:`~analyzer.facts.breakdown.HOST_CAUSES`) but the eager launches (launch-bound time that is not
+    a replay's launch, :func:`~analyzer.facts.breakdown.graph_launch_time`: ops a graph break or an eager
+    optimizer launches one by one between the replays, launch-bound's finding); NaN where ``none``."""
+    from analyzer.facts.breakdown import HOST_CAUSES, graph_launch_time
 
     if segments.empty:
         return np.where(none, np.nan, 0.0)
-    host = segments[segments["cause"].astype(str).isin(HOST_CAUSES).to_numpy()]
+    cause_codes, causes = text_codes(segments["cause"])
+    host_cause = np.array([str(c) in HOST_CAUSES for c in causes] + [False], dtype=bool)
+    launch = np.array([str(c) == "launch_bound" for c in causes] + [False], dtype=bool)
+    detail_codes, details = text_codes(segments["detail"])
+    eager = np.array([not graph_launch_time(str(x)) for x in details] + [False], dtype=bool)
+    cc = np.where(cause_codes < 0, len(causes), cause_codes)
+    dc = np.where(detail_codes < 0, len(details), detail_codes)
+    host = segments[host_cause[cc] & ~(launch[cc] & eager[dc])]
     return _covered_in_gaps(host, device, lo, hi, none)
 
 

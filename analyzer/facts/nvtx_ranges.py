@@ -35,29 +35,60 @@ def innermost_open(nvtx: pd.DataFrame, tid: np.ndarray, t: np.ndarray) -> np.nda
 
     The answer only changes at a range's start or end on the thread, so with many more queries than
     ranges (millions of timeline segments) it is found once per such instant and each query takes the
-    answer of the latest instant at or before it: one as-of lookup, no walk per query.
+    answer of the latest instant at or before it: one as-of lookup, no walk per query. Many batches of
+    queries against one table: :class:`InnermostOpen`, which finds those answers once.
     """
-    n = len(t)
-    if n == 0 or nvtx.empty:
-        return np.full(n, -1, dtype=np.int64)
-    if n <= 4 * len(nvtx):
-        return _innermost_walk(nvtx, tid, t)
-    r_tid = nvtx["tid"].to_numpy(dtype=np.int64)
-    at_tid = np.r_[r_tid, r_tid]
-    at_t = np.r_[nvtx["start"].to_numpy(dtype=np.int64), nvtx["end"].to_numpy(dtype=np.int64)]
-    value = _innermost_walk(nvtx, at_tid, at_t)
-    return _asof_value(at_tid, at_t, value, np.asarray(tid, dtype=np.int64), np.asarray(t, dtype=np.int64))
+    return InnermostOpen(nvtx)(tid, t)
 
 
-def _asof_value(r_tid: np.ndarray, r_t: np.ndarray, value: np.ndarray, tid: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """``value`` of the row :func:`asof_backward` picks for each query (-1 where none): per thread, the
-    values in (t, row) order behind a -1, indexed by one ``searchsorted``; a thread's queries are
-    gathered and scattered only when several threads ask (no masks or selects over the queries)."""
-    out = np.full(len(t), -1, dtype=np.int64)
+class InnermostOpen:
+    """:func:`innermost_open` against one range table for any number of query batches (the timeline's
+    idle segments, classified in chunks, ask two batches per chunk): the answer at every range start and
+    end, per thread in time order, is found once, on the first batch that has many more queries than
+    ranges; a batch with few queries walks as :func:`innermost_open` does. Every answer is the one
+    :func:`innermost_open` gives for that batch alone."""
+
+    def __init__(self, nvtx: pd.DataFrame) -> None:
+        self.nvtx = nvtx
+        self._table: tuple[np.ndarray, np.ndarray, list[np.ndarray], list[np.ndarray]] | None = None
+
+    def __call__(self, tid: np.ndarray, t: np.ndarray) -> np.ndarray:
+        nvtx = self.nvtx
+        n = len(t)
+        if n == 0 or nvtx.empty:
+            return np.full(n, -1, dtype=np.int64)
+        if n <= 4 * len(nvtx):
+            return _innermost_walk(nvtx, tid, t)
+        if self._table is None:
+            r_tid = nvtx["tid"].to_numpy(dtype=np.int64)
+            at_tid = np.r_[r_tid, r_tid]
+            at_t = np.r_[nvtx["start"].to_numpy(dtype=np.int64), nvtx["end"].to_numpy(dtype=np.int64)]
+            self._table = _value_tables(at_tid, at_t, _innermost_walk(nvtx, at_tid, at_t))
+        return _asof_lookup(self._table, np.asarray(tid, dtype=np.int64), np.asarray(t, dtype=np.int64))
+
+
+def _value_tables(r_tid: np.ndarray, r_t: np.ndarray, value: np.ndarray,
+                  ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray], list[np.ndarray]]:
+    """What :func:`_asof_lookup` reads: the threads (sorted), and per thread its instants in (t, row) order
+    (ties keep the later row last) and the values behind a -1 (position k + 1: instant k's value)."""
     r_order = np.lexsort((r_t, r_tid))  # by thread, then t, stable: ties keep the later row last
     rk = r_tid[r_order]
     r_cut = np.r_[0, np.flatnonzero(rk[1:] != rk[:-1]) + 1, len(rk)]
-    r_keys = rk[r_cut[:-1]]
+    times, tables = [], []
+    for g in range(len(r_cut) - 1):
+        rows = r_order[r_cut[g]:r_cut[g + 1]]
+        times.append(r_t[rows])
+        tables.append(np.r_[-1, value[rows]].astype(np.int64, copy=False))
+    return rk[r_cut[:-1]], r_cut, times, tables
+
+
+def _asof_lookup(index: tuple[np.ndarray, np.ndarray, list[np.ndarray], list[np.ndarray]], tid: np.ndarray,
+                 t: np.ndarray) -> np.ndarray:
+    """The value of the instant :func:`asof_backward` picks for each query (-1 where none): per thread one
+    ``searchsorted`` into its table; a thread's queries are gathered and scattered only when several
+    threads ask (no masks or selects over the queries)."""
+    r_keys, _cut, times, tables = index
+    out = np.full(len(t), -1, dtype=np.int64)
     one = len(t) > 0 and tid.min() == tid.max()
     if one:
         q_order, q_from, q_to = np.arange(len(t)), np.zeros(1, dtype=np.int64), np.full(1, len(t))
@@ -68,13 +99,11 @@ def _asof_value(r_tid: np.ndarray, r_t: np.ndarray, value: np.ndarray, tid: np.n
         g = int(np.searchsorted(r_keys, key))
         if g == len(r_keys) or r_keys[g] != key:
             continue
-        rows = r_order[r_cut[g]:r_cut[g + 1]]
-        table = np.r_[-1, value[rows]].astype(np.int64, copy=False)  # position k + 1: row k's value
         if one:
-            out = table[np.searchsorted(r_t[rows], t, side="right")]
+            out = tables[g][np.searchsorted(times[g], t, side="right")]
         else:
             q = q_order[a:b]
-            out[q] = table[np.searchsorted(r_t[rows], t[q], side="right")]
+            out[q] = tables[g][np.searchsorted(times[g], t[q], side="right")]
     return out
 
 

@@ -414,7 +414,11 @@ def _cross_rank(summaries: list[RankSummary], ranks: list[int], notes: list[str]
     ref_steps = ref.window.steps if ref.window.steps is not None and ref.window.steps.source == "nvtx" else None
     pairs = [(a + off, b + off, name) for (a, b), name in
              zip(step_spans(ref.window), ref_steps.names if ref_steps is not None else ())]
-    pairs = [p for p in pairs if p[0] >= lo - 1 and p[1] <= hi + 1] or pairs
+    # a step is the job's when most of it lies in the job window, clipped to it: the ranks' windows
+    # start and end microseconds apart on the common clock (ddp_straggler_2gpu: rank 1's first step
+    # begins 61 us after rank 0's), which must not drop a step whose collectives all count (per step
+    # numbers were divided by 15 steps for 16 steps' waits)
+    pairs = [(max(a, lo), min(b, hi), name) for a, b, name in pairs if 2 * (min(b, hi) - max(a, lo)) > b - a] or pairs
     steps = StepSpans("nvtx", f"{len(pairs)} steps of rank {min(ranks)}", tuple(p[2] for p in pairs),
                       tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)) if pairs else None
     window = Window(lo, hi, "job", desc, 0, steps=steps)

@@ -194,5 +194,5 @@ def test_job_diff_in_the_comment_and_the_gate(tmp_path: Path, github: Any) -> No
     assert r.outputs["diff"]["regression"] == "true"
     [comment] = fake.on(12)
     body = comment["body"]
-    assert "job: new straggler: the others wait 36.0 ms per step for rank 1 in HEAD" in body
+    assert "job: new straggler: the others wait 33.6 ms per step for rank 1 in HEAD" in body
     assert "## Job: per rank, per step (2 ranks \u2192 2)" in body and "| Rank | Step BASE | Step HEAD |" in body
