@@ -51,7 +51,7 @@ def test_no_false_alarm_on_any_repeat_pair() -> None:
 def test_every_separating_twin_pair_is_detected() -> None:
     cal, data = calibration(), store()
     _, twins = cal.pairs(sorted(data))
-    must = [(a, b) for a, b in twins if cal.expected(cal.verdict(data[a], data[b])) == "separated"]
+    must = [(a, b) for a, b in twins if cal.expected(cal.verdict(data[a], data[b]), data[a], data[b]) == "separated"]
     assert len(must) >= 30
     for a, b in must:
         v = cal.verdict(data[a], data[b])

@@ -503,3 +503,51 @@ def test_a_growth_inside_the_step_noise_is_not_called_worse() -> None:
     # torch.profiler: 4 steps, -47% against a 45% floor; tiny-kernels 8.5 -> 2.6 ms a step)
     r = diff(*_fix_pair("optimizer_loop", "torch"))
     assert r.step.status == "inconclusive" and "smaller: tiny-kernels" in r.verdict, r.verdict
+
+
+#: compile_graph_break (tests/data/round3, H200, issue 27): torch.compile reduce-overhead with a graph break
+#: per block against the same step in one graph; the programs' own median saving (MANIFEST.md, round 3):
+#: nsys 16.06 -> 3.14 ms, node-level 10.56 -> 2.87, torch.profiler 13.01 -> 3.13
+GRAPH_BREAK = {"nsys": -80.4, "node": -72.8, "torch": -75.9}
+
+
+def _graph_break_pair(fmt: str) -> tuple[RunSummary, RunSummary]:
+    if fmt == "torch":
+        from analyzer.testing import DATA_DIR
+
+        return tuple(_pt_summary(str(DATA_DIR / "round3" / f"compile_graph_break{v}.pt.trace.json.gz"))
+                     for v in ("", "_fixed"))  # type: ignore[return-value]
+    node = "_node" if fmt == "node" else ""
+    return summary(f"round3/compile_graph_break{node}"), summary(f"round3/compile_graph_break_fixed{node}")
+
+
+@pytest.mark.parametrize("fmt", sorted(GRAPH_BREAK))
+def test_the_graph_break_fix_is_judged_right(fmt: str) -> None:
+    """The fix is faster by what the program measured, the launch-bound finding in the eager remainder of
+    step_N/forward is resolved, nothing problematic is new; the other direction is a regression."""
+    pathology, fixed = _graph_break_pair(fmt)
+    r = diff(pathology, fixed, fail_on_regression_pct=5)
+    assert r.step.status == "faster" and r.step.significant and not r.regression, r.step.reason
+    assert r.step.change_pct == pytest.approx(GRAPH_BREAK[fmt], abs=2)
+    assert r.step.n_base == r.step.n_head >= 9
+    status = {f.rule: f for f in r.findings}
+    assert status["launch-bound"].status == "resolved" and "step_N/forward" in status["launch-bound"].message
+    assert not [f.rule for f in r.findings if f.problem and f.status in ("new", "uncovered")], r.verdict
+    assert "resolved: " in r.verdict and "launch-bound" in r.verdict.split("resolved: ")[1].split(";")[0]
+    assert not any(w in r.verdict for w in ("new: ", "worse: ", "uncovered ("))
+    back = diff(fixed, pathology, fail_on_regression_pct=5)
+    assert back.step.status == "slower" and back.step.significant and back.regression, back.step.reason
+    assert {f.rule: f.status for f in back.findings}["launch-bound"] == "new"
+
+
+def test_the_bare_graph_break_pair_declines_to_compare_different_op_sequences() -> None:
+    """Without step marks the iterations are repeating op sequences, and the fix changed them (many eager
+    kernels between replays -> one replay): not the same unit of work, so no step verdict either way."""
+    from analyzer.testing import DATA_DIR
+
+    base, head = (_pt_summary(str(DATA_DIR / "round3" / f"compile_graph_break_bare{v}.pt.trace.json.gz"))
+                  for v in ("", "_fixed"))
+    for a, b in ((base, head), (head, base)):
+        r = diff(a, b, fail_on_regression_pct=5)
+        assert r.step.status == "not-comparable" and not r.regression, r.step.reason
+        assert "not the same unit of work" in r.step.reason
