@@ -158,7 +158,6 @@ def one_time_detail(call: str) -> str:
 
 CAUSES = ("compute", "exposed_comm", "exposed_copy", "launch_bound", "host_sync", "host_work",
           "wait_other", "setup", "unknown")
-IDLE_CAUSES = ("launch_bound", "host_sync", "host_work", "wait_other", "setup", "unknown")
 #: idle causes the host held the GPU back with (what the "GPU-bound floor" removes)
 HOST_CAUSES = ("launch_bound", "host_sync", "host_work")
 _C = {c: i for i, c in enumerate(CAUSES)}
