@@ -124,7 +124,7 @@ import numpy as np
 import pandas as pd
 
 from analyzer.facts._util import FAR_NS, column, key_groups, text, text_codes
-from analyzer.facts.breakdown_busy import _op_classes, busy_and_gaps
+from analyzer.facts.breakdown_busy import _op_classes, busy_and_gaps, label_coder
 from analyzer.facts.breakdown_threads import cross_thread_waits
 from analyzer.facts.nvtx import main_threads
 from analyzer.facts.nvtx_ranges import InnermostOpen, innermost_open, ranges_only
@@ -158,7 +158,6 @@ def one_time_detail(call: str) -> str:
 
 CAUSES = ("compute", "exposed_comm", "exposed_copy", "launch_bound", "host_sync", "host_work",
           "wait_other", "setup", "unknown")
-IDLE_CAUSES = ("launch_bound", "host_sync", "host_work", "wait_other", "setup", "unknown")
 #: idle causes the host held the GPU back with (what the "GPU-bound floor" removes)
 HOST_CAUSES = ("launch_bound", "host_sync", "host_work")
 _C = {c: i for i, c in enumerate(CAUSES)}
@@ -394,13 +393,7 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
     dispatch_ns = int(ctx.options.get("dispatch_gap_ns", DISPATCH_GAP_NS) or DISPATCH_GAP_NS)
     level, op_detail, labels = _op_classes(ctx, ops)
     op_detail = op_detail.astype(np.int32)  # label codes (a few hundred): a column per segment
-    index = {x: i for i, x in enumerate(labels)}
-
-    def code(label: str) -> int:
-        if label not in index:
-            index[label] = len(labels)
-            labels.append(label)
-        return index[label]
+    code = label_coder(labels)
 
     busy, gaps = busy_and_gaps(ops, level, op_detail, w.start_ns, w.end_ns, code(GRAPH_NODE_GAPS), _C)
     del op_detail

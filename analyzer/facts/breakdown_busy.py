@@ -17,6 +17,19 @@ from analyzer.facts.registry import FactContext
 Columns = tuple[list[np.ndarray], ...]
 
 
+def label_coder(labels: list[str]) -> Callable[[str], int]:
+    """Numbers detail labels in order of first use: the returned function gives a label's code (its index
+    in ``labels``), appending it to ``labels`` (in place) when it is new."""
+    index = {x: i for i, x in enumerate(labels)}
+
+    def code(label: str) -> int:
+        if label not in index:
+            index[label] = len(labels)
+            labels.append(label)
+        return index[label]
+    return code
+
+
 def _c10d_details(ctx: FactContext, ops: pd.DataFrame, rows: np.ndarray, detail: np.ndarray,
                   code: Callable[[str], int]) -> None:
     """Communication ops ``rows`` of ``ops`` whose kernel name says no collective (RCCL/NCCL's
@@ -56,13 +69,7 @@ def _op_classes(ctx: FactContext, ops: pd.DataFrame) -> tuple[np.ndarray, np.nda
         return (kind_labels == name)[op_codes] if n else np.zeros(0, dtype=bool)
 
     labels: list[str] = []
-    index: dict[str, int] = {}
-
-    def code(label: str) -> int:
-        if label not in index:
-            index[label] = len(labels)
-            labels.append(label)
-        return index[label]
+    code = label_coder(labels)
 
     level = np.zeros(n, dtype=np.int8)
     detail = np.zeros(n, dtype=np.int64)

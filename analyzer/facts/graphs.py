@@ -265,14 +265,6 @@ def unknown_launch_config(ctx: FactContext) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(_UNKNOWN_COLUMNS))
 
 
-def graph_executions_without_kernels(trace: object) -> int:
-    """How many whole graph executions the trace holds without their kernels (``in_graph`` = 2 rows)."""
-    k = getattr(trace, "kernels", None)
-    if k is None or "in_graph" not in k.columns or k.empty:
-        return 0
-    return int((k["in_graph"].to_numpy() == GRAPH_EXECUTION).sum())
-
-
 # ---------------------------------------------------------------------------------------------------
 # one-time work the steady state does not repeat: torch.compile's compilation, CUDA graph capture
 

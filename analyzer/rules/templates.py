@@ -146,15 +146,6 @@ FILTERS: dict[str, Any] = {
     "num": _num,
     "round": _round,
 }
-FILTER_DOCS: dict[str, str] = {
-    "ms / us / s": "nanoseconds as milliseconds / microseconds / seconds (`{{ x | ms }}` -> `12.3 ms`)",
-    "duration": "nanoseconds in the most readable unit (`1.2 ms`, `3.0 s`)",
-    "pct": "a fraction as a percent (`0.25` -> `25.0%`)",
-    "bytes": "bytes with a binary unit (`64.0 KiB`)",
-    "num": "a number with thousands separators (`12,345`)",
-    "round": "round to N digits (`{{ x | round(2) }}`)",
-    "ratio": "a ratio with its significant digits and an x (`0.043` -> `0.043x`, `40.6` -> `41x`)",
-}
 
 _ALLOWED = (
     nodes.Template, nodes.Output, nodes.TemplateData, nodes.Name, nodes.Const, nodes.Filter, nodes.If,
