@@ -273,6 +273,12 @@ def estimate(rows: list[dict], sizes: dict, ranks: int = 1024) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # the workers this script starts run as those of `analyze`'s own local cluster: they inherit the
+    # command's NUMPY_MADVISE_HUGEPAGE=0 where the kernel compacts memory synchronously (set before numpy is
+    # imported; see analyzer.resources.avoid_hugepage_stalls)
+    from analyzer.resources import avoid_hugepage_stalls
+
+    avoid_hugepage_stalls()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="8,32,64,128")
     ap.add_argument("--workers", default="1,2")
