@@ -228,3 +228,15 @@ def run_workload(
 def pick(cfg: RunConfig, smoke: T, full: T) -> T:
     """Return the smoke or the full value of a size parameter."""
     return smoke if cfg.smoke else full
+
+
+def add_backend_argument(parser: argparse.ArgumentParser) -> None:
+    """``--backend`` of the torch.compile workloads (resolved by :func:`compile_backend`)."""
+    parser.add_argument("--backend", default=None,
+                        help="torch.compile backend (default inductor on a GPU, eager on a CPU)")
+
+
+def compile_backend(cfg: RunConfig) -> str:
+    """The torch.compile backend: ``--backend``, else inductor on a GPU and eager (Dynamo only: no
+    Triton, no CUDA graphs) on a CPU, so the compiled workloads stay testable without a GPU."""
+    return cfg.options.backend or ("inductor" if cfg.cuda else "eager")

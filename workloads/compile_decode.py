@@ -34,8 +34,7 @@ HAS_TWIN = True
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokens", type=int, default=None,
                         help="tokens decoded per measured step (default 2 smoke / 16 full)")
-    parser.add_argument("--backend", default=None,
-                        help="torch.compile backend (default inductor on a GPU, eager on a CPU)")
+    c.add_backend_argument(parser)
 
 
 def build(cfg: c.RunConfig) -> c.Step:
@@ -100,7 +99,7 @@ def build(cfg: c.RunConfig) -> c.Step:
     for block in model.blocks:  # the cache keeps its address: a graph replay may update it in place
         torch._dynamo.mark_static_address(block.attn.k_cache)
         torch._dynamo.mark_static_address(block.attn.v_cache)
-    backend = cfg.options.backend or ("inductor" if cfg.cuda else "eager")
+    backend = c.compile_backend(cfg)
     mode = "reduce-overhead" if cfg.fixed and backend == "inductor" else "default"
     if cfg.fixed and mode == "default":
         print(f"[compile_decode] backend {backend}: --fixed compiles without mode='reduce-overhead' "

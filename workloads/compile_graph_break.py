@@ -34,8 +34,7 @@ HAS_TWIN = True
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--backend", default=None,
-                        help="torch.compile backend (default inductor on a GPU, eager on a CPU)")
+    c.add_backend_argument(parser)
     parser.add_argument("--rows", type=int, default=None,
                         help="rows (tokens) per step (default 8 smoke / 2048 full)")
 
@@ -95,7 +94,7 @@ def build(cfg: c.RunConfig) -> c.Step:
             return self.norm(x)
 
     model = Model().to(device=dev, dtype=dtype).eval()
-    backend = cfg.options.backend or ("inductor" if cfg.cuda else "eager")
+    backend = c.compile_backend(cfg)
     mode = "reduce-overhead" if backend == "inductor" else None
     compiled = torch.compile(model, backend=backend, mode=mode)
     x = torch.randn(rows, d, device=dev, dtype=dtype)

@@ -27,8 +27,7 @@ HAS_TWIN = True
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--backend", default=None,
-                        help="torch.compile backend (default inductor on a GPU, eager on a CPU)")
+    c.add_backend_argument(parser)
 
 
 def build(cfg: c.RunConfig) -> c.Step:
@@ -62,7 +61,7 @@ def build(cfg: c.RunConfig) -> c.Step:
             return nn.functional.cross_entropy(logits.view(-1, vocab), targets.view(-1))
 
     model = Model().to(dev)
-    backend = cfg.options.backend or ("inductor" if cfg.cuda else "eager")
+    backend = c.compile_backend(cfg)
     mode = "reduce-overhead" if cfg.fixed and backend == "inductor" else None
     if cfg.fixed and mode is None:
         print(f"[compile_train] backend {backend}: --fixed compiles without mode='reduce-overhead' "
