@@ -62,6 +62,18 @@ def real_trace(name: str) -> Path:
     return target
 
 
+def trace_file(name: str) -> Path:
+    """Path of the committed trace ``tests/data/<name>``, ready to load: an ``.sqlite.xz`` export
+    decompressed (:func:`real_trace`), any other file as it is (the loaders read compressed JSON
+    themselves). Skips the calling test when it is absent."""
+    if name.endswith(".sqlite.xz"):
+        return real_trace(name.removesuffix(".sqlite.xz"))
+    path = DATA_DIR / name
+    if not path.is_file():
+        _skip(f"{name} not in {DATA_DIR} (see tests/data/MANIFEST.md)")
+    return path
+
+
 def real_file(name: str) -> Path:
     """Path of ``tests/data/<name>``, else ``tests/data/stats/<name>`` (where the ``nsys stats`` CSVs
     such as ``small_training_ctx128_nvtx_sum.csv`` are kept); skips when absent."""

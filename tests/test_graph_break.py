@@ -16,7 +16,7 @@ import pytest
 
 from analyzer.impacts import report_order, union_adds
 from analyzer.pipeline import analyze_trace
-from analyzer.testing import DATA_DIR, real_trace
+from analyzer.testing import DATA_DIR, trace_file
 
 ROUND3 = DATA_DIR / "round3"
 #: (pathology, twin, manifest tool, its flags): each recording pair
@@ -30,12 +30,7 @@ PAIRS = [("compile_graph_break.sqlite.xz", "compile_graph_break_fixed.sqlite.xz"
 
 @functools.cache
 def analysis(name: str):  # type: ignore[no-untyped-def]
-    path = ROUND3 / name
-    if name.endswith(".sqlite.xz"):
-        path = real_trace("round3/" + name.removesuffix(".sqlite.xz"))
-    elif not path.is_file():
-        pytest.skip(f"{name} not in tests/data/round3")
-    return analyze_trace(path)
+    return analyze_trace(trace_file("round3/" + name))
 
 
 def saving_share(tool: str, flags: list[str]) -> float:

@@ -17,19 +17,14 @@ import json
 import pytest
 
 from analyzer.pipeline import analyze_trace
-from analyzer.testing import DATA_DIR, real_trace
+from analyzer.testing import DATA_DIR, trace_file
 
 ROUND3 = DATA_DIR / "round3"
 
 
 @functools.cache
 def analysis(name: str):  # type: ignore[no-untyped-def]
-    path = ROUND3 / name
-    if name.endswith(".sqlite.xz"):
-        path = real_trace("round3/" + name.removesuffix(".sqlite.xz"))
-    elif not path.is_file():
-        pytest.skip(f"{name} not in tests/data/round3")
-    return analyze_trace(path)
+    return analyze_trace(trace_file("round3/" + name))
 
 
 @functools.cache
