@@ -110,3 +110,60 @@ def test_a_cuda_trace_keeps_the_cuda_words(pack):
     out = _formats("hta_alexnet_single_pass.pt.trace.json.gz", pack)
     assert "compute unit" not in out["md"] and "hipLaunchKernel" not in out["md"]
     assert "cudaLaunchKernel" in out["json"] or "CUDA" in out["md"]
+
+
+# -- a multi-GPU job of ROCm ranks ------------------------------------------------------------------
+NCCL_WORD = re.compile(r"(?<![.\w])NCCL\b")  # the library named in prose (not NCCL_DEBUG, not ncclAllReduce)
+CODE = re.compile(r"`[^`\n]*`|<code>.*?</code>", re.S)
+
+
+def _prose(text: str) -> str:
+    """``text`` without URLs and code (what users type: `NCCL_DEBUG=INFO`, `torch.cuda.synchronize()`)."""
+    return CODE.sub("", _outside_urls(text))
+
+
+def test_a_job_of_rocm_ranks_says_rccl_hip_and_compute_units(tmp_path, pack):
+    """Rank 0 of TraceLens' 8-rank ResNet DDP run on MI300Xs (RCCL kernels), given as two rank files of
+    one job (the only ROCm rank trace with collectives we have): the rank sections spoke ROCm, but the
+    job's part said "the traces record neither NCCL ranks", "union of NCCL kernel time", and its rules
+    "CUDA call", `nvidia-smi topo -m`: the ranks' summaries carried no platform. Now every format says
+    RCCL and HIP; rank-imbalance is made to fire (thresholds 0) so a job finding is in the report."""
+    from analyzer.job.run import JobAnalysis
+    from analyzer.pipeline import analyze_inputs
+    from analyzer.reports.jobview import build_job_report
+    from analyzer.rules import apply_overrides
+    from analyzer.rules.wording import pack_words
+
+    trace = PUBLIC / "tracelens_resnet_act_checkpoint_mi300x.pt.trace.json.xz"
+    for name in ("rank0", "rank1"):
+        (tmp_path / f"{name}.pt.trace.json.xz").write_bytes(trace.read_bytes())
+    fire = apply_overrides(pack, ["rank-imbalance.min_ratio=0%", "rank-imbalance.min_gap=0ns"])
+    out = analyze_inputs([tmp_path], AnalysisOptions(), job=True, pack=fire)
+    job = out.job
+    assert isinstance(job, JobAnalysis) and job.words.rocm
+    assert all(r.summary.words.rocm for r in job.ranks)
+    assert [f.rule for f in job.findings] == ["rank-imbalance"]
+    report = build_job_report(job)
+    texts = {fmt: render(report, fmt) for fmt in ("html", "md", "json")}  # type: ignore[arg-type]
+    texts["terminal"] = summary_text(report, width=400)
+    for fmt, text in texts.items():
+        prose = _prose(text)
+        assert not CUDA_CALL.findall(prose), (fmt, sorted(set(CUDA_CALL.findall(prose))))
+        assert not SM_WORD.findall(prose), fmt
+        assert not NCCL_WORD.findall(prose), (fmt, [prose[m.start() - 60:m.end() + 20] for m in NCCL_WORD.finditer(prose)][:3])
+        if fmt != "json":  # JSON: the numbering's key ("process order")
+            assert "neither RCCL ranks nor distinct devices" in text, fmt
+    assert "union of RCCL kernel time" in texts["html"]
+    # the job rules as this job's findings would say them: HIP calls, RCCL, rocm-smi; RCCL's variables kept
+    rules = {r.name: r for r in pack_words(pack, job.words).rules if str(r.source).startswith("job_")}
+    assert len(rules) == 3
+    for rule in rules.values():
+        for text in (rule.title, rule.message, rule.what, rule.why, rule.fix):
+            prose = _prose(text)
+            assert not CUDA_CALL.findall(prose) and not SM_WORD.findall(prose) and not NCCL_WORD.findall(prose), text
+            assert "nvidia-smi" not in text and not re.search(r"(?<![.\w])CUDA\b", prose), text
+    assert "HIP call" in rules["straggler"].message
+    assert "`rocm-smi --showclocks --showtemp`" in rules["straggler"].fix
+    assert "`rocm-smi --showtopo`" in rules["collective-bandwidth-low"].fix
+    assert "`NCCL_DEBUG=INFO`" in rules["collective-bandwidth-low"].fix
+    assert "compute units" in rules["collective-bandwidth-low"].why

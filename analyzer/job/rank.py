@@ -31,6 +31,7 @@ from analyzer.facts.registry import UnknownFactError
 from analyzer.findings import Finding
 from analyzer.job.ranks import RankHint, rank_hint, split_processes
 from analyzer.loading.model import Trace
+from analyzer.loading.vocabulary import CUDA_WORDS, Vocabulary, vocabulary_of
 from analyzer.progress import Progress
 
 if TYPE_CHECKING:  # the boundary's types
@@ -77,6 +78,9 @@ class RankSummary:
     compute_ns: int  # union of compute kernels in the window (main device)
     kernel_count: int
     notes: list[str] = field(default_factory=list)
+    #: the trace's words (its platform, the HIP names it recorded for CUDA calls): the job's findings and
+    #: report speak them (:func:`analyzer.loading.vocabulary.job_vocabulary`)
+    words: Vocabulary = CUDA_WORDS
 
 
 @dataclass
@@ -251,10 +255,10 @@ def prepare_rank(trace: Trace, options: AnalysisOptions, *, index: int, label: s
         index=index, label=label, file=file, hint=hint, hostname=info.hostname or "",
         origin_ns=origin, clock_id=clock, trace_ns=int(info.duration_ns),
         first_op_ns=first, last_op_ns=last, window=w, device=device, gpu_name=gpu_name, link=link,
-        comm=comm, compute_ns=compute_ns, kernel_count=len(k),
+        comm=comm, compute_ns=compute_ns, kernel_count=len(k), words=vocabulary_of(trace),
     )
     if comm.empty:
-        summary.notes.append("no NCCL (communication) kernels")
+        summary.notes.append(summary.words.text("no NCCL (communication) kernels"))
     return summary, RankState(trace, store)
 
 

@@ -54,6 +54,7 @@ from analyzer.job.ranks import number_ranks
 from analyzer.trace_analysis import AnalysisOptions, pack_parameters, rules_label
 
 from analyzer.loading.model import NcuReport, Trace
+from analyzer.loading.vocabulary import CUDA_WORDS, Vocabulary, job_vocabulary
 from analyzer.progress import Progress
 
 if TYPE_CHECKING:
@@ -79,6 +80,9 @@ class JobAnalysis:
     notes: list[str] = field(default_factory=list)
     rules_file: str = ""
     parameters: dict[str, dict[str, object]] = field(default_factory=dict)
+    #: the ranks' words (:func:`analyzer.loading.vocabulary.job_vocabulary`): a job of ROCm ranks says
+    #: HIP, RCCL and compute units in its findings and report
+    words: Vocabulary = CUDA_WORDS
 
 
 # -- phase 1/3 task bodies (module-level: picklable for Dask) ---------------------------------------
@@ -115,7 +119,8 @@ def is_one_job(summaries: Sequence[RankSummary]) -> tuple[bool, str]:
         return False, runs
     if any(s.comm.empty for s in summaries):
         missing = [s.label for s in summaries if s.comm.empty]
-        return False, f"no NCCL kernels in {', '.join(missing)}"
+        said = job_vocabulary(s.words for s in summaries).text("no NCCL kernels in")
+        return False, f"{said} {', '.join(missing)}"
     spans = [(s.origin_ns + s.first_op_ns, s.origin_ns + s.last_op_ns) for s in summaries]
     if len({s.clock_id for s in summaries}) == 1 and summaries[0].clock_id:
         lo = max(a for a, _ in spans)
@@ -287,12 +292,13 @@ def analyze_job(
     tables = _tables(results, plan, world, how)
     for r in results:  # the job's lateness table holds them now
         r.lateness = r.lateness.iloc[:0]
-    findings = _job_findings(pack, tables, plan.window)
+    words = job_vocabulary(s.words for s in summaries)
+    findings = _job_findings(pack, tables, plan.window, words)
     return JobOutcome(JobAnalysis(
         ranks=results, findings=findings, tables=tables, window=plan.window, world_size=world, how=how,
         offsets=plan.offsets, notes=notes + plan.notes,
         rules_file=rules_label(pack),
-        parameters=pack_parameters(pack),
+        parameters=pack_parameters(pack), words=words,
     ))
 
 
@@ -562,12 +568,14 @@ def _link_peak(summaries: Sequence[RankSummary]) -> tuple[float | None, str]:
     return None, "unknown (GPU not in the hardware table)"
 
 
-def _job_findings(pack: RulePack, tables: JobTables, window: Window) -> list[Finding]:
-    """The job rules (those reading job_* facts) evaluated on the job tables."""
+def _job_findings(pack: RulePack, tables: JobTables, window: Window, words: Vocabulary = CUDA_WORDS) -> list[Finding]:
+    """The job rules (those reading job_* facts) evaluated on the job tables, in the ranks' ``words``
+    (as :func:`analyzer.trace_analysis.finish` words a trace's findings)."""
     from analyzer.facts import FactStore
     from analyzer.loading.model import Trace, TraceInfo
     from analyzer.rules import evaluate
     from analyzer.rules.model import RulePack
+    from analyzer.rules.wording import finding_words, pack_words
 
     rules = [r for r in pack.rules if str(r.source).startswith("job_")]
     if not rules:
@@ -576,7 +584,9 @@ def _job_findings(pack: RulePack, tables: JobTables, window: Window) -> list[Fin
     info = TraceInfo(path=Path("job"), source_format="job", nsys_version=None, schema_version=None,
                      origin_ns=0, duration_ns=int(window.duration_ns))
     store = FactStore(Trace.from_frames(info), window, {"job": tables})
-    return evaluate(sub, store, window, {})
+    if isinstance(sub, RulePack):
+        sub = pack_words(sub, words)
+    return [finding_words(f, words) for f in evaluate(sub, store, window, {})]
 
 
 __all__ = ["JobAnalysis", "JobOutcome", "analyze_job", "featured_ranks", "is_one_job"]

@@ -9,19 +9,23 @@ it the trace's way, in two strengths:
 
 - :meth:`Vocabulary.text` rewrites what the analyzer wrote (rule titles, messages and their templates,
   explanations, column headers): call names become the calls the trace recorded (else their HIP
-  mirror), "CUDA" becomes "HIP", "SM(s)" "compute unit(s)", "warp(s)" "wavefront(s)", "Tensor Cores"
-  "Matrix Cores". URLs and code other than call names (``torch.cuda.CUDAGraph``, ``nsys --cuda-...``,
-  ``PYTORCH_CUDA_ALLOC_CONF``) are kept: they are what the user types on either platform.
+  mirror), "CUDA" becomes "HIP", "NCCL" "RCCL", "SM(s)" "compute unit(s)", "warp(s)" "wavefront(s)",
+  "Tensor Cores" "Matrix Cores". URLs and code other than call names (``torch.cuda.CUDAGraph``,
+  ``nsys --cuda-...``, ``PYTORCH_CUDA_ALLOC_CONF``, ``NCCL_DEBUG``: RCCL reads the same variables) are
+  kept: they are what the user types on either platform; the ``nvidia-smi`` commands the texts give
+  become their ``rocm-smi`` counterparts (:data:`_COMMANDS`).
 - :meth:`Vocabulary.values` rewrites what came from the trace through the facts (a breakdown label,
   an evidence cell): only the CUDA names the facts gave to calls the trace recorded under HIP names,
   so a kernel or NVTX name is never reworded.
 
-On a CUDA trace both return their input unchanged.
+On a CUDA trace both return their input unchanged. A multi-GPU job speaks its ranks' words
+(:func:`job_vocabulary`).
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import pandas as pd
@@ -47,6 +51,7 @@ _WORDS: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(p), r) for p
     (r"\b([Tt])ensor ([Cc])ores?\b", ""),  # case kept: see _word
     # not torch.profiler's ProfilerActivity.CUDA ("CPU and CUDA activities"), the name on ROCm too
     (r"(?<![.\w])CUDA\b(?! Occupancy Calculator| activit)", "HIP"),
+    (r"(?<![.\w])NCCL\b", "RCCL"),  # not NCCL_DEBUG (a variable RCCL reads too), not ncclAllReduce
     (r"\ban SM\b", "a compute unit"),
     (r"\bAn SM\b", "A compute unit"),
     (r"\bSMs\b", "compute units"),
@@ -55,6 +60,13 @@ _WORDS: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(p), r) for p
     (r"\bwarp\b", "wavefront"),
 ))
 _ANY_WORD = re.compile("|".join(f"(?:{p.pattern})" for p, _ in _WORDS))
+#: the NVIDIA tools the rules' fixes name in code spans, and what does the same on ROCm (the rest of a
+#: span is kept); a ``nvidia-smi`` command not listed becomes plain ``rocm-smi``
+_COMMANDS: tuple[tuple[str, str], ...] = (
+    ("nvidia-smi topo -m", "rocm-smi --showtopo"),
+    ("nvidia-smi -q -d PERFORMANCE", "rocm-smi --showclocks --showtemp"),
+)
+_SMI = re.compile(r"nvidia-smi(?: [^`]*)?")
 
 #: driver calls whose HIP mirror is not ``cu`` -> ``hip`` (the first HIP call :data:`HIP_TO_CUDA` maps to
 #: each): ``cuLaunchKernel`` -> ``hipModuleLaunchKernel``
@@ -133,7 +145,7 @@ class Vocabulary:
         for keep in _KEEP.finditer(text):
             out.append(self._prose(text[last:keep.start()]))
             span = keep.group(0)
-            out.append(_CALL.sub(self._named, span) if span.startswith("`") else span)
+            out.append(_CALL.sub(self._named, _command(span)) if span.startswith("`") else span)
             last = keep.end()
         out.append(self._prose(text[last:]))
         return "".join(out)
@@ -142,7 +154,31 @@ class Vocabulary:
         return _ANY_WORD.sub(_word, _CALL.sub(self._named, text))
 
 
+def _command(span: str) -> str:
+    """A code span with the ``nvidia-smi`` command in it as ROCm's ``rocm-smi`` does it."""
+    if "nvidia-smi" not in span:
+        return span
+    for cuda, rocm in _COMMANDS:
+        if cuda in span:
+            return span.replace(cuda, rocm)
+    return _SMI.sub("rocm-smi", span)
+
+
 CUDA_WORDS = Vocabulary()
+
+
+def job_vocabulary(words: Iterable[Vocabulary]) -> Vocabulary:
+    """The words of a job whose ranks' traces speak ``words`` (one each): ROCm's when every rank was
+    recorded on ROCm, with every HIP name the ranks recorded for a CUDA call; :data:`CUDA_WORDS`
+    otherwise (a job of CUDA ranks, or of both: the analyzer's own words)."""
+    words = list(words)
+    if not words or not all(w.rocm for w in words):
+        return CUDA_WORDS
+    recorded: dict[str, set[str]] = {}
+    for w in words:
+        for cuda, names in w.recorded:
+            recorded.setdefault(cuda, set()).update(names.split("/"))
+    return Vocabulary(ROCM, tuple(sorted((c, "/".join(sorted(h))) for c, h in recorded.items())))
 
 
 def platform_of(trace: Trace) -> str:

@@ -23,6 +23,7 @@ from analyzer.reports.format import cap_text, fmt_ms, plural
 from analyzer.reports.values import py_value
 from analyzer.reports.sections.common import table_view
 from analyzer.reports.sections.findings import finding_views
+from analyzer.reports.wording import in_words
 from analyzer.reports.viewmodel import (
     Column,
     FindingView,
@@ -246,6 +247,11 @@ def build_job_report(job: Any, *, title: str | None = None, created: datetime | 
     lanes, span = _lanes(job, anchors)
     verdict = _verdict(job, findings, rank_problems)
     culprit, _ = _culprit(job)
+    # a job of ROCm ranks in its ranks' words (its findings come worded from the job rules): the analyzer's
+    # own notes, numbering, headers and captions
+    words = job.words
+    notes = [words.text(n) for n in job.notes]
+    ranks_table, coll = in_words(ranks_table, words), in_words(coll, words)
     ranks_frame = job.tables.tables.get("job_ranks", pd.DataFrame())
     record = {
         "world_size": job.world_size,
@@ -256,17 +262,17 @@ def build_job_report(job: Any, *, title: str | None = None, created: datetime | 
                    "description": job.window.description, "steps": len(step_spans(job.window))},
         "ranks": [{k: py_value(v) for k, v in row.items()} for row in ranks_frame.to_dict("records")],
         "link": link,
-        "notes": list(job.notes),
+        "notes": notes,
     }
     if len(full) < len(job.ranks):  # only then: ``traces`` holds these ranks' sections, in this order
         record["ranks_in_full"] = [res.rank for res in full]
     section = JobSection(
         anchor="job", world_size=job.world_size, ranks_given=len(job.ranks),
-        numbering=_HOW.get(job.how, job.how), verdict=verdict, culprit_rank=culprit,
+        numbering=words.text(_HOW.get(job.how, job.how)), verdict=verdict, culprit_rank=culprit,
         window_start_ns=int(job.window.start_ns), window_end_ns=int(job.window.end_ns),
         window_description=job.window.description, steps=len(step_spans(job.window)), findings=findings,
         ranks=ranks_table, collectives=coll, link=link, lanes=lanes, lane_span=span,
-        notes=tuple(job.notes), record=record,
+        notes=tuple(notes), record=record,
     )
     when = created or datetime.now(timezone.utc)
     if when.tzinfo is None:
