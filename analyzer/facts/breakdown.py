@@ -109,11 +109,12 @@ twin: host-bound-graph-loop judges it).
 
 NVTX path (``nvtx_path``): for busy time, the innermost range open on the thread that launched the op
 (``gpu_ops``); for idle time, the innermost range open on the feeding thread at that instant (else on
-its process's main thread, as ``gpu_gaps`` does). A trace without any NVTX range has the loops its
-launches show instead (:mod:`analyzer.facts.launch_loops`: one thread launching the same short cycle of
-kernels back to back, a Python loop over tensors or layers, ``(per-tensor loop: lerp_scalar, Mul, ...)``),
-each a range on its launching thread from its first launch call to the end of its last; host work keeps
-the detail ``(no NVTX range)``. Steps: the window's steps from completion to
+its process's main thread, as ``gpu_gaps`` does). Launches no range below the step level covers (a
+trace without any NVTX range, or one marking only its steps) have the loops they show instead
+(:mod:`analyzer.facts.launch_loops`: one thread launching the same short cycle of kernels back to back, a
+Python loop over tensors or layers, ``(per-tensor loop: lerp_scalar, Mul, ...)``, nested in the step:
+``step_12/(loop: ...)``), each a range on its launching thread from its first launch call to the end of
+its last; on a trace without ranges host work keeps the detail ``(no NVTX range)``. Steps: the window's steps from completion to
 completion (the ``steps`` fact): step i holds ``(done[i-1], done[i]]``.
 """
 from __future__ import annotations
@@ -127,7 +128,7 @@ from analyzer.facts._util import FAR_NS, column, key_groups, text, text_codes
 from analyzer.facts.breakdown_busy import _op_classes, busy_and_gaps, label_coder
 from analyzer.facts.breakdown_threads import cross_thread_waits
 from analyzer.facts.nvtx import main_threads
-from analyzer.facts.nvtx_ranges import InnermostOpen, innermost_open, ranges_only
+from analyzer.facts.nvtx_ranges import InnermostOpen, ranges_only
 from analyzer.facts.registry import FactContext, fact
 from analyzer.facts.breakdown_launch import submission as _submission
 from analyzer.facts.breakdown_firstlaunch import first_launch_detail, first_launch_rows
@@ -135,7 +136,8 @@ from analyzer.facts.breakdown_launch import wait_details as _wait_details
 from analyzer.facts.breakdown_ranges import generic_keys
 from analyzer.facts.breakdown_pieces import _ascending, _frontier, intersect
 from analyzer.facts.breakdown_sync import SyncBlocks, charge_refills, refilled_call
-from analyzer.facts.launch_loops import trace_loop_ranges
+from analyzer.facts.launch_loops import op_paths as op_paths_of
+from analyzer.facts.launch_loops import trace_loop_ranges, with_loops
 from analyzer.loading.columns import categorical, narrow_int
 
 #: default longest host time between two CUDA calls that still counts as dispatch (ns)
@@ -239,8 +241,8 @@ SEGMENT_COLUMNS = {
     "detail": "kernel category, copy direction and memory kind, CUDA call, 'dispatch', 'refill (<call>)' (a "
               "synchronization's refill, host_sync), NVTX range or why unknown",
     "duration": "end - start (ns)",
-    "nvtx_path": "NVTX path of the launching thread's innermost range ('' none); on a trace without any NVTX "
-                 "range, the loop the launches show ('(loop: ...)', analyzer.facts.launch_loops)",
+    "nvtx_path": "NVTX path of the launching thread's innermost range ('' none); where no range below the step "
+                 "level covers the launches, the loop they show ('(loop: ...)', analyzer.facts.launch_loops)",
     "range_key": "nvtx_path cut before the first framework operator (aten::...), enumerated components "
                  "made generic (step_12/load_batch -> step_N/load_batch): the breakdown's range key",
     "step": "step the segment's start lies in ('' outside every step or without steps)",
@@ -401,14 +403,12 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
     clip_s = np.maximum(_joined(busy[1]), w.start_ns)
     clip_e = np.minimum(_joined(busy[2]), w.end_ns)
     inside = clip_e > clip_s
-    loops = trace_loop_ranges(ctx.trace, ctx.options.get("categories_file") or None)  # a range-less trace's loops stand for its ranges
+    # the loops the launches show stand for the ranges the program did not mark (none, or only steps)
+    loops = trace_loop_ranges(ctx.trace, ctx.options.get("categories_file") or None, w)
     if loops.empty:
         op_paths_codes, op_paths = text_codes(ops["nvtx_path"])
     else:
-        op_paths_codes = innermost_open(loops, ops["tid"].to_numpy(dtype=np.int64),
-                                        ops["api_start"].to_numpy(dtype=np.int64))
-        op_paths = np.append(loops["path"].to_numpy(dtype=object), "").astype(object)
-        op_paths_codes[op_paths_codes < 0] = len(op_paths) - 1
+        op_paths_codes, op_paths = op_paths_of(loops, ops)
     busy_frame = {"device": narrow_int(_joined(busy[0])[inside]), "start": clip_s[inside]}
     del clip_s
     busy_frame["end"] = clip_e[inside]
@@ -705,7 +705,14 @@ class _Idle:
         # the main threads as sorted arrays: each segment's process looked up by one binary search
         self._main_pid = np.array(sorted(self.mains), dtype=np.int64)
         self._main_tid = np.array([self.mains[k] for k in sorted(self.mains)], dtype=np.int64)
-        if self.nv.empty and loops is not None and not loops.empty:
+        if not self.nv.empty and loops is not None and not loops.empty:
+            # loops nested in the program's step ranges: found like its own ranges (main threads as before)
+            self.nv = with_loops(self.nv, loops)
+            path_codes, self.path_labels = text_codes(column(self.nv, "path", ""))
+            text_codes_, self.text_labels = text_codes(self.nv["text"])
+            self.path_codes = np.r_[path_codes.astype(np.int32), -1]
+            self.text_codes = np.r_[text_codes_.astype(np.int32), -1]
+        elif self.nv.empty and loops is not None and not loops.empty:
             # the loops found from the launches (:mod:`analyzer.facts.launch_loops`) name the time on
             # their own thread only (no main-thread fallback), and host work keeps "(no NVTX range)"
             self.nv = loops

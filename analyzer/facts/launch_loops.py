@@ -15,16 +15,30 @@ first (a cycle of 7 also repeats every 14); a stretch overlapping one already ta
 is the cycle's kernels, each by its operation (:func:`op_name`; a library GEMM, convolution, attention or
 communication kernel by its category: ``gemm``), in the order the trace's first stretch
 of that cycle ran them (its first turn: the loop body's order); every stretch of the same cycle, in
-whatever rotation it started, has that name, so the same loop has one name in every step.
+whatever rotation it started, has that name, so the same loop has one name in every step. A loop of one
+kernel says what a turn launches: ``(loop: one Fill per turn)``, ``(per-tensor loop: one Mul per tensor)``.
+
+A trace with ranges is searched too, on the launches no range below the step level covers
+(:func:`coarse_ranges`: the innermost range open on the launching thread is a step, a range enclosing
+one or spanning the whole window, or none): a program that marks only ``step_N`` (a profiler schedule)
+or one ``train`` range says nothing about where inside the step its launch-bound time goes. Such a
+loop is a range nested in that range (``step_12/(loop: ...)``); launches under the program's own inner
+ranges keep them, and a stretch never spans a launch the search left out.
 """
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
+from analyzer.facts._util import text
 from analyzer.facts.categories import categorize, kernel_label_codes, load_categories
+from analyzer.facts.nvtx_ranges import innermost_open, parent_positions, ranges_only
+
+if TYPE_CHECKING:
+    from analyzer.analysis import Window
 
 #: longest cycle (launches a turn) looked for
 MAX_PERIOD = 16
@@ -114,7 +128,8 @@ def loop_ranges(kernels: pd.DataFrame, categories_file: str | None = None) -> pd
     ``text`` and ``path`` (the loop's name), ``period``, ``turns`` and ``last_corr`` (the last launch's
     correlation id). A loop whose kernels are all elementwise or reductions (``categories_file``'s
     categories: :data:`PER_TENSOR`) is a per-tensor loop (:data:`TENSOR_LOOP_PREFIX`): what a foreach
-    or fused form (``torch._foreach_*``, a fused optimizer) launches a few kernels for."""
+    or fused form (``torch._foreach_*``, a fused optimizer) launches a few kernels for. An optional
+    ``loop_lane`` column splits a thread's launches further: a stretch holds launches of one lane only."""
     cols = ("tid", "pid", "start", "end", "range_id", "parent_id", "depth", "kind", "text", "path",
             "period", "turns", "last_corr")
     empty = pd.DataFrame({c: pd.Series(dtype=object if c in ("kind", "text", "path") else np.int64) for c in cols})
@@ -127,12 +142,14 @@ def loop_ranges(kernels: pd.DataFrame, categories_file: str | None = None) -> pd
     if len(ok) < MIN_TURNS:
         return empty
     codes, labels = kernel_label_codes(kernels)
-    order = ok[np.lexsort((launch[ok], tid[ok]))]
+    lane = kernels["loop_lane"].to_numpy(dtype=np.int64) if "loop_lane" in kernels else tid
+    order = ok[np.lexsort((launch[ok], lane[ok]))]
     codes = codes[order]
     t_sorted = tid[order]
+    l_sorted = lane[order]
     pid = kernels["pid"].to_numpy(dtype=np.int64)
     corr = kernels["correlation_id"].to_numpy(dtype=np.int64)
-    cuts = np.r_[0, np.flatnonzero(t_sorted[1:] != t_sorted[:-1]) + 1, len(order)]
+    cuts = np.r_[0, np.flatnonzero(l_sorted[1:] != l_sorted[:-1]) + 1, len(order)]
     canons: list[tuple[int, ...]] = []  # per stretch: its cycle in the rotation that sorts first
     starts: dict[tuple[int, ...], dict[tuple[int, ...], int]] = {}  # cycle -> rotations its stretches began with
     found: list[dict[str, object]] = []
@@ -167,7 +184,9 @@ def loop_ranges(kernels: pd.DataFrame, categories_file: str | None = None) -> pd
         shown = ", ".join(words[:NAMES_SHOWN]) + (", ..." if len(words) > NAMES_SHOWN else "")
         kinds = {cats[c] for c in body}
         prefix = TENSOR_LOOP_PREFIX if kinds <= PER_TENSOR else LOOP_PREFIX
-        label_of[canon] = f"{prefix}{shown})" if len(words) > 1 else f"{prefix}{words[0]} repeated)"
+        if len(words) == 1:  # one kernel launched again and again: what each turn of the loop launches
+            shown = f"one {words[0]} per {'tensor' if prefix == TENSOR_LOOP_PREFIX else 'turn'}"
+        label_of[canon] = f"{prefix}{shown})"
     for row, canon in zip(found, canons):
         row["text"] = row["path"] = label_of[canon]
     if not found:
@@ -175,15 +194,48 @@ def loop_ranges(kernels: pd.DataFrame, categories_file: str | None = None) -> pd
     return pd.DataFrame(found, columns=list(cols))
 
 
-def trace_loop_ranges(trace, categories_file: str | None = None) -> pd.DataFrame:  # type: ignore[no-untyped-def]
-    """:func:`loop_ranges` of a trace without NVTX ranges (none when it has any: the program's own ranges
-    say where its time goes), each ending at the end of its last launch call where the trace's CUDA API
-    table has it."""
-    from analyzer.facts.nvtx_ranges import ranges_only
+def coarse_ranges(nv: pd.DataFrame, window: Window | None) -> np.ndarray:
+    """Per row of the range table ``nv``, whether the range is at or above the step level: one of the
+    window's NVTX steps, a range enclosing one, or a range open over the whole window (one ``train``):
+    ranges that say a launch is in the loop, not where in the step."""
+    n = len(nv)
+    out = np.zeros(n, dtype=bool)
+    if not n or window is None:
+        return out
+    out |= (nv["start"].to_numpy(dtype=np.int64) <= window.start_ns) & \
+        (nv["end"].to_numpy(dtype=np.int64) >= window.end_ns)
+    steps = window.steps
+    if steps is not None and steps.source == "nvtx" and steps.range_ids and "range_id" in nv:
+        pos = pd.Index(nv["range_id"].to_numpy()).get_indexer(np.asarray(steps.range_ids, dtype=np.int64))
+        parent = parent_positions(nv)
+        pos = pos[pos >= 0]
+        for _ in range(64):  # the steps, then their ancestors a level at a time (depth is small)
+            if not len(pos):
+                break
+            out[pos] = True
+            pos = parent[pos]
+            pos = pos[(pos >= 0)]
+            pos = pos[~out[pos]]
+    return out
 
-    if not ranges_only(trace.nvtx).empty:
-        return loop_ranges(trace.kernels.iloc[:0])
-    loops = loop_ranges(trace.kernels, categories_file)
+
+def trace_loop_ranges(trace, categories_file: str | None = None,  # type: ignore[no-untyped-def]
+                      window: Window | None = None) -> pd.DataFrame:
+    """:func:`loop_ranges` of a trace, each ending at the end of its last launch call where the trace's
+    CUDA API table has it. On a trace with NVTX ranges (given the ``window``: none without one), of the
+    launches no range below the step level covers (:func:`coarse_ranges`), each loop nested in the range
+    open at its first launch (its ``path`` under that range's, ``parent_id``, ``depth``; ``range_id``
+    after the trace's own)."""
+    nv = ranges_only(trace.nvtx)
+    kernels = trace.kernels
+    nested = not nv.empty
+    if nested:
+        if window is None or kernels.empty or any(c not in kernels for c in ("tid", "api_start")):
+            return loop_ranges(kernels.iloc[:0])
+        kernels = _uncovered(kernels, nv, coarse_ranges(nv, window))
+    loops = loop_ranges(kernels, categories_file)
+    if nested and not loops.empty:
+        loops = _nested(loops, nv)
     api = trace.api
     if loops.empty or api.empty or not {"pid", "correlation_id", "end"} <= set(api.columns):
         return loops
@@ -195,3 +247,96 @@ def trace_loop_ranges(trace, categories_file: str | None = None) -> pd.DataFrame
     ends = ends.fillna(-1).to_numpy(dtype=np.int64)
     loops["end"] = np.maximum(loops["end"].to_numpy(dtype=np.int64), ends)
     return loops
+
+
+def _uncovered(kernels: pd.DataFrame, nv: pd.DataFrame, coarse: np.ndarray) -> pd.DataFrame:
+    """The launches of ``kernels`` whose innermost open range on their thread is ``coarse`` or none, with a
+    ``loop_lane``: a run of such launches on one thread under one range (a launch left out between two ends
+    the run, so no stretch spans the program's own ranges)."""
+    tid = kernels["tid"].to_numpy(dtype=np.int64)
+    launch = kernels["api_start"].to_numpy(dtype=np.int64)
+    ok = np.flatnonzero((tid >= 0) & (launch >= 0))
+    if not len(ok):
+        return kernels.iloc[:0]
+    at = _open_range(nv, tid[ok], kernels["pid"].to_numpy(dtype=np.int64)[ok], launch[ok])
+    if np.count_nonzero((at < 0) | coarse[np.maximum(at, 0)]) < MIN_TURNS:  # the ranges cover the launches
+        return kernels.iloc[:0]
+    sort = np.lexsort((launch[ok], tid[ok]))
+    order, at = ok[sort], at[sort]
+    keep = (at < 0) | coarse[np.maximum(at, 0)]
+    key = np.where(keep, at, -2)  # -2: a launch under an inner range
+    t = tid[order]
+    new = np.r_[True, (t[1:] != t[:-1]) | (key[1:] != key[:-1])]
+    lane = np.cumsum(new) - 1
+    picked = order[keep]
+    cols = [c for c in ("name", "short_name", "tid", "pid", "api_start", "correlation_id") if c in kernels]
+    out = kernels[cols].iloc[picked].copy()  # what loop_ranges reads
+    out["loop_lane"] = lane[keep]
+    return out
+
+
+def _open_range(nv: pd.DataFrame, tid: np.ndarray, pid: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Position in ``nv`` of the innermost range open at ``t`` on thread ``tid``, else on its process's
+    main thread (:func:`analyzer.facts.nvtx.main_threads`: where the breakdown looks for a thread without
+    ranges of its own), -1 for none."""
+    from analyzer.facts.nvtx import main_threads
+
+    at = innermost_open(nv, tid, t)
+    missing = np.flatnonzero(at < 0)
+    mains = main_threads(nv)
+    if len(missing) and mains:
+        keys = np.array(sorted(mains), dtype=np.int64)
+        main_of = np.array([mains[k] for k in keys.tolist()], dtype=np.int64)
+        asked = pid[missing]
+        i = np.minimum(np.searchsorted(keys, asked), len(keys) - 1)
+        main = np.where(keys[i] == asked, main_of[i], -1)
+        at[missing] = innermost_open(nv, main, t[missing])
+    return at
+
+
+def _nested(loops: pd.DataFrame, nv: pd.DataFrame) -> pd.DataFrame:
+    """``loops`` as ranges of ``nv``'s table: each under the range open at its first launch on its
+    thread (its path under that range's; depth one more), numbered after ``nv``'s range ids."""
+    tid = loops["tid"].to_numpy(dtype=np.int64)
+    at = _open_range(nv, tid, loops["pid"].to_numpy(dtype=np.int64), loops["start"].to_numpy(dtype=np.int64))
+    inside = at >= 0
+    pos = np.maximum(at, 0)
+    paths = nv["path"].astype(str).to_numpy(dtype=object) if "path" in nv else nv["text"].astype(str).to_numpy(dtype=object)
+    depth = nv["depth"].fillna(0).to_numpy(dtype=np.int64) if "depth" in nv else np.zeros(len(nv), dtype=np.int64)
+    ids = nv["range_id"].to_numpy(dtype=np.int64)
+    out = loops.copy()
+    out["path"] = [f"{p}/{name}" if i else name for p, name, i in zip(paths[pos], out["text"], inside)]
+    # a loop on a thread without ranges (autograd's) is named under the main thread's range, its parent
+    # none: outside the loop its thread's time is the main thread's, as the breakdown reads it
+    own = inside & (nv["tid"].to_numpy(dtype=np.int64)[pos] == tid)
+    out["parent_id"] = np.where(own, ids[pos], -1)
+    out["depth"] = np.where(inside, depth[pos] + 1, 0)
+    out["range_id"] = int(ids.max()) + 1 + np.arange(len(out), dtype=np.int64) if len(ids) else out["range_id"]
+    return out
+
+
+def with_loops(nv: pd.DataFrame, loops: pd.DataFrame) -> pd.DataFrame:
+    """The range table ``nv`` (ranges only) with the loops :func:`trace_loop_ranges` nested in it."""
+    if loops.empty:
+        return nv
+    if nv.empty:
+        return loops
+    cols = [c for c in nv.columns if c in loops.columns]
+    return pd.concat([nv[cols], loops[cols]], ignore_index=True)
+
+
+def op_paths(loops: pd.DataFrame, ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """``(codes, labels)`` of each op's range path: a loop's path where its launch is inside one of
+    ``loops`` (on its thread), else its own ``nvtx_path`` (a trace without ranges: ``""``)."""
+    from analyzer.facts._util import text_codes
+
+    at = innermost_open(loops, ops["tid"].to_numpy(dtype=np.int64), ops["api_start"].to_numpy(dtype=np.int64))
+    names = loops["path"].to_numpy(dtype=object)
+    if (loops["depth"].to_numpy() == 0).all() and not (text(ops["nvtx_path"]) != "").any():
+        codes = at.copy()  # no range: a loop's path or ""
+        codes[codes < 0] = len(names)
+        return codes, np.append(names, "").astype(object)
+    codes, labels = text_codes(ops["nvtx_path"])
+    codes = codes.astype(np.int64, copy=True)
+    codes[at >= 0] = len(labels) + at[at >= 0]
+    return codes, np.r_[np.asarray(labels, dtype=object), names].astype(object)
