@@ -184,29 +184,45 @@ def _remove_entry_dir(folder: Path) -> None:
 def _ours(meta: Path) -> bool:
     """``meta`` is the meta.json of an entry the cache wrote: a JSON object with the cache's fields and
     the folder's own name as its digest."""
-    try:
-        if meta.is_symlink() or meta.stat().st_size > 1 << 24:
-            return False
-        d = json.loads(meta.read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(d, dict) and "signature" in d and d.get("digest") == meta.parent.name
+    d = _meta_of(meta)
+    return d is not None and "signature" in d and d.get("digest") == meta.parent.name
 
 
 class _Untrusted(Exception):
     pass
 
 
-def _read_private(path: Path) -> bytes:
+def _read_private(path: Path, limit: int | None = None) -> bytes:
     """The bytes of a cache file: a regular file (not a link, FIFO or device) of this user's that no one
-    else can write to; raises :class:`_Untrusted` otherwise (OSError when it cannot be read)."""
+    else can write to; raises :class:`_Untrusted` otherwise, or when it holds more than ``limit`` bytes
+    (OSError when it cannot be read)."""
 
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
     with os.fdopen(fd, "rb") as fh:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or not trusted(st):
             raise _Untrusted(f"{path} is not a private file of yours")
-        return fh.read()
+        data = fh.read() if limit is None else fh.read(limit + 1)
+        if limit is not None and len(data) > limit:
+            raise _Untrusted(f"{path} is larger than a file the cache writes")
+        return data
+
+
+#: the most a meta.json (or an identity index file) may hold: the cache writes a few kilobytes
+META_MAX_BYTES = 1 << 24
+INDEX_MAX_BYTES = 4096
+
+
+def _meta_of(meta: Path) -> dict[str, Any] | None:
+    """The JSON object in the cache file ``meta`` (read as :func:`_read_private` reads: no link, FIFO or
+    device, nothing another user could write, at most :data:`META_MAX_BYTES`), or None when it is not
+    one. Every cache read of a meta.json goes through here or :func:`open_entry`: one that reads a FIFO
+    blocks forever, one that follows a link to ``/dev/zero`` grows memory without bound."""
+    try:
+        d = json.loads(_read_private(meta, META_MAX_BYTES))
+    except (OSError, ValueError, RecursionError, _Untrusted):
+        return None
+    return d if isinstance(d, dict) else None
 
 
 #: meta.json's keys the trace is rebuilt from (``files``: each Arrow file's SHA-256, so that one frame
@@ -341,11 +357,11 @@ def open_entry(root: Path, digest: str, what: str = "trace cache") -> tuple[Path
         st = os.lstat(entry)
         if not stat.S_ISDIR(st.st_mode) or not trusted(st):
             raise _Untrusted(f"{entry} is not a private folder of yours")
-        meta = json.loads(_read_private(entry / "meta.json"))
+        meta = json.loads(_read_private(entry / "meta.json", META_MAX_BYTES))
     except _Untrusted as err:
         _say_once("entry", f"{err}; not used", what)
         return None
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     if not isinstance(meta, dict) or meta.get("digest") != digest:
         _debug(f"{entry.name}: not an entry for this digest; ignored", what)
@@ -426,12 +442,8 @@ def _traces_with_facts(root: Path) -> set[str]:
     if root.name != "traces":
         return out
     for meta in _metas(root.parent / "facts"):
-        try:
-            if meta.is_symlink() or meta.stat().st_size > 1 << 20:
-                continue
-            digest = json.loads(meta.read_text()).get("trace")
-        except (OSError, ValueError, AttributeError):
-            continue
+        d = _meta_of(meta)
+        digest = d.get("trace") if d is not None else None
         if isinstance(digest, str) and _ENTRY_RE.match(digest):
             out.add(digest)
     return out
@@ -598,7 +610,7 @@ class TraceCache:
 
     def _digest_from_index(self, ident: Identity) -> str | None:
         try:
-            digest = _read_private(self._index_file(ident)).decode("ascii", "replace").strip()
+            digest = _read_private(self._index_file(ident), INDEX_MAX_BYTES).decode("ascii", "replace").strip()
         except (OSError, _Untrusted):
             return None
         return digest if _ENTRY_RE.match(digest) else None
@@ -619,11 +631,9 @@ class TraceCache:
 
     def _same_size_entry(self, size: int) -> bool:
         for meta in self._metas():
-            try:
-                if json.loads(meta.read_text()).get("source_size") == size:
-                    return True
-            except (OSError, ValueError):
-                continue
+            d = _meta_of(meta)
+            if d is not None and d.get("source_size") == size:
+                return True
         return False
 
     def _metas(self) -> list[Path]:
@@ -771,12 +781,12 @@ class TraceCache:
                 live |= _traces_with_facts(self.root)  # a torch.profiler file has fact entries only
                 for f in index.iterdir():
                     try:
-                        if not (_INDEX_RE.match(f.name) and not f.is_symlink() and f.is_file()):
+                        if not _INDEX_RE.match(f.name):
                             continue
-                        digest = f.read_text().strip()
+                        digest = _read_private(f, INDEX_MAX_BYTES).decode("ascii", "replace").strip()
                         if _ENTRY_RE.match(digest) and digest not in live:
                             f.unlink()
-                    except (OSError, UnicodeDecodeError):
+                    except (OSError, _Untrusted):
                         continue
         except OSError:
             pass

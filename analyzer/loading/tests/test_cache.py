@@ -301,6 +301,40 @@ def test_cache_is_private_and_refuses_what_others_can_write(trace_file, tmp_path
     assert err.count("not a private file of yours") == 1 and err.count("is not private to you") == 1
 
 
+def test_planted_meta_files_neither_block_nor_grow_memory(trace_file, cache, monkeypatch):
+    """Entry folders whose meta.json is a FIFO, 17 MiB of JSON, or 100,000-deep nesting, planted in the
+    cache: a trace of no entry yet looks for one of its size among them (and eviction reads them all).
+    Before, that lookup opened the FIFO blocking and hung forever (`analyze` of any new trace never
+    finished), and read any file whole. Now each is skipped: the trace loads, is stored and hits."""
+    import threading
+
+    cache.root.mkdir(parents=True, mode=0o700)
+    planted = {"f" * 64: None, "e" * 64: b'{"source_size": ' + b"1" * (17 << 20) + b"}",
+               "d" * 64: b"[" * 100_000}
+    for name, content in planted.items():
+        (cache.root / name).mkdir(mode=0o700)
+        meta = cache.root / name / "meta.json"
+        if content is None:
+            os.mkfifo(meta, 0o600)
+        else:
+            meta.write_bytes(content)
+            meta.chmod(0o600)
+    done: list[bool] = []
+
+    def run() -> None:
+        counting = Counting(monkeypatch)
+        counting.load(trace_file, cache)
+        cache.wait()
+        done.append(counting.load(trace_file, cache)[1])
+
+    worker = threading.Thread(target=run, daemon=True)  # a blocked open() cannot be interrupted
+    worker.start()
+    worker.join(120)
+    assert done == [True], "the cache lookup blocked on a planted FIFO (or failed)"
+    cache.evict()
+    assert all((cache.root / name).is_dir() for name in planted)  # not the cache's: left alone
+
+
 def test_eviction_deletes_only_what_the_cache_wrote(trace_file, tmp_path):
     """The ``traces`` folder is a link to a folder with the user's own content (dot-folders older than
     an hour, a file, an ``ident`` folder of theirs, a 64-hex folder with a file of theirs): evicting
