@@ -84,13 +84,10 @@ def build(cfg: c.RunConfig) -> c.Step:
 
     def augment_gpu(raw: torch.Tensor, params: list) -> torch.Tensor:
         # the same box as an affine map of normalized coordinates (align_corners=False)
-        theta = torch.zeros(len(params), 2, 3)
-        for j, (top, left, h, w, flip) in enumerate(params):
-            theta[j, 0, 0] = (w / side) * (-1.0 if flip else 1.0)
-            theta[j, 0, 2] = (2 * left + w) / side - 1
-            theta[j, 1, 1] = h / side
-            theta[j, 1, 2] = (2 * top + h) / side - 1
-        theta = theta.to(dev, non_blocking=True)
+        # (built as one list: 128 element assignments into a tensor cost ~1 ms of host time a step)
+        theta = torch.tensor([[[(w / side) * (-1.0 if flip else 1.0), 0.0, (2 * left + w) / side - 1],
+                               [0.0, h / side, (2 * top + h) / side - 1]]
+                              for top, left, h, w, flip in params]).to(dev, non_blocking=True)
         grid = F.affine_grid(theta, [len(params), 3, out, out], align_corners=False)
         crops = F.grid_sample(raw.float(), grid, mode="bilinear", align_corners=False)
         return (crops - mean_dev) / std_dev

@@ -35,7 +35,10 @@
 #                                               # empty_cache_loop, mask_index_sync, per_sample_loop,
 #                                               # cpu_augment, each pathology and twin with nsys and
 #                                               # torch.profiler, then --bare nsys pairs of
-#                                               # mask_index_sync and cpu_augment (suffix _bare)
+#                                               # mask_index_sync and cpu_augment (suffix _bare),
+#                                               # and mask_index_sync's per-expert loop without its
+#                                               # syncs (--dispatch loop, suffix _loop) with both
+#                                               # tools; HELDOUT="NAME ..." records only those
 # Every manifest.jsonl line holds the program's own measured step times (step_ms, mean_ms,
 # median_ms). Jobs left when the budget BUDGET_S (default 450 s) runs out are listed in skipped.txt.
 # Result: $OUT/round3_<PART>*.tar.xz (sqlite, analyze.txt, stats CSVs, torch traces, manifest, log),
@@ -135,13 +138,24 @@ elif [[ $PART == h ]]; then
     run_job 60 compile_graph_break_fixed_bare torch -- compile_graph_break --fixed --bare --suffix _bare --gzip
 elif [[ $PART == i ]]; then
     # calibration pairs first (nsys, then torch.profiler), then the bare nsys pairs while time is left
-    for w in empty_cache_loop mask_index_sync per_sample_loop cpu_augment; do
+    # HELDOUT="a b" records only those workloads (a re-recording after a change to one of them)
+    read -ra held <<< "${HELDOUT:-empty_cache_loop mask_index_sync per_sample_loop cpu_augment}"
+    for w in "${held[@]}"; do
         pair 50 "$w"
     done
-    for w in empty_cache_loop mask_index_sync per_sample_loop cpu_augment; do
+    for w in "${held[@]}"; do
         torch_pair 40 "$w"
     done
+    if [[ " ${held[*]} " == *" mask_index_sync "* ]]; then
+        # the per-expert loop without its syncs: what removing the synchronizations alone buys (the
+        # pathology recorded again beside it, suffix _loop)
+        run_job 50 mask_index_sync_loop nsys -- mask_index_sync --suffix _loop
+        run_job 50 mask_index_sync_fixed_loop nsys -- mask_index_sync --fixed --dispatch loop --suffix _loop
+        run_job 40 mask_index_sync_loop torch -- mask_index_sync --gzip --suffix _loop
+        run_job 40 mask_index_sync_fixed_loop torch -- mask_index_sync --fixed --dispatch loop --gzip --suffix _loop
+    fi
     for w in mask_index_sync cpu_augment; do
+        [[ " ${held[*]} " == *" $w "* ]] || continue
         run_job 45 "${w}_bare" nsys -- "$w" --bare --suffix _bare
         run_job 45 "${w}_fixed_bare" nsys -- "$w" --fixed --bare --suffix _bare
     done

@@ -13,12 +13,16 @@ Twin (``--fixed``): static shapes: padding kept and zeroed by a masked multiply,
 capacity-based dispatch (GShard/Switch style): each token's slot in its expert's fixed-size buffer
 comes from a cumulative sum, the tokens are scattered into an (experts, capacity, d_model) buffer,
 all experts run as two batched GEMMs, and the results are gathered back and weighted: no host sync.
+``--fixed --dispatch loop`` keeps the pathology's loop over the experts (a gather, the expert and an
+``index_add_`` each) on fixed-size slices of the same slots: the syncs removed, the launches kept,
+which measures what removing the synchronizations alone buys.
 Trace evidence: per ``step_N`` (a ``layer_N`` range per layer): 64 ``cudaStreamSynchronize`` (in
 ``aten::nonzero``) with GPU idle gaps after each, GPU busy well under the step; the twin shows none
 and a shorter step.
 """
 from __future__ import annotations
 
+import argparse
 import math
 
 from . import _common as c
@@ -68,24 +72,47 @@ def build(cfg: c.RunConfig) -> c.Step:
             out.index_add_(0, top_x, y * top_w[top_x, idx, None])
         return out
 
-    def moe_static(h: torch.Tensor, b: dict) -> torch.Tensor:
-        """Capacity-based dispatch: fixed-size expert buffers, batched GEMMs, no host sync."""
+    def slots(h: torch.Tensor, b: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each (token, choice)'s slot in its expert's fixed-size buffer (the spare last row when the
+        expert is full) and its routing weight (0 when dropped), with no host sync."""
         top_w, top_i = route(h, b)
-        n = h.shape[0]
         flat = top_i.reshape(-1)                                         # (n * top_k,)
-        # (experts, n * top_k): the running count along the last, contiguous dimension (a scan down
-        # the outer dimension of an (n * top_k, experts) tensor runs ~3 ms a layer on an H200)
-        onehot = F.one_hot(flat, experts).t().contiguous()
-        pos = ((onehot.cumsum(1) - 1) * onehot).sum(0)                   # slot within its expert
+        # each token's slot within its expert: a running count along the tokens, per expert. Scanned
+        # along the inner dimension: PyTorch scans the outer dimension of a (tokens, 8) tensor with one
+        # thread per column (``cumsum(0)``: 3 ms a layer on an H200, slower than the whole dispatch)
+        onehot = F.one_hot(flat, experts).t().contiguous()              # (experts, n * top_k)
+        pos = ((onehot.cumsum(1) - 1) * onehot).sum(0)
         fits = pos < capacity
         slot = torch.where(fits, flat * capacity + pos, experts * capacity)  # overflow: a spare row
+        return slot, top_w.reshape(-1) * fits
+
+    def moe_static(h: torch.Tensor, b: dict) -> torch.Tensor:
+        """Capacity-based dispatch: fixed-size expert buffers, batched GEMMs, no host sync."""
+        slot, weight = slots(h, b)
+        n = h.shape[0]
         buf = h.new_zeros(experts * capacity + 1, d)
         buf.index_copy_(0, slot, h.repeat_interleave(top_k, dim=0))
         grouped = buf[:-1].view(experts, capacity, d)
         y = torch.bmm(F.gelu(torch.bmm(grouped, b["w1"])), b["w2"]).reshape(-1, d)
         y = torch.cat([y, y.new_zeros(1, d)])
-        weight = (top_w.reshape(-1) * fits).unsqueeze(-1)
-        return (y[slot] * weight).view(n, top_k, d).sum(1)
+        return (y[slot] * weight.unsqueeze(-1)).view(n, top_k, d).sum(1)
+
+    def moe_static_loop(h: torch.Tensor, b: dict) -> torch.Tensor:
+        """The pathology's loop over the experts on fixed-size slices of the same slots: its launches
+        (a gather, the expert, a weighted ``index_add_`` per expert) without its host syncs."""
+        slot, weight = slots(h, b)
+        n = h.shape[0]
+        token = torch.full((experts * capacity + 1,), n, device=h.device)  # n: a zero row (empty slot)
+        token.index_copy_(0, slot, torch.arange(n * top_k, device=h.device) // top_k)
+        w_slot = h.new_zeros(experts * capacity + 1)
+        w_slot.index_copy_(0, slot, weight)
+        h_pad = torch.cat([h, h.new_zeros(1, d)])
+        out = torch.zeros_like(h_pad)
+        for e in range(experts):
+            rows = token[e * capacity:(e + 1) * capacity]
+            y = F.gelu(h_pad[rows] @ b["w1"][e]) @ b["w2"][e]
+            out.index_add_(0, rows, y * w_slot[e * capacity:(e + 1) * capacity, None])
+        return out[:n]
 
     def forward_dynamic() -> torch.Tensor:
         h = x0[keep]                                                     # host sync: drop padding
@@ -98,9 +125,10 @@ def build(cfg: c.RunConfig) -> c.Step:
         h = x0 * keep.unsqueeze(-1).to(x0.dtype)                         # padding zeroed, kept
         for i, b in enumerate(blocks):
             with nv.range(f"layer_{i}"):
-                h = h + moe_static(F.layer_norm(h, (d,), b["ln"]), b)
+                h = h + moe_twin(F.layer_norm(h, (d,), b["ln"]), b)
         return h
 
+    moe_twin = moe_static_loop if cfg.options.dispatch == "loop" else moe_static
     forward = forward_static if cfg.fixed else forward_dynamic
 
     def step(_i: int) -> None:
@@ -111,8 +139,16 @@ def build(cfg: c.RunConfig) -> c.Step:
     return step
 
 
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dispatch", choices=("grouped", "loop"), default="grouped",
+                        help="the twin's dispatch: batched GEMMs over fixed-size expert buffers "
+                             "(default), or the pathology's loop over the experts on fixed-size slices "
+                             "(its launches without its syncs: what removing the syncs alone buys)")
+
+
 def main(argv: list[str] | None = None) -> int:
-    return c.run_workload("mask_index_sync", __doc__, build, argv, steps=(2, 10), warmup=(1, 2))
+    return c.run_workload("mask_index_sync", __doc__, build, argv, add_arguments=add_arguments,
+                          steps=(2, 10), warmup=(1, 2))
 
 
 if __name__ == "__main__":

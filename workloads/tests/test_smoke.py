@@ -235,3 +235,28 @@ def test_held_out_twins_remove_the_mechanism(tmp_path: Path, name: str, op: str,
         assert pathology >= 2 * (2 * 4 + 1) and twin == 0
     else:
         assert twin > 0 and pathology == ratio * twin
+
+
+def test_mask_index_sync_twins_compute_what_the_pathology_computes() -> None:
+    """mask_index_sync's two twins (batched experts; the per-expert loop without syncs) give the
+    pathology's output on the tokens it keeps (their padding rows stay zero): they differ in how they
+    dispatch, not in what they compute (CPU, fp32, smoke sizes: no token overflows its expert)."""
+    import torch
+
+    from workloads import _common as c
+    from workloads import mask_index_sync as m
+
+    def forward(*args: str) -> torch.Tensor:
+        parser = c.make_parser("mask_index_sync", None)
+        m.add_arguments(parser)
+        step = m.build(c.parse_config("mask_index_sync", parser, ["--size", "smoke", "--device", "cpu",
+                                                                  *args]))
+        cells = dict(zip(step.__code__.co_freevars, (x.cell_contents for x in step.__closure__ or ())))
+        with torch.no_grad():
+            return cells["forward"]()
+
+    sick = forward()
+    for twin in (forward("--fixed"), forward("--fixed", "--dispatch", "loop")):
+        kept = twin.abs().sum(-1) > 0
+        assert int(kept.sum()) == sick.shape[0] < twin.shape[0]
+        torch.testing.assert_close(twin[kept], sick)
