@@ -9,6 +9,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from analyzer.errors import truncate  # one implementation: messages cut the values they quote with it too
+
 DASH = "\u2014"  # shown for unknown values
 
 
@@ -179,13 +181,6 @@ def fmt_cell(value: Any, kind: str) -> str:
 def plural(n: int, word: str, plural_word: str | None = None) -> str:
     """``plural(1, "problem")`` -> ``1 problem``; ``plural(3, "problem")`` -> ``3 problems``."""
     return f"{n:,} {word if n == 1 else (plural_word or word + 's')}"
-
-
-def truncate(text: str, limit: int) -> str:
-    """Cut ``text`` to ``limit`` characters, marking the cut with an ellipsis."""
-    if limit <= 0 or len(text) <= limit:
-        return text
-    return text[: max(1, limit - 1)] + "\u2026"
 
 
 #: the longest text a report holds in one place (a kernel or NVTX name in a verdict, a finding's
