@@ -84,9 +84,12 @@ def export_command(report: Path, out: Path | str = "OUT.sqlite") -> str:
 
 
 def cache_key(path: Path) -> str:
-    """Key of a derived file: absolute path + size + mtime, hashed (a changed input gets a new key)."""
+    """Key of a derived file: absolute path, device, inode, size, mtime and ctime, hashed (a changed
+    input gets a new key). The inode and ctime matter: a file replaced by another of the same size whose
+    mtime was carried over (``cp -p``, ``rsync -t``, ``tar x``) had the old key, and its stale
+    decompressed copy was analyzed; no one can set a ctime back."""
     st = path.stat()
-    raw = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()
+    raw = f"{path.resolve()}|{st.st_dev}|{st.st_ino}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}".encode()
     return hashlib.sha256(raw).hexdigest()[:16]
 
 
