@@ -26,7 +26,9 @@ Keys, and why an entry is never stale:
 
 Limits: the cache keeps at most ``$ANALYZER_CACHE_MAX`` bytes (default 5 GB, e.g. ``ANALYZER_CACHE_MAX=
 20GB``; ``0`` disables writing); after each write the least recently used entries are evicted. An entry
-larger than the limit is not written.
+larger than the limit is not written. The derived files beside the cache (:data:`DERIVED_FOLDERS`: decompressed
+``.sqlite.xz`` traces, ``.nsys-rep`` exports) count against the same limit and are evicted with the entries,
+least recently used first, except one used in the last :data:`DERIVED_IN_USE_S` seconds.
 
 Trust: nothing in an entry is code (Arrow IPC and JSON only). The cache directory is created private
 (``0700``), entry files ``0600``; the directory, an entry or a file owned by another user or writable
@@ -99,6 +101,14 @@ _ENTRY_FILES = frozenset({"meta.json", FACT_FILE, *(f"{name}.arrow" for name in 
 #: the cache's folders under :func:`cache_home`: loaded traces, and the facts computed from them
 #: (:mod:`analyzer.facts.cache`); ``ANALYZER_CACHE_MAX`` bounds them together
 CACHE_FOLDERS = ("traces", "facts")
+#: folders of derived files beside them (:mod:`analyzer.loading.nsys_rep`: a ``.sqlite.xz`` decompressed,
+#: an ``.nsys-rep`` exported), each file named as it names them; within the same ``ANALYZER_CACHE_MAX``
+DERIVED_FOLDERS: dict[str, re.Pattern[str]] = {
+    "decompressed": re.compile(r"^[0-9a-f]{16}-."),
+    "nsys-export": re.compile(r"-[0-9a-f]{16}\.sqlite$"),
+}
+#: a derived file used this recently may be open in another analysis: never evicted (nor counted)
+DERIVED_IN_USE_S = 600
 _SAID: set[tuple[str, str]] = set()
 
 Progress = Callable[[str], None]
@@ -465,21 +475,68 @@ def entries_in(root: Path) -> list[tuple[float, int, Path]]:
     return sorted(out)
 
 
-def evict_entries(root: Path, limit: int) -> None:
+def derived_in(folder: Path) -> list[tuple[float, int, Path]]:
+    """(last use, bytes, file) of every derived file in ``folder`` (one of :data:`DERIVED_FOLDERS`, a
+    real folder of this user's, not a link): regular files of this user's named as the analyzer names
+    them. Last use: the access time :func:`mark_used` sets (never the mtime, which readers check)."""
+    pattern = DERIVED_FOLDERS.get(folder.name)
+    out: list[tuple[float, int, Path]] = []
+    try:
+        st = os.lstat(folder)
+        if pattern is None or not stat.S_ISDIR(st.st_mode) or not trusted(st):
+            return out
+        with os.scandir(folder) as it:
+            for item in it:
+                if not pattern.search(item.name):
+                    continue
+                try:
+                    fst = item.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if stat.S_ISREG(fst.st_mode) and trusted(fst):
+                    out.append((max(fst.st_atime, fst.st_mtime), fst.st_size, Path(item.path)))
+    except OSError:
+        pass
+    return sorted(out)
+
+
+def mark_used(path: Path) -> None:
+    """Record that the derived file ``path`` was used now (its access time; the mtime stays)."""
+    try:
+        os.utime(path, ns=(time.time_ns(), os.stat(path).st_mtime_ns))
+    except OSError:
+        pass
+
+
+def evict_entries(root: Path, limit: int, keep: Path | None = None) -> None:
     """Remove the least recently used entries until those of ``root`` and of the other
-    :data:`CACHE_FOLDERS` beside it (when ``root`` is one of them) fit ``limit`` together; drop the
-    temporary folders of interrupted runs (an hour old) in them."""
+    :data:`CACHE_FOLDERS` beside it (when ``root`` is one of them or of :data:`DERIVED_FOLDERS`), with
+    the derived files there, fit ``limit`` together; drop the temporary folders of interrupted runs (an
+    hour old) in them. A derived file used in the last :data:`DERIVED_IN_USE_S` seconds, and ``keep``,
+    stay (and do not count): another analysis may be reading it."""
     roots = [root]
-    if root.name in CACHE_FOLDERS:
-        roots += [root.parent / name for name in CACHE_FOLDERS if name != root.name]
-    entries = sorted(e for r in roots for e in entries_in(r))
-    total = sum(size for _, size, _ in entries)
-    for _, size, entry in entries:
+    shared = root.name in CACHE_FOLDERS or root.name in DERIVED_FOLDERS
+    if shared:
+        roots = [root.parent / name for name in CACHE_FOLDERS]
+    now = time.time()
+    entries = [(used, size, entry, False) for r in roots for used, size, entry in entries_in(r)]
+    if shared:
+        entries += [(used, size, f, True) for name in DERIVED_FOLDERS
+                    for used, size, f in derived_in(root.parent / name)
+                    if f != keep and now - used >= DERIVED_IN_USE_S]
+    entries.sort(key=lambda e: e[0])
+    total = sum(e[1] for e in entries)
+    for _, size, entry, derived in entries:
         if total <= limit:
             break
-        _remove_entry_dir(entry)
+        if derived:
+            try:
+                os.unlink(entry)
+            except OSError:
+                continue
+        else:
+            _remove_entry_dir(entry)
         total -= size
-    now = time.time()
     for r in roots:
         try:
             for p in r.iterdir():

@@ -66,6 +66,11 @@ def test_keys_from_file_names():
     assert trace_stem("a/medium_training_ctx256.sqlite.xz") == "medium_training_ctx256"
     # one helper names runs everywhere (sweep keys, strong-scaling rank files, default report names)
     assert trace_stem("job_rank1.json.gz") == "job_rank1"
+    assert trace_stem("job_rank1.pt.trace.json.xz") == "job_rank1"  # torch.profiler's names
+    from analyzer.phases.scaling import group_runs  # so its rank files make one strong-scaling run
+
+    ranks = [Path(f"ddp_straggler_2gpu_rank{i}.pt.trace.json.xz") for i in (0, 1)]
+    assert group_runs([Path("ddp_1gpu.pt.trace.json.xz"), *ranks]) == [[Path("ddp_1gpu.pt.trace.json.xz")], ranks]
     assert trace_stem("base.JSON") == "base"
     assert trace_stem("kernels.ncu-rep") == "kernels"
     assert trace_stem(".sqlite") == ".sqlite"
