@@ -17,12 +17,14 @@ def shown_path(path: str | Path) -> str:
 
 #: what trace, report and metric file names end with (compression first, then the format): stripped to
 #: name a run (default report names, sweep keys, strong-scaling runs)
-TRACE_SUFFIXES: tuple[str, ...] = (".xz", ".gz", ".sqlite", ".nsys-rep", ".qdrep", ".ncu-rep", ".csv", ".json")
+TRACE_SUFFIXES: tuple[str, ...] = (".xz", ".gz", ".sqlite", ".nsys-rep", ".qdrep", ".ncu-rep", ".csv", ".json",
+                                   ".pt.trace")  # torch.profiler's own names: <worker>.<time>.pt.trace.json
 
 
 def trace_stem(path: str | Path) -> str:
     """The file name without its trace suffixes, stripped repeatedly and in any case
-    (``medium_training_ctx256.sqlite.xz`` -> ``medium_training_ctx256``, ``rank0.json.gz`` -> ``rank0``); a
+    (``medium_training_ctx256.sqlite.xz`` -> ``medium_training_ctx256``, ``rank0.json.gz`` -> ``rank0``,
+    ``job_rank1.pt.trace.json.xz`` -> ``job_rank1``); a
     name that is nothing but a suffix stays whole."""
     name = Path(path).name
     changed = True

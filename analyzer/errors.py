@@ -111,3 +111,19 @@ def did_you_mean(name: str, candidates: Iterable[object]) -> str | None:
     """``'did you mean "x"?'`` for the closest candidate, or None."""
     best = closest_name(name, candidates)
     return f'did you mean "{best}"?' if best else None
+
+
+def truncate(text: str, limit: int) -> str:
+    """Cut ``text`` to ``limit`` characters, marking the cut with an ellipsis (reports cut trace names
+    with it; messages cut the values they quote, so that what is wrong is never cut off the line)."""
+    if limit <= 0 or len(text) <= limit:
+        return text
+    return text[: max(1, limit - 1)] + "\u2026"
+
+
+def one_line(text: str, limit: int = 2000) -> str:
+    """``text`` on one line (newlines and control characters as spaces), at most ``limit`` characters:
+    messages and progress lines quote names from traces and file names, which may hold anything (an ESC
+    sequence would drive the user's terminal)."""
+    flat = " ".join("".join(ch if ch.isprintable() else " " for ch in text).split())
+    return truncate(flat, limit)

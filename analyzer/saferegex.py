@@ -53,14 +53,6 @@ class UserPattern:
     def search(self, text: str) -> bool:
         return self._run(self._compiled.search, text)
 
-    def match_groups(self, text: str) -> dict[str, str] | None:
-        """Named groups of the first match (``None`` when there is none)."""
-        try:
-            m = self._compiled.search(text)
-        except UnicodeEncodeError:
-            m = self._compiled.search(_clean(text))
-        return None if m is None else {k: v for k, v in m.groupdict().items() if v is not None}
-
     @staticmethod
     def _run(fn: Any, text: str) -> bool:
         try:

@@ -400,7 +400,7 @@ def _nvtx_steps(
     first_t, last_t = rows["text"].iat[0], rows["text"].iat[-1]
     span = f"{first_t}..{last_t}" if len(rows) > 1 else first_t
     warm = ", warmup excluded" if warmup_found else ""
-    desc = f"{len(rows)} NVTX steps {span}{warm}{skipped}"
+    desc = f"{len(rows)} NVTX step{'' if len(rows) == 1 else 's'} {span}{warm}{skipped}"
     spans = StepSpans("nvtx", desc, tuple(str(t) for t in rows["text"].tolist()),
                       tuple(int(v) for v in rows["start"].tolist()), tuple(int(v) for v in rows["end"].tolist()),
                       tuple(int(v) for v in rows["range_id"].tolist()))

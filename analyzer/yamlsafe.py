@@ -119,6 +119,11 @@ def _load_fast(text: str) -> Any:
     return documents[0] if len(documents) == 1 else None
 
 
+def _a(kind: str) -> str:
+    """``kind`` with its indefinite article: "a rule file", "an accepted-findings file"."""
+    return f"{'an' if kind[:1].lower() in 'aeiou' else 'a'} {kind}"
+
+
 def load_yaml(path: Path, kind: str = "rule file") -> Any:
     """Read one YAML document safely. Raises :class:`UnsafeRuleError` / :class:`RuleError`; ``kind``
     names the file in messages (``rule file``, ``accepted-findings file``)."""
@@ -146,7 +151,7 @@ def load_yaml_text(text: str, file: str, kind: str = "rule file") -> Any:
     except yaml.reader.ReaderError as err:
         line: int | None = text.count("\n", 0, err.position) + 1
         char = f"U+{err.character:04X}" if isinstance(err.character, int) else repr(err.character)
-        raise RuleError(f"invalid YAML: character {char} is not allowed in a {kind}",
+        raise RuleError(f"invalid YAML: character {char} is not allowed in {_a(kind)}",
                         file=file, line=line, hint="YAML text holds no NUL or other control characters") from None
     fast = _load_fast(text)
     if fast is not None:
@@ -163,20 +168,23 @@ def load_yaml_text(text: str, file: str, kind: str = "rule file") -> Any:
     except yaml.constructor.ConstructorError as err:
         line = err.problem_mark.line + 1 if err.problem_mark else None
         raise UnsafeRuleError(
-            f"YAML tag not allowed in a {kind} ({(err.problem or '').strip()})",
+            f"YAML tag not allowed in {_a(kind)} ({(err.problem or '').strip()})",
             file=file,
             line=line,
-            hint=f"a {kind} is plain data: mappings, lists, strings and numbers",
+            hint=f"{_a(kind)} is plain data: mappings, lists, strings and numbers",
         ) from None
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         line = mark.line + 1 if mark else None
         raise RuleError(f"invalid YAML: {err.problem or err.context}", file=file, line=line) from None
-    except (yaml.YAMLError, RecursionError) as err:
+    except RecursionError:
+        raise RuleError("invalid YAML: lists or mappings nested too deeply", file=file,
+                        hint=f"{_a(kind)} nests a few levels") from None
+    except yaml.YAMLError as err:
         raise RuleError(f"invalid YAML: {type(err).__name__}", file=file) from None
     except ValueError as err:  # a scalar the constructor cannot build: an integer of 4,300+ digits
         raise RuleError(f"invalid YAML: a value cannot be read ({str(err).split(';')[0]})", file=file,
-                        hint="numbers in a rule file are short") from None
+                        hint=f"numbers in {_a(kind)} are short") from None
     finally:
         loader.dispose()
     if len(documents) != 1:

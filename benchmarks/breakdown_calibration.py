@@ -41,6 +41,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
@@ -71,6 +73,8 @@ class Row:
     resolved_ns: float = 0.0  # impacts of the biggest cause's rule's findings the twin is silent on
     range_saving_ns: float | None = None  # the range's own time saved (per-range findings)
     window_ns: float | None = None  # recorded without step ranges: the pathology's window (saving by share)
+    host_pace: float | None = None  # twin's median kernel-launch call / the pathology's (None: too few calls)
+    range_host_work_ns: float = 0.0  # the biggest cause's range(s): the pathology's host_work time there
 
     @property
     def saving_ns(self) -> float:
@@ -129,14 +133,16 @@ def _mean_step(analysis) -> tuple[float, int]:  # type: ignore[no-untyped-def]
     return float(steps["duration"].mean()), len(steps)
 
 
-def _range_ns(analysis, device: int | None, phase: str) -> float:  # type: ignore[no-untyped-def]
+def _range_ns(analysis, device: int | None, phase: str, cause: str | None = None) -> float:  # type: ignore[no-untyped-def]
     """The time of one range (the breakdown's ``phase``) or of the ranges a finding names together (its
     ``fix_group``, torch.compile'd phases joined by " + ": each phase, whatever the twin groups) on a
-    device, every cause."""
+    device, every cause (or only ``cause``)."""
     bd = analysis.facts.get("timeline_breakdown")
     if bd.empty:
         return 0.0
     mine = (bd["scope"] == "range") & bd["phase"].isin(phase.split(" + "))
+    if cause is not None:
+        mine &= bd["cause"] == cause
     if device is not None:
         mine &= bd["device"] == device
     return float(bd.loc[mine, "duration_ns"].sum())
@@ -159,6 +165,21 @@ def _recorded_mean_step(pair: str, fmt: str) -> tuple[float, float] | None:
     return means[name], means[f"{name}_fixed"]
 
 
+#: fewer kernel-launch calls than this in either trace (a CUDA graph replay twin): no host pace
+MIN_LAUNCH_CALLS = 50
+
+
+def _launch_call_ns(analysis) -> float | None:  # type: ignore[no-untyped-def]
+    """Median duration of the trace's kernel-launch calls (a gauge of how fast its host ran)."""
+    from analyzer.facts.api import is_launch_api
+
+    api = analysis.facts.trace.api
+    if api.empty:
+        return None
+    d = api["duration"].to_numpy(dtype=float)[is_launch_api(analysis.facts)]
+    return float(np.median(d)) if len(d) >= MIN_LAUNCH_CALLS else None
+
+
 def row(pair: str, fmt: str, sick: Path, twin: Path) -> Row:
     a, b = _analyze(sick), _analyze(twin)
     fired = [f for f in a.findings if f.rule in BREAKDOWN_RULES and f.impact_ns is not None]
@@ -176,19 +197,24 @@ def row(pair: str, fmt: str, sick: Path, twin: Path) -> Row:
     resolved = sum(float(f.impact_ns) for f in fired if f.rule == rule and f.key not in twin_keys)
     where = top.scope.nvtx_path or "" if top is not None else ""
     range_saving = None
+    range_host_work = 0.0
     if top is not None and top.scope.kind == "device_range" and window_ns is None:
         dev = top.scope.device
         range_saving = (_range_ns(a, dev, where) / n - _range_ns(b, dev, where) / twin_n) * n
+        range_host_work = _range_ns(a, dev, where, "host_work")
+    pace_a, pace_b = _launch_call_ns(a), _launch_call_ns(b)
+    pace = pace_b / pace_a if pace_a and pace_b else None
     return Row(pair, fmt, rule, float(top.impact_ns) if top is not None else 0.0, n, step, twin_step,
-               top is not None and top.key in twin_keys, impacts, where, resolved, range_saving, window_ns)
+               top is not None and top.key in twin_keys, impacts, where, resolved, range_saving, window_ns, pace,
+               range_host_work)
 
 
 def table(rows: list[Row]) -> str:
     lines = [
         "| pair | trace | biggest cause (rule, range) | impact (ms) | steps | step (ms) | twin step (ms) "
         "| saving (ms) | impact / saving | twin silent on it | twin resolves (ms) | resolved / saving "
-        "| range saving (ms) | impact / range saving |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|",
+        "| range saving (ms) | impact / range saving | twin host pace |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         if not r.rule:
@@ -200,7 +226,8 @@ def table(rows: list[Row]) -> str:
             f"| {r.step_ns / 1e6:.2f} | {r.twin_step_ns / 1e6:.2f} | {r.saving_ns / 1e6:.1f} | {_ratio(r, r.impact_ns)} "
             f"| {'no' if r.twin_fires else 'yes'} | {r.resolved_ns / 1e6:.1f} | {_ratio(r, r.resolved_ns)} "
             f"| {'' if rs is None else f'{rs / 1e6:.1f}'} "
-            f"| {'' if rs is None else f'{r.impact_ns / rs:.2f}' if rs > 0 else 'n/a (no saving)'} |")
+            f"| {'' if rs is None else f'{r.impact_ns / rs:.2f}' if rs > 0 else 'n/a (no saving)'} "
+            f"| {'n/a' if r.host_pace is None else f'{r.host_pace:.2f}'} |")
     return "\n".join(lines) + "\n"
 
 
@@ -235,7 +262,11 @@ impact is compared with what the twin measurably saved: (mean step time of the p
 time of the twin) x the pathology's steps. The target is a ratio within 0.75-1.25 and the twin silent
 on that finding (same rule and NVTX range: launch-bound is stated per range under the step). A repeated
 recording (`X_run2`) is compared with the twin recorded in the same session (`X_fixed_run2`) where
-there is one.
+there is one. *Twin host pace* is the twin's median kernel-launch call duration over the pathology's: a
+gauge of how fast each recording's host ran (n/a: fewer than 50 launch calls in one of them, a CUDA graph
+replay twin). Above 1 the twin's host ran slower, so the code the fix leaves alone took longer in the twin
+and its step saving understates what the fix buys the pathology (the ratio comes out high); below 1 the
+saving overstates it.
 
 """
 
@@ -302,8 +333,11 @@ def _optimizer_ratios(rows: list[Row]) -> str:
         r = next((r for r in rows if r.pair == pair and r.fmt == "nsys"), None)
         if r is None or r.ratio is None or not r.range_saving_ns:
             return ""
-        got.append(f"{r.ratio:.2f} on the step, {r.impact_ns / r.range_saving_ns:.2f} on the range")
-    return f" (ratio {got[0]}; the second recording, against its session's twin, {got[1]})"
+        pace = "" if r.host_pace is None else f", twin host pace {r.host_pace:.2f}"
+        got.append(f"{r.ratio:.2f} on the step, {r.impact_ns / r.range_saving_ns:.2f} on the range{pace}")
+    return (f" (ratio {got[0]}; the second recording, against its session's twin, {got[1]}: the same "
+            "program, whose host ran at a different pace in each recording, the optimizer's launch-bound time "
+            "following its own range's time in both)")
 
 
 def host_sync_text(rows: list[Row]) -> str:
@@ -328,6 +362,10 @@ def host_sync_text(rows: list[Row]) -> str:
     graph_each = "; ".join(
         f"{r.pair.removeprefix('round3/')} ({fmt}) {ns / 1e6:.1f} ms for {r.saving_ns / 1e6:.1f} ms "
         f"({ns / r.saving_ns:.2f}; step {r.step_ns / 1e6:.1f} -> {r.twin_step_ns / 1e6:.1f} ms)"
+        for (_p, fmt), (r, ns) in ((k, v) for k, v in graphs.items() if v is not None))
+    graph_hw = "; ".join(
+        f"{r.pair.removeprefix('round3/')} ({fmt}) {(ns + r.range_host_work_ns) / 1e6:.1f} ms "
+        f"({(ns + r.range_host_work_ns) / r.saving_ns:.2f})"
         for (_p, fmt), (r, ns) in ((k, v) for k, v in graphs.items() if v is not None))
     lr, lns = launch
     l2r, l2ns = launch2
@@ -357,7 +395,10 @@ def host_sync_text(rows: list[Row]) -> str:
         f"launch-bound {torch_lb[1] / 1e6:.1f} ms), the twin, which only removes the synchronizations, does not "
         "measure launch-bound's fix. `host_sync --graph` does: its pathology is the twin's loop, launched "
         "eagerly, its twin the same micro-steps captured in one CUDA graph (`round3/host_sync_graph*`). "
-        f"launch-bound against what the graph bought: {graph_each}. On the launch shape graphs bought "
+        f"launch-bound against what the graph bought: {graph_each}. A graph also removes the host's own code "
+        "between two launches that runs 1 ms or more (the breakdown's host_work: the autograd engine's and the "
+        "optimizer's longer pieces), which launch-bound does not count; with the range's host_work added, "
+        f"{graph_hw}. On the launch shape graphs bought "
         f"{g_launch[0].saving_ns / 1e6:.0f} ms where removing the synchronizations bought "
         f"{lr.saving_ns / 1e6:.0f} and {l2r.saving_ns / 1e6:.0f} ms; on the balanced shape "
         f"{g_bal[0].saving_ns / 1e6:.0f} ms against {shapes[0][0].saving_ns / 1e6:.0f} and "  # type: ignore[index]
@@ -421,6 +462,7 @@ def render_other_gpu(gpu: str, rows: list[Row]) -> str:
     ok = [r for r in rows if r.rule and r.ratio is not None and 0.75 <= r.ratio <= 1.25 and not r.twin_fires]
     off = "; ".join(f"{r.pair.removeprefix(gpu + '/')} ({r.fmt}) {_ratio(r, r.impact_ns)}"
                     f"{', twin fires it too' if r.twin_fires else ''}"
+                    f"{'' if r.host_pace is None else f', twin host pace {r.host_pace:.2f}'}"
                     for r in rows if r.rule and r not in ok)
     return (
         f"# Calibration of the timeline-breakdown rules on another GPU: {OTHER_GPUS[gpu]}\n\n"
@@ -431,7 +473,9 @@ def render_other_gpu(gpu: str, rows: list[Row]) -> str:
         "calibrated on the main recordings only: a held-out machine. Method, columns and the bare pairs' "
         "saving (a share of the window) as in `docs/breakdown-calibration.md`.\n\n"
         f"Within 0.75-1.25 with the twin silent: {len(ok)} of {sum(1 for r in rows if r.rule)} pairs"
-        + (f"; the others: {off}" if off else "") + ".\n\n"
+        + (f"; the others: {off}" if off else "") + ". A twin host pace above 1: the twin's host ran slower "
+        "than the pathology's (its median kernel-launch call longer), so the code the fix leaves alone took "
+        "longer in the twin and the step saving understates the fix.\n\n"
         + table(rows)
         + "\n## Every breakdown rule on every pair\n\n" + rule_table(rows))
 

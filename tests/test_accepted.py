@@ -154,6 +154,24 @@ def test_bad_files_name_file_and_line(tmp_path: Path, monkeypatch: pytest.Monkey
     assert all(w in message for w in words) and "\n" not in message, message
 
 
+@pytest.mark.parametrize("text, words", [
+    ("version: 1\naccepted: !!python/object/apply:os.system [echo]\n",
+     ["YAML tag not allowed in an accepted-findings file", "an accepted-findings file is plain data"]),
+    ("version: 1\naccepted: " + "[" * 50_000 + "]" * 50_000 + "\n",
+     ["invalid YAML: lists or mappings nested too deeply", "an accepted-findings file nests a few levels"]),
+    ("version: 1\naccepted:\n  - rule: r\n    scope: {kind: trace}\n    impact_ms: " + "9" * 5000 + "\n",
+     ["4300 digits", "numbers in an accepted-findings file are short"]),
+])
+def test_hostile_yaml_is_named_as_the_file_it_is(tmp_path: Path, text: str, words: list[str]) -> None:
+    """The safe YAML reader's messages name the kind of file read (they said "a accepted-findings file",
+    "numbers in a rule file" for an accepted-findings file and "invalid YAML: RecursionError")."""
+    (tmp_path / "acc.yaml").write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_accepted(tmp_path / "acc.yaml")
+    message = str(err.value)
+    assert all(w in message for w in words) and "\n" not in message and "rule file" not in message, message
+
+
 def test_a_hand_written_entry_needs_no_fingerprint(tmp_path: Path) -> None:
     path = tmp_path / "acc.yaml"
     path.write_text("version: 1\naccepted:\n  - rule: gpu-idle-gaps\n    scope: {kind: device, device: 0}\n"

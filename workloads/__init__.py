@@ -25,6 +25,10 @@ PATHOLOGIES: tuple[str, ...] = (
     "compile_graph_break",
     "memory_leak",
     "memory_peak",
+    "empty_cache_loop",
+    "mask_index_sync",
+    "per_sample_loop",
+    "cpu_augment",
 )
 #: Multi-GPU jobs (``DISTRIBUTED = True``, run under torchrun: see ``_ddp`` and ``_distributed``),
 #: each a pathology with a ``--fixed`` twin; alone (no torchrun) each is the 1-GPU run.

@@ -31,6 +31,14 @@
 #                                               # per layer) and its twin: nsys, torch.profiler, nsys
 #                                               # --cuda-graph-trace=node (_node), torch.profiler --bare
 #                                               # (_bare); budget 540 s by default (one 600 s call)
+#     PART=i bash workloads/device_round3.sh    # held-out programs (issue 27), never used to calibrate:
+#                                               # empty_cache_loop, mask_index_sync, per_sample_loop,
+#                                               # cpu_augment, each pathology and twin with nsys and
+#                                               # torch.profiler, then --bare nsys pairs of
+#                                               # mask_index_sync and cpu_augment (suffix _bare),
+#                                               # and mask_index_sync's per-expert loop without its
+#                                               # syncs (--dispatch loop, suffix _loop) with both
+#                                               # tools; HELDOUT="NAME ..." records only those
 # Every manifest.jsonl line holds the program's own measured step times (step_ms, mean_ms,
 # median_ms). Jobs left when the budget BUDGET_S (default 450 s) runs out are listed in skipped.txt.
 # Result: $OUT/round3_<PART>*.tar.xz (sqlite, analyze.txt, stats CSVs, torch traces, manifest, log),
@@ -38,7 +46,7 @@
 set -uo pipefail
 : "${OUT:?set OUT to the output directory}"
 PART=${PART:-a}
-[[ $PART =~ ^[a-h]$ ]] || { echo "PART must be one of a-h" >&2; exit 2; }
+[[ $PART =~ ^[a-i]$ ]] || { echo "PART must be one of a-i" >&2; exit 2; }
 [[ $PART == h ]] && BUDGET_S=${BUDGET_S:-540}
 BUDGET_S=${BUDGET_S:-450}; RESERVE_S=${RESERVE_S:-70}; MIN_JOB_S=${MIN_JOB_S:-20}
 PREFIX=${PREFIX:-round3_$PART}
@@ -128,6 +136,29 @@ elif [[ $PART == h ]]; then
     run_job 75 compile_graph_break_fixed_node nsys -- compile_graph_break --fixed --cuda-graph-trace node --suffix _node
     run_job 60 compile_graph_break_bare torch -- compile_graph_break --bare --suffix _bare --gzip
     run_job 60 compile_graph_break_fixed_bare torch -- compile_graph_break --fixed --bare --suffix _bare --gzip
+elif [[ $PART == i ]]; then
+    # calibration pairs first (nsys, then torch.profiler), then the bare nsys pairs while time is left
+    # HELDOUT="a b" records only those workloads (a re-recording after a change to one of them)
+    read -ra held <<< "${HELDOUT:-empty_cache_loop mask_index_sync per_sample_loop cpu_augment}"
+    for w in "${held[@]}"; do
+        pair 50 "$w"
+    done
+    for w in "${held[@]}"; do
+        torch_pair 40 "$w"
+    done
+    if [[ " ${held[*]} " == *" mask_index_sync "* ]]; then
+        # the per-expert loop without its syncs: what removing the synchronizations alone buys (the
+        # pathology recorded again beside it, suffix _loop)
+        run_job 50 mask_index_sync_loop nsys -- mask_index_sync --suffix _loop
+        run_job 50 mask_index_sync_fixed_loop nsys -- mask_index_sync --fixed --dispatch loop --suffix _loop
+        run_job 40 mask_index_sync_loop torch -- mask_index_sync --gzip --suffix _loop
+        run_job 40 mask_index_sync_fixed_loop torch -- mask_index_sync --fixed --dispatch loop --gzip --suffix _loop
+    fi
+    for w in mask_index_sync cpu_augment; do
+        [[ " ${held[*]} " == *" $w "* ]] || continue
+        run_job 45 "${w}_bare" nsys -- "$w" --bare --suffix _bare
+        run_job 45 "${w}_fixed_bare" nsys -- "$w" --fixed --bare --suffix _bare
+    done
 elif [[ $PART == c ]]; then
     pair 60 copy_on_compute_stream
     pair 60 host_work_in_range

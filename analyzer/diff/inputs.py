@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from analyzer.boundedio import BoundedReadError, read_regular
 from analyzer.reports.baseline import ReportFormatError, RunSummary, from_report, summarize
 from analyzer.errors import InputError
 from analyzer.pipeline import AnalysisOptions, Progress
@@ -35,12 +36,10 @@ def is_report(path: Path) -> bool:
 
 def read_report(path: Path) -> Any:
     try:
-        size = path.stat().st_size
-        if size > MAX_REPORT_BYTES:
-            raise InputError(path, f"is {size >> 20} MiB, too large for a JSON report of this analyzer",
-                             hint="give the trace itself or the JSON written by 'analyze TRACE --format json'")
-        with open(path, "rb") as fh:
-            return json.loads(fh.read().decode("utf-8-sig"))  # a byte-order mark (PowerShell, Notepad) is fine
+        raw = read_regular(path, MAX_REPORT_BYTES, "JSON report")
+        return json.loads(raw.decode("utf-8-sig"))  # a byte-order mark (PowerShell, Notepad) is fine
+    except BoundedReadError as err:
+        raise InputError(path, err.reason, hint="give the trace itself or the JSON written by 'analyze TRACE --format json'") from None
     except UnicodeDecodeError:
         raise ReportFormatError(path, "is not UTF-8 text", hint="give the JSON written by 'analyze --format json'") \
             from None
@@ -49,6 +48,9 @@ def read_report(path: Path) -> Any:
                                 hint="write it again with 'analyze TRACE --format json'") from None
     except RecursionError:
         raise ReportFormatError(path, "is nested too deeply to be a JSON report of this analyzer") from None
+    except ValueError as err:  # valid JSON Python's int() refuses: an integer of 4,300+ digits
+        raise ReportFormatError(path, f"holds a value no report of this analyzer has ({str(err).split(';')[0]})",
+                                hint="write it again with 'analyze TRACE --format json'") from None
     except OSError as err:
         raise InputError(path, f"cannot be read ({err.strerror or err})") from None
 

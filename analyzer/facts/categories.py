@@ -69,7 +69,7 @@ def load_categories(path: str | Path | None = None) -> tuple[Category, ...]:
     from analyzer.yamlsafe import load_yaml
 
     try:  # the rule files' safe reader: no aliases (no billion laughs), no tags, at most 1 MiB
-        doc = load_yaml(file)
+        doc = load_yaml(file, "category table")
     except RuleError as err:
         detail = str(err).removeprefix(f"{file}:").lstrip("0123456789: ")
         raise InputError(file, f"category table is not valid YAML ({detail})") from None

@@ -48,7 +48,7 @@ def _as_mapping(value: Any) -> Mapping[str, Any] | None:
     if isinstance(value, str) and value.startswith("{"):
         try:
             out = json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, an int of 4,300+ digits, nesting thousands deep
             return None
         return out if isinstance(out, Mapping) else None
     return None

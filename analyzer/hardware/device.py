@@ -60,13 +60,6 @@ class DeviceHardware:
             raise KeyError(f"unknown precision {precision!r}; known: {', '.join(PRECISIONS)}")
         return self.peaks[precision]
 
-    @property
-    def identified(self) -> str:
-        """How the report names this GPU's table row: ``NVIDIA T4`` or why there is none."""
-        if self.spec is not None:
-            return self.spec.label()
-        return f"{self.name or 'an unnamed GPU'} (not in the GPU table)"
-
 
 def _unknown(what: str) -> HardwareValue:
     return HardwareValue(None, "unknown", f"{what} unknown: not recorded in the trace, GPU not in the table")

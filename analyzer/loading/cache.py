@@ -26,7 +26,9 @@ Keys, and why an entry is never stale:
 
 Limits: the cache keeps at most ``$ANALYZER_CACHE_MAX`` bytes (default 5 GB, e.g. ``ANALYZER_CACHE_MAX=
 20GB``; ``0`` disables writing); after each write the least recently used entries are evicted. An entry
-larger than the limit is not written.
+larger than the limit is not written. The derived files beside the cache (:data:`DERIVED_FOLDERS`: decompressed
+``.sqlite.xz`` traces, ``.nsys-rep`` exports) count against the same limit and are evicted with the entries,
+least recently used first, except one used in the last :data:`DERIVED_IN_USE_S` seconds.
 
 Trust: nothing in an entry is code (Arrow IPC and JSON only). The cache directory is created private
 (``0700``), entry files ``0600``; the directory, an entry or a file owned by another user or writable
@@ -99,6 +101,14 @@ _ENTRY_FILES = frozenset({"meta.json", FACT_FILE, *(f"{name}.arrow" for name in 
 #: the cache's folders under :func:`cache_home`: loaded traces, and the facts computed from them
 #: (:mod:`analyzer.facts.cache`); ``ANALYZER_CACHE_MAX`` bounds them together
 CACHE_FOLDERS = ("traces", "facts")
+#: folders of derived files beside them (:mod:`analyzer.loading.nsys_rep`: a ``.sqlite.xz`` decompressed,
+#: an ``.nsys-rep`` exported), each file named as it names them; within the same ``ANALYZER_CACHE_MAX``
+DERIVED_FOLDERS: dict[str, re.Pattern[str]] = {
+    "decompressed": re.compile(r"^[0-9a-f]{16}-."),
+    "nsys-export": re.compile(r"-[0-9a-f]{16}\.sqlite$"),
+}
+#: a derived file used this recently may be open in another analysis: never evicted (nor counted)
+DERIVED_IN_USE_S = 600
 _SAID: set[tuple[str, str]] = set()
 
 Progress = Callable[[str], None]
@@ -184,29 +194,45 @@ def _remove_entry_dir(folder: Path) -> None:
 def _ours(meta: Path) -> bool:
     """``meta`` is the meta.json of an entry the cache wrote: a JSON object with the cache's fields and
     the folder's own name as its digest."""
-    try:
-        if meta.is_symlink() or meta.stat().st_size > 1 << 24:
-            return False
-        d = json.loads(meta.read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(d, dict) and "signature" in d and d.get("digest") == meta.parent.name
+    d = _meta_of(meta)
+    return d is not None and "signature" in d and d.get("digest") == meta.parent.name
 
 
 class _Untrusted(Exception):
     pass
 
 
-def _read_private(path: Path) -> bytes:
+def _read_private(path: Path, limit: int | None = None) -> bytes:
     """The bytes of a cache file: a regular file (not a link, FIFO or device) of this user's that no one
-    else can write to; raises :class:`_Untrusted` otherwise (OSError when it cannot be read)."""
+    else can write to; raises :class:`_Untrusted` otherwise, or when it holds more than ``limit`` bytes
+    (OSError when it cannot be read)."""
 
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
     with os.fdopen(fd, "rb") as fh:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or not trusted(st):
             raise _Untrusted(f"{path} is not a private file of yours")
-        return fh.read()
+        data = fh.read() if limit is None else fh.read(limit + 1)
+        if limit is not None and len(data) > limit:
+            raise _Untrusted(f"{path} is larger than a file the cache writes")
+        return data
+
+
+#: the most a meta.json (or an identity index file) may hold: the cache writes a few kilobytes
+META_MAX_BYTES = 1 << 24
+INDEX_MAX_BYTES = 4096
+
+
+def _meta_of(meta: Path) -> dict[str, Any] | None:
+    """The JSON object in the cache file ``meta`` (read as :func:`_read_private` reads: no link, FIFO or
+    device, nothing another user could write, at most :data:`META_MAX_BYTES`), or None when it is not
+    one. Every cache read of a meta.json goes through here or :func:`open_entry`: one that reads a FIFO
+    blocks forever, one that follows a link to ``/dev/zero`` grows memory without bound."""
+    try:
+        d = json.loads(_read_private(meta, META_MAX_BYTES))
+    except (OSError, ValueError, RecursionError, _Untrusted):
+        return None
+    return d if isinstance(d, dict) else None
 
 
 #: meta.json's keys the trace is rebuilt from (``files``: each Arrow file's SHA-256, so that one frame
@@ -341,11 +367,11 @@ def open_entry(root: Path, digest: str, what: str = "trace cache") -> tuple[Path
         st = os.lstat(entry)
         if not stat.S_ISDIR(st.st_mode) or not trusted(st):
             raise _Untrusted(f"{entry} is not a private folder of yours")
-        meta = json.loads(_read_private(entry / "meta.json"))
+        meta = json.loads(_read_private(entry / "meta.json", META_MAX_BYTES))
     except _Untrusted as err:
         _say_once("entry", f"{err}; not used", what)
         return None
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     if not isinstance(meta, dict) or meta.get("digest") != digest:
         _debug(f"{entry.name}: not an entry for this digest; ignored", what)
@@ -426,12 +452,8 @@ def _traces_with_facts(root: Path) -> set[str]:
     if root.name != "traces":
         return out
     for meta in _metas(root.parent / "facts"):
-        try:
-            if meta.is_symlink() or meta.stat().st_size > 1 << 20:
-                continue
-            digest = json.loads(meta.read_text()).get("trace")
-        except (OSError, ValueError, AttributeError):
-            continue
+        d = _meta_of(meta)
+        digest = d.get("trace") if d is not None else None
         if isinstance(digest, str) and _ENTRY_RE.match(digest):
             out.add(digest)
     return out
@@ -453,21 +475,68 @@ def entries_in(root: Path) -> list[tuple[float, int, Path]]:
     return sorted(out)
 
 
-def evict_entries(root: Path, limit: int) -> None:
+def derived_in(folder: Path) -> list[tuple[float, int, Path]]:
+    """(last use, bytes, file) of every derived file in ``folder`` (one of :data:`DERIVED_FOLDERS`, a
+    real folder of this user's, not a link): regular files of this user's named as the analyzer names
+    them. Last use: the access time :func:`mark_used` sets (never the mtime, which readers check)."""
+    pattern = DERIVED_FOLDERS.get(folder.name)
+    out: list[tuple[float, int, Path]] = []
+    try:
+        st = os.lstat(folder)
+        if pattern is None or not stat.S_ISDIR(st.st_mode) or not trusted(st):
+            return out
+        with os.scandir(folder) as it:
+            for item in it:
+                if not pattern.search(item.name):
+                    continue
+                try:
+                    fst = item.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if stat.S_ISREG(fst.st_mode) and trusted(fst):
+                    out.append((max(fst.st_atime, fst.st_mtime), fst.st_size, Path(item.path)))
+    except OSError:
+        pass
+    return sorted(out)
+
+
+def mark_used(path: Path) -> None:
+    """Record that the derived file ``path`` was used now (its access time; the mtime stays)."""
+    try:
+        os.utime(path, ns=(time.time_ns(), os.stat(path).st_mtime_ns))
+    except OSError:
+        pass
+
+
+def evict_entries(root: Path, limit: int, keep: Path | None = None) -> None:
     """Remove the least recently used entries until those of ``root`` and of the other
-    :data:`CACHE_FOLDERS` beside it (when ``root`` is one of them) fit ``limit`` together; drop the
-    temporary folders of interrupted runs (an hour old) in them."""
+    :data:`CACHE_FOLDERS` beside it (when ``root`` is one of them or of :data:`DERIVED_FOLDERS`), with
+    the derived files there, fit ``limit`` together; drop the temporary folders of interrupted runs (an
+    hour old) in them. A derived file used in the last :data:`DERIVED_IN_USE_S` seconds, and ``keep``,
+    stay (and do not count): another analysis may be reading it."""
     roots = [root]
-    if root.name in CACHE_FOLDERS:
-        roots += [root.parent / name for name in CACHE_FOLDERS if name != root.name]
-    entries = sorted(e for r in roots for e in entries_in(r))
-    total = sum(size for _, size, _ in entries)
-    for _, size, entry in entries:
+    shared = root.name in CACHE_FOLDERS or root.name in DERIVED_FOLDERS
+    if shared:
+        roots = [root.parent / name for name in CACHE_FOLDERS]
+    now = time.time()
+    entries = [(used, size, entry, False) for r in roots for used, size, entry in entries_in(r)]
+    if shared:
+        entries += [(used, size, f, True) for name in DERIVED_FOLDERS
+                    for used, size, f in derived_in(root.parent / name)
+                    if f != keep and now - used >= DERIVED_IN_USE_S]
+    entries.sort(key=lambda e: e[0])
+    total = sum(e[1] for e in entries)
+    for _, size, entry, derived in entries:
         if total <= limit:
             break
-        _remove_entry_dir(entry)
+        if derived:
+            try:
+                os.unlink(entry)
+            except OSError:
+                continue
+        else:
+            _remove_entry_dir(entry)
         total -= size
-    now = time.time()
     for r in roots:
         try:
             for p in r.iterdir():
@@ -598,7 +667,7 @@ class TraceCache:
 
     def _digest_from_index(self, ident: Identity) -> str | None:
         try:
-            digest = _read_private(self._index_file(ident)).decode("ascii", "replace").strip()
+            digest = _read_private(self._index_file(ident), INDEX_MAX_BYTES).decode("ascii", "replace").strip()
         except (OSError, _Untrusted):
             return None
         return digest if _ENTRY_RE.match(digest) else None
@@ -619,11 +688,9 @@ class TraceCache:
 
     def _same_size_entry(self, size: int) -> bool:
         for meta in self._metas():
-            try:
-                if json.loads(meta.read_text()).get("source_size") == size:
-                    return True
-            except (OSError, ValueError):
-                continue
+            d = _meta_of(meta)
+            if d is not None and d.get("source_size") == size:
+                return True
         return False
 
     def _metas(self) -> list[Path]:
@@ -771,12 +838,12 @@ class TraceCache:
                 live |= _traces_with_facts(self.root)  # a torch.profiler file has fact entries only
                 for f in index.iterdir():
                     try:
-                        if not (_INDEX_RE.match(f.name) and not f.is_symlink() and f.is_file()):
+                        if not _INDEX_RE.match(f.name):
                             continue
-                        digest = f.read_text().strip()
+                        digest = _read_private(f, INDEX_MAX_BYTES).decode("ascii", "replace").strip()
                         if _ENTRY_RE.match(digest) and digest not in live:
                             f.unlink()
-                    except (OSError, UnicodeDecodeError):
+                    except (OSError, _Untrusted):
                         continue
         except OSError:
             pass

@@ -84,20 +84,26 @@ def export_command(report: Path, out: Path | str = "OUT.sqlite") -> str:
 
 
 def cache_key(path: Path) -> str:
-    """Key of a derived file: absolute path + size + mtime, hashed (a changed input gets a new key)."""
+    """Key of a derived file: absolute path, device, inode, size, mtime and ctime, hashed (a changed
+    input gets a new key). The inode and ctime matter: a file replaced by another of the same size whose
+    mtime was carried over (``cp -p``, ``rsync -t``, ``tar x``) had the old key, and its stale
+    decompressed copy was analyzed; no one can set a ctime back."""
     st = path.stat()
-    raw = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()
+    raw = f"{path.resolve()}|{st.st_dev}|{st.st_ino}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}".encode()
     return hashlib.sha256(raw).hexdigest()[:16]
 
 
 def cached_sqlite_for_report(report: Path, *, cache_dir: Path | None = None,
                              progress: Progress | None = None) -> Path:
     """The SQLite export of ``report``, exporting it with ``nsys`` on first use."""
+    from analyzer.loading.cache import mark_used
+
     say = progress or (lambda _m: None)
     cache = (cache_dir or default_cache_dir()) / "nsys-export"
     target = cache / f"{report.stem}-{cache_key(report)}.sqlite"
     if _usable(target) and _usable_folder(cache):
         say(f"using cached SQLite export {target}")
+        mark_used(target)
         return target
     nsys = find_nsys()
     if nsys is None:
@@ -131,7 +137,7 @@ def cached_sqlite_for_report(report: Path, *, cache_dir: Path | None = None,
         detail = _last_line(proc.stderr) or _last_line(proc.stdout) or f"exit code {proc.returncode}"
         raise _export_failure(report, nsys, detail, installed_version(nsys))
     os.chmod(tmp, 0o600)  # private like the rest of the cache (served only while no one else can write it)
-    return publish(tmp, target)
+    return _evict_beside(publish(tmp, target))
 
 
 # "Version number is invalid: 2024@6@2@225-..." (nsys 2022-2023 reading a newer report)
@@ -170,15 +176,19 @@ def _export_failure(report: Path, nsys: str, detail: str, installed: str | None)
 
 def cached_decompressed(path: Path, *, cache_dir: Path | None = None, progress: Progress | None = None) -> Path:
     """``trace.sqlite.xz`` -> a decompressed copy in the cache (keyed like exports)."""
+    from analyzer.loading.cache import mark_used
+
     say = progress or (lambda _m: None)
     cache = (cache_dir or default_cache_dir()) / "decompressed"
     stem = path.name.removesuffix(".xz")
     target = cache / f"{cache_key(path)}-{stem}"
     if _usable(target) and _usable_folder(cache):
+        mark_used(target)
         return target
     cache = writable_cache(cache)
     target = cache / target.name
     if _usable(target):
+        mark_used(target)
         return target
     say(f"decompressing {path.name} (once; cached in {cache})")
     fd, tmp_name = tempfile.mkstemp(prefix=".xz-", dir=cache)
@@ -199,7 +209,19 @@ def cached_decompressed(path: Path, *, cache_dir: Path | None = None, progress: 
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise
-    return publish(Path(tmp_name), target)
+    return _evict_beside(publish(Path(tmp_name), target))
+
+
+def _evict_beside(target: Path) -> Path:
+    """``target``, a derived file just written; the least recently used cache contents evicted around
+    it so that the cache folder (its entries and derived files together) stays within
+    ``ANALYZER_CACHE_MAX`` (before, every decompressed copy and export stayed forever: 16 GB of copies
+    of the same few traces on a development machine whose limit was 5 GB)."""
+    from analyzer.loading.cache import DERIVED_FOLDERS, evict_entries, max_bytes
+
+    if target.parent.name in DERIVED_FOLDERS:  # not the private fallback folder, removed at exit anyway
+        evict_entries(target.parent, max_bytes(), keep=target)
+    return target
 
 
 def publish(tmp: Path, target: Path) -> Path:

@@ -66,7 +66,7 @@ import numpy as np
 import pandas as pd
 
 from analyzer._paths import trace_stem
-from analyzer.boundedio import BoundedReadError, copy_decompressed, decompressed_limit
+from analyzer.boundedio import BoundedReadError, copy_decompressed, decompressed_limit, read_regular
 from analyzer.errors import AnalyzerError, InputError, ParameterError
 from analyzer.loading.model import Trace
 from analyzer.facts.phase_index import MEASURE_TOLERANCE, PhaseIndex
@@ -114,6 +114,9 @@ FLAG_CHECKS: dict[str, str] = {
 PYTHON_TIMING_RANGES: tuple[str, ...] = ("python_timing",)
 PYTIME_SCHEMA = "workloads.pytime/1"
 PYTIME_SUFFIX = ".pytime.json"
+#: the most a sidecar the sweep reads beside a trace may hold (read while counting, never trusted from st_size)
+PYTIME_MAX_BYTES = 10_000_000
+LOG_MAX_BYTES = 50_000_000  # a run's log or manifest.jsonl
 #: Phases of the ``timing`` table and their keys in a pytime sidecar.
 TIMED_PHASES: tuple[str, ...] = ("forward", "backward", "optimizer_step", "step")
 #: A bigger model or longer context may be this much faster before ``not_monotonic`` flags it (noise:
@@ -289,11 +292,11 @@ def read_pytime(path: Path) -> tuple[dict[str, object] | None, str]:
     if not path.is_file():
         return None, ""
     try:
-        if path.stat().st_size > 10_000_000:
-            return None, f"{path.name}: larger than 10 MB"
-        record = json.loads(path.read_text(encoding="utf-8", errors="replace"))
-    except (OSError, json.JSONDecodeError) as err:
-        return None, f"{path.name}: not readable JSON ({err})"
+        record = json.loads(read_regular(path, PYTIME_MAX_BYTES, "Python timings").decode("utf-8", "replace"))
+    except BoundedReadError as err:
+        return None, f"{path.name}: {err.reason}"
+    except (OSError, ValueError, RecursionError) as err:  # ValueError: bad JSON, or an int of 4,300+ digits
+        return None, f"{path.name}: not readable JSON ({type(err).__name__}: {str(err)[:200]})"
     if not isinstance(record, dict) or record.get("schema") != PYTIME_SCHEMA:
         return None, f"{path.name}: not a {PYTIME_SCHEMA} record"
     return record, ""
@@ -335,8 +338,12 @@ def _oom_evidence(path: Path, trace: Trace | None, manifest: Mapping[str, Mappin
                 return f"NVTX text {str(text)[:120]!r}"
     for suffix in (".log", ".stderr", ".out", ".err", ".txt"):
         side = path.parent / f"{stem}{suffix}"
-        if side.is_file() and side.stat().st_size < 50_000_000:
-            for line in side.read_text(errors="replace").splitlines():
+        if side.is_file():
+            try:
+                lines = read_regular(side, LOG_MAX_BYTES, "log").decode("utf-8", "replace").splitlines()
+            except (OSError, BoundedReadError):
+                continue
+            for line in lines:
                 if OOM_PATTERN.search(line):
                     return f"{side.name}: {line.strip()[:160]}"
     if record is not None and record.get("exit_code") not in (0, None):
@@ -351,10 +358,14 @@ def _read_manifests(paths: Sequence[Path]) -> dict[str, dict[str, object]]:
         manifest = folder / "manifest.jsonl"
         if not manifest.is_file():
             continue
-        for line in manifest.read_text(errors="replace").splitlines():
+        try:
+            text = read_regular(manifest, LOG_MAX_BYTES, "manifest").decode("utf-8", "replace")
+        except (OSError, BoundedReadError):
+            continue
+        for line in text.splitlines():
             try:
                 record = json.loads(line)
-            except json.JSONDecodeError:
+            except (ValueError, RecursionError):  # bad JSON, an int of 4,300+ digits, deep nesting
                 continue
             if isinstance(record, dict) and "name" in record:
                 out[str(record["name"])] = record

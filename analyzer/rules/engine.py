@@ -20,7 +20,7 @@ from analyzer.findings import Finding, Scope, rank
 from analyzer.rules.expr import Env, EvalError, Expr, ExprError
 from analyzer.rules.expr import evaluate as eval_expr
 from analyzer.rules.footprint import footprint_columns
-from analyzer.rules.footprint import footprint, merge_intervals
+from analyzer.rules.footprint import footprint, merge_intervals, row_times
 from analyzer.rules.model import SCOPES, Rule, RuleEvaluationError, RulePack
 from analyzer.rules.templates import render
 
@@ -290,24 +290,18 @@ def _groups(rows: pd.DataFrame, rule: Rule) -> tuple[np.ndarray, pd.DataFrame]:
         if keys is None:
             keys = _NO_GROUPS[canonical] = pd.DataFrame(columns=list(canonical))
         return np.zeros(0, dtype=np.int64), keys
-    codes = rows.groupby(list(rule.key_columns), sort=True, dropna=False).ngroup().to_numpy()
-    first = np.unique(codes, return_index=True)[1]  # each group's first row (every row has a group: dropna=False)
+    only = rows[rule.key_columns[0]] if len(rule.key_columns) == 1 else None
+    if only is not None and isinstance(only.dtype, np.dtype) and only.dtype.kind in "iub":
+        # one integer key (a device, a stream): its sorted distinct values number the groups as the
+        # groupby below does (no missing values to place), and each group's first row comes with them
+        _, first, codes = np.unique(only.to_numpy(), return_index=True, return_inverse=True)
+        codes = codes.reshape(-1).astype(np.int64, copy=False)
+    else:
+        codes = rows.groupby(list(rule.key_columns), sort=True, dropna=False).ngroup().to_numpy()
+        first = np.unique(codes, return_index=True)[1]  # each group's first row (every row has a group: dropna=False)
     keys = rows.iloc[first][list(rule.key_columns)].reset_index(drop=True)
     keys.columns = list(canonical)
     return codes, keys
-
-
-def _time_intervals(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
-    if "start" not in rows.columns:
-        return None
-    start = pd.to_numeric(rows["start"], errors="coerce").to_numpy(float)
-    if "end" in rows.columns:
-        end = pd.to_numeric(rows["end"], errors="coerce").to_numpy(float)
-    elif "duration" in rows.columns:
-        end = start + pd.to_numeric(rows["duration"], errors="coerce").to_numpy(float)
-    else:
-        return None
-    return start, end
 
 
 def _overlap(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> bool:
@@ -335,12 +329,16 @@ def _findings(rule: Rule, env: Env, fired: np.ndarray, impact: np.ndarray | None
     order = np.argsort(group_of, kind="stable")
     positions, group_of = positions[order], group_of[order]
     bounds = np.searchsorted(group_of, fired, side="left"), np.searchsorted(group_of, fired, side="right")
-    intervals = _time_intervals(rows)
+    # the fired rows' times, in ``positions`` order: each finding's are a slice (converted once, for the
+    # rows that fired only, and shared by its spans and its footprint)
+    intervals = row_times(rows, positions)
     window_ns = window.duration_ns
     store_get = env.fact
     out = []
     for i, g in enumerate(fired):
-        mine = positions[bounds[0][i]:bounds[1][i]]
+        lo, hi = int(bounds[0][i]), int(bounds[1][i])
+        mine = positions[lo:hi]
+        times = (intervals[0][lo:hi], intervals[1][lo:hi]) if intervals is not None else None
         keys = {k: _py(v) for k, v in env.keys.iloc[g].items()}
         lets = {name: _py(value.iloc[g]) for name, value in env.lets.items()}
         values = {**{k: _py(v) for k, v in env.consts.items()}, **keys, **lets}
@@ -382,10 +380,10 @@ def _findings(rule: Rule, env: Env, fired: np.ndarray, impact: np.ndarray | None
             metrics=lets,
             kind=rule.kind,
             headline=headline,
-            footprint=(footprint(rows, mine, scope, window, store_get, rule.footprint, rule.source)
+            footprint=(footprint(rows, mine, scope, window, store_get, rule.footprint, rule.source, times=times)
                        if impact_ns is not None and rule.kind == "cause" and store_get is not None else None),
         )
-        spans = merge_intervals(intervals[0][mine], intervals[1][mine]) if intervals is not None else None
+        spans = merge_intervals(*times) if times is not None else None
         out.append(_Fired(finding, spans))
     return out
 

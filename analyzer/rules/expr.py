@@ -528,6 +528,10 @@ def _aggregate(name: str, values: Any, q: float, env: Env, weight: Any = None) -
     whole = _one_group(name, values, codes, ngroups)
     if whole is not None:
         return whole
+    if name == "nunique" and isinstance(values.dtype, pd.CategoricalDtype):
+        distinct = _categorical_nunique(values, codes, ngroups)
+        if distinct is not None:
+            return distinct
     grouped = values.groupby(codes)
     if name == "p":
         result = grouped.quantile(q)
@@ -547,10 +551,12 @@ def _one_group(name: str, values: pd.Series, codes: np.ndarray, ngroups: int) ->
     if ngroups != 1 or not len(values) or len(codes) != len(values) or not isinstance(values.dtype, np.dtype):
         return None
     kind = values.dtype.kind
-    exact_sum = kind in "biu" and (kind == "b" or float(np.abs(values.to_numpy()).sum(dtype=np.float64)) < 2.0 ** 52)
-    if name in ("sum", "mean", "share") and not exact_sum:
+    if name in ("sum", "mean", "share") and not (
+            kind in "biu" and (kind == "b" or float(np.abs(values.to_numpy()).sum(dtype=np.float64)) < 2.0 ** 52)):
         return None
-    if name not in ("sum", "mean", "share", "min", "max", "any", "all", "nunique") or kind not in "biuf":
+    if name not in ("sum", "mean", "share", "min", "max", "any", "all", "nunique", "median") or kind not in "biuf":
+        return None
+    if name == "median" and kind not in "iu":  # (the groupby skips NaN; integers have none)
         return None
     if codes.min() != 0 or codes.max() != 0:
         return None
@@ -562,9 +568,39 @@ def _one_group(name: str, values: pd.Series, codes: np.ndarray, ngroups: int) ->
         value = float(values.to_numpy().sum(dtype=np.int64)) / len(values)
     elif name == "nunique":
         value = np.int64(values.nunique())
+    elif name == "median":
+        # the groupby's median: the values as float64, the middle one or the mean of the middle two;
+        # numpy's median of the integers picks the same elements and averages them in float64
+        value = np.float64(np.median(values.to_numpy()))
     else:
         value = getattr(values, name)()
     return pd.Series([value], name=values.name)
+
+
+def _categorical_nunique(values: pd.Series, codes: np.ndarray, ngroups: int) -> pd.Series | None:
+    """``values.groupby(codes).nunique()`` of a categorical ``values`` (distinct non-missing values per
+    group) from its integer codes, without the groupby's hashing; None when a group has no rows (the
+    groupby leaves it out)."""
+    if not len(values) or len(codes) != len(values) or int(codes.min()) < 0:
+        return None
+    rows_per_group = np.bincount(codes, minlength=ngroups)
+    if len(rows_per_group) != ngroups or not rows_per_group.all():
+        return None
+    cat = np.asarray(values.cat.codes)
+    ncat = len(values.cat.categories)
+    valid = cat >= 0
+    if not valid.all():
+        cat, group = cat[valid], codes[valid]
+    else:
+        group = codes
+    if ngroups * max(ncat, 1) <= 1 << 24:  # a table of (group, category) seen
+        seen = np.zeros((ngroups, max(ncat, 1)), dtype=bool)
+        seen[group, cat] = True
+        counts = seen.sum(axis=1, dtype=np.int64)
+    else:
+        pairs = np.unique(group.astype(np.int64) * ncat + cat)
+        counts = np.bincount(pairs // ncat, minlength=ngroups).astype(np.int64)
+    return pd.Series(counts, name=values.name)
 
 
 def _text_test(name: str, value: Any, text: str) -> Any:

@@ -70,12 +70,15 @@ def footprint_reads(columns: Collection[str], scope: str, how: str = "auto") -> 
 
 
 def footprint(rows: pd.DataFrame, positions: np.ndarray, scope: Scope, window: Window,
-              fact: Callable[[str], pd.DataFrame], how: str = "auto", source: str | None = None) -> Footprint | None:
+              fact: Callable[[str], pd.DataFrame], how: str = "auto", source: str | None = None,
+              times: tuple[np.ndarray, np.ndarray] | None = None) -> Footprint | None:
     """The footprint of the finding that grouped ``rows.iloc[positions]`` (None: not found: a fact it
     needs is missing on this input). ``source``: the fact the rows were taken from (the rule's
-    ``source``, before its ``where``): host calls' waits are told apart among its calls."""
+    ``source``, before its ``where``): host calls' waits are told apart among its calls. ``times``:
+    :func:`row_times` of those rows when the caller has them (read, never modified)."""
     try:
-        times = _times(rows, positions)
+        if times is None:
+            times = row_times(rows, positions)
         if how == "idle_before" and times is not None and "device" in rows.columns:
             device = pd.to_numeric(rows["device"].iloc[positions], errors="coerce").fillna(-1).to_numpy("int64")
             return _idle_before(device, times[0], window, fact)
@@ -92,7 +95,9 @@ def footprint(rows: pd.DataFrame, positions: np.ndarray, scope: Scope, window: W
         return None
 
 
-def _times(rows: pd.DataFrame, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+def row_times(rows: pd.DataFrame, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(start, end)`` of ``rows.iloc[positions]`` as floats (NaN where not numeric; ``end`` from
+    ``start + duration`` without an ``end`` column), None for rows without a time."""
     if "start" not in rows.columns:
         return None
     start = pd.to_numeric(rows["start"].iloc[positions], errors="coerce").to_numpy(float)
@@ -238,15 +243,24 @@ def merge_intervals(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.
     non-finite ones left out): the footprints' blocks and the spans the engine tests findings'
     overlap on."""
     ok = np.isfinite(start) & np.isfinite(end) & (end > start)
-    start, end = start[ok], end[ok]
+    if not ok.all():  # (the inputs are only read: no copy where every interval is kept)
+        start, end = start[ok], end[ok]
     if len(start) == 0:
-        return start, end
+        return start[:0].copy(), end[:0].copy()
     if len(start) > 1 and not (start[1:] >= start[:-1]).all():  # facts come ordered by start: often no sort
         order = np.argsort(start, kind="stable")
         start, end = start[order], end[order]
     reach = np.maximum.accumulate(end)
-    new = np.r_[True, start[1:] > reach[:-1]]
-    return start[new], np.maximum.reduceat(reach, np.flatnonzero(new))
+    new = np.empty(len(start), dtype=bool)
+    new[0] = True
+    np.greater(start[1:], reach[:-1], out=new[1:])
+    first = np.flatnonzero(new)
+    # a block's end is the running maximum at its last interval (the maximum never decreases): one
+    # gather per block instead of a reduction over every interval
+    last = np.empty_like(first)
+    last[:-1] = first[1:] - 1
+    last[-1] = len(start) - 1
+    return start[first], reach[last]
 
 
 def _build(device: np.ndarray, start: np.ndarray, end: np.ndarray, window: Window, source: str) -> Footprint:

@@ -7,10 +7,14 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
-from analyzer.errors import ParameterError
+from analyzer.errors import ParameterError, truncate
 from analyzer.rules.expr import ExprError, check_pattern
 from analyzer.rules.model import Parameter, Rule, RulePack
 from analyzer.rules.units import UnitError, format_quantity, parse_quantity
+
+
+#: the most of a RULE.PARAM=VALUE an error message quotes
+SHOWN_CHARS = 200
 
 
 def parse_set(text: str) -> tuple[str, str, str]:
@@ -18,7 +22,8 @@ def parse_set(text: str) -> tuple[str, str, str]:
     target, sep, value = text.partition("=")
     rule, dot, param = target.strip().rpartition(".")
     if not sep or not dot or not rule or not param or not value.strip():
-        raise ParameterError(f"--set {text!r}: expected RULE.PARAM=VALUE, e.g. gpu-idle-gaps.min_gap=2ms")
+        raise ParameterError(f"--set {truncate(text, SHOWN_CHARS)!r}: expected RULE.PARAM=VALUE, e.g. "
+                             "gpu-idle-gaps.min_gap=2ms")
     return rule, param.strip(), value.strip()
 
 
@@ -32,13 +37,14 @@ def apply_overrides(pack: RulePack, sets: Iterable[str], *, origin: str = "--set
         except ParameterError as err:
             if origin == "--set":
                 raise
-            raise ParameterError(f"{origin}: set {text!r}: expected RULE.PARAM=VALUE, e.g. "
+            raise ParameterError(f"{origin}: set {truncate(text, SHOWN_CHARS)!r}: expected RULE.PARAM=VALUE, e.g. "
                                  "gpu-idle-gaps.min_gap=2ms") from err
         try:
             rule = pack.get(rule_name)
             param = set_parameter(rule, param_name, raw)
         except ParameterError as err:
-            where = f"{origin} {text}" if origin == "--set" else f"{origin}: set {text}"
+            shown = truncate(text, SHOWN_CHARS)  # a 5,000-digit value must not push the reason off the line
+            where = f"{origin} {shown}" if origin == "--set" else f"{origin}: set {shown}"
             raise ParameterError(f"{where}: {err.message}", hint=err.hint) from None
         pack = pack.replace_rule(rule.with_parameter(param))
     return pack

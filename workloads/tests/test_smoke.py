@@ -207,3 +207,56 @@ def test_compile_graph_break_breaks_only_in_the_pathology() -> None:
         counts[fixed] = (int(m.group(1)), int(m.group(2)))
     assert counts[True] == (1, 0)
     assert counts[False][1] >= 1 and counts[False][0] >= 2
+
+
+@pytest.mark.parametrize("name,op,ratio", [
+    ("mask_index_sync", "aten::nonzero", None),   # the twin's static shapes: no nonzero at all
+    ("per_sample_loop", "aten::conv2d", 4),       # smoke batch 4: one model call per sample
+])
+def test_held_out_twins_remove_the_mechanism(tmp_path: Path, name: str, op: str,
+                                             ratio: int | None) -> None:
+    """The held-out programs (issue 27) recorded with torch.profiler on the CPU: the pathology runs
+    the operator that makes it slow (a data-dependent ``nonzero`` per expert and layer; one conv per
+    layer per sample), the twin does not (no ``nonzero``; one conv per layer per batch)."""
+    import gzip
+    import json
+
+    proc = _run(["workloads", "profile", name, "--both", "--tool", "torch", "--gzip", "--size",
+                 "smoke", "--out", str(tmp_path), "--", "--device", "cpu", "--steps", "2"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    counts = []
+    for trace in (name, f"{name}_fixed"):
+        with gzip.open(tmp_path / f"{trace}.pt.trace.json.gz", "rt") as fh:
+            events = json.load(fh)["traceEvents"]
+        counts.append(sum(e.get("cat") == "cpu_op" and e.get("name") == op for e in events))
+    pathology, twin = counts
+    if ratio is None:
+        # 2 steps x (2 layers x 4 experts + the padding mask), smoke sizes
+        assert pathology >= 2 * (2 * 4 + 1) and twin == 0
+    else:
+        assert twin > 0 and pathology == ratio * twin
+
+
+def test_mask_index_sync_twins_compute_what_the_pathology_computes() -> None:
+    """mask_index_sync's two twins (batched experts; the per-expert loop without syncs) give the
+    pathology's output on the tokens it keeps (their padding rows stay zero): they differ in how they
+    dispatch, not in what they compute (CPU, fp32, smoke sizes: no token overflows its expert)."""
+    import torch
+
+    from workloads import _common as c
+    from workloads import mask_index_sync as m
+
+    def forward(*args: str) -> torch.Tensor:
+        parser = c.make_parser("mask_index_sync", None)
+        m.add_arguments(parser)
+        step = m.build(c.parse_config("mask_index_sync", parser, ["--size", "smoke", "--device", "cpu",
+                                                                  *args]))
+        cells = dict(zip(step.__code__.co_freevars, (x.cell_contents for x in step.__closure__ or ())))
+        with torch.no_grad():
+            return cells["forward"]()
+
+    sick = forward()
+    for twin in (forward("--fixed"), forward("--fixed", "--dispatch", "loop")):
+        kept = twin.abs().sum(-1) > 0
+        assert int(kept.sum()) == sick.shape[0] < twin.shape[0]
+        torch.testing.assert_close(twin[kept], sick)

@@ -40,6 +40,9 @@ def test_payload_fields_by_nccl_names():
     g = payload_fields({"NCCL communicator ID": 5, "No. of ranks": 8, "Rank": 3, "CUDA device": 3})
     assert g == {"comm": 5, "nranks": 8, "rank": 3, "device": 3}
     assert payload_fields("not json") == {} and payload_fields(None) == {}
+    # a damaged export's payload text: unknown, not an error that ends the analysis
+    assert payload_fields('{"Message size [bytes]": ' + "9" * 5000 + "}") == {}
+    assert payload_fields('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}") == {}
 
 
 def _nccl(start, end, **kw):

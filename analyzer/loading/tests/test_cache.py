@@ -7,6 +7,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -299,6 +300,102 @@ def test_cache_is_private_and_refuses_what_others_can_write(trace_file, tmp_path
     assert not hit and sorted(p.name for p in cache.root.rglob("*")) == before  # nor written to
     err = capsys.readouterr().err
     assert err.count("not a private file of yours") == 1 and err.count("is not private to you") == 1
+
+
+def test_planted_meta_files_neither_block_nor_grow_memory(trace_file, cache, monkeypatch):
+    """Entry folders whose meta.json is a FIFO, 17 MiB of JSON, or 100,000-deep nesting, planted in the
+    cache: a trace of no entry yet looks for one of its size among them (and eviction reads them all).
+    Before, that lookup opened the FIFO blocking and hung forever (`analyze` of any new trace never
+    finished), and read any file whole. Now each is skipped: the trace loads, is stored and hits."""
+    import threading
+
+    cache.root.mkdir(parents=True, mode=0o700)
+    planted = {"f" * 64: None, "e" * 64: b'{"source_size": ' + b"1" * (17 << 20) + b"}",
+               "d" * 64: b"[" * 100_000}
+    for name, content in planted.items():
+        (cache.root / name).mkdir(mode=0o700)
+        meta = cache.root / name / "meta.json"
+        if content is None:
+            os.mkfifo(meta, 0o600)
+        else:
+            meta.write_bytes(content)
+            meta.chmod(0o600)
+    done: list[bool] = []
+
+    def run() -> None:
+        counting = Counting(monkeypatch)
+        counting.load(trace_file, cache)
+        cache.wait()
+        done.append(counting.load(trace_file, cache)[1])
+
+    worker = threading.Thread(target=run, daemon=True)  # a blocked open() cannot be interrupted
+    worker.start()
+    worker.join(120)
+    assert done == [True], "the cache lookup blocked on a planted FIFO (or failed)"
+    cache.evict()
+    assert all((cache.root / name).is_dir() for name in planted)  # not the cache's: left alone
+
+
+def test_decompressed_copies_are_evicted_within_the_cache_limit(tmp_path, monkeypatch):
+    """Decompressed copies of .sqlite.xz traces (and nsys exports) count against ANALYZER_CACHE_MAX with
+    the trace and fact entries: before, every copy stayed forever (16 GB of them on the development
+    machine, limit 5 GB: one per path, size and mtime of the same few traces). The least recently used
+    go first; one used in the last ten minutes (another analysis may be reading it), the one just
+    written, and anything the analyzer did not name as it names its copies stay."""
+    from analyzer.loading import nsys_rep
+    from analyzer.testing import DATA_DIR
+
+    home = tmp_path / "cache"
+    monkeypatch.setenv("ANALYZER_CACHE_DIR", str(home))
+    monkeypatch.setenv("ANALYZER_CACHE_MAX", "1MB")
+    folder = home / "decompressed"
+    folder.mkdir(parents=True, mode=0o700)
+    home.chmod(0o700)
+    old, recent = 1_000_000_000, time.time()
+    planted = {}
+    for i, used in enumerate([old, old + 1, recent]):
+        f = folder / f"{i:016x}-old{i}.sqlite"
+        f.write_bytes(b"x" * 2_000_000)
+        f.chmod(0o600)
+        os.utime(f, (used, old))
+        planted[f.name] = f
+    mine = folder / "notes.sqlite"  # not a name the analyzer gives a copy
+    mine.write_bytes(b"y" * 2_000_000)
+    os.utime(mine, (old, old))
+    link = folder / f"{9:016x}-link.sqlite"
+    link.symlink_to(mine)
+    out = nsys_rep.cached_decompressed(DATA_DIR / "tiny_kernels_fixed.sqlite.xz")
+    assert out.parent == folder and out.stat().st_size > 500_000  # the copy just written stays
+    left = {p.name for p in folder.iterdir()}
+    # 4 MB of old copies over a 1 MB limit: both go; the recent one stays, and does not count
+    assert "0000000000000000-old0.sqlite" not in left and "0000000000000001-old1.sqlite" not in left
+    assert {"0000000000000002-old2.sqlite", "notes.sqlite", link.name, out.name} <= left
+    # a copy served again is marked used (its access time), its mtime (which readers check) unchanged
+    mtime = out.stat().st_mtime_ns
+    os.utime(out, ns=(old * 10**9, mtime))
+    assert nsys_rep.cached_decompressed(DATA_DIR / "tiny_kernels_fixed.sqlite.xz") == out
+    assert out.stat().st_atime > recent - 1 and out.stat().st_mtime_ns == mtime
+
+
+def test_a_replaced_xz_of_the_same_size_and_mtime_is_decompressed_again(tmp_path, monkeypatch):
+    """The decompressed copy is keyed on the file's identity, ctime and inode included: a file replaced by
+    another of the same size with its mtime carried over (cp -p, rsync -t) got its predecessor's copy."""
+    import lzma
+
+    from analyzer.loading import nsys_rep
+
+    monkeypatch.setenv("ANALYZER_CACHE_DIR", str(tmp_path / "cache"))
+    path = tmp_path / "run.sqlite.xz"
+    path.write_bytes(lzma.compress(b"a" * 1000))
+    first = nsys_rep.cached_decompressed(path)
+    assert first.read_bytes() == b"a" * 1000
+    st = path.stat()
+    other = tmp_path / "other.sqlite.xz"
+    other.write_bytes(lzma.compress(b"b" * 1000))
+    assert other.stat().st_size == st.st_size
+    os.utime(other, ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.replace(other, path)  # same path, size and mtime; another file
+    assert nsys_rep.cached_decompressed(path).read_bytes() == b"b" * 1000
 
 
 def test_eviction_deletes_only_what_the_cache_wrote(trace_file, tmp_path):

@@ -66,6 +66,11 @@ def test_keys_from_file_names():
     assert trace_stem("a/medium_training_ctx256.sqlite.xz") == "medium_training_ctx256"
     # one helper names runs everywhere (sweep keys, strong-scaling rank files, default report names)
     assert trace_stem("job_rank1.json.gz") == "job_rank1"
+    assert trace_stem("job_rank1.pt.trace.json.xz") == "job_rank1"  # torch.profiler's names
+    from analyzer.phases.scaling import group_runs  # so its rank files make one strong-scaling run
+
+    ranks = [Path(f"ddp_straggler_2gpu_rank{i}.pt.trace.json.xz") for i in (0, 1)]
+    assert group_runs([Path("ddp_1gpu.pt.trace.json.xz"), *ranks]) == [[Path("ddp_1gpu.pt.trace.json.xz")], ranks]
     assert trace_stem("base.JSON") == "base"
     assert trace_stem("kernels.ncu-rep") == "kernels"
     assert trace_stem(".sqlite") == ".sqlite"
@@ -393,6 +398,25 @@ def test_broken_sidecars_are_reported_not_fatal(tmp_path):
     assert "not readable JSON" in runs.loc[128, "python"]
     assert flags_of(r, "small", "forward", 256)["load_error"].endswith("has no trace small_forward_ctx256.sqlite[.xz] "
                                                                         "beside it")
+
+
+def test_hostile_sidecars_are_skipped_or_reported_not_fatal(tmp_path):
+    """A manifest.jsonl line and a pytime sidecar with an integer of 5,000 digits (Python's int()
+    refuses it with ValueError, which is not a JSONDecodeError) or nested 100,000 deep: before, the first
+    ended `analyze sweep` in an internal error (exit 3). Now the line is skipped and the sidecar reported."""
+    (tmp_path / "manifest.jsonl").write_text('{"name": "small_forward_ctx128", "exit_code": ' + "9" * 5000 + "}\n"
+                                             + "[" * 100_000 + "\n"
+                                             + json.dumps({"name": "small_training_ctx128", "exit_code": 3}) + "\n")
+    (tmp_path / "small_forward_ctx128.pytime.json").write_text('{"schema": ' + "9" * 5000 + "}")
+    (tmp_path / "small_forward_ctx256.pytime.json").write_text("[" * 100_000)
+    r = synthetic_sweep(tmp_path, {"small_forward_ctx128.sqlite": {"steps": 3},
+                                   "small_forward_ctx256.sqlite": {"steps": 3},
+                                   "small_training_ctx128.sqlite": {"phases": TRAIN}})
+    runs = r.runs.set_index(["mode", "context"])
+    assert "not readable JSON (ValueError" in runs.loc[("forward", 128), "python"]
+    assert "not readable JSON (RecursionError" in runs.loc[("forward", 256), "python"]
+    assert any("exited with code 3 (out of GPU memory)" in reason  # the manifest's good line still counts
+               for reason in flags_of(r, "small", "training", 128).values())
 
 
 def test_async_thresholds_come_from_the_rule_pack(tmp_path):

@@ -75,6 +75,20 @@ def test_override_errors(text, message, write):
     assert message in str(info.value)
 
 
+def test_override_errors_quote_a_long_value_cut_so_the_reason_stays_on_the_line(write):
+    """A 5,000-digit value: the message quoted all of it before the reason, and the CLI's one-line cap
+    (2,000 characters) cut the reason off."""
+    pack = make_pack(write, rule())
+    for text in ["gpu-idle-gaps.min_gap=" + "9" * 5000 + "ms", "gpu-idle-gaps=" + "9" * 5000]:
+        with pytest.raises(ParameterError) as info:
+            apply_overrides(pack, [text])
+        message = str(info.value)
+        assert len(message) < 600 and ("is not a finite number" in message or "expected RULE.PARAM" in message), message
+    with pytest.raises(ParameterError) as info:
+        apply_overrides(pack, ["gpu-idle-gaps.min_gap=" + "9" * 5000 + "ms"], origin="pyproject.toml:9")
+    assert str(info.value).startswith("pyproject.toml:9: set gpu-idle-gaps.min_gap=999") and len(str(info.value)) < 600
+
+
 def test_parameter_bounds(write):
     pack = make_pack(write, rule(parameters={
         "min_gap": {"default": "1ms", "unit": "duration", "doc": "d", "min": "1us", "max": "1s"},

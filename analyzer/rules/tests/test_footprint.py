@@ -39,3 +39,39 @@ def test_build_clips_to_the_window_and_merges_per_device():
                 "rows")
     assert fp.device.tolist() == [0, 1, 1] and fp.start.tolist() == [120, 100, 190]
     assert fp.end.tolist() == [170, 110, 200] and fp.length_ns == 50 + 10 + 10
+
+
+def _merge_by_reduction(start, end):
+    """The blocks as the running maximum reduced over each block (the definition merge_intervals
+    answers with one gather per block)."""
+    ok = np.isfinite(start) & np.isfinite(end) & (end > start)
+    start, end = start[ok], end[ok]
+    if len(start) == 0:
+        return start, end
+    order = np.argsort(start, kind="stable")
+    start, end = start[order], end[order]
+    reach = np.maximum.accumulate(end)
+    new = np.r_[True, start[1:] > reach[:-1]]
+    return start[new], np.maximum.reduceat(reach, np.flatnonzero(new))
+
+
+def test_merge_intervals_on_real_kernels():
+    """A real trace's kernel intervals (ordered, unordered, with empty and NaN rows): the same blocks as
+    the reduction over each block, and the inputs left as they were."""
+    from analyzer.loading import load_trace
+    from analyzer.testing import real_trace
+
+    k = load_trace(real_trace("tiny_kernels")).kernels
+    start, end = k["start"].to_numpy(float), k["end"].to_numpy(float)
+    rng = np.random.default_rng(0)
+    shuffled = rng.permutation(len(start))
+    holed_end = end.copy()
+    holed_end[::17] = np.nan
+    holed_end[5::23] = start[5::23]  # empty intervals
+    for s, e in ((start, end), (start[shuffled], end[shuffled]), (start, holed_end), (start[:1], end[:1]),
+                 (start[:0], end[:0]), (start, start + 1e9)):
+        before = (s.copy(), e.copy())
+        got, want = merge_intervals(s, e), _merge_by_reduction(s, e)
+        assert got[0].dtype == want[0].dtype and np.array_equal(got[0], want[0])
+        assert np.array_equal(got[1], want[1])
+        assert np.array_equal(s, before[0]) and np.array_equal(e, before[1], equal_nan=True)

@@ -1,0 +1,156 @@
+"""Exposed host-device copies and what removing them from the GPU's path can buy.
+
+The timeline breakdown (:mod:`analyzer.facts.breakdown`) counts ``exposed_copy`` time: a copy runs and
+no kernel does. That is time the GPU computed nothing, but not all of it is time a fix (prefetching the
+copy on a side stream, keeping the data on the GPU) gives back: once the copy is out of the way, the
+GPU can start the op that followed it no earlier than the host *submitted* that op (the end of its
+launch call). While the copy ran, the host was often still preparing that op (Python dispatch, library
+calls): without the copy that time is idle time spent waiting for the host, not saved.
+
+A *stall* is a maximal run of exposed host-device copy time on one device (contiguous ``exposed_copy``
+segments whose detail starts with ``H2D`` or ``D2H``), ``[a, b)``. The op after it is the first op of
+that device starting at or after ``b``; the host thread that launched it is the feeding thread. Without
+the stall that op could start at
+
+    ready = max(a, submission - blocked)
+
+where ``blocked`` is the feeding thread's time in ``[a, submission)`` inside synchronizing or copy calls
+(a pageable or synchronous ``cudaMemcpy``, a synchronization waiting for the copy): a fix that moves the
+copy off the path frees the host from those waits too. The stall's *avoidable* part is ``[ready, b)``
+(all of it when the next op has no launch call in the trace, or no op follows). Each exposed-copy
+segment of the stall gets its part of it (column ``avoidable_ns``).
+
+Assumptions, stated with the estimate: the host's own time before the next op is unchanged by the fix
+(a fix that adds host work at the step's start, such as the event and stream calls of a side-stream
+prefetch, buys less), and the ops after the next one keep their pace (the GPU was not waiting for the
+host after the stall; a host slower than the GPU there makes the fixed loop launch-bound).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analyzer.facts._util import column, covered_between, text, union_intervals
+from analyzer.facts.registry import FactContext, fact
+
+COPY_STALL_COLUMNS = {
+    "device": "GPU device id",
+    "start": "exposed-copy segment start (ns, inside the window)",
+    "end": "segment end (ns)",
+    "duration": "end - start (ns)",
+    "detail": "copy direction and host memory kind ('H2D pinned', 'D2H pageable'...)",
+    "nvtx_path": "NVTX path of the thread that launched the copy (timeline_segments)",
+    "range_key": "nvtx_path made generic (step_12/h2d -> step_N/h2d), as timeline_segments has it",
+    "step": "step the segment's start lies in ('' outside every step or without steps)",
+    "stall_start": "start of the stall holding the segment: the run of contiguous exposed host-device copy "
+                   "time it belongs to (ns)",
+    "stall_end": "end of that stall (ns)",
+    "next_submit": "end of the launch call of the op after the stall (ns; -1: no op follows, or it has no "
+                   "launch call in the trace)",
+    "host_blocked_ns": "the stall's feeding thread's time in synchronizing or copy calls between the stall's "
+                       "start and next_submit (ns): what the fix also frees the host from",
+    "avoidable_ns": "the segment's part of [ready, stall_end), ready = max(stall_start, next_submit - "
+                    "host_blocked_ns): the copy time a fix that takes the copy off the GPU's path can give "
+                    "back (ns)",
+}
+
+_INTS = ("device", "start", "end", "duration", "stall_start", "stall_end", "next_submit", "host_blocked_ns",
+         "avoidable_ns")
+
+
+def _empty() -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype="int64" if c in _INTS else object) for c in COPY_STALL_COLUMNS})
+
+
+@fact("copy_stalls", columns=COPY_STALL_COLUMNS, requires=("timeline_segments", "gpu_ops"),
+      scope_keys=("device", "nvtx_path", "step"))
+def copy_stalls(ctx: FactContext) -> pd.DataFrame:
+    """One row per exposed host-device copy segment of the timeline breakdown, with the part of it a fix
+    can give back (see :mod:`analyzer.facts.copy_stalls`), ordered by (device, start)."""
+    seg = ctx.get("timeline_segments")
+    if seg.empty:
+        return _empty()
+    detail = text(seg["detail"])
+    mine = ((text(seg["cause"]) == "exposed_copy") & detail.str.match(r"^(?:H2D|D2H)")).to_numpy()
+    if not mine.any():
+        return _empty()
+    s = seg.loc[mine].sort_values(["device", "start"], kind="stable")
+    dev = s["device"].to_numpy(dtype=np.int64)
+    start = s["start"].to_numpy(dtype=np.int64)
+    end = s["end"].to_numpy(dtype=np.int64)
+    # stalls: contiguous segments of one device (touching pieces merge)
+    u = union_intervals(start, end, dev)
+    stall = np.empty(len(s), dtype=np.int64)
+    stall[u.order] = u.block
+    a, b, sdev = u.start, u.end, u.group
+    submit, blocked = _next_submission(ctx, sdev, a, b)
+    ready = np.where(submit >= 0, np.maximum(a, submit - blocked), a)
+    ready = np.minimum(ready, b)
+    avoid = np.maximum(0, end - np.maximum(start, ready[stall]))
+    out = pd.DataFrame({
+        "device": dev, "start": start, "end": end, "duration": end - start,
+        "detail": s["detail"].to_numpy(dtype=object),
+        "nvtx_path": column(s, "nvtx_path", "").to_numpy(dtype=object),
+        "range_key": column(s, "range_key", "").to_numpy(dtype=object),
+        "step": column(s, "step", "").to_numpy(dtype=object),
+        "stall_start": a[stall], "stall_end": b[stall], "next_submit": submit[stall],
+        "host_blocked_ns": blocked[stall], "avoidable_ns": np.minimum(avoid, end - start),
+    })
+    return out.reset_index(drop=True)
+
+
+def _next_submission(ctx: FactContext, dev: np.ndarray, a: np.ndarray,
+                     b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per stall ``[a, b)`` on device ``dev``: the submission of the first op of the device starting at or
+    after ``b`` (-1 none) and the time its launching thread spent in synchronizing or copy calls
+    between ``a`` and that submission."""
+    from analyzer.facts.breakdown_launch import submission
+
+    n = len(a)
+    submit = np.full(n, -1, dtype=np.int64)
+    blocked = np.zeros(n, dtype=np.int64)
+    ops = ctx.get("gpu_ops")
+    if ops.empty:
+        return submit, blocked
+    o_dev = ops["device"].to_numpy(dtype=np.int64)
+    o_start = ops["start"].to_numpy(dtype=np.int64)
+    nxt = np.full(n, -1, dtype=np.int64)
+    for d in np.unique(dev).tolist():
+        rows = np.flatnonzero(o_dev == d)
+        rows = rows[np.argsort(o_start[rows], kind="stable")]
+        at = np.flatnonzero(dev == d)
+        k = np.searchsorted(o_start[rows], b[at], side="left")
+        ok = k < len(rows)
+        nxt[at[ok]] = rows[k[ok]]
+    has = np.flatnonzero(nxt >= 0)
+    if not len(has):
+        return submit, blocked
+    sub = submission(ctx, ops, nxt[has])
+    submit[has] = np.where(sub >= a[has], sub, -1)  # a call ending before the stall: none of it was the host's
+    tid = ops["tid"].to_numpy(dtype=np.int64)[nxt]
+    blocked[:] = _blocked(ctx, tid, a, np.maximum(submit, a))
+    return submit, blocked
+
+
+def _blocked(ctx: FactContext, tid: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Per query, thread ``tid``'s time in ``[lo, hi)`` inside synchronizing or copy calls (their union)."""
+    from analyzer.facts.api import api_base_codes, sync_kind
+
+    out = np.zeros(len(tid), dtype=np.int64)
+    api = ctx.trace.api
+    if api.empty or not (hi > lo).any():
+        return out
+    codes, base = api_base_codes(ctx.store)
+    waits = np.array([bool(x) and sync_kind(str(x)) is not None for x in base], dtype=bool)
+    rows = np.flatnonzero(waits[codes]) if len(codes) else np.empty(0, dtype=np.int64)
+    if not len(rows):
+        return out
+    c_tid = column(api, "tid", -1).fillna(-1).to_numpy(dtype=np.int64)[rows]
+    u = union_intervals(api["start"].to_numpy(dtype=np.int64)[rows], api["end"].to_numpy(dtype=np.int64)[rows],
+                        c_tid)
+    for t in np.unique(tid).tolist():
+        q = np.flatnonzero((tid == t) & (hi > lo))
+        m = u.group == t
+        if len(q) and m.any():
+            out[q] = covered_between(u.start[m], u.end[m], lo[q], hi[q])
+    return out
