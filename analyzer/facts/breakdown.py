@@ -125,7 +125,7 @@ import pandas as pd
 
 from analyzer.facts._util import FAR_NS, column, key_groups, text, text_codes
 from analyzer.facts.breakdown_busy import _op_classes, busy_and_gaps, label_coder
-from analyzer.facts.breakdown_threads import cross_thread_waits
+from analyzer.facts.breakdown_threads import cross_thread_waits, host_activity_column
 from analyzer.facts.nvtx import main_threads
 from analyzer.facts.nvtx_ranges import InnermostOpen, innermost_open, ranges_only
 from analyzer.facts.registry import FactContext, fact
@@ -133,7 +133,7 @@ from analyzer.facts.breakdown_launch import submission as _submission
 from analyzer.facts.breakdown_firstlaunch import first_launch_detail, first_launch_rows
 from analyzer.facts.breakdown_launch import wait_details as _wait_details
 from analyzer.facts.breakdown_ranges import generic_keys
-from analyzer.facts.breakdown_pieces import _ascending
+from analyzer.facts.breakdown_pieces import _ascending, span_of
 from analyzer.facts.breakdown_sync import SyncBlocks, charge_refills, refilled_call
 from analyzer.facts.launch_loops import trace_loop_ranges
 from analyzer.loading.columns import categorical, narrow_int
@@ -483,7 +483,7 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
     if len(seg) != n_seg:  # host-work segments split at waits on another thread: their pieces' steps
         step_codes, step_labels = _step_codes(ctx, seg["start"].to_numpy(dtype=np.int64))
         seg["step"] = categorical(step_codes, step_labels)
-    seg["host_activity"] = _host_activity(ctx, seg, (seg["cause"] == "host_work").to_numpy(), pid)
+    seg["host_activity"] = host_activity_column(ctx, seg, (seg["cause"] == "host_work").to_numpy(), pid)
     seg = seg[list(SEGMENT_COLUMNS)]
     for c in ("device", "host_tid", "waited_tid"):  # ids in 32 bits where they fit (millions of rows)
         if seg[c].dtype != np.int32:
@@ -522,42 +522,6 @@ def _places(devices: list[np.ndarray], starts: list[np.ndarray]) -> np.ndarray:
     dest = np.empty(n, dtype=np.int32 if n < np.iinfo(np.int32).max else np.int64)
     dest[order] = np.arange(n, dtype=dest.dtype)
     return dest
-
-
-#: host-work segments shorter than this get no host_activity; at most this many (the longest) get one
-HOST_ACTIVITY_MIN_NS = 50_000
-HOST_ACTIVITY_MAX = 1000
-
-
-def _host_activity(ctx: FactContext, seg: pd.DataFrame, host_work: np.ndarray, pid: np.ndarray) -> object:
-    """CPU samples and OS-runtime calls of the feeding thread inside the longest host-work segments (the
-    text :func:`analyzer.facts.stacks.host_activity` writes; "" elsewhere or when not recorded)."""
-    from analyzer.facts.stacks import host_activity
-
-    labels: list[str] = [""]
-    pick = np.empty(0, dtype=np.int64)
-    t = ctx.trace
-    if not (t.cpu_samples.empty and t.osrt.empty):
-        dur = seg["duration"].to_numpy()
-        pick = np.flatnonzero(host_work & (dur >= HOST_ACTIVITY_MIN_NS))
-        if len(pick) > HOST_ACTIVITY_MAX:
-            pick = pick[np.argsort(-dur[pick], kind="stable")[:HOST_ACTIVITY_MAX]]
-        if len(pick):
-            spans = pd.DataFrame({"start": seg["start"].to_numpy()[pick], "end": seg["end"].to_numpy()[pick],
-                                  "host_pid": pid[pick], "host_tid": seg["host_tid"].to_numpy()[pick]})
-            labels += list(host_activity(t, spans))
-    n = len(seg)
-    if len(pick) == n:
-        codes = np.zeros(n, dtype=np.int64)
-        codes[pick] = np.arange(1, len(pick) + 1)
-        return categorical(codes, labels)
-    # every other segment reads "": the categories of the few labels, then one fill (no pass over
-    # millions of codes to find the used ones)
-    few = categorical(np.arange(len(labels)), labels)
-    few_codes = np.asarray(few.codes)
-    codes_out = np.full(n, few_codes[0], dtype=few_codes.dtype)
-    codes_out[pick] = few_codes[1:]
-    return pd.Categorical.from_codes(codes_out, dtype=few.dtype, validate=False)
 
 
 class _HostCalls:
@@ -992,24 +956,3 @@ def step_bounds(steps: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray
     reach = np.maximum.accumulate(np.maximum(hi, lo))
     lo = np.maximum(lo, np.r_[np.iinfo(np.int64).min, reach[:-1]])
     return lo, np.maximum(hi, lo), steps["step"].to_numpy(dtype=object)[order]
-
-
-# -- shared with the breakdown table ---------------------------------------------------------------------------------
-def sum_by(group: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
-    """Integer ``values`` summed per ``group`` code, exactly."""
-    out = np.zeros(n, dtype=np.int64)
-    np.add.at(out, group, values)
-    return out
-
-
-def span_of(start: np.ndarray, lo: np.ndarray) -> np.ndarray:
-    """For each ``start``, the last of the sorted span starts ``lo`` at or before it (-1: none). For
-    sorted starts (the segments of one device), each span's number repeated over its run of starts: one
-    pass writing the answer, instead of a binary search per start."""
-    if len(start) > 1 and _ascending(start):
-        # the starts from first[j] up to first[j + 1] follow span j: one run per span, repeated
-        first = np.searchsorted(start, lo, side="left")
-        return np.repeat(np.arange(-1, len(lo), dtype=np.int64), np.diff(first, prepend=0, append=len(start)))
-    k = np.searchsorted(lo, start, side="right")
-    k -= 1
-    return k
