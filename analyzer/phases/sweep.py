@@ -469,13 +469,28 @@ def _default_loader() -> Callable[[Path], Trace]:
     return load_trace
 
 
+#: besides ``*.sqlite[.xz]``, the files of a folder the sweep reads when their content is a trace:
+#: torch.profiler JSON (plain, gzip, xz) and nsys reports
+_TRACE_NAMES = (".json", ".json.gz", ".json.xz", ".nsys-rep", ".qdrep")
+
+
 def expand_paths(paths: Iterable[Path | str]) -> list[Path]:
     """Files as given; a directory contributes its ``*.sqlite``, ``*.sqlite.xz`` and ``*.pytime.json``
-    files (the sidecars of configurations that did not fit in GPU memory have no trace)."""
+    files (the sidecars of configurations that did not fit in GPU memory have no trace), and its
+    torch.profiler traces and nsys reports (:data:`_TRACE_NAMES`, recognised by content as ``analyze``
+    recognises them)."""
+    from analyzer.loading import TRACE_FORMATS, detect_format
+
     out: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
-            out += sorted(q for q in p.iterdir() if q.name.endswith((".sqlite", ".sqlite.xz", PYTIME_SUFFIX)))
+            for q in sorted(p.iterdir()):
+                if q.name.startswith(".") or not q.is_file():
+                    continue
+                if q.name.endswith((".sqlite", ".sqlite.xz", PYTIME_SUFFIX)):
+                    out.append(q)
+                elif q.name.lower().endswith(_TRACE_NAMES) and detect_format(q) in TRACE_FORMATS:
+                    out.append(q)
         else:
             out.append(p)
     return out
