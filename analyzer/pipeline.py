@@ -110,6 +110,7 @@ def trace_files_in(folder: Path) -> tuple[list[Path], list[Path]]:
     hidden files) are ignored; a folder with neither a trace nor an Nsight Compute export is an error."""
     from analyzer.loading import TRACE_FORMATS, detect_format
     from analyzer.loading.ncu import detect_ncu
+    from analyzer.reports.baseline import is_report
 
     traces: list[Path] = []
     ncu: list[Path] = []
@@ -118,7 +119,7 @@ def trace_files_in(folder: Path) -> tuple[list[Path], list[Path]]:
             continue
         if detect_ncu(p) is not None:
             ncu.append(p)
-        elif detect_format(p) in TRACE_FORMATS:
+        elif detect_format(p) in TRACE_FORMATS and not is_report(p):  # a JSON report written beside them
             traces.append(p)
     if not traces and not ncu:  # a folder of Nsight Compute exports works like the files in it
         raise InputError(folder, "the directory holds no trace file (nsys .sqlite/.nsys-rep, torch.profiler "

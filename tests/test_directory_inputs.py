@@ -28,6 +28,22 @@ def test_directory_expands_to_its_traces(tmp_path):
     assert [a.trace.name for a in analyses] == ["healthy.sqlite.xz", "tiny_kernels_fixed.sqlite.xz"]
 
 
+def test_a_json_report_beside_the_trace_is_not_taken_for_one(tmp_path):
+    """`analyze run/trace.pt.trace.json.gz --format json -o run/trace.json`, then `analyze run/`: the
+    report is JSON too, and the folder's analysis ended in "JSON without a traceEvents list". Reports
+    of this analyzer (and of its diff) are passed over, in `analyze sweep FOLDER` too."""
+    from analyzer.cli import main
+    from analyzer.phases.sweep import expand_paths
+
+    trace = tmp_path / "healthy.pt.trace.json.gz"
+    shutil.copy(DATA / "kineto" / "healthy.pt.trace.json.gz", trace)
+    assert main([str(trace), "--format", "json", "-o", str(tmp_path / "healthy.json"), "-q"]) == 0
+    traces, _ = trace_files_in(tmp_path)
+    assert [p.name for p in traces] == ["healthy.pt.trace.json.gz"]
+    assert [p.name for p in expand_paths([tmp_path])] == ["healthy.pt.trace.json.gz"]
+    assert main([str(tmp_path), "--format", "md", "-o", str(tmp_path / "out.md"), "-q"]) == 0
+
+
 def test_directory_without_traces(tmp_path):
     (tmp_path / "notes.txt").write_text("nothing here\n")
     with pytest.raises(InputError) as info:
