@@ -33,7 +33,7 @@ from analyzer.config.options import (
     pack_options,
     rule_settings,
 )
-from analyzer.errors import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, AnalyzerError
+from analyzer.errors import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, AnalyzerError, one_line
 from analyzer.progress import progress_printer
 from analyzer.watchdog import stage
 
@@ -234,6 +234,8 @@ def run_cmd(
         sys.stderr.write("\r\x1b[2K")
     from analyzer.watchdog import Watchdog
 
+    if outcome.passed_over and not quiet:
+        click.echo(f"note: {outcome.passed_over} (name a file to read it anyway)", err=True)
     with Watchdog(timeout, str(traces[0])), stage("building the report"):
         if outcome.job is None and len(outcome.analyses or outcome.alone or ()) > 1 and outcome.reason and not quiet \
                 and job is not False:
@@ -426,11 +428,6 @@ def _help_path(ctx: click.Context) -> str:
 _NO_ARGS_IS_HELP: Any = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
 
-def one_line(text: str, limit: int = 2000) -> str:
-    """``text`` on one line (newlines and control characters as spaces), at most ``limit`` characters:
-    messages quote names from traces, which may hold anything."""
-    flat = " ".join("".join(ch if ch.isprintable() else " " for ch in text).split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 if __name__ == "__main__":  # pragma: no cover

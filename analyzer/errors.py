@@ -119,3 +119,11 @@ def truncate(text: str, limit: int) -> str:
     if limit <= 0 or len(text) <= limit:
         return text
     return text[: max(1, limit - 1)] + "\u2026"
+
+
+def one_line(text: str, limit: int = 2000) -> str:
+    """``text`` on one line (newlines and control characters as spaces), at most ``limit`` characters:
+    messages and progress lines quote names from traces and file names, which may hold anything (an ESC
+    sequence would drive the user's terminal)."""
+    flat = " ".join("".join(ch if ch.isprintable() else " " for ch in text).split())
+    return truncate(flat, limit)

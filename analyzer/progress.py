@@ -4,6 +4,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
+from analyzer.errors import one_line
+
 Progress = Callable[[str], None] | None
 
 
@@ -13,7 +15,7 @@ def progress_printer(enabled: bool) -> Progress:
         return None
 
     def show(message: str) -> None:
-        sys.stderr.write(f"\r\x1b[2K{message}")
+        sys.stderr.write(f"\r\x1b[2K{one_line(message, 400)}")  # file and range names: printable only
         sys.stderr.flush()
 
     return show

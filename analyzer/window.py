@@ -543,6 +543,18 @@ def _periodic(trace: Trace, ops: pd.DataFrame, exclude: tuple[str, ...]) -> tupl
         desc += (f", after the first {skip} {unit}{'s' if skip > 1 else ''} ({_fmt(head_ns)}: one-time "
                  f"work, {'their lengths' if skip > 1 else 'its length'} far from the steady {_fmt(typical)})")
         spans = _period_spans(ops, head, iteration, start, what)
+    elif not note and len(spans) >= 3:
+        # the iterations found by their marking op may begin well after the repetition does (that op's
+        # first iterations ran another kernel variant): the ops before the first iteration are at most
+        # an iteration or two, so a stretch there far longer than the steady iterations is one-time work
+        # (lazy module loading in the program's first iteration), not steady state
+        dur = np.subtract(spans.ends, spans.starts)
+        typical = float(np.median(dur[len(dur) // 2:]))
+        before = spans.starts[0] - start
+        if typical > 0 and before > UNSTEADY_FACTOR * typical:
+            start = spans.starts[0]
+            desc += (f", from the first iteration ({_fmt(before)} before it: one-time work, far from the "
+                     f"steady {_fmt(typical)})")
     return start, desc, spans
 
 

@@ -178,6 +178,19 @@ def test_progress_is_shown_on_a_terminal_only(tmp_path: Path) -> None:
     assert piped.returncode == 0 and "reading" not in piped.stderr
 
 
+def test_progress_lines_print_file_and_range_names_inert(capsys: pytest.CaptureFixture[str]) -> None:
+    """A progress line quotes file names ("reading x.sqlite"), which may hold ESC sequences: only the
+    line's own clear-and-rewrite sequence reaches the terminal."""
+    from analyzer.progress import progress_printer
+
+    show = progress_printer(True)
+    assert show is not None
+    show("reading k\x1b]0;PWNED\x07\x1b[2J.sqlite\nnext")
+    err = capsys.readouterr().err
+    assert err.startswith("\r\x1b[2K") and err.count("\x1b") == 1 and "\x07" not in err and "\n" not in err
+    assert "PWNED" in err
+
+
 def test_the_command_ends_fast_with_everything_said(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``python -m analyzer.cli`` (and the console script) end with ``os._exit`` after :func:`main`:
     the exit code, every byte of a report on stdout and the exit handlers are kept."""

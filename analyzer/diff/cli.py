@@ -15,7 +15,7 @@ import click
 from analyzer._paths import trace_stem
 from analyzer.config.cli import ConfigCommand
 from analyzer.config.options import MAX_TIMEOUT_SECONDS, FiniteFloat, no_cache_option, output_format, pack_options, rule_settings
-from analyzer.errors import EXIT_FINDINGS, ParameterError
+from analyzer.errors import EXIT_FINDINGS, ParameterError, one_line
 from analyzer.progress import progress_printer
 
 FORMATS = ("html", "md", "json")
@@ -151,9 +151,9 @@ def diff(ctx: click.Context, base: Path, head: Path, rules_files: tuple[str, ...
             atomic_write(target, text)
     if not quiet:
         out = sys.stderr if to_stdout else sys.stdout
-        out.write(f"{result.verdict}\n")
+        out.write(f"{one_line(result.verdict, 10_000)}\n")  # names from the traces: printable only
         for note in result.notes:
-            out.write(f"note: {note}\n")
+            out.write(f"note: {one_line(note, 10_000)}\n")
         for target, _ in targets:
             if str(target) != "-":
                 out.write(f"report: {target}\n")

@@ -125,7 +125,7 @@ import pandas as pd
 
 from analyzer.facts._util import FAR_NS, column, key_groups, text, text_codes
 from analyzer.facts.breakdown_busy import _op_classes, busy_and_gaps, label_coder
-from analyzer.facts.breakdown_threads import cross_thread_waits
+from analyzer.facts.breakdown_threads import cross_thread_waits, host_activity_column
 from analyzer.facts.nvtx import main_threads
 from analyzer.facts.nvtx_ranges import InnermostOpen, innermost_open, ranges_only
 from analyzer.facts.registry import FactContext, fact
@@ -133,7 +133,7 @@ from analyzer.facts.breakdown_launch import submission as _submission
 from analyzer.facts.breakdown_firstlaunch import first_launch_detail, first_launch_rows
 from analyzer.facts.breakdown_launch import wait_details as _wait_details
 from analyzer.facts.breakdown_ranges import generic_keys
-from analyzer.facts.breakdown_pieces import _ascending, _frontier, intersect
+from analyzer.facts.breakdown_pieces import _ascending, span_of
 from analyzer.facts.breakdown_sync import SyncBlocks, charge_refills, refilled_call
 from analyzer.facts.launch_loops import trace_loop_ranges
 from analyzer.loading.columns import categorical, narrow_int
@@ -344,33 +344,45 @@ def _api_classes(ctx: FactContext) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return cause, codes, names
 
 
-def _thread_timeline(starts: np.ndarray, ends: np.ndarray, cause: np.ndarray, detail: np.ndarray,
-                     dispatch_ns: int, dispatch_code: int) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
-    """One thread's host time as sorted disjoint segments covering everything, in two sorted lists:
-    inside CUDA calls (the outermost call owns nested ones) and between them. Returns ``((start, end,
-    cause, detail) of the call blocks, (start, end, cause, detail) of the free time)``; a host-work
-    segment's detail is -1 (filled from NVTX later). Together they cover the thread's whole time."""
-    pos, fs, fe = _frontier(starts, ends)
+def _thread_timeline(starts: np.ndarray, reach: np.ndarray, cause: np.ndarray, detail: np.ndarray,
+                     dispatch_ns: int, dispatch_code: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One thread's host time as one sorted partition of all time: inside CUDA calls (the outermost call
+    owns nested ones) and between them. ``starts``: its calls' starts in order, ``reach``: the running
+    maximum of their ends (:func:`_frontier`'s). Returns ``(edges, cause, detail)``: segment ``i`` is
+    ``[edges[i], edges[i + 1])``; the odd ones are the call blocks, the even ones the free time before
+    each block (the last: after the last block), empty where two blocks touch. A host-work segment's
+    detail is -1 (filled from NVTX later)."""
+    prev = np.empty_like(reach)
+    if len(prev):
+        prev[0] = np.iinfo(np.int64).min
+        prev[1:] = reach[:-1]
+    s = np.maximum(starts, prev)
+    del prev
+    pos = np.flatnonzero(reach > s)  # the calls extending the frontier: one block each
+    m = len(pos)
+    edges = np.empty(2 * m + 2, dtype=np.int64)
+    edges[0], edges[-1] = -FAR_NS, FAR_NS
+    edges[1:-1:2] = s[pos]
+    edges[2:-1:2] = reach[pos]
+    del s
     fc, fd = cause[pos], detail[pos]
-    # the free time between call blocks, and before the first / after the last call; free span i lies
-    # after block i-1 (the block's cause says whether it is a sync's return)
-    gs = np.r_[-FAR_NS, fe]
-    ge = np.r_[fs, FAR_NS]
-    keep = np.flatnonzero(ge > gs)
-    gs, ge = gs[keep], ge[keep]
-    prev = keep - 1  # the block before each free span (-1: none)
-    prev_sync = np.zeros(len(keep), dtype=bool)
-    prev_sync[prev >= 0] = fc[prev[prev >= 0]] == _C["host_sync"]
-    span = ge - gs
+    # free span i lies after block i-1 (the block's cause says whether it is a sync's return)
+    span = edges[1::2] - edges[0::2]
+    prev_sync = np.zeros(m + 1, dtype=bool)
+    prev_sync[1:] = fc == _C["host_sync"]
     returning = prev_sync & (span < RETURN_NS)
     short = ~prev_sync & (span < dispatch_ns)  # after a sync the host is not between two launches
-    free_cause = np.where(returning, _C["host_sync"],
-                          np.where(short, _C["launch_bound"], _C["host_work"])).astype(np.int8)
-    free_detail = np.full(len(keep), -1, dtype=np.int64)
+    seg_cause = np.empty(2 * m + 1, dtype=np.int8)
+    seg_cause[1::2] = fc
+    seg_cause[0::2] = np.where(returning, _C["host_sync"], np.where(short, _C["launch_bound"], _C["host_work"]))
+    seg_detail = np.empty(2 * m + 1, dtype=np.int32)
+    seg_detail[1::2] = fd
+    free_detail = np.full(m + 1, -1, dtype=np.int32)
     free_detail[short] = dispatch_code
     sync_ret = np.flatnonzero(returning)
-    free_detail[sync_ret] = fd[prev[sync_ret]]
-    return (fs, fe, fc, fd), (gs, ge, free_cause, free_detail)
+    free_detail[sync_ret] = fd[sync_ret - 1]
+    seg_detail[0::2] = free_detail
+    return edges, seg_cause, seg_detail
 
 
 # -- the segments ----------------------------------------------------------------------------------
@@ -471,7 +483,7 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
     if len(seg) != n_seg:  # host-work segments split at waits on another thread: their pieces' steps
         step_codes, step_labels = _step_codes(ctx, seg["start"].to_numpy(dtype=np.int64))
         seg["step"] = categorical(step_codes, step_labels)
-    seg["host_activity"] = _host_activity(ctx, seg, (seg["cause"] == "host_work").to_numpy(), pid)
+    seg["host_activity"] = host_activity_column(ctx, seg, (seg["cause"] == "host_work").to_numpy(), pid)
     seg = seg[list(SEGMENT_COLUMNS)]
     for c in ("device", "host_tid", "waited_tid"):  # ids in 32 bits where they fit (millions of rows)
         if seg[c].dtype != np.int32:
@@ -510,42 +522,6 @@ def _places(devices: list[np.ndarray], starts: list[np.ndarray]) -> np.ndarray:
     dest = np.empty(n, dtype=np.int32 if n < np.iinfo(np.int32).max else np.int64)
     dest[order] = np.arange(n, dtype=dest.dtype)
     return dest
-
-
-#: host-work segments shorter than this get no host_activity; at most this many (the longest) get one
-HOST_ACTIVITY_MIN_NS = 50_000
-HOST_ACTIVITY_MAX = 1000
-
-
-def _host_activity(ctx: FactContext, seg: pd.DataFrame, host_work: np.ndarray, pid: np.ndarray) -> object:
-    """CPU samples and OS-runtime calls of the feeding thread inside the longest host-work segments (the
-    text :func:`analyzer.facts.stacks.host_activity` writes; "" elsewhere or when not recorded)."""
-    from analyzer.facts.stacks import host_activity
-
-    labels: list[str] = [""]
-    pick = np.empty(0, dtype=np.int64)
-    t = ctx.trace
-    if not (t.cpu_samples.empty and t.osrt.empty):
-        dur = seg["duration"].to_numpy()
-        pick = np.flatnonzero(host_work & (dur >= HOST_ACTIVITY_MIN_NS))
-        if len(pick) > HOST_ACTIVITY_MAX:
-            pick = pick[np.argsort(-dur[pick], kind="stable")[:HOST_ACTIVITY_MAX]]
-        if len(pick):
-            spans = pd.DataFrame({"start": seg["start"].to_numpy()[pick], "end": seg["end"].to_numpy()[pick],
-                                  "host_pid": pid[pick], "host_tid": seg["host_tid"].to_numpy()[pick]})
-            labels += list(host_activity(t, spans))
-    n = len(seg)
-    if len(pick) == n:
-        codes = np.zeros(n, dtype=np.int64)
-        codes[pick] = np.arange(1, len(pick) + 1)
-        return categorical(codes, labels)
-    # every other segment reads "": the categories of the few labels, then one fill (no pass over
-    # millions of codes to find the used ones)
-    few = categorical(np.arange(len(labels)), labels)
-    few_codes = np.asarray(few.codes)
-    codes_out = np.full(n, few_codes[0], dtype=few_codes.dtype)
-    codes_out[pick] = few_codes[1:]
-    return pd.Categorical.from_codes(codes_out, dtype=few.dtype, validate=False)
 
 
 class _HostCalls:
@@ -636,14 +612,29 @@ def _host_pieces(calls: _HostCalls, qidx: np.ndarray, feeder: np.ndarray, cs: np
         if j > 0:
             j = int(np.searchsorted(reach, reach[j - 1], side="left"))
         k = min(int(np.searchsorted(t_start, hi, side="left")) + 1, len(rows))
+        # the calls from j on extend the frontier as they do in the whole thread: its running maximum
+        # (reach[j] > reach[j - 1]: j is the first call reaching as far as call j - 1's frontier end)
         r = rows[j:k]
-        blocks, free = _thread_timeline(t_start[j:k], calls.end[r], calls.cause[r], calls.detail[r],
-                                        dispatch_ns, dispatch_code)
+        edges, tc, td = _thread_timeline(t_start[j:k], reach[j:k], calls.cause[r], calls.detail[r],
+                                         dispatch_ns, dispatch_code)
         del r
-        for ts, te, tc, td in (blocks, free):  # inside calls, then between them (the pieces are sorted later)
-            qi, si, s, e = intersect(qs, qe, ts, te)
-            emit(q[qi], s, e, tc[si], td[si])
-            del qi, si, s, e
+        # each gap's pieces are the partition's segments lo..hi-1, cut to the gap at either end: every
+        # piece's bounds read from the edges, the gap's own only at its first start and last end
+        lo = np.searchsorted(edges, qs, side="right")
+        lo -= 1
+        count = np.searchsorted(edges, qe, side="left")
+        count -= lo  # at least 1: qs < qe
+        first = np.cumsum(count)
+        first -= count
+        seg = np.arange(int(first[-1] + count[-1])) - np.repeat(first - lo, count)
+        del lo
+        s, e = edges[seg], edges[seg + 1]
+        s[first] = qs
+        first += count
+        first -= 1
+        e[first] = qe
+        del first
+        emit(np.repeat(q, count), s, e, tc[seg], td[seg])  # empty pieces (touching calls) are dropped
 
     for qa, qb in zip(q_from.tolist(), q_to.tolist()):
         q = qidx[q_order[qa:qb]]
@@ -714,6 +705,49 @@ class _Idle:
             self.text_codes = np.full(len(loops) + 1, -1, dtype=np.int32)
             self.text_labels = np.empty(0, dtype=object)
         self.innermost = InnermostOpen(self.nv)  # each chunk's lookups read one table of answers
+        self._fallbacks: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+
+    def range_at(self, tid: np.ndarray, pid: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """Row in the range table of the innermost range open at ``t[i]`` on thread ``tid[i]``, else on its
+        process's main thread (``pid[i]``'s), -1 for neither. Many queries (a chunk of segments): per
+        (thread, process) one table of the answer at every instant either thread's ranges start or end
+        (each answer changes only there), made once, and one binary search per query."""
+        if len(t) <= 4 * len(self.nv):  # few queries: the thread's answer, then the main thread's for the misses
+            rpos = self.innermost(tid, t)
+            missing = rpos < 0
+            if missing.any():
+                retry = self.innermost(self.main_tid(pid[missing]), t[missing])
+                sub = rpos[missing]
+                sub[retry >= 0] = retry[retry >= 0]
+                rpos[missing] = sub
+            return rpos
+        key = (tid.astype(np.int64) << 32) | (pid.astype(np.int64) & 0xFFFFFFFF)
+        order, first, last = key_groups(key)
+        del key
+        if len(first) == 1:
+            times, table = self._fallback_table(int(tid[0]), int(pid[0]))
+            return table[np.searchsorted(times, t, side="right")]
+        out = np.empty(len(t), dtype=np.int64)
+        for a, b in zip(first.tolist(), last.tolist()):
+            rows = order[a:b]
+            times, table = self._fallback_table(int(tid[rows[0]]), int(pid[rows[0]]))
+            out[rows] = table[np.searchsorted(times, t[rows], side="right")]
+        return out
+
+    def _fallback_table(self, tid: int, pid: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(instants, answers)`` of :meth:`range_at` for one thread and process: the instants sorted, the
+        answers behind a -1 (position k + 1: from instant k on; before the first, no range is open)."""
+        if (tid, pid) not in self._fallbacks:
+            main = int(self.main_tid(np.array([pid], dtype=np.int64))[0])
+            r_tid = self.nv["tid"].to_numpy(dtype=np.int64)
+            mine = (r_tid == tid) | (r_tid == main)
+            times = np.sort(np.r_[self.nv["start"].to_numpy(dtype=np.int64)[mine],
+                                  self.nv["end"].to_numpy(dtype=np.int64)[mine]])
+            times = times[np.r_[True, times[1:] != times[:-1]]] if len(times) else times
+            own = self.innermost(np.full(len(times), tid, dtype=np.int64), times)
+            other = self.innermost(np.full(len(times), main, dtype=np.int64), times)
+            self._fallbacks[(tid, pid)] = (times, np.r_[-1, np.where(own >= 0, own, other)].astype(np.int64))
+        return self._fallbacks[(tid, pid)]
 
     def main_tid(self, pid: np.ndarray) -> np.ndarray:
         """Per process id, its main thread (:func:`analyzer.facts.nvtx.main_threads`), -1 for none."""
@@ -865,14 +899,7 @@ def _classify_chunk(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev
     nv = shared.nv
     if len(s) and not nv.empty:
         mid = s + (e - s) // 2
-        rpos = shared.innermost(t, mid)
-        missing = rpos < 0
-        if missing.any():
-            main_tid = shared.main_tid(p[missing])
-            retry = shared.innermost(main_tid, mid[missing])
-            sub = rpos[missing]
-            sub[retry >= 0] = retry[retry >= 0]
-            rpos[missing] = sub
+        rpos = shared.range_at(t, p, mid)
         path_labels, rng_labels = shared.path_labels, shared.text_labels
         path_codes = shared.path_codes[rpos]
         rng_codes = shared.text_codes[rpos]
@@ -896,12 +923,26 @@ def _step_codes(ctx: FactContext, start: np.ndarray) -> tuple[np.ndarray, np.nda
     if steps.empty or not len(start):
         return np.zeros(len(start), dtype=np.int64), np.array([""], dtype=object)
     lo, hi, names = step_bounds(steps)
+    labels = np.array([str(x) for x in names] + [""], dtype=object)
+    if len(start) > 1 and _ascending(start):
+        # sorted starts (one device's segments): runs of codes written at once, in the narrowest integer
+        # type: before the first step outside, then per step its own starts (from the first at or after
+        # its start to the first at or after its end) and the starts outside it up to the next step's
+        # (steps are sorted and disjoint: a step ends no later than the next one starts)
+        first = np.searchsorted(start, lo, side="left")
+        inside = np.maximum(np.searchsorted(start, hi, side="left"), first)
+        bounds = np.empty(2 * len(lo) + 2, dtype=np.int64)
+        bounds[0], bounds[-1] = 0, len(start)
+        bounds[1:-1:2] = first
+        bounds[2:-1:2] = inside
+        values = np.full(2 * len(lo) + 1, len(names), dtype=np.int16 if len(names) < 2**15 - 1 else np.int64)
+        values[1::2] = np.arange(len(lo))
+        return np.repeat(values, np.diff(bounds)), labels
     k = span_of(start, lo)  # a fresh array: the codes made in it (millions of segments)
     outside = k < 0
     np.maximum(k, 0, out=k)
     outside |= start >= hi[k]
     k[outside] = len(names)
-    labels = np.array([str(x) for x in names] + [""], dtype=object)
     return k, labels
 
 
@@ -915,24 +956,3 @@ def step_bounds(steps: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray
     reach = np.maximum.accumulate(np.maximum(hi, lo))
     lo = np.maximum(lo, np.r_[np.iinfo(np.int64).min, reach[:-1]])
     return lo, np.maximum(hi, lo), steps["step"].to_numpy(dtype=object)[order]
-
-
-# -- shared with the breakdown table ---------------------------------------------------------------------------------
-def sum_by(group: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
-    """Integer ``values`` summed per ``group`` code, exactly."""
-    out = np.zeros(n, dtype=np.int64)
-    np.add.at(out, group, values)
-    return out
-
-
-def span_of(start: np.ndarray, lo: np.ndarray) -> np.ndarray:
-    """For each ``start``, the last of the sorted span starts ``lo`` at or before it (-1: none). For
-    sorted starts (the segments of one device), each span's number repeated over its run of starts: one
-    pass writing the answer, instead of a binary search per start."""
-    if len(start) > 1 and _ascending(start):
-        # the starts from first[j] up to first[j + 1] follow span j: one run per span, repeated
-        first = np.searchsorted(start, lo, side="left")
-        return np.repeat(np.arange(-1, len(lo), dtype=np.int64), np.diff(first, prepend=0, append=len(start)))
-    k = np.searchsorted(lo, start, side="right")
-    k -= 1
-    return k

@@ -204,10 +204,14 @@ def _device(rows: np.ndarray, dev: int, starts: np.ndarray, ends: np.ndarray, le
         _add(busy, np.full(len(s), dev, dtype=dev_type), s, e, np.full(len(s), causes["compute"], dtype=np.int8),
              np.full(len(s), graph_code, dtype=np.int32), r)
         cov_s, cov_e, owner = _merge_pieces((cov_s, cov_e, owner), (s, e, r))
-    gs, ge = _complement(cov_s, cov_e, lo, hi)
-    # the piece ending where the gap starts / starting where it ends
-    k_next = np.searchsorted(cov_s, ge, side="left")
-    k_prev = np.searchsorted(cov_s, gs, side="left") - 1
+    # the gaps: the time before each covered piece and after the last, where not empty (lo and hi hold
+    # every piece: no clipping). Gap k lies between pieces k - 1 and k (disjoint, in order): the piece
+    # ending where it starts and the one starting where it ends
+    gs = np.r_[lo, cov_e]
+    ge = np.r_[cov_s, hi]
+    k_next = np.flatnonzero(ge > gs)
+    gs, ge = gs[k_next], ge[k_next]
+    k_prev = k_next - 1
     del cov_s, cov_e
     if len(owner):
         nxt: np.ndarray = np.where(k_next < len(owner), owner[np.minimum(k_next, len(owner) - 1)], -1).astype(pos_type)

@@ -43,17 +43,15 @@ def first_launch_rows(api: pd.DataFrame, kernels: pd.DataFrame, launch: np.ndarr
     if not (dur >= FIRST_LAUNCH_MIN_NS).any():  # no launch call long enough: nothing to join
         return none
     k_name, names = pd.factorize(column(kernels, "name", ""))
-    a_pid = column(api, "pid", -1).fillna(-1).to_numpy(dtype=np.int64)[rows]
-    name = _single_kernel_names(column(kernels, "pid", -1).fillna(-1).to_numpy(dtype=np.int64),
-                                column(kernels, "correlation_id", -1).fillna(-1).to_numpy(dtype=np.int64),
-                                k_name, a_pid,
-                                column(api, "correlation_id", -1).fillna(-1).to_numpy(dtype=np.int64)[rows])
+    a_pid = _ids(api, "pid", rows)
+    name = _single_kernel_names(_ids(kernels, "pid"), _ids(kernels, "correlation_id"), k_name, a_pid,
+                                _ids(api, "correlation_id", rows))
     hit = np.flatnonzero(name >= 0)
     if not len(hit):
         return none
     rows, dur, name, a_pid = rows[hit], dur[hit], name[hit], a_pid[hit]
     del hit
-    typical_all = float(np.median(dur))
+    typical_all: float | None = None  # the median launch call: read only for a kernel launched once
     # per (process, kernel name) its launch calls by start (ties: by row): the first one against the
     # median of the others. The pair as one small code where processes and names are few (a stable sort
     # of 16-bit codes is a radix sort), else as one int64, as a (process, correlation id) key is made
@@ -78,10 +76,25 @@ def first_launch_rows(api: pd.DataFrame, kernels: pd.DataFrame, launch: np.ndarr
     for h, e in zip(heads[long].tolist(), ends[long].tolist()):
         first = order[h]
         later = dur[order[h + 1:e]]
-        typical = float(np.median(later)) if len(later) else typical_all
+        if len(later):
+            typical = float(np.median(later))
+        else:
+            if typical_all is None:
+                typical_all = float(np.median(dur))
+            typical = typical_all
         if dur[first] >= FIRST_LAUNCH_FACTOR * typical:
             out.append(int(rows[first]))
     return np.array(sorted(out), dtype=np.int64)
+
+
+def _ids(frame: pd.DataFrame, name: str, rows: np.ndarray | None = None) -> np.ndarray:
+    """Integer column ``name`` of ``frame`` (-1 where missing or absent) at ``rows`` (all: None), as int64:
+    an integer column is gathered before it is widened (no whole-column copies of millions of calls)."""
+    if name not in frame.columns:
+        return np.full(len(frame) if rows is None else len(rows), -1, dtype=np.int64)
+    values = frame[name]
+    arr = values.to_numpy() if values.dtype.kind in "iu" else values.fillna(-1).to_numpy(dtype=np.int64)
+    return (arr if rows is None else arr[rows]).astype(np.int64, copy=False)
 
 
 def _single_kernel_names(k_pid: np.ndarray, k_corr: np.ndarray, k_name: np.ndarray, a_pid: np.ndarray,

@@ -78,3 +78,24 @@ def _complement(s: np.ndarray, e: np.ndarray, lo: int, hi: int) -> tuple[np.ndar
 
 
 # -- busy time -------------------------------------------------------------------------------------
+
+
+# -- shared by the segments and the breakdown table ---------------------------------------------------
+def sum_by(group: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    """Integer ``values`` summed per ``group`` code, exactly."""
+    out = np.zeros(n, dtype=np.int64)
+    np.add.at(out, group, values)
+    return out
+
+
+def span_of(start: np.ndarray, lo: np.ndarray) -> np.ndarray:
+    """For each ``start``, the last of the sorted span starts ``lo`` at or before it (-1: none). For
+    sorted starts (the segments of one device), each span's number repeated over its run of starts: one
+    pass writing the answer, instead of a binary search per start."""
+    if len(start) > 1 and _ascending(start):
+        # the starts from first[j] up to first[j + 1] follow span j: one run per span, repeated
+        first = np.searchsorted(start, lo, side="left")
+        return np.repeat(np.arange(-1, len(lo), dtype=np.int64), np.diff(first, prepend=0, append=len(start)))
+    k = np.searchsorted(lo, start, side="right")
+    k -= 1
+    return k

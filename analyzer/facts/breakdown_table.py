@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analyzer.facts.breakdown import (BREAKDOWN_COLUMNS, HOST_CAUSES, empty_frame, intersect, span_of,
-                                      step_bounds, sum_by)
+from analyzer.facts.breakdown import BREAKDOWN_COLUMNS, HOST_CAUSES, empty_frame, step_bounds
 from analyzer.facts.breakdown_groups import fix_groups, graph_launch_rows
+from analyzer.facts.breakdown_pieces import intersect, span_of, sum_by
 from analyzer.facts.breakdown_ranges import phase_keys
 from analyzer.facts.registry import FactContext, fact
 from analyzer.facts._util import text_codes

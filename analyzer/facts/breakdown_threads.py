@@ -26,7 +26,7 @@ import pandas as pd
 
 from analyzer.facts._util import text, text_codes
 from analyzer.facts.nvtx_ranges import innermost_open, ranges_only
-from analyzer.loading.columns import narrow_int
+from analyzer.loading.columns import categorical, narrow_int
 from analyzer.facts.registry import FactContext
 
 #: OS-runtime calls that block a thread until another thread of its process acts (semaphores, condition
@@ -226,3 +226,39 @@ def cross_thread_waits(ctx: FactContext, seg: pd.DataFrame, pid: np.ndarray) -> 
         del col
         del seg[name]
     return pd.DataFrame(cols, copy=False), pid[src]
+
+
+#: host-work segments shorter than this get no host_activity; at most this many (the longest) get one
+HOST_ACTIVITY_MIN_NS = 50_000
+HOST_ACTIVITY_MAX = 1000
+
+
+def host_activity_column(ctx: FactContext, seg: pd.DataFrame, host_work: np.ndarray, pid: np.ndarray) -> object:
+    """CPU samples and OS-runtime calls of the feeding thread inside the longest host-work segments (the
+    text :func:`analyzer.facts.stacks.host_activity` writes; "" elsewhere or when not recorded)."""
+    from analyzer.facts.stacks import host_activity
+
+    labels: list[str] = [""]
+    pick = np.empty(0, dtype=np.int64)
+    t = ctx.trace
+    if not (t.cpu_samples.empty and t.osrt.empty):
+        dur = seg["duration"].to_numpy()
+        pick = np.flatnonzero(host_work & (dur >= HOST_ACTIVITY_MIN_NS))
+        if len(pick) > HOST_ACTIVITY_MAX:
+            pick = pick[np.argsort(-dur[pick], kind="stable")[:HOST_ACTIVITY_MAX]]
+        if len(pick):
+            spans = pd.DataFrame({"start": seg["start"].to_numpy()[pick], "end": seg["end"].to_numpy()[pick],
+                                  "host_pid": pid[pick], "host_tid": seg["host_tid"].to_numpy()[pick]})
+            labels += list(host_activity(t, spans))
+    n = len(seg)
+    if len(pick) == n:
+        codes = np.zeros(n, dtype=np.int64)
+        codes[pick] = np.arange(1, len(pick) + 1)
+        return categorical(codes, labels)
+    # every other segment reads "": the categories of the few labels, then one fill (no pass over
+    # millions of codes to find the used ones)
+    few = categorical(np.arange(len(labels)), labels)
+    few_codes = np.asarray(few.codes)
+    codes_out = np.full(n, few_codes[0], dtype=few_codes.dtype)
+    codes_out[pick] = few_codes[1:]
+    return pd.Categorical.from_codes(codes_out, dtype=few.dtype, validate=False)

@@ -22,6 +22,7 @@ from analyzer.facts.nvtx_ranges import innermost_open as innermost_open
 from analyzer.facts.nvtx_ranges import parent_positions as parent_positions
 from analyzer.facts.nvtx_ranges import ranges_only
 from analyzer.facts.registry import FACTS, FactContext, fact
+from analyzer.loading.common import OPERATOR_DOMAIN
 from analyzer.facts.phase_index import (
     AGGREGATE_TIMING_COLUMNS,
     TIMING_COLUMNS,
@@ -33,8 +34,9 @@ from analyzer.facts.phase_index import (
 
 #: Kineto categories whose events are the framework's operators (every ``aten::`` call, autograd
 #: nodes), never the program's own annotations (``user_annotation``: ``record_function``,
-#: ``ProfilerStep#N``, the optimizer's and data loader's annotations)
-OPERATOR_DOMAINS = frozenset({"cpu_op"})
+#: ``ProfilerStep#N``, the optimizer's and data loader's annotations); nsys loading gives it to
+#: ``emit_nvtx`` ranges that carry autograd's ``seq`` number
+OPERATOR_DOMAINS = frozenset({OPERATOR_DOMAIN})
 #: range texts that are operators, autograd-engine or compiled-function events whatever their domain:
 #: ``aten::linear``, ``vllm::moe_forward``, ``autograd::engine::evaluate_function: MmBackward0``,
 #: autograd nodes (``MmBackward0``, PyTorch 1.8's ``AddmmBackward``), ``CompiledFunction``,

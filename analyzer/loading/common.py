@@ -39,6 +39,12 @@ CC_LIMITS: dict[tuple[int, int], tuple[int, int, int, int, int]] = {
 DEFAULT_SMEM_PER_BLOCK = 48 * 1024
 
 _API_SUFFIX = re.compile(r"(?:_v\d+|_ptsz|_ptds|_spt)+$")
+#: what PyTorch's ``torch.autograd.profiler.emit_nvtx()`` appends to each operator's NVTX range text:
+#: ``aten::mm, seq = 5, op_id = 812, sizes = [[8, 16], [16, 4]], input_op_ids = [...]`` (``seq`` for
+#: ops autograd records, ``op_id`` since PyTorch 1.10, ``sizes`` with ``record_shapes=True``); also on
+#: ``record_function`` scopes (``FSDP::pre_forward (blocks.3), op_id = 317171``)
+_EMIT_NVTX = re.compile(r"^(.+?), (?:seq = -?\d+(?:, op_id = \d+)?|op_id = \d+)(?:, (?:sizes|input_op_ids) = .*)?$",
+                        re.DOTALL)
 
 
 @contextmanager
@@ -61,6 +67,37 @@ def gc_paused() -> Iterator[None]:
 def strip_api_suffix(name: str) -> str:
     """``cudaLaunchKernel_v7000`` -> ``cudaLaunchKernel``; ``cudaMemcpyAsync_ptsz_v7000`` -> ``cudaMemcpyAsync``."""
     return _API_SUFFIX.sub("", name)
+
+
+#: the Kineto category of PyTorch's operators, given to ``emit_nvtx`` ranges that carry a ``seq``
+#: number: only operators autograd records have one, never a ``record_function`` scope
+OPERATOR_DOMAIN = "cpu_op"
+
+
+def emit_nvtx_names(texts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """NVTX range texts with the per-call decorations of PyTorch's ``emit_nvtx`` cut off (``aten::mm,
+    seq = 5, op_id = 812, sizes = [...]`` -> ``aten::mm``), and per text whether it carried a ``seq``
+    number (an operator autograd records: ``aten::addmm``, ``FlashAttnFunc``; never a program's
+    ``record_function`` scope, which gets an ``op_id`` only). The numbers differ on every call, so left
+    in they make each call of one operator or annotation a distinct range (a phase per call, nothing
+    repeating across steps) and put ids in the report's names; cut off, the texts name the operators
+    as torch.profiler's traces do. One regex match per distinct text."""
+    seq = np.zeros(len(texts), dtype=bool)
+    if len(texts) == 0:
+        return texts, seq
+    codes, uniq = pd.factorize(texts)  # missing texts: code -1, kept as they are
+    cut = {i: m for i, u in enumerate(uniq) if isinstance(u, str) and (m := _EMIT_NVTX.match(u))}
+    if not cut:
+        return texts, seq
+    names = np.empty(len(uniq) + 1, dtype=object)
+    names[:-1] = list(uniq)
+    names[list(cut)] = [m.group(1) for m in cut.values()]
+    has_seq = np.zeros(len(uniq) + 1, dtype=bool)
+    has_seq[list(cut)] = [m.group(0)[len(m.group(1)):].startswith(", seq = ") for m in cut.values()]
+    out = names[codes]  # code -1 reads the last slot, filled from the texts themselves just below
+    missing = codes < 0
+    out[missing] = np.asarray(texts, dtype=object)[missing]
+    return out, has_seq[codes]
 
 
 def contract_frame(columns: tuple[str, ...], data: Mapping[str, Any], *, compact: bool = False) -> pd.DataFrame:

@@ -275,7 +275,9 @@ td{max-width:40em;overflow-wrap:anywhere}
 
 
 def to_html(tables: list[TableView]) -> str:
-    env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
+    from analyzer.reports.format import inert_output
+
+    env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, finalize=inert_output)
     return env.from_string(_HTML).render(tables=tables)
 
 

@@ -51,7 +51,6 @@ table as records).
 """
 from __future__ import annotations
 
-import json
 import lzma
 import math
 import re
@@ -67,6 +66,15 @@ import pandas as pd
 
 from analyzer._paths import trace_stem
 from analyzer.boundedio import BoundedReadError, copy_decompressed, decompressed_limit, read_regular
+from analyzer.phases.sidecars import (  # noqa: F401 (PYTIME_SCHEMA, pytime_path: re-exported)
+    LOG_MAX_BYTES,
+    PYTIME_SCHEMA,
+    PYTIME_SUFFIX,
+    expand_paths,
+    pytime_path,
+    read_manifests,
+    read_pytime,
+)
 from analyzer.errors import AnalyzerError, InputError, ParameterError
 from analyzer.loading.model import Trace
 from analyzer.facts.phase_index import MEASURE_TOLERANCE, PhaseIndex
@@ -112,11 +120,6 @@ FLAG_CHECKS: dict[str, str] = {
 }
 #: Ranges the sweep never measures: the workload's Python timing reps (see ``workloads/transformer.py``).
 PYTHON_TIMING_RANGES: tuple[str, ...] = ("python_timing",)
-PYTIME_SCHEMA = "workloads.pytime/1"
-PYTIME_SUFFIX = ".pytime.json"
-#: the most a sidecar the sweep reads beside a trace may hold (read while counting, never trusted from st_size)
-PYTIME_MAX_BYTES = 10_000_000
-LOG_MAX_BYTES = 50_000_000  # a run's log or manifest.jsonl
 #: Phases of the ``timing`` table and their keys in a pytime sidecar.
 TIMED_PHASES: tuple[str, ...] = ("forward", "backward", "optimizer_step", "step")
 #: A bigger model or longer context may be this much faster before ``not_monotonic`` flags it (noise:
@@ -281,27 +284,6 @@ def sweep_exclude(exclude: str | Iterable[str] | None) -> tuple[str, ...]:
     return base + tuple(p for p in PYTHON_TIMING_RANGES if p not in base)
 
 
-def pytime_path(trace_path: Path | str) -> Path:
-    """Where the Python timings of the trace at ``trace_path`` would be: ``<stem>.pytime.json`` beside it."""
-    path = Path(trace_path)
-    return path.parent / f"{trace_stem(path)}{PYTIME_SUFFIX}"
-
-
-def read_pytime(path: Path) -> tuple[dict[str, object] | None, str]:
-    """A pytime sidecar's record, or ``None`` and why it cannot be used (absent files give ``""``)."""
-    if not path.is_file():
-        return None, ""
-    try:
-        record = json.loads(read_regular(path, PYTIME_MAX_BYTES, "Python timings").decode("utf-8", "replace"))
-    except BoundedReadError as err:
-        return None, f"{path.name}: {err.reason}"
-    except (OSError, ValueError, RecursionError) as err:  # ValueError: bad JSON, or an int of 4,300+ digits
-        return None, f"{path.name}: not readable JSON ({type(err).__name__}: {str(err)[:200]})"
-    if not isinstance(record, dict) or record.get("schema") != PYTIME_SCHEMA:
-        return None, f"{path.name}: not a {PYTIME_SCHEMA} record"
-    return record, ""
-
-
 def _python_phases(record: Mapping[str, object]) -> dict[str, dict]:
     """``{phase: {"n", "mean_ms", "std_ms", "median_ms"}}`` with numeric values only."""
     phases = record.get("phases")
@@ -351,25 +333,7 @@ def _oom_evidence(path: Path, trace: Trace | None, manifest: Mapping[str, Mappin
     return None
 
 
-def _read_manifests(paths: Sequence[Path]) -> dict[str, dict[str, object]]:
-    """``manifest.jsonl`` records (by ``name``) from the folders holding the traces."""
-    out: dict[str, dict[str, object]] = {}
-    for folder in sorted({p.parent for p in paths}):
-        manifest = folder / "manifest.jsonl"
-        if not manifest.is_file():
-            continue
-        try:
-            text = read_regular(manifest, LOG_MAX_BYTES, "manifest").decode("utf-8", "replace")
-        except (OSError, BoundedReadError):
-            continue
-        for line in text.splitlines():
-            try:
-                record = json.loads(line)
-            except (ValueError, RecursionError):  # bad JSON, an int of 4,300+ digits, deep nesting
-                continue
-            if isinstance(record, dict) and "name" in record:
-                out[str(record["name"])] = record
-    return out
+
 
 
 def summarize_run(
@@ -469,18 +433,6 @@ def _default_loader() -> Callable[[Path], Trace]:
     return load_trace
 
 
-def expand_paths(paths: Iterable[Path | str]) -> list[Path]:
-    """Files as given; a directory contributes its ``*.sqlite``, ``*.sqlite.xz`` and ``*.pytime.json``
-    files (the sidecars of configurations that did not fit in GPU memory have no trace)."""
-    out: list[Path] = []
-    for p in map(Path, paths):
-        if p.is_dir():
-            out += sorted(q for q in p.iterdir() if q.name.endswith((".sqlite", ".sqlite.xz", PYTIME_SUFFIX)))
-        else:
-            out.append(p)
-    return out
-
-
 #: ``missing``: report absent configurations only when the runs cover at least this share of the grid
 #: their models x contexts x modes span, and the grid has at least MISSING_MIN_GRID cells (a handful of
 #: unrelated traces is not a grid with holes).
@@ -564,7 +516,7 @@ def build_sweep(
         raise ParameterError(f"expected steps must be >= 1, not {expected_steps}")
     rx = compile_key_pattern(key_pattern)
     load = loader or _default_loader()
-    manifest = _read_manifests(files)
+    manifest = read_manifests(files)
     runs: list[RunSummary] = []
     with tempfile.TemporaryDirectory(prefix="analyzer-sweep-") as tmpdir:
         for path in files:

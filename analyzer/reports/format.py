@@ -6,6 +6,7 @@ the same bytes (no ``repr`` of floats, no locale, no platform differences).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -189,15 +190,42 @@ def plural(n: int, word: str, plural_word: str | None = None) -> str:
 MAX_TEXT_CHARS = 4000
 
 
+#: C0 and C1 control characters but tab and newline, and the bidirectional overrides and isolates. In a
+#: trace's kernel or range names they would drive the terminal that shows the summary or a report
+#: (ESC sequences clear the screen, set the window title, recolour what follows) or reorder the text a
+#: reviewer reads (Trojan Source); every format shows each as U+FFFD instead.
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def inert_text(text: str) -> str:
+    """``text`` with every control character (:data:`_CONTROLS`) shown as U+FFFD; ``text`` itself when
+    it has none."""
+    return _CONTROLS.sub("\ufffd", text) if _CONTROLS.search(text) else text
+
+
+def inert_output(value: Any) -> Any:
+    """Jinja's ``finalize`` for the HTML reports: every string an expression prints (``Markup`` too: it
+    stays markup) with its control characters made inert, whatever the view model it came from."""
+    if isinstance(value, str) and _CONTROLS.search(value):
+        return type(value)(_CONTROLS.sub("\ufffd", value))
+    return value
+
+
 def cap_text(obj: Any, limit: int = MAX_TEXT_CHARS) -> Any:
-    """``obj`` with every string longer than ``limit`` cut (:func:`truncate`), through dataclasses,
-    tuples, lists and dicts (keys too); the same object when nothing was cut. Every output format is
-    rendered from the capped report, so the cap holds in HTML, JSON, Markdown and the terminal alike.
-    Text already marked safe (``Markup``: charts, the stylesheet) is left whole: cutting it would cut
-    its markup."""
+    """``obj`` with every string longer than ``limit`` cut (:func:`truncate`) and its control characters
+    made inert (:func:`inert_text`), through dataclasses, tuples, lists and dicts (keys too); the same
+    object when nothing changed. Every output format is rendered from the capped report, so both hold in
+    HTML, JSON, Markdown and the terminal alike. Text already marked safe (``Markup``: charts, the
+    stylesheet) is left whole: cutting it would cut its markup."""
     from markupsafe import Markup
 
-    return map_text(obj, lambda s: s if len(s) <= limit or isinstance(s, Markup) else truncate(s, limit))
+    def cap(s: str) -> str:
+        if isinstance(s, Markup):
+            return s
+        s = inert_text(s)
+        return s if len(s) <= limit else truncate(s, limit)
+
+    return map_text(obj, cap)
 
 
 def map_text(obj: Any, change: Callable[[str], str], visit: Callable[[Any], Any] | None = None) -> Any:

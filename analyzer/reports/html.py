@@ -29,6 +29,7 @@ from analyzer.reports.format import (
     fmt_share,
     fmt_si,
     fmt_time,
+    inert_output,
     plural,
 )
 from analyzer.reports.viewmodel import Column, Link, ReportView
@@ -69,6 +70,7 @@ def environment() -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=True,
+        finalize=inert_output,  # a diff's names reach the templates without the report's cap_text
     )
     env.filters.update(
         cell=cell,

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from analyzer.reports.format import DASH, fmt_cell, fmt_duration, fmt_share, fmt_time, plural, truncate
+from analyzer.reports.format import DASH, fmt_cell, fmt_duration, fmt_share, fmt_time, inert_text, plural, truncate
 from analyzer.reports.viewmodel import (
     PHASE_CORE_COLUMNS,
     FindingView,
@@ -47,7 +47,7 @@ def md_text(value: object, limit: int = 0, *, block: bool = False) -> str:
     mention or link. Backslash escapes only (no HTML entities, so the raw Markdown reads as the text).
     ``block``: the text starts a paragraph, so a leading ``#``, ``-``, ``+``, ``=``, ``>`` or ``1.``
     is escaped too (it would start a heading, a list or a quote; ``>`` is inert elsewhere, ``<`` never is)."""
-    text = " ".join(str(value).split())
+    text = " ".join(inert_text(str(value)).split())
     if limit:
         text = truncate(text, limit)
     return _escape(text, block)
@@ -71,7 +71,7 @@ def md_code(value: object, limit: int = 0, *, cell: bool = False) -> str:
     no HTML, no mention, no link), so the text goes in unescaped, fenced by a run of backticks longer
     than any inside it (and padded with a space where it starts or ends with a backtick). ``cell``: the
     span sits in a table cell, where GFM splits on ``|`` before it sees code spans, so ``|`` is ``\\|``."""
-    text = " ".join(str(value).split())
+    text = " ".join(inert_text(str(value)).split())
     if limit:
         text = truncate(text, limit)
     if not text:
@@ -89,7 +89,7 @@ _CODE_SPAN = re.compile(r"`([^`\n]+)`")
 def md_prose(value: object, limit: int = 0) -> str:
     """Escape a rule's prose (what / why / fix) like :func:`md_text`, but keep its code spans
     (```torch.compile```) as code spans (:func:`md_code`), so GitHub shows them as code."""
-    text = " ".join(str(value).split())
+    text = " ".join(inert_text(str(value)).split())
     if limit:
         text = truncate(text, limit)
     out: list[str] = []
@@ -105,7 +105,7 @@ def md_prose(value: object, limit: int = 0) -> str:
 def html_text(value: object, limit: int = 0) -> str:
     """Escape text for raw HTML inside Markdown (``<summary>``): entities only, one line; mentions and
     e-mail addresses neutralised (GitHub looks for them in HTML text too)."""
-    text = " ".join(str(value).split())
+    text = " ".join(inert_text(str(value)).split())
     if limit:
         text = truncate(text, limit)
     return neutralise(html.escape(text, quote=True))

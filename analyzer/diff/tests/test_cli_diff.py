@@ -106,8 +106,8 @@ def test_bad_inputs_are_one_line_errors(reports: dict[str, Path], tmp_path: Path
         line = _one_line_error(*run(["diff", path, good, "-o", tmp_path / "x.md"], capsys)[::2])
         assert expected in line and name in line, line
     huge = tmp_path / "huge.json"  # valid JSON that Python's int() refuses: was an internal error (exit 3)
-    text = good.read_text()
-    huge.write_text(text.replace('"traces":', '"x": ' + "9" * 5000 + ', "traces":', 1))
+    good_text = good.read_text()
+    huge.write_text(good_text.replace('"traces":', '"x": ' + "9" * 5000 + ', "traces":', 1))
     line = _one_line_error(*run(["diff", huge, good, "-o", tmp_path / "x.md"], capsys)[::2])
     assert "huge.json: holds a value no report of this analyzer has" in line, line
     truncated = tmp_path / "cut.json"

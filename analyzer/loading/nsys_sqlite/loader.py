@@ -17,6 +17,7 @@ from analyzer.loading.capabilities import missing_capabilities
 from analyzer.loading.columns import TextCodes, narrow_int
 from analyzer.loading.common import by_start as _by_start
 from analyzer.loading.common import contract_frame as _frame
+from analyzer.loading.common import OPERATOR_DOMAIN, emit_nvtx_names
 from analyzer.loading.common import fill_cc_limits as _fill_cc_limits
 from analyzer.loading.common import strip_api_suffix
 from analyzer.loading.common import text_as_object as _text_as_object
@@ -493,7 +494,8 @@ class _Loader:
         ``end`` NULL (unterminated range) reads as -1 and is clipped to the trace end later."""
         if inline is None or len(inline) != len(d["start"]):
             inline = np.full(len(d["start"]), "", dtype=object)
-        d["text"] = np.where(d["text_id"] >= 0, strings.lookup(d["text_id"]), inline)
+        d["text"], d["autograd_op"] = emit_nvtx_names(
+            np.where(d["text_id"] >= 0, strings.lookup(d["text_id"]), inline))
         et = d["event_type"]
         kind = np.full(len(et), "", dtype=object)
         kind[(et == NVTX_PUSHPOP) | (et == -1)] = "pushpop"  # -1: no eventType column (or NULL)
@@ -552,6 +554,9 @@ class _Loader:
         paths = attr.build_paths(text, depth, parent)
         pid = pid_of(gtid)
         dom_names = self._domain_names(nv, pid, nv["domain_id"][sel])
+        # emit_nvtx's operators, in the default domain: named as torch.profiler's category names them,
+        # so that they are known as operators (never a step) whatever their text
+        dom_names[nv["autograd_op"][sel] & (dom_names == "")] = OPERATOR_DOMAIN
         n = len(start)
         frame = _frame(NVTX_COLUMNS, {
             "range_id": np.arange(n, dtype=np.int64), "start": start, "end": end, "duration": end - start,

@@ -377,6 +377,27 @@ def test_decompressed_copies_are_evicted_within_the_cache_limit(tmp_path, monkey
     assert out.stat().st_atime > recent - 1 and out.stat().st_mtime_ns == mtime
 
 
+def test_a_replaced_xz_of_the_same_size_and_mtime_is_decompressed_again(tmp_path, monkeypatch):
+    """The decompressed copy is keyed on the file's identity, ctime and inode included: a file replaced by
+    another of the same size with its mtime carried over (cp -p, rsync -t) got its predecessor's copy."""
+    import lzma
+
+    from analyzer.loading import nsys_rep
+
+    monkeypatch.setenv("ANALYZER_CACHE_DIR", str(tmp_path / "cache"))
+    path = tmp_path / "run.sqlite.xz"
+    path.write_bytes(lzma.compress(b"a" * 1000))
+    first = nsys_rep.cached_decompressed(path)
+    assert first.read_bytes() == b"a" * 1000
+    st = path.stat()
+    other = tmp_path / "other.sqlite.xz"
+    other.write_bytes(lzma.compress(b"b" * 1000))
+    assert other.stat().st_size == st.st_size
+    os.utime(other, ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.replace(other, path)  # same path, size and mtime; another file
+    assert nsys_rep.cached_decompressed(path).read_bytes() == b"b" * 1000
+
+
 def test_eviction_deletes_only_what_the_cache_wrote(trace_file, tmp_path):
     """The ``traces`` folder is a link to a folder with the user's own content (dot-folders older than
     an hour, a file, an ``ident`` folder of theirs, a 64-hex folder with a file of theirs): evicting

@@ -159,6 +159,23 @@ def test_manifest_exit_code_marks_oom(tmp_path):
     assert "exited with code 3 (out of GPU memory)" in r.flags["reason"].iloc[0]
 
 
+def test_a_folder_gives_its_torch_profiler_traces_too(tmp_path):
+    """`analyze sweep FOLDER` read only *.sqlite[.xz] and sidecars: a folder of torch.profiler traces
+    ended in "no trace files given". Traces are recognised by content, as `analyze FOLDER` does."""
+    import shutil
+
+    from analyzer.phases.sweep import expand_paths
+    from analyzer.testing import DATA_DIR
+
+    shutil.copyfile(DATA_DIR / "kineto" / "healthy.pt.trace.json.gz", tmp_path / "healthy.pt.trace.json.gz")
+    (tmp_path / "small_forward_ctx128.sqlite").write_bytes(b"")
+    (tmp_path / "small_forward_ctx128.pytime.json").write_text("{}")
+    (tmp_path / "manifest.jsonl").write_text('{"name": "x"}\n')
+    (tmp_path / "run.log.gz").write_bytes(b"\x1f\x8b not a trace")
+    assert [p.name for p in expand_paths([tmp_path])] == [
+        "healthy.pt.trace.json.gz", "small_forward_ctx128.pytime.json", "small_forward_ctx128.sqlite"]
+
+
 def test_load_errors_are_flagged_or_raised(tmp_path):
     bad = tmp_path / "small_forward_ctx128.sqlite"
     bad.write_text("not a trace")

@@ -81,6 +81,40 @@ def _poison(trace) -> None:
         k.loc[k[col] != "", col] = HOSTILE[1]
 
 
+TERMINAL = "k\x1b]0;PWNED\x07\x1b[2J\x1b[31mred\rX\u202eRLO\x00"  # title, clear screen, colour, CR, bidi
+
+
+def test_control_characters_from_a_trace_are_inert_in_every_format():
+    """ESC sequences and bidirectional overrides in kernel and NVTX names of a real trace: the terminal
+    summary printed them raw (a kernel name could clear the user's screen or set the window title) and
+    Markdown and HTML carried them; now every format shows each as U+FFFD, the diff's renderers too."""
+    from analyzer.reports.html import environment
+    from analyzer.reports.markdown import md_code, md_text
+    from analyzer.reports.summary import summary_text
+
+    def poison(trace) -> None:
+        k = trace.kernels
+        for col in ("name", "short_name"):
+            k[col] = k[col].astype(object)
+            k.loc[:, col] = TERMINAL
+        object.__setattr__(trace.info, "path", trace.info.path.with_name(TERMINAL + ".sqlite"))  # a file's name
+        n = trace.nvtx  # a range the tables name; the steps (GROUPBY_AGG) stay
+        for col in ("text", "path"):
+            n[col] = n[col].astype(object).str.replace("DATAFRAME_COLUMNS_GETTER", TERMINAL, regex=False)
+
+    report = build_report([analysis_of(CUDF, poison)], created=CREATED)
+    outputs = {fmt: render(report, fmt) for fmt in ("html", "md", "json")}
+    outputs["terminal"] = summary_text(report)
+    for fmt, text in outputs.items():
+        assert not any(ch in text for ch in "\x1b\x07\r\x00\u202e"), fmt
+    for fmt in ("terminal", "html", "md"):  # the names are there, made inert (Markdown escapes brackets)
+        assert "k\ufffd]0;PWNED\ufffd\ufffd[2J" in outputs[fmt].replace("\\", ""), fmt
+    # the pieces a diff or sweep report renders names with (no view model of this report in between)
+    assert "\x1b" not in md_text(TERMINAL) + md_code(TERMINAL, cell=True)
+    assert environment().from_string("{{ x }}").render(x=TERMINAL) == TERMINAL.translate(
+        {ord(c): "\ufffd" for c in "\x1b\x07\r\u202e\x00"})
+
+
 @pytest.mark.parametrize("path", [MEMFUSION, CUDF], ids=["memfusion-2023", "cudf-2020"])
 def test_hostile_strings_in_real_trace_are_escaped(path):
     report = build_report([analysis_of(path, _poison)], title=HOSTILE[1], created=CREATED)
