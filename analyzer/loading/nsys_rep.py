@@ -169,6 +169,7 @@ class ExportBounds:
         self.seconds = seconds
         self.max_bytes = max_bytes
         self.user_timeout = user_timeout
+        self.spent = 0.0  # seconds the export's attempts took so far (they share the limit)
 
     @classmethod
     def for_report(cls, report: Path) -> ExportBounds:
@@ -233,7 +234,7 @@ def run_export(cmd: list[str], out: Path, bounds: ExportBounds) -> tuple[int, st
 
     reader = threading.Thread(target=drain, name="nsys-export-output", daemon=True)
     reader.start()
-    started = time.monotonic()
+    started = time.monotonic() - bounds.spent
     done = False
     try:
         while proc.poll() is None:
@@ -258,6 +259,7 @@ def run_export(cmd: list[str], out: Path, bounds: ExportBounds) -> tuple[int, st
                 f"(e.g. {BOUNDED_ENV}={-(-2 * bounds.max_bytes // 10**9)}GB)")
         done = True
     finally:
+        bounds.spent = time.monotonic() - started
         if not done:
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
