@@ -234,6 +234,8 @@ def run_cmd(
         sys.stderr.write("\r\x1b[2K")
     from analyzer.watchdog import Watchdog
 
+    if outcome.passed_over and not quiet:
+        click.echo(f"note: {outcome.passed_over} (name a file to read it anyway)", err=True)
     with Watchdog(timeout, str(traces[0])), stage("building the report"):
         if outcome.job is None and len(outcome.analyses or outcome.alone or ()) > 1 and outcome.reason and not quiet \
                 and job is not False:

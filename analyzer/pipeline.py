@@ -62,10 +62,11 @@ def analyze_paths(
     return analyze_inputs(paths, options, job=False, progress=progress, pack=pack, accepted=accepted).analyses or []
 
 
-def split_inputs(paths: Sequence[Path], options: AnalysisOptions) -> tuple[list[Path], list[Path]]:
+def split_inputs(paths: Sequence[Path], options: AnalysisOptions,
+                 skipped: list[tuple[Path, str]] | None = None) -> tuple[list[Path], list[Path]]:
     """(traces, Nsight Compute files) among ``paths`` (ncu files by content, directories by the files
-    in them) and ``options.ncu_files``; no traces means ncu files on their own. Bad inputs raise
-    :class:`InputError`."""
+    in them, the JSON in them that is no trace added to ``skipped``) and ``options.ncu_files``; no
+    traces means ncu files on their own. Bad inputs raise :class:`InputError`."""
     from analyzer.loading.ncu import detect_ncu
 
     traces: list[Path] = []
@@ -74,7 +75,7 @@ def split_inputs(paths: Sequence[Path], options: AnalysisOptions) -> tuple[list[
         if not path.exists():
             raise InputError(path, "no such file", hint="check the path")
         if path.is_dir():
-            found, ncu_found = trace_files_in(path)
+            found, ncu_found = trace_files_in(path, skipped)
             ncu_paths += ncu_found
             traces += found
         elif detect_ncu(path) is not None:
@@ -104,27 +105,70 @@ def natural_key(name: str) -> list[int | str]:
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
 
 
-def trace_files_in(folder: Path) -> tuple[list[Path], list[Path]]:
+def passed_over(path: Path) -> str | None:
+    """Why a folder scan passes over ``path``, a JSON file (:func:`~analyzer.loading.detect_format`
+    ``"json"``), or None when it is a trace to read: this analyzer's own JSON report, or JSON that is
+    no torch.profiler trace by its first bytes (:func:`~analyzer.loading.looks_like_profiler_trace`)."""
+    from analyzer.loading import looks_like_profiler_trace
+    from analyzer.reports.baseline import is_report
+
+    if is_report(path):
+        return "a JSON report of this analyzer"
+    if not looks_like_profiler_trace(path):
+        return "no torch.profiler trace: no traceEvents or deviceProperties at its start"
+    return None
+
+
+def trace_files_in(folder: Path, skipped: list[tuple[Path, str]] | None = None) -> tuple[list[Path], list[Path]]:
     """The trace files (by content) and the Nsight Compute exports directly inside ``folder``, in natural
     name order (numbers compared as numbers: ``rank2`` before ``rank10``). Other files (logs, images,
-    hidden files) are ignored; a folder with neither a trace nor an Nsight Compute export is an error."""
+    hidden files) are ignored; JSON that is no trace (:func:`passed_over`) is added to ``skipped`` with
+    why; a folder with neither a trace nor an Nsight Compute export is an error."""
     from analyzer.loading import TRACE_FORMATS, detect_format
     from analyzer.loading.ncu import detect_ncu
 
     traces: list[Path] = []
     ncu: list[Path] = []
+    other_json: list[tuple[Path, str]] = []
     for p in sorted(folder.iterdir(), key=lambda q: natural_key(q.name)):
         if not p.is_file() or p.name.startswith("."):
             continue
         if detect_ncu(p) is not None:
             ncu.append(p)
-        elif detect_format(p) in TRACE_FORMATS:
+            continue
+        fmt = detect_format(p)
+        why = passed_over(p) if fmt == "json" else None
+        if why is not None:
+            other_json.append((p, why))
+        elif fmt in TRACE_FORMATS:
             traces.append(p)
     if not traces and not ncu:  # a folder of Nsight Compute exports works like the files in it
+        if other_json:
+            names = ", ".join(p.name for p, _ in other_json[:5]) + (", ..." if len(other_json) > 5 else "")
+            raise InputError(folder, f"the directory holds no trace file: its JSON files ({names}) are no "
+                             "torch.profiler trace (no traceEvents or deviceProperties at their start)",
+                             hint="pass a trace file by name to read it anyway, or the directory that holds "
+                                  "the traces")
         raise InputError(folder, "the directory holds no trace file (nsys .sqlite/.nsys-rep, torch.profiler "
                          ".json/.json.gz, Nsight Compute .ncu-rep/.csv)",
                          hint="pass the trace files, or the directory that holds them")
+    if skipped is not None:
+        skipped += other_json
     return traces, ncu
+
+
+def passed_over_note(skipped: Sequence[tuple[Path, str]]) -> str:
+    """One line naming the files a folder scan passed over and why (``""`` for none)."""
+    if not skipped:
+        return ""
+    by_reason: dict[str, list[str]] = {}
+    for path, why in skipped:
+        by_reason.setdefault(why, []).append(path.name)
+    parts = []
+    for why, names in by_reason.items():
+        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        parts.append(f"{shown} ({why})")
+    return f"passed over {len(skipped)} JSON file{'s' if len(skipped) != 1 else ''}: {'; '.join(parts)}"
 
 
 def analyze_inputs(paths: Sequence[Path], options: AnalysisOptions, *, job: bool | None = None,
@@ -154,13 +198,15 @@ def analyze_inputs(paths: Sequence[Path], options: AnalysisOptions, *, job: bool
     if accepted is None:
         accepted = load_accepted_findings(options)  # and so do the accepted-findings files
     previous = _previous_accepted(write_accepted)
-    traces, ncu_paths = split_inputs(paths, options)
+    skipped: list[tuple[Path, str]] = []
+    traces, ncu_paths = split_inputs(paths, options, skipped)
     if not traces:  # Nsight Compute reports on their own: a kernel report per file
         outcome = JobOutcome(None, [analyze_ncu(p, pack, options=options, progress=progress) for p in ncu_paths],
                              "--no-job" if job is False else "")
     else:
         outcome = _analyze_traces(traces, options, pack, load_ncu_paths(ncu_paths), job=job, scheduler=scheduler,
                                   workers=workers, progress=progress)
+    outcome.passed_over = passed_over_note(skipped)
     if write_accepted is not None:
         from analyzer.accepted import load_accepted, write_accepted as record
 

@@ -29,6 +29,14 @@ GRACE_SECONDS = 15.0
 _lock = threading.Lock()
 _stages: dict[int, list[str]] = {}  # per thread (ident): its stages, outermost first
 _detail: list[str] = [""]
+_limits: list[float] = []  # the time limits of the main thread's active watchdogs, outermost first
+
+
+def active_limit() -> float | None:
+    """The time limit (s) of the innermost watchdog now bounding the main thread's analysis, or None:
+    a child process the analysis runs (the ``nsys export``) takes it for its own limit."""
+    with _lock:
+        return _limits[-1] if _limits else None
 
 
 @contextlib.contextmanager
@@ -114,10 +122,16 @@ class Watchdog:
                 signal.signal(signal.SIGINT, signal.default_int_handler)
             self._thread = threading.Thread(target=self._watch, name="analyzer-watchdog", daemon=True)
             self._thread.start()
+            with _lock:
+                _limits.append(self.seconds)
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
+        if self._thread is not None:
+            with _lock:
+                if _limits:
+                    _limits.pop()
         try:
             with self._lock:
                 self._done.set()

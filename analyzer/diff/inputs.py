@@ -13,25 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from analyzer.boundedio import BoundedReadError, read_regular
-from analyzer.reports.baseline import ReportFormatError, RunSummary, from_report, summarize
+from analyzer.reports.baseline import ReportFormatError, RunSummary, from_report, is_report, summarize
 from analyzer.errors import InputError
 from analyzer.pipeline import AnalysisOptions, Progress
 
-_SNIFF = 4096
 MAX_REPORT_BYTES = 256 << 20  # a JSON report is small by design (capped tables); refuse a huge one
-
-
-def is_report(path: Path) -> bool:
-    """True when ``path`` looks like a JSON report written by ``analyze --format json``."""
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(_SNIFF)
-    except OSError:
-        return False
-    text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
-    if not text.startswith(b"{"):
-        return False
-    return (b'"schema_version"' in text and b'"gpu-trace-analyzer"' in text) or b'"kind": "diff"' in text
 
 
 def read_report(path: Path) -> Any:

@@ -67,13 +67,13 @@ def union_intervals(start: np.ndarray, end: np.ndarray, group: np.ndarray | None
     new_group = np.empty(n, dtype=bool)
     new_group[0] = True
     new_group[1:] = g[1:] != g[:-1]
-    new_block = block_opens(s, e, new_group)
+    new_block, reach = _opens_and_reach(s, e, new_group)
     first = np.flatnonzero(new_block)
     block = np.cumsum(new_block) - 1
     return Union(
         group=g[first],
         start=s[first],
-        end=np.maximum.reduceat(e, first),
+        end=_block_ends(reach, first),
         order=order,
         block=block,
     )
@@ -84,10 +84,26 @@ def block_opens(start: np.ndarray, end: np.ndarray, first: np.ndarray) -> np.nda
     group (``first`` marks each run's first row), True where a merged block opens: at a run's first
     interval, or where an interval starts after every earlier interval of its run has ended (touching
     intervals merge)."""
+    return _opens_and_reach(start, end, first)[0]
+
+
+def _opens_and_reach(start: np.ndarray, end: np.ndarray, first: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`block_opens` and the running maximum of ``end`` within each run it is computed from."""
     run_max = grouped_cummax(end, first) if first[1:].any() else np.maximum.accumulate(end)
     opens = first.copy()
     np.logical_or(opens[1:], start[1:] > run_max[:-1], out=opens[1:])
-    return opens
+    return opens, run_max
+
+
+def _block_ends(run_max: np.ndarray, opens: np.ndarray) -> np.ndarray:
+    """Each merged block's end, for intervals clamped to end at or after their start: the running
+    maximum (of the block's run) at the block's last interval. It never decreases within a run, and
+    every earlier interval of the run ended before the block opened, so that maximum is the block's
+    own largest end: one gather per block instead of a reduction over every interval."""
+    last = np.empty_like(opens)
+    last[:-1] = opens[1:] - 1
+    last[-1] = len(run_max) - 1
+    return run_max[last]
 
 
 def grouped_cummax(values: np.ndarray, first: np.ndarray) -> np.ndarray:
@@ -114,8 +130,9 @@ def union_sorted(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.nda
     np.maximum(end, start, out=end)
     first = np.zeros(len(start), dtype=bool)
     first[0] = True
-    opens = np.flatnonzero(block_opens(start, end, first))
-    return start[opens], np.maximum.reduceat(end, opens)
+    opens_mask, reach = _opens_and_reach(start, end, first)
+    opens = np.flatnonzero(opens_mask)
+    return start[opens], _block_ends(reach, opens)
 
 
 def union_length_sorted(key: np.ndarray, start: np.ndarray, end: np.ndarray) -> pd.Series:

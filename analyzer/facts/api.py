@@ -211,7 +211,8 @@ def sync_call_rows(
         if window is not None:
             st = api["start"].to_numpy()
             keep &= (st >= window[0]) & (st < window[1])
-        rows = api.loc[keep].reset_index(drop=True)
+        # only the columns read below (the call's row and the copy join's key), not every API column
+        rows = api.loc[keep, [c for c in api.columns if c in _API_ROW or c == "correlation_id"]].reset_index(drop=True)
         kept = codes[keep]
         rows["name"] = base[kept]
         labels = label[kept]
@@ -221,7 +222,21 @@ def sync_call_rows(
     mc = memcpy
     direction = pd.Series("", index=api.index, dtype=object)
     nbytes = pd.Series(-1, index=api.index, dtype=np.int64)
-    if len(mc) and len(api):
+    if len(mc) and len(api) and api["correlation_id"].dtype.kind in "iu":
+        # each call's first copy with its correlation id (a sorted or hashed lookup of the ids, not a
+        # frame merge): the left join on the copies without duplicate ids below, value for value
+        mc_corr = mc["correlation_id"].to_numpy(dtype=np.int64)
+        pos = first_positions(mc_corr, api["correlation_id"].to_numpy(dtype=np.int64))
+        at = np.maximum(pos, 0)
+        mc_dir = text(column(mc, "direction", "")).to_numpy()
+        has = (pos >= 0) & pd.notna(mc_dir[at])
+        direction[has] = mc_dir[at[has]]
+        nbytes[has] = column(mc, "bytes", -1).fillna(-1).to_numpy(dtype=np.int64)[at[has]]
+        mc_pageable = ((text(column(mc, "src_kind", "")) == "pageable")
+                       | (text(column(mc, "dst_kind", "")) == "pageable")).to_numpy()
+        pageable = has & mc_pageable[at]
+        kind = kind.where(~(pageable & (kind == "async_copy").to_numpy()), "pageable_async_memcpy")
+    elif len(mc) and len(api):
         mc_info = pd.DataFrame({
             "correlation_id": mc["correlation_id"].to_numpy(dtype=np.int64),
             "_dir": text(column(mc, "direction", "")).to_numpy(),

@@ -20,6 +20,14 @@ copy off the path frees the host from those waits too. The stall's *avoidable* p
 (all of it when the next op has no launch call in the trace, or no op follows). Each exposed-copy
 segment of the stall gets its part of it (column ``avoidable_ns``).
 
+The link bounds it too: copies from or to pinned memory already move at the rate the link gives them,
+so no overlap makes the window shorter than the device's pinned copy time in one direction (the union
+of its pinned H2D copies, or of its D2H ones, whichever is longer: column ``link_floor_ns``). Where
+the avoidable time summed over the device's stalls exceeds the window less that floor, every stall's
+share is scaled down to fit (a program streaming its weights from host memory at the link's rate, with
+little compute to hide them behind, gains at most that compute time from prefetching; the rest needs
+fewer bytes copied). Pageable copies are left out of the floor: pinning them makes them faster.
+
 Assumptions, stated with the estimate: the host's own time before the next op is unchanged by the fix
 (a fix that adds host work at the step's start, such as the event and stream calls of a side-stream
 prefetch, buys less), and the ops after the next one keep their pace (the GPU was not waiting for the
@@ -51,11 +59,14 @@ COPY_STALL_COLUMNS = {
                        "start and next_submit (ns): what the fix also frees the host from",
     "avoidable_ns": "the segment's part of [ready, stall_end), ready = max(stall_start, next_submit - "
                     "host_blocked_ns): the copy time a fix that takes the copy off the GPU's path can give "
-                    "back (ns)",
+                    "back (ns), scaled down where the device's sum exceeds the window less link_floor_ns",
+    "link_floor_ns": "the device's pinned host-device copy time in the window, the longer direction (union "
+                     "of its H2D pinned copies or of its D2H pinned ones, ns): no overlap makes the window "
+                     "shorter than the link takes to move those bytes",
 }
 
 _INTS = ("device", "start", "end", "duration", "stall_start", "stall_end", "next_submit", "host_blocked_ns",
-         "avoidable_ns")
+         "avoidable_ns", "link_floor_ns")
 
 
 def _empty() -> pd.DataFrame:
@@ -86,7 +97,9 @@ def copy_stalls(ctx: FactContext) -> pd.DataFrame:
     submit, blocked = _next_submission(ctx, sdev, a, b)
     ready = np.where(submit >= 0, np.maximum(a, submit - blocked), a)
     ready = np.minimum(ready, b)
-    avoid = np.maximum(0, end - np.maximum(start, ready[stall]))
+    avoid = np.minimum(np.maximum(0, end - np.maximum(start, ready[stall])), end - start)
+    floor = _link_floor(ctx, dev)
+    avoid = _fit_under_floor(avoid, dev, floor, ctx.window.end_ns - ctx.window.start_ns)
     out = pd.DataFrame({
         "device": dev, "start": start, "end": end, "duration": end - start,
         "detail": s["detail"].to_numpy(dtype=object),
@@ -94,9 +107,49 @@ def copy_stalls(ctx: FactContext) -> pd.DataFrame:
         "range_key": column(s, "range_key", "").to_numpy(dtype=object),
         "step": column(s, "step", "").to_numpy(dtype=object),
         "stall_start": a[stall], "stall_end": b[stall], "next_submit": submit[stall],
-        "host_blocked_ns": blocked[stall], "avoidable_ns": np.minimum(avoid, end - start),
+        "host_blocked_ns": blocked[stall], "avoidable_ns": avoid, "link_floor_ns": floor,
     })
     return out.reset_index(drop=True)
+
+
+def _link_floor(ctx: FactContext, dev: np.ndarray) -> np.ndarray:
+    """Per row device ``dev``: the longer of its two directions' pinned copy time inside the window (the
+    union of the H2D pinned copies' pieces in the window, and of the D2H pinned ones)."""
+    out = np.zeros(len(dev), dtype=np.int64)
+    mc = ctx.trace.memcpy
+    if mc.empty:
+        return out
+    w0, w1 = ctx.window.start_ns, ctx.window.end_ns
+    direction = text(column(mc, "direction", "")).to_numpy(dtype=object)
+    host = np.where(direction == "H2D", text(column(mc, "src_kind", "")).to_numpy(dtype=object),
+                    np.where(direction == "D2H", text(column(mc, "dst_kind", "")).to_numpy(dtype=object), ""))
+    start = np.maximum(mc["start"].to_numpy(dtype=np.int64), w0)
+    end = np.minimum(mc["end"].to_numpy(dtype=np.int64), w1)
+    device = column(mc, "device", 0).fillna(0).to_numpy(dtype=np.int64)
+    longest: dict[int, int] = {}
+    for d in ("H2D", "D2H"):
+        pick = np.flatnonzero((direction == d) & (host == "pinned") & (end > start))
+        if not len(pick):
+            continue
+        u = union_intervals(start[pick], end[pick], device[pick])
+        per = pd.Series(u.end - u.start).groupby(u.group).sum()
+        for g, ns in per.items():
+            longest[int(g)] = max(longest.get(int(g), 0), int(ns))
+    for g, ns in longest.items():
+        out[dev == g] = ns
+    return out
+
+
+def _fit_under_floor(avoid: np.ndarray, dev: np.ndarray, floor: np.ndarray, window_ns: int) -> np.ndarray:
+    """``avoid`` scaled down per device where its sum exceeds ``window_ns`` less the device's floor."""
+    out = avoid.copy()
+    for d in np.unique(dev).tolist():
+        at = dev == d
+        room = max(0, window_ns - int(floor[at][0]))
+        total = int(avoid[at].sum())
+        if total > room:
+            out[at] = (avoid[at] * (room / total)).astype(np.int64)
+    return out
 
 
 def _next_submission(ctx: FactContext, dev: np.ndarray, a: np.ndarray,

@@ -48,6 +48,8 @@ class JobOutcome:
     recorded: int | None = None
     #: not one job, on Dask: each input analyzed where it was prepared (in ``analyses``' place)
     alone: list[AloneResult] | None = None
+    #: the JSON files a folder scan passed over, one line (``passed over 2 JSON files: ...``), or ""
+    passed_over: str = ""
 
     @property
     def findings(self) -> list[Finding]:

@@ -23,7 +23,8 @@ from analyzer.loading.sqlite_pages import SQLITE_MAGIC
 if TYPE_CHECKING:
     from analyzer.loading.cache import TraceCache
 
-__all__ = ["TRACE_FORMATS", "Trace", "TraceInfo", "detect_format", "empty_frame", "load_trace"]
+__all__ = ["TRACE_FORMATS", "Trace", "TraceInfo", "detect_format", "empty_frame", "load_trace",
+           "looks_like_profiler_trace"]
 
 QDREP_MAGIC = b"NVIDIA Tegra Profiler Report"
 NCU_MAGIC = b"NVR\x00"
@@ -114,13 +115,46 @@ def looks_like_json(head: bytes) -> bool:
     return head.lstrip(b" \t\r\n\xef\xbb\xbf")[:1] in (b"{", b"[")
 
 
-def _peek_decompressed(path: Path, opener: Callable[..., Any]) -> bytes:
-    """The first bytes of a compressed file's content (``b""`` when it cannot be decompressed)."""
+def _peek_decompressed(path: Path, opener: Callable[..., Any], size: int = 256) -> bytes:
+    """The first ``size`` bytes of a compressed file's content (``b""`` when it cannot be decompressed)."""
     try:
         with opener(path, "rb") as fh:
-            return bytes(fh.read(256))
+            return bytes(fh.read(size))
     except (OSError, EOFError, lzma.LZMAError, zlib.error):
         return b""
+
+
+#: how much of a JSON file's (decompressed) text :func:`looks_like_profiler_trace` reads
+TRACE_SNIFF_BYTES = 64 * 1024
+#: members only a Chrome / torch.profiler trace document has (Kineto writes ``schemaVersion`` then
+#: ``deviceProperties`` first; Chrome's format has ``traceEvents``); ``schemaVersion`` alone is not one
+#: (container manifests have it too)
+_TRACE_MEMBERS = re.compile(rb'"(traceEvents|deviceProperties|distributedInfo|baseTimeNanoseconds)"\s*:')
+_EVENT_KEY = re.compile(rb'"ph"\s*:')
+
+
+def looks_like_profiler_trace(path: Path) -> bool:
+    """Whether a file :func:`detect_format` calls ``"json"`` reads as a torch.profiler / Chrome trace
+    from its first :data:`TRACE_SNIFF_BYTES` bytes of text (decompressed): an object with a
+    ``traceEvents``, ``deviceProperties``, ``distributedInfo`` or ``baseTimeNanoseconds`` member, or
+    Chrome's bare array of events (``[{... "ph": ...``). A folder scan passes over other JSON (a
+    configuration, a results file, a report); a file named on the command line is read whatever this says."""
+    try:
+        with open(path, "rb") as fh:
+            magic = fh.read(8)
+            head = fh.read(TRACE_SNIFF_BYTES) if not magic.startswith((XZ_MAGIC[:6], GZIP_MAGIC)) else b""
+    except OSError:
+        return False
+    if magic.startswith(XZ_MAGIC):
+        text = _peek_decompressed(path, lzma.open, TRACE_SNIFF_BYTES)
+    elif magic.startswith(GZIP_MAGIC):
+        text = _peek_decompressed(path, gzip.open, TRACE_SNIFF_BYTES)
+    else:
+        text = magic + head
+    text = text.lstrip(b" \t\r\n\xef\xbb\xbf")
+    if text[:1] == b"[":
+        return text[1:].lstrip(b" \t\r\n")[:1] == b"{" and _EVENT_KEY.search(text) is not None
+    return text[:1] == b"{" and _TRACE_MEMBERS.search(text) is not None
 
 
 def _has_nsys_tables(path: Path) -> bool:

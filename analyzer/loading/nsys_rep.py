@@ -19,6 +19,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from analyzer.boundedio import ENV as BOUNDED_ENV
 from analyzer.boundedio import BoundedReadError, copy_decompressed, decompressed_limit
 from analyzer.errors import InputError, UnsupportedFormatError
 
@@ -121,23 +122,155 @@ def cached_sqlite_for_report(report: Path, *, cache_dir: Path | None = None,
     tmp.unlink()  # nsys refuses to overwrite without --force-overwrite on some versions
     say(f"exporting {report.name} to SQLite with {nsys} (once; cached in {cache})")
     cmd = [nsys, "export", "--type", "sqlite", "--output", str(tmp), str(report)]
+    bounds = ExportBounds.for_report(report)
     try:
         # NVTX payloads as JSON (NCCL's communicator, rank, message sizes); an nsys without the
         # option gets the plain export
-        proc = subprocess.run([*cmd[:4], "--include-json=true", *cmd[4:]], capture_output=True, text=True,
-                              check=False)
-        if proc.returncode != 0 or not tmp.is_file() or tmp.stat().st_size == 0:
+        code, err = run_export([*cmd[:4], "--include-json=true", *cmd[4:]], tmp, bounds)
+        if code != 0 or not tmp.is_file() or tmp.stat().st_size == 0:
             tmp.unlink(missing_ok=True)
-            proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            code, err = run_export(cmd, tmp, bounds)
+    except ExportOverrun as exc:
+        raise InputError(report, f"{nsys} export {exc}", hint=f"{exc.hint}, or run it yourself and pass the "
+                         f".sqlite file: {export_command(report)}") from None
     except OSError as exc:
         raise UnsupportedFormatError(report, f"could not run {nsys} ({exc.strerror})",
                                      hint=f"run it yourself: {export_command(report)}") from exc
-    if proc.returncode != 0 or not tmp.is_file() or tmp.stat().st_size == 0:
+    if code != 0 or not tmp.is_file() or tmp.stat().st_size == 0:
         tmp.unlink(missing_ok=True)
-        detail = _last_line(proc.stderr) or _last_line(proc.stdout) or f"exit code {proc.returncode}"
+        detail = _last_line(err) or f"exit code {code}"
         raise _export_failure(report, nsys, detail, installed_version(nsys))
     os.chmod(tmp, 0o600)  # private like the rest of the cache (served only while no one else can write it)
     return _evict_beside(publish(tmp, target))
+
+
+#: the export's default time limit: :data:`EXPORT_BASE_SECONDS` plus :data:`EXPORT_SECONDS_PER_MB` per MB of
+#: report (a 100 MB report: 13 min; 1 GB: 43 min). An analysis under ``--timeout``/``ANALYZER_TIMEOUT`` uses
+#: that limit instead, longer or shorter.
+EXPORT_BASE_SECONDS = 600.0
+EXPORT_SECONDS_PER_MB = 2.0
+_POLL_SECONDS = 0.05
+_OUTPUT_TAIL = 64 * 1024  # bytes of the exporter's messages kept (for the failure line)
+
+
+class ExportOverrun(Exception):
+    """The export ran past its time limit or wrote more than its size limit; it was ended and its
+    partial output removed. ``str()`` says which, ``hint`` what to do."""
+
+    def __init__(self, what: str, hint: str) -> None:
+        super().__init__(what)
+        self.hint = hint
+
+
+class ExportBounds:
+    """Time (s) and size (bytes) limits of one export."""
+
+    def __init__(self, seconds: float, max_bytes: int, *, user_timeout: bool) -> None:
+        self.seconds = seconds
+        self.max_bytes = max_bytes
+        self.user_timeout = user_timeout
+        self.spent = 0.0  # seconds the export's attempts took so far (they share the limit)
+
+    @classmethod
+    def for_report(cls, report: Path) -> ExportBounds:
+        """The limits for ``report``: the analysis's own ``--timeout`` when one is set, else the default
+        scaled by the report's size; the exported SQLite gets the cap of any decompressed input
+        (:func:`analyzer.boundedio.decompressed_limit` of the report's size: ``ANALYZER_MAX_INPUT`` or 32x,
+        at least 64 MB, at most 8 GB)."""
+        from analyzer.watchdog import active_limit
+
+        size = report.stat().st_size
+        try:
+            max_bytes = decompressed_limit(size)
+        except BoundedReadError as exc:
+            raise InputError(report, exc.reason, hint=exc.hint) from None
+        user = active_limit()
+        if user is not None:
+            return cls(user, max_bytes, user_timeout=True)
+        return cls(EXPORT_BASE_SECONDS + EXPORT_SECONDS_PER_MB * size / 1e6, max_bytes, user_timeout=False)
+
+
+def _written(out: Path) -> int:
+    """Bytes the exporter has written so far: ``out`` and SQLite's files beside it."""
+    total = 0
+    for path in (out, *(out.with_name(out.name + s) for s in ("-journal", "-wal", "-shm"))):
+        try:
+            total += os.stat(path).st_size
+        except OSError:
+            pass
+    return total
+
+
+def _remove_output(out: Path) -> None:
+    for path in (out, *(out.with_name(out.name + s) for s in ("-journal", "-wal", "-shm"))):
+        path.unlink(missing_ok=True)
+
+
+def run_export(cmd: list[str], out: Path, bounds: ExportBounds) -> tuple[int, str]:
+    """Run the exporter ``cmd`` (which writes ``out``) within ``bounds``: its exit code and the tail of
+    its messages. Past the time limit, or once ``out`` grows past the size limit, the exporter (its whole
+    process group) is killed, ``out`` removed and :class:`ExportOverrun` raised; an interrupt (Ctrl-C, the
+    analysis watchdog) does the same cleanup. Its messages are read as they come, only the last
+    :data:`_OUTPUT_TAIL` bytes kept."""
+    import collections
+    import signal
+    import threading
+    import time
+
+    tail: collections.deque[bytes] = collections.deque()
+    kept = [0]
+
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+    def drain() -> None:
+        assert proc.stdout is not None
+        fd = proc.stdout.fileno()
+        for chunk in iter(lambda: os.read(fd, 8192), b""):
+            tail.append(chunk)
+            kept[0] += len(chunk)
+            while kept[0] - len(tail[0]) >= _OUTPUT_TAIL:
+                kept[0] -= len(tail.popleft())
+
+    reader = threading.Thread(target=drain, name="nsys-export-output", daemon=True)
+    reader.start()
+    started = time.monotonic() - bounds.spent
+    done = False
+    try:
+        while proc.poll() is None:
+            elapsed = time.monotonic() - started
+            if elapsed > bounds.seconds:
+                hint = ("raise --timeout (ANALYZER_TIMEOUT)" if bounds.user_timeout else
+                        "allow it longer with --timeout SECONDS (ANALYZER_TIMEOUT)")
+                limit = "the --timeout" if bounds.user_timeout else "the default limit for a report this size"
+                raise ExportOverrun(f"ran past {bounds.seconds:g} s ({limit}); it was stopped", hint)
+            if _written(out) > bounds.max_bytes:
+                raise ExportOverrun(
+                    f"wrote more than {bounds.max_bytes / 1e6:,.0f} MB of SQLite; it was stopped (a damaged "
+                    "report, or one larger than the limit)",
+                    f"if the report really is that large, set {BOUNDED_ENV} higher "
+                    f"(e.g. {BOUNDED_ENV}={-(-2 * bounds.max_bytes // 10**9)}GB)")
+            time.sleep(_POLL_SECONDS)
+        if _written(out) > bounds.max_bytes:  # grew past the limit between two looks
+            raise ExportOverrun(
+                f"wrote more than {bounds.max_bytes / 1e6:,.0f} MB of SQLite (a damaged report, or one "
+                "larger than the limit)",
+                f"if the report really is that large, set {BOUNDED_ENV} higher "
+                f"(e.g. {BOUNDED_ENV}={-(-2 * bounds.max_bytes // 10**9)}GB)")
+        done = True
+    finally:
+        bounds.spent = time.monotonic() - started
+        if not done:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            proc.wait()
+            _remove_output(out)
+        reader.join(timeout=5)
+        if proc.stdout is not None:
+            proc.stdout.close()
+    return proc.returncode, b"".join(tail).decode("utf-8", "replace")
 
 
 # "Version number is invalid: 2024@6@2@225-..." (nsys 2022-2023 reading a newer report)

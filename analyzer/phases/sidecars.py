@@ -71,6 +71,7 @@ def expand_paths(paths: Iterable[Path | str]) -> list[Path]:
     torch.profiler traces and nsys reports (:data:`_TRACE_NAMES`, recognised by content as ``analyze``
     recognises them)."""
     from analyzer.loading import TRACE_FORMATS, detect_format
+    from analyzer.pipeline import passed_over
 
     out: list[Path] = []
     for p in map(Path, paths):
@@ -80,8 +81,10 @@ def expand_paths(paths: Iterable[Path | str]) -> list[Path]:
                     continue
                 if q.name.endswith((".sqlite", ".sqlite.xz", PYTIME_SUFFIX)):
                     out.append(q)
-                elif q.name.lower().endswith(_TRACE_NAMES) and detect_format(q) in TRACE_FORMATS:
-                    out.append(q)
+                elif q.name.lower().endswith(_TRACE_NAMES):
+                    fmt = detect_format(q)
+                    if fmt in TRACE_FORMATS and (fmt != "json" or passed_over(q) is None):
+                        out.append(q)
         else:
             out.append(p)
     return out

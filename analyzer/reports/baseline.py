@@ -22,6 +22,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -517,6 +518,24 @@ BASELINE_SINCE = (1, 1)
 
 class ReportFormatError(InputError):
     """A JSON report that cannot serve as a diff input."""
+
+
+_SNIFF = 4096
+
+
+def is_report(path: Path) -> bool:
+    """True when ``path`` looks like a JSON report written by ``analyze --format json`` (or a diff's):
+    ``analyze diff`` reads one as a side; ``analyze FOLDER`` and ``analyze sweep FOLDER`` pass over one
+    written beside the traces, which is JSON too but no trace."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(_SNIFF)
+    except OSError:
+        return False
+    text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if not text.startswith(b"{"):
+        return False
+    return (b'"schema_version"' in text and b'"gpu-trace-analyzer"' in text) or b'"kind": "diff"' in text
 
 
 def from_report(doc: Any, path: str, *, trace_index: int | None = None) -> RunSummary:

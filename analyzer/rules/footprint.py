@@ -290,7 +290,8 @@ def _build(device: np.ndarray, start: np.ndarray, end: np.ndarray, window: Windo
 
 
 def _coarsen(start: np.ndarray, end: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:
-    """At most ``limit`` intervals: the shortest spaces between consecutive intervals are closed."""
+    """At most ``limit`` of the sorted, disjoint intervals (:func:`merge_intervals`' blocks): the shortest
+    spaces between consecutive intervals are closed."""
     space = start[1:] - end[:-1]
     kth = len(space) - (limit - 1)
     threshold = np.partition(space, kth)[kth]  # the longest limit - 1 spaces stay open (ties: a few more)
@@ -300,5 +301,9 @@ def _coarsen(start: np.ndarray, end: np.ndarray, limit: int) -> tuple[np.ndarray
         extra = np.flatnonzero(new[1:] & (space == threshold))
         new[1 + extra[: int(new.sum()) - limit]] = False
     firsts = np.flatnonzero(new)
-    return start[firsts], np.maximum.reduceat(end, firsts)
+    # the blocks are disjoint and in order, so their ends increase: a group's end is its last block's
+    lasts = np.empty_like(firsts)
+    lasts[:-1] = firsts[1:] - 1
+    lasts[-1] = len(end) - 1
+    return start[firsts], end[lasts]
 

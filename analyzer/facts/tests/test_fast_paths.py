@@ -313,3 +313,20 @@ def test_expand_to_ancestors_equals_the_merge(name):
     assert by_search["instance"].dtype == np.int64  # beyond 32 bits: kept wide
     by_search["instance"] = (by_search["instance"] - shift).astype(np.int32)
     pd.testing.assert_frame_equal(by_search, expected, check_exact=True)
+
+
+@pytest.mark.parametrize("name", TRACES)
+def test_sync_call_rows_copy_lookup_equals_the_merge(name):
+    """The copies joined to the calls by a lookup of their integer correlation ids give the rows the
+    frame merge gives (the merge still serves ids that are not integers: here the same ids as floats)."""
+    from analyzer.facts.api import sync_call_rows
+
+    t = _trace(name)
+    fast = sync_call_rows(t.api, t.memcpy)
+    api = t.api.assign(correlation_id=t.api["correlation_id"].astype(np.float64))
+    slow = sync_call_rows(api, t.memcpy)
+    assert len(fast) and fast["correlation_id"].dtype.kind in "iu" and slow["correlation_id"].dtype.kind == "f"
+    pd.testing.assert_frame_equal(fast.drop(columns="correlation_id"), slow.drop(columns="correlation_id"))
+    np.testing.assert_array_equal(fast["correlation_id"].to_numpy(np.float64), slow["correlation_id"].to_numpy())
+    if name == "pageable_h2d":
+        assert (fast["sync_kind"] == "pageable_async_memcpy").any() and (fast["direction"] != "").any()

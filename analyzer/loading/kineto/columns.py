@@ -589,6 +589,7 @@ class EventColumns:
         p = self._pieces[name]
         label = next(lab for g, *_, lab in GROUPS if g == name)
         quality.add("negative_ts", label, p.negative_ts)
+        quality.add("unreadable_ts", label, p.untimed - p.negative_ts)  # null, a string, 1e300, none
         start = np.concatenate(p.start) if p.start else np.empty(0, np.int64)
         dur_ns = np.nan_to_num(np.concatenate(p.dur) if p.dur else np.empty(0), nan=0.0) * 1000.0
         negative_dur = dur_ns < 0

@@ -521,11 +521,14 @@ class _KinetoLoader:
 class _Quality:
     """Values out of range in a torch.profiler trace, counted by kind and event kind, so that the one
     note the report shows says what was changed: a negative ``dur`` and one past 64-bit nanoseconds
-    (``2^64``) count as 0, an event with a negative ``ts`` cannot be placed and is left out."""
+    (``2^64``) count as 0, an event with a negative ``ts``, or one that is no number of microseconds
+    within 64-bit nanoseconds (missing, ``null``, a string, ``1e300``), cannot be placed and is left out."""
 
     _WHAT = {"negative_dur": "a negative duration (dur), counted as 0",
              "huge_dur": "a duration (dur) too large for 64-bit nanoseconds, counted as 0",
-             "negative_ts": "a negative timestamp (ts), left out"}
+             "negative_ts": "a negative timestamp (ts), left out",
+             "unreadable_ts": "a missing or unreadable timestamp (ts: not a number, or past 64-bit "
+                              "nanoseconds), left out"}
 
     def __init__(self) -> None:
         self._counts: dict[str, dict[str, int]] = {kind: {} for kind in self._WHAT}
@@ -546,7 +549,7 @@ class _Quality:
                 parts.append(f"{events} with {what}")
         if not parts:
             return None
-        return ("Data quality: this torch.profiler trace has values out of range: " + "; ".join(parts)
+        return ("Data quality: this torch.profiler trace has values out of range or unreadable: " + "; ".join(parts)
                 + ". Kernel counts and times below leave those out or count them as 0.")
 
 

@@ -378,3 +378,32 @@ def test_values_out_of_range_are_counted_and_noted_once(tmp_path):
         assert render(report, fmt).count("Data quality: this torch.profiler trace") == 1, fmt
     healthy = load_trace(DATA_DIR / "kineto" / "healthy.pt.trace.json.gz")
     assert "notes" not in healthy.extras and not healthy.extras["kineto"]["out_of_range"]
+
+
+def test_unreadable_timestamps_are_counted_and_noted(tmp_path):
+    """Events whose ``ts`` is null, a string, 1e300 us (past 64-bit nanoseconds) or missing were left
+    out silently: they are counted and the report's note says so; the trace still loads."""
+    doc = json.loads(gzip.open(DATA_DIR / "kineto" / "healthy.pt.trace.json.gz").read())
+    kernels = [e for e in doc["traceEvents"] if e.get("cat") == "kernel"]
+    calls = [e for e in doc["traceEvents"] if e.get("cat") == "cuda_runtime"]
+    kernels[1]["ts"], kernels[2]["ts"], kernels[3]["ts"] = None, "soon", 1e300
+    del calls[0]["ts"]
+    calls[1]["ts"] = "NaN"
+    path = tmp_path / "unreadable_ts.pt.trace.json"
+    path.write_text(json.dumps(doc))
+    trace = load_trace(path)
+    assert len(trace.kernels) == len(kernels) - 3
+    assert trace.extras["kineto"]["out_of_range"] == {"unreadable_ts": {"kernel": 3, "CUDA API call": 2}}
+    (note,) = trace.extras["notes"]
+    assert "3 kernels, 2 CUDA API calls with a missing or unreadable timestamp (ts" in note and "left out" in note
+
+
+def test_a_trace_whose_gpu_timestamps_are_all_unreadable_is_one_line(tmp_path):
+    doc = json.loads(gzip.open(DATA_DIR / "kineto" / "healthy.pt.trace.json.gz").read())
+    for e in doc["traceEvents"]:
+        if "ts" in e:
+            e["ts"] = "unknown"
+    path = tmp_path / "no_ts.pt.trace.json"
+    path.write_text(json.dumps(doc))
+    err = _error(path)
+    assert "no GPU operation carries a usable timestamp" in str(err) and "\n" not in str(err)

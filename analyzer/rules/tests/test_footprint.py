@@ -75,3 +75,18 @@ def test_merge_intervals_on_real_kernels():
         assert got[0].dtype == want[0].dtype and np.array_equal(got[0], want[0])
         assert np.array_equal(got[1], want[1])
         assert np.array_equal(s, before[0]) and np.array_equal(e, before[1], equal_nan=True)
+
+
+def test_coarsen_groups_end_with_their_last_block():
+    """The coarsened intervals of real kernels' blocks: each group of blocks ends where the largest end
+    among them does (the reduction the gather of the last block's end stands for)."""
+    from analyzer.loading import load_trace
+    from analyzer.testing import real_trace
+
+    k = load_trace(real_trace("tiny_kernels")).kernels
+    s, e = merge_intervals(k["start"].to_numpy(float), k["end"].to_numpy(float))
+    for limit in (2, 100, len(s) // 2, len(s) - 1):  # (called with fewer than the blocks)
+        s2, e2 = _coarsen(s, e, limit)
+        firsts = np.searchsorted(s, s2)
+        assert np.array_equal(s[firsts], s2) and np.array_equal(np.maximum.reduceat(e, firsts), e2)
+        assert len(s2) <= limit
