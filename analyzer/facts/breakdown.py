@@ -618,6 +618,9 @@ def _host_pieces(calls: _HostCalls, qidx: np.ndarray, feeder: np.ndarray, cs: np
         edges, tc, td = _thread_timeline(t_start[j:k], reach[j:k], calls.cause[r], calls.detail[r],
                                          dispatch_ns, dispatch_code)
         del r
+        # the partition's open ends (+-FAR_NS) reach past any gap of a real trace's window, not one made
+        # as wide as int64 allows (a whole-trace window ends at 1 << 62): widened to the gaps
+        edges[0], edges[-1] = min(int(edges[0]), int(qs.min())), max(int(edges[-1]), hi)
         # each gap's pieces are the partition's segments lo..hi-1, cut to the gap at either end: every
         # piece's bounds read from the edges, the gap's own only at its first start and last end
         lo = np.searchsorted(edges, qs, side="right")
