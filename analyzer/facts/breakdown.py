@@ -60,8 +60,15 @@ that launched the op before it). The op's *submission* is the end of its launch 
                   GPU overlap and the interval takes about ``max(T - S, T - I)``). What the two charges
                   above leave of it is taken from the interval's launch-bound and host-work time from
                   its start, the refill of the queue the previous synchronization drained
-                  (:mod:`analyzer.facts.breakdown_sync`). A launch-bound loop (the GPU drained long
-                  before the host synchronized: ``S`` small) keeps its launch-bound time; the
+                  (:mod:`analyzer.facts.breakdown_sync`). And the synchronizing *operator's* own time:
+                  where the trace has operator ranges (torch.profiler's ``cpu_op``, nsys with
+                  ``emit_nvtx``), the launch-bound and host-work time while the feeding thread was in
+                  the innermost operator enclosing the call, up to the call's return (``aten::nonzero``'s
+                  launches and copy: detail ``aten::nonzero (up to cudaStreamSynchronize)``,
+                  :mod:`analyzer.facts.breakdown_syncop`); nsys without them cannot tell which launches
+                  belong to the operator, and that part stays launch-bound (not separable, said there).
+                  A launch-bound loop (the GPU drained long before the host synchronized: ``S``
+                  small) keeps its launch-bound time, bar those operators' own; the
                   intervals on either side of a step boundary are not charged (a loop synchronizes
                   once a step anyway: the step's start and end stay the host's own time)
 ``host_work``     the feeding thread ran its own code with no CUDA call for ``dispatch_gap_ns`` or
@@ -136,6 +143,7 @@ from analyzer.facts.breakdown_launch import wait_details as _wait_details
 from analyzer.facts.breakdown_ranges import generic_keys
 from analyzer.facts.breakdown_pieces import _ascending, span_of
 from analyzer.facts.breakdown_sync import SyncBlocks, charge_refills, refilled_call
+from analyzer.facts.breakdown_syncop import charge_sync_ops
 from analyzer.facts.launch_loops import op_paths as op_paths_of
 from analyzer.facts.launch_loops import trace_loop_ranges, with_loops
 from analyzer.loading.columns import categorical, narrow_int
@@ -434,7 +442,12 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
     syncs: list[SyncBlocks] = []
     idle = _classify_idle(ctx, ops, level, gdev, gs, ge, gprev, gnext, dispatch_ns, code, labels, syncs, loops)
     del gdev, gs, ge, gprev, gnext
-    cut = charge_refills(ctx, idle, syncs, labels, code, _C)  # a sync's refill is the sync's cost (in place)
+    # the synchronizing operator's own host time, then the refill after it, are the sync's cost (in place)
+    op_cut = charge_sync_ops(ctx, idle, syncs, labels, code, _C)
+    if op_cut is not None:
+        idle.update({k: np.concatenate([idle[k], v]) for k, v in op_cut.items()})
+        del op_cut
+    cut = charge_refills(ctx, idle, syncs, labels, code, _C)
     del syncs
     # every column scattered in (device, start) order from its busy, idle and cut-off idle parts, each
     # part freed once placed (a 10 M-kernel trace has about 48 M segments: no joined copy of a column,

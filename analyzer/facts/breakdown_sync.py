@@ -38,6 +38,7 @@ exactly one cause: the charged time changes cause, nothing is added.
 """
 from __future__ import annotations
 
+import re
 from typing import Callable
 
 import numpy as np
@@ -55,11 +56,37 @@ def refill_detail(call: str) -> str:
     return f"{REFILL_PREFIX}{call})"
 
 
+#: the detail of a synchronizing operator's own time (:mod:`analyzer.facts.breakdown_syncop`):
+#: ``aten::nonzero (up to cudaStreamSynchronize)``
+_OP_DETAIL = re.compile(r"^(?P<op>.+) \(up to (?P<call>[^ ()]+)\)$")
+
+
+def op_detail(op: str, call: str) -> str:
+    """The detail of an operator's time up to the return of the synchronizing call inside it (its
+    launches, its copy): ``aten::nonzero (up to cudaStreamSynchronize)``."""
+    return f"{op} (up to {call})"
+
+
+def op_charged(detail: str) -> tuple[str, str] | None:
+    """``(operator, call)`` of a detail :func:`op_detail` made, else None."""
+    m = _OP_DETAIL.match(detail)
+    return None if m is None else (m.group("op"), m.group("call"))
+
+
 def refilled_call(detail: str) -> str:
-    """The synchronizing call a ``host_sync`` detail names, refill or not."""
+    """The synchronizing call a ``host_sync`` detail names: the call itself, its refill, or its
+    operator's time (:func:`op_detail`)."""
     if detail.startswith(REFILL_PREFIX) and detail.endswith(")"):
         return detail[len(REFILL_PREFIX):-1]
-    return detail
+    op = op_charged(detail)
+    return op[1] if op is not None else detail
+
+
+def owned_by_next(detail: str) -> bool:
+    """Whether a ``host_sync`` detail's time comes before its call's return (a refill, an operator's
+    time up to the call), so the call owning it is the first of its name ending after it; else the call
+    owning it is the last of its name starting at or before it (the wait, the return)."""
+    return detail.startswith(REFILL_PREFIX) or op_charged(detail) is not None
 
 
 def owning_calls(seg_tid: np.ndarray, seg_start: np.ndarray, seg_call: np.ndarray, seg_refill: np.ndarray,
@@ -67,10 +94,10 @@ def owning_calls(seg_tid: np.ndarray, seg_start: np.ndarray, seg_call: np.ndarra
                  call_name: np.ndarray) -> np.ndarray:
     """The call each ``host_sync`` segment is charged to, as a position among the calls given (-1: none
     of them). A segment is given by its feeding thread, start, the call its detail names
-    (:func:`refilled_call`) and whether it is a refill. The wait inside a call and the return after it
-    belong to the last call of that name on that thread starting at or before the segment (no other
-    call of that thread starts in between); a refill belongs to the first one ending after the
-    segment's start (the sync whose interval, previous return to its own, holds it:
+    (:func:`refilled_call`) and whether it is a refill (or an operator's time before the call's
+    return: :func:`owned_by_next`). The wait inside a call and the return after it belong to the last call of that name on that thread starting at or before the
+    segment (no other call of that thread starts in between); a refill belongs to the first one ending
+    after the segment's start (the sync whose interval, previous return to its own, holds it:
     :func:`charge_refills`). Exact when the calls are every synchronizing call of those names on those
     threads in the window (a call that started before it owns no segment a later call could be taken
     for): a rule's rows stand for their own calls' time, not for every call of their name."""
@@ -117,7 +144,7 @@ def charged_segments(seg: pd.DataFrame, call_tid: np.ndarray, call_start: np.nda
         return empty, empty
     d_codes, d_labels = text_codes(seg["detail"].iloc[hs])
     call_of = np.array([refilled_call(str(x)) for x in d_labels], dtype=object)[d_codes]
-    refill = np.array([str(x).startswith(REFILL_PREFIX) for x in d_labels], dtype=bool)[d_codes]
+    refill = np.array([owned_by_next(str(x)) for x in d_labels], dtype=bool)[d_codes]
     owner = owning_calls(seg["host_tid"].to_numpy("int64")[hs], seg["start"].to_numpy("int64")[hs], call_of, refill,
                          call_tid, call_start, call_end, call_name)
     ok = owner >= 0
