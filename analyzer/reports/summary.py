@@ -151,7 +151,8 @@ def _step_peaks(section: object) -> list[str]:
         low = min(recs, key=lambda r: r["peak_bytes"])  # type: ignore[arg-type,return-value]
         high = max(recs, key=lambda r: r["peak_bytes"])  # type: ignore[arg-type,return-value]
         if size(low["peak_bytes"]) == size(high["peak_bytes"]):  # not "4.4 GiB (step_0) to 4.4 GiB (step_0)"
-            out.append(f"GPU {device} peak per step: {size(high['peak_bytes'])} in each of {len(recs)} steps")
+            each = f"in each of {len(recs)} steps" if len(recs) > 1 else f"in its one step ({high['step']})"
+            out.append(f"GPU {device} peak per step: {size(high['peak_bytes'])} {each}")
         else:
             out.append(f"GPU {device} peak per step: {size(low['peak_bytes'])} ({low['step']}) to "
                        f"{size(high['peak_bytes'])} ({high['step']}) over {len(recs)} steps")
