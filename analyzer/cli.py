@@ -236,11 +236,12 @@ def run_cmd(
     from analyzer.watchdog import Watchdog
 
     if outcome.passed_over and not quiet:
-        click.echo(f"note: {outcome.passed_over} (name a file to read it anyway)", err=True)
+        click.echo(f"note: {one_line(outcome.passed_over, 10_000)} (name a file to read it anyway)", err=True)
     with Watchdog(timeout, str(traces[0])), stage("building the report"):
         if outcome.job is None and len(outcome.analyses or outcome.alone or ()) > 1 and outcome.reason and not quiet \
                 and job is not False:
-            click.echo(f"note: analyzed separately, not as one multi-GPU job: {outcome.reason}", err=True)
+            click.echo(f"note: analyzed separately, not as one multi-GPU job: {one_line(outcome.reason, 10_000)}",
+                       err=True)
         report = result.report()
         # in parts: a JSON report is rendered section by section as it is written (never one string)
         parts = render_parts(report, fmt)  # type: ignore[arg-type]
