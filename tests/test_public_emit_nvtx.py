@@ -79,3 +79,23 @@ def test_the_same_program_has_the_same_phases_in_both_captures(summaries):
     for table in (base, head):  # the attention operator, most of the GPU time, is one phase in each
         top = {r.path for r in table.rows[:10]}
         assert "FlashAttnFunc" in top, top
+
+
+def test_each_rank_of_the_job_counts_the_steps_its_own_analysis_found():
+    """The FSDP slice has no step ranges: each rank's analysis finds its iterations from one ``detach_``
+    annotation to the next, and the job counts those (it said "0 steps" and no step time when it counted
+    NVTX step ranges only), saying how they were found."""
+    from analyzer.analysis import step_spans
+    from analyzer.pipeline import analyze_inputs
+
+    out = analyze_inputs([BEFORE], AnalysisOptions())
+    assert out.job is not None
+    window = out.job.window
+    assert "'detach_' annotation" in window.description
+    assert len(step_spans(window)) == 15
+    ranks = out.job.tables.tables["job_ranks"]
+    for res in out.job.ranks:
+        assert res.window.steps is not None and res.window.steps.source == "annotation"
+        assert len(res.step_ns) == len(res.window.steps) == 15
+    assert (ranks["steps"] == 15).all() and ranks["step_ns"].notna().all()
+    assert (ranks["compute_per_step_ns"] > 0).all()
