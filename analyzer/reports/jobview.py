@@ -72,6 +72,13 @@ class JobSection:
     notes: tuple[str, ...]
     record: dict[str, Any]  # JSON: job summary (ranks table as records, numbering, skews)
 
+    @property
+    def steps_text(self) -> str:
+        """The job's steps in words for every format: ``16 steps`` (the reference rank's iterations as its
+        own analysis found them: NVTX steps, a repeated annotation, the GPU op period), or ``no steps
+        found`` when its window has none ("0 steps" read as a contradiction above ranks' own numbers)."""
+        return plural(self.steps, "step") if self.steps else "no steps found"
+
 
 _HOW = {
     "nccl": "as NCCL numbers them (its ncclCommInitRank NVTX payloads)",
