@@ -114,7 +114,8 @@ trace without any NVTX range, or one marking only its steps) have the loops they
 (:mod:`analyzer.facts.launch_loops`: one thread launching the same short cycle of kernels back to back, a
 Python loop over tensors or layers, ``(per-tensor loop: lerp_scalar, Mul, ...)``, nested in the step:
 ``step_12/(loop: ...)``), each a range on its launching thread from its first launch call to the end of
-its last; on a trace without ranges host work keeps the detail ``(no NVTX range)``. Steps: the window's steps from completion to
+its last (torch.profiler's ``aten::`` ranges are no place: a loop open on the thread names the time in
+theirs); on a trace without ranges host work keeps the detail ``(no NVTX range)``. Steps: the window's steps from completion to
 completion (the ``steps`` fact): step i holds ``(done[i-1], done[i]]``.
 """
 from __future__ import annotations
@@ -127,7 +128,7 @@ import pandas as pd
 from analyzer.facts._util import FAR_NS, column, key_groups, text, text_codes
 from analyzer.facts.breakdown_busy import _op_classes, busy_and_gaps, label_coder
 from analyzer.facts.breakdown_threads import cross_thread_waits, host_activity_column
-from analyzer.facts.nvtx import main_threads
+from analyzer.facts.nvtx import main_threads, operator_ranges
 from analyzer.facts.nvtx_ranges import InnermostOpen, ranges_only
 from analyzer.facts.registry import FactContext, fact
 from analyzer.facts.breakdown_launch import submission as _submission
@@ -137,7 +138,7 @@ from analyzer.facts.breakdown_ranges import generic_keys
 from analyzer.facts.breakdown_pieces import _ascending, span_of
 from analyzer.facts.breakdown_sync import SyncBlocks, charge_refills, refilled_call
 from analyzer.facts.launch_loops import op_paths as op_paths_of
-from analyzer.facts.launch_loops import trace_loop_ranges, with_loops
+from analyzer.facts.launch_loops import LoopNames, trace_loop_ranges, with_loops
 from analyzer.loading.columns import categorical, narrow_int
 
 #: default longest host time between two CUDA calls that still counts as dispatch (ns)
@@ -699,7 +700,13 @@ class _Idle:
         # the main threads as sorted arrays: each segment's process looked up by one binary search
         self._main_pid = np.array(sorted(self.mains), dtype=np.int64)
         self._main_tid = np.array([self.mains[k] for k in sorted(self.mains)], dtype=np.int64)
-        if not self.nv.empty and loops is not None and not loops.empty:
+        self.loops: LoopNames | None = None
+        if not self.nv.empty and loops is not None and not loops.empty and operator_ranges(self.nv).any():
+            # torch.profiler's operator ranges cover every launch, across a loop's bounds: they stay, and a
+            # loop open on the feeding thread names the time in their place
+            self.loops = LoopNames(loops, self.path_labels, self.text_labels)
+            self.path_labels, self.text_labels = self.loops.path_labels, self.loops.text_labels
+        elif not self.nv.empty and loops is not None and not loops.empty:
             # loops nested in the program's step ranges: found like its own ranges (main threads as before)
             self.nv = with_loops(self.nv, loops)
             path_codes, self.path_labels = text_codes(column(self.nv, "path", ""))
@@ -913,6 +920,8 @@ def _classify_chunk(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev
         path_labels, rng_labels = shared.path_labels, shared.text_labels
         path_codes = shared.path_codes[rpos]
         rng_codes = shared.text_codes[rpos]
+        if shared.loops is not None:
+            shared.loops.rename(t, mid, path_codes, rng_codes)
     hw = (c == _C["host_work"]) & (d < 0)
     if hw.any():
         d = d.copy()
