@@ -207,6 +207,7 @@ def run_cmd(
         from analyzer.fileio import check_writable
 
         check_writable(target)  # a directory, device, FIFO or a folder it cannot write is refused before the analysis runs
+    _refuse_inputs(target, write_accepted, traces, rules_files, ncu_files, power_files, accepted_file)
     progress = progress_printer(sys.stderr.isatty() and not quiet)
     options = AnalysisOptions(
         rules_files=tuple(rules_files),
@@ -235,11 +236,12 @@ def run_cmd(
     from analyzer.watchdog import Watchdog
 
     if outcome.passed_over and not quiet:
-        click.echo(f"note: {outcome.passed_over} (name a file to read it anyway)", err=True)
+        click.echo(f"note: {one_line(outcome.passed_over, 10_000)} (name a file to read it anyway)", err=True)
     with Watchdog(timeout, str(traces[0])), stage("building the report"):
         if outcome.job is None and len(outcome.analyses or outcome.alone or ()) > 1 and outcome.reason and not quiet \
                 and job is not False:
-            click.echo(f"note: analyzed separately, not as one multi-GPU job: {outcome.reason}", err=True)
+            click.echo(f"note: analyzed separately, not as one multi-GPU job: {one_line(outcome.reason, 10_000)}",
+                       err=True)
         report = result.report()
         # in parts: a JSON report is rendered section by section as it is written (never one string)
         parts = render_parts(report, fmt)  # type: ignore[arg-type]
@@ -268,6 +270,21 @@ def run_cmd(
         if tripped:
             click.echo(fail_on_line(tripped, fail_on), err=True)
             raise SystemExit(EXIT_FINDINGS)
+
+
+def _refuse_inputs(target: Path, write_accepted: Path | None, traces: tuple[Path, ...], rules_files: Any,
+                   ncu_files: tuple[Path, ...], power_files: tuple[Path, ...], accepted_file: Path | None) -> None:
+    """Refuse, before the analysis, a report (``-o``) or accepted-findings file (``--write-accepted``)
+    that would replace one of the run's inputs: a trace (named, or in a folder given), an Nsight Compute
+    or power file, a rule pack, the accepted findings read (which ``--write-accepted`` may update)."""
+    from analyzer.fileio import refuse_input
+    from analyzer.pipeline import input_files
+
+    read = [*input_files(traces), *ncu_files, *power_files, *(Path(r) for r in rules_files if str(r) != "default")]
+    if str(target) != "-":
+        refuse_input(target, [*read, *([accepted_file] if accepted_file is not None else [])])
+    if write_accepted is not None:
+        refuse_input(write_accepted, read, option="--write-accepted")
 
 
 def fail_on_line(tripped: list[Any], fail_on: str) -> str:

@@ -93,6 +93,24 @@ def check_writable(path: str | Path) -> Path:
     return target
 
 
+def refuse_input(path: str | Path, inputs: Iterable[str | Path], *, option: str = "-o/--output") -> None:
+    """Refuse to write ``path`` when it is one of ``inputs`` (the same file by device and inode, however
+    spelt: another relative path, a symbolic or a hard link): the report would replace the trace, rule
+    pack or baseline it is made from. Raises :class:`OutputError`; inputs that do not exist are skipped."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return  # nothing there yet: no input is replaced
+    for one in inputs:
+        try:
+            same = os.path.samestat(st, os.stat(one))
+        except OSError:
+            continue
+        if same:
+            raise OutputError(path, f"is an input of this run ({one}); writing there would replace it, nothing "
+                              "was written", hint=f"give another file name with {option}")
+
+
 @contextlib.contextmanager
 def atomic_output(path: str | Path, mode: str = "w", *, encoding: str | None = "utf-8",
                   make_parents: bool = True) -> Iterator[IO[Any]]:

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AnalysisOptions", "NCU_FACTS", "NO_TIMELINE", "Progress", "analyze_inputs", "analyze_loaded",
-    "analyze_ncu", "analyze_paths", "analyze_trace", "default_rules_path", "fact_threads", "finish",
+    "analyze_ncu", "analyze_paths", "analyze_trace", "default_rules_path", "fact_threads", "finish", "input_files",
     "load_accepted_findings", "load_ncu_paths", "load_rules", "noting", "prepare", "rules_label",
     "split_by_capability", "split_inputs", "trace_cache", "trace_files_in",
 ]
@@ -155,6 +155,24 @@ def trace_files_in(folder: Path, skipped: list[tuple[Path, str]] | None = None) 
     if skipped is not None:
         skipped += other_json
     return traces, ncu
+
+
+def input_files(paths: Sequence[Path | str]) -> list[Path]:
+    """The files a run reads of ``paths``: a file itself, a folder's traces and Nsight Compute exports
+    (:func:`trace_files_in`; a folder without any gives none here, its error comes when it is read). For
+    the check that a report is not written over one of them (:func:`analyzer.fileio.refuse_input`)."""
+    files: list[Path] = []
+    for one in paths:
+        path = Path(one)
+        if path.is_dir():
+            try:
+                traces, ncu = trace_files_in(path)
+            except InputError:
+                continue
+            files += traces + ncu
+        else:
+            files.append(path)
+    return files
 
 
 def passed_over_note(skipped: Sequence[tuple[Path, str]]) -> str:

@@ -15,6 +15,7 @@ than wall time on a shared machine. Run it twice to see a re-analysis served fro
 (``--no-cache`` to see the loader every time). Byte-compile the package first where
 ``PYTHONDONTWRITEBYTECODE`` is set (``python -m compileall -q analyzer``; benchmarks/run.py does):
 otherwise start-up includes compiling every module from source, which an installed copy never does.
+``STAGES_TOP=N`` lists the N most costly facts and rules (default 16).
 """
 from __future__ import annotations
 
@@ -94,7 +95,7 @@ def main(argv: list[str]) -> int:
     for name, (w, c, _) in top:
         print(f"{name:<44} {w:8.2f} {c:8.2f}")
     inner = sorted(((k, v) for k, v in _totals.items() if k.startswith(" ")), key=lambda kv: -kv[1][0])
-    for name, (w, c, n) in inner[:16]:
+    for name, (w, c, n) in inner[:int(os.environ.get("STAGES_TOP", "16"))]:
         print(f"{(name + (f' (x{n})' if n > 1 else ''))[:56]:<56} {w:8.2f} {c:8.2f}")
     print(f"{'whole process':<44} {wall:8.2f} {cpu:8.2f}")
     return 0

@@ -191,6 +191,34 @@ def test_progress_lines_print_file_and_range_names_inert(capsys: pytest.CaptureF
     assert "PWNED" in err
 
 
+def test_names_from_folders_and_rule_packs_reach_the_terminal_inert(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """Two more ways text that is not ours reached the terminal raw: the note naming the JSON files a
+    folder scan passed over (file names, ESC ]0;...BEL sets the window title, ESC ]52 writes the
+    clipboard) and ``analyze rules list|explain`` on a pack whose double-quoted title holds ``\\e``.
+    Now as U+FFFD (rules) or spaces (the one-line note); the text itself stays readable."""
+    import gzip
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "rank0.pt.trace.json").write_bytes(gzip.decompress((DATA / "kineto" / "healthy.pt.trace.json.gz").read_bytes()))
+    (folder / "x\x1b]0;PWNED\x07\x1b[2J.json").write_text('{"not": "a trace"}')
+    rc = main([str(folder), "-o", str(tmp_path / "r.md")])
+    err = capsys.readouterr().err
+    assert rc == 0 and "passed over 1 JSON file" in err and "PWNED" in err, err
+    assert "\x1b" not in err and "\x07" not in err
+    pack = tmp_path / "pack.yaml"
+    pack.write_text('version: 1\nextends: default\nrules:\n  - id: USR001\n    name: ctl-rule\n'
+                    '    title: "evil\\e]0;PWNED\\a\\e[2J title"\n    what: "w\\e[31m"\n    why: "y"\n    fix: "f"\n'
+                    '    severity: info\n    category: kernel\n    source: top_kernels\n    where: count > 0\n'
+                    '    condition: count() > 0\n    message: "m"\n')
+    for argv in (["rules", "list", "--rules", str(pack)], ["rules", "explain", "USR001", "--rules", str(pack)]):
+        rc = main(argv)
+        out = capsys.readouterr()
+        assert rc == 0 and "PWNED" in out.out, out
+        assert "\x1b" not in out.out + out.err and "\x07" not in out.out + out.err, argv
+
+
 def test_the_command_ends_fast_with_everything_said(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``python -m analyzer.cli`` (and the console script) end with ``os._exit`` after :func:`main`:
     the exit code, every byte of a report on stdout and the exit handlers are kept."""

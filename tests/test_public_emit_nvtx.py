@@ -79,3 +79,20 @@ def test_the_same_program_has_the_same_phases_in_both_captures(summaries):
     for table in (base, head):  # the attention operator, most of the GPU time, is one phase in each
         top = {r.path for r in table.rows[:10]}
         assert "FlashAttnFunc" in top, top
+
+
+def test_a_job_without_nvtx_steps_does_not_say_zero_steps():
+    """The two ranks of AFTER have no NVTX step ranges; each rank's window is its iterations from one
+    ``detach_`` annotation to the next (14). The job's header said "279.4 ms (0 steps, ...)" above
+    them in the terminal, Markdown and HTML; it now says there are no NVTX steps (what the job's
+    per-step columns need), in every format alike."""
+    import analyzer
+    from analyzer.reports.summary import summary_text
+
+    result = analyzer.analyze(AFTER)
+    job = result.report().job
+    assert job is not None and job.steps == 0
+    texts = {"terminal": summary_text(result.report()), "md": result.to_markdown(), "html": result.to_html()}
+    for fmt, text in texts.items():
+        assert "no NVTX steps" in text and "0 steps" not in text, fmt
+    assert "iterations from one 'detach_' annotation" in texts["terminal"]

@@ -334,3 +334,54 @@ def test_watchdog_interrupts_even_where_sigint_is_ignored():
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # restored
     finally:
         signal.signal(signal.SIGINT, old)
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_output_onto_an_input_is_refused_and_the_input_kept(tmp_path, capsys, monkeypatch):
+    """A report path that is one of the run's inputs (the trace itself, by another spelling, through a
+    symbolic or hard link, a trace in a folder given, a rule pack; ``--write-accepted`` onto the trace;
+    ``diff -o`` onto a side; ``sweep -o`` onto a trace) is refused before anything is read: one line,
+    exit 2, the input byte for byte as it was. Before, ``analyze t.json --format json -o t.json`` replaced
+    the torch.profiler trace with its own report."""
+    import gzip
+
+    import analyzer.api
+
+    def analysis(*_args, **_kwargs):
+        raise AssertionError("the analysis ran")
+
+    monkeypatch.setattr(analyzer.api, "run", analysis)
+    trace = tmp_path / "run.json"  # a real torch.profiler trace, uncompressed: a .json name like a report's
+    trace.write_bytes(gzip.decompress((DATA_DIR / "kineto" / "healthy.pt.trace.json.gz").read_bytes()))
+    folder = tmp_path / "ranks"
+    folder.mkdir()
+    ranked = folder / "rank0.json"
+    shutil.copyfile(trace, ranked)
+    (tmp_path / "link.json").symlink_to(trace)
+    os.link(trace, tmp_path / "hard.json")
+    rules = tmp_path / "pack.md"
+    rules.write_text("version: 1\nextends: default\n")
+    digests = {p: _digest(p) for p in (trace, ranked, rules)}
+    monkeypatch.chdir(tmp_path)
+    cases = [
+        (str(trace), "-o", str(trace)),
+        (str(trace), "-o", "./run.json"),
+        ("./run.json", "-o", "../" + tmp_path.name + "/run.json"),
+        (str(trace), "-o", str(tmp_path / "link.json")),
+        (str(trace), "-o", str(tmp_path / "hard.json")),
+        (str(folder), "-o", str(ranked)),
+        (str(trace), "--rules", str(rules), "-o", str(rules)),
+        (str(trace), "-o", "-", "--write-accepted", str(trace)),
+        ("diff", str(trace), str(ranked), "-o", str(ranked)),
+        ("diff", str(trace), str(folder), "-o", str(ranked)),
+        ("sweep", str(folder), "--format", "json", "-o", str(ranked)),
+    ]
+    for argv in cases:
+        rc, err = _run(capsys, *argv)
+        line = _one_error_line(err)
+        assert rc == 2 and "is an input of this run" in line and "nothing was written" in line, (argv, line)
+        assert {p: _digest(p) for p in digests} == digests, argv
+    assert _leftovers(tmp_path) == [] and _leftovers(folder) == []

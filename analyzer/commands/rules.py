@@ -56,8 +56,17 @@ def _load(rules_files: Sequence[str], ctx: click.Context | None = None) -> RuleP
         raise  # unreachable
 
 
+def _echo(message: object = "", err: bool = False, nl: bool = True) -> None:
+    """``click.echo`` with control characters shown as U+FFFD: a rule pack's titles, prose, conditions
+    and problems are text from a YAML file, where a double-quoted ``"\\e]0;...\\a"`` is an ESC sequence
+    that would drive the terminal (set its title, write its clipboard)."""
+    from analyzer.reports.format import inert_text
+
+    click.echo(inert_text(str(message)), err=err, nl=nl)
+
+
 def _fail(err: AnalyzerError) -> None:
-    click.echo(f"error: {err}", err=True)
+    _echo(f"error: {err}", err=True)
     sys.exit(err.exit_code)
 
 
@@ -91,26 +100,26 @@ def explain(name_or_id: str, rules_files: tuple[str, ...]) -> None:
     except AnalyzerError as err:
         _fail(err)
         return
-    click.echo(f"{rule.id} {rule.name}: {rule.title}")
-    click.echo(f"severity {rule.severity}, category {rule.category}, scope {rule.scope}, reads {', '.join(rule.requires)}")
+    _echo(f"{rule.id} {rule.name}: {rule.title}")
+    _echo(f"severity {rule.severity}, category {rule.category}, scope {rule.scope}, reads {', '.join(rule.requires)}")
     sections = (("What it detects", rule.what), ("Why it matters", rule.why), ("How to fix it", rule.fix),
                 ("How it was calibrated", rule.calibration))
     for heading, text in sections:
         if text.strip():
-            click.echo(f"\n{heading}\n  " + text.strip().replace("\n", "\n  "))
-    click.echo(f"\nCondition\n  {rule.condition.source.strip()}")
+            _echo(f"\n{heading}\n  " + text.strip().replace("\n", "\n  "))
+    _echo(f"\nCondition\n  {rule.condition.source.strip()}")
     if rule.needs:
         from analyzer.loading.capabilities import CAPABILITIES
 
-        click.echo("\nNeeds from the trace (without it: reported as not available in this trace)")
+        _echo("\nNeeds from the trace (without it: reported as not available in this trace)")
         for cap in rule.needs:
-            click.echo(f"  {cap}: {CAPABILITIES.get(cap, cap)}")
+            _echo(f"  {cap}: {CAPABILITIES.get(cap, cap)}")
     if rule.parameters:
-        click.echo("\nParameters (change with --set " + rule.name + ".PARAM=VALUE)")
+        _echo("\nParameters (change with --set " + rule.name + ".PARAM=VALUE)")
         for p in rule.parameters:
-            click.echo(f"  {p.name} = {format_quantity(p.value, p.unit)} ({p.unit}): {p.doc}")
+            _echo(f"  {p.name} = {format_quantity(p.value, p.unit)} ({p.unit}): {p.doc}")
     if rule.references:
-        click.echo("\nReferences\n  " + "\n  ".join(rule.references))
+        _echo("\nReferences\n  " + "\n  ".join(rule.references))
 
 
 @rules.command("validate")
@@ -125,7 +134,7 @@ def validate(files: tuple[Path, ...]) -> None:
         if problems:
             failed = True
             for problem in problems:
-                click.echo(f"error: {problem}", err=True)
+                _echo(f"error: {problem}", err=True)
         else:
             assert pack is not None
             extra = ""
@@ -133,7 +142,7 @@ def validate(files: tuple[Path, ...]) -> None:
                 extra += f", {len(pack.disabled)} switched off"
             if len(pack.files) > 1:
                 extra += f"; read {len(pack.files)} files"
-            click.echo(f"{file}: OK ({len(pack) + len(pack.disabled)} rules{extra})")
+            _echo(f"{file}: OK ({len(pack) + len(pack.disabled)} rules{extra})")
     sys.exit(EXIT_USAGE if failed else EXIT_OK)
 
 
@@ -162,7 +171,7 @@ def test(names: tuple[str, ...], rules_files: tuple[str, ...], all_rules: bool,
         own = _own_files(rules_files)
         names = tuple(r.id for r in pack.all_rules if str(Path(r.file).resolve()) in own)
         if not names:
-            click.echo("no rules defined in the named packs (they only extend others: use --all)")
+            _echo("no rules defined in the named packs (they only extend others: use --all)")
             return
     try:
         results = run_rule_tests(pack, names, analyze=default_analyze, roots=data_dirs)
@@ -170,20 +179,20 @@ def test(names: tuple[str, ...], rules_files: tuple[str, ...], all_rules: bool,
         _fail(err)
         return
     if not results:
-        click.echo("no test cases")
+        _echo("no test cases")
         return
     # skipped cases are counted, not listed: without the repository all of the built-in pack's are
     shown = [r for r in results if r.outcome != "skipped"]
     if shown:
         _table(("RESULT", "ID", "RULE", "EXPECT", "TRACE", "DETAIL"),
                [(r.outcome.upper(), r.id, r.rule, r.expect, r.trace, r.detail) for r in shown])
-        click.echo()
+        _echo()
     failed = sum(not r.ok for r in results)
     skipped = len(results) - len(shown)
-    click.echo(f"{len(shown) - failed} passed, {failed} failed" + (f", {skipped} skipped" if skipped else ""))
+    _echo(f"{len(shown) - failed} passed, {failed} failed" + (f", {skipped} skipped" if skipped else ""))
     if skipped:
         where = ", ".join(sorted({"/".join(Path(r.trace).parts[:2]) for r in results if r.outcome == "skipped"}))
-        click.echo(f"skipped: the built-in rules' cases read traces ({where}) that ship with the source repository, "
+        _echo(f"skipped: the built-in rules' cases read traces ({where}) that ship with the source repository, "
                    "not the package; run `analyze rules test` in a clone's root, or pass --data CLONE")
     sys.exit(EXIT_FINDINGS if failed else EXIT_OK)
 
@@ -203,7 +212,7 @@ def _own_files(refs: Sequence[str]) -> set[str]:
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
     widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
     for row in (header, *rows):
-        click.echo("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
+        _echo("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ def _show(ctx: click.Context, **params: Any) -> None:
     from analyzer.trace_analysis import AnalysisOptions, load_rules, rules_label
     from analyzer.rules.units import format_quantity
 
-    echo = click.echo
+    echo = _echo
     echo(f"configuration: {describe_settings(ctx)}")
     rows = effective(ctx)
     echo("")
@@ -77,4 +77,13 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
     widths = [min(48, max(len(str(c)) for c in col)) for col in zip(header, *rows)]
     for row in (header, *rows):
         cells = [str(c) for c in row]
-        click.echo("  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip())
+        _echo("  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip())
+
+
+def _echo(text: str) -> None:
+    """``click.echo`` with control characters shown as U+FFFD: the values come from configuration and
+    accepted-findings files, where a TOML ``"\\u001b]0;...\\u0007"`` is an ESC sequence that would
+    drive the terminal."""
+    from analyzer.reports.format import inert_text
+
+    click.echo(inert_text(text))

@@ -49,6 +49,21 @@ def _targets(outputs: tuple[Path, ...], fmt: str | None, base: Path, head: Path)
     return [(o, output_format(o, fmt)) for o in outputs]
 
 
+def _refuse_inputs(targets: list[tuple[Path, str]], sides: list[Path], rules_files: tuple[str, ...],
+                   accepted_file: Path | None) -> None:
+    """Refuse, before anything is read, a report path that is one of the diff's inputs: a trace or JSON
+    report of either side (a folder's traces, a glob's files), a rule pack, the accepted findings."""
+    from analyzer.diff.inputs import expand
+    from analyzer.fileio import refuse_input
+    from analyzer.pipeline import input_files
+
+    read = [*input_files([p for side in sides for p in expand(side)]),
+            *(Path(r) for r in rules_files if str(r) != "default"), *([accepted_file] if accepted_file else [])]
+    for target, _ in targets:
+        if str(target) != "-":
+            refuse_input(target, read)
+
+
 def _stem(path: Path) -> str:
     """The name part of a default report path (a glob's wildcards dropped: ``rank*`` -> ``rank``)."""
     return re.sub(r"[*?\[\]]+", "", trace_stem(path)).strip("_-.") or "job"
@@ -117,6 +132,7 @@ def diff(ctx: click.Context, base: Path, head: Path, rules_files: tuple[str, ...
     if min_effect is not None and min_effect > 1000:
         raise ParameterError(f"--min-effect {min_effect:g}% is not a plausible effect size")
     targets = _targets(outputs, fmt, base, head)
+    _refuse_inputs(targets, [base, head], rules_files, accepted_file)
     progress = progress_printer(sys.stderr.isatty() and not quiet)
     options = AnalysisOptions(
         rules_files=tuple(rules_files),

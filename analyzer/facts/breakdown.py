@@ -133,6 +133,7 @@ from analyzer.facts.nvtx_ranges import InnermostOpen, ranges_only
 from analyzer.facts.registry import FactContext, fact
 from analyzer.facts.breakdown_launch import submission as _submission
 from analyzer.facts.breakdown_firstlaunch import first_launch_detail, first_launch_rows
+from analyzer.facts.graphs import capture_blocks
 from analyzer.facts.breakdown_launch import wait_details as _wait_details
 from analyzer.facts.breakdown_ranges import generic_keys
 from analyzer.facts.breakdown_pieces import _ascending, span_of
@@ -183,9 +184,12 @@ UNKNOWN_WHY: dict[str, str] = {
 }
 #: ``compute`` detail of the time between dependent nodes of one CUDA graph execution
 GRAPH_NODE_GAPS = "CUDA graph (between nodes)"
+#: ``setup`` detail of a stream capture's host time, BeginCapture to EndCapture (the launches in it are
+#: recorded into a graph, not run: one-time work however many launches it holds)
+GRAPH_CAPTURE = "CUDA graph capture"
 #: the details the analyzer words itself (the others name what the trace recorded: NVTX ranges, calls,
 #: kernel categories); reports put these in the trace's platform words (analyzer.loading.vocabulary)
-OWN_DETAILS = frozenset({*UNKNOWN_WHY, GRAPH_NODE_GAPS})
+OWN_DETAILS = frozenset({*UNKNOWN_WHY, GRAPH_NODE_GAPS, GRAPH_CAPTURE})
 #: suffix of a ``launch_bound`` detail whose idle gap ends at a CUDA graph replay's op, or at the op just
 #: before one (its input copy): the host preparing and launching the replay (``dispatch (before a graph
 #: replay)``); the time inside a graph launch call keeps the call's name. Launch-bound counts only the
@@ -553,6 +557,13 @@ class _HostCalls:
             self.cause[first] = _C["setup"]
             self.detail[first] = [code(first_launch_detail(str(a_names[c]))) for c in a_codes[first].tolist()]
         del a_codes
+        # a stream capture is one block of setup from BeginCapture to EndCapture: its calls and the time
+        # between them (the outermost call owns nested ones) record a graph, none of it launch overhead
+        cap, cap_end = capture_blocks(ctx)
+        if len(cap):
+            self.end = self.end.copy()
+            self.end[cap] = np.maximum(self.end[cap], cap_end)
+            self.cause[cap], self.detail[cap] = _C["setup"], code(GRAPH_CAPTURE)
         a_tid = api["tid"].to_numpy()  # its own integer type: the same stable grouping without an int64 copy
         if a_tid.dtype.kind not in "iu":
             a_tid = a_tid.astype(np.int64)

@@ -376,22 +376,46 @@ def _compiler_process_spans(trace: object) -> tuple[np.ndarray, np.ndarray]:
 def _capture_spans(api: pd.DataFrame, begin: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(starts, ends)`` of stream captures: each BeginCapture call to the next EndCapture call's end on
     the same thread (a capture left open runs to the thread's last call)."""
+    rows, e = capture_rows(api, begin, end)
+    return api["start"].to_numpy(np.int64)[rows], e
+
+
+def capture_rows(api: pd.DataFrame, begin: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(rows, ends)``: the rows of ``api`` that begin a stream capture (``begin``), and the end of the
+    capture each opens: the next EndCapture call's end on the same thread (``end``; a capture left open
+    runs to the thread's last call)."""
     if not begin.any():
         return np.empty(0, np.int64), np.empty(0, np.int64)
     tid = column(api, "tid", -1).fillna(-1).to_numpy(np.int64)
     start = api["start"].to_numpy(np.int64)
     stop = api["end"].to_numpy(np.int64)
-    out_s, out_e = [], []
+    out_r, out_e = [], []
     for th in np.unique(tid[begin]).tolist():
         mine = tid == th
-        b = np.sort(start[begin & mine])
+        r = np.flatnonzero(begin & mine)
+        r = r[np.argsort(start[r], kind="stable")]
         e_starts = start[end & mine]
         e_ends = stop[end & mine]
         order = np.argsort(e_starts, kind="stable")
         e_starts, e_ends = e_starts[order], e_ends[order]
-        pos = np.searchsorted(e_starts, b, side="left")
+        pos = np.searchsorted(e_starts, start[r], side="left")
         last = int(stop[mine].max())
-        out_s.append(b)
+        out_r.append(r)
         out_e.append(np.where(pos < len(e_ends), e_ends[np.minimum(pos, len(e_ends) - 1)] if len(e_ends) else last,
                               last))
-    return np.concatenate(out_s), np.concatenate(out_e)
+    return np.concatenate(out_r), np.concatenate(out_e)
+
+
+def capture_blocks(ctx: FactContext) -> tuple[np.ndarray, np.ndarray]:
+    """``(rows, ends)`` of ``ctx.trace.api``'s stream captures (:func:`capture_rows` on the calls whose
+    CUDA or HIP name begins or ends a capture): what the timeline breakdown counts as graph capture."""
+    from analyzer.facts.api import api_base_codes
+
+    if not len(ctx.trace.api):
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    codes, base = api_base_codes(ctx.store)
+    begin = np.array([b in CAPTURE_BEGIN for b in base], dtype=bool)[codes]
+    if not begin.any():
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    end = np.array([b in CAPTURE_END for b in base], dtype=bool)[codes]
+    return capture_rows(ctx.trace.api, begin, end)

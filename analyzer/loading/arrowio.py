@@ -1,5 +1,7 @@
 """Frames <-> Arrow, exactly: the columnar form both caches store (:mod:`analyzer.loading.cache` for
-loaded traces, :mod:`analyzer.facts.cache` for facts) as LZ4-compressed Arrow IPC files.
+loaded traces, :mod:`analyzer.facts.cache` for facts) as LZ4-compressed Arrow IPC files. Integer columns
+whose consecutive values differ little (timestamps, ids counting up) are stored as those differences
+(:func:`_delta_pays`): at 1 M kernels both caches' entries take 109 MB instead of 206 MB.
 
 :func:`frame_to_table` refuses (:class:`Unstorable`) what :func:`table_to_frame` could not rebuild
 exactly; a frame read back has the same columns, dtypes (categorical categories and their type, int
@@ -78,13 +80,53 @@ def frame_to_table(frame: pd.DataFrame):  # -> pyarrow.Table
             arr = pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int32)),
                                                  pa.array(list(uniques), type=pa.string()))
         elif isinstance(dtype, np.dtype) and dtype.kind in _SUPPORTED_KINDS:
+            values = col.to_numpy()
             kind = dtype.str
-            arr = pa.array(col.to_numpy())
+            if _delta_pays(values):
+                kind = f"delta:{dtype.str}"
+                values = _differences(values)
+            arr = pa.array(values)
         else:
             raise _Unstorable(f"{name}: dtype {dtype}")
         arrays.append(arr)
         fields.append(pa.field(name, arr.type, metadata={"kind": kind, **meta}))
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+#: integer columns of at least this many rows are considered for :func:`_delta_pays`
+DELTA_FROM_ROWS = 4096
+#: rows of each of the three samples :func:`_delta_pays` compares
+_DELTA_SAMPLE = 2048
+
+
+def _delta_pays(values: np.ndarray) -> bool:
+    """Whether integer column ``values`` is stored as the differences of consecutive values (``kind``
+    ``delta:<dtype>``): timestamps, ids counting up and thread ids in runs, whose differences need a few
+    bits where the values need 30-60 (the 1 M-kernel trace's kernel columns: 22 MB after LZ4 as they
+    are, 6 MB as differences). Decided on three samples of :data:`_DELTA_SAMPLE` rows (start, middle,
+    end): the differences' mean bit length at least 4 below the values'. The differences wrap around in
+    the column's own integer type, and so does the sum that rebuilds the values: exact."""
+    n = len(values)
+    if values.dtype.kind not in "iu" or n < DELTA_FROM_ROWS:
+        return False
+    k = _DELTA_SAMPLE
+    sample = np.concatenate([values[:k], values[n // 2 - k // 2:n // 2 + k // 2], values[n - k:]])
+    diffs = np.diff(sample)  # two differences across the samples' seams: negligible among 6,141
+    return _bits(diffs) <= _bits(sample) - 4
+
+
+def _differences(values: np.ndarray) -> np.ndarray:
+    """``values[i] - values[i - 1]`` (the first value itself) in the values' integer type, wrapping
+    around exactly as :func:`table_to_frame`'s running sum does back (one pass, one new array)."""
+    out = np.empty_like(values)
+    out[:1] = values[:1]
+    np.subtract(values[1:], values[:-1], out=out[1:])
+    return out
+
+
+def _bits(values: np.ndarray) -> float:
+    """Mean bit length of ``values`` (their magnitude as floats: no overflow at the type's minimum)."""
+    return float(np.mean(np.log2(np.abs(values.astype(np.float64)) + 1)))
 
 
 def table_to_frame(table) -> pd.DataFrame:  # table: pyarrow.Table
@@ -118,6 +160,10 @@ def table_to_frame(table) -> pd.DataFrame:  # table: pyarrow.Table
                 out[field.name] = pd.Categorical.from_codes(codes, categories=pd.Index(labels, dtype=cat_dtype))
         elif kind.startswith("str:"):
             out[field.name] = pd.Series(pd.array(arr, dtype=_string_dtype(kind)), copy=False)
+        elif kind.startswith("delta:") and np.dtype(kind[6:]).kind in "iu":
+            values = _writable_values(arr, np.dtype(kind[6:]))
+            np.add.accumulate(values, dtype=values.dtype, out=values)  # the differences summed back, in place
+            out[field.name] = values
         elif kind and np.dtype(kind).kind in _SUPPORTED_KINDS:
             # writable in the exact dtype (loaded frames are writable, so cached ones are too): the values
             # Arrow decompressed into memory of its own, else a copy

@@ -3,7 +3,8 @@
 A user re-runs ``analyze`` on one capture many times (another ``--window``, ``--set``, rule file). The
 loader's work (SQLite scan, attribution, joins) does not depend on any of that, so its result, the
 :class:`~analyzer.loading.model.Trace`, is written once as Arrow IPC files (LZ4-compressed, one per
-frame, text columns dictionary-coded) and read back on the next run in a fraction of the time.
+frame, text columns dictionary-coded, timestamps as differences: :mod:`analyzer.loading.arrowio`) and
+read back on the next run in a fraction of the time.
 
 Where: ``$ANALYZER_CACHE_DIR/traces``, else ``$XDG_CACHE_HOME/gpu-trace-analyzer/traces``, else
 ``~/.cache/gpu-trace-analyzer/traces``: the user's cache directory, never beside the input.
@@ -88,7 +89,7 @@ from analyzer.loading.arrowio import (  # noqa: F401 (re-exported: the caches' o
 from analyzer.loading.model import FRAME_COLUMNS, Trace, TraceInfo
 from analyzer.boundedio import parse_size  # noqa: F401 (re-exported: ANALYZER_CACHE_MAX is parsed here)
 
-FORMAT = 3  # bump when the entry layout changes
+FORMAT = 4  # bump when the entry layout changes
 RACY_SECONDS = 3.0
 DEFAULT_MAX_BYTES = 5 * 10**9
 _HASH_CHUNK = 1 << 22

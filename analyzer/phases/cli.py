@@ -95,6 +95,17 @@ def sweep(paths: tuple[Path, ...], fmt: str, output: Path | None, key_pattern: s
     from analyzer.phases.render import render_sweep
     from analyzer.phases.sweep import DEFAULT_KEY_PATTERN, build_sweep
 
+    if output is not None:
+        from analyzer.fileio import refuse_input
+        from analyzer.pipeline import input_files
+
+        try:  # a table written over one of the traces (or their folder's) is refused before they are read
+            read = input_files(paths)
+            refuse_input(output, read)
+            if output.is_dir() and fmt not in ("csv", "all"):
+                refuse_input(output / f"sweep.{fmt}", read)
+        except AnalyzerError as err:
+            raise _CliError(err) from None
     if scaling:
         from analyzer.phases.scaling import render_scaling, strong_scaling
 

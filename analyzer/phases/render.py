@@ -294,6 +294,29 @@ def to_json(result: SweepResult) -> str:
     return json.dumps(doc, indent=1, ensure_ascii=False) + "\n"
 
 
+#: first characters that make a spreadsheet (Excel, LibreOffice, Google Sheets) read a cell as a formula
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_inert(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with every text cell a spreadsheet would run as a formula (one starting with ``=``,
+    ``+``, ``-``, ``@``, a tab or a carriage return: a kernel or NVTX name such as
+    ``=HYPERLINK("http://...")`` read from a trace) behind a leading apostrophe, which spreadsheets
+    show as the text itself (OWASP's advice on CSV injection). Numbers stay numbers, a negative
+    residual included."""
+    out = frame
+    for col in frame.columns:
+        values = frame[col]
+        if values.dtype != object and not pd.api.types.is_string_dtype(values.dtype):
+            continue
+        if values.map(lambda v: isinstance(v, str) and v[:1] in _FORMULA_START).astype(bool).any():
+            if out is frame:
+                out = frame.copy()
+            out[col] = pd.Series([f"'{v}" if isinstance(v, str) and v[:1] in _FORMULA_START else v for v in values],
+                                 index=values.index, dtype=object)
+    return out
+
+
 def render_sweep(result: SweepResult, fmt: str = "md",
                  out_dir: Path | str | None = None) -> str:
     """Render ``result``. Returns the Markdown, HTML or JSON text (also written to
@@ -314,7 +337,7 @@ def render_sweep(result: SweepResult, fmt: str = "md",
         for name, frame in result.tables().items():
             path = folder / f"{name}.csv"
             with atomic_output(path) as fh:
-                frame.to_csv(fh, index=False)
+                csv_inert(frame).to_csv(fh, index=False)
             written.append(str(path))
         return "\n".join(written) + "\n"
     text = (to_markdown(views(result)) if fmt == "md" else to_json(result) if fmt == "json"

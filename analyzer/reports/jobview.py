@@ -72,6 +72,13 @@ class JobSection:
     notes: tuple[str, ...]
     record: dict[str, Any]  # JSON: job summary (ranks table as records, numbering, skews)
 
+    @property
+    def steps_text(self) -> str:
+        """The job's steps in words for every format: ``16 steps``, or ``no NVTX steps`` when the ranks'
+        windows have none (a rank's iterations from annotations or repeating GPU ops are its own, not
+        the job's: "0 steps" above ranks of 14 iterations each read as a contradiction)."""
+        return plural(self.steps, "step") if self.steps else "no NVTX steps"
+
 
 _HOW = {
     "nccl": "as NCCL numbers them (its ncclCommInitRank NVTX payloads)",

@@ -337,7 +337,7 @@ def _job(job: Any, level: _Level) -> list[str]:
     """The job part: numbering, per-rank table, job findings, collectives."""
     lines = [f"## Job: {job.ranks_given} of {job.world_size} ranks", "",
              f"Ranks numbered {md_text(job.numbering, 200)}; job window {fmt_duration(job.window_end_ns - job.window_start_ns)}"
-             f" ({plural(job.steps, 'step')}, {md_text(job.window_description, 200)}).", ""]
+             f" ({job.steps_text}, {md_text(job.window_description, 200)}).", ""]
     if job.notes:
         lines += ["> " + md_text(n, 300) for n in job.notes] + [""]
     lines += _table(job.ranks, 64) + [""]

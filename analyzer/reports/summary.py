@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 from typing import Any
 
-from analyzer.reports.format import fmt_cell, fmt_duration, fmt_ms, fmt_pct, fmt_share, plural, truncate
+from analyzer.reports.format import fmt_cell, fmt_duration, fmt_ms, fmt_pct, fmt_share, truncate
 from analyzer.reports.viewmodel import FindingView, Link, ReportView, Table
 
 _SEVERITY_MARK = {"error": "E", "warning": "W", "info": "i"}
@@ -83,7 +83,7 @@ def _job_lines(job: Any, verdict: str, max_findings: int, width: int) -> list[st
     """The job's block (a :class:`analyzer.reports.jobview.JobSection`), like a trace's: what it covers,
     the job verdict, the per-rank table and the job findings (straggler, imbalance, collectives)."""
     lines = [f"job: {job.ranks_given} of {job.world_size} ranks, numbered {job.numbering}",
-             f"  window: {fmt_duration(job.window_end_ns - job.window_start_ns)} ({plural(job.steps, 'step')}, "
+             f"  window: {fmt_duration(job.window_end_ns - job.window_start_ns)} ({job.steps_text}, "
              f"{job.window_description})",
              f"  verdict: {verdict}"]
     lines += [truncate(f"  note: {n}", width) for n in job.notes]
@@ -151,7 +151,8 @@ def _step_peaks(section: object) -> list[str]:
         low = min(recs, key=lambda r: r["peak_bytes"])  # type: ignore[arg-type,return-value]
         high = max(recs, key=lambda r: r["peak_bytes"])  # type: ignore[arg-type,return-value]
         if size(low["peak_bytes"]) == size(high["peak_bytes"]):  # not "4.4 GiB (step_0) to 4.4 GiB (step_0)"
-            out.append(f"GPU {device} peak per step: {size(high['peak_bytes'])} in each of {len(recs)} steps")
+            each = f"in each of {len(recs)} steps" if len(recs) > 1 else f"in its one step ({high['step']})"
+            out.append(f"GPU {device} peak per step: {size(high['peak_bytes'])} {each}")
         else:
             out.append(f"GPU {device} peak per step: {size(low['peak_bytes'])} ({low['step']}) to "
                        f"{size(high['peak_bytes'])} ({high['step']}) over {len(recs)} steps")

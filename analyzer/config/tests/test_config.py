@@ -205,3 +205,14 @@ def test_per_command_tables(project: Path) -> None:
     (project / "pyproject.toml").write_text('[tool.gpu-trace-analyzer]\ndiff = {output = "inline.md"}\n')
     code, out = invoke(make_cli(), "diff")
     assert code == 0 and "inline.md from pyproject.toml:2" in out
+
+
+def test_analyze_config_shows_values_from_the_file_inert(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``analyze config`` printed a value as the file had it: a TOML ``"\\u001b]0;PWNED\\u0007"`` in
+    ``window`` reached the terminal as an ESC sequence (setting its title). Now as U+FFFD."""
+    from analyzer.cli import main
+
+    (project / "pyproject.toml").write_text('[tool.gpu-trace-analyzer]\nwindow = "step_\\u001b]0;PWNED\\u0007"\n')
+    rc = main(["config"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "step_\ufffd]0;PWNED\ufffd" in out and "\x1b" not in out and "\x07" not in out, out

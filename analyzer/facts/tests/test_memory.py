@@ -280,6 +280,18 @@ def test_summary_of_steps_with_one_peak_says_so():
     assert f"  GPU 0 peak per step: 361.3 MiB in each of {len(steps)} steps" in summary_text(view, width=400).splitlines()
 
 
+def test_summary_of_a_single_step_says_its_one_step():
+    """TraceLens' BERT capture on an MI300X holds one ProfilerStep: the terminal said "139.6 MiB in
+    each of 1 steps"; it names the step."""
+    from analyzer.reports.build import build_report
+    from analyzer.reports.summary import summary_text
+
+    view = build_report([analyze_trace(DATA / "public" / "tracelens_bert_small_mi300x.pt.trace.json.xz")])
+    assert len(view.traces[0].memory.steps.records()) == 1
+    text = summary_text(view, width=400)
+    assert "GPU 2 peak per step: 139.6 MiB in its one step (ProfilerStep#6)" in text and "each of 1 steps" not in text
+
+
 # -- analyze diff --------------------------------------------------------------------------------------
 def test_diff_reports_the_peak_going_down(leak, fixed) -> None:
     from datetime import datetime, timezone

