@@ -62,6 +62,9 @@ NAME_CHARS = 24
 #: longest name shown for one operator (``aten::scaled_dot_product_attention``)
 OP_CHARS = 40
 
+_AUTOGRAD_NODE = "autograd::engine::evaluate_function: "
+_COMPILED = r"CompiledFunction|## Call CompiledFxGraph|Torch-Compiled Region|TorchDynamo Cache Lookup|<(?:forward|backward) op>"
+
 LOOP_PREFIX = "(loop: "
 TENSOR_LOOP_PREFIX = "(per-tensor loop: "
 #: kernel categories of a per-tensor loop (an optimizer's update, a gradient clip or scale per tensor)
@@ -229,7 +232,7 @@ def _short_op(name: str) -> str:
     """An operator's name as a loop's name shows it: an autograd node by its node
     (``autograd::engine::evaluate_function: MmBackward0`` -> ``MmBackward0``), no ``/`` (a path
     separator), at most :data:`OP_CHARS` characters."""
-    name = name.rsplit(": ", 1)[-1].strip().replace("/", " ") or "op"
+    name = name.removeprefix(_AUTOGRAD_NODE).strip().replace("/", " ") or "op"
     return name if len(name) <= OP_CHARS else name[:OP_CHARS - 3] + "..."
 
 
@@ -336,12 +339,15 @@ def places_and_operators(nv: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     ``record_function``, ``ProfilerStep#N``, PyTorch's ``Optimizer.step#...``) and the framework's
     operator ranges (:func:`analyzer.facts.nvtx.operator_ranges`: torch.profiler's ``cpu_op`` events,
     ``aten::add_``, autograd nodes), which cover every launch and say what the loop does, not where:
-    a loop's elements, never a place a loop is searched from or nested in."""
+    a loop's elements, never a place a loop is searched from or nested in. A torch.compile region is a
+    place."""
     if nv.empty:
         return nv, nv
     from analyzer.facts.nvtx import operator_ranges
 
-    op = operator_ranges(nv)
+    # torch.compile's regions (``Torch-Compiled Region: 1/0``, ``CompiledFunction``) stay places: the
+    # launches in them are the compiled code's, fixed by CUDA graphs or fewer graph breaks, not a loop
+    op = operator_ranges(nv) & ~text(nv["text"]).str.match(_COMPILED).to_numpy(dtype=bool)
     if not op.any():
         return nv, nv.iloc[:0]
     return nv.loc[~op], nv.loc[op]

@@ -217,3 +217,11 @@ def test_a_step_wrapping_the_programs_step_is_read_through():
     top = max(by_phase, key=lambda k: by_phase[k])
     assert top == "ProfilerStep#N/step_N/(loop: aten::layer_norm, aten::linear, aten::gelu, aten::linear, ...)", by_phase
     assert by_phase[top] > 0.8 * w.duration_ns
+
+
+def test_torch_compile_regions_stay_places():
+    # compile_graph_break --bare under torch.profiler: the eager kernels between the replays run inside
+    # 'Torch-Compiled Region: 1/0' ranges, the compiled code's: no loop is searched there (the finding stays
+    # the window's, eager work between CUDA graph replays, fixed by removing the graph breaks)
+    t = load_trace(trace_file("round3/compile_graph_break_bare.pt.trace.json.gz"))
+    assert trace_loop_ranges(t, None, choose_window(t)).empty
