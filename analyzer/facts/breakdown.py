@@ -513,19 +513,25 @@ def _gathered(parts: list[dict[str, np.ndarray]], dest: np.ndarray, bounds: list
 def _places(devices: list[np.ndarray], starts: list[np.ndarray]) -> np.ndarray:
     """Each segment's place in (device, start) order (stable) among the parts' segments, in 32 bits
     where the count fits."""
-    all_dev = np.concatenate(devices)
+    # one device (each part's devices all the same one): one sort of a few sorted runs, the devices
+    # never joined (48 M segments at 10 M kernels: no column more than needed beside the parts)
+    lows = [int(d.min()) for d in devices if len(d)]
+    highs = [int(d.max()) for d in devices if len(d)]
     all_start = np.concatenate(starts)
-    if len(all_dev) and all_dev.min() == all_dev.max():  # one device: one sort of a few sorted runs
-        del all_dev
+    if lows and min(lows) == max(highs):
         order = np.argsort(all_start, kind="stable")
     else:
-        order = np.lexsort((all_start, all_dev))
-        del all_dev
+        order = np.lexsort((all_start, np.concatenate(devices)))
     del all_start
     n = len(order)
     dest = np.empty(n, dtype=np.int32 if n < np.iinfo(np.int32).max else np.int64)
-    dest[order] = np.arange(n, dtype=dest.dtype)
+    for a in range(0, n, _PLACE_CHUNK):  # the inverse permutation a chunk at a time (no n-long arange)
+        dest[order[a:a + _PLACE_CHUNK]] = np.arange(a, min(a + _PLACE_CHUNK, n), dtype=dest.dtype)
     return dest
+
+
+#: :func:`_places` writes the places this many at a time
+_PLACE_CHUNK = 1 << 22
 
 
 class _HostCalls:
@@ -812,11 +818,14 @@ def _classify_idle(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev:
     del submit
     if shared.calls is not None:
         syncs.extend(shared.calls.syncs[t] for t in sorted(shared.calls.syncs))
+    # every chunk's path codes point into the range table's paths; the host calls' tables (each thread's
+    # calls sorted, their running maxima) freed before the chunks' pieces are joined
+    path_labels = shared.path_labels
+    del shared
     out: dict[str, np.ndarray] = {}
     for name in ("device", "start", "end", "cause", "detail", "path_codes", "tid", "pid"):
         out[name] = np.concatenate([p.pop(name) for p in parts]) if len(parts) > 1 else parts[0].pop(name)
-    # every chunk's path codes point into the range table's paths
-    out["path_labels"] = shared.path_labels if len(out["start"]) else np.empty(0, dtype=object)
+    out["path_labels"] = path_labels if len(out["start"]) else np.empty(0, dtype=object)
     return out
 
 
