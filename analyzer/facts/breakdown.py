@@ -65,7 +65,8 @@ that launched the op before it). The op's *submission* is the end of its launch 
                   intervals on either side of a step boundary are not charged (a loop synchronizes
                   once a step anyway: the step's start and end stay the host's own time)
 ``host_work``     the feeding thread ran its own code with no CUDA call for ``dispatch_gap_ns`` or
-                  more; detail = the innermost NVTX range open on it (``(no NVTX range)`` without).
+                  more; detail = the innermost NVTX range open on it, made generic as the NVTX paths are
+                  (``step_N``, ``ProfilerStep#N``; ``(no NVTX range)`` without).
                   Where the OS-runtime trace shows it blocked meanwhile (``sem_wait``,
                   ``pthread_cond_wait``, ``futex``...: a future, a queue, a lock, a join) while another
                   thread of its process ran inside an NVTX range, that part names the other thread and
@@ -124,7 +125,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from analyzer.facts._util import FAR_NS, column, key_groups, text, text_codes
+from analyzer.facts._util import FAR_NS, column, generic_path, key_groups, text, text_codes
 from analyzer.facts.breakdown_busy import _op_classes, busy_and_gaps, label_coder
 from analyzer.facts.breakdown_threads import cross_thread_waits, host_activity_column
 from analyzer.facts.nvtx import main_threads
@@ -940,7 +941,10 @@ def _classify_chunk(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev
         hw_codes = rng_codes[hw] + 1
         used = np.flatnonzero(np.bincount(hw_codes, minlength=len(rng_labels) + 1)) - 1
         per = np.zeros(len(rng_labels) + 1, dtype=np.int64)
-        per[used + 1] = [code(str(rng_labels[u]) if u >= 0 and rng_labels[u] else "(no NVTX range)") for u in used]
+        # the range's text made generic (``ProfilerStep#12`` -> ``ProfilerStep#N``, ``step_3`` -> ``step_N``):
+        # the name the NVTX paths, the verdict and every table give the same code in every step
+        per[used + 1] = [code(generic_path(str(rng_labels[u])) if u >= 0 and rng_labels[u] else "(no NVTX range)")
+                         for u in used]
         d[hw] = per[hw_codes]
     return {"device": dev, "start": s, "end": e, "cause": c, "detail": d, "path_codes": path_codes,
             "path_labels": path_labels, "tid": t, "pid": p}
