@@ -83,10 +83,13 @@ class Window:
 
 
 def step_spans(window: Window) -> tuple[tuple[int, int], ...]:
-    """(start, end) of each NVTX step instance of ``window`` (``Window.steps`` when the window came
-    from the user's NVTX steps; empty otherwise), in time order."""
+    """(start, end) of each iteration of the program's loop in ``window`` (``Window.steps``), in time
+    order, however the window chooser found them (:class:`StepSpans`: the user's NVTX step ranges, a
+    repeated annotation, or the GPU op sequence's period); empty when it found none. One step count for
+    a trace alone and for each rank of a job (a rank without NVTX steps, e.g. nsys-ai's FSDP slices
+    recorded under ``emit_nvtx()``, still has the iterations its own analysis states)."""
     steps = getattr(window, "steps", None)
-    if steps is None or getattr(steps, "source", "") != "nvtx":
+    if steps is None or not len(steps):
         return ()
     return tuple(zip((int(s) for s in steps.starts), (int(e) for e in steps.ends)))
 

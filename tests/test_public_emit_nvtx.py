@@ -81,18 +81,38 @@ def test_the_same_program_has_the_same_phases_in_both_captures(summaries):
         assert "FlashAttnFunc" in top, top
 
 
+def test_each_rank_of_the_job_counts_the_steps_its_own_analysis_found():
+    """The FSDP slice has no step ranges: each rank's analysis finds its iterations from one ``detach_``
+    annotation to the next, and the job counts those (it said "0 steps" and no step time when it counted
+    NVTX step ranges only), saying how they were found."""
+    from analyzer.analysis import step_spans
+    from analyzer.pipeline import analyze_inputs
+
+    out = analyze_inputs([BEFORE], AnalysisOptions())
+    assert out.job is not None
+    window = out.job.window
+    assert "'detach_' annotation" in window.description
+    assert len(step_spans(window)) == 15
+    ranks = out.job.tables.tables["job_ranks"]
+    for res in out.job.ranks:
+        assert res.window.steps is not None and res.window.steps.source == "annotation"
+        assert len(res.step_ns) == len(res.window.steps) == 15
+    assert (ranks["steps"] == 15).all() and ranks["step_ns"].notna().all()
+    assert (ranks["compute_per_step_ns"] > 0).all()
+
+
 def test_a_job_without_nvtx_steps_does_not_say_zero_steps():
     """The two ranks of AFTER have no NVTX step ranges; each rank's window is its iterations from one
     ``detach_`` annotation to the next (14). The job's header said "279.4 ms (0 steps, ...)" above
-    them in the terminal, Markdown and HTML; it now says there are no NVTX steps (what the job's
-    per-step columns need), in every format alike."""
+    them in the terminal, Markdown and HTML; the job now counts the iterations its ranks' analyses
+    found (14) and says how, in every format alike."""
     import analyzer
     from analyzer.reports.summary import summary_text
 
     result = analyzer.analyze(AFTER)
     job = result.report().job
-    assert job is not None and job.steps == 0
+    assert job is not None and job.steps == 14
     texts = {"terminal": summary_text(result.report()), "md": result.to_markdown(), "html": result.to_html()}
     for fmt, text in texts.items():
-        assert "no NVTX steps" in text and "0 steps" not in text, fmt
+        assert "14 steps" in text and " 0 steps" not in text and "(0 steps" not in text, fmt
     assert "iterations from one 'detach_' annotation" in texts["terminal"]

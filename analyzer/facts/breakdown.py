@@ -65,7 +65,8 @@ that launched the op before it). The op's *submission* is the end of its launch 
                   intervals on either side of a step boundary are not charged (a loop synchronizes
                   once a step anyway: the step's start and end stay the host's own time)
 ``host_work``     the feeding thread ran its own code with no CUDA call for ``dispatch_gap_ns`` or
-                  more; detail = the innermost NVTX range open on it (``(no NVTX range)`` without).
+                  more; detail = the innermost NVTX range open on it, made generic as the NVTX paths are
+                  (``step_N``, ``ProfilerStep#N``; ``(no NVTX range)`` without).
                   Where the OS-runtime trace shows it blocked meanwhile (``sem_wait``,
                   ``pthread_cond_wait``, ``futex``...: a future, a queue, a lock, a join) while another
                   thread of its process ran inside an NVTX range, that part names the other thread and
@@ -125,7 +126,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from analyzer.facts._util import FAR_NS, column, key_groups, text, text_codes
+from analyzer.facts._util import FAR_NS, column, generic_path, key_groups, text, text_codes
 from analyzer.facts.breakdown_busy import _op_classes, busy_and_gaps, label_coder
 from analyzer.facts.breakdown_threads import cross_thread_waits, host_activity_column
 from analyzer.facts.nvtx import main_threads, operator_ranges
@@ -514,19 +515,25 @@ def _gathered(parts: list[dict[str, np.ndarray]], dest: np.ndarray, bounds: list
 def _places(devices: list[np.ndarray], starts: list[np.ndarray]) -> np.ndarray:
     """Each segment's place in (device, start) order (stable) among the parts' segments, in 32 bits
     where the count fits."""
-    all_dev = np.concatenate(devices)
+    # one device (each part's devices all the same one): one sort of a few sorted runs, the devices
+    # never joined (48 M segments at 10 M kernels: no column more than needed beside the parts)
+    lows = [int(d.min()) for d in devices if len(d)]
+    highs = [int(d.max()) for d in devices if len(d)]
     all_start = np.concatenate(starts)
-    if len(all_dev) and all_dev.min() == all_dev.max():  # one device: one sort of a few sorted runs
-        del all_dev
+    if lows and min(lows) == max(highs):
         order = np.argsort(all_start, kind="stable")
     else:
-        order = np.lexsort((all_start, all_dev))
-        del all_dev
+        order = np.lexsort((all_start, np.concatenate(devices)))
     del all_start
     n = len(order)
     dest = np.empty(n, dtype=np.int32 if n < np.iinfo(np.int32).max else np.int64)
-    dest[order] = np.arange(n, dtype=dest.dtype)
+    for a in range(0, n, _PLACE_CHUNK):  # the inverse permutation a chunk at a time (no n-long arange)
+        dest[order[a:a + _PLACE_CHUNK]] = np.arange(a, min(a + _PLACE_CHUNK, n), dtype=dest.dtype)
     return dest
+
+
+#: :func:`_places` writes the places this many at a time
+_PLACE_CHUNK = 1 << 22
 
 
 class _HostCalls:
@@ -819,11 +826,14 @@ def _classify_idle(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev:
     del submit
     if shared.calls is not None:
         syncs.extend(shared.calls.syncs[t] for t in sorted(shared.calls.syncs))
+    # every chunk's path codes point into the range table's paths; the host calls' tables (each thread's
+    # calls sorted, their running maxima) freed before the chunks' pieces are joined
+    path_labels = shared.path_labels
+    del shared
     out: dict[str, np.ndarray] = {}
     for name in ("device", "start", "end", "cause", "detail", "path_codes", "tid", "pid"):
         out[name] = np.concatenate([p.pop(name) for p in parts]) if len(parts) > 1 else parts[0].pop(name)
-    # every chunk's path codes point into the range table's paths
-    out["path_labels"] = shared.path_labels if len(out["start"]) else np.empty(0, dtype=object)
+    out["path_labels"] = path_labels if len(out["start"]) else np.empty(0, dtype=object)
     return out
 
 
@@ -940,7 +950,10 @@ def _classify_chunk(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev
         hw_codes = rng_codes[hw] + 1
         used = np.flatnonzero(np.bincount(hw_codes, minlength=len(rng_labels) + 1)) - 1
         per = np.zeros(len(rng_labels) + 1, dtype=np.int64)
-        per[used + 1] = [code(str(rng_labels[u]) if u >= 0 and rng_labels[u] else "(no NVTX range)") for u in used]
+        # the range's text made generic (``ProfilerStep#12`` -> ``ProfilerStep#N``, ``step_3`` -> ``step_N``):
+        # the name the NVTX paths, the verdict and every table give the same code in every step
+        per[used + 1] = [code(generic_path(str(rng_labels[u])) if u >= 0 and rng_labels[u] else "(no NVTX range)")
+                         for u in used]
         d[hw] = per[hw_codes]
     return {"device": dev, "start": s, "end": e, "cause": c, "detail": d, "path_codes": path_codes,
             "path_labels": path_labels, "tid": t, "pid": p}

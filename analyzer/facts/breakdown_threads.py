@@ -24,7 +24,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from analyzer.facts._util import text, text_codes
+from analyzer.facts._util import generic_path, text, text_codes
 from analyzer.facts.nvtx_ranges import innermost_open, ranges_only
 from analyzer.loading.columns import categorical, narrow_int
 from analyzer.facts.registry import FactContext
@@ -170,6 +170,7 @@ def cross_thread_waits(ctx: FactContext, seg: pd.DataFrame, pid: np.ndarray) -> 
         r, s, e, _call = pieces[i]
         # a feeding thread with no range of its own (the autograd engine's) is already named by its
         # process's main thread's range: when that is the range waited for, the segment says it already
+        label = generic_path(label) if label else label  # named as the segment's own range is
         if label != str(seg["detail"].iat[r]):
             named.setdefault(r, []).append((s, e, f"{label or '(no NVTX range)'} (thread {other}, waited for)",
                                             other))

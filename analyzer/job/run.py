@@ -395,6 +395,16 @@ def featured_ranks(plan: _Plan, limit: int | None) -> set[int]:
     return set(chosen)
 
 
+def _how_steps(steps: StepSpans) -> str:
+    """How a rank's window chooser found its iterations, in a few words."""
+    if steps.source == "nvtx":
+        return "NVTX step ranges"
+    # the chooser's own words without its count ("15 iterations from one 'detach_' annotation to the
+    # next (157 GPU ops ...)" -> "iterations from one 'detach_' annotation to the next")
+    words = steps.description.split(" (")[0].split(" ", 1)
+    return words[1] if len(words) == 2 and words[0].isdigit() else words[0]
+
+
 def _cross_rank(summaries: list[RankSummary], ranks: list[int], notes: list[str]) -> _Plan:
     comms = [_rank_comm(s, r) for s, r in zip(summaries, ranks) if not s.comm.empty]
     if len(comms) >= 2:
@@ -417,7 +427,7 @@ def _cross_rank(summaries: list[RankSummary], ranks: list[int], notes: list[str]
         notes.append("the ranks' analysis windows do not overlap; the job window is their union")
     ref = summaries[int(np.argmin(ranks))]
     off = offsets.get(min(ranks), 0)
-    ref_steps = ref.window.steps if ref.window.steps is not None and ref.window.steps.source == "nvtx" else None
+    ref_steps = ref.window.steps if ref.window.steps is not None and len(ref.window.steps) else None
     pairs = [(a + off, b + off, name) for (a, b), name in
              zip(step_spans(ref.window), ref_steps.names if ref_steps is not None else ())]
     # a step is the job's when most of it lies in the job window, clipped to it: the ranks' windows
@@ -425,8 +435,15 @@ def _cross_rank(summaries: list[RankSummary], ranks: list[int], notes: list[str]
     # begins 61 us after rank 0's), which must not drop a step whose collectives all count (per step
     # numbers were divided by 15 steps for 16 steps' waits)
     pairs = [(max(a, lo), min(b, hi), name) for a, b, name in pairs if 2 * (min(b, hi) - max(a, lo)) > b - a] or pairs
-    steps = StepSpans("nvtx", f"{len(pairs)} steps of rank {min(ranks)}", tuple(p[2] for p in pairs),
-                      tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)) if pairs else None
+    steps = None
+    if pairs and ref_steps is not None:
+        # the reference rank's iterations as its own analysis found them (NVTX steps, a repeated
+        # annotation, the GPU op period), and the job window says how
+        how = _how_steps(ref_steps)
+        desc += f"; steps: rank {min(ranks)}'s {how}"
+        steps = StepSpans(ref_steps.source, f"{len(pairs)} steps of rank {min(ranks)} ({how})",
+                          tuple(p[2] for p in pairs), tuple(p[0] for p in pairs), tuple(p[1] for p in pairs),
+                          period=ref_steps.period)
     window = Window(lo, hi, "job", desc, 0, steps=steps)
     aligned = [r for r in ranks if r in offsets]
     per_rank, per_instance = waits(instances, aligned)

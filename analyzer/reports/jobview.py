@@ -74,10 +74,10 @@ class JobSection:
 
     @property
     def steps_text(self) -> str:
-        """The job's steps in words for every format: ``16 steps``, or ``no NVTX steps`` when the ranks'
-        windows have none (a rank's iterations from annotations or repeating GPU ops are its own, not
-        the job's: "0 steps" above ranks of 14 iterations each read as a contradiction)."""
-        return plural(self.steps, "step") if self.steps else "no NVTX steps"
+        """The job's steps in words for every format: ``16 steps`` (the reference rank's iterations as its
+        own analysis found them: NVTX steps, a repeated annotation, the GPU op period), or ``no steps
+        found`` when its window has none ("0 steps" read as a contradiction above ranks' own numbers)."""
+        return plural(self.steps, "step") if self.steps else "no steps found"
 
 
 _HOW = {

@@ -119,6 +119,8 @@ def _breakdown(b: BreakdownView) -> dict[str, Any]:
         "window_ns": b.window.total_ns,
         "causes": {c: ns for c, ns in b.window.parts},
         "details": _cause_keys(_records(b.details)),
+        # each cause's largest detail over the whole window, as the Markdown table's "Largest part"
+        "largest": [{"cause": c, "detail": d, "duration_ns": ns} for c, d, ns in b.largest],
         "steps": [_bar(x) for x in b.steps],
         "steps_total": b.steps_total,
         "ranges": [_bar(x) for x in b.ranges],

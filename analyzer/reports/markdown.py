@@ -13,7 +13,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from analyzer.reports.format import DASH, fmt_cell, fmt_duration, fmt_share, fmt_time, inert_text, plural, truncate
+from analyzer.reports.format import (
+    DASH, fmt_cell, fmt_duration, fmt_impact_pct, fmt_share, fmt_time, inert_text, plural, truncate,
+)
 from analyzer.reports.viewmodel import (
     PHASE_CORE_COLUMNS,
     FindingView,
@@ -215,7 +217,7 @@ def _breakdown(s: TraceSection) -> list[str]:
         for cause, ns in sorted(b.window.parts, key=lambda p: -p[1]):
             part = largest.get(cause)
             part_text = f"{md_text(part[0], 60)} ({fmt_duration(part[1])})" if part else DASH
-            lines.append(f"| {md_text(cause_label(cause))} | {fmt_duration(ns)} | {100.0 * ns / total:.1f}% | "
+            lines.append(f"| {md_text(cause_label(cause))} | {fmt_duration(ns)} | {fmt_impact_pct(100.0 * ns / total)} | "
                          f"{part_text} |")
         lines.append("")
     lines += ["> " + md_text(n, 600) for n in s.breakdown_notes] + ([""] if s.breakdown_notes else [])

@@ -197,8 +197,8 @@ def test_json_shape():
     assert list(t["overview"]) == ["categories", "top_kernels", "nvtx", "gaps", "breakdown", "phases", "signals",
                                    "ncu", "roofline"]
     (b0, b1) = t["overview"]["breakdown"]
-    assert list(b0) == ["device", "summary", "window_ns", "causes", "details", "steps", "steps_total", "ranges",
-                        "ranges_total"]
+    assert list(b0) == ["device", "summary", "window_ns", "causes", "details", "largest", "steps", "steps_total",
+                        "ranges", "ranges_total"]
     assert b0["causes"] == {"compute": 500 * MS, "launch_bound": 100 * MS, "host_work": 300 * MS}
     assert sum(b0["causes"].values()) == b0["window_ns"] == t["window"]["duration_ns"]
     assert b0["summary"] == "compute 55.6% \u00b7 host work 33.3% \u00b7 launch-bound 11.1%"
