@@ -122,7 +122,8 @@ trace without any NVTX range, or one marking only its steps) have the loops they
 (:mod:`analyzer.facts.launch_loops`: one thread launching the same short cycle of kernels back to back, a
 Python loop over tensors or layers, ``(per-tensor loop: lerp_scalar, Mul, ...)``, nested in the step:
 ``step_12/(loop: ...)``), each a range on its launching thread from its first launch call to the end of
-its last; on a trace without ranges host work keeps the detail ``(no NVTX range)``. Steps: the window's steps from completion to
+its last (torch.profiler's ``aten::`` ranges are no place: a loop open on the thread names the time in
+theirs); on a trace without ranges host work keeps the detail ``(no NVTX range)``. Steps: the window's steps from completion to
 completion (the ``steps`` fact): step i holds ``(done[i-1], done[i]]``.
 """
 from __future__ import annotations
@@ -135,7 +136,7 @@ import pandas as pd
 from analyzer.facts._util import FAR_NS, column, generic_path, key_groups, text, text_codes
 from analyzer.facts.breakdown_busy import _op_classes, busy_and_gaps, label_coder
 from analyzer.facts.breakdown_threads import cross_thread_waits, host_activity_column
-from analyzer.facts.nvtx import main_threads
+from analyzer.facts.nvtx import main_threads, operator_ranges
 from analyzer.facts.nvtx_ranges import InnermostOpen, ranges_only
 from analyzer.facts.registry import FactContext, fact
 from analyzer.facts.breakdown_launch import submission as _submission
@@ -147,7 +148,7 @@ from analyzer.facts.breakdown_pieces import _ascending, span_of
 from analyzer.facts.breakdown_sync import SyncBlocks, charge_refills, refilled_call
 from analyzer.facts.breakdown_syncop import charge_sync_ops
 from analyzer.facts.launch_loops import op_paths as op_paths_of
-from analyzer.facts.launch_loops import trace_loop_ranges, with_loops
+from analyzer.facts.launch_loops import LoopNames, trace_loop_ranges, with_loops
 from analyzer.loading.columns import categorical, narrow_int
 
 #: default longest host time between two CUDA calls that still counts as dispatch (ns)
@@ -527,19 +528,25 @@ def _gathered(parts: list[dict[str, np.ndarray]], dest: np.ndarray, bounds: list
 def _places(devices: list[np.ndarray], starts: list[np.ndarray]) -> np.ndarray:
     """Each segment's place in (device, start) order (stable) among the parts' segments, in 32 bits
     where the count fits."""
-    all_dev = np.concatenate(devices)
+    # one device (each part's devices all the same one): one sort of a few sorted runs, the devices
+    # never joined (48 M segments at 10 M kernels: no column more than needed beside the parts)
+    lows = [int(d.min()) for d in devices if len(d)]
+    highs = [int(d.max()) for d in devices if len(d)]
     all_start = np.concatenate(starts)
-    if len(all_dev) and all_dev.min() == all_dev.max():  # one device: one sort of a few sorted runs
-        del all_dev
+    if lows and min(lows) == max(highs):
         order = np.argsort(all_start, kind="stable")
     else:
-        order = np.lexsort((all_start, all_dev))
-        del all_dev
+        order = np.lexsort((all_start, np.concatenate(devices)))
     del all_start
     n = len(order)
     dest = np.empty(n, dtype=np.int32 if n < np.iinfo(np.int32).max else np.int64)
-    dest[order] = np.arange(n, dtype=dest.dtype)
+    for a in range(0, n, _PLACE_CHUNK):  # the inverse permutation a chunk at a time (no n-long arange)
+        dest[order[a:a + _PLACE_CHUNK]] = np.arange(a, min(a + _PLACE_CHUNK, n), dtype=dest.dtype)
     return dest
+
+
+#: :func:`_places` writes the places this many at a time
+_PLACE_CHUNK = 1 << 22
 
 
 class _HostCalls:
@@ -724,7 +731,13 @@ class _Idle:
         # the main threads as sorted arrays: each segment's process looked up by one binary search
         self._main_pid = np.array(sorted(self.mains), dtype=np.int64)
         self._main_tid = np.array([self.mains[k] for k in sorted(self.mains)], dtype=np.int64)
-        if not self.nv.empty and loops is not None and not loops.empty:
+        self.loops: LoopNames | None = None
+        if not self.nv.empty and loops is not None and not loops.empty and operator_ranges(self.nv).any():
+            # torch.profiler's operator ranges cover every launch, across a loop's bounds: they stay, and a
+            # loop open on the feeding thread names the time in their place
+            self.loops = LoopNames(loops, self.path_labels, self.text_labels)
+            self.path_labels, self.text_labels = self.loops.path_labels, self.loops.text_labels
+        elif not self.nv.empty and loops is not None and not loops.empty:
             # loops nested in the program's step ranges: found like its own ranges (main threads as before)
             self.nv = with_loops(self.nv, loops)
             path_codes, self.path_labels = text_codes(column(self.nv, "path", ""))
@@ -826,11 +839,14 @@ def _classify_idle(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev:
     del submit
     if shared.calls is not None:
         syncs.extend(shared.calls.syncs[t] for t in sorted(shared.calls.syncs))
+    # every chunk's path codes point into the range table's paths; the host calls' tables (each thread's
+    # calls sorted, their running maxima) freed before the chunks' pieces are joined
+    path_labels = shared.path_labels
+    del shared
     out: dict[str, np.ndarray] = {}
     for name in ("device", "start", "end", "cause", "detail", "path_codes", "tid", "pid"):
         out[name] = np.concatenate([p.pop(name) for p in parts]) if len(parts) > 1 else parts[0].pop(name)
-    # every chunk's path codes point into the range table's paths
-    out["path_labels"] = shared.path_labels if len(out["start"]) else np.empty(0, dtype=object)
+    out["path_labels"] = path_labels if len(out["start"]) else np.empty(0, dtype=object)
     return out
 
 
@@ -938,6 +954,8 @@ def _classify_chunk(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev
         path_labels, rng_labels = shared.path_labels, shared.text_labels
         path_codes = shared.path_codes[rpos]
         rng_codes = shared.text_codes[rpos]
+        if shared.loops is not None:
+            shared.loops.rename(t, mid, path_codes, rng_codes)
     hw = (c == _C["host_work"]) & (d < 0)
     if hw.any():
         d = d.copy()

@@ -111,22 +111,24 @@ def breakdown_row_segments(rows: pd.DataFrame, segments: pd.DataFrame) -> pd.Dat
     if rows.empty or segments.empty:
         return segments.iloc[0:0]
     # matched on codes: each text column's distinct texts get one number (equal texts: one code), the
-    # wanted rows are looked up among those texts, and every segment is tested with one ``isin``
-    cache: dict[str, tuple[np.ndarray, dict[str, int]]] = {}
+    # wanted rows are looked up among those texts; the segments are narrowed first on each column's own
+    # (narrow) codes, the combined key made for the candidates only (no per-segment 64-bit temporaries:
+    # a 10 M-kernel trace has about 48 M segments)
+    cache: dict[str, tuple[np.ndarray, np.ndarray, dict[str, int]]] = {}
 
-    def codes_of(name: str) -> tuple[np.ndarray, dict[str, int]]:
+    def codes_of(name: str) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
+        """``(codes, remap, canon)``: the column's own codes, each code's canonical number, text -> number."""
         if name not in cache:
             codes, labels = text_codes(segments[name])
             canon: dict[str, int] = {}
             for i, label in enumerate(labels.tolist()):
                 canon.setdefault(str(label), i)
             remap = np.array([canon[str(x)] for x in labels.tolist()], dtype=np.int64)
-            cache[name] = (remap[codes], canon)
+            cache[name] = (codes, remap, canon)
         return cache[name]
 
-    seg_dev = segments["device"].to_numpy(np.int64)
-    dev_values = sorted_distinct(seg_dev)
-    dev_code = np.searchsorted(dev_values, seg_dev)
+    seg_dev = segments["device"].to_numpy()
+    dev_values = sorted_distinct(seg_dev).astype(np.int64)
     parts = []
     for scope, key_column in (("window", None), ("step", "step"), ("range", "range_key")):
         mine = rows.loc[rows["scope"].to_numpy(object) == scope]
@@ -136,19 +138,33 @@ def breakdown_row_segments(rows: pd.DataFrame, segments: pd.DataFrame) -> pd.Dat
         want_dev = mine["device"].to_numpy(np.int64)
         wd = np.searchsorted(dev_values, want_dev)
         ok = (wd < len(dev_values)) & (dev_values[np.minimum(wd, len(dev_values) - 1)] == want_dev)
-        seg_key = dev_code.astype(np.int64)
-        want_key = wd.astype(np.int64)
         want_col = {"cause": mine["cause"], "detail": mine["detail"]}
         if key_column:
             want_col[key_column] = mine["key"]
+        wanted_of = {}
         for name in on:
-            codes, canon = codes_of(name)
+            _, _, canon = codes_of(name)
+            wanted_of[name] = np.array([canon.get(str(x), -1) for x in want_col[name].to_numpy(object).tolist()],
+                                       dtype=np.int64)
+            ok &= wanted_of[name] >= 0
+        # candidates: segments whose device and every column's value some wanted row has
+        cand: np.ndarray | None = None
+        for name in on:
+            codes, remap, _ = codes_of(name)
+            hit = np.isin(remap, wanted_of[name][ok])[codes]
+            cand = hit if cand is None else cand & hit
+        assert cand is not None
+        if len(dev_values) > 1:
+            cand &= np.isin(seg_dev, dev_values[wd[ok]])
+        at = np.flatnonzero(cand)
+        del cand
+        seg_key = np.searchsorted(dev_values, seg_dev[at]).astype(np.int64)
+        want_key = wd.astype(np.int64)
+        for name in on:
+            codes, remap, canon = codes_of(name)
             width = max(len(canon), 1)
-            wanted = np.array([canon.get(str(x), -1) for x in want_col[name].to_numpy(object).tolist()],
-                              dtype=np.int64)
-            ok &= wanted >= 0
-            seg_key = seg_key * width + codes
-            want_key = want_key * width + wanted
-        parts.append(np.flatnonzero(np.isin(seg_key, want_key[ok])))
+            seg_key = seg_key * width + remap[codes[at]]
+            want_key = want_key * width + wanted_of[name]
+        parts.append(at[np.isin(seg_key, want_key[ok])])
     pos = sorted_distinct(np.concatenate(parts)) if parts else np.empty(0, dtype=np.int64)
     return segments.iloc[pos]

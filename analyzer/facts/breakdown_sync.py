@@ -39,6 +39,7 @@ exactly one cause: the charged time changes cause, nothing is added.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Callable
 
 import numpy as np
@@ -145,7 +146,9 @@ def charged_segments(seg: pd.DataFrame, call_tid: np.ndarray, call_start: np.nda
     d_codes, d_labels = text_codes(seg["detail"].iloc[hs])
     call_of = np.array([refilled_call(str(x)) for x in d_labels], dtype=object)[d_codes]
     refill = np.array([owned_by_next(str(x)) for x in d_labels], dtype=bool)[d_codes]
-    owner = owning_calls(seg["host_tid"].to_numpy("int64")[hs], seg["start"].to_numpy("int64")[hs], call_of, refill,
+    # the host_sync rows taken before widening (millions of segments, ids in 32 bits)
+    owner = owning_calls(seg["host_tid"].to_numpy()[hs].astype(np.int64), seg["start"].to_numpy()[hs].astype(np.int64),
+                         call_of, refill,
                          call_tid, call_start, call_end, call_name)
     ok = owner >= 0
     return hs[ok], owner[ok]
@@ -167,7 +170,7 @@ def charged_ns(seg: pd.DataFrame, calls: pd.DataFrame, owns: np.ndarray | None =
     pos, owner = charged_segments(seg, num("tid"), num("start"), num("end"),
                                   calls["name"].astype(str).to_numpy(object)[rows])
     if len(pos):
-        dur = (seg["end"].to_numpy("int64") - seg["start"].to_numpy("int64"))[pos]
+        dur = seg["end"].to_numpy()[pos].astype(np.int64) - seg["start"].to_numpy()[pos].astype(np.int64)
         out[rows] = np.rint(np.bincount(owner, weights=dur, minlength=len(rows))).astype(np.int64)
     return out
 
@@ -184,6 +187,24 @@ def _interval_sums(k: np.ndarray, dur: np.ndarray, n: int) -> np.ndarray:
 
 #: the columns of the idle segments that :func:`charge_refills` charges and cuts
 IDLE_COLUMNS = ("device", "start", "end", "cause", "detail", "path_codes", "tid", "pid")
+
+
+#: :func:`charge_refills` reads a synchronizing thread's idle rows this many at a time
+REFILL_CHUNK = 1 << 22
+
+
+def _thread_rows(tid: np.ndarray, t: int, start: np.ndarray, dev: np.ndarray, r_e: np.ndarray, open_k: np.ndarray,
+                 n: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Per chunk of :data:`REFILL_CHUNK` idle rows, in row order: ``(rows, k, devices)`` of thread ``t``'s
+    rows that lie in an open interval ``k`` (``(r_e[k-1], r_e[k]]``, ``open_k[k]``)."""
+    for a in range(0, len(tid), REFILL_CHUNK):
+        mine = np.flatnonzero(tid[a:a + REFILL_CHUNK] == t)
+        mine += a
+        k_all = np.searchsorted(r_e, start[mine], side="right")
+        inside = k_all < n
+        inside[inside] = open_k[k_all[inside]]
+        if inside.any():
+            yield mine[inside], k_all[inside], dev[mine[inside]]
 
 
 def charge_refills(ctx: FactContext, idle: dict[str, np.ndarray], syncs: list[SyncBlocks], labels: list[str],
@@ -232,29 +253,39 @@ def charge_refills(ctx: FactContext, idle: dict[str, np.ndarray], syncs: list[Sy
             open_k &= ~(crosses[:n] | crosses[1:])
         if not open_k.any():
             continue
-        # the thread's idle rows and their intervals: one pass over the rows per synchronizing thread (a
-        # few); sums per interval need no order, only the pieces a refill is taken from are sorted
-        mine = np.flatnonzero(tid == t)
-        k_all = np.searchsorted(r_e, start[mine], side="right")
-        inside = k_all < n
-        inside[inside] = open_k[k_all[inside]]
-        mine, k_all = mine[inside], k_all[inside]
-        devs = dev[mine]
-        for d in np.unique(devs).tolist():
-            on = devs == d
-            rows, k = mine[on], k_all[on]
-            dur = end[rows] - start[rows]
-            c = cause[rows]
-            idle_ns = _interval_sums(k, dur, n)
-            already = _interval_sums(k[c == hs], dur[c == hs], n)
-            extra = np.maximum(np.minimum(blocked, idle_ns) - already, 0)
-            elig = ((c == lb) | (c == hw)) & (extra[k] > 0)
-            if not elig.any():
-                continue
-            er, ek = rows[elig], k[elig]
+        # the thread's idle rows and their intervals: passes over the rows per synchronizing thread (a
+        # few), REFILL_CHUNK rows at a time (a 10 M-kernel trace has about 37 M idle rows, most of one
+        # thread: no per-row temporary of them all); sums per interval need no order, only the pieces a
+        # refill is taken from are sorted. First the sums per (device, interval), then the eligible pieces
+        per_dev: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # device -> (idle ns, host_sync ns) per interval
+        for rows, k, devs in _thread_rows(tid, t, start, dev, r_e, open_k, n):
+            for d in np.unique(devs).tolist():
+                on = devs == d
+                r, kd = rows[on], k[on]
+                dur = end[r] - start[r]
+                c = cause[r]
+                sums = per_dev.setdefault(d, (np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)))
+                sums[0][:] += _interval_sums(kd, dur, n)
+                sums[1][:] += _interval_sums(kd[c == hs], dur[c == hs], n)
+        extra_of = {d: np.maximum(np.minimum(blocked, idle_ns) - already, 0)
+                    for d, (idle_ns, already) in per_dev.items()}
+        del per_dev
+        picked: dict[int, tuple[list[np.ndarray], list[np.ndarray]]] = {}
+        for rows, k, devs in _thread_rows(tid, t, start, dev, r_e, open_k, n):
+            for d in np.unique(devs).tolist():
+                on = devs == d
+                r, kd = rows[on], k[on]
+                c = cause[r]
+                elig = ((c == lb) | (c == hw)) & (extra_of[d][kd] > 0)
+                if elig.any():
+                    got = picked.setdefault(d, ([], []))
+                    got[0].append(r[elig])
+                    got[1].append(kd[elig])
+        for d in sorted(picked):
+            er, ek = np.concatenate(picked[d][0]), np.concatenate(picked[d][1])
             o = np.argsort(start[er], kind="stable")  # in time order, so each interval's pieces are a run
             er, ek = er[o], ek[o]
-            ed, ek_extra = end[er] - start[er], extra[ek]
+            ed, ek_extra = end[er] - start[er], extra_of[d][ek]
             # time before each eligible piece in its interval (pieces in start order)
             cum = np.cumsum(ed) - ed
             ra = np.flatnonzero(np.r_[True, ek[1:] != ek[:-1]])  # each interval's first piece

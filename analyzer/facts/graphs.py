@@ -190,9 +190,8 @@ def _host_time_in_gaps(segments: pd.DataFrame, device: np.ndarray, lo: np.ndarra
     launch = np.array([str(c) == "launch_bound" for c in causes] + [False], dtype=bool)
     detail_codes, details = text_codes(segments["detail"])
     eager = np.array([not graph_launch_time(str(x)) for x in details] + [False], dtype=bool)
-    cc = np.where(cause_codes < 0, len(causes), cause_codes)
-    dc = np.where(detail_codes < 0, len(details), detail_codes)
-    host = segments[host_cause[cc] & ~(launch[cc] & eager[dc])]
+    # text_codes' codes are never negative: read as they are (narrow), no per-segment copy
+    host = segments[host_cause[cause_codes] & ~(launch[cause_codes] & eager[detail_codes])]
     return _covered_in_gaps(host, device, lo, hi, none)
 
 

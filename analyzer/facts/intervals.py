@@ -328,7 +328,7 @@ def _host_api(api: pd.DataFrame, tid: np.ndarray, t: np.ndarray, start: np.ndarr
             ends = a_end[rows]
         run_max = np.maximum.accumulate(ends)
         # the position of the running maximum, built in place (one temporary per call, not three)
-        holder = np.arange(len(rows))
+        holder = np.arange(len(rows), dtype=np.int32 if len(rows) < np.iinfo(np.int32).max else np.int64)
         holder[ends != run_max] = -1
         del run_max
         np.maximum.accumulate(holder, out=holder)
@@ -352,6 +352,10 @@ def _host_api(api: pd.DataFrame, tid: np.ndarray, t: np.ndarray, start: np.ndarr
             del k, found, kk, own_open, hold, hold_open, tq
             if start is not None and end is not None:
                 covered[qq] = covered_between(us, ue, start[qq], end[qq], base)
+        # this thread's tables freed before the next thread's are made (two threads' at once otherwise)
+        del starts, ends, holder
+        if start is not None and end is not None:
+            del us, ue, base
     return out, covered
 
 

@@ -24,6 +24,13 @@ one or spanning the whole window, or none): a program that marks only ``step_N``
 or one ``train`` range says nothing about where inside the step its launch-bound time goes. Such a
 loop is a range nested in that range (``step_12/(loop: ...)``); launches under the program's own inner
 ranges keep them, and a stretch never spans a launch the search left out.
+
+On a torch.profiler trace the framework's operator ranges (``cpu_op``: ``aten::add_``, autograd nodes;
+:func:`places_and_operators`) cover every launch: they are a loop's elements, never places. The search
+reads the program's own ranges only (``record_function``, ``ProfilerStep#N`` and the ``step_N`` it
+wraps), and a loop whose launches all ran in operators is named by them, each call once, as the program
+wrote the loop: ``ProfilerStep#N/step_N/(per-tensor loop: aten::mul_, aten::add_)``, ``(loop:
+aten::linear, aten::layer_norm, aten::gelu)``, ``(loop: GeluBackward0, ...)`` on autograd's thread.
 """
 from __future__ import annotations
 
@@ -52,6 +59,11 @@ LOOP_GAP_NS = 1_000_000
 NAMES_SHOWN = 4
 #: longest name shown for one kernel (cuBLAS' names run to a hundred characters)
 NAME_CHARS = 24
+#: longest name shown for one operator (``aten::scaled_dot_product_attention``)
+OP_CHARS = 40
+
+_AUTOGRAD_NODE = "autograd::engine::evaluate_function: "
+_COMPILED = r"CompiledFunction|## Call CompiledFxGraph|Torch-Compiled Region|TorchDynamo Cache Lookup|<(?:forward|backward) op>"
 
 LOOP_PREFIX = "(loop: "
 TENSOR_LOOP_PREFIX = "(per-tensor loop: "
@@ -120,7 +132,8 @@ def _stretches(codes: np.ndarray, launch: np.ndarray) -> list[tuple[int, int, in
     return sorted(out)
 
 
-def loop_ranges(kernels: pd.DataFrame, categories_file: str | None = None) -> pd.DataFrame:
+def loop_ranges(kernels: pd.DataFrame, categories_file: str | None = None,
+                op_texts: tuple[np.ndarray, np.ndarray] | None = None) -> pd.DataFrame:
     """The loops of a kernel table (the trace's ``kernels``: ``name``/``short_name``, ``tid``, ``pid``,
     ``api_start``, ``correlation_id``), as a range table: one row per stretch with ``tid``, ``pid``,
     ``start`` (the first launch call's start), ``end`` (the last launch call's start + 1; the caller may
@@ -129,7 +142,11 @@ def loop_ranges(kernels: pd.DataFrame, categories_file: str | None = None) -> pd
     correlation id). A loop whose kernels are all elementwise or reductions (``categories_file``'s
     categories: :data:`PER_TENSOR`) is a per-tensor loop (:data:`TENSOR_LOOP_PREFIX`): what a foreach
     or fused form (``torch._foreach_*``, a fused optimizer) launches a few kernels for. An optional
-    ``loop_lane`` column splits a thread's launches further: a stretch holds launches of one lane only."""
+    ``loop_lane`` column splits a thread's launches further: a stretch holds launches of one lane only.
+    ``op_texts``: per kernel row, the framework operator that launched it and that call's number (a
+    torch.profiler trace's outermost ``aten::`` range open at the launch; ``""`` and -1 for none): a loop
+    whose body's launches all have one is named by those operators, each call once
+    (``(per-tensor loop: aten::mul_, aten::add_)``), as the program wrote the loop."""
     cols = ("tid", "pid", "start", "end", "range_id", "parent_id", "depth", "kind", "text", "path",
             "period", "turns", "last_corr")
     empty = pd.DataFrame({c: pd.Series(dtype=object if c in ("kind", "text", "path") else np.int64) for c in cols})
@@ -153,6 +170,7 @@ def loop_ranges(kernels: pd.DataFrame, categories_file: str | None = None) -> pd
     canons: list[tuple[int, ...]] = []  # per stretch: its cycle in the rotation that sorts first
     starts: dict[tuple[int, ...], dict[tuple[int, ...], int]] = {}  # cycle -> rotations its stretches began with
     found: list[dict[str, object]] = []
+    first_turn: dict[tuple[int, ...], np.ndarray] = {}  # per cycle (as it began): its first turn's rows
     for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
         if b - a < MIN_TURNS:
             continue
@@ -163,6 +181,7 @@ def loop_ranges(kernels: pd.DataFrame, categories_file: str | None = None) -> pd
             canons.append(canon)
             begun = starts.setdefault(canon, {})
             begun[cycle] = begun.get(cycle, 0) + 1
+            first_turn.setdefault(cycle, order[a + first:a + first + p])
             i0, i1 = order[a + first], order[a + end - 1]
             found.append({"tid": int(t_sorted[a]), "pid": int(pid[i0]), "start": int(launch[i0]),
                           "end": int(launch[i1]) + 1, "range_id": len(found), "parent_id": -1, "depth": 0,
@@ -181,6 +200,9 @@ def loop_ranges(kernels: pd.DataFrame, categories_file: str | None = None) -> pd
                 cats[c] = categorize(str(labels[c]), "", table)
                 names[c] = cats[c] if cats[c] in BY_CATEGORY else op_name(str(labels[c]))
         words = [names[c] for c in body]
+        by_op = _op_words(first_turn[body], op_texts)
+        if by_op:
+            words = by_op
         shown = ", ".join(words[:NAMES_SHOWN]) + (", ..." if len(words) > NAMES_SHOWN else "")
         kinds = {cats[c] for c in body}
         prefix = TENSOR_LOOP_PREFIX if kinds <= PER_TENSOR else LOOP_PREFIX
@@ -192,6 +214,43 @@ def loop_ranges(kernels: pd.DataFrame, categories_file: str | None = None) -> pd
     if not found:
         return empty
     return pd.DataFrame(found, columns=list(cols))
+
+
+def _op_words(rows: np.ndarray, op_texts: tuple[np.ndarray, np.ndarray] | None) -> list[str]:
+    """The operators that launched the kernel rows ``rows`` (a loop's first turn), each call once, in
+    launch order; none unless every launch has one."""
+    if op_texts is None or not len(rows):
+        return []
+    names, calls = op_texts[0][rows], op_texts[1][rows]
+    if (calls < 0).any():
+        return []
+    keep = np.r_[True, calls[1:] != calls[:-1]]
+    return [_short_op(str(x)) for x in names[keep].tolist()]
+
+
+def _short_op(name: str) -> str:
+    """An operator's name as a loop's name shows it: an autograd node by its node
+    (``autograd::engine::evaluate_function: MmBackward0`` -> ``MmBackward0``), no ``/`` (a path
+    separator), at most :data:`OP_CHARS` characters."""
+    name = name.removeprefix(_AUTOGRAD_NODE).strip().replace("/", " ") or "op"
+    return name if len(name) <= OP_CHARS else name[:OP_CHARS - 3] + "..."
+
+
+def operator_calls(nv_ops: pd.DataFrame, kernels: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Per kernel row, the outermost framework operator range (``nv_ops``: the operator ranges of a
+    torch.profiler trace) open at its launch on its thread: ``(texts, positions)``, ``""`` / -1 for none."""
+    n = len(kernels)
+    texts = np.full(n, "", dtype=object)
+    if nv_ops.empty or not n:
+        return texts, np.full(n, -1, dtype=np.int64)
+    from analyzer.facts.nvtx_ranges import parent_positions as parents
+
+    top = nv_ops.loc[parents(nv_ops) < 0]  # an operator no other operator encloses
+    top = top.assign(parent_id=-1)
+    at = innermost_open(top, kernels["tid"].to_numpy(dtype=np.int64), kernels["api_start"].to_numpy(dtype=np.int64))
+    hit = at >= 0
+    texts[hit] = top["text"].astype(str).to_numpy(dtype=object)[at[hit]]
+    return texts, at
 
 
 def coarse_ranges(nv: pd.DataFrame, window: Window | None) -> np.ndarray:
@@ -209,6 +268,7 @@ def coarse_ranges(nv: pd.DataFrame, window: Window | None) -> np.ndarray:
         pos = pd.Index(nv["range_id"].to_numpy()).get_indexer(np.asarray(steps.range_ids, dtype=np.int64))
         parent = parent_positions(nv)
         pos = pos[pos >= 0]
+        out[_wrapped(nv, parent, pos)] = True
         for _ in range(64):  # the steps, then their ancestors a level at a time (depth is small)
             if not len(pos):
                 break
@@ -219,6 +279,27 @@ def coarse_ranges(nv: pd.DataFrame, window: Window | None) -> np.ndarray:
     return out
 
 
+def _wrapped(nv: pd.DataFrame, parent: np.ndarray, steps: np.ndarray) -> np.ndarray:
+    """Positions of the ranges torch.profiler's step only wraps: the one child range of a
+    ``ProfilerStep#N`` step holding all but :data:`~analyzer.facts.breakdown_ranges.WRAPPER_OWN_SHARE`
+    of its time (the program's own ``step_N``) is the step too, as the breakdown reads it."""
+    from analyzer.facts.breakdown_ranges import WRAPPER_OWN_SHARE
+    from analyzer.facts.nvtx import PROFILER_STEP_TEXT
+
+    texts = nv["text"].astype(str).to_numpy(dtype=object)
+    steps = np.array([i for i in steps.tolist() if PROFILER_STEP_TEXT.match(texts[i])], dtype=np.int64)
+    has_parent = np.flatnonzero(parent >= 0)
+    if not len(steps) or not len(has_parent):
+        return np.empty(0, dtype=np.int64)
+    dur = (nv["end"].to_numpy(dtype=np.int64) - nv["start"].to_numpy(dtype=np.int64)).astype(np.float64)
+    count = np.bincount(parent[has_parent], minlength=len(nv))
+    child = np.full(len(nv), -1, dtype=np.int64)
+    child[parent[has_parent]] = has_parent  # the (last) child of each range
+    steps = steps[count[steps] == 1]
+    kid = child[steps]
+    return kid[dur[kid] >= (1 - WRAPPER_OWN_SHARE) * dur[steps]]
+
+
 def trace_loop_ranges(trace, categories_file: str | None = None,  # type: ignore[no-untyped-def]
                       window: Window | None = None) -> pd.DataFrame:
     """:func:`loop_ranges` of a trace, each ending at the end of its last launch call where the trace's
@@ -226,16 +307,20 @@ def trace_loop_ranges(trace, categories_file: str | None = None,  # type: ignore
     launches no range below the step level covers (:func:`coarse_ranges`), each loop nested in the range
     open at its first launch (its ``path`` under that range's, ``parent_id``, ``depth``; ``range_id``
     after the trace's own)."""
-    nv = ranges_only(trace.nvtx)
+    every = ranges_only(trace.nvtx)
+    nv, nv_ops = places_and_operators(every)
     kernels = trace.kernels
     nested = not nv.empty
     if nested:
         if window is None or kernels.empty or any(c not in kernels for c in ("tid", "api_start")):
             return loop_ranges(kernels.iloc[:0])
         kernels = _uncovered(kernels, nv, coarse_ranges(nv, window))
-    loops = loop_ranges(kernels, categories_file)
+    ops = None
+    if not nv_ops.empty and len(kernels) >= MIN_TURNS and {"tid", "api_start"} <= set(kernels.columns):
+        ops = operator_calls(nv_ops, kernels)
+    loops = loop_ranges(kernels, categories_file, ops)
     if nested and not loops.empty:
-        loops = _nested(loops, nv)
+        loops = _nested(loops, nv, int(every["range_id"].max()) + 1)
     api = trace.api
     if loops.empty or api.empty or not {"pid", "correlation_id", "end"} <= set(api.columns):
         return loops
@@ -247,6 +332,25 @@ def trace_loop_ranges(trace, categories_file: str | None = None,  # type: ignore
     ends = ends.fillna(-1).to_numpy(dtype=np.int64)
     loops["end"] = np.maximum(loops["end"].to_numpy(dtype=np.int64), ends)
     return loops
+
+
+def places_and_operators(nv: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The range table ``nv`` split in the program's own ranges (its places: NVTX ranges,
+    ``record_function``, ``ProfilerStep#N``, PyTorch's ``Optimizer.step#...``) and the framework's
+    operator ranges (:func:`analyzer.facts.nvtx.operator_ranges`: torch.profiler's ``cpu_op`` events,
+    ``aten::add_``, autograd nodes), which cover every launch and say what the loop does, not where:
+    a loop's elements, never a place a loop is searched from or nested in. A torch.compile region is a
+    place."""
+    if nv.empty:
+        return nv, nv
+    from analyzer.facts.nvtx import operator_ranges
+
+    # torch.compile's regions (``Torch-Compiled Region: 1/0``, ``CompiledFunction``) stay places: the
+    # launches in them are the compiled code's, fixed by CUDA graphs or fewer graph breaks, not a loop
+    op = operator_ranges(nv) & ~text(nv["text"]).str.match(_COMPILED).to_numpy(dtype=bool)
+    if not op.any():
+        return nv, nv.iloc[:0]
+    return nv.loc[~op], nv.loc[op]
 
 
 def _uncovered(kernels: pd.DataFrame, nv: pd.DataFrame, coarse: np.ndarray) -> pd.DataFrame:
@@ -294,9 +398,10 @@ def _open_range(nv: pd.DataFrame, tid: np.ndarray, pid: np.ndarray, t: np.ndarra
     return at
 
 
-def _nested(loops: pd.DataFrame, nv: pd.DataFrame) -> pd.DataFrame:
+def _nested(loops: pd.DataFrame, nv: pd.DataFrame, first_id: int) -> pd.DataFrame:
     """``loops`` as ranges of ``nv``'s table: each under the range open at its first launch on its
-    thread (its path under that range's; depth one more), numbered after ``nv``'s range ids."""
+    thread (its path under that range's; depth one more), numbered from ``first_id`` (after the trace's
+    range ids)."""
     tid = loops["tid"].to_numpy(dtype=np.int64)
     at = _open_range(nv, tid, loops["pid"].to_numpy(dtype=np.int64), loops["start"].to_numpy(dtype=np.int64))
     inside = at >= 0
@@ -311,8 +416,36 @@ def _nested(loops: pd.DataFrame, nv: pd.DataFrame) -> pd.DataFrame:
     own = inside & (nv["tid"].to_numpy(dtype=np.int64)[pos] == tid)
     out["parent_id"] = np.where(own, ids[pos], -1)
     out["depth"] = np.where(inside, depth[pos] + 1, 0)
-    out["range_id"] = int(ids.max()) + 1 + np.arange(len(out), dtype=np.int64) if len(ids) else out["range_id"]
+    out["range_id"] = first_id + np.arange(len(out), dtype=np.int64)
     return out
+
+
+class LoopNames:
+    """The loops of a trace whose range table also holds operator ranges (torch.profiler's ``aten::``
+    events, which cross a loop's bounds, so the loops cannot nest in the table as :func:`with_loops`
+    nests them): the timeline's lookups read the table as it is, then a loop open on the feeding thread
+    names the time in the range's place (its path and text, numbered after the table's
+    ``path_labels`` / ``text_labels``)."""
+
+    def __init__(self, loops: pd.DataFrame, path_labels: np.ndarray, text_labels: np.ndarray) -> None:
+        from analyzer.facts._util import text_codes
+        from analyzer.facts.nvtx_ranges import InnermostOpen
+
+        self.innermost = InnermostOpen(loops.assign(parent_id=-1))  # one thread's loops never overlap
+        p_codes, p_labels = text_codes(loops["path"])
+        t_codes, t_labels = text_codes(loops["text"])
+        self.path_codes = p_codes.astype(np.int32) + len(path_labels)
+        self.text_codes = t_codes.astype(np.int32) + len(text_labels)
+        self.path_labels = np.r_[np.asarray(path_labels, dtype=object), np.asarray(p_labels, dtype=object)]
+        self.text_labels = np.r_[np.asarray(text_labels, dtype=object), np.asarray(t_labels, dtype=object)]
+
+    def rename(self, tid: np.ndarray, t: np.ndarray, path_codes: np.ndarray, text_codes: np.ndarray) -> None:
+        """Where a loop is open at ``t[i]`` on thread ``tid[i]``, its codes in ``path_codes`` and
+        ``text_codes`` (in place)."""
+        at = self.innermost(np.asarray(tid, dtype=np.int64), np.asarray(t, dtype=np.int64))
+        hit = at >= 0
+        path_codes[hit] = self.path_codes[at[hit]]
+        text_codes[hit] = self.text_codes[at[hit]]
 
 
 def with_loops(nv: pd.DataFrame, loops: pd.DataFrame) -> pd.DataFrame:

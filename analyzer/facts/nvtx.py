@@ -49,7 +49,7 @@ OPERATOR_TEXTS = re.compile(
     r"|CompiledFunction|## Call CompiledFxGraph|Torch-Compiled Region|TorchDynamo Cache Lookup"
     r"|<(?:forward|backward) op>)")
 #: what is never an operator even in an operator category (older Kineto wrote ProfilerStep as cpu_op)
-_STEP_TEXT = re.compile(r"^ProfilerStep#\d+$")
+PROFILER_STEP_TEXT = _STEP_TEXT = re.compile(r"^ProfilerStep#\d+$")
 #: annotations PyTorch itself opens once per iteration around one part of it, never around a whole
 #: iteration: the optimizer's ``Optimizer.step#AdamW.step`` / ``Optimizer.zero_grad#...`` and the data
 #: loader's ``enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__``

@@ -166,7 +166,9 @@ def _host_waits(rows: pd.DataFrame, positions: np.ndarray, window: Window,
     if seg.empty or not {"name", "tid", "start", "end"} <= set(calls.columns):
         return None
     if device is not None:
-        seg = seg.loc[seg["device"].to_numpy() == device]
+        on_device = seg["device"].to_numpy() == device
+        if not on_device.all():  # one device's trace: the segments as they are, no copy
+            seg = seg.loc[on_device]
     if "blocking" in calls.columns:  # a non-blocking call of a blocking one's name (cudaMemcpyAsync) owns nothing
         calls = calls.loc[calls["blocking"].fillna(False).to_numpy(dtype=bool)]
     c_tid = pd.to_numeric(calls["tid"], errors="coerce").fillna(-1).to_numpy("int64")
