@@ -223,8 +223,12 @@ def row(pair: str, fmt: str, sick: Path, twin: Path) -> Row:
     pace = pace_b / pace_a if pace_a and pace_b else None
     twin_same = sum(float(f.impact_ns or 0.0) for f in b.findings if top is not None and f.key == top.key)
     fixed = None
-    if top is not None and window_ns is not None and top.key in twin_keys:
+    if top is not None and window_ns is not None:
+        # what the twin fixes: the biggest cause's own range where the twin is silent on it, else the
+        # largest finding of the same rule the twin is silent on
         silent = [f for f in fired if f.rule == rule and f.key not in twin_keys and f.scope.kind == "device_range"]
+        if top.key not in twin_keys:
+            silent = [top] if top.scope.kind == "device_range" else []
         if silent:
             f = max(silent, key=lambda f: float(f.impact_ns))
             phase, dev = f.scope.nvtx_path or "", f.scope.device
@@ -514,7 +518,8 @@ def render_other_gpu(gpu: str, rows: list[Row]) -> str:
 
 
 def fixed_range_text(rows: list[Row], gpu: str) -> str:
-    """For a pair without step ranges whose twin fires on the biggest cause: whether that impact is right,
+    """For a pair without step ranges whose twin fires on the biggest cause (or whose biggest cause is the
+    range the twin fixes, where the step saving disagrees with it): whether that impact is right,
     and what the twin's fix bought in the range it fixes (its own time per iteration, the window's
     iterations), against the finding of that range, apart from the code the fix leaves alone."""
     out = []
@@ -524,6 +529,18 @@ def fixed_range_text(rows: list[Row], gpu: str) -> str:
         phase, impact, mine, theirs, rest, twin_rest = r.fixed_range
         bought = (mine - theirs) * r.steps
         slower = f", median kernel-launch call {r.host_pace:.2f}x" if r.host_pace is not None else ""
+        if not r.twin_fires:  # the biggest cause is the range the twin fixes: explained where the step disagrees
+            if r.ratio is None or 0.75 <= r.ratio <= 1.25 or bought <= 0:
+                continue
+            out.append(
+                f"**{r.pair.removeprefix(gpu + '/')} ({r.fmt}).** Its biggest cause, {_cause(r.rule, r.range)} "
+                f"{r.impact_ns / 1e6:.1f} ms, is the range the twin fixes (the twin is silent on it): that range took "
+                f"{mine / 1e6:.1f} ms an iteration in the pathology and {theirs / 1e6:.1f} in the twin, "
+                f"{bought / 1e6:.1f} ms over the window's {r.steps} iterations ({impact / bought:.2f} of what the fix "
+                f"bought there). The step saving ({r.saving_ns / 1e6:.1f} ms) understates it: the code the fix "
+                f"leaves alone took {rest / 1e6:.1f} ms an iteration in the pathology and {twin_rest / 1e6:.1f} in "
+                f"the twin{f' (twin host pace {r.host_pace:.2f})' if r.host_pace is not None else ''}.")
+            continue
         out.append(
             f"**{r.pair.removeprefix(gpu + '/')} ({r.fmt}).** Its biggest cause, {_cause(r.rule, r.range)} "
             f"{r.impact_ns / 1e6:.1f} ms, is launching {f'in `{r.range}`' if r.range else 'outside every annotated range'} "

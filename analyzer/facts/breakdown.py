@@ -144,7 +144,7 @@ from analyzer.facts.breakdown_firstlaunch import first_launch_detail, first_laun
 from analyzer.facts.graphs import capture_blocks
 from analyzer.facts.breakdown_launch import wait_details as _wait_details
 from analyzer.facts.breakdown_ranges import generic_keys
-from analyzer.facts.breakdown_pieces import _ascending, span_of
+from analyzer.facts.breakdown_pieces import _ascending, _gathered, _places, span_of
 from analyzer.facts.breakdown_sync import SyncBlocks, charge_refills, refilled_call
 from analyzer.facts.breakdown_syncop import charge_sync_ops
 from analyzer.facts.launch_loops import op_paths as op_paths_of
@@ -508,45 +508,6 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
         if seg[c].dtype != np.int32:
             seg[c] = narrow_int(seg[c].to_numpy())
     return seg
-
-
-def _gathered(parts: list[dict[str, np.ndarray]], dest: np.ndarray, bounds: list[int], name: str,
-              busy_fill: int | None = None) -> np.ndarray:
-    """Column ``name`` in segment order (``dest``: each segment's place, parts one after another from
-    ``bounds``), as wide as its parts (32-bit codes and ids), each part's array freed once placed;
-    ``busy_fill``: the value of the first part (busy time), which has no such column."""
-    own = parts if busy_fill is None else parts[1:]
-    out = np.empty(bounds[-1], dtype=np.result_type(*(x[name] for x in own)))
-    for i, x in enumerate(parts):
-        if i == 0 and busy_fill is not None:
-            out[dest[:bounds[1]]] = busy_fill
-        else:
-            out[dest[bounds[i]:bounds[i + 1]]] = x.pop(name)
-    return out
-
-
-def _places(devices: list[np.ndarray], starts: list[np.ndarray]) -> np.ndarray:
-    """Each segment's place in (device, start) order (stable) among the parts' segments, in 32 bits
-    where the count fits."""
-    # one device (each part's devices all the same one): one sort of a few sorted runs, the devices
-    # never joined (48 M segments at 10 M kernels: no column more than needed beside the parts)
-    lows = [int(d.min()) for d in devices if len(d)]
-    highs = [int(d.max()) for d in devices if len(d)]
-    all_start = np.concatenate(starts)
-    if lows and min(lows) == max(highs):
-        order = np.argsort(all_start, kind="stable")
-    else:
-        order = np.lexsort((all_start, np.concatenate(devices)))
-    del all_start
-    n = len(order)
-    dest = np.empty(n, dtype=np.int32 if n < np.iinfo(np.int32).max else np.int64)
-    for a in range(0, n, _PLACE_CHUNK):  # the inverse permutation a chunk at a time (no n-long arange)
-        dest[order[a:a + _PLACE_CHUNK]] = np.arange(a, min(a + _PLACE_CHUNK, n), dtype=dest.dtype)
-    return dest
-
-
-#: :func:`_places` writes the places this many at a time
-_PLACE_CHUNK = 1 << 22
 
 
 class _HostCalls:
