@@ -96,22 +96,32 @@ def _launch_bound_by_range(t, w):  # type: ignore[no-untyped-def]
     return rows.groupby("phase")["duration_ns"].sum().to_dict(), rows.groupby("key")["duration_ns"].sum().to_dict()
 
 
-def _steps_only(t, w):  # type: ignore[no-untyped-def]
-    """``t`` with only the window's step ranges (and the ranges enclosing them) kept: a program that marks
-    ``step_N`` and nothing inside it."""
+def _with_steps(t, w, keep, inner_step: bool = False):  # type: ignore[no-untyped-def]
+    """``t`` keeping the nvtx rows ``keep`` marks, the window's step ranges and the ranges enclosing them
+    (``inner_step``: also a step's one child range not already kept, the ``step_N`` a ``ProfilerStep#N`` wraps)."""
     import dataclasses
 
     from analyzer.facts.nvtx_ranges import parent_positions
 
     nv = t.nvtx
-    keep = np.zeros(len(nv), dtype=bool)
     parent = parent_positions(nv)
     for i in np.flatnonzero(nv["range_id"].isin(w.steps.range_ids)).tolist():
+        if inner_step:
+            kids = np.flatnonzero((parent == i) & ~keep)
+            if len(kids) == 1:
+                keep[kids[0]] = True
         while i >= 0 and not keep[i]:
             keep[i] = True
             i = parent[i]
-    assert 0 < keep.sum() < len(nv)
     return dataclasses.replace(t, nvtx=nv.loc[keep])
+
+
+def _steps_only(t, w):  # type: ignore[no-untyped-def]
+    """``t`` with only the window's step ranges (and the ranges enclosing them) kept: a program that marks
+    ``step_N`` and nothing inside it."""
+    kept = _with_steps(t, w, np.zeros(len(t.nvtx), dtype=bool))
+    assert 0 < len(kept.nvtx) < len(t.nvtx)
+    return kept
 
 
 def test_without_its_ranges_a_recording_is_split_where_its_ranges_were():
@@ -158,22 +168,9 @@ def test_a_program_marking_only_its_steps_gets_the_optimizer_loop_named_with_its
 def _steps_and_operators(t, w):  # type: ignore[no-untyped-def]
     """``t`` with only the window's steps (``ProfilerStep#N`` and the ``step_N`` it wraps) and the
     framework's operator ranges kept: a torch.profiler recording without ``record_function`` ranges."""
-    import dataclasses
-
     from analyzer.facts.nvtx import operator_ranges
-    from analyzer.facts.nvtx_ranges import parent_positions
 
-    nv = t.nvtx
-    keep = operator_ranges(nv).copy()
-    parent = parent_positions(nv)
-    for i in np.flatnonzero(nv["range_id"].isin(w.steps.range_ids)).tolist():
-        kids = np.flatnonzero((parent == i) & ~keep)
-        if len(kids) == 1:
-            keep[kids[0]] = True
-        while i >= 0 and not keep[i]:
-            keep[i] = True
-            i = parent[i]
-    return dataclasses.replace(t, nvtx=nv.loc[keep])
+    return _with_steps(t, w, operator_ranges(t.nvtx).copy(), inner_step=True)
 
 
 def test_torch_profiler_operators_are_the_loops_elements_not_places():
