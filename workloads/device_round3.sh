@@ -42,7 +42,7 @@
 #     PART=j bash workloads/device_round3.sh    # the second held-out batch (issue 27), never used to
 #                                               # calibrate: kv_cache_cat, snapshot_to_host,
 #                                               # tensor_from_list, ema_clip_loop, each pathology and
-#                                               # twin with nsys, torch.profiler (--gzip) and --bare
+#                                               # twin with nsys, torch.profiler (--gzip, 8 steps), --bare
 #                                               # nsys (suffix _bare); HELDOUT="NAME ..." records only
 #                                               # those (two per call: each name takes ~80 s)
 # Every manifest.jsonl line holds the program's own measured step times (step_ms, mean_ms,
@@ -171,7 +171,7 @@ elif [[ $PART == j ]]; then
     read -ra held <<< "${HELDOUT:-kv_cache_cat snapshot_to_host tensor_from_list ema_clip_loop}"
     for w in "${held[@]}"; do
         pair 50 "$w"
-        torch_pair 45 "$w"
+        torch_pair 45 "$w" --steps 8  # smaller traces: the set stays under ~15 MB
         run_job 45 "${w}_bare" nsys -- "$w" --bare --suffix _bare
         run_job 45 "${w}_fixed_bare" nsys -- "$w" --fixed --bare --suffix _bare
     done
