@@ -152,16 +152,16 @@ def test_exposed_copies_on_the_held_out_gpu_and_the_twin_host_pace():
 
 def test_graph_fix_buys_launch_bound_and_the_host_work_of_its_range():
     """host_sync --graph (nsys, second recording): a CUDA graph of the micro-steps removes the launch-bound
-    time and the host's longer pieces between launches in the same range (host_work); the two together
-    are what the graph bought, within 10%."""
+    time, the handoffs between the two launching threads included (they were the range's host_work: 0.73
+    before analyzer.facts.breakdown_handoff), which is what the graph bought, within 10%."""
     cal = _module()
     pair = next((p for p in cal.pairs() if p[0] == "round3/host_sync_graph_run2" and p[1] == "nsys"), None)
     if pair is None:
         pytest.skip("round3/host_sync_graph_run2 pair not in tests/data")
     row = cal.row(*pair)
     assert row.rule == "launch-bound" and row.range == "step_N/micro_N"
-    assert row.range_host_work_ns > 0.1 * row.impact_ns
-    assert 0.9 <= (row.impact_ns + row.range_host_work_ns) / row.saving_ns <= 1.1
+    assert row.range_host_work_ns < 0.01 * row.impact_ns
+    assert 0.9 <= row.impact_ns / row.saving_ns <= 1.1
 
 
 def test_a_bare_pair_is_judged_on_the_range_its_twin_fixes():
