@@ -29,6 +29,10 @@ PATHOLOGIES: tuple[str, ...] = (
     "mask_index_sync",
     "per_sample_loop",
     "cpu_augment",
+    "kv_cache_cat",
+    "snapshot_to_host",
+    "tensor_from_list",
+    "ema_clip_loop",
 )
 #: Multi-GPU jobs (``DISTRIBUTED = True``, run under torchrun: see ``_ddp`` and ``_distributed``),
 #: each a pathology with a ``--fixed`` twin; alone (no torchrun) each is the 1-GPU run.

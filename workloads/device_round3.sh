@@ -39,6 +39,12 @@
 #                                               # and mask_index_sync's per-expert loop without its
 #                                               # syncs (--dispatch loop, suffix _loop) with both
 #                                               # tools; HELDOUT="NAME ..." records only those
+#     PART=j bash workloads/device_round3.sh    # the second held-out batch (issue 27), never used to
+#                                               # calibrate: kv_cache_cat, snapshot_to_host,
+#                                               # tensor_from_list, ema_clip_loop, each pathology and
+#                                               # twin with nsys, torch.profiler (--gzip, 8 steps), --bare
+#                                               # nsys (suffix _bare); HELDOUT="NAME ..." records only
+#                                               # those (two per call: each name takes ~80 s)
 # Every manifest.jsonl line holds the program's own measured step times (step_ms, mean_ms,
 # median_ms). Jobs left when the budget BUDGET_S (default 450 s) runs out are listed in skipped.txt.
 # Result: $OUT/round3_<PART>*.tar.xz (sqlite, analyze.txt, stats CSVs, torch traces, manifest, log),
@@ -46,7 +52,7 @@
 set -uo pipefail
 : "${OUT:?set OUT to the output directory}"
 PART=${PART:-a}
-[[ $PART =~ ^[a-i]$ ]] || { echo "PART must be one of a-i" >&2; exit 2; }
+[[ $PART =~ ^[a-j]$ ]] || { echo "PART must be one of a-j" >&2; exit 2; }
 [[ $PART == h ]] && BUDGET_S=${BUDGET_S:-540}
 BUDGET_S=${BUDGET_S:-450}; RESERVE_S=${RESERVE_S:-70}; MIN_JOB_S=${MIN_JOB_S:-20}
 PREFIX=${PREFIX:-round3_$PART}
@@ -156,6 +162,16 @@ elif [[ $PART == i ]]; then
     fi
     for w in mask_index_sync cpu_augment; do
         [[ " ${held[*]} " == *" $w "* ]] || continue
+        run_job 45 "${w}_bare" nsys -- "$w" --bare --suffix _bare
+        run_job 45 "${w}_fixed_bare" nsys -- "$w" --fixed --bare --suffix _bare
+    done
+elif [[ $PART == j ]]; then
+    # per workload: the nsys pair, the torch.profiler pair, the bare nsys pair (a name's recordings
+    # together, so that a budget cut leaves whole workloads)
+    read -ra held <<< "${HELDOUT:-kv_cache_cat snapshot_to_host tensor_from_list ema_clip_loop}"
+    for w in "${held[@]}"; do
+        pair 50 "$w"
+        torch_pair 45 "$w" --steps 8  # smaller traces: the set stays under ~15 MB
         run_job 45 "${w}_bare" nsys -- "$w" --bare --suffix _bare
         run_job 45 "${w}_fixed_bare" nsys -- "$w" --fixed --bare --suffix _bare
     done
