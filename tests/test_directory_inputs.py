@@ -67,14 +67,15 @@ def test_other_json_beside_the_trace_is_passed_over_with_a_note(tmp_path, capsys
 
 def test_every_committed_json_trace_is_recognised_by_its_first_bytes():
     """The sniff takes every torch.profiler trace of tests/data (plain, gzip, xz; Kineto of 2021 to
-    2025) and none of the other JSON there (manifests, allocator samples, sweep sidecars, reports)."""
+    2025) and rocprofv3's JSON, and none of the other JSON there (manifests, allocator samples, sweep
+    sidecars, reports)."""
     from analyzer.loading import detect_format, looks_like_profiler_trace
 
     files = sorted(p for p in DATA.rglob("*.json*") if detect_format(p) == "json")
-    traces = [p for p in files if ".pt.trace." in p.name]
-    assert len(traces) >= 40
+    traces = [p for p in files if ".pt.trace." in p.name or "rocprofv3" in p.name]
+    assert len(traces) >= 40 and any("rocprofv3" in p.name for p in traces)
     assert [p.name for p in traces if not looks_like_profiler_trace(p)] == []
-    others = [p for p in files if ".pt.trace." not in p.name]
+    others = [p for p in files if p not in traces]
     assert others and [p.name for p in others if looks_like_profiler_trace(p)] == []
 
 

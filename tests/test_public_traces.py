@@ -244,6 +244,37 @@ def test_hip_calls_read_as_their_cuda_equivalents():
     assert cuda_equivalent("cudaMalloc") == "cudaMalloc" and cuda_equivalent("hipify") == "hipify"
 
 
+def test_every_hip_call_of_the_public_rocm_traces_is_classified():
+    """Issue 27: every HIP call the 12 public torch.profiler ROCm traces record, classified through the one
+    table (analyzer.loading.api_names): the launch calls (including AMD's hipExtModuleLaunchKernel and the
+    graph replay), the blocking calls, the copies and the allocations are exactly these; HIP's driver-style
+    calls (not in these traces) map to CUDA driver calls, not to ``cuda*`` names no table holds."""
+    from analyzer.facts.api import sync_kind
+    from analyzer.loading.api_names import ALLOC_APIS, GRAPH_LAUNCH_APIS, LAUNCH_APIS
+    from analyzer.loading.common import strip_api_suffix
+
+    names: set[str] = set()
+    for p in sorted(PUBLIC.glob("*mi[0-9]*.pt.trace.json*")):
+        names |= {strip_api_suffix(str(n)) for n in load_trace(p).api["name"].astype(str).unique()}
+    assert len(names) == 29 and all(n.startswith("hip") for n in names)
+    base = {n: cuda_equivalent(n) for n in names}
+    assert {n for n, b in base.items() if b in LAUNCH_APIS} == {
+        "hipLaunchKernel", "hipExtLaunchKernel", "hipExtModuleLaunchKernel", "hipModuleLaunchKernel",
+        "hipGraphLaunch"}
+    assert {n for n, b in base.items() if b in GRAPH_LAUNCH_APIS} == {"hipGraphLaunch"}
+    assert {n: sync_kind(b) for n, b in base.items() if sync_kind(b)} == {
+        "hipDeviceSynchronize": "device", "hipEventSynchronize": "event", "hipStreamWaitEvent": "stream_wait_event",
+        "hipMemcpyWithStream": "memcpy", "hipMemcpyAsync": "async_copy"}
+    assert {n: ALLOC_APIS[b] for n, b in base.items() if b in ALLOC_APIS} == {
+        "hipMalloc": ("alloc", "device"), "hipFree": ("free", "device")}
+    assert sync_kind(cuda_equivalent("hipCtxSynchronize")) == "device"
+    assert sync_kind(cuda_equivalent("hipDrvMemcpy3D")) == "memcpy"
+    assert sync_kind(cuda_equivalent("hipMemcpyParam2DAsync")) == "async_copy"
+    assert ALLOC_APIS[cuda_equivalent("hipMemCreate")] == ("alloc", "virtual")
+    assert ALLOC_APIS[cuda_equivalent("hipMemAllocPitch")] == ("alloc", "device")
+    assert cuda_equivalent("hipLaunchByPtr") in LAUNCH_APIS
+
+
 def _raw_launches(name: str) -> dict[int, tuple[str, list[int], list[int]]]:
     """correlation id -> (launching call, grid, block) of every kernel launch call, read from the
     trace's JSON with the json module (not our loader)."""

@@ -23,7 +23,8 @@ from analyzer.facts._util import (
     text_codes,
 )
 from analyzer.facts.stacks import attach_locations
-from analyzer.loading.api_names import HIP_TO_CUDA, LAUNCH_APIS, SYNC_APIS, cuda_equivalent  # noqa: F401 (re-exported)
+from analyzer.loading.api_names import (  # noqa: F401 (re-exported)
+    ALLOC_APIS, HIP_TO_CUDA, LAUNCH_APIS, SYNC_APIS, cuda_equivalent)
 from analyzer.facts.registry import FactContext, FactStore, fact
 
 _VERSION = re.compile(r"_v\d+$")
@@ -34,43 +35,6 @@ _NON_BLOCKING_KINDS = {"stream_wait_event"}
 _SYNC_MEMCPY = re.compile(r"^(?:cudaMemcpy|cuMemcpy)(?!.*Async)")
 _SYNC_MEMSET = re.compile(r"^(?:cudaMemset|cuMemset)(?!.*Async)")
 
-# allocation APIs: name -> (op, memory)
-ALLOC_APIS: dict[str, tuple[str, str]] = {
-    "cudaMalloc": ("alloc", "device"),
-    "cudaMallocPitch": ("alloc", "device"),
-    "cudaMalloc3D": ("alloc", "device"),
-    "cudaMallocArray": ("alloc", "device"),
-    "cudaMalloc3DArray": ("alloc", "device"),
-    "cudaMallocManaged": ("alloc", "managed"),
-    "cudaMallocHost": ("alloc", "pinned"),
-    "cudaHostAlloc": ("alloc", "pinned"),
-    "cudaHostRegister": ("alloc", "pinned"),
-    "cudaMallocAsync": ("alloc", "pool"),
-    "cudaMallocFromPoolAsync": ("alloc", "pool"),
-    "cudaFree": ("free", "device"),
-    "cudaFreeArray": ("free", "device"),
-    "cudaFreeHost": ("free", "pinned"),
-    "cudaHostUnregister": ("free", "pinned"),
-    "cudaFreeAsync": ("free", "pool"),
-    "cuMemAlloc": ("alloc", "device"),
-    "cuMemAllocPitch": ("alloc", "device"),
-    "cuMemAllocManaged": ("alloc", "managed"),
-    "cuMemAllocHost": ("alloc", "pinned"),
-    "cuMemHostAlloc": ("alloc", "pinned"),
-    "cuMemHostRegister": ("alloc", "pinned"),
-    "cuMemAllocAsync": ("alloc", "pool"),
-    "cuMemAllocFromPoolAsync": ("alloc", "pool"),
-    "cuMemCreate": ("alloc", "virtual"),
-    "cuMemMap": ("alloc", "virtual"),
-    "cuMemAddressReserve": ("alloc", "virtual"),
-    "cuMemFree": ("free", "device"),
-    "cuMemFreeHost": ("free", "pinned"),
-    "cuMemHostUnregister": ("free", "pinned"),
-    "cuMemFreeAsync": ("free", "pool"),
-    "cuMemRelease": ("free", "virtual"),
-    "cuMemUnmap": ("free", "virtual"),
-    "cuMemAddressFree": ("free", "virtual"),
-}
 
 TINY_KERNEL_NS = 10_000
 

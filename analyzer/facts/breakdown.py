@@ -212,7 +212,7 @@ def graph_launch_time(detail: str) -> bool:
     ends at a replay's op or its input copy (detail ending in :data:`GRAPH_NEXT`)."""
     from analyzer.loading.api_names import cuda_equivalent
     from analyzer.loading.common import strip_api_suffix
-    from analyzer.loading.model import GRAPH_LAUNCH_APIS
+    from analyzer.loading.api_names import GRAPH_LAUNCH_APIS
 
     return detail.endswith(GRAPH_NEXT) or cuda_equivalent(strip_api_suffix(detail)) in GRAPH_LAUNCH_APIS
 

@@ -22,6 +22,7 @@ from analyzer.loading.columns import empty_typed
 from analyzer.facts._util import column, covered_between, new_frame, starts_in_window, text_array, text_codes, union_intervals
 from analyzer.facts.occupancy import known_launch_config
 from analyzer.facts.registry import FactContext, fact
+from analyzer.loading.api_names import CAPTURE_BEGIN, CAPTURE_END, GRAPH_SETUP_APIS  # noqa: F401 (re-exported)
 from analyzer.loading.model import GRAPH_EXECUTION
 
 _REPLAY_COLUMNS = {
@@ -274,13 +275,6 @@ COMPILE_RANGE = re.compile(
     r"\(dynamo_timed\)$|^(?:dynamo|entire_frame_compile|backend_compile|inductor_compile|compile_fx_inner"
     r"|fx_codegen_and_compile|compile_attempt_\d+|_compile\.compile_inner|async_compile\.\w+"
     r"|compile_fx\.<locals>\.\w+|create_aot_dispatcher_function|GraphLowering\.compile_to_fn)$")
-#: CUDA graph capture (a span from BeginCapture to EndCapture on one thread) and instantiation calls
-#: (CUDA names: HIP's map to them, :func:`analyzer.loading.api_names.cuda_equivalent`)
-CAPTURE_BEGIN = frozenset({"cudaStreamBeginCapture", "cuStreamBeginCapture", "cudaStreamBeginCaptureToGraph"})
-CAPTURE_END = frozenset({"cudaStreamEndCapture", "cuStreamEndCapture"})
-GRAPH_SETUP_APIS = frozenset({"cudaGraphInstantiate", "cudaGraphInstantiateWithFlags",
-                              "cudaGraphInstantiateWithParams", "cuGraphInstantiate", "cuGraphInstantiateWithFlags",
-                              "cuGraphInstantiateWithParams", "cudaGraphUpload", "cuGraphUpload"})
 
 _SETUP_COLUMNS = {
     "kind": "'torch.compile' (compilation ranges), 'compiler processes' (ptxas, cc1 ... started by the "

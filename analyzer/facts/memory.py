@@ -102,6 +102,8 @@ GROWTH_COLUMNS = {
     "fill_step": "the step at which the level would reach capacity, named like the window's steps "
     "(step_22 + 1465 steps: step_1487); '' when not growing, the capacity is unknown or the steps are not numbered",
     "unmatched_frees": "frees of memory no event of the trace allocated (allocated before the capture)",
+    "held_before_bytes": "level before the GPU's first memory event of the trace (B): memory allocated before "
+    "the capture began (a lower bound where the trace's levels count from their lowest point)",
     "processes": "processes with memory events on this GPU",
 }
 
@@ -394,6 +396,8 @@ def memory_growth(ctx: FactContext) -> pd.DataFrame:
         held_path, held_share = _held_at(g, peak_time)
         cap = capacity.get(device, 0)
         peak_b = int(row["peak_bytes"])  # type: ignore[call-overload]
+        if before * 2 >= peak_b:  # most of the peak was allocated before the capture: no range of it holds that
+            held_path, held_share = "", 0.0
         to_fill = -1.0
         if cap > 0 and slope > 0:
             to_fill = float(np.ceil(max(cap - end_b, 0) / slope))
@@ -406,7 +410,7 @@ def memory_growth(ctx: FactContext) -> pd.DataFrame:
             capacity_bytes=cap, peak_share=peak_b / cap if cap > 0 else 0.0,
             headroom_bytes=cap - peak_b if cap > 0 else -1, steps_to_fill=to_fill,
             unmatched_frees=int(((g["op"] == "free") & ~g["matched"].astype(bool)).sum()),
-            processes=int(g["pid"].nunique()),
+            processes=int(g["pid"].nunique()), held_before_bytes=before,
         )
         rows.append(row)
     return pd.DataFrame(rows)[list(GROWTH_COLUMNS)]

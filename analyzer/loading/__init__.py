@@ -2,8 +2,8 @@
 
 ``load_trace(path)`` accepts an Nsight Systems SQLite export (2020.3 through 2025.x schemas), an
 ``.nsys-rep``/``.qdrep`` report (exported once with the installed ``nsys`` and cached), an
-``.xz``-compressed SQLite export, or a torch.profiler (Kineto) Chrome-trace JSON file, plain, ``.gz`` or
-``.xz`` (:mod:`analyzer.loading.kineto`). The format is recognised by content, never by name. Every problem with the input is an :class:`~analyzer.errors.InputError`
+``.xz``-compressed SQLite export, a torch.profiler (Kineto) Chrome-trace JSON file, plain, ``.gz`` or
+``.xz`` (:mod:`analyzer.loading.kineto`), or rocprofv3's JSON output (:mod:`analyzer.loading.rocprof`). The format is recognised by content, never by name. Every problem with the input is an :class:`~analyzer.errors.InputError`
 (or :class:`~analyzer.errors.UnsupportedFormatError`) with a one-line message saying what to do.
 """
 from __future__ import annotations
@@ -129,7 +129,7 @@ TRACE_SNIFF_BYTES = 64 * 1024
 #: members only a Chrome / torch.profiler trace document has (Kineto writes ``schemaVersion`` then
 #: ``deviceProperties`` first; Chrome's format has ``traceEvents``); ``schemaVersion`` alone is not one
 #: (container manifests have it too)
-_TRACE_MEMBERS = re.compile(rb'"(traceEvents|deviceProperties|distributedInfo|baseTimeNanoseconds)"\s*:')
+_TRACE_MEMBERS = re.compile(rb'"(traceEvents|deviceProperties|distributedInfo|baseTimeNanoseconds|rocprofiler-sdk-tool)"\s*:')
 _EVENT_KEY = re.compile(rb'"ph"\s*:')
 
 
@@ -155,6 +155,20 @@ def looks_like_profiler_trace(path: Path) -> bool:
     if text[:1] == b"[":
         return text[1:].lstrip(b" \t\r\n")[:1] == b"{" and _EVENT_KEY.search(text) is not None
     return text[:1] == b"{" and _TRACE_MEMBERS.search(text) is not None
+
+
+def _json_head(path: Path, size: int = 256) -> bytes:
+    """The first ``size`` bytes of a JSON file's text, decompressed (``b""`` when unreadable)."""
+    magic = _head(path)
+    if magic.startswith(XZ_MAGIC[:6]):
+        return _peek_decompressed(path, lzma.open, size)
+    if magic.startswith(GZIP_MAGIC):
+        return _peek_decompressed(path, gzip.open, size)
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(size)
+    except OSError:
+        return b""
 
 
 def _has_nsys_tables(path: Path) -> bool:
@@ -234,6 +248,10 @@ def _read(p: Path, fmt: str, progress: Callable[[str], None] | None, cache_dir: 
             hint="pass the Nsight Systems trace as the input and this file with --ncu",
         )
     if fmt == "json":
+        from analyzer.loading.rocprof import is_rocprof_json, load_rocprof_json
+
+        if is_rocprof_json(_json_head(p)):
+            return load_rocprof_json(p, progress=progress)
         from analyzer.loading.kineto.loader import load_kineto
 
         return load_kineto(p, progress=progress)

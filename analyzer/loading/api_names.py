@@ -1,6 +1,9 @@
-"""Names of CUDA (and HIP) API calls: which call is a kernel launch or a synchronization, and which
-CUDA call a HIP call stands for. One table, read by the loaders (what a capture without GPU activity
-still says about its host side) and by the facts (:mod:`analyzer.facts.api`)."""
+"""Names of CUDA (and HIP) API calls: which call is a kernel launch, a synchronization, an allocation, a
+graph launch or a graph capture, and which CUDA call a HIP call stands for. The one place these tables
+live, read by the loaders (what a capture without GPU activity still says about its host side, which
+kernels a graph launch replayed) and by the facts (:mod:`analyzer.facts.api`, the timeline breakdown,
+:mod:`analyzer.facts.graphs`): each classifies a name after :func:`cuda_equivalent`, so a HIP call
+(``hipMemcpyWithStream``, ``hipExtModuleLaunchKernel``, ``hipMemCreate``) is what its CUDA equivalent is."""
 from __future__ import annotations
 
 import re
@@ -29,6 +32,56 @@ LAUNCH_APIS = frozenset({
     "cuLaunchKernel", "cuLaunchKernelEx", "cuLaunchCooperativeKernel", "cuLaunchGrid", "cuGraphLaunch",
 })
 
+#: the launch calls that replay a CUDA graph (runtime and driver; HIP's hipGraphLaunch and per-thread
+#: variants map to them through :func:`cuda_equivalent` and strip_api_suffix)
+GRAPH_LAUNCH_APIS: frozenset[str] = frozenset({"cudaGraphLaunch", "cuGraphLaunch"})
+
+#: allocation APIs: name -> (op, memory)
+ALLOC_APIS: dict[str, tuple[str, str]] = {
+    "cudaMalloc": ("alloc", "device"),
+    "cudaMallocPitch": ("alloc", "device"),
+    "cudaMalloc3D": ("alloc", "device"),
+    "cudaMallocArray": ("alloc", "device"),
+    "cudaMalloc3DArray": ("alloc", "device"),
+    "cudaMallocManaged": ("alloc", "managed"),
+    "cudaMallocHost": ("alloc", "pinned"),
+    "cudaHostAlloc": ("alloc", "pinned"),
+    "cudaHostRegister": ("alloc", "pinned"),
+    "cudaMallocAsync": ("alloc", "pool"),
+    "cudaMallocFromPoolAsync": ("alloc", "pool"),
+    "cudaFree": ("free", "device"),
+    "cudaFreeArray": ("free", "device"),
+    "cudaFreeHost": ("free", "pinned"),
+    "cudaHostUnregister": ("free", "pinned"),
+    "cudaFreeAsync": ("free", "pool"),
+    "cuMemAlloc": ("alloc", "device"),
+    "cuMemAllocPitch": ("alloc", "device"),
+    "cuMemAllocManaged": ("alloc", "managed"),
+    "cuMemAllocHost": ("alloc", "pinned"),
+    "cuMemHostAlloc": ("alloc", "pinned"),
+    "cuMemHostRegister": ("alloc", "pinned"),
+    "cuMemAllocAsync": ("alloc", "pool"),
+    "cuMemAllocFromPoolAsync": ("alloc", "pool"),
+    "cuMemCreate": ("alloc", "virtual"),
+    "cuMemMap": ("alloc", "virtual"),
+    "cuMemAddressReserve": ("alloc", "virtual"),
+    "cuMemFree": ("free", "device"),
+    "cuMemFreeHost": ("free", "pinned"),
+    "cuMemHostUnregister": ("free", "pinned"),
+    "cuMemFreeAsync": ("free", "pool"),
+    "cuMemRelease": ("free", "virtual"),
+    "cuMemUnmap": ("free", "virtual"),
+    "cuMemAddressFree": ("free", "virtual"),
+}
+
+#: CUDA graph capture (a span from BeginCapture to EndCapture on one thread) and instantiation calls
+#: (CUDA names: HIP's map to them, :func:`cuda_equivalent`)
+CAPTURE_BEGIN = frozenset({"cudaStreamBeginCapture", "cuStreamBeginCapture", "cudaStreamBeginCaptureToGraph"})
+CAPTURE_END = frozenset({"cudaStreamEndCapture", "cuStreamEndCapture"})
+GRAPH_SETUP_APIS = frozenset({"cudaGraphInstantiate", "cudaGraphInstantiateWithFlags",
+                              "cudaGraphInstantiateWithParams", "cuGraphInstantiate", "cuGraphInstantiateWithFlags",
+                              "cuGraphInstantiateWithParams", "cudaGraphUpload", "cuGraphUpload"})
+
 #: HIP (ROCm) runtime calls whose CUDA equivalent is not their name with ``hip`` -> ``cuda``: the one
 #: table every API classification reads through :func:`cuda_equivalent` (launch, copy, synchronize,
 #: allocation, graph launch); the others map by prefix (``hipStreamSynchronize`` ->
@@ -53,6 +106,17 @@ HIP_TO_CUDA: dict[str, str] = {
     "hipHostMalloc": "cudaMallocHost", "hipMallocHost": "cudaMallocHost", "hipHostAlloc": "cudaHostAlloc",
     "hipHostFree": "cudaFreeHost", "hipFreeHost": "cudaFreeHost",
     "hipExtMallocWithFlags": "cudaMalloc", "hipMallocManaged": "cudaMallocManaged",
+    # HIP's driver-style calls (``hipDrv*``, ``hipCtx*``, ``hipMem*`` of the virtual memory API): their CUDA
+    # equivalents are driver calls (``cu*``), not ``cuda*``
+    "hipCtxSynchronize": "cuCtxSynchronize", "hipDrvLaunchKernelEx": "cuLaunchKernelEx",
+    "hipLaunchByPtr": "cudaLaunch",
+    "hipMemAllocPitch": "cuMemAllocPitch", "hipMemAllocHost": "cuMemAllocHost",
+    "hipMemCreate": "cuMemCreate", "hipMemRelease": "cuMemRelease", "hipMemMap": "cuMemMap",
+    "hipMemUnmap": "cuMemUnmap", "hipMemAddressReserve": "cuMemAddressReserve",
+    "hipMemAddressFree": "cuMemAddressFree",
+    "hipMemcpyParam2D": "cuMemcpy2D", "hipMemcpyParam2DAsync": "cuMemcpy2DAsync",
+    "hipDrvMemcpy2DUnaligned": "cuMemcpy2DUnaligned", "hipDrvMemcpy3D": "cuMemcpy3D",
+    "hipDrvMemcpy3DAsync": "cuMemcpy3DAsync",
 }
 _HIP = re.compile(r"^hip(?=[A-Z])")
 #: HIP launch calls whose grid argument counts work-items (threads), not blocks: ``hipExtModuleLaunchKernel``

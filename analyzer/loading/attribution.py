@@ -571,7 +571,8 @@ def graph_membership(api_name: TextCodes, graph_node_id: np.ndarray,
     recorded (torch.profiler's CPU side starting after its GPU side: the first replays of a window)."""
     from analyzer.loading.api_names import cuda_equivalent
     from analyzer.loading.common import strip_api_suffix
-    from analyzer.loading.model import GRAPH_KERNEL, GRAPH_LAUNCH_APIS
+    from analyzer.loading.api_names import GRAPH_LAUNCH_APIS
+    from analyzer.loading.model import GRAPH_KERNEL
 
     is_graph_api = np.array([cuda_equivalent(strip_api_suffix(str(t))) in GRAPH_LAUNCH_APIS
                              for t in api_name.labels] + [False], dtype=bool)

@@ -109,9 +109,6 @@ KERNEL_COLUMNS: tuple[str, ...] = (
 
 #: ``in_graph`` values
 NOT_IN_GRAPH, GRAPH_KERNEL, GRAPH_EXECUTION = 0, 1, 2
-#: the launch calls that replay a CUDA graph (runtime and driver; HIP's hipGraphLaunch and per-thread
-#: variants map to them through analyzer.loading.api_names.cuda_equivalent and strip_api_suffix)
-GRAPH_LAUNCH_APIS: frozenset[str] = frozenset({"cudaGraphLaunch", "cuGraphLaunch"})
 
 MEMCPY_COLUMNS: tuple[str, ...] = (
     "start",

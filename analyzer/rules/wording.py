@@ -45,10 +45,19 @@ def pack_words(pack: RulePack, words: Vocabulary) -> RulePack:
 
 def finding_words(finding: Finding, words: Vocabulary) -> Finding:
     """``finding`` with the call names in its message, headline and evidence as the trace recorded them
-    (:meth:`Vocabulary.values`); the finding itself on CUDA."""
-    if not words.recorded:
+    (:meth:`Vocabulary.values`), and the evidence's details the analyzer wrote (``CUDA graph capture``:
+    the timeline breakdown's own) in the platform's words; the finding itself on CUDA."""
+    if not words.recorded and not words.rocm:
         return finding
+    from analyzer.facts.breakdown import OWN_DETAILS
+
     values = words.values
-    evidence = tuple(tuple(values(v) if isinstance(v, str) else v for v in row) for row in finding.evidence)
+
+    def cell(v: Any) -> Any:
+        if not isinstance(v, str):
+            return v
+        return words.text(v) if v in OWN_DETAILS else values(v)
+
+    evidence = tuple(tuple(cell(v) for v in row) for row in finding.evidence)
     return replace(finding, message=values(finding.message), headline=values(finding.headline),
                    evidence=evidence)

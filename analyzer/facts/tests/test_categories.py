@@ -35,6 +35,7 @@ CASES = [
     ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, at::detail::Array<char*, 1>>", "copy/memory"),
     ("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "communication"),
     ("ncclKernel_AllGather_RING_LL_Sum_int8_t", "communication"),
+    ("void rcclGenericKernel<1, false>(ncclDevKernelArgsStorage<4096ul>)", "communication"),  # was "other"
     ("sm80_xmma_fprop_implicit_gemm_f16f16_f16f16_f16_nhwckrsc_nhwc_tilesize256x64x32_stage3_warpsize4x1x1_g1_tensor16x8x16_t1r3s3_execute_kernel_trt", "convolution"),
     ("void cub::DeviceRadixSortOnesweepKernel<cub::DeviceRadixSortPolicy<long, long, unsigned int>::Policy900, true, long>", "sort"),
     ("my_custom_kernel", "other"),

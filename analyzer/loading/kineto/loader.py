@@ -801,8 +801,8 @@ def _other_json(head: bytes) -> tuple[str, str]:
     and PyTorch's execution trace (``ExecutionTraceObserver``: ``schema`` and ``nodes``, operators
     without GPU timing)."""
     if b'"rocprofiler-sdk-tool"' in head:
-        return ("rocprofv3's JSON output (rocprofiler-sdk), which this analyzer does not read",
-                "record the run with torch.profiler on ROCm (its .pt.trace.json holds the HIP calls and kernels)")
+        return ("rocprofv3's JSON output (rocprofiler-sdk) with the rocprofiler-sdk-tool list not first, a "
+                "layout rocprofv3 does not write", "pass the file rocprofv3 wrote (PID_results.json) unedited")
     if b'"nodes"' in head and b'"schema"' in head:
         return ("a PyTorch execution trace (ExecutionTraceObserver: operators and their inputs, no GPU timeline)",
                 "pass the .pt.trace.json that torch.profiler wrote beside it")

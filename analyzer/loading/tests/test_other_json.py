@@ -1,7 +1,7 @@
 """JSON that people pass for a torch.profiler trace but another tool wrote (issue 27/34): the error names
-the tool. Hand-built skeletons of the two layouts met in public repositories: rocprofv3's JSON
-(AMD-AGI/TraceLens ``tests/rocprof/908_results.json.gz``: ``{"rocprofiler-sdk-tool": [{...}]}``) and
-PyTorch's execution trace (HolisticTraceAnalysis ``tests/data/execution_trace/*_et.json.gz``)."""
+the tool. A hand-built skeleton of the layout met in public repositories: PyTorch's execution trace
+(HolisticTraceAnalysis ``tests/data/execution_trace/*_et.json.gz``). rocprofv3's JSON is read
+(:mod:`analyzer.loading.rocprof`; its bad-input tests are in ``tests/test_public_rocprof.py``)."""
 
 from __future__ import annotations
 
@@ -17,16 +17,6 @@ def _message(path) -> str:
     with pytest.raises(InputError) as info:
         load_trace(path)
     return str(info.value)
-
-
-def test_rocprofv3_json_is_named(tmp_path):
-    p = tmp_path / "908_results.json"
-    p.write_text(json.dumps({"rocprofiler-sdk-tool": [{
-        "metadata": {"pid": 908, "init_time": 1, "fini_time": 2},
-        "buffer_records": {"kernel_dispatch": [{"kind": 11, "start_timestamp": 10, "end_timestamp": 20}],
-                           "hip_api": []}}]}))
-    text = _message(p)
-    assert "rocprofv3" in text and "torch.profiler" in text
 
 
 def test_execution_trace_is_named(tmp_path):

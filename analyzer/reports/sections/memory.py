@@ -23,8 +23,11 @@ def memory_line_text(row: Any) -> str:
     text = f"GPU {int(row['device'])} memory ({what}): peak {size(row['peak_bytes'])}"
     if row["peak_step"]:
         text += f" in {row['peak_step']}"
+    before = int(row["held_before_bytes"])
     if row["peak_held_in"]:
         text += f" ({pct(row['peak_held_share'])} of it allocated in {row['peak_held_in']})"
+    elif before > 0 and 2 * before >= int(row["peak_bytes"]):
+        text += f" ({size(before)} of it allocated before the trace began)"
     elif row["peak_range"]:
         text += f" (set in {row['peak_range']})"
     if int(row["capacity_bytes"]) > 0:
