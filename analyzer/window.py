@@ -324,7 +324,8 @@ def _auto(trace: Trace, ops: pd.DataFrame, first: int, last: int, exclude: tuple
 def _nvtx_steps(
     trace: Trace, ops: pd.DataFrame, exclude: tuple[str, ...]
 ) -> tuple[int, int, str, StepSpans] | None:
-    nv = ranges_only(trace.nvtx).reset_index(drop=True)
+    every = ranges_only(trace.nvtx)  # the range kinds below are worked out once per range table
+    nv = every.reset_index(drop=True)
     if nv.empty:
         return None
     own, inherited = _excluded(nv, exclude) if exclude else (np.zeros(len(nv), bool),) * 2
@@ -335,8 +336,8 @@ def _nvtx_steps(
     # cpu_op events, PyTorch's emit_nvtx ranges), which repeat more often than any iteration
     # and so are PyTorch's own once-per-iteration annotations (Optimizer.step#...), which enclose one
     # part of an iteration only: they mark iterations (_annotation_marks), never enclose them
-    cand = nv.loc[~inherited & ~internal_ranges(nv) & ~operator_ranges(nv)
-                  & ~framework_marks(nv)].reset_index(drop=True)
+    cand = nv.loc[~inherited & ~internal_ranges(every) & ~operator_ranges(every)
+                  & ~framework_marks(every)].reset_index(drop=True)
     if cand.empty:
         return None
     texts = text(cand["text"])
@@ -473,8 +474,8 @@ def _annotation_marks(
 def _program_annotations(nv: pd.DataFrame, exclude: tuple[str, ...]) -> tuple[pd.DataFrame, np.ndarray]:
     """``nv`` (ranges, index reset) and which of them are the program's own annotations: not framework
     operators, not library ranges, not excluded (``exclude``: the warmup patterns)."""
+    keep = ~internal_ranges(nv) & ~operator_ranges(nv)  # on the range table as given: worked out once
     nv = nv.reset_index(drop=True)
-    keep = ~internal_ranges(nv) & ~operator_ranges(nv)
     if exclude:
         keep &= ~_excluded(nv, exclude)[1]
     return nv, keep

@@ -310,6 +310,33 @@ def text(series: pd.Series) -> pd.Series:
     return pd.Series(values[codes], index=series.index, dtype=object)
 
 
+def frame_memo(frame: pd.DataFrame, key: str, compute: Callable[[], Any]) -> Any:
+    """``compute()`` once per (``frame`` object, ``key``): what several stages derive from one trace table
+    (the NVTX ranges and their kinds: the window chooser, the facts and the breakdown each ask) is worked
+    out on first use and read afterwards. The value is kept on the frame object itself, so it goes with
+    the frame (a frame derived from it, a copy or a pickled one starts with none). Frames are never
+    changed in place after loading, so a value stays right for the frame it was made from; arrays
+    returned are read-only (a caller changing one in place fails instead of changing what the next
+    caller reads)."""
+    memo = frame.__dict__.setdefault("_analyzer_memo", {})
+    if key in memo:
+        return memo[key]
+    value = compute()
+    for arr in (value if isinstance(value, tuple) else (value,)):
+        if isinstance(arr, np.ndarray):
+            arr.flags.writeable = False
+    return memo.setdefault(key, value)  # two threads asking at once: both read the first one stored
+
+
+def text_matches(frame: pd.DataFrame, name: str, pattern: re.Pattern[str]) -> np.ndarray:
+    """Per row of ``frame``: ``pattern`` matches the start of column ``name``'s text (missing column or
+    value: ``""``), tested once per distinct text; the column's codes made once per frame
+    (:func:`frame_memo`)."""
+    codes, labels = frame_memo(frame, "text_codes:" + name, lambda: text_codes(column(frame, name, "")))
+    hit = np.array([bool(pattern.match(str(u))) for u in labels], dtype=bool)
+    return hit[codes]
+
+
 def text_codes(series: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     """A text column as ``(codes, labels)`` with ``labels[codes]`` equal to ``text(series)`` (missing
     -> ``""``): a categorical column's own codes (nothing hashed), else its factorization."""

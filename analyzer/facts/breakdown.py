@@ -137,7 +137,7 @@ from analyzer.facts._util import FAR_NS, column, generic_path, key_groups, text,
 from analyzer.facts.breakdown_busy import _op_classes, busy_and_gaps, label_coder
 from analyzer.facts.breakdown_threads import cross_thread_waits, host_activity_column
 from analyzer.facts.nvtx import main_threads, operator_ranges
-from analyzer.facts.nvtx_ranges import InnermostOpen, ranges_only
+from analyzer.facts.nvtx_ranges import ranges_only, shared_innermost
 from analyzer.facts.registry import FactContext, fact
 from analyzer.facts.breakdown_launch import submission as _submission
 from analyzer.facts.breakdown_firstlaunch import first_launch_detail, first_launch_rows
@@ -713,7 +713,7 @@ class _Idle:
             self.path_codes = np.r_[path_codes.astype(np.int32), -1]
             self.text_codes = np.full(len(loops) + 1, -1, dtype=np.int32)
             self.text_labels = np.empty(0, dtype=object)
-        self.innermost = InnermostOpen(self.nv)  # each chunk's lookups read one table of answers
+        self.innermost = shared_innermost(self.nv)  # each chunk's lookups read one table of answers
         self._fallbacks: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
 
     def range_at(self, tid: np.ndarray, pid: np.ndarray, t: np.ndarray) -> np.ndarray:

@@ -197,12 +197,21 @@ def _thread_rows(tid: np.ndarray, t: int, start: np.ndarray, dev: np.ndarray, r_
                  n: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Per chunk of :data:`REFILL_CHUNK` idle rows, in row order: ``(rows, k, devices)`` of thread ``t``'s
     rows that lie in an open interval ``k`` (``(r_e[k-1], r_e[k]]``, ``open_k[k]``)."""
+    open_at = np.r_[open_k, False]  # interval n (after the last return) is never open
     for a in range(0, len(tid), REFILL_CHUNK):
-        mine = np.flatnonzero(tid[a:a + REFILL_CHUNK] == t)
+        part = tid[a:a + REFILL_CHUNK] == t
+        if part.all():  # a chunk of this thread's rows only (one feeding thread): read as it is, no gathers
+            k_all = np.searchsorted(r_e, start[a:a + REFILL_CHUNK], side="right")
+            inside = open_at[k_all]
+            if inside.any():
+                rows = np.flatnonzero(inside)
+                rows += a
+                yield rows, k_all[inside], dev[rows]
+            continue
+        mine = np.flatnonzero(part)
         mine += a
         k_all = np.searchsorted(r_e, start[mine], side="right")
-        inside = k_all < n
-        inside[inside] = open_k[k_all[inside]]
+        inside = open_at[k_all]
         if inside.any():
             yield mine[inside], k_all[inside], dev[mine[inside]]
 

@@ -9,8 +9,11 @@ calls): without the copy that time is idle time spent waiting for the host, not 
 
 A *stall* is a maximal run of exposed host-device copy time on one device (contiguous ``exposed_copy``
 segments whose detail starts with ``H2D`` or ``D2H``), ``[a, b)``. The op after it is the first op of
-that device starting at or after ``b``; the host thread that launched it is the feeding thread. Without
-the stall that op could start at
+that device starting at or after ``b`` that is not itself a host-device copy: copies queued one after
+another (a ``state_dict()`` copied tensor by tensor, on the compute stream or a side stream) are the
+stall's own kind of work, not the work it held back, so stalls with only such copies between them are
+one stall, from the first one's start to the last one's end. The host thread that launched the op after
+it is the feeding thread. Without the stall that op could start at
 
     ready = max(a, submission - blocked)
 
@@ -94,12 +97,17 @@ def copy_stalls(ctx: FactContext) -> pd.DataFrame:
     dev = s["device"].to_numpy(dtype=np.int64)
     start = s["start"].to_numpy(dtype=np.int64)
     end = s["end"].to_numpy(dtype=np.int64)
-    # stalls: contiguous segments of one device (touching pieces merge)
+    # stalls: contiguous segments of one device (touching pieces merge), then runs of stalls with no op
+    # but host-device copies between them (a queue of copies is one stall: the fix takes all of it off)
     u = union_intervals(start, end, dev)
     stall = np.empty(len(s), dtype=np.int64)
     stall[u.order] = u.block
-    a, b, sdev = u.start, u.end, u.group
-    submit, blocked = _next_submission(ctx, sdev, a, b)
+    nxt = _next_op(ctx, u.group, u.end)
+    run = _runs(u.group, nxt)
+    stall = run[stall]
+    first = np.flatnonzero(np.r_[True, run[1:] != run[:-1]])  # runs are consecutive stalls, in order
+    a, b = u.start[first], np.maximum.reduceat(u.end, first)
+    submit, blocked = _next_submission(ctx, nxt[first], a)
     ready = np.where(submit >= 0, np.maximum(a, submit - blocked), a)
     ready = np.minimum(ready, b)
     avoid = np.minimum(np.maximum(0, end - np.maximum(start, ready[stall])), end - start)
@@ -157,35 +165,55 @@ def _fit_under_floor(avoid: np.ndarray, dev: np.ndarray, floor: np.ndarray, wind
     return out
 
 
-def _next_submission(ctx: FactContext, dev: np.ndarray, a: np.ndarray,
-                     b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per stall ``[a, b)`` on device ``dev``: the submission of the first op of the device starting at or
-    after ``b`` (-1 none) and the time its launching thread spent in synchronizing or copy calls
-    between ``a`` and that submission."""
+def _next_op(ctx: FactContext, dev: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per stall ending at ``b`` on device ``dev``: the row (in ``gpu_ops``) of the first op of the device
+    starting at or after ``b`` that is not a host-device copy (-1 none): the work the GPU could have run
+    sooner. Copies queued behind the stall are the stall's own kind of work, not what it held back."""
+    out = np.full(len(b), -1, dtype=np.int64)
+    ops = ctx.get("gpu_ops")
+    if ops.empty:
+        return out
+    label, labels = text_codes(ops["label"])
+    transfer = np.array([str(x).startswith(("memcpy H2D", "memcpy D2H")) for x in labels], dtype=bool)
+    o_dev = ops["device"].to_numpy(dtype=np.int64)
+    o_start = ops["start"].to_numpy(dtype=np.int64)
+    for d in np.unique(dev).tolist():
+        rows = np.flatnonzero((o_dev == d) & ~transfer[label])
+        rows = rows[np.argsort(o_start[rows], kind="stable")]
+        at = np.flatnonzero(dev == d)
+        k = np.searchsorted(o_start[rows], b[at], side="left")
+        ok = k < len(rows)
+        out[at[ok]] = rows[k[ok]]
+    return out
+
+
+def _runs(dev: np.ndarray, nxt: np.ndarray) -> np.ndarray:
+    """Run id per stall (stalls ordered by device and start): consecutive stalls of one device waiting for
+    the same next op share a run; a stall with no next op is a run of its own."""
+    if not len(dev):
+        return np.zeros(0, dtype=np.int64)
+    new = np.ones(len(dev), dtype=bool)
+    new[1:] = (dev[1:] != dev[:-1]) | (nxt[1:] != nxt[:-1]) | (nxt[1:] < 0)
+    return np.cumsum(new) - 1
+
+
+def _next_submission(ctx: FactContext, nxt: np.ndarray, a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per run of stalls starting at ``a`` whose next op is row ``nxt`` of ``gpu_ops`` (-1 none): that op's
+    submission (-1 none, or a call ending before the run) and the time its launching thread spent in
+    synchronizing or copy calls between ``a`` and that submission."""
     from analyzer.facts.breakdown_launch import submission
 
     n = len(a)
     submit = np.full(n, -1, dtype=np.int64)
     blocked = np.zeros(n, dtype=np.int64)
-    ops = ctx.get("gpu_ops")
-    if ops.empty:
-        return submit, blocked
-    o_dev = ops["device"].to_numpy(dtype=np.int64)
-    o_start = ops["start"].to_numpy(dtype=np.int64)
-    nxt = np.full(n, -1, dtype=np.int64)
-    for d in np.unique(dev).tolist():
-        rows = np.flatnonzero(o_dev == d)
-        rows = rows[np.argsort(o_start[rows], kind="stable")]
-        at = np.flatnonzero(dev == d)
-        k = np.searchsorted(o_start[rows], b[at], side="left")
-        ok = k < len(rows)
-        nxt[at[ok]] = rows[k[ok]]
     has = np.flatnonzero(nxt >= 0)
     if not len(has):
         return submit, blocked
+    ops = ctx.get("gpu_ops")
     sub = submission(ctx, ops, nxt[has])
     submit[has] = np.where(sub >= a[has], sub, -1)  # a call ending before the stall: none of it was the host's
-    tid = ops["tid"].to_numpy(dtype=np.int64)[nxt]
+    tid = np.full(n, -1, dtype=np.int64)
+    tid[has] = ops["tid"].to_numpy(dtype=np.int64)[nxt[has]]
     blocked[:] = _blocked(ctx, tid, a, np.maximum(submit, a))
     return submit, blocked
 

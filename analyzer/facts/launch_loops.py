@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from analyzer.facts._util import text
+from analyzer.facts._util import frame_memo, text
 from analyzer.facts.categories import categorize, kernel_label_codes, load_categories
 from analyzer.facts.nvtx_ranges import innermost_open, parent_positions, ranges_only
 
@@ -63,7 +63,6 @@ NAME_CHARS = 24
 OP_CHARS = 40
 
 _AUTOGRAD_NODE = "autograd::engine::evaluate_function: "
-_COMPILED = r"CompiledFunction|## Call CompiledFxGraph|Torch-Compiled Region|TorchDynamo Cache Lookup|<(?:forward|backward) op>"
 
 LOOP_PREFIX = "(loop: "
 TENSOR_LOOP_PREFIX = "(per-tensor loop: "
@@ -343,14 +342,18 @@ def places_and_operators(nv: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     place."""
     if nv.empty:
         return nv, nv
-    from analyzer.facts.nvtx import operator_ranges
+    from analyzer.facts.nvtx import compiled_regions, operator_ranges
 
-    # torch.compile's regions (``Torch-Compiled Region: 1/0``, ``CompiledFunction``) stay places: the
-    # launches in them are the compiled code's, fixed by CUDA graphs or fewer graph breaks, not a loop
-    op = operator_ranges(nv) & ~text(nv["text"]).str.match(_COMPILED).to_numpy(dtype=bool)
-    if not op.any():
-        return nv, nv.iloc[:0]
-    return nv.loc[~op], nv.loc[op]
+    def compute() -> tuple[pd.DataFrame, pd.DataFrame]:
+        # torch.compile's regions (``Torch-Compiled Region: 1/0``, ``CompiledFunction``) stay places: the
+        # launches in them are the compiled code's, fixed by CUDA graphs or fewer graph breaks, not a loop
+        op = operator_ranges(nv) & ~compiled_regions(nv)
+        if not op.any():
+            return nv, nv.iloc[:0]
+        return nv.loc[~op], nv.loc[op]
+
+    # once per range table: the places' own lookups (shared_innermost) are then made once too
+    return frame_memo(nv, "places_and_operators", compute)
 
 
 def _uncovered(kernels: pd.DataFrame, nv: pd.DataFrame, coarse: np.ndarray) -> pd.DataFrame:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analyzer.facts._util import column, text
+from analyzer.facts._util import frame_memo, text_matches
 
 #: NVTX domains of libraries and tools, never a user's training step (case-insensitive prefixes)
 #: (communication and math libraries; not data-frame libraries such as cuDF, whose per-operation
@@ -33,13 +33,8 @@ def internal_ranges(nvtx: pd.DataFrame) -> np.ndarray:
     """Per NVTX row: opened by a library (NCCL, NVSHMEM, cuDNN ...), not by the user's code."""
     if nvtx.empty:
         return np.zeros(0, dtype=bool)
-    dom = text(column(nvtx, "domain", ""))
-    txt = text(nvtx["text"])
-    codes, uniq = pd.factorize(dom)
-    dom_hit = np.array([bool(INTERNAL_DOMAINS.match(str(u))) for u in uniq], dtype=bool)
-    tcodes, tuniq = pd.factorize(txt)
-    txt_hit = np.array([bool(INTERNAL_TEXTS.match(str(u))) for u in tuniq], dtype=bool)
-    return dom_hit[codes] | txt_hit[tcodes]
+    return frame_memo(nvtx, "internal_ranges", lambda: text_matches(nvtx, "domain", INTERNAL_DOMAINS)
+                      | text_matches(nvtx, "text", INTERNAL_TEXTS))
 
 
 def _as_mapping(value: Any) -> Mapping[str, Any] | None:

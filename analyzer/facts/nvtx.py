@@ -16,7 +16,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from analyzer.facts._util import column, starts_in_window, text
+from analyzer.facts._util import column, frame_memo, starts_in_window, text, text_matches
 # innermost_open and parent_positions are imported from here by facts written before nvtx_ranges
 from analyzer.facts.nvtx_ranges import innermost_open as innermost_open
 from analyzer.facts.nvtx_ranges import parent_positions as parent_positions
@@ -56,32 +56,50 @@ PROFILER_STEP_TEXT = _STEP_TEXT = re.compile(r"^ProfilerStep#\d+$")
 FRAMEWORK_MARK_TEXTS = re.compile(r"^(?:Optimizer\.(?:step|zero_grad)#|enumerate\(DataLoader\)#)")
 
 
+#: torch.compile's regions among the operator texts: ``CompiledFunction``, ``## Call CompiledFxGraph ##``,
+#: ``Torch-Compiled Region: 1/0``, ``TorchDynamo Cache Lookup``, ``<forward op>``
+COMPILED_REGION_TEXTS = re.compile(
+    r"CompiledFunction|## Call CompiledFxGraph|Torch-Compiled Region|TorchDynamo Cache Lookup|<(?:forward|backward) op>")
+
+
 def operator_ranges(nvtx: pd.DataFrame) -> np.ndarray:
     """Per row of ``nvtx``: a framework operator, autograd-engine or compiled-function event (by the
     Kineto category in ``domain`` or by its text), not an annotation the program made. Such events
     repeat as often as the program's iterations (``aten::linear`` ten thousand times) but never mark
-    one: the window never builds steps from them."""
+    one: the window never builds steps from them. Worked out once per frame (the window chooser, the
+    launch-loop search and the breakdown ask the same range table: :func:`ranges_only`), each pattern
+    tested once per distinct text; read-only."""
     if nvtx.empty:
         return np.zeros(0, dtype=bool)
-    dom = text(column(nvtx, "domain", ""))
-    codes, uniq = pd.factorize(dom)
-    dom_hit = np.array([str(u) in OPERATOR_DOMAINS for u in uniq], dtype=bool)
-    tcodes, tuniq = pd.factorize(text(nvtx["text"]))
-    txt_hit = np.array([bool(OPERATOR_TEXTS.match(str(u))) for u in tuniq], dtype=bool)
-    step = np.array([bool(_STEP_TEXT.match(str(u))) for u in tuniq], dtype=bool)
-    return (dom_hit[codes] | txt_hit[tcodes]) & ~step[tcodes]
+
+    def compute() -> np.ndarray:
+        dom_hit = text_matches(nvtx, "domain", _OPERATOR_DOMAIN_TEXT)
+        return (dom_hit | text_matches(nvtx, "text", OPERATOR_TEXTS)) & ~text_matches(nvtx, "text", _STEP_TEXT)
+
+    return frame_memo(nvtx, "operator_ranges", compute)
+
+
+#: a domain that is one of :data:`OPERATOR_DOMAINS`, whole
+_OPERATOR_DOMAIN_TEXT = re.compile("(?:" + "|".join(re.escape(d) for d in sorted(OPERATOR_DOMAINS)) + r")\Z")
+
+
+def compiled_regions(nvtx: pd.DataFrame) -> np.ndarray:
+    """Per row of ``nvtx``: a torch.compile region (:data:`COMPILED_REGION_TEXTS`), worked out once per
+    frame like :func:`operator_ranges`; read-only."""
+    if nvtx.empty:
+        return np.zeros(0, dtype=bool)
+    return frame_memo(nvtx, "compiled_regions", lambda: text_matches(nvtx, "text", COMPILED_REGION_TEXTS))
 
 
 def framework_marks(nvtx: pd.DataFrame) -> np.ndarray:
     """Per row of ``nvtx``: an annotation PyTorch opens around one part of every iteration
     (:data:`FRAMEWORK_MARK_TEXTS`). It marks iterations (the window's annotation marks) but encloses
     none: a step built from it would hold the optimizer alone (optimizer_loop without NVTX ranges: 61%
-    of the GPU work, enough for a repeated range to pass as the loop)."""
+    of the GPU work, enough for a repeated range to pass as the loop). Worked out once per frame;
+    read-only."""
     if nvtx.empty:
         return np.zeros(0, dtype=bool)
-    codes, uniq = pd.factorize(text(nvtx["text"]))
-    hit = np.array([bool(FRAMEWORK_MARK_TEXTS.match(str(u))) for u in uniq], dtype=bool)
-    return hit[codes]
+    return frame_memo(nvtx, "framework_marks", lambda: text_matches(nvtx, "text", FRAMEWORK_MARK_TEXTS))
 
 
 def positions_of(nvtx: pd.DataFrame, range_ids: np.ndarray) -> np.ndarray:
@@ -94,11 +112,15 @@ def main_threads(nvtx: pd.DataFrame) -> dict[int, int]:
     when it has ranges, else the thread with the most ranges."""
     if nvtx.empty:
         return {}
-    counts = nvtx.groupby(["pid", "tid"]).size().reset_index(name="n")
-    counts["is_main"] = counts["pid"] == counts["tid"]
-    counts = counts.sort_values(["pid", "is_main", "n"], ascending=[True, False, False])
-    first = counts.drop_duplicates("pid")
-    return dict(zip(first["pid"].astype(int), first["tid"].astype(int)))
+
+    def compute() -> dict[int, int]:
+        counts = nvtx.groupby(["pid", "tid"]).size().reset_index(name="n")
+        counts["is_main"] = counts["pid"] == counts["tid"]
+        counts = counts.sort_values(["pid", "is_main", "n"], ascending=[True, False, False])
+        first = counts.drop_duplicates("pid")
+        return dict(zip(first["pid"].astype(int), first["tid"].astype(int)))
+
+    return dict(frame_memo(nvtx, "main_threads", compute))  # once per frame; the caller's own copy
 
 
 def _gpu_ops_in_window(ctx: FactContext) -> pd.DataFrame:

@@ -8,22 +8,32 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analyzer.facts._util import asof_backward, column, key_groups, text
+from analyzer.facts._util import asof_backward, column, frame_memo, key_groups, text
 
 
 def ranges_only(nvtx: pd.DataFrame) -> pd.DataFrame:
-    """NVTX ranges without instantaneous marks."""
+    """NVTX ranges without instantaneous marks: one frame per ``nvtx`` frame, made on first use
+    (:func:`analyzer.facts._util.frame_memo`), so that what is derived from it (the operator ranges,
+    :func:`analyzer.facts.nvtx.operator_ranges`) is worked out once too. Never change it in place."""
     if nvtx.empty:
         return nvtx
-    kind = text(column(nvtx, "kind", "pushpop"))
-    return nvtx.loc[(kind != "mark").to_numpy() & (nvtx["end"].to_numpy() > nvtx["start"].to_numpy())]
+
+    def compute() -> pd.DataFrame:
+        kind = text(column(nvtx, "kind", "pushpop"))
+        return nvtx.loc[(kind != "mark").to_numpy() & (nvtx["end"].to_numpy() > nvtx["start"].to_numpy())]
+
+    return frame_memo(nvtx, "ranges_only", compute)
 
 
 def parent_positions(nvtx: pd.DataFrame) -> np.ndarray:
-    """For each row of ``nvtx``, the row position of its parent range (``-1`` for roots/unknown)."""
-    index = pd.Index(nvtx["range_id"].to_numpy())
-    parent = column(nvtx, "parent_id", -1).fillna(-1).to_numpy(dtype=np.int64)
-    return index.get_indexer(parent).astype(np.int64)
+    """For each row of ``nvtx``, the row position of its parent range (``-1`` for roots/unknown); once
+    per frame, read-only."""
+    def compute() -> np.ndarray:
+        index = pd.Index(nvtx["range_id"].to_numpy())
+        parent = column(nvtx, "parent_id", -1).fillna(-1).to_numpy(dtype=np.int64)
+        return index.get_indexer(parent).astype(np.int64)
+
+    return frame_memo(nvtx, "parent_positions", compute)
 
 
 def innermost_open(nvtx: pd.DataFrame, tid: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -38,7 +48,14 @@ def innermost_open(nvtx: pd.DataFrame, tid: np.ndarray, t: np.ndarray) -> np.nda
     answer of the latest instant at or before it: one as-of lookup, no walk per query. Many batches of
     queries against one table: :class:`InnermostOpen`, which finds those answers once.
     """
-    return InnermostOpen(nvtx)(tid, t)
+    return shared_innermost(nvtx)(tid, t)
+
+
+def shared_innermost(nvtx: pd.DataFrame) -> "InnermostOpen":
+    """The one :class:`InnermostOpen` of the range table ``nvtx`` (:func:`analyzer.facts._util.frame_memo`):
+    the gaps, the breakdown, the refills and the loop search ask the same table, whose answers at every
+    range start and end are then found once."""
+    return frame_memo(nvtx, "innermost_open", lambda: InnermostOpen(nvtx))
 
 
 class InnermostOpen:

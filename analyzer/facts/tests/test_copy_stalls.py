@@ -109,3 +109,30 @@ def test_weights_streamed_from_pinned_memory_buy_at_most_the_window_less_the_lin
         assert mine["duration"].sum() > 0.9 * (w1 - w0)  # exposed: nearly the whole window
         avoidable = mine["avoidable_ns"].sum()
         assert 0.9 * (w1 - w0 - covered) <= avoidable <= w1 - w0 - covered
+
+
+def test_a_queue_of_copies_is_one_stall_and_waits_for_the_next_kernel():
+    """snapshot_to_host (held out, H100): the pathology copies its 26 state_dict tensors with `.cpu()`
+    (pageable, synchronous) at the end of each step, the twin queues the same bytes as pinned copies on a
+    side stream at the start of the next step. Both are runs of copies with nothing else between them:
+    one stall per run, held up to the first op that is not a host-device copy. The pathology's host was
+    blocked in its copies, so nearly all of them is avoidable; the twin's copies ran before the host had
+    submitted the forward's first kernel, so next to none of them is (they counted whole while the op after
+    each copy was the next copy, submitted before it)."""
+    sick = _store("heldout/h100_run3/snapshot_to_host.sqlite.xz")
+    c = sick.get("copy_stalls")
+    ops = sick.get("gpu_ops")
+    s = _stalls(sick)
+    assert (c["detail"].astype(str) == "D2H pageable").all()
+    per_run = c.groupby("stall_start").size()
+    # a run per step (the last step's copies, with no kernel after them, are a stall each)
+    assert (per_run == 26).sum() >= 19
+    for row in s[s["stall_start"].isin(per_run.index[per_run == 26])].itertuples():
+        after = ops[(ops["device"] == row.device) & (ops["start"] >= row.stall_end)]
+        first = after[~after["label"].astype(str).str.startswith(("memcpy H2D", "memcpy D2H"))].iloc[0]
+        assert first["op"] == "kernel" and row.next_submit > row.stall_start
+    assert c["avoidable_ns"].sum() > 0.9 * c["duration"].sum()
+    twin = _store("heldout/h100_run3/snapshot_to_host_fixed.sqlite.xz")
+    t = twin.get("copy_stalls")
+    assert (t["detail"].astype(str) == "D2H pinned").all()
+    assert t["avoidable_ns"].sum() < 0.2 * t["duration"].sum()

@@ -222,3 +222,24 @@ def test_torch_compile_regions_stay_places():
     # the window's, eager work between CUDA graph replays, fixed by removing the graph breaks)
     t = load_trace(trace_file("round3/compile_graph_break_bare.pt.trace.json.gz"))
     assert trace_loop_ranges(t, None, choose_window(t)).empty
+
+
+def test_operator_ranges_are_worked_out_once_per_range_table():
+    # compile_graph_break --bare under torch.profiler: its 13,920 ranges are all framework events, 480 of
+    # them torch.compile's regions, which stay places. The window chooser, the loop search and the
+    # breakdown read one range table and one read-only mask of it; a copy of the table has its own
+    from analyzer.facts.nvtx import compiled_regions, operator_ranges
+    from analyzer.facts.nvtx_ranges import ranges_only
+    from analyzer.facts.launch_loops import places_and_operators
+
+    t = load_trace(trace_file("round3/compile_graph_break_bare.pt.trace.json.gz"))
+    choose_window(t)
+    nv = ranges_only(t.nvtx)
+    assert ranges_only(t.nvtx) is nv and len(nv) == 13920
+    op = operator_ranges(nv)
+    assert operator_ranges(nv) is op and not op.flags.writeable and int(op.sum()) == 13920
+    assert int(compiled_regions(nv).sum()) == 480
+    places, ops = places_and_operators(nv)
+    assert (len(places), len(ops)) == (480, 13440) and places_and_operators(nv)[1] is ops
+    copy = nv.copy()
+    assert operator_ranges(copy) is not op and np.array_equal(operator_ranges(copy), op)
