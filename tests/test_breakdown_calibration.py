@@ -92,8 +92,9 @@ def test_held_out_programs_table_is_current():
 def test_second_held_out_batch_rows_and_their_misses():
     """The second held-out batch (tests/data/heldout/h100_run3, issue 27), judged in
     docs/breakdown-heldout.md as the script computes it. kv_cache_cat (a KV cache grown by torch.cat) is
-    GPU-bound on copy kernels: no breakdown rule fires, elementwise-dominance does, and its twin saved
-    time (the miss the doc explains). ema_clip_loop's per-tensor clipping and EMA are launch-bound in two
+    GPU-bound on copy kernels: copy-kernel-dominance states them, capped by the host's wait in its
+    synchronizations (480 ms for a saving of 423 ms), the twin silent; elementwise-dominance no longer
+    counts the concatenations (silent). ema_clip_loop's per-tensor clipping and EMA are launch-bound in two
     ranges the twin fixes with one change: the biggest finding (clip_grads) states about half the saving,
     both ranges together about three quarters, the twin silent on both."""
     cal = _module()
@@ -102,9 +103,11 @@ def test_second_held_out_batch_rows_and_their_misses():
         pytest.skip("the second held-out batch is not in tests/data")
     doc = cal.held_out_doc("heldout").read_text()
     kv = cal.row(*got["heldout/h100_run3/kv_cache_cat"])
-    assert kv.rule == "" and kv.impacts == () and kv.saving_ns > 0.25 * kv.step_ns * kv.steps
-    assert "elementwise-dominance" in {f.rule for f in cal._analyze(got["heldout/h100_run3/kv_cache_cat"][2]).findings}
-    assert cal.judge("heldout", kv).verdict == "wrong: silent (no breakdown finding)"
+    assert kv.rule == "copy-kernel-dominance" and not kv.twin_fires and kv.range == ""
+    assert [r for r, _w, _ns, _t in kv.impacts] == ["copy-kernel-dominance"]
+    assert 1.05 < kv.ratio < 1.2 and 400e6 < kv.saving_ns < 450e6
+    assert "elementwise-dominance" not in {f.rule for f in cal._analyze(got["heldout/h100_run3/kv_cache_cat"][2]).findings}
+    assert cal.judge("heldout", kv).verdict == "right"
     ema = cal.row(*got["heldout/h100_run3/ema_clip_loop"])
     for line in cal.table([kv, ema]).splitlines()[2:]:
         assert line in doc, f"{line!r} not in the doc: run python benchmarks/breakdown_calibration.py --set heldout --write"
@@ -152,16 +155,16 @@ def test_exposed_copies_on_the_held_out_gpu_and_the_twin_host_pace():
 
 def test_graph_fix_buys_launch_bound_and_the_host_work_of_its_range():
     """host_sync --graph (nsys, second recording): a CUDA graph of the micro-steps removes the launch-bound
-    time and the host's longer pieces between launches in the same range (host_work); the two together
-    are what the graph bought, within 10%."""
+    time, the handoffs between the two launching threads included (they were the range's host_work: 0.73
+    before analyzer.facts.breakdown_handoff), which is what the graph bought, within 10%."""
     cal = _module()
     pair = next((p for p in cal.pairs() if p[0] == "round3/host_sync_graph_run2" and p[1] == "nsys"), None)
     if pair is None:
         pytest.skip("round3/host_sync_graph_run2 pair not in tests/data")
     row = cal.row(*pair)
     assert row.rule == "launch-bound" and row.range == "step_N/micro_N"
-    assert row.range_host_work_ns > 0.1 * row.impact_ns
-    assert 0.9 <= (row.impact_ns + row.range_host_work_ns) / row.saving_ns <= 1.1
+    assert row.range_host_work_ns < 0.01 * row.impact_ns
+    assert 0.9 <= row.impact_ns / row.saving_ns <= 1.1
 
 
 def test_a_bare_pair_is_judged_on_the_range_its_twin_fixes():

@@ -216,3 +216,51 @@ def test_a_group_of_many_compiled_ranges_keeps_a_short_name():
     assert group_name({"step_N/forward", "step_N/backward"}) == "step_N/backward + step_N/forward"
     many = {f"step_N/block_{i}" for i in range(12)}
     assert group_name(many) == "step_N/block_0 + step_N/block_1 + step_N/block_10 + 9 more"
+
+
+def test_the_handoff_between_launching_threads_is_dispatch():
+    """host_sync_graph_run2 (nsys): the main thread launches the forward, the autograd engine's thread the
+    backward, the main thread the optimizer. Each thread alone had been free for a whole phase, so the
+    time between one thread's last launch and the other's first (0.1-0.8 ms, about 300 pieces) was the
+    waking thread's own code, host work: 77 ms of step_N/micro_N that the CUDA graph twin bought and
+    launch-bound did not state (221.0 ms for 303.2 ms, 0.73). As dispatch between two launches of the
+    process (analyzer.facts.breakdown_handoff), launch-bound states 301.3 ms (0.99)."""
+    name = "round3/host_sync_graph_run2.sqlite.xz"
+    bd = analysis(name).facts.get("timeline_breakdown")
+    rng = bd[(bd["scope"] == "range") & (bd["phase"] == "step_N/micro_N")]
+    assert rng.loc[rng["cause"] == "host_work", "duration_ns"].sum() < 1_000_000
+    impact = launch_bound(name)["step_N/micro_N"].impact_ns
+    assert 0.9 < impact / 303.2e6 < 1.1, impact  # the graph twin's saving, docs/breakdown-calibration.md
+
+
+def test_a_handoff_out_of_or_into_a_graph_replay_stays_host_work():
+    """compile_train's cudagraph-tree twin (nsys, node-level) replays its forward graph from the main
+    thread and its backward graph from the autograd engine's thread. After each replay the other thread
+    wakes within 0.5 ms: the engine to prepare and launch the backward replay (a gap a replay ends: the
+    replay's preparation), the main thread to launch the eager optimizer after the backward replay (the
+    other thread's latest launch a replay, not eager dispatch). Both stay host work; as dispatch, the
+    main thread's 10 pieces (2.3 ms) made launch-bound fire on the graphed ``step_N/backward``. The eager
+    pathology's handoffs, between eager launches, are all dispatch: no host work is left in its
+    ``step_N/backward`` (10.3 ms before analyzer.facts.breakdown_handoff)."""
+    from analyzer.loading.api_names import GRAPH_LAUNCH_APIS
+
+    twin = "round3/compile_train_fixed_node.sqlite.xz"
+    api = analysis(twin).trace.api
+    graph = api[api["name"].astype(str).isin(GRAPH_LAUNCH_APIS)]
+    seg = analysis(twin).facts.get("timeline_segments")
+    seg = seg[seg["nvtx_path"].astype(str).str.fullmatch(r"step_\d+/backward") & (seg["cause"] != "compute")]
+    woke: dict[int, list[tuple[str, int]]] = {}  # launching thread -> the other thread's first idle piece after
+    for g in graph.itertuples():
+        later = seg[(seg["host_tid"] != g.tid) & (seg["end"] > g.end) & (seg["end"] < g.end + 1_000_000)]
+        if len(later):
+            first = later.sort_values("start").iloc[0]
+            woke.setdefault(int(g.tid), []).append((str(first["cause"]), int(first["end"] - first["start"])))
+    assert sorted(len(v) for v in woke.values()) == [9, 10]  # the window's first forward replay is before it
+    pieces = [p for v in woke.values() for p in v]
+    assert {c for c, _ in pieces} == {"host_work"}
+    assert all(150_000 < ns < 1_000_000 for _, ns in pieces), pieces
+    assert "step_N/backward" not in launch_bound(twin)
+    bd = analysis("round3/compile_train.sqlite.xz").facts.get("timeline_breakdown")
+    rng = bd[(bd["scope"] == "range") & (bd["phase"] == "step_N/backward")]
+    assert rng.loc[rng["cause"] == "host_work", "duration_ns"].sum() == 0
+    assert rng.loc[rng["cause"] == "launch_bound", "duration_ns"].sum() > 30_000_000

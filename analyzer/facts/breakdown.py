@@ -39,7 +39,10 @@ that launched the op before it). The op's *submission* is the end of its launch 
                   submission and a start later than ``dispatch_gap_ns``
 ``launch_bound``  the feeding thread was issuing work: inside a CUDA call (detail = the call:
                   ``cudaLaunchKernel``...), or between two CUDA calls less than ``dispatch_gap_ns``
-                  apart (detail ``dispatch``: Python/framework dispatch), or the op's launch latency
+                  apart (detail ``dispatch``: Python/framework dispatch; also less than that after
+                  another thread of the process launched work eagerly, neither after that thread's
+                  CUDA graph replay nor before one: the autograd engine's thread taking over from the
+                  main thread, :mod:`analyzer.facts.breakdown_handoff`), or the op's launch latency
                   after its submission (detail ``launch latency``). Where the op ending the gap is a
                   CUDA graph replay's (a kernel it ran, or a whole execution), or the op just before
                   one on its device (the replay's input copy: cudagraph trees and hand-written graph
@@ -144,6 +147,7 @@ from analyzer.facts.nvtx_ranges import ranges_only, shared_innermost
 from analyzer.facts.registry import FactContext, fact
 from analyzer.facts.breakdown_launch import submission as _submission
 from analyzer.facts.breakdown_firstlaunch import first_launch_detail, first_launch_rows
+from analyzer.facts.breakdown_handoff import Handoffs, hand_off
 from analyzer.facts.graphs import capture_blocks
 from analyzer.facts.breakdown_launch import wait_details as _wait_details
 from analyzer.facts.breakdown_ranges import generic_keys
@@ -723,6 +727,13 @@ class _Idle:
             self.text_labels = np.empty(0, dtype=object)
         self.innermost = shared_innermost(self.nv)  # each chunk's lookups read one table of answers
         self._fallbacks: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        self._handoffs: Handoffs | None = None
+
+    def handoffs(self, ctx: FactContext, ops: pd.DataFrame) -> Handoffs:
+        """The processes' launching threads (:mod:`analyzer.facts.breakdown_handoff`), made on first use."""
+        if self._handoffs is None:
+            self._handoffs = Handoffs(ctx, ops, self.otid, self.opid)
+        return self._handoffs
 
     def range_at(self, tid: np.ndarray, pid: np.ndarray, t: np.ndarray) -> np.ndarray:
         """Row in the range table of the innermost range open at ``t[i]`` on thread ``tid[i]``, else on its
@@ -851,13 +862,16 @@ def _classify_chunk(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev
         if not keep.any():
             return
         idx, s, e = idx[keep], s[keep], e[keep]
-        out_dev.append(gdev[idx])
-        out_s.append(s)
-        out_e.append(e)
         c = (np.broadcast_to(np.asarray(cause, dtype=np.int8), keep.shape)[keep] if np.ndim(cause)
              else np.full(len(s), cause, dtype=np.int8))
         d = (np.broadcast_to(np.asarray(detail, dtype=np.int32), keep.shape)[keep] if np.ndim(detail)
              else np.full(len(s), detail, dtype=np.int32))
+        if np.ndim(cause) and shared.handoffs(ctx, ops):  # the work handed from one launching thread to another
+            idx, s, e, c, d = hand_off(shared.handoffs(ctx, ops), idx, s, e, c, d, feeder, fpid, graph_next,
+                                       _C["host_work"], _C["launch_bound"], code("dispatch"), dispatch_ns)
+        out_dev.append(gdev[idx])
+        out_s.append(s)
+        out_e.append(e)
         if graph_next is not None:
             to_graph = np.flatnonzero(graph_next[idx] & (c == _C["launch_bound"]))
             if len(to_graph):

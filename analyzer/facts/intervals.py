@@ -284,7 +284,7 @@ def api_open_at(api: pd.DataFrame, tid: np.ndarray, t: np.ndarray) -> np.ndarray
 
 
 #: queries of :func:`_host_api` looked up per chunk of this many (one thread's temporaries bounded)
-QUERY_CHUNK = 1 << 20
+QUERY_CHUNK = 1 << 18
 
 
 def _host_api(api: pd.DataFrame, tid: np.ndarray, t: np.ndarray, start: np.ndarray | None = None,
@@ -311,7 +311,9 @@ def _host_api(api: pd.DataFrame, tid: np.ndarray, t: np.ndarray, start: np.ndarr
         cut = np.flatnonzero(ak[1:] != ak[:-1]) + 1
         a_from, a_to = np.r_[0, cut], np.r_[cut, len(ak)]
     thread_of = atid[a_order[a_from]]
-    tid = np.asarray(tid, dtype=np.int64)
+    tid = np.asarray(tid)  # its own integer type (32-bit thread ids: no 64-bit copy per query)
+    if tid.dtype.kind not in "iu":
+        tid = tid.astype(np.int64)
     t = np.asarray(t, dtype=np.int64)
     q_order, q_from, q_to = key_groups(tid)
     for qa, qb in zip(q_from.tolist(), q_to.tolist()):
@@ -332,11 +334,6 @@ def _host_api(api: pd.DataFrame, tid: np.ndarray, t: np.ndarray, start: np.ndarr
         holder[ends != run_max] = -1
         del run_max
         np.maximum.accumulate(holder, out=holder)
-        if start is not None and end is not None:
-            # (ends clamped to their starts in place: no lookup below reads a call ending before it starts
-            # differently, since each reads calls starting at or before its instant)
-            us, ue = union_sorted(starts, ends)
-            base = covered_base(us, ue)
         # the queries QUERY_CHUNK at a time: each lookup's temporaries (a dozen arrays per query: 10 M
         # gaps at 10 M kernels) stay bounded; the answers are the same for any chunk size
         for qc in range(0, len(q), QUERY_CHUNK):
@@ -350,12 +347,20 @@ def _host_api(api: pd.DataFrame, tid: np.ndarray, t: np.ndarray, start: np.ndarr
             hold_open = found & (ends[hold] > tq)
             out[qq] = np.where(own_open, rows[kk], np.where(hold_open, rows[hold], -1))
             del k, found, kk, own_open, hold, hold_open, tq
-            if start is not None and end is not None:
-                covered[qq] = covered_between(us, ue, start[qq], end[qq], base)
-        # this thread's tables freed before the next thread's are made (two threads' at once otherwise)
-        del starts, ends, holder
+        del holder  # the lookups' table freed before the covered time's are made (a column per call each)
         if start is not None and end is not None:
+            # then the covered time from the union of the calls (ends clamped to their starts in place,
+            # after the lookups, which read them unclamped), the queries a chunk at a time again
+            us, ue = union_sorted(starts, ends)
+            del starts, ends
+            base = covered_base(us, ue)
+            for qc in range(0, len(q), QUERY_CHUNK):
+                qq = q[qc:qc + QUERY_CHUNK]
+                covered[qq] = covered_between(us, ue, start[qq], end[qq], base)
             del us, ue, base
+        else:
+            del starts, ends
+        # this thread's tables freed before the next thread's are made (two threads' at once otherwise)
     return out, covered
 
 
@@ -407,8 +412,10 @@ def gpu_gaps(ctx: FactContext) -> pd.DataFrame:
     gdev, cs, ce, prev_pos, next_pos, edge = (a[order] for a in (gdev, cs, ce, prev_pos, next_pos, edge))
     del order
 
-    otid = ops["tid"].to_numpy(dtype=np.int64)
-    opid = ops["pid"].to_numpy(dtype=np.int64)
+    # the ops' threads and processes in their own integer type (32 bits: a column per gap, millions at
+    # 10 M kernels; narrowed to the same values at the end either way)
+    otid, opid = (ops[c].to_numpy() for c in ("tid", "pid"))
+    otid, opid = (x if x.dtype.kind in "iu" else x.astype(np.int64) for x in (otid, opid))
 
     def pick(values: np.ndarray, pos: np.ndarray, missing: object) -> np.ndarray:
         if values.dtype == object or not len(values):
@@ -436,6 +443,8 @@ def gpu_gaps(ctx: FactContext) -> pd.DataFrame:
     # first the columns with the largest temporaries (each thread's API calls gathered and merged),
     # while few of the gaps' columns exist yet
     apos, api_overlap = _host_api(api, host_tid, mid, cs, ce)
+    host_api = pick_text(api["name"], apos)  # the call's name as one-byte codes, the positions freed
+    del apos
     labels = {
         "prev_op": pick_text(ops["label"], prev_pos),
         "next_op": pick_text(ops["label"], next_pos),
@@ -449,7 +458,13 @@ def gpu_gaps(ctx: FactContext) -> pd.DataFrame:
     missing = rpos < 0
     if missing.any() and not nv.empty:
         mains = main_threads(nv)
-        main_tid = pd.Series(host_pid[missing]).map(mains).fillna(-1).to_numpy(dtype=np.int64)
+        # each process's main thread by one binary search into the sorted processes (-1: none)
+        m_pid = np.array(sorted(mains), dtype=np.int64)
+        m_tid = np.array([mains[k] for k in sorted(mains)], dtype=np.int64)
+        miss_pid = host_pid[missing]
+        at = np.minimum(np.searchsorted(m_pid, miss_pid), max(len(m_pid) - 1, 0))
+        main_tid = np.where(m_pid[at] == miss_pid, m_tid[at], -1) if len(m_pid) else np.full(len(miss_pid), -1)
+        del miss_pid, at
         retry = innermost_open(nv, main_tid, mid[missing])
         sub = rpos[missing]
         found = (retry >= 0) & (main_tid != host_tid[missing])
@@ -474,7 +489,7 @@ def gpu_gaps(ctx: FactContext) -> pd.DataFrame:
         "host_nvtx_range": pick_text(nv["text"], rpos),
         "host_nvtx_path": pick_text(column(nv, "path", ""), rpos),
         "host_nvtx_source": categorical(source, np.array(["main", "none", "thread"], dtype=object)),
-        "host_api": pick_text(api["name"], apos),
+        "host_api": host_api,
         "host_api_overlap_ns": api_overlap,
         "edge": edge,
     })

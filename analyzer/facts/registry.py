@@ -616,6 +616,7 @@ FACT_MODULES: tuple[str, ...] = (
     "analyzer.facts.breakdown",
     "analyzer.facts.breakdown_table",
     "analyzer.facts.copy_stalls",
+    "analyzer.facts.copy_kernels",
     "analyzer.facts.memory",
 )
 
