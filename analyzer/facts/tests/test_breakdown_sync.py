@@ -201,31 +201,3 @@ def test_the_syncs_around_a_step_boundary_get_no_refill():
     check_partition(st)
     assert len(st.get("steps")) == 2
     assert _refill_ns(st) == 4 * 98 * US
-
-
-def test_the_gap_around_two_small_pageable_copies_is_the_syncs():
-    """heldout/h100_run3/tensor_from_list (nsys): each layer builds two constants with
-    ``torch.tensor(list, device="cuda")``, a pageable cudaMemcpyAsync and a cudaStreamSynchronize each; the
-    first waits for the layer's kernels, and the host converts the next list (105-166 us) before the second,
-    the GPU empty. That gap, from the layer's last kernel to the next layer's first, is the
-    synchronizations' (charge_drains), named by the gap's last cudaStreamSynchronize (host-sync-in-loop
-    counts it): host_sync 438.9 ms of the window, launch-bound 77.0 ms (before: 279.7 and 111.2, host work
-    125.0 ms, now 0); the twin saved 480.9."""
-    st = _store("heldout/h100_run3/tensor_from_list")
-    check_partition(st)
-    by = _window(st).groupby("cause", observed=True)["duration_ns"].sum()
-    assert 420e6 < by["host_sync"] < 480e6
-    assert by["launch_bound"] < 90e6 and by.get("host_work", 0) < 1e6
-    seg = st.get("timeline_segments")
-    refill = seg.loc[seg["detail"].astype(str) == refill_detail("cudaStreamSynchronize")]
-    assert int((refill["end"] - refill["start"]).sum()) > 300e6
-    assert refill["nvtx_path"].astype(str).str.contains("layer_").mean() > 0.9
-
-
-def test_host_code_of_a_millisecond_after_a_sync_keeps_min_s_i():
-    """charge_drains leaves host code of the dispatch bound or more alone: in the taking-turns timeline
-    (1.5 ms of host code after each sync) the sync's refill stays min(S, I) per interval, and the host
-    code keeps host work beyond it."""
-    got = _causes(*_turns(1500, 100))
-    assert got[("host_sync", "refill (cudaStreamSynchronize)")] == 3 * 98 * US
-    assert sum(n for (c, _d), n in got.items() if c == "host_work") > 3 * 1300 * US

@@ -144,8 +144,13 @@ def test_without_its_ranges_a_recording_is_split_where_its_ranges_were():
         _, by_loop = _launch_bound_by_range(dataclasses.replace(t, nvtx=t.nvtx.iloc[:0]), w)
         _, in_step = _launch_bound_by_range(_steps_only(t, w), w)
         for phase, loop in expect.items():
-            assert abs(by_loop[loop] / by_phase[phase] - 1) < 0.10, (name, phase, by_loop, by_phase)
-            assert abs(in_step["step_N/" + loop] / by_phase[phase] - 1) < 0.10, (name, phase, in_step, by_phase)
+            # backward runs on autograd's thread: the handoffs between it and the main thread count as
+            # dispatch inside the range (breakdown_handoff), but without the ranges they lie between two
+            # threads' launches, outside any one thread's loop, so the loop holds 84% of that range
+            # (73.7 of 87.5 ms on round3/optimizer_loop); the other loops stay within 10%
+            bound = 0.20 if phase.endswith("backward") else 0.10
+            assert abs(by_loop[loop] / by_phase[phase] - 1) < bound, (name, phase, by_loop, by_phase)
+            assert abs(in_step["step_N/" + loop] / by_phase[phase] - 1) < bound, (name, phase, in_step, by_phase)
         # what no loop holds is small: the loops are where the launch-bound time is
         assert by_loop.get("", 0) < 0.1 * sum(by_loop.values())
         assert in_step.get("step_N", 0) < 0.1 * sum(in_step.values())
@@ -202,7 +207,10 @@ def test_torch_profiler_without_its_ranges_is_split_where_its_ranges_were():
         _, in_step = _launch_bound_by_range(_steps_and_operators(t, w), w)
         for phase, loop in expect.items():
             got = in_step["ProfilerStep#N/step_N/" + loop]
-            assert 0.9 < got / by_phase["ProfilerStep#N/step_N/" + phase] <= 1.0, (name, phase, in_step, by_phase)
+            # backward: the handoffs to autograd's thread are dispatch in the range but in no one thread's
+            # loop (46.0 of 53.1 ms, 0.87, since breakdown_handoff); the others hold over 90%
+            low = 0.8 if phase == "backward" else 0.9
+            assert low < got / by_phase["ProfilerStep#N/step_N/" + phase] <= 1.0, (name, phase, in_step, by_phase)
 
 
 def test_a_step_wrapping_the_programs_step_is_read_through():
