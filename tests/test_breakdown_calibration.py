@@ -119,6 +119,28 @@ def test_second_held_out_batch_rows_and_their_misses():
     assert "## The second batch (`h100_run3`)" in doc
 
 
+def test_snapshot_to_host_twin_is_silent_on_copies_nothing_waited_for():
+    """snapshot_to_host (held out, H100, nsys): the pathology's 26 pageable `.cpu()` copies a step are
+    exposed-copies at 0.81 of the saving; the twin queues the same bytes as pinned copies on a side
+    stream, and nothing waited for them (the forward's first kernel was submitted after they ran). The
+    host's time inside those asynchronous copy calls is no wait a fix frees it from (the twin makes the
+    same calls), so the twin is silent on exposed-copies and the verdict right (it fired at 2.8 ms while
+    copy_stalls counted those calls)."""
+    cal = _module()
+    name = "heldout/h100_run3/snapshot_to_host"
+    pair = next((p for p in cal.pairs("heldout") if p[0] == name and p[1] == "nsys"), None)
+    if pair is None:
+        pytest.skip(f"{name} pair not in tests/data")
+    row = cal.row(*pair)
+    judged = cal.judge("heldout", row)
+    assert row.rule == "exposed-copies" and not row.twin_fires and 0.75 <= row.ratio <= 1.25
+    assert judged.verdict == "right"
+    assert "exposed-copies" not in {f.rule for f in cal._analyze(pair[3]).findings}
+    doc = cal.held_out_doc("heldout").read_text()
+    for line in cal.table([row]).splitlines()[2:]:
+        assert line in doc, f"{line!r} not in the doc: run python benchmarks/breakdown_calibration.py --set heldout --write"
+
+
 def test_a_bare_window_leaves_out_the_first_iterations_one_time_work():
     """mask_index_sync recorded without NVTX (H100): the iterations the window chooser marks begin two
     iterations after the op sequence starts repeating, and the stretch before them holds the first

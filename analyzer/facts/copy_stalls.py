@@ -17,9 +17,11 @@ it is the feeding thread. Without the stall that op could start at
 
     ready = max(a, submission - blocked)
 
-where ``blocked`` is the feeding thread's time in ``[a, submission)`` inside synchronizing or copy calls
-(a pageable or synchronous ``cudaMemcpy``, a synchronization waiting for the copy): a fix that moves the
-copy off the path frees the host from those waits too. The stall's *avoidable* part is ``[ready, b)``
+where ``blocked`` is the feeding thread's time in ``[a, submission)`` inside calls that block it on the
+device (a pageable or synchronous ``cudaMemcpy``, a synchronization waiting for the copy): a fix that
+moves the copy off the path frees the host from those waits too. An asynchronous copy from or to pinned
+memory blocks nothing: the host's few microseconds inside it stay with a fix that issues the same call
+on a side stream, so a copy nothing waited for (the next op submitted after it ran) gives back nothing. The stall's *avoidable* part is ``[ready, b)``
 (all of it when the next op has no launch call in the trace, or no op follows). Each exposed-copy
 segment of the stall gets its part of it (column ``avoidable_ns``).
 
@@ -58,7 +60,8 @@ COPY_STALL_COLUMNS = {
     "stall_end": "end of that stall (ns)",
     "next_submit": "end of the launch call of the op after the stall (ns; -1: no op follows, or it has no "
                    "launch call in the trace)",
-    "host_blocked_ns": "the stall's feeding thread's time in synchronizing or copy calls between the stall's "
+    "host_blocked_ns": "the stall's feeding thread's time in calls that block it on the device (blocking "
+                       "sync_calls: synchronizations, synchronous or pageable copies) between the stall's "
                        "start and next_submit (ns): what the fix also frees the host from",
     "avoidable_ns": "the segment's part of [ready, stall_end), ready = max(stall_start, next_submit - "
                     "host_blocked_ns): the copy time a fix that takes the copy off the GPU's path can give "
@@ -200,7 +203,7 @@ def _runs(dev: np.ndarray, nxt: np.ndarray) -> np.ndarray:
 def _next_submission(ctx: FactContext, nxt: np.ndarray, a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per run of stalls starting at ``a`` whose next op is row ``nxt`` of ``gpu_ops`` (-1 none): that op's
     submission (-1 none, or a call ending before the run) and the time its launching thread spent in
-    synchronizing or copy calls between ``a`` and that submission."""
+    calls that block it on the device between ``a`` and that submission."""
     from analyzer.facts.breakdown_launch import submission
 
     n = len(a)
@@ -219,21 +222,24 @@ def _next_submission(ctx: FactContext, nxt: np.ndarray, a: np.ndarray) -> tuple[
 
 
 def _blocked(ctx: FactContext, tid: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """Per query, thread ``tid``'s time in ``[lo, hi)`` inside synchronizing or copy calls (their union)."""
-    from analyzer.facts.api import api_base_codes, sync_kind
+    """Per query, thread ``tid``'s time in ``[lo, hi)`` inside calls that block the host on the device
+    (their union): the blocking rows of ``sync_calls`` (synchronizations, synchronous copies and memsets,
+    asynchronous copies that pageable memory makes synchronous). An asynchronous copy from or to pinned
+    memory is not one: the host spends a few microseconds queuing it and waits for nothing, and a fix
+    that prefetches the copy on a side stream issues the same call."""
+    from analyzer.facts.api import all_sync_call_rows
 
     out = np.zeros(len(tid), dtype=np.int64)
-    api = ctx.trace.api
-    if api.empty or not (hi > lo).any():
+    if ctx.trace.api.empty or not (hi > lo).any():
         return out
-    codes, base = api_base_codes(ctx.store)
-    waits = np.array([bool(x) and sync_kind(str(x)) is not None for x in base], dtype=bool)
-    rows = np.flatnonzero(waits[codes]) if len(codes) else np.empty(0, dtype=np.int64)
-    if not len(rows):
+    rows = all_sync_call_rows(ctx.store)
+    if rows.empty:
         return out
-    c_tid = column(api, "tid", -1).fillna(-1).to_numpy(dtype=np.int64)[rows]
-    u = union_intervals(api["start"].to_numpy(dtype=np.int64)[rows], api["end"].to_numpy(dtype=np.int64)[rows],
-                        c_tid)
+    rows = rows.loc[rows["blocking"].to_numpy(dtype=bool)]
+    if rows.empty:
+        return out
+    c_tid = column(rows, "tid", -1).fillna(-1).to_numpy(dtype=np.int64)
+    u = union_intervals(rows["start"].to_numpy(dtype=np.int64), rows["end"].to_numpy(dtype=np.int64), c_tid)
     for t in np.unique(tid).tolist():
         q = np.flatnonzero((tid == t) & (hi > lo))
         m = u.group == t

@@ -118,7 +118,9 @@ def test_a_queue_of_copies_is_one_stall_and_waits_for_the_next_kernel():
     one stall per run, held up to the first op that is not a host-device copy. The pathology's host was
     blocked in its copies, so nearly all of them is avoidable; the twin's copies ran before the host had
     submitted the forward's first kernel, so next to none of them is (they counted whole while the op after
-    each copy was the next copy, submitted before it)."""
+    each copy was the next copy, submitted before it). Nothing waited for them: the host's time in its
+    asynchronous pinned copy calls is not time a fix frees it from (a side-stream prefetch makes the same
+    calls)."""
     sick = _store("heldout/h100_run3/snapshot_to_host.sqlite.xz")
     c = sick.get("copy_stalls")
     ops = sick.get("gpu_ops")
@@ -135,4 +137,8 @@ def test_a_queue_of_copies_is_one_stall_and_waits_for_the_next_kernel():
     twin = _store("heldout/h100_run3/snapshot_to_host_fixed.sqlite.xz")
     t = twin.get("copy_stalls")
     assert (t["detail"].astype(str) == "D2H pinned").all()
-    assert t["avoidable_ns"].sum() < 0.2 * t["duration"].sum()
+    # the twin's host made only asynchronous pinned copy calls between its copies and the forward's first
+    # launch: nothing that blocks it on the device, so nothing a fix frees it from (they counted 2.3 ms
+    # over the window, and the twin's exposed-copies finding stated 2.8 ms, while a copy call was one)
+    assert (t["host_blocked_ns"] == 0).all()
+    assert t["avoidable_ns"].sum() < 0.05 * t["duration"].sum()
