@@ -33,6 +33,10 @@ PATHOLOGIES: tuple[str, ...] = (
     "snapshot_to_host",
     "tensor_from_list",
     "ema_clip_loop",
+    "layer_timing_sync",
+    "head_loop_attention",
+    "cpu_posenc_mask",
+    "layout_copies",
 )
 #: Multi-GPU jobs (``DISTRIBUTED = True``, run under torchrun: see ``_ddp`` and ``_distributed``),
 #: each a pathology with a ``--fixed`` twin; alone (no torchrun) each is the 1-GPU run.

@@ -24,9 +24,12 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from . import _nvtx as nv
+
+if TYPE_CHECKING:
+    from torch import nn
 
 SIZES = ("smoke", "full")
 T = TypeVar("T")
@@ -240,3 +243,16 @@ def compile_backend(cfg: RunConfig) -> str:
     """The torch.compile backend: ``--backend``, else inductor on a GPU and eager (Dynamo only: no
     Triton, no CUDA graphs) on a CPU, so the compiled workloads stay testable without a GPU."""
     return cfg.options.backend or ("inductor" if cfg.cuda else "eager")
+
+
+def mlp_stack(blocks: int, width: int, classes: int) -> nn.Sequential:
+    """The Linear(width, width) + LayerNorm + GELU stack of ``blocks`` blocks and a
+    Linear(width, classes) head (an ``nn.Sequential`` on the CPU; the caller moves it), shared by
+    the MLP workloads (ema_clip_loop, snapshot_to_host, optimizer_loop, ...). Its parameters come
+    from torch's global generator in module order: seed it first for repeatable weights."""
+    from torch import nn
+
+    layers: list[nn.Module] = []
+    for _ in range(blocks):
+        layers += [nn.Linear(width, width), nn.LayerNorm(width), nn.GELU()]
+    return nn.Sequential(*layers, nn.Linear(width, classes))

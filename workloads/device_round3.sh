@@ -45,6 +45,12 @@
 #                                               # twin with nsys, torch.profiler (--gzip, 8 steps), --bare
 #                                               # nsys (suffix _bare); HELDOUT="NAME ..." records only
 #                                               # those (two per call: each name takes ~80 s)
+#     PART=k bash workloads/device_round3.sh    # the third held-out batch (issue 27), never used to
+#                                               # calibrate: layer_timing_sync, head_loop_attention,
+#                                               # cpu_posenc_mask, layout_copies, as PART=j: nsys,
+#                                               # torch.profiler (--gzip, 8 steps), --bare nsys (_bare)
+#                                               # pairs; HELDOUT="NAME ..." records only those (two
+#                                               # per call)
 # Every manifest.jsonl line holds the program's own measured step times (step_ms, mean_ms,
 # median_ms). Jobs left when the budget BUDGET_S (default 450 s) runs out are listed in skipped.txt.
 # Result: $OUT/round3_<PART>*.tar.xz (sqlite, analyze.txt, stats CSVs, torch traces, manifest, log),
@@ -52,7 +58,7 @@
 set -uo pipefail
 : "${OUT:?set OUT to the output directory}"
 PART=${PART:-a}
-[[ $PART =~ ^[a-j]$ ]] || { echo "PART must be one of a-j" >&2; exit 2; }
+[[ $PART =~ ^[a-k]$ ]] || { echo "PART must be one of a-k" >&2; exit 2; }
 [[ $PART == h ]] && BUDGET_S=${BUDGET_S:-540}
 BUDGET_S=${BUDGET_S:-450}; RESERVE_S=${RESERVE_S:-70}; MIN_JOB_S=${MIN_JOB_S:-20}
 PREFIX=${PREFIX:-round3_$PART}
@@ -165,10 +171,12 @@ elif [[ $PART == i ]]; then
         run_job 45 "${w}_bare" nsys -- "$w" --bare --suffix _bare
         run_job 45 "${w}_fixed_bare" nsys -- "$w" --fixed --bare --suffix _bare
     done
-elif [[ $PART == j ]]; then
+elif [[ $PART == j || $PART == k ]]; then
     # per workload: the nsys pair, the torch.profiler pair, the bare nsys pair (a name's recordings
     # together, so that a budget cut leaves whole workloads)
-    read -ra held <<< "${HELDOUT:-kv_cache_cat snapshot_to_host tensor_from_list ema_clip_loop}"
+    default_held="kv_cache_cat snapshot_to_host tensor_from_list ema_clip_loop"
+    [[ $PART == k ]] && default_held="layer_timing_sync head_loop_attention cpu_posenc_mask layout_copies"
+    read -ra held <<< "${HELDOUT:-$default_held}"
     for w in "${held[@]}"; do
         pair 50 "$w"
         torch_pair 45 "$w" --steps 8  # smaller traces: the set stays under ~15 MB

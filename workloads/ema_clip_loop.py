@@ -32,15 +32,11 @@ DECAY = 0.999
 def build(cfg: c.RunConfig) -> c.Step:
     import torch
     import torch.nn.functional as F
-    from torch import nn
 
     blocks, width, rows, classes = c.pick(cfg, (3, 32, 64, 10), (48, 1024, 8192, 1000))
     dev = cfg.device
     torch.manual_seed(0)
-    layers: list[nn.Module] = []
-    for _ in range(blocks):
-        layers += [nn.Linear(width, width), nn.LayerNorm(width), nn.GELU()]
-    model = nn.Sequential(*layers, nn.Linear(width, classes)).to(dev)
+    model = c.mlp_stack(blocks, width, classes).to(dev)
     params = [p for p in model.parameters() if p.requires_grad]
     ema = [p.detach().clone() for p in params]
     opt = torch.optim.AdamW(params, lr=1e-4, fused=cfg.cuda)

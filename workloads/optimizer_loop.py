@@ -29,10 +29,7 @@ def build(cfg: c.RunConfig) -> c.Step:
     blocks, width, batch = c.pick(cfg, (4, 32, 8), (50, 256, 64))
     dev = cfg.device
     torch.manual_seed(0)
-    layers: list[nn.Module] = []
-    for _ in range(blocks):
-        layers += [nn.Linear(width, width), nn.LayerNorm(width), nn.GELU()]
-    model = nn.Sequential(*layers, nn.Linear(width, 10)).to(dev)
+    model = c.mlp_stack(blocks, width, 10).to(dev)
     n_params = sum(1 for _ in model.parameters())
     print(f"[optimizer_loop] {n_params} parameter tensors, "
           f"{sum(p.numel() for p in model.parameters())} parameters", flush=True)

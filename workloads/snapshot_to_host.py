@@ -32,15 +32,11 @@ HAS_TWIN = True
 def build(cfg: c.RunConfig) -> c.Step:
     import torch
     import torch.nn.functional as F
-    from torch import nn
 
     blocks, width, rows, classes = c.pick(cfg, (2, 32, 64, 10), (6, 2048, 16384, 1000))
     dev = cfg.device
     torch.manual_seed(0)
-    layers: list[nn.Module] = []
-    for _ in range(blocks):
-        layers += [nn.Linear(width, width), nn.LayerNorm(width), nn.GELU()]
-    model = nn.Sequential(*layers, nn.Linear(width, classes)).to(dev)
+    model = c.mlp_stack(blocks, width, classes).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=cfg.cuda)
     amp = torch.autocast("cuda", dtype=torch.bfloat16, enabled=cfg.cuda)
     x = torch.randn(rows, width, device=dev)

@@ -260,3 +260,31 @@ def test_mask_index_sync_twins_compute_what_the_pathology_computes() -> None:
         kept = twin.abs().sum(-1) > 0
         assert int(kept.sum()) == sick.shape[0] < twin.shape[0]
         torch.testing.assert_close(twin[kept], sick)
+
+
+@pytest.mark.parametrize("name,op,per_step", [
+    ("head_loop_attention", "aten::softmax", 2 * 4),  # smoke: 2 layers x 4 heads, one softmax each
+    ("layout_copies", "aten::contiguous", 2 * 2),     # smoke: 2 blocks x 2 permuted copies each
+])
+def test_third_held_out_twins_remove_the_mechanism(tmp_path: Path, name: str, op: str,
+                                                   per_step: int) -> None:
+    """The third held-out batch (issue 27) under torch.profiler on the CPU: the pathology runs its
+    per-head softmax / its permuted copies in every step, the twin no softmax (one fused attention
+    call per layer) / not those copies (channels-last tensors whose permutes are views; the CPU
+    convolution's own ``contiguous`` calls stay in both, ~1 a step in the twin)."""
+    import gzip
+    import json
+
+    proc = _run(["workloads", "profile", name, "--both", "--tool", "torch", "--gzip", "--size",
+                 "smoke", "--out", str(tmp_path), "--", "--device", "cpu", "--steps", "2"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    counts = []
+    for trace in (name, f"{name}_fixed"):
+        with gzip.open(tmp_path / f"{trace}.pt.trace.json.gz", "rt") as fh:
+            events = json.load(fh)["traceEvents"]
+        counts.append(sum(e.get("cat") == "cpu_op" and e.get("name") == op for e in events))
+    pathology, twin = counts
+    if op == "aten::softmax":
+        assert (pathology, twin) == (2 * per_step, 0)
+    else:
+        assert twin <= 2 and pathology >= twin + 2 * per_step

@@ -1,0 +1,83 @@
+"""layout_copies: a ConvNeXt-style network that copies its activations between layouts in every block.
+
+Pathology: 8 ConvNeXt blocks (depthwise 7x7 convolution, LayerNorm over channels, Linear 128 -> 512,
+GELU, Linear 512 -> 128, residual) on 64 images of 224 x 224 (a 4 x 4 patchify stem: 56 x 56 x 128
+activations), bf16 autocast, AdamW, written as many reimplementations write it: NCHW tensors, and
+around the channel-last part of each block ``x.permute(0, 2, 3, 1).contiguous()`` and back
+``x.permute(0, 3, 1, 2).contiguous()``. Each ``.contiguous()`` is an elementwise copy kernel of the
+whole activation (51 MiB in bf16), forward and backward, and the depthwise convolution on NCHW bf16
+data has cuDNN transpose its input and output (``nchwToNhwc`` / ``nhwcToNchw`` kernels) around the
+convolution: the GPU spends much of the step rearranging memory.
+Twin (``--fixed``): the same model and input in ``torch.channels_last`` memory format and the
+permutes without ``.contiguous()``: a channels-last NCHW tensor permuted to NHWC is already
+contiguous, so the LayerNorm and Linears read it as it is and the convolution runs on NHWC data:
+no layout copy at all.
+Trace evidence: per ``step_N`` (``forward``, ``backward``, ``optimizer``): pathology: ~4 copy kernels
+per block (``elementwise_kernel`` / ``copy_`` of permuted tensors) plus cuDNN's layout-transform
+kernels around each depthwise convolution, tens of percent of the GPU time; twin: none of these,
+the same convolution, normalization and GEMM kernels, and a shorter step.
+"""
+from __future__ import annotations
+
+from . import _common as c
+from . import _nvtx as nv
+
+NCU_KERNEL_FILTER = "regex:elementwise|nchw|nhwc|conv"
+NCU_COUNT = 3
+HAS_TWIN = True
+
+
+def build(cfg: c.RunConfig) -> c.Step:
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    blocks, ch, batch, side, classes = c.pick(cfg, (2, 16, 2, 32, 10), (8, 128, 64, 224, 1000))
+    dev = cfg.device
+    torch.manual_seed(0)
+    keep_layout = cfg.fixed
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.dwconv = nn.Conv2d(ch, ch, 7, padding=3, groups=ch)
+            self.norm = nn.LayerNorm(ch)
+            self.up, self.down = nn.Linear(ch, 4 * ch), nn.Linear(4 * ch, ch)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = self.dwconv(x).permute(0, 2, 3, 1)  # N, H, W, C
+            if not keep_layout:
+                h = h.contiguous()
+            h = self.down(F.gelu(self.up(self.norm(h)))).permute(0, 3, 1, 2)  # back to N, C, H, W
+            if not keep_layout:
+                h = h.contiguous()
+            return x + h
+
+    model = nn.Sequential(nn.Conv2d(3, ch, 4, stride=4), *[Block() for _ in range(blocks)],
+                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(ch, classes))
+    fmt = torch.channels_last if cfg.fixed else torch.contiguous_format
+    model = model.to(dev, memory_format=fmt)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=cfg.cuda)
+    amp = torch.autocast("cuda", dtype=torch.bfloat16, enabled=cfg.cuda)
+    x = torch.randn(batch, 3, side, side, device=dev).contiguous(memory_format=fmt)
+    y = torch.randint(0, classes, (batch,), device=dev)
+
+    def step(_i: int) -> None:
+        with nv.range("forward"):
+            opt.zero_grad(set_to_none=True)
+            with amp:
+                loss = F.cross_entropy(model(x), y)
+        with nv.range("backward"):
+            loss.backward()
+        with nv.range("optimizer"):
+            opt.step()
+
+    return step
+
+
+def main(argv: list[str] | None = None) -> int:
+    return c.run_workload("layout_copies", __doc__, build, argv, steps=(2, 25), warmup=(1, 3))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
