@@ -63,7 +63,10 @@ that launched the op before it). The op's *submission* is the end of its launch 
                   GPU overlap and the interval takes about ``max(T - S, T - I)``). What the two charges
                   above leave of it is taken from the interval's launch-bound and host-work time from
                   its start, the refill of the queue the previous synchronization drained
-                  (:mod:`analyzer.facts.breakdown_sync`). And the synchronizing *operator's* own time:
+                  (:mod:`analyzer.facts.breakdown_sync`). Before that, the GPU's gap around syncs that
+                  leave it empty while the host makes and uploads small values (pageable copies under
+                  64 KiB, host code between them) is the syncs', its pieces under ``dispatch_gap_ns``
+                  (:func:`~analyzer.facts.breakdown_sync.charge_drains`). And the synchronizing *operator's* own time:
                   where the trace has operator ranges (torch.profiler's ``cpu_op``, nsys with
                   ``emit_nvtx``), the launch-bound and host-work time while the feeding thread was in
                   the innermost operator enclosing the call, up to the call's return (``aten::nonzero``'s
@@ -149,7 +152,7 @@ from analyzer.facts.graphs import capture_blocks
 from analyzer.facts.breakdown_launch import wait_details as _wait_details
 from analyzer.facts.breakdown_ranges import generic_keys
 from analyzer.facts.breakdown_pieces import _ascending, _gathered, _places, span_of
-from analyzer.facts.breakdown_sync import SyncBlocks, charge_refills, refilled_call
+from analyzer.facts.breakdown_sync import SyncBlocks, charge_drains, charge_refills, refilled_call
 from analyzer.facts.breakdown_syncop import charge_sync_ops
 from analyzer.facts.launch_loops import op_paths as op_paths_of
 from analyzer.facts.launch_loops import LoopNames, trace_loop_ranges, with_loops
@@ -313,14 +316,12 @@ BREAKDOWN_COLUMNS = {
                               "replays in the window (ns; part of device_cause_ns for launch_bound rows)",
     "compiled": "range rows: 1 when the phase runs torch.compile'd code (compiled_share at least "
                 "COMPILED_SHARE, 25%) and is not graphed, else 0",
-    "per_tensor_share": "range rows: of the kernels the phase launched one by one, the share in per-tensor "
-                        "loops (launch_loops.per_tensor_launches; 0..1)",
+    "per_tensor_share": "range rows: share of the phase's one-by-one launches in per-tensor loops (0..1)",
     "per_tensor": "range rows: 1 when the phase is in its device's per-tensor fix group, else 0",
     "fix_group": "range rows: the phases one fix covers, as launch-bound states them: the phase itself, "
                  "except that every compiled phase of a device under an NVTX range forms one group "
                  "(CUDA graphs of torch.compile(mode='reduce-overhead') cover every compiled region at "
-                 "once), and so do its phases not compiled whose launches are mostly per-tensor loops "
-                 "(per_tensor_share at least 50%, or a per-tensor loop: one foreach or fused change), named by its phases joined with ' + ' in name order (beyond 4: the first 3 and 'N more'); "
+                 "once), and so do its per-tensor loop phases (per_tensor_share >= 50%: one foreach change), named by its phases joined with ' + ' in name order (beyond 4: the first 3 and 'N more'); "
                  "'' for other rows",
     "group_ns": "range rows: the fix group's time on the device, every cause (ns); phase_ns for a phase "
                 "of its own",
@@ -461,6 +462,11 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
     if op_cut is not None:
         idle.update({k: np.concatenate([idle[k], v]) for k, v in op_cut.items()})
         del op_cut
+    # the idle after a synchronization that drained the GPU, up to its next kernel (in place)
+    kern = (busy_frame["cause"] == _C["compute"]) | (busy_frame["cause"] == _C["exposed_comm"])
+    charge_drains(ctx, idle, syncs, labels, code, _C,
+                  (busy_frame["device"][kern], busy_frame["start"][kern], busy_frame["end"][kern]), dispatch_ns)
+    del kern
     cut = charge_refills(ctx, idle, syncs, labels, code, _C)
     del syncs
     # every column scattered in (device, start) order from its busy, idle and cut-off idle parts, each
