@@ -316,10 +316,12 @@ BREAKDOWN_COLUMNS = {
                               "replays in the window (ns; part of device_cause_ns for launch_bound rows)",
     "compiled": "range rows: 1 when the phase runs torch.compile'd code (compiled_share at least "
                 "COMPILED_SHARE, 25%) and is not graphed, else 0",
+    "per_tensor_share": "range rows: share of the phase's one-by-one launches in per-tensor loops (0..1)",
+    "per_tensor": "range rows: 1 when the phase is in its device's per-tensor fix group, else 0",
     "fix_group": "range rows: the phases one fix covers, as launch-bound states them: the phase itself, "
                  "except that every compiled phase of a device under an NVTX range forms one group "
                  "(CUDA graphs of torch.compile(mode='reduce-overhead') cover every compiled region at "
-                 "once), named by its phases joined with ' + ' in name order (beyond 4: the first 3 and 'N more'); "
+                 "once), and so do its per-tensor loop phases (per_tensor_share >= 50%: one foreach change), named by its phases joined with ' + ' in name order (beyond 4: the first 3 and 'N more'); "
                  "'' for other rows",
     "group_ns": "range rows: the fix group's time on the device, every cause (ns); phase_ns for a phase "
                 "of its own",

@@ -9,6 +9,7 @@ import pandas as pd
 
 from analyzer.facts._util import text_codes
 from analyzer.facts.breakdown_ranges import generic_keys
+from analyzer.facts.launch_loops import TENSOR_LOOP_PREFIX, per_tensor_launches
 from analyzer.facts.registry import FactContext
 
 #: a phase is compiled code when at least this share of the kernels it launches one by one are
@@ -21,9 +22,60 @@ COMPILED_SHARE = 0.25
 #: phase is at either end: 97-100% (decode_eager_fixed, host_sync_graph*_fixed, compile_train_fixed's
 #: forward and backward, the vLLM/SGLang decode traces) or 0%
 GRAPHED_SHARE = 0.5
+#: a phase is a per-tensor loop when at least this share of the kernels it launches one by one are in
+#: per-tensor loops (:func:`analyzer.facts.launch_loops.per_tensor_launches`); a device's such phases are
+#: one fix group (``torch._foreach_*`` or a fused optimizer replaces every loop)
+PER_TENSOR_SHARE = 0.5
+#: a device's groups with less eager launch-bound time than this, or than this share of the device's, are
+#: joined into ``N other ranges`` (:func:`_other_ranges`): launch-bound's ``min_impact`` and
+#: ``min_range_share`` defaults, under which no group is stated on its own
+OTHER_MIN_NS = 2_000_000
+OTHER_MIN_SHARE = 0.10
+#: ...unless one of them holds more than this share of their sum (compile_train's eager optimizer, 96% of
+#: its 5.9 ms remainder beside 0.2 ms of the step's own time)
+OTHER_MAX_ONE = 0.75
 #: a group's name lists at most this many phases (``A + B + C + 5 more``), its ``group_parts`` at most
 #: this many with their shares (``..., 5 more 1.2 ms (3%)``): a step of many compiled ranges stays readable
 NAMED_PHASES = 4
+
+
+def _labels(device: np.ndarray, phase: np.ndarray, member: np.ndarray) -> dict[int, str]:
+    """Per device, the name of its group of the phases ``member`` marks (:func:`group_name`), where it has
+    more than one (the time outside every range, phase ``""``, stays the device's own finding)."""
+    members: dict[int, set[str]] = {}
+    for d, p in zip(device[member], phase[member]):
+        if p:
+            members.setdefault(int(d), set()).add(str(p))
+    return {d: group_name(ps) for d, ps in members.items() if len(ps) > 1}
+
+
+def _other_ranges(out: pd.DataFrame, group: np.ndarray, is_range: np.ndarray) -> list[str]:
+    """Join (in place in ``group``) each device's groups too small for a launch-bound finding of their own
+    (eager launch-bound time under :data:`OTHER_MIN_NS` or under :data:`OTHER_MIN_SHARE` of the device's)
+    into one, ``N other ranges``, where there are several, together they pass both and none holds more
+    than :data:`OTHER_MAX_ONE` of their sum (then it is that range, too small alone): launch-bound time
+    spread over many small ranges is still stated, so the verdict and the breakdown agree. The time
+    outside every range (phase ``""``) stays its own. Returns the new groups' names."""
+    eager = is_range & (out["cause"] == "launch_bound").to_numpy() & (out["graph_launch"].to_numpy() == 0)
+    if not eager.any():
+        return []
+    device = out["device"].to_numpy(dtype=np.int64)
+    per = pd.Series(out["duration_ns"].to_numpy(dtype=np.int64)[eager]).groupby(
+        [device[eager], group[eager]], sort=True).sum()
+    names = []
+    for d, block in per.groupby(level=0, sort=True):
+        total = float(block.sum())
+        minor = [str(g) for (_, g), v in block.items() if g and (v < OTHER_MIN_NS or v < OTHER_MIN_SHARE * total)]
+        sizes = [float(block[(d, g)]) for g in minor]
+        rest = sum(sizes)
+        # a remainder mostly one range is that range, which the rule judged too small: no group
+        if len(minor) < 2 or rest < OTHER_MIN_NS or rest < OTHER_MIN_SHARE * total or max(sizes) > OTHER_MAX_ONE * rest:
+            continue
+        rows = (device == d) & np.isin(group, minor) & is_range
+        name = f"{len(set(out['phase'].to_numpy(dtype=object)[rows]))} other ranges"
+        group[rows] = name
+        names.append(name)
+    return names
 
 
 def group_name(phases: set[str]) -> str:
@@ -43,8 +95,9 @@ def _parts_text(items: list[tuple[str, int]], total: float) -> str:
     return ", ".join(f"{p} {v / 1e6:.1f} ms ({v / total:.0%})" if total > 0 else f"{p} 0.0 ms" for p, v in items)
 
 
-def kernel_shares(ctx: FactContext, phase_of: dict[str, str]) -> dict[tuple[int, str], tuple[float, float]]:
-    """Per (device, phase), of the kernels starting in the window: ``(compiled_share, graphed_share)``.
+def kernel_shares(ctx: FactContext, phase_of: dict[str, str]) -> dict[tuple[int, str], tuple[float, float, float]]:
+    """Per (device, phase), of the kernels starting in the window: ``(compiled_share, graphed_share,
+    per_tensor_share)``.
     ``compiled_share``: of the kernels launched one by one (``in_graph`` 0), the share torch.compile's
     Inductor generated (:func:`analyzer.loading.kernel_names.is_inductor_kernel`); ``graphed_share``: the
     kernel time CUDA graph replays ran (``in_graph`` 1, a node-level traced graph's kernel or one of
@@ -83,13 +136,21 @@ def kernel_shares(ctx: FactContext, phase_of: dict[str, str]) -> dict[tuple[int,
     generated = np.bincount(key, weights=inductor, minlength=space)
     kernel_ns = np.bincount(key, weights=duration, minlength=space)
     graphed_ns = np.bincount(key, weights=np.where(eager, 0.0, duration), minlength=space)
-    out: dict[tuple[int, str], tuple[float, float]] = {}
+    def column(name: str) -> np.ndarray:  # a launch's thread and call start, -1 where the trace has none
+        return pd.to_numeric(ops[name]).fillna(-1).to_numpy(dtype=np.int64)[pos] if name in ops else np.full(len(pos), -1)
+
+    launched = pd.DataFrame({"name": ops["label"].iloc[pos].reset_index(drop=True), "short_name": "",
+                             "tid": column("tid"), "api_start": column("api_start")})
+    looped = per_tensor_launches(launched, ctx.options.get("categories_file") or None) & eager
+    in_loops = np.bincount(key, weights=looped, minlength=space)
+    out: dict[tuple[int, str], tuple[float, float, float]] = {}
     kernels = np.bincount(key, minlength=space)
     for k in np.flatnonzero(kernels):
         d, p = divmod(int(k), n_phase)
         out[(int(dev_values[d]), str(phase_labels[p]))] = (  # kernels of no duration: graphed by count
             float(generated[k] / launches[k]) if launches[k] else 0.0,
-            float(graphed_ns[k] / kernel_ns[k]) if kernel_ns[k] > 0 else float(1 - launches[k] / kernels[k]))
+            float(graphed_ns[k] / kernel_ns[k]) if kernel_ns[k] > 0 else float(1 - launches[k] / kernels[k]),
+            float(in_loops[k] / launches[k]) if launches[k] else 0.0)
     return out
 
 
@@ -118,24 +179,28 @@ def fix_groups(ctx: FactContext, out: pd.DataFrame, is_range: np.ndarray, held_r
     device = out["device"].to_numpy(dtype=np.int64)
     phase_of = {str(k): str(p) for k, p in zip(out["key"].to_numpy(dtype=object)[is_range], phase[is_range])}
     shares = kernel_shares(ctx, phase_of)
-    of_row = [shares.get((int(d), str(p)), (0.0, 0.0)) if r else (0.0, 0.0)
+    of_row = [shares.get((int(d), str(p)), (0.0, 0.0, 0.0)) if r else (0.0, 0.0, 0.0)
               for d, p, r in zip(device, phase, is_range)]
-    share = np.array([c for c, _ in of_row], dtype=np.float64)
-    graphed_share = np.array([g for _, g in of_row], dtype=np.float64)
+    share = np.array([c for c, _, _ in of_row], dtype=np.float64)
+    graphed_share = np.array([g for _, g, _ in of_row], dtype=np.float64)
+    tensor_share = np.array([t for _, _, t in of_row], dtype=np.float64)
     graphed = is_range & (graphed_share >= GRAPHED_SHARE)
     # a graphed phase's fix is done: it joins no group of compiled phases still to graph
     compiled = is_range & (share >= COMPILED_SHARE) & ~graphed
-    members: dict[int, set[str]] = {}
-    for d, p in zip(device[compiled], phase[compiled]):
-        if p:  # the time outside every range stays the device's own finding
-            members.setdefault(int(d), set()).add(str(p))
-    label = {d: group_name(ps) for d, ps in members.items() if len(ps) > 1}
-    group = np.array([label.get(int(d), p) if c and p and int(d) in label else (p if r else "")
-                      for d, p, c, r in zip(device, phase, compiled, is_range)], dtype=object)
+    # ranges whose one-by-one launches are mostly per-tensor loops: one foreach / fused change fixes them all
+    loop_named = np.array([str(p).rpartition("/")[2].startswith(TENSOR_LOOP_PREFIX) for p in phase], dtype=bool)
+    per_tensor = is_range & ~compiled & ~graphed & ((tensor_share >= PER_TENSOR_SHARE) | loop_named)
+    label_c, label_t = _labels(device, phase, compiled), _labels(device, phase, per_tensor)
+    group = np.array([label_c[int(d)] if c and p and int(d) in label_c else
+                      label_t[int(d)] if t and p and int(d) in label_t else (p if r else "")
+                      for d, p, c, t, r in zip(device, phase, compiled, per_tensor, is_range)], dtype=object)
+    label = {i: v for i, v in enumerate([*label_c.values(), *label_t.values(), *_other_ranges(out, group, is_range)])}
     out["compiled_share"] = share
     out["graphed_share"] = graphed_share
     out["graphed"] = graphed.astype(np.int64)
     out["compiled"] = compiled.astype(np.int64)
+    out["per_tensor_share"] = tensor_share
+    out["per_tensor"] = (per_tensor & np.isin(group, list(label_t.values()))).astype(np.int64)
     out["fix_group"] = group
     by_group = [out["device"], out["fix_group"]]
     out["group_ns"] = np.where(is_range, out["duration_ns"].where(is_range, 0).groupby(by_group).transform("sum"), 0)

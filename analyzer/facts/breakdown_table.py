@@ -39,10 +39,10 @@ def timeline_breakdown(ctx: FactContext) -> pd.DataFrame:
     seg = ctx.get("timeline_segments")
     ints = ("device", "duration_ns", "segments", "key_cause_ns", "device_host_held_ns", "device_cause_ns",
             "phase_ns", "phase_host_held_ns", "graphed", "graph_launch", "device_graph_launch_ns", "compiled", "group_ns",
-            "group_host_held_ns")
+            "group_host_held_ns", "per_tensor")
     if seg.empty:
         return empty_frame(BREAKDOWN_COLUMNS, ints, ("share", "cause_share", "key_cause_share", "compiled_share",
-                                                     "graphed_share"))
+                                                     "graphed_share", "per_tensor_share"))
     # summed on integer codes (a million-kernel trace has millions of segments), SUM_CHUNK segments at a
     # time (every per-segment temporary bounded; the chunks' groups merged by code), text put back per row
     dev = seg["device"].to_numpy()
@@ -189,8 +189,8 @@ def timeline_breakdown(ctx: FactContext) -> pd.DataFrame:
     held_rows = is_range & out["cause"].isin(HOST_CAUSES).to_numpy()
     out["phase_host_held_ns"] = np.where(
         is_range, out["duration_ns"].where(held_rows, 0).groupby(by_phase).transform("sum"), 0)
+    graph_launch_rows(out)  # the eager launch-bound time fix_groups weighs
     fix_groups(ctx, out, is_range, held_rows)
-    graph_launch_rows(out)
     held = out.loc[is_win & out["cause"].isin(HOST_CAUSES).to_numpy()].groupby("device")["duration_ns"].sum()
     out["device_host_held_ns"] = out["device"].map(held).fillna(0).astype(np.int64)
     # window rows by time; steps in their order; ranges by their time of the row's cause (so the

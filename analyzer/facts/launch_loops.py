@@ -476,3 +476,35 @@ def op_paths(loops: pd.DataFrame, ops: pd.DataFrame) -> tuple[np.ndarray, np.nda
     codes = codes.astype(np.int64, copy=True)
     codes[at >= 0] = len(labels) + at[at >= 0]
     return codes, np.r_[np.asarray(labels, dtype=object), names].astype(object)
+
+
+def per_tensor_launches(kernels: pd.DataFrame, categories_file: str | None = None) -> np.ndarray:
+    """Per row of a kernel table (``name``/``short_name``, ``tid``, ``api_start``), whether the launch is
+    in a per-tensor loop: a stretch (:func:`_stretches`, per launching thread, in launch order) whose
+    cycle's kernels are all elementwise or reductions (:data:`PER_TENSOR`), what one ``torch._foreach_*``
+    call or a fused optimizer launches a few kernels for. A range whose launches mostly are such loops is
+    fixed by the same change as another such range (a gradient clip and a weight EMA over the same
+    tensors: ``torch._foreach_*`` for both), the breakdown's per-tensor fix group."""
+    n = len(kernels)
+    out = np.zeros(n, dtype=bool)
+    if n < MIN_TURNS or any(c not in kernels for c in ("tid", "api_start")):
+        return out
+    tid = kernels["tid"].to_numpy(dtype=np.int64)
+    launch = kernels["api_start"].to_numpy(dtype=np.int64)
+    ok = np.flatnonzero((tid >= 0) & (launch >= 0))
+    if len(ok) < MIN_TURNS:
+        return out
+    codes, labels = kernel_label_codes(kernels)
+    table = load_categories(categories_file)
+    elementwise = np.array([categorize(str(x), "", table) in PER_TENSOR for x in labels.tolist()] + [False], dtype=bool)
+    order = ok[np.lexsort((launch[ok], tid[ok]))]
+    codes = codes[order]
+    t_sorted = tid[order]
+    cuts = np.r_[0, np.flatnonzero(t_sorted[1:] != t_sorted[:-1]) + 1, len(order)]
+    for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
+        if b - a < MIN_TURNS:
+            continue
+        for first, end, p in _stretches(codes[a:b], launch[order[a:b]]):
+            if elementwise[codes[a + first:a + first + p]].all():
+                out[order[a + first:a + end]] = True
+    return out

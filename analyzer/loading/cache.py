@@ -89,7 +89,7 @@ from analyzer.loading.arrowio import (  # noqa: F401 (re-exported: the caches' o
 from analyzer.loading.model import FRAME_COLUMNS, Trace, TraceInfo
 from analyzer.boundedio import parse_size  # noqa: F401 (re-exported: ANALYZER_CACHE_MAX is parsed here)
 
-FORMAT = 4  # bump when the entry layout changes
+FORMAT = 5  # bump when the entry layout changes (5: int8/int16 columns of NARROW_INT_COLUMNS)
 RACY_SECONDS = 3.0
 DEFAULT_MAX_BYTES = 5 * 10**9
 _HASH_CHUNK = 1 << 22

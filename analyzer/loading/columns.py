@@ -6,7 +6,8 @@
 * :func:`categorical` builds that categorical: categories are the distinct texts actually used,
   sorted (so sorting by the column sorts lexically), of ``object`` dtype; codes take the smallest
   integer type pandas allows for their number (int8 below 128 distinct values).
-* :func:`narrow_int` stores an id-like integer column in 32 bits when its values allow.
+* :func:`narrow_int` stores an id-like integer column in 32 bits (or 16 or 8, where asked) when its
+  values allow.
 * :func:`empty_typed` is an empty frame of given columns and dtypes (the contract of a table or fact
   that has no rows on this trace).
 """
@@ -20,7 +21,6 @@ import numpy as np
 import pandas as pd
 from pandas._libs import hashtable
 
-_I32 = np.iinfo(np.int32)
 
 
 _EMPTY_FRAMES: dict[tuple[tuple[str, np.dtype], ...], pd.DataFrame] = {}
@@ -41,14 +41,28 @@ def empty_typed(dtypes: Iterable[tuple[str, Any]]) -> pd.DataFrame:
     return frame.copy()
 
 
-def narrow_int(values: np.ndarray) -> np.ndarray:
-    """``values`` as ``int32`` when every value fits, else unchanged."""
+def narrow_int(values: np.ndarray, smallest: Any = np.int32) -> np.ndarray:
+    """``values`` in the smallest signed type from ``smallest`` up to ``int32`` that holds every value,
+    else unchanged (64-bit values, non-integers). The default: ``int32`` when every value fits."""
     values = np.asarray(values)
-    if values.dtype == np.int32 or values.dtype.kind not in "iu":
+    if values.dtype.kind not in "iu":
         return values
-    if len(values) and (values.min() < _I32.min or values.max() > _I32.max):
+    floor = np.dtype(smallest)
+    if values.dtype == np.int32 and floor == np.int32:
         return values
-    return values.astype(np.int32)
+    if values.dtype.kind == "i" and floor.itemsize <= values.dtype.itemsize <= 4 and not len(values):
+        return values
+    lo, hi = (int(values.min()), int(values.max())) if len(values) else (0, 0)
+    for dtype in _NARROW_TYPES:
+        if dtype.itemsize < floor.itemsize:
+            continue
+        info = np.iinfo(dtype)
+        if info.min <= lo and hi <= info.max:
+            return values if values.dtype == dtype else values.astype(dtype)
+    return values
+
+
+_NARROW_TYPES = (np.dtype(np.int8), np.dtype(np.int16), np.dtype(np.int32))
 
 
 def take(values: np.ndarray, rows: np.ndarray, fill: int = -1) -> np.ndarray:

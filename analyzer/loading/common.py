@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from analyzer.loading.columns import TextCodes, narrow_int
-from analyzer.loading.model import COMPACT_INT_COLUMNS, empty_frame
+from analyzer.loading.model import COMPACT_INT_COLUMNS, NARROW_INT_COLUMNS, empty_frame
 
 # Per-SM limits by compute capability, for exports that lack them (2020.3 lacks opt-in smem and
 # threads/SM; 2022.4 exports of old reports lack everything but the name; torch.profiler's
@@ -102,7 +102,8 @@ def emit_nvtx_names(texts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def contract_frame(columns: tuple[str, ...], data: Mapping[str, Any], *, compact: bool = False) -> pd.DataFrame:
     """A contract frame from arrays (missing contract columns are an error in the loader). ``compact``:
-    text as categorical, id-like integers in 32 bits where they fit (the big frames; see model.py).
+    text as categorical, id-like integers in 32 bits where they fit, those of ``NARROW_INT_COLUMNS`` in 16 or 8
+    (the big frames; see model.py).
     Text may come as :class:`~analyzer.loading.columns.TextCodes` or as an ``object`` array."""
     if not data or len(next(iter(data.values()))) == 0:
         return empty_frame(columns)
@@ -116,7 +117,7 @@ def contract_frame(columns: tuple[str, ...], data: Mapping[str, Any], *, compact
         elif isinstance(v, np.ndarray) and v.dtype == object:
             out[c] = TextCodes.of(v).categorical()
         elif c in COMPACT_INT_COLUMNS:
-            out[c] = narrow_int(v)
+            out[c] = narrow_int(v, NARROW_INT_COLUMNS.get(c, "int32"))
         else:
             out[c] = v
     return pd.DataFrame(out, copy=False)

@@ -13,8 +13,11 @@ A million-kernel trace is ~1 M kernel rows and ~2 M API rows, so the nsys loader
 * **times** (``start``, ``end``, ``duration``, ``api_start``) and ``bytes``: ``int64``, always;
 * **id-like integers** (:data:`COMPACT_INT_COLUMNS`: device, context, stream, correlation id, launch
   dimensions, registers, shared memory, launch type, graph node, pid, tid, nvtx_id, return value):
-  ``int32`` when the trace's values fit, else ``int64``. Multiply them in ``int64``
-  (``k["grid_x"].astype("int64") * k["grid_y"] * k["grid_z"]``): an int32 product can wrap;
+  ``int32`` when the trace's values fit, else ``int64``; those of :data:`NARROW_INT_COLUMNS` (device,
+  context, ``in_graph``, launch type, graph and graph node ids from ``int8``; stream, return value,
+  block dimensions, registers from ``int16``) in the narrowest type that holds every value. Compute with them in ``int64``
+  (``k["grid_x"].astype("int64") * k["grid_y"] * k["grid_z"]``): a narrow product can wrap, and with
+  NumPy 2 an ``int8`` column plus or times a Python integer beyond its range raises;
 * **text** (``name``, ``short_name``, ``api_name``, ``nvtx_range``, ``nvtx_path``, ``attribution``,
   ``kind``, ``direction``, ``src_kind``, ``dst_kind``, ``mem_kind``, ``sync_type``): pandas
   ``category`` with ``object`` categories: the distinct texts in use, sorted (so sorting by the column
@@ -188,6 +191,20 @@ COMPACT_INT_COLUMNS: frozenset[str] = frozenset({
     "block_z", "registers_per_thread", "static_smem", "dynamic_smem", "launch_type", "graph_node_id",
     "in_graph", "graph_id", "pid", "tid", "nvtx_id", "return_value",
 })
+
+#: of :data:`COMPACT_INT_COLUMNS`, those stored narrower than 32 bits where the trace's values fit: small
+#: enumerations and ids that no code does arithmetic on (device, context, ``in_graph``, launch type, graph
+#: and graph node ids, -1 on most traces: from 8 bits; stream, CUDA return value: from 16 bits) and the
+#: launch sizes whose products stay small (block dimensions, at most 1,024 threads a block, and
+#: registers, at most 255 a thread: from 16 bits). Read them
+#: ``to_numpy(dtype=np.int64)`` before arithmetic: with NumPy 2 an 8-bit column times ``1000`` raises
+#: (``OverflowError``) and a product of 16-bit columns can wrap
+NARROW_INT_COLUMNS: Mapping[str, str] = {
+    "device": "int8", "context": "int8", "in_graph": "int8", "launch_type": "int8", "graph_id": "int8",
+    "graph_node_id": "int8",
+    "stream": "int16", "return_value": "int16", "block_x": "int16", "block_y": "int16", "block_z": "int16",
+    "registers_per_thread": "int16",
+}
 
 GPU_COLUMNS: tuple[str, ...] = (
     "device",

@@ -11,7 +11,7 @@ import pytest
 from analyzer.loading import load_trace
 from analyzer.arrays import sorted_distinct
 from analyzer.loading.columns import TextCodes, categorical, narrow_int
-from analyzer.loading.model import COMPACT_INT_COLUMNS, FRAME_COLUMNS
+from analyzer.loading.model import COMPACT_INT_COLUMNS, FRAME_COLUMNS, NARROW_INT_COLUMNS
 from analyzer.loading.sqlite_reader import SqliteReader
 
 TIMES = {"start", "end", "duration", "api_start", "bytes"}
@@ -35,6 +35,8 @@ def test_big_frames_are_compact(trace, frame):
         dtype = f[c].dtype
         if c in TIMES:
             assert dtype == np.int64, c
+        elif c in NARROW_INT_COLUMNS:  # every value of this trace fits the narrow type
+            assert dtype == np.dtype(NARROW_INT_COLUMNS[c]), c
         elif c in COMPACT_INT_COLUMNS:
             assert dtype == np.int32, c  # every id of this trace fits
         else:
@@ -87,6 +89,31 @@ def test_narrow_int():
     assert narrow_int(np.array([1, 2**31])).dtype == np.int64
     assert narrow_int(np.array([-(2**31) - 1])).dtype == np.int64
     assert narrow_int(np.empty(0, dtype=np.int64)).dtype == np.int32
+    assert narrow_int(np.array([0, 2], dtype=np.int8)).dtype == np.int32  # the default widens to 32 bits
+    # a smaller floor: the smallest type from it up to int32 that holds every value, else unchanged
+    assert narrow_int(np.array([-1, 127]), "int8").dtype == np.int8
+    assert narrow_int(np.array([-1, 128]), "int8").dtype == np.int16
+    assert narrow_int(np.array([-1, 127]), "int16").dtype == np.int16
+    assert narrow_int(np.array([-(2**15) - 1, 1], dtype=np.int32), "int8").dtype == np.int32
+    assert narrow_int(np.array([2**31]), "int8").dtype == np.int64
+    assert narrow_int(np.empty(0, dtype=np.int64), "int8").dtype == np.int8
+    values = np.array([3, -1, 100], dtype=np.int32)
+    assert narrow_int(values, "int8").tolist() == [3, -1, 100]
+
+
+def test_narrow_columns_hold_the_exports_values(trace):
+    """The 8- and 16-bit columns of the real trace's kernels hold the values the export has (the SQLite
+    kernel table, by start time): device, context, stream, block dimensions and registers."""
+    from analyzer.testing import real_trace
+
+    k = trace.kernels.sort_values("start", kind="stable")
+    assert k["device"].dtype == np.int8 and k["stream"].dtype == np.int16 and k["block_x"].dtype == np.int16
+    conn = sqlite3.connect(f"file:{real_trace('small_training_ctx128')}?mode=ro&immutable=1", uri=True)
+    rows = np.array(conn.execute("""SELECT deviceId, contextId, streamId, blockX, blockY, blockZ,
+        registersPerThread FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY start""").fetchall(), dtype=np.int64)
+    conn.close()
+    cols = ["device", "context", "stream", "block_x", "block_y", "block_z", "registers_per_thread"]
+    np.testing.assert_array_equal(k[cols].to_numpy(dtype=np.int64), rows)
 
 
 def test_sorted_distinct_is_numpy_unique(trace):
