@@ -1,20 +1,22 @@
 """layer_timing_sync: per-layer timing left in from debugging, a device synchronization around every layer.
 
-Pathology: an MLP (48 blocks of Linear(1024, 1024) + LayerNorm + GELU and a head, fp32 weights,
-bf16 autocast, fused AdamW, 8192-row batches) whose forward is timed layer by layer the way one
-does while hunting a slow layer and then forgets: ``torch.cuda.synchronize()``, ``t0 =
-time.perf_counter()``, the module, ``torch.cuda.synchronize()`` again and the elapsed time added to
-a per-module table, for each of the 145 modules. Each synchronize lets the GPU drain: the host
-cannot queue the next module until the last one has finished, so every module's launch latency
-and Python dispatch lies on the GPU's critical path (290 ``cudaDeviceSynchronize`` a step).
+Pathology: an MLP (24 blocks of Linear(2048, 2048) + LayerNorm + GELU and a head, fp32 weights, bf16
+autocast, fused AdamW, 16384-row batches: each module's GPU time about the host's time to issue it)
+whose forward is timed layer by layer the way one does while hunting a slow layer and then forgets:
+``torch.cuda.synchronize()``, ``t0 = time.perf_counter()``, the module, ``torch.cuda.synchronize()``
+again and the elapsed time added to a per-module table, for each of the 73 modules. Each synchronize
+lets the GPU drain: the host cannot queue the next module until the last one has finished, so every
+module's launch latency and Python dispatch lies on the GPU's critical path (146
+``cudaDeviceSynchronize`` a step).
 Twin (``--fixed``): the same per-module table from CUDA events: an event recorded before the first
 module and after each (``torch.cuda.Event(enable_timing=True)``), no synchronization, and the elapsed times
 read once at the end of the step, after one ``synchronize`` of the last event. On a CPU the twin
 times with ``perf_counter`` alone (no events, no syncs).
-Trace evidence: per ``step_N`` (``forward``, ``backward``, ``optimizer``): pathology: 290
+Trace evidence: per ``step_N`` (``forward``, ``backward``, ``optimizer``): pathology: 146
 ``cudaDeviceSynchronize`` calls in ``forward``, each followed by a GPU gap before the next module's
-kernels; twin: 146 event records (``cudaEventRecord``) between the launches, one
-``cudaEventSynchronize`` in ``read_timings`` at the step's end, a dense forward and a step shorter by about the gaps.
+kernels; twin: 74 event records (``cudaEventRecord``) between the launches, one
+``cudaEventSynchronize`` in ``read_timings`` at the step's end, a dense forward and a step shorter by
+about the gaps.
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ def build(cfg: c.RunConfig) -> c.Step:
     import torch
     import torch.nn.functional as F
 
-    blocks, width, rows, classes = c.pick(cfg, (3, 32, 64, 10), (48, 1024, 8192, 1000))
+    blocks, width, rows, classes = c.pick(cfg, (3, 32, 64, 10), (24, 2048, 16384, 1000))
     dev = cfg.device
     torch.manual_seed(0)
     model = c.mlp_stack(blocks, width, classes).to(dev)

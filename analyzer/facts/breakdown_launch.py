@@ -10,6 +10,9 @@ import pandas as pd
 from analyzer.facts._util import FAR_NS, column
 from analyzer.facts.registry import FactContext
 
+#: the facts that look launch calls up (:func:`submission`): the calls' key table is kept until both are made
+LAUNCH_KEY_USERS = ("timeline_segments", "copy_stalls")
+
 _STREAM_WAIT = re.compile(r"StreamWaitEvent|StreamWaitValue|cuStreamWait")
 
 
@@ -73,21 +76,18 @@ def submission(ctx: FactContext, ops: pd.DataFrame, pos: np.ndarray) -> np.ndarr
         return out
     want_pid = ops["pid"].to_numpy(dtype=np.int64)[pos]
     want_corr = ops["correlation_id"].to_numpy(dtype=np.int64)[pos]
-    corr = api["correlation_id"].to_numpy(dtype=np.int64)
-    if len(corr) and corr.min() >= 0 and corr.max() < 2**32:
+    table = ctx.store.memo("launch_call_keys", lambda: _call_keys(api), users=LAUNCH_KEY_USERS)
+    if table is not None and (not len(want_pid) or (-(2**31) <= want_pid.min() and want_pid.max() < 2**31)):
         # the calls' (pid, correlation id) keys distinct and in row order (nsys API tables): each op
-        # finds its call by one binary search, nothing hashed or sorted
-        pid = column(api, "pid", -1).fillna(-1).to_numpy(dtype=np.int64)
-        if -(2**31) <= min(pid.min(), want_pid.min()) and max(pid.max(), want_pid.max()) < 2**31:
-            key = (pid << 32) | corr
-            if len(key) < 2 or bool((key[1:] > key[:-1]).all()):
-                want_key = (want_pid << 32) | np.where(want_corr >= 0, want_corr, 0)
-                at = np.minimum(np.searchsorted(key, want_key), len(key) - 1)
-                has = (key[at] == want_key) & (want_corr >= 0) & (out >= 0)
-                out[has] = api["end"].to_numpy(dtype=np.int64)[at[has]]
-                return out
-            del key
-        del pid
+        # finds its call by one binary search, nothing hashed or sorted; the keys made once per trace
+        # (the breakdown, its thread handoffs and copy_stalls all ask), freed after the last of them
+        key, api_end = table
+        want_key = (want_pid << 32) | np.where(want_corr >= 0, want_corr, 0)
+        at = np.minimum(np.searchsorted(key, want_key), len(key) - 1)
+        has = (key[at] == want_key) & (want_corr >= 0) & (out >= 0)
+        out[has] = api_end[at[has]]
+        return out
+    corr = api["correlation_id"].to_numpy(dtype=np.int64)
     hit = np.flatnonzero(np.isin(corr, want_corr) & (corr >= 0))
     if not len(hit):
         return out
@@ -108,6 +108,22 @@ def submission(ctx: FactContext, ops: pd.DataFrame, pos: np.ndarray) -> np.ndarr
     has = (key[at] == want_key) & (want_corr >= 0) & (out >= 0)
     out[has] = api_end[at[has]]
     return out
+
+
+def _call_keys(api: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(key, end)`` of the API calls, key ``pid << 32 | correlation id``, when those keys are distinct
+    and increase in row order (nsys API tables: one binary search per op finds its launch call); None
+    otherwise (ids or pids beyond the key's halves, or calls out of key order)."""
+    corr = api["correlation_id"].to_numpy(dtype=np.int64)
+    if not (len(corr) and corr.min() >= 0 and corr.max() < 2**32):
+        return None
+    pid = column(api, "pid", -1).fillna(-1).to_numpy(dtype=np.int64)
+    if not (-(2**31) <= pid.min() and pid.max() < 2**31):
+        return None
+    key = (pid << 32) | corr
+    if len(key) >= 2 and not bool((key[1:] > key[:-1]).all()):
+        return None
+    return key, api["end"].to_numpy(dtype=np.int64)
 
 
 def _submission_merge(out: np.ndarray, want_pid: np.ndarray, want_corr: np.ndarray, pid: np.ndarray,

@@ -30,7 +30,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from analyzer.facts._util import column, first_positions, text
+from analyzer.facts._util import column, first_positions, frame_memo, text, text_codes
 from analyzer.facts.api import all_sync_call_rows, step_index
 from analyzer.facts.breakdown_ranges import generic_keys
 from analyzer.facts.registry import FactContext, fact
@@ -72,12 +72,14 @@ def copy_kernels(ctx: FactContext) -> pd.DataFrame:
     k = ctx.get("kernel_categories")
     if k.empty:
         return _empty()
-    names = text(k["name"])
-    codes, uniques = pd.factorize(names)
-    hit = np.array([bool(COPY_LIKE.search(u)) for u in uniques], dtype=bool)
-    mine = hit[codes] if len(uniques) else np.zeros(len(k), dtype=bool)
+    # per distinct name, never per kernel: the name column's codes (a categorical's own), each label
+    # matched once
+    codes, labels = frame_memo(k, "text_codes:name", lambda: text_codes(k["name"]))
+    hit = np.array([bool(COPY_LIKE.search(u)) for u in labels], dtype=bool)
+    mine = hit[codes]
     if not mine.any():
         return _empty()
+    cat = np.array(["CatArray" in u for u in labels], dtype=bool)
     c = k.loc[mine]
     start = c["start"].to_numpy(dtype=np.int64)
     dev = c["device"].to_numpy(dtype=np.int64)
@@ -88,7 +90,7 @@ def copy_kernels(ctx: FactContext) -> pd.DataFrame:
     out = pd.DataFrame({
         "device": dev, "start": start, "end": c["end"].to_numpy(dtype=np.int64), "duration": dur,
         "short_name": short,
-        "op": np.where(names[mine].str.contains("CatArray", regex=False).to_numpy(), "cat", "copy").astype(object),
+        "op": np.where(cat[codes[mine]], "cat", "copy").astype(object),
         "nvtx_path": text(column(c, "nvtx_path", "")).to_numpy(dtype=object),
         "step": step,
     }).sort_values(["device", "start"], kind="stable").reset_index(drop=True)
