@@ -49,6 +49,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks import breakdown_heldout_second as second  # noqa: E402
+from benchmarks import breakdown_heldout_third as third  # noqa: E402
 from benchmarks._docfile import write_or_check  # noqa: E402
 
 DATA = ROOT / "tests" / "data"
@@ -585,6 +586,11 @@ HELD_OUT_FIXES: dict[str, tuple[tuple[str, ...], bool]] = {
     "snapshot_to_host": (("exposed-copies", "sync-memcpy", "host-sync-in-loop"), False),
     "tensor_from_list": (("host-sync-in-loop", "sync-memcpy"), False),
     "ema_clip_loop": (("launch-bound",), False),
+    # the third batch (h100_run4). cpu_posenc_mask's twin removes the numpy work and its pageable uploads
+    "layer_timing_sync": (("host-sync-in-loop",), False),
+    "head_loop_attention": (("launch-bound",), False),
+    "cpu_posenc_mask": (("host-work-in-loop", "sync-memcpy", "exposed-copies"), False),
+    "layout_copies": (("copy-kernel-dominance",), False),
 }
 
 
@@ -660,14 +666,16 @@ def render_held_out(name: str, rows: list[Row]) -> str:
         "H100 session with cpu_augment's corrected twin and the `mask_index_sync_loop` pair: see "
         "tests/data/MANIFEST.md), and a second batch written after the first was judged "
         "(`kv_cache_cat.py`, `snapshot_to_host.py`, `tensor_from_list.py`, `ema_clip_loop.py`; `PART=j`, folder "
-        "`h100_run3`, its own section below), analyzed by the "
+        "`h100_run3`, its own section below), and a third batch written after the second was judged "
+        "(`layer_timing_sync.py`, `head_loop_attention.py`, `cpu_posenc_mask.py`, `layout_copies.py`; `PART=k`, "
+        "folder `h100_run4`, its own section below), analyzed by the "
         "default rules. Method, columns and the bare pairs' saving (a share of the window) as in "
         "`docs/breakdown-calibration.md`. A verdict is right when its biggest cause is one the twin fixes (the "
         "fix that buys the most), its impact within 25% of the twin's measured saving, and the twin silent on "
         "it; a twin that removes one cause of several (`mask_index_sync_loop`: the per-expert loop kept, its "
         "synchronizations removed) judges that cause's own finding.\n\n"
         f"Right: {right} of {len(judged)}.\n\n" + "\n".join(lines) + "\n"
-        + held_out_notes(name, judged) + second.notes(judged)
+        + held_out_notes(name, judged) + second.notes(judged) + third.notes(judged)
         + "\n## The calibration columns\n\n" + table(rows)
         + "\n## Every breakdown rule on every pair\n\n" + rule_table(rows))
 
@@ -685,6 +693,7 @@ HELD_OUT_TWIN_WHY = {
         "ran the same pathology at 34.6 ms a step against 17.5 in the first (the first session's nsys twin is "
         "silent on launch-bound)"),
     **second.TWIN_WHY,
+    **third.TWIN_WHY,
 }
 
 

@@ -5,17 +5,19 @@ GELU, Linear 512 -> 128, residual) on 64 images of 224 x 224 (a 4 x 4 patchify s
 activations), bf16 autocast, AdamW, written as many reimplementations write it: NCHW tensors, and
 around the channel-last part of each block ``x.permute(0, 2, 3, 1).contiguous()`` and back
 ``x.permute(0, 3, 1, 2).contiguous()``. Each ``.contiguous()`` is an elementwise copy kernel of the
-whole activation (51 MiB in bf16), forward and backward, and the depthwise convolution on NCHW bf16
-data has cuDNN transpose its input and output (``nchwToNhwc`` / ``nhwcToNchw`` kernels) around the
-convolution: the GPU spends much of the step rearranging memory.
+whole activation (51 MiB in bf16), forward and backward; and the depthwise convolution on NCHW bf16
+data runs ATen's own ``conv_depthwise2d_*`` kernels, not cuDNN's. The H100 recording (tests/data/
+heldout/h100_run4) says which costs more: the depthwise kernels 3.8 ms a block a step (the twin's cuDNN
+NHWC kernels 0.8), copy kernels 6.8 ms a step (12% of kernel time; the twin's 2.7).
 Twin (``--fixed``): the same model and input in ``torch.channels_last`` memory format and the
 permutes without ``.contiguous()``: a channels-last NCHW tensor permuted to NHWC is already
 contiguous, so the LayerNorm and Linears read it as it is and the convolution runs on NHWC data:
 no layout copy at all.
-Trace evidence: per ``step_N`` (``forward``, ``backward``, ``optimizer``): pathology: ~4 copy kernels
-per block (``elementwise_kernel`` / ``copy_`` of permuted tensors) plus cuDNN's layout-transform
-kernels around each depthwise convolution, tens of percent of the GPU time; twin: none of these,
-the same convolution, normalization and GEMM kernels, and a shorter step.
+Trace evidence: per ``step_N`` (``forward``, ``backward``, ``optimizer``): pathology: ~4
+``direct_copy_kernel`` copies of permuted tensors per block and ``conv_depthwise2d_forward_kernel`` /
+``_backward_kernel`` / ``_grad_weight_kernel`` (55% of kernel time); twin: cuDNN's
+``conv2d_c1_k1_nhwc_specialized`` / ``dgrad2d_c1_k1_nhwc_specialized`` instead, no permuted copies, the
+same normalization and GEMM kernels, and a step about half as long (57.0 -> 30.5 ms on the H100).
 """
 from __future__ import annotations
 

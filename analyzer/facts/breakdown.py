@@ -63,7 +63,10 @@ that launched the op before it). The op's *submission* is the end of its launch 
                   GPU overlap and the interval takes about ``max(T - S, T - I)``). What the two charges
                   above leave of it is taken from the interval's launch-bound and host-work time from
                   its start, the refill of the queue the previous synchronization drained
-                  (:mod:`analyzer.facts.breakdown_sync`). And the synchronizing *operator's* own time:
+                  (:mod:`analyzer.facts.breakdown_sync`). Before that, the GPU's gap around syncs that
+                  leave it empty while the host makes and uploads small values (pageable copies under
+                  64 KiB, host code between them) is the syncs', its pieces under ``dispatch_gap_ns``
+                  (:func:`~analyzer.facts.breakdown_sync.charge_drains`). And the synchronizing *operator's* own time:
                   where the trace has operator ranges (torch.profiler's ``cpu_op``, nsys with
                   ``emit_nvtx``), the launch-bound and host-work time while the feeding thread was in
                   the innermost operator enclosing the call, up to the call's return (``aten::nonzero``'s
@@ -149,7 +152,7 @@ from analyzer.facts.graphs import capture_blocks
 from analyzer.facts.breakdown_launch import wait_details as _wait_details
 from analyzer.facts.breakdown_ranges import generic_keys
 from analyzer.facts.breakdown_pieces import _ascending, _gathered, _places, span_of
-from analyzer.facts.breakdown_sync import SyncBlocks, charge_refills, refilled_call
+from analyzer.facts.breakdown_sync import SyncBlocks, charge_drains, charge_refills, refilled_call
 from analyzer.facts.breakdown_syncop import charge_sync_ops
 from analyzer.facts.launch_loops import op_paths as op_paths_of
 from analyzer.facts.launch_loops import LoopNames, trace_loop_ranges, with_loops
@@ -457,6 +460,11 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
     if op_cut is not None:
         idle.update({k: np.concatenate([idle[k], v]) for k, v in op_cut.items()})
         del op_cut
+    # the idle after a synchronization that drained the GPU, up to its next kernel (in place)
+    kern = (busy_frame["cause"] == _C["compute"]) | (busy_frame["cause"] == _C["exposed_comm"])
+    charge_drains(ctx, idle, syncs, labels, code, _C,
+                  (busy_frame["device"][kern], busy_frame["start"][kern], busy_frame["end"][kern]), dispatch_ns)
+    del kern
     cut = charge_refills(ctx, idle, syncs, labels, code, _C)
     del syncs
     # every column scattered in (device, start) order from its busy, idle and cut-off idle parts, each
@@ -660,8 +668,7 @@ class _Idle:
                  loops: pd.DataFrame | None = None, op_submit: np.ndarray | None = None) -> None:
         from analyzer.loading.model import NOT_IN_GRAPH
 
-        self.op_submit = op_submit  # every op's submission (:func:`_submission`), None: not made
-
+        self.op_submit = op_submit  # every op's submission (None: not made)
         self.otid = narrow_int(ops["tid"].to_numpy(dtype=np.int64))
         self.opid = narrow_int(ops["pid"].to_numpy(dtype=np.int64))
         # per op: a CUDA graph replay ran it, or it runs just before one (the gaps it ends are a replay's
@@ -727,7 +734,6 @@ class _Idle:
         """The processes' launching threads (:mod:`analyzer.facts.breakdown_handoff`), made on first use."""
         if self._handoffs is None:
             self._handoffs = Handoffs(ctx, ops, self.otid, self.opid, self.op_submit)
-            self.op_submit = None  # read once
         return self._handoffs
 
     def range_at(self, tid: np.ndarray, pid: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -803,14 +809,10 @@ def _classify_idle(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev:
     n = len(g0)
     submit = np.full(n, -1, dtype=np.int64)  # the end of the launch call of the op ending each gap
     has_next = next_op >= 0
-    op_submit = None
-    if 2 * int(has_next.sum()) >= len(ops):
-        # gaps after most ops (tiny kernels): every op's submission looked up once, read here and by the
-        # hand-offs between launching threads (one lookup of a million ops' calls instead of two)
-        op_submit = _submission(ctx, ops, np.arange(len(ops)))
-        submit[has_next] = op_submit[next_op[has_next]]
-    elif has_next.any():
-        submit[has_next] = _submission(ctx, ops, next_op[has_next])
+    op_submit = _submission(ctx, ops, np.arange(len(ops))) if 2 * int(has_next.sum()) >= len(ops) else None
+    if has_next.any():  # gaps after most ops: every op's submission, read by the hand-offs between threads too
+        submit[has_next] = (op_submit[next_op[has_next]] if op_submit is not None
+                            else _submission(ctx, ops, next_op[has_next]))
     del has_next
     shared = _Idle(ctx, ops, labels, loops, op_submit)
     parts = [_classify_chunk(ctx, ops, level, gdev[a:a + IDLE_CHUNK], g0[a:a + IDLE_CHUNK], g1[a:a + IDLE_CHUNK],

@@ -31,6 +31,17 @@ by an annotation (``Optimizer.step#...``) keep the exemption: one such iteration
 the data loader's ``next()`` and the two blocking copies of its batch, whose refill would take the
 loader's time.
 
+Before the refills, :func:`charge_drains` gives synchronizations the GPU's whole gap around them when
+the host synchronizes again before the GPU's next kernel, runs its own code between the two and uploads
+only small values in the gap (pageable copies under :data:`SMALL_UPLOAD_BYTES`, two in a row:
+``torch.tensor(list, device="cuda")`` twice a layer, the host converting the next list between them),
+the same ones in :data:`MIN_REPEATS` such gaps or more (values rebuilt per use in a loop): its
+launch-bound and host-work pieces shorter than the dispatch bound (1 ms), from the last kernel's end to
+the next kernel, are the syncs'. A gap that uploads a batch (64 KiB or more, or pinned: a data loader's
+``next()`` before its input copies, PARAM's ResNet, the DDP jobs) keeps its host work, which stays when
+the copies' syncs go; host code of a millisecond or more stays host work; readbacks (a value used
+between two reads) keep the refill charge.
+
 Self-limiting: a launch-bound loop (``S`` small: the GPU drained long before the host synchronized)
 keeps its launch-bound time; a GPU-bound one (``I`` small) gets only its short refills charged; a
 loop where host and GPU take turns gets the overlap that the sync prevents. Every nanosecond keeps
@@ -226,6 +237,154 @@ def _by_device(rows: np.ndarray, k: np.ndarray, devs: np.ndarray) -> Iterator[tu
         yield d, rows[on], k[on]
 
 
+#: a host-to-device copy from pageable memory up to this size is staged and returns at once (CUDA's
+#: "API synchronization behavior"): values made on the host, not a batch of input
+SMALL_UPLOAD_BYTES = 64 * 1024
+#: gaps with the same small uploads (count and bytes) on a thread and device: a loop's rebuilt values
+MIN_REPEATS = 3
+
+
+class _Intervals:
+    """A thread's intervals between the returns of its synchronizing calls, and which are charged: interval
+    k = (r_e[k-1], r_e[k]], k >= 1, with the sync's blocked time inside the window; not the first (before
+    the thread's first sync: no queue drained by an earlier one) nor those either side of a step boundary
+    (the step's own synchronization), unless the steps are periods holding two of the thread's syncs or
+    more (see the module docstring)."""
+
+    def __init__(self, ctx: FactContext) -> None:
+        self.w = ctx.window
+        self.steps = ctx.get("steps")
+        # steps that are only periods of the GPU op sequence: the program declared none
+        self.guessed = self.w.steps is not None and self.w.steps.source == "periodic"
+        self.done = np.empty(0, np.int64)
+        if not self.steps.empty:  # every step's start and completion
+            end_ns = self.steps["done"].to_numpy(dtype=np.int64)
+            self.done = np.unique(np.r_[end_ns - self.steps["duration"].to_numpy(dtype=np.int64), end_ns])
+
+    def __call__(self, r_s: np.ndarray, r_e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(blocked ns, charged)`` per interval."""
+        w, done, n = self.w, self.done, len(r_e)
+        blocked = np.maximum(np.minimum(r_e, w.end_ns) - np.maximum(r_s, w.start_ns), 0)
+        open_k = blocked > 0
+        open_k[0] = False
+        # periods that hold two synchronizations of this thread or more are not the loop's steps with
+        # their one synchronization
+        sub_step = self.guessed and int(np.count_nonzero(blocked)) >= 2 * len(self.steps)
+        if len(done) and not sub_step:  # the step's own synchronization: the intervals either side of a boundary
+            before = np.searchsorted(done, r_e, side="right")  # boundaries up to each return
+            crosses = np.zeros(n + 1, dtype=bool)  # interval k holds a boundary (k = n: after the last)
+            crosses[1:n] = before[1:] > before[:-1]
+            crosses[n] = before[-1] < len(done)
+            open_k &= ~(crosses[:n] | crosses[1:])
+        return blocked, open_k
+
+
+def charge_drains(ctx: FactContext, idle: dict[str, np.ndarray], syncs: list[SyncBlocks], labels: list[str],
+                  code: Callable[[str], int], causes: dict[str, int],
+                  kernels: tuple[np.ndarray, np.ndarray, np.ndarray], dispatch_ns: int) -> None:
+    """Charges to ``host_sync`` the GPU's gap around synchronizations that leave it empty, **in place** in
+    ``idle``: where the feeding thread synchronizes again before the device's next kernel, ran its own
+    code between (a ``host_work`` row: longer than a return) and host-to-device copies ran in the gap,
+    every one a small pageable upload (under :data:`SMALL_UPLOAD_BYTES`: the host made values and
+    uploaded them synchronously instead of queueing work, a tensor built from a Python list,
+    ``torch.tensor(list, device="cuda")``; a batch of input, 64 KiB or more or pinned, is the loader's
+    work, which stays when the copies' syncs go) and the same uploads (count and bytes) in
+    :data:`MIN_REPEATS` such gaps of the thread or more (a loop rebuilding its values; not one library
+    call's own host code), the thread's
+    launch-bound and host-work idle rows on that device from the last kernel's end to the next kernel,
+    each shorter than ``dispatch_ns``, are the syncs' (detail :func:`refill_detail` of the gap's last
+    synchronizing call, whose return lets the host queue work again). Making the data once on the device
+    removes the conversion with the copy and its synchronization. Host code of ``dispatch_ns`` or more
+    (loading data, a loop's own work) stays host work, and a readback's value used between two reads
+    keeps the refill charge (:func:`charge_refills`, min(S, I)). Charged only in the intervals
+    :func:`charge_refills` charges (not at a step boundary: the step's own synchronization stays the
+    host's). Idle rows end at a busy op and start at or after the last one, so whole rows are charged,
+    none cut. ``kernels``: (device, start, end) of the compute time."""
+    if not syncs or not len(idle["start"]) or not len(kernels[0]):
+        return
+    hs, lb, hw = causes["host_sync"], causes["launch_bound"], causes["host_work"]
+    dev, start, cause, tid = idle["device"], idle["start"], idle["cause"], idle["tid"]
+    k_dev, k_start, k_end = (np.asarray(x, np.int64) for x in kernels)
+    opened = _Intervals(ctx)
+    mc = ctx.trace.memcpy
+    # device -> (sorted starts of its host-to-device copies, how many of them up to each are not a small
+    # pageable upload, their bytes up to each)
+    uploads: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    if len(mc) and "direction" in mc.columns:
+        up = mc.loc[mc["direction"].astype(str).to_numpy() == "H2D"]
+        if len(up):
+            u_dev = up["device"].to_numpy(np.int64)
+            u_start = up["start"].to_numpy(np.int64)
+            u_other = np.ones(len(up), dtype=bool)  # a batch, pinned or of unknown memory
+            u_bytes = np.zeros(len(up), np.int64)
+            if "bytes" in up.columns and "src_kind" in up.columns:
+                u_bytes = up["bytes"].to_numpy(np.int64)
+                u_other = (u_bytes >= SMALL_UPLOAD_BYTES) | (up["src_kind"].astype(str).to_numpy() != "pageable")
+            for x in np.unique(u_dev).tolist():
+                on = np.flatnonzero(u_dev == x)
+                o = on[np.argsort(u_start[on], kind="stable")]
+                uploads[int(x)] = (u_start[o], np.r_[0, np.cumsum(u_other[o])], np.r_[0, np.cumsum(u_bytes[o])])
+    for t, r_s, r_e, r_d in syncs:
+        _blocked, open_k = opened(r_s, r_e)
+        if not open_k.any():
+            continue
+        mine = np.flatnonzero((tid == t) & ((cause == lb) | (cause == hw)) & (idle["end"] - start < dispatch_ns))
+        if not len(mine):
+            continue
+        for d in np.unique(dev[mine]).tolist():
+            on_d = k_dev == d
+            ks = k_start[on_d]
+            o = np.argsort(ks, kind="stable")
+            ks = ks[o]
+            ke = np.maximum.accumulate(k_end[on_d][o])
+            # the last kernel end at each return, and the next kernel start after it
+            at = np.searchsorted(ks, r_e, side="left")  # kernels starting before the return
+            last_end = np.where(at > 0, ke[np.maximum(at - 1, 0)], -1)
+            nxt = np.where(at < len(ks), ks[np.minimum(at, len(ks) - 1)], np.iinfo(np.int64).max)
+            again = np.r_[r_s[1:], np.iinfo(np.int64).max] < nxt  # the next sync comes before the next kernel
+            drained = open_k & again
+            if not drained.any():
+                continue
+            rows = mine[dev[mine] == d]
+            rs = start[rows]
+            # the GPU's gap around each such call: from the last kernel's end to the next kernel; each row
+            # in one
+            q = np.flatnonzero(drained)
+            q = q[np.lexsort((q, last_end[q]))]
+            j = np.searchsorted(last_end[q], rs, side="right") - 1
+            ok = j >= 0
+            ok[ok] = rs[ok] < nxt[q[j[ok]]]
+            if not ok.any():
+                continue
+            # only gaps where the host ran its own code between the synchronizations (host work: longer
+            # than a return), not only returned and dispatched
+            gap = q[j[ok]]
+            worked = np.unique(gap[cause[rows[ok]] == hw])
+            # ...and uploaded what it made: a host-to-device copy ran in the gap (a value read back and
+            # used between two reads is the loop's own work, which the refill charge weighs)
+            ups, other, nbytes = uploads.get(d, (np.empty(0, np.int64), np.zeros(1, np.int64), np.zeros(1, np.int64)))
+            c_at = np.searchsorted(ups, last_end[worked], side="left")
+            c_to = np.searchsorted(ups, nxt[worked], side="left")
+            # ...only small pageable uploads (made from host values, not a batch of input)...
+            c_ok = (c_to > c_at) & (other[c_to] == other[c_at])
+            # ...the same ones (count and bytes) in MIN_REPEATS such gaps or more: values rebuilt per use
+            # in a loop, not one library call's own host code
+            sig = np.stack([c_to - c_at, nbytes[c_to] - nbytes[c_at]], axis=1)[c_ok]
+            if len(sig):
+                _u, s_inv, s_n = np.unique(sig, axis=0, return_inverse=True, return_counts=True)
+                c_ok[c_ok] = s_n[s_inv.reshape(-1)] >= MIN_REPEATS
+            ok[ok] = np.isin(gap, worked[c_ok])
+            if not ok.any():
+                continue
+            # named by the gap's last synchronizing call, whose return lets the host queue work again
+            hit = rows[ok]
+            sync = np.searchsorted(r_s, nxt[q[j[ok]]], side="left") - 1
+            used, inv = np.unique(r_d[sync], return_inverse=True)
+            cause[hit] = hs
+            idle["detail"][hit] = np.array([code(refill_detail(labels[u])) for u in used.tolist()],
+                                           dtype=np.int64)[inv.reshape(-1)]
+
+
 def charge_refills(ctx: FactContext, idle: dict[str, np.ndarray], syncs: list[SyncBlocks], labels: list[str],
                    code: Callable[[str], int], causes: dict[str, int]) -> dict[str, np.ndarray] | None:
     """Charges each sync's refill to ``host_sync`` in ``idle`` (the breakdown's idle segments as
@@ -239,37 +398,18 @@ def charge_refills(ctx: FactContext, idle: dict[str, np.ndarray], syncs: list[Sy
     coder."""
     if not syncs or not len(idle["start"]):
         return None
-    w = ctx.window
     hs, lb, hw = causes["host_sync"], causes["launch_bound"], causes["host_work"]
     dev, start, end = idle["device"], idle["start"], idle["end"]
     cause, tid = idle["cause"], idle["tid"]
-    steps = ctx.get("steps")
-    # steps that are only periods of the GPU op sequence: the program declared none
-    guessed = w.steps is not None and w.steps.source == "periodic"
-    done = np.empty(0, np.int64)
-    if not steps.empty:  # every step's start and completion
-        end_ns = steps["done"].to_numpy(dtype=np.int64)
-        done = np.unique(np.r_[end_ns - steps["duration"].to_numpy(dtype=np.int64), end_ns])
+    opened = _Intervals(ctx)
     by_tid = {t: (s, e, d) for t, s, e, d in syncs}
     take_row: list[np.ndarray] = []  # idle row charged
     take_ns: list[np.ndarray] = []  # how much of it, from its start
     take_sync: list[np.ndarray] = []  # the sync (position in its thread's blocks)
     take_tid: list[int] = []
     for t, (r_s, r_e, _) in by_tid.items():
-        # interval k = (r_e[k-1], r_e[k]], k >= 1; the sync's blocked time inside the window
         n = len(r_e)
-        blocked = np.maximum(np.minimum(r_e, w.end_ns) - np.maximum(r_s, w.start_ns), 0)
-        open_k = blocked > 0
-        open_k[0] = False  # before the thread's first sync: no queue drained by an earlier one
-        # periods that hold two synchronizations of this thread or more are not the loop's steps with
-        # their one synchronization
-        sub_step = guessed and int(np.count_nonzero(blocked)) >= 2 * len(steps)
-        if len(done) and not sub_step:  # the step's own synchronization: the intervals either side of a boundary
-            before = np.searchsorted(done, r_e, side="right")  # boundaries up to each return
-            crosses = np.zeros(n + 1, dtype=bool)  # interval k holds a boundary (k = n: after the last)
-            crosses[1:n] = before[1:] > before[:-1]
-            crosses[n] = before[-1] < len(done)
-            open_k &= ~(crosses[:n] | crosses[1:])
+        blocked, open_k = opened(r_s, r_e)
         if not open_k.any():
             continue
         # the thread's idle rows and their intervals: passes over the rows per synchronizing thread (a

@@ -201,3 +201,48 @@ def test_the_syncs_around_a_step_boundary_get_no_refill():
     check_partition(st)
     assert len(st.get("steps")) == 2
     assert _refill_ns(st) == 4 * 98 * US
+
+
+def test_the_gap_around_two_small_pageable_copies_is_the_syncs():
+    """heldout/h100_run3/tensor_from_list (nsys): each layer builds two constants with
+    ``torch.tensor(list, device="cuda")``, a pageable cudaMemcpyAsync and a cudaStreamSynchronize each; the
+    first waits for the layer's kernels, and the host converts the next list (105-166 us) before the second,
+    the GPU empty. Both uploads are small (4 KiB and 2 bytes, under SMALL_UPLOAD_BYTES), so that gap, from
+    the layer's last kernel to the next layer's first, is the synchronizations' (charge_drains), named by
+    the gap's last cudaStreamSynchronize (host-sync-in-loop counts it): host_sync 438.9 ms of the window,
+    launch-bound 77.0 ms (before: 279.7 and 111.2, host work 125.0 ms, now 0); the twin saved 480.9."""
+    st = _store("heldout/h100_run3/tensor_from_list")
+    check_partition(st)
+    by = _window(st).groupby("cause", observed=True)["duration_ns"].sum()
+    assert 420e6 < by["host_sync"] < 480e6
+    assert by["launch_bound"] < 90e6 and by.get("host_work", 0) < 1e6
+    seg = st.get("timeline_segments")
+    refill = seg.loc[seg["detail"].astype(str) == refill_detail("cudaStreamSynchronize")]
+    assert int((refill["end"] - refill["start"]).sum()) > 300e6
+    assert refill["nvtx_path"].astype(str).str.contains("layer_").mean() > 0.9
+
+
+def test_host_code_of_a_millisecond_after_a_sync_keeps_min_s_i():
+    """charge_drains leaves host code of the dispatch bound or more alone: in the taking-turns timeline
+    (1.5 ms of host code after each sync) the sync's refill stays min(S, I) per interval, and the host
+    code keeps host work beyond it."""
+    got = _causes(*_turns(1500, 100))
+    assert got[("host_sync", "refill (cudaStreamSynchronize)")] == 3 * 98 * US
+    assert sum(n for (c, _d), n in got.items() if c == "host_work") > 3 * 1300 * US
+
+
+def test_a_batch_uploaded_after_a_sync_keeps_the_loaders_host_work():
+    """ddp/ddp_straggler_fixed_2gpu (rank 0): each step's gap around its synchronizations holds the
+    host's making of the next batch (up to 1 ms) and the batch's 4 MiB pageable upload. Removing the
+    syncs would not remove that work, and the upload is no value made on the host (at least
+    SMALL_UPLOAD_BYTES): charge_drains leaves it alone. Charging it made host_sync 4.4 ms and
+    host-sync-in-loop appear on the fixed job (analyze diff: "worse" on a 3.5x faster job); it stays
+    1.6 ms, host work 19.1 ms."""
+    st = _store("ddp/ddp_straggler_fixed_2gpu_rank0")
+    check_partition(st)
+    by = _window(st).groupby("cause", observed=True)["duration_ns"].sum()
+    assert 1.0e6 < by["host_sync"] < 2.5e6
+    assert by["host_work"] > 18e6
+    up = st.trace.memcpy
+    up = up.loc[(up["direction"].astype(str) == "H2D") & (up["bytes"] == 4 * 2**20)]
+    assert len(up) >= 7 and (up["src_kind"].astype(str) == "pageable").all()
