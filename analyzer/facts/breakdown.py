@@ -810,7 +810,7 @@ def _classify_idle(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev:
     submit = np.full(n, -1, dtype=np.int64)  # the end of the launch call of the op ending each gap
     has_next = next_op >= 0
     op_submit = _submission(ctx, ops, np.arange(len(ops))) if 2 * int(has_next.sum()) >= len(ops) else None
-    if has_next.any():  # gaps after most ops: every op's submission, read by the hand-offs between threads too
+    if has_next.any():  # gaps after most ops: all ops' submissions (the hand-offs read them too)
         submit[has_next] = (op_submit[next_op[has_next]] if op_submit is not None
                             else _submission(ctx, ops, next_op[has_next]))
     del has_next
