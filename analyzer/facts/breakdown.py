@@ -667,9 +667,10 @@ class _Idle:
     wait-details cache."""
 
     def __init__(self, ctx: FactContext, ops: pd.DataFrame, labels: list[str],
-                 loops: pd.DataFrame | None = None) -> None:
+                 loops: pd.DataFrame | None = None, op_submit: np.ndarray | None = None) -> None:
         from analyzer.loading.model import NOT_IN_GRAPH
 
+        self.op_submit = op_submit  # every op's submission (None: not made)
         self.otid = narrow_int(ops["tid"].to_numpy(dtype=np.int64))
         self.opid = narrow_int(ops["pid"].to_numpy(dtype=np.int64))
         # per op: a CUDA graph replay ran it, or it runs just before one (the gaps it ends are a replay's
@@ -734,7 +735,7 @@ class _Idle:
     def handoffs(self, ctx: FactContext, ops: pd.DataFrame) -> Handoffs:
         """The processes' launching threads (:mod:`analyzer.facts.breakdown_handoff`), made on first use."""
         if self._handoffs is None:
-            self._handoffs = Handoffs(ctx, ops, self.otid, self.opid)
+            self._handoffs = Handoffs(ctx, ops, self.otid, self.opid, self.op_submit)
         return self._handoffs
 
     def range_at(self, tid: np.ndarray, pid: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -810,10 +811,12 @@ def _classify_idle(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev:
     n = len(g0)
     submit = np.full(n, -1, dtype=np.int64)  # the end of the launch call of the op ending each gap
     has_next = next_op >= 0
-    if has_next.any():
-        submit[has_next] = _submission(ctx, ops, next_op[has_next])
+    op_submit = _submission(ctx, ops, np.arange(len(ops))) if 2 * int(has_next.sum()) >= len(ops) else None
+    if has_next.any():  # gaps after most ops: all ops' submissions (the hand-offs read them too)
+        submit[has_next] = (op_submit[next_op[has_next]] if op_submit is not None
+                            else _submission(ctx, ops, next_op[has_next]))
     del has_next
-    shared = _Idle(ctx, ops, labels, loops)
+    shared = _Idle(ctx, ops, labels, loops, op_submit)
     parts = [_classify_chunk(ctx, ops, level, gdev[a:a + IDLE_CHUNK], g0[a:a + IDLE_CHUNK], g1[a:a + IDLE_CHUNK],
                              prev_op[a:a + IDLE_CHUNK], next_op[a:a + IDLE_CHUNK], submit[a:a + IDLE_CHUNK],
                              dispatch_ns, code, shared)

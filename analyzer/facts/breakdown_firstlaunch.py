@@ -107,9 +107,13 @@ def _single_kernel_names(k_pid: np.ndarray, k_corr: np.ndarray, k_name: np.ndarr
         return out
     k_pid, k_corr, k_name = k_pid[ok], k_corr[ok], k_name[ok]
     k_key = correlation_key(k_pid, k_corr)
-    # the keys held by one kernel each: sorted (any sort: a key kept has one row), unequal to both neighbours
-    order = np.argsort(k_key)
-    k_key = k_key[order]
+    # the keys held by one kernel each: sorted (any sort: a key kept has one row), unequal to both neighbours;
+    # kernels recorded in correlation order (nsys) are sorted already: no sort, no gather
+    if len(k_key) < 2 or bool((k_key[1:] >= k_key[:-1]).all()):
+        order = np.arange(len(k_key))
+    else:
+        order = np.argsort(k_key)
+        k_key = k_key[order]
     one = np.ones(len(k_key), dtype=bool)
     one[1:] &= k_key[1:] != k_key[:-1]
     one[:-1] &= k_key[:-1] != k_key[1:]

@@ -42,7 +42,10 @@ class Handoffs:
     sorted ends of the launch calls of the ops the other threads launched, and whether each launched a
     CUDA graph replay (made per thread on first use)."""
 
-    def __init__(self, ctx: FactContext, ops: pd.DataFrame, otid: np.ndarray, opid: np.ndarray) -> None:
+    def __init__(self, ctx: FactContext, ops: pd.DataFrame, otid: np.ndarray, opid: np.ndarray,
+                 op_submit: np.ndarray | None = None) -> None:
+        """``op_submit``: every op's :func:`~analyzer.facts.breakdown_launch.submission` where already
+        made (read, not looked up again)."""
         from analyzer.facts.breakdown_launch import submission
         from analyzer.loading.model import NOT_IN_GRAPH
 
@@ -59,7 +62,7 @@ class Handoffs:
             return
         rows = np.flatnonzero(np.isin(opid, multi))
         graph = column(ops, "in_graph", NOT_IN_GRAPH).fillna(NOT_IN_GRAPH).to_numpy(dtype=np.int64)[rows] != NOT_IN_GRAPH
-        end = submission(ctx, ops, rows)
+        end = op_submit[rows] if op_submit is not None else submission(ctx, ops, rows)
         ok = end >= 0
         rows, end, graph = rows[ok], end[ok], graph[ok]
         order, first, last = key_groups(opid[rows].astype(np.int64))

@@ -227,6 +227,16 @@ def _thread_rows(tid: np.ndarray, t: int, start: np.ndarray, dev: np.ndarray, r_
             yield mine[inside], k_all[inside], dev[mine[inside]]
 
 
+def _by_device(rows: np.ndarray, k: np.ndarray, devs: np.ndarray) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+    """``(device, rows, k)`` per device of ``devs`` in increasing order (one device: the arrays as they are)."""
+    if len(devs) and devs.min() == devs.max():
+        yield int(devs[0]), rows, k
+        return
+    for d in np.unique(devs).tolist():
+        on = devs == d
+        yield d, rows[on], k[on]
+
+
 #: a host-to-device copy from pageable memory up to this size is staged and returns at once (CUDA's
 #: "API synchronization behavior"): values made on the host, not a batch of input
 SMALL_UPLOAD_BYTES = 64 * 1024
@@ -407,10 +417,13 @@ def charge_refills(ctx: FactContext, idle: dict[str, np.ndarray], syncs: list[Sy
         # thread: no per-row temporary of them all); sums per interval need no order, only the pieces a
         # refill is taken from are sorted. First the sums per (device, interval), then the eligible pieces
         per_dev: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # device -> (idle ns, host_sync ns) per interval
+        # idle rows of one chunk (up to a few million kernels): the first pass's rows kept for the second
+        # (one search of the rows' intervals, not two); more: searched again chunk by chunk (nothing held)
+        kept: list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = [] if len(tid) <= REFILL_CHUNK else None
         for rows, k, devs in _thread_rows(tid, t, start, dev, r_e, open_k, n):
-            for d in np.unique(devs).tolist():
-                on = devs == d
-                r, kd = rows[on], k[on]
+            if kept is not None:
+                kept.append((rows, k, devs))
+            for d, r, kd in _by_device(rows, k, devs):
                 dur = end[r] - start[r]
                 c = cause[r]
                 sums = per_dev.setdefault(d, (np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)))
@@ -420,16 +433,17 @@ def charge_refills(ctx: FactContext, idle: dict[str, np.ndarray], syncs: list[Sy
                     for d, (idle_ns, already) in per_dev.items()}
         del per_dev
         picked: dict[int, tuple[list[np.ndarray], list[np.ndarray]]] = {}
-        for rows, k, devs in _thread_rows(tid, t, start, dev, r_e, open_k, n):
-            for d in np.unique(devs).tolist():
-                on = devs == d
-                r, kd = rows[on], k[on]
+        again = kept if kept is not None else _thread_rows(tid, t, start, dev, r_e, open_k, n)
+        del kept
+        for rows, k, devs in again:
+            for d, r, kd in _by_device(rows, k, devs):
                 c = cause[r]
                 elig = ((c == lb) | (c == hw)) & (extra_of[d][kd] > 0)
                 if elig.any():
                     got = picked.setdefault(d, ([], []))
                     got[0].append(r[elig])
                     got[1].append(kd[elig])
+        del again  # the kept rows freed before the next thread's are searched
         for d in sorted(picked):
             er, ek = np.concatenate(picked[d][0]), np.concatenate(picked[d][1])
             o = np.argsort(start[er], kind="stable")  # in time order, so each interval's pieces are a run
