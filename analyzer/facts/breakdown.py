@@ -662,9 +662,8 @@ IDLE_CHUNK = 1 << 18
 
 
 class _Idle:
-    """What every chunk of gaps reads: the ops' threads, the NVTX ranges, the host calls (made on first
-    use, so the detail codes are numbered as one pass over the gaps would number them) and the
-    wait-details cache."""
+    """What every chunk of gaps reads: ops' threads, NVTX ranges, host calls (made on first use, so the detail
+    codes are numbered as one pass over the gaps would number them), the wait-details cache."""
 
     def __init__(self, ctx: FactContext, ops: pd.DataFrame, labels: list[str],
                  loops: pd.DataFrame | None = None, op_submit: np.ndarray | None = None) -> None:
@@ -804,10 +803,9 @@ class _Idle:
 def _classify_idle(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev: np.ndarray, g0: np.ndarray,
                    g1: np.ndarray, prev_op: np.ndarray, next_op: np.ndarray, dispatch_ns: int, code,  # type: ignore[no-untyped-def]
                    labels: list[str], syncs: list[SyncBlocks], loops: pd.DataFrame | None = None) -> dict[str, np.ndarray]:
-    """Idle segments (clipped to the window) from the gaps ``[g0, g1)`` (unclipped) with the ops
-    around them, classified :data:`IDLE_CHUNK` gaps at a time; the feeding threads' synchronizing calls
-    are added to ``syncs`` (each thread's once, by thread id). ``labels``: the detail texts ``code``
-    numbers (a launch-bound detail before a graph replay is named from its eager one)."""
+    """Idle segments (clipped to the window) of the gaps ``[g0, g1)`` and the ops around them, :data:`IDLE_CHUNK`
+    gaps at a time; the feeding threads' synchronizing calls go to ``syncs`` (each thread's once). ``labels``:
+    the texts ``code`` numbers (a launch-bound detail before a graph replay is named from its eager one)."""
     n = len(g0)
     submit = np.full(n, -1, dtype=np.int64)  # the end of the launch call of the op ending each gap
     has_next = next_op >= 0
