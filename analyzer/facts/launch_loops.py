@@ -35,6 +35,7 @@ aten::linear, aten::layer_norm, aten::gelu)``, ``(loop: GeluBackward0, ...)`` on
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -131,6 +132,22 @@ def _stretches(codes: np.ndarray, launch: np.ndarray) -> list[tuple[int, int, in
     return sorted(out)
 
 
+def _lane_stretches(codes: np.ndarray, lane: np.ndarray, launch: np.ndarray,
+                    ok: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray, int, int, int]]:
+    """:func:`_stretches` of each lane's launches (rows ``ok``, by lane, then launch order): ``(rows, codes,
+    first, end, period)`` per stretch, ``rows`` the lane's kernel rows in launch order, ``codes`` theirs."""
+    order = ok[np.lexsort((launch[ok], lane[ok]))]
+    sorted_codes = codes[order]
+    l_sorted = lane[order]
+    cuts = np.r_[0, np.flatnonzero(l_sorted[1:] != l_sorted[:-1]) + 1, len(order)]
+    for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
+        if b - a < MIN_TURNS:
+            continue
+        rows, lane_codes = order[a:b], sorted_codes[a:b]
+        for first, end, p in _stretches(lane_codes, launch[rows]):
+            yield rows, lane_codes, first, end, p
+
+
 def loop_ranges(kernels: pd.DataFrame, categories_file: str | None = None,
                 op_texts: tuple[np.ndarray, np.ndarray] | None = None) -> pd.DataFrame:
     """The loops of a kernel table (the trace's ``kernels``: ``name``/``short_name``, ``tid``, ``pid``,
@@ -159,33 +176,25 @@ def loop_ranges(kernels: pd.DataFrame, categories_file: str | None = None,
         return empty
     codes, labels = kernel_label_codes(kernels)
     lane = kernels["loop_lane"].to_numpy(dtype=np.int64) if "loop_lane" in kernels else tid
-    order = ok[np.lexsort((launch[ok], lane[ok]))]
-    codes = codes[order]
-    t_sorted = tid[order]
-    l_sorted = lane[order]
     pid = kernels["pid"].to_numpy(dtype=np.int64)
     corr = kernels["correlation_id"].to_numpy(dtype=np.int64)
-    cuts = np.r_[0, np.flatnonzero(l_sorted[1:] != l_sorted[:-1]) + 1, len(order)]
     canons: list[tuple[int, ...]] = []  # per stretch: its cycle in the rotation that sorts first
     starts: dict[tuple[int, ...], dict[tuple[int, ...], int]] = {}  # cycle -> rotations its stretches began with
     found: list[dict[str, object]] = []
     first_turn: dict[tuple[int, ...], np.ndarray] = {}  # per cycle (as it began): its first turn's rows
-    for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
-        if b - a < MIN_TURNS:
-            continue
-        for first, end, p in _stretches(codes[a:b], launch[order[a:b]]):
-            cycle = tuple(codes[a + first:a + first + p].tolist())
-            rot = min(range(p), key=lambda k: cycle[k:] + cycle[:k])
-            canon = cycle[rot:] + cycle[:rot]
-            canons.append(canon)
-            begun = starts.setdefault(canon, {})
-            begun[cycle] = begun.get(cycle, 0) + 1
-            first_turn.setdefault(cycle, order[a + first:a + first + p])
-            i0, i1 = order[a + first], order[a + end - 1]
-            found.append({"tid": int(t_sorted[a]), "pid": int(pid[i0]), "start": int(launch[i0]),
-                          "end": int(launch[i1]) + 1, "range_id": len(found), "parent_id": -1, "depth": 0,
-                          "kind": "pushpop", "text": "", "path": "", "period": p,
-                          "turns": (end - first) // p, "last_corr": int(corr[i1])})
+    for rows, lane_codes, first, end, p in _lane_stretches(codes, lane, launch, ok):
+        cycle = tuple(lane_codes[first:first + p].tolist())
+        rot = min(range(p), key=lambda k: cycle[k:] + cycle[:k])
+        canon = cycle[rot:] + cycle[:rot]
+        canons.append(canon)
+        begun = starts.setdefault(canon, {})
+        begun[cycle] = begun.get(cycle, 0) + 1
+        first_turn.setdefault(cycle, rows[first:first + p])
+        i0, i1 = rows[first], rows[end - 1]
+        found.append({"tid": int(tid[rows[0]]), "pid": int(pid[i0]), "start": int(launch[i0]),
+                      "end": int(launch[i1]) + 1, "range_id": len(found), "parent_id": -1, "depth": 0,
+                      "kind": "pushpop", "text": "", "path": "", "period": p,
+                      "turns": (end - first) // p, "last_corr": int(corr[i1])})
     # a cycle is named in the rotation most of its stretches began with (the loop body's order; ties: the
     # earliest such stretch), so every stretch of one loop has one name
     names: dict[int, str] = {}
@@ -497,14 +506,7 @@ def per_tensor_launches(kernels: pd.DataFrame, categories_file: str | None = Non
     codes, labels = kernel_label_codes(kernels)
     table = load_categories(categories_file)
     elementwise = np.array([categorize(str(x), "", table) in PER_TENSOR for x in labels.tolist()] + [False], dtype=bool)
-    order = ok[np.lexsort((launch[ok], tid[ok]))]
-    codes = codes[order]
-    t_sorted = tid[order]
-    cuts = np.r_[0, np.flatnonzero(t_sorted[1:] != t_sorted[:-1]) + 1, len(order)]
-    for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
-        if b - a < MIN_TURNS:
-            continue
-        for first, end, p in _stretches(codes[a:b], launch[order[a:b]]):
-            if elementwise[codes[a + first:a + first + p]].all():
-                out[order[a + first:a + end]] = True
+    for rows, lane_codes, first, end, p in _lane_stretches(codes, tid, launch, ok):
+        if elementwise[lane_codes[first:first + p]].all():
+            out[rows[first:end]] = True
     return out
