@@ -11,6 +11,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
+from analyzer.arrays import sorted_distinct
 from analyzer.loading.columns import empty_typed
 
 from analyzer.facts._util import (
@@ -431,7 +432,12 @@ def once_per_graph_launch(k: pd.DataFrame, api_ns: np.ndarray) -> np.ndarray:
     with a CUDA graph launch counted once: the kernels one ``cudaGraphLaunch`` replays share its
     correlation id, so a plain join charges the call to each of them; only the replay's first kernel
     keeps it (NaN for the others)."""
-    graph = column(k, "in_graph", 0).fillna(0).to_numpy(dtype=np.int64) > 0
+    in_graph = column(k, "in_graph", 0)
+    if in_graph.hasnans:
+        in_graph = in_graph.fillna(0)
+    values = in_graph.to_numpy()
+    # in its own integer type (no 64-bit copy per kernel); other types as integers, as before
+    graph = (values if values.dtype.kind in "iub" else in_graph.to_numpy(dtype=np.int64)) > 0
     if not graph.any():
         return api_ns
     from analyzer.loading.attribution import correlation_key
@@ -455,10 +461,20 @@ def _device_stats(device: np.ndarray, duration: np.ndarray, tiny: np.ndarray, ap
     where a float64 sum could round (beyond 2**52 ns), which the groupby compensates."""
     api_float = api_ns.dtype.kind == "f"
     for values in (duration, api_ns, delay):
+        if not len(values):
+            continue
+        if values.dtype.kind == "f":  # NaN skipped (NaN only where every value is)
+            lo, hi = np.fmin.reduce(values), np.fmax.reduce(values)
+            if np.isnan(lo):
+                continue
+        else:
+            lo, hi = values.min(), values.max()
+        if max(abs(float(lo)), abs(float(hi))) * len(values) < 2.0 ** 52:
+            continue  # no sum of these values reaches 2**52: the exact sums below are safe
         finite = values[~np.isnan(values)] if values.dtype.kind == "f" else values
         if len(finite) and float(np.abs(finite).sum(dtype=np.float64)) >= 2.0 ** 52:
             return None
-    devices = np.unique(device)
+    devices = sorted_distinct(device)
     rows = []
     for d in devices.tolist():
         mine = slice(None) if len(devices) == 1 else device == d
@@ -494,9 +510,15 @@ def _launch_api_ns(api: pd.DataFrame, is_launch: np.ndarray, kcorr: np.ndarray, 
     kernel knows its process), NaN when none: a left merge on those keys, done as one int64 key per row
     and a hash lookup."""
     by_pid = bool((kpid >= 0).any())
-    launches = api.loc[is_launch, ["correlation_id", "pid", "duration"]]
-    # a missing key never equals a kernel's (filled) one
-    launches = launches.dropna(subset=["pid", "correlation_id"] if by_pid else ["correlation_id"])
+    keys = ["pid", "correlation_id"] if by_pid else ["correlation_id"]
+    if any(api[c].hasnans for c in keys):
+        launches = api.loc[is_launch, ["correlation_id", "pid", "duration"]]
+        # a missing key never equals a kernel's (filled) one
+        launches = launches.dropna(subset=keys)
+    else:  # integer keys, none missing (nsys): the launch rows' three columns gathered, no frame made
+        rows = np.flatnonzero(is_launch)
+        launches = pd.DataFrame({c: api[c].to_numpy()[rows] for c in ("correlation_id", "pid", "duration")},
+                                copy=False)
     lcorr = launches["correlation_id"].to_numpy(np.int64)
     lpid = launches["pid"].fillna(-1).to_numpy(np.int64)
     if by_pid and not all(len(a) == 0 or (a.min() >= -1 and a.max() < 1 << 31) for a in (lpid, kpid)) or not all(

@@ -32,14 +32,11 @@ from analyzer.loading.columns import empty_typed
 from analyzer.facts._util import (
     column,
     categorical_parts,
-    covered_base,
-    covered_between,
     covered_until,
     key_groups,
     new_frame,
     text_codes,
     union_intervals,
-    union_sorted,
 )
 from analyzer.facts.nvtx import innermost_open, main_threads, ranges_only
 from analyzer.facts.registry import FactContext, fact
@@ -323,8 +320,8 @@ def _host_api(api: pd.DataFrame, tid: np.ndarray, t: np.ndarray, start: np.ndarr
             continue
         rows = a_order[a_from[g]:a_to[g]]  # this thread's calls by start
         if rows[-1] - rows[0] == len(rows) - 1 and bool((rows[1:] > rows[:-1]).all()):  # a run (one thread: all)
-            starts = a_start[rows[0]:rows[-1] + 1]  # read only: a view
-            ends = a_end[rows[0]:rows[-1] + 1].copy()  # clamped below
+            starts = a_start[rows[0]:rows[-1] + 1]  # read only: views
+            ends = a_end[rows[0]:rows[-1] + 1]
         else:
             starts = a_start[rows]
             ends = a_end[rows]
@@ -332,8 +329,21 @@ def _host_api(api: pd.DataFrame, tid: np.ndarray, t: np.ndarray, start: np.ndarr
         # the position of the running maximum, built in place (one temporary per call, not three)
         holder = np.arange(len(rows), dtype=np.int32 if len(rows) < np.iinfo(np.int32).max else np.int64)
         holder[ends != run_max] = -1
-        del run_max
         np.maximum.accumulate(holder, out=holder)
+        want_covered = start is not None and end is not None
+        if want_covered:
+            # the covered time from the calls themselves, no union built: with the calls by start,
+            # ``reach[i]`` (the running maximum of the ends clamped to their starts) and ``upto[i]`` (the
+            # length of the union of calls 0..i), the time covered before t is upto[k] - max(reach[k] - t,
+            # 0) for k the last call starting at or before t (the part of [t, reach[k]) after t is all
+            # covered by the call reaching furthest); the union's blocks and a search into them saved
+            reach = np.maximum(run_max, starts, out=run_max)  # starts are sorted: clamping, then the maximum
+            upto = np.empty_like(reach)
+            upto[0] = starts[0]
+            np.maximum(reach[:-1], starts[1:], out=upto[1:])  # where call i's new coverage begins
+            np.subtract(reach, upto, out=upto)
+            np.cumsum(upto, out=upto)
+        del run_max
         # the queries QUERY_CHUNK at a time: each lookup's temporaries (a dozen arrays per query: 10 M
         # gaps at 10 M kernels) stay bounded; the answers are the same for any chunk size
         for qc in range(0, len(q), QUERY_CHUNK):
@@ -347,21 +357,22 @@ def _host_api(api: pd.DataFrame, tid: np.ndarray, t: np.ndarray, start: np.ndarr
             hold_open = found & (ends[hold] > tq)
             out[qq] = np.where(own_open, rows[kk], np.where(hold_open, rows[hold], -1))
             del k, found, kk, own_open, hold, hold_open, tq
-        del holder  # the lookups' table freed before the covered time's are made (a column per call each)
-        if start is not None and end is not None:
-            # then the covered time from the union of the calls (ends clamped to their starts in place,
-            # after the lookups, which read them unclamped), the queries a chunk at a time again
-            us, ue = union_sorted(starts, ends)
-            del starts, ends
-            base = covered_base(us, ue)
-            for qc in range(0, len(q), QUERY_CHUNK):
-                qq = q[qc:qc + QUERY_CHUNK]
-                covered[qq] = covered_between(us, ue, start[qq], end[qq], base)
-            del us, ue, base
-        else:
-            del starts, ends
+            if want_covered:
+                covered[qq] = (_covered_before(starts, reach, upto, end[qq])  # type: ignore[index]
+                               - _covered_before(starts, reach, upto, start[qq]))  # type: ignore[index]
+        del holder, starts, ends
+        if want_covered:
+            del reach, upto
         # this thread's tables freed before the next thread's are made (two threads' at once otherwise)
     return out, covered
+
+
+def _covered_before(starts: np.ndarray, reach: np.ndarray, upto: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Time before each ``t`` covered by calls starting at ``starts`` (sorted), given their ``reach`` and
+    ``upto`` (see :func:`_host_api`)."""
+    k = np.searchsorted(starts, t, side="right") - 1
+    kk = np.maximum(k, 0)
+    return np.where(k >= 0, upto[kk] - np.maximum(reach[kk] - t, 0), 0)
 
 
 @fact("gpu_gaps", columns=_GAP_COLUMNS, requires=("gpu_ops",),
@@ -426,10 +437,22 @@ def gpu_gaps(ctx: FactContext) -> pd.DataFrame:
         # one gather and a select (masked gathers and stores cost twice that)
         return np.where(pos >= 0, values[np.maximum(pos, 0)], np.asarray(missing, dtype=values.dtype))
 
-    def pick_text(column: pd.Series, pos: np.ndarray) -> pd.Categorical:
-        """The text at ``pos`` (``""`` where -1) as a categorical, gathered as codes."""
-        codes, labels = text_codes(column)
-        return categorical(np.where(pos >= 0, codes[np.maximum(pos, 0)] if len(codes) else -1, -1), labels)
+    def where_of(pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``pos`` made safe to gather with, and where it is -1 (made once per positions, read by each
+        column gathered at them)."""
+        return np.maximum(pos, 0), pos < 0
+
+    def pick_text(codes_labels: tuple[np.ndarray, np.ndarray],
+                  where: tuple[np.ndarray, np.ndarray]) -> pd.Categorical:
+        """The text at ``where`` (``""`` where -1) as a categorical, gathered as codes (``codes_labels``:
+        :func:`text_codes` of the column)."""
+        codes, labels = codes_labels
+        safe, miss = where
+        if not len(codes):
+            return categorical(np.full(len(safe), -1, dtype=np.int8), labels)
+        got = codes[safe]
+        got[miss] = -1
+        return categorical(got, labels)
 
     host_tid = pick(otid, next_pos, -1)
     host_pid = pick(opid, next_pos, -1)
@@ -443,15 +466,17 @@ def gpu_gaps(ctx: FactContext) -> pd.DataFrame:
     # first the columns with the largest temporaries (each thread's API calls gathered and merged),
     # while few of the gaps' columns exist yet
     apos, api_overlap = _host_api(api, host_tid, mid, cs, ce)
-    host_api = pick_text(api["name"], apos)  # the call's name as one-byte codes, the positions freed
+    host_api = pick_text(text_codes(api["name"]), where_of(apos))  # the call's name as one-byte codes
     del apos
+    op_label = text_codes(ops["label"])
+    at_next = where_of(next_pos)
     labels = {
-        "prev_op": pick_text(ops["label"], prev_pos),
-        "next_op": pick_text(ops["label"], next_pos),
-        "next_api": pick_text(ops["api_name"], next_pos),
-        "next_nvtx_path": pick_text(ops["nvtx_path"], next_pos),
+        "prev_op": pick_text(op_label, where_of(prev_pos)),
+        "next_op": pick_text(op_label, at_next),
+        "next_api": pick_text(text_codes(ops["api_name"]), at_next),
+        "next_nvtx_path": pick_text(text_codes(ops["nvtx_path"]), at_next),
     }
-    del prev_pos, next_pos
+    del prev_pos, next_pos, at_next, op_label
     nv = ranges_only(ctx.trace.nvtx)
     rpos = innermost_open(nv, host_tid, mid)
     source = np.where(rpos >= 0, 2, 1).astype(np.int8)  # codes into ("main", "none", "thread")
@@ -474,6 +499,7 @@ def gpu_gaps(ctx: FactContext) -> pd.DataFrame:
         src[found] = 0
         source[missing] = src
     nv_id = nv["range_id"].to_numpy(dtype=np.int64) if len(nv) else np.empty(0, dtype=np.int64)
+    at_range = where_of(rpos)
     del mid
 
     # ids in 32 bits where they fit (a row per idle gap: millions at 10 M kernels)
@@ -486,8 +512,8 @@ def gpu_gaps(ctx: FactContext) -> pd.DataFrame:
         "host_tid": narrow_int(host_tid),
         "host_pid": narrow_int(host_pid),
         "host_nvtx_id": narrow_int(pick(nv_id, rpos, -1)),
-        "host_nvtx_range": pick_text(nv["text"], rpos),
-        "host_nvtx_path": pick_text(column(nv, "path", ""), rpos),
+        "host_nvtx_range": pick_text(text_codes(nv["text"]), at_range),
+        "host_nvtx_path": pick_text(text_codes(column(nv, "path", "")), at_range),
         "host_nvtx_source": categorical(source, np.array(["main", "none", "thread"], dtype=object)),
         "host_api": host_api,
         "host_api_overlap_ns": api_overlap,
@@ -510,18 +536,30 @@ def _host_activity(trace: object, gaps: pd.DataFrame) -> object:
     took 8 MB per million gaps for its offsets alone)."""
     from analyzer.facts.stacks import host_activity
 
-    codes = np.zeros(len(gaps), dtype=np.int32)
+    n = len(gaps)
+    pick = np.empty(0, dtype=np.int64)
     labels: list[object] = [""]
     if not (trace.cpu_samples.empty and trace.osrt.empty):  # type: ignore[attr-defined]
         dur = gaps["duration"].to_numpy()
         pick = np.flatnonzero(dur >= HOST_ACTIVITY_MIN_NS)
         if len(pick) > HOST_ACTIVITY_MAX_GAPS:
+            # the longest, ties in row order (a stable sort by -duration): the candidates at least as
+            # long as the HOST_ACTIVITY_MAX_GAPS-th longest (one partition), then sorted (a few)
+            d = dur[pick]
+            kth = len(d) - HOST_ACTIVITY_MAX_GAPS
+            pick = pick[d >= np.partition(d, kth)[kth]]
             pick = pick[np.argsort(-dur[pick], kind="stable")[:HOST_ACTIVITY_MAX_GAPS]]
         if len(pick):
             spans = gaps.iloc[pick][["start", "end", "host_pid", "host_tid"]]
             labels += list(host_activity(trace, spans))
-            codes[pick] = np.arange(1, len(pick) + 1, dtype=np.int32)
-    return categorical(codes, np.array(labels, dtype=object))
+    # the categorical of code 0 ("") everywhere but the described rows (code i at the i-th of them):
+    # its categories from the labels used, then one fill and one scatter (no pass over a code per gap)
+    used = np.arange(0 if n > len(pick) else 1, len(labels))
+    small = categorical(used, np.array(labels, dtype=object))
+    new_codes = np.asarray(small.codes)
+    out = np.full(n, new_codes[0] if n > len(pick) else 0, dtype=new_codes.dtype)
+    out[pick] = new_codes[len(new_codes) - len(pick):]
+    return pd.Categorical.from_codes(out, dtype=small.dtype, validate=False)
 
 
 def _empty_gaps() -> pd.DataFrame:

@@ -242,6 +242,20 @@ def host_activity(trace: Any, spans: pd.DataFrame, *, top: int = 3) -> list[str]
     o_end = osrt["end"].to_numpy() if len(osrt) else np.empty(0, dtype=np.int64)
     o_tid = osrt["tid"].to_numpy() if len(osrt) else np.empty(0, dtype=np.int64)
     o_name = text(osrt["name"]).to_numpy() if len(osrt) else np.empty(0, dtype=object)
+    by_thread: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    def thread_calls(tid: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(rows, starts, reach)`` of the OS-runtime calls of thread ``tid``: their rows by start, those
+        starts, and the running maximum of their ends (made once per thread)."""
+        if tid not in by_thread:
+            rows = np.flatnonzero(o_tid == tid)
+            starts = o_start[rows]
+            if len(rows) > 1 and not bool((starts[1:] >= starts[:-1]).all()):
+                order = np.argsort(starts, kind="stable")
+                rows, starts = rows[order], starts[order]
+            by_thread[tid] = (rows, starts, np.maximum.accumulate(o_end[rows]) if len(rows) else starts)
+        return by_thread[tid]
+
     out = []
     for a, b, tid in zip(spans["start"].to_numpy(), spans["end"].to_numpy(), spans["host_tid"].to_numpy()):
         parts = []
@@ -255,10 +269,15 @@ def host_activity(trace: Any, spans: pd.DataFrame, *, top: int = 3) -> list[str]
                 shown = ", ".join(f"{name} {n}/{len(sel)}" for name, n in counts.most_common(top))
                 parts.append(f"CPU samples: {shown}")
         if len(o_start):
-            hit = (o_start < b) & (o_end > a)
             if tid >= 0:
-                hit &= o_tid == tid
-            if hit.any():
+                # the thread's calls starting before b, from the first whose running maximum of ends
+                # passes a (every call before it ended by a), those ending after a, in row order
+                rows, starts, reach = thread_calls(int(tid))
+                cand = rows[np.searchsorted(reach, a, side="right"):np.searchsorted(starts, b, side="left")]
+                hit = np.sort(cand[o_end[cand] > a])
+            else:
+                hit = np.flatnonzero((o_start < b) & (o_end > a))
+            if len(hit):
                 dur = np.minimum(o_end[hit], b) - np.maximum(o_start[hit], a)
                 per = pd.Series(dur).groupby(o_name[hit]).sum().sort_values(ascending=False)
                 per = per[per >= max(100_000, 0.01 * (b - a))]  # drop calls under 0.1 ms / 1% of the span

@@ -330,3 +330,24 @@ def test_sync_call_rows_copy_lookup_equals_the_merge(name):
     np.testing.assert_array_equal(fast["correlation_id"].to_numpy(np.float64), slow["correlation_id"].to_numpy())
     if name == "pageable_h2d":
         assert (fast["sync_kind"] == "pageable_async_memcpy").any() and (fast["direction"] != "").any()
+
+
+@pytest.mark.parametrize("name", TRACES)
+def test_gaps_host_call_time_equals_the_union_of_calls(name):
+    """``host_api_overlap_ns``, each gap's time inside CUDA calls of its host thread, read from the calls'
+    running reach and union length (no union built, :func:`analyzer.facts.intervals._host_api`), equals
+    the time the union of that thread's calls covers in the gap (:func:`union_sorted`, ``covered_between``)."""
+    from analyzer.facts._util import covered_between
+
+    gaps, api = _store(name).get("gpu_gaps"), _trace(name).api
+    got = gaps["host_api_overlap_ns"].to_numpy()
+    tid, start, end = (gaps[c].to_numpy(np.int64) for c in ("host_tid", "start", "end"))
+    expected = np.zeros(len(gaps), dtype=np.int64)
+    for t in np.unique(tid).tolist():
+        calls = api.loc[api["tid"].to_numpy() == t].sort_values("start", kind="stable")
+        if calls.empty:
+            continue
+        us, ue = union_sorted(calls["start"].to_numpy(np.int64), calls["end"].to_numpy(np.int64).copy())
+        expected[tid == t] = covered_between(us, ue, start[tid == t], end[tid == t])
+    assert (got > 0).sum() > 10 and ((got > 0) & (got < end - start)).any()  # calls cover gaps fully and in part
+    np.testing.assert_array_equal(got, expected)
