@@ -1,6 +1,6 @@
 """Parse benchmark: our torch.profiler loader against Holistic Trace Analysis' parser, same files.
 
-    python benchmarks/bench_kineto.py [TRACE...] [--scale 10,52] [--repeat 3] [--write]
+    python benchmarks/bench_kineto.py [TRACE...] [--scale 10,52] [--repeat 3] [--big-gb 1] [--write]
 
 Each measurement is a fresh process (interpreter start and imports included, as a user runs it),
 repeated; the table gives each figure's median over the runs: wall seconds, CPU seconds (user +
@@ -27,7 +27,14 @@ CPU time and for peak memory: the target is at least 5x the time at no more than
 would use, no trace) is measured the same way and stated above the table: both import pandas, which is
 most of every small trace's time and memory on either side, so the summary also gives the ratios beyond
 start-up (each figure minus its side's start-up) over the traces of at least ``WORK_MB`` of JSON: what
-the two parsers themselves cost. ``--write`` also writes ``benchmarks/RESULTS-kineto.md``.
+the two parsers themselves cost. A third start-up, ``numpy`` and ``msgspec`` alone (all the streaming
+decode itself imports), is stated too: the floor of a loader that built the model without pandas.
+
+``--big-gb G`` adds the scale check of issue 34 (a 1 GB trace analyzed in under 4 GB): the input with the
+most JSON replayed (``make_big_kineto``) to at least G GB of JSON, then, once each, ours loading it and
+``analyze --no-cache`` on it (fresh processes; wall, CPU, peak RSS). HTA is not run on it: it holds the
+whole document as Python objects (2.5 GB peak on the 311 MB replay of the committed table).
+``--write`` also writes ``benchmarks/RESULTS-kineto.md``.
 """
 from __future__ import annotations
 
@@ -72,6 +79,28 @@ sys.path.insert(0, {repo!r})
 from analyzer.loading import load_trace
 print("RESULT 0 0 0")
 """
+#: what the streaming decode imports, nothing more: the start-up of a loader without pandas
+FLOOR_START = """
+import numpy, msgspec
+print("RESULT 0 0 0")
+"""
+#: ``analyze --no-cache`` of one trace, report to a file (the whole program: load, facts, rules, report)
+ANALYZE = """
+import sys
+sys.path.insert(0, {repo!r})
+from analyzer.cli import main
+rc = main([{path!r}, "--no-cache", "-o", {out!r}])
+print("RESULT", rc, 0, 0)
+sys.exit(rc)
+"""
+#: what each side's measured call produces (stated above the table: the two do not do the same work)
+WORK = ("What each side produces: ours, ``load_trace``: the whole trace model (kernels, copies and memsets "
+        "joined to their launching API calls; the range tree with each operation's range path and attribution; "
+        "Python call stacks where recorded; GPUs, threads, memory events), every column typed, as pandas "
+        "frames, ready for every fact; HTA, ``Trace.parse_traces``: one pandas frame of all events (its "
+        "``args`` flattened to columns, names and categories numbered in a symbol table), before "
+        "``TraceAnalysis`` aligns ranks, filters incomplete iterations or links kernels to their launches. "
+        "Ours does more work per event; both decompress and decode every event of the file.")
 HTA_START = """
 import logging, sys, warnings
 logging.disable(logging.CRITICAL); warnings.simplefilter("ignore")
@@ -160,6 +189,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-hta-above", type=float, default=0.0, metavar="MB",
                     help="skip HTA on inputs with more JSON than this (0: never skip)")
+    ap.add_argument("--big-gb", type=float, default=0.0, metavar="GB",
+                    help="also replay the largest input to at least GB of JSON and measure ours loading and "
+                         "analyzing it, once (0: not)")
     ap.add_argument("--write", action="store_true", help="also write benchmarks/RESULTS-kineto.md")
     args = ap.parse_args(argv)
     inputs = [p.resolve() for p in args.traces] or default_inputs()  # HTA reads paths below trace_dir="/"
@@ -173,16 +205,18 @@ def main(argv: list[str] | None = None) -> int:
     import compileall
 
     compileall.compile_dir(str(REPO / "analyzer"), quiet=1)
-    if args.scale:
+    scales = [int(x) for x in args.scale.split(",") if x.strip()]
+    if scales:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         from make_big_kineto import replay
 
         base = max(inputs, key=json_size)  # the most JSON text
-        for k in (int(x) for x in args.scale.split(",") if x.strip()):
+        for k in scales:
             out = tmp / f"{base.name.split('.')[0]}_x{k}.pt.trace.json"
             replay(base, out, k)
             inputs.append(out)
     start_ours = median_of(OURS_START.format(repo=str(REPO)), args.repeat)
+    floor = median_of(FLOOR_START, args.repeat)
     try:
         start_hta: tuple[float, float, float] | None = median_of(HTA_START, args.repeat)
     except Failed:
@@ -209,19 +243,49 @@ def main(argv: list[str] | None = None) -> int:
         rows.append((path.name, raw_mb, ours, hta, note))
         print(f"{path.name}: {raw_mb:.1f} MB JSON; ours {ours[1]:.2f} CPU s {ours[2]:.0f} MB"
               + (f"; HTA {hta[1]:.2f} CPU s {hta[2]:.0f} MB" if hta else f"; {note}"), file=sys.stderr)
-    text = table(rows, args.repeat, (start_ours, start_hta))
+    text = table(rows, args.repeat, (start_ours, start_hta), floor)
+    if args.big_gb > 0:
+        originals = inputs[:len(inputs) - len(scales)] or inputs  # not a replay made for --scale
+        text += "\n" + big_trace(max(originals, key=json_size), args.big_gb, tmp)
     print(text)
     if args.write:
         (REPO / "benchmarks" / "RESULTS-kineto.md").write_text(
             "# torch.profiler parse: ours vs HTA\n\n"
             f"`python benchmarks/bench_kineto.py{' --scale ' + args.scale if args.scale else ''} "
-            f"--repeat {args.repeat}{f' --no-hta-above {args.no_hta_above:g}' if args.no_hta_above else ''} --write`\n\n"
+            f"--repeat {args.repeat}{f' --no-hta-above {args.no_hta_above:g}' if args.no_hta_above else ''}"
+            f"{f' --big-gb {args.big_gb:g}' if args.big_gb else ''} --write`\n\n"
             + text)
     return 0
 
 
+def big_trace(base: Path, gb: float, tmp: Path) -> str:
+    """The scale check: ``base`` replayed to at least ``gb`` GB of JSON, loaded and analyzed by ours once."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from make_big_kineto import replay
+
+    copies = max(1, math.ceil(gb * 1e9 / json_size(base)))
+    path = replay(base, tmp / f"{base.name.split('.')[0]}_x{copies}.pt.trace.json", copies)
+    size = path.stat().st_size / 1e6
+    print(f"{path.name}: {size:,.1f} MB JSON (scale check)", file=sys.stderr)
+    lines = [f"Scale check (`--big-gb {gb:g}`): {base.name} replayed {copies} times, {size:,.1f} MB of JSON; "
+             "one fresh-process run each, HTA not run (it holds the whole document as Python objects).", "",
+             "| ours | wall s | CPU s | peak MB |", "|---|---:|---:|---:|"]
+    for what, code in (("load_trace", OURS.format(repo=str(REPO), path=str(path))),
+                       ("analyze --no-cache", ANALYZE.format(repo=str(REPO), path=str(path),
+                                                             out=str(tmp / "big-report.md")))):
+        try:
+            wall, cpu, peak, _line = run_measured(code)
+            lines.append(f"| {what} | {wall:.1f} | {cpu:.1f} | {peak:,.0f} |")
+        except Failed as err:
+            lines.append(f"| {what} | failed ({err}) | | |")
+        print(lines[-1], file=sys.stderr)
+    path.unlink()
+    return "\n".join(lines) + "\n"
+
+
 def table(rows: list[tuple], repeat: int,
-          start: tuple[tuple[float, float, float], tuple[float, float, float] | None] | None = None) -> str:
+          start: tuple[tuple[float, float, float], tuple[float, float, float] | None] | None = None,
+          floor: tuple[float, float, float] | None = None) -> str:
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
         f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python "
@@ -229,7 +293,9 @@ def table(rows: list[tuple], repeat: int,
         f"{versions()}. Medians of {repeat} fresh-process runs (interpreter start and imports included); "
         "CPU = user + system seconds of the process; peak = its peak RSS.",
         "",
-        *([] if start is None else [_start_line(*start), ""]),
+        WORK,
+        "",
+        *([] if start is None else [_start_line(*start) + ("" if floor is None else _floor_line(floor)), ""]),
         "| trace | JSON MB | ours wall s | ours CPU s | ours peak MB | HTA wall s | HTA CPU s | HTA peak MB "
         "| HTA/ours CPU | HTA/ours peak |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
@@ -280,6 +346,12 @@ def _start_line(ours: tuple[float, float, float], hta: tuple[float, float, float
     return (text + f"; HTA {hta[0]:.2f} s wall, {hta[1]:.2f} s CPU, {hta[2]:,.0f} MB peak. Both import pandas "
             "(and pyarrow through it), so on a trace whose parse takes less than that, the ratio "
             "tends to 1.")
+
+
+def _floor_line(floor: tuple[float, float, float]) -> str:
+    return (f" For comparison, numpy and msgspec alone (all the streaming decode imports): {floor[0]:.2f} s wall, "
+            f"{floor[1]:.2f} s CPU, {floor[2]:,.0f} MB peak: where a loader that built the model without pandas "
+            "would start.")
 
 
 if __name__ == "__main__":

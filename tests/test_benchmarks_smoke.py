@@ -89,8 +89,10 @@ def test_run_py_end_to_end_on_a_tiny_size(tmp_path: Path) -> None:
 
 
 def test_bench_kineto_with_a_replayed_copy() -> None:
-    """Ours and HTA's parser on a committed trace and a 2x replay (make_big_kineto through --scale)."""
-    out = _run(REPO / "benchmarks" / "bench_kineto.py", KINETO, "--repeat", "1", "--scale", "2")
+    """Ours and HTA's parser on a committed trace and a 2x replay (make_big_kineto through --scale); the
+    scale check (--big-gb) on a 1 MB replay: ours loads and analyzes it."""
+    out = _run(REPO / "benchmarks" / "bench_kineto.py", KINETO, "--repeat", "1", "--scale", "2",
+               "--big-gb", "0.001")
     for name in ("healthy.pt.trace.json.gz", "healthy_x2.pt.trace.json"):
         cells = _row(out, name)
         assert all(float(c) > 0 for c in cells[2:5]), cells  # ours: wall s, CPU s, peak MB
@@ -101,6 +103,13 @@ def test_bench_kineto_with_a_replayed_copy() -> None:
         assert all(float(c) > 0 for c in cells[5:8]), cells  # HTA ran too (it failed on relative paths once)
     assert "Over the 2 traces both read" in out
     assert "Start-up alone (interpreter and imports, no trace" in out  # the floor both sides share
+    assert "numpy and msgspec alone (all the streaming decode imports)" in out  # a loader without pandas
+    assert "What each side produces: ours, ``load_trace``: the whole trace model" in out  # not the same work
+    # healthy.pt.trace.json.gz holds 0.2 MB of JSON: 5 copies make the first replay of at least 1 MB
+    assert "healthy.pt.trace.json.gz replayed 5 times" in out
+    for what in ("load_trace", "analyze --no-cache"):
+        cells = _row(out, what)
+        assert len(cells) == 4 and all(float(c.replace(",", "")) > 0 for c in cells[1:]), cells
 
 
 def test_hta_crosscheck_agrees() -> None:

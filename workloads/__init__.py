@@ -37,6 +37,10 @@ PATHOLOGIES: tuple[str, ...] = (
     "head_loop_attention",
     "cpu_posenc_mask",
     "layout_copies",
+    "host_sampling_decode",
+    "cudnn_benchmark_shapes",
+    "graph_recapture",
+    "detect_anomaly",
 )
 #: Multi-GPU jobs (``DISTRIBUTED = True``, run under torchrun: see ``_ddp`` and ``_distributed``),
 #: each a pathology with a ``--fixed`` twin; alone (no torchrun) each is the 1-GPU run.

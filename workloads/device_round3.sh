@@ -51,6 +51,13 @@
 #                                               # torch.profiler (--gzip, 8 steps), --bare nsys (_bare)
 #                                               # pairs; HELDOUT="NAME ..." records only those (two
 #                                               # per call)
+#     PART=l bash workloads/device_round3.sh    # the fourth held-out batch (issue 27), never used to
+#                                               # calibrate: host_sampling_decode, graph_recapture,
+#                                               # cudnn_benchmark_shapes, detect_anomaly, as PART=k
+#                                               # (nsys, torch.profiler --gzip 8 steps, --bare nsys
+#                                               # pairs); two per call of 9 minutes:
+#                                               # HELDOUT="host_sampling_decode graph_recapture", then
+#                                               # HELDOUT="cudnn_benchmark_shapes detect_anomaly"
 # Every manifest.jsonl line holds the program's own measured step times (step_ms, mean_ms,
 # median_ms). Jobs left when the budget BUDGET_S (default 450 s) runs out are listed in skipped.txt.
 # Result: $OUT/round3_<PART>*.tar.xz (sqlite, analyze.txt, stats CSVs, torch traces, manifest, log),
@@ -58,7 +65,7 @@
 set -uo pipefail
 : "${OUT:?set OUT to the output directory}"
 PART=${PART:-a}
-[[ $PART =~ ^[a-k]$ ]] || { echo "PART must be one of a-k" >&2; exit 2; }
+[[ $PART =~ ^[a-l]$ ]] || { echo "PART must be one of a-l" >&2; exit 2; }
 [[ $PART == h ]] && BUDGET_S=${BUDGET_S:-540}
 BUDGET_S=${BUDGET_S:-450}; RESERVE_S=${RESERVE_S:-70}; MIN_JOB_S=${MIN_JOB_S:-20}
 PREFIX=${PREFIX:-round3_$PART}
@@ -171,11 +178,12 @@ elif [[ $PART == i ]]; then
         run_job 45 "${w}_bare" nsys -- "$w" --bare --suffix _bare
         run_job 45 "${w}_fixed_bare" nsys -- "$w" --fixed --bare --suffix _bare
     done
-elif [[ $PART == j || $PART == k ]]; then
+elif [[ $PART == j || $PART == k || $PART == l ]]; then
     # per workload: the nsys pair, the torch.profiler pair, the bare nsys pair (a name's recordings
     # together, so that a budget cut leaves whole workloads)
     default_held="kv_cache_cat snapshot_to_host tensor_from_list ema_clip_loop"
     [[ $PART == k ]] && default_held="layer_timing_sync head_loop_attention cpu_posenc_mask layout_copies"
+    [[ $PART == l ]] && default_held="host_sampling_decode graph_recapture cudnn_benchmark_shapes detect_anomaly"
     read -ra held <<< "${HELDOUT:-$default_held}"
     for w in "${held[@]}"; do
         pair 50 "$w"

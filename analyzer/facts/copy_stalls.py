@@ -21,9 +21,10 @@ where ``blocked`` is the feeding thread's time in ``[a, submission)`` inside cal
 device (a pageable or synchronous ``cudaMemcpy``, a synchronization waiting for the copy): a fix that
 moves the copy off the path frees the host from those waits too. An asynchronous copy from or to pinned
 memory blocks nothing: the host's few microseconds inside it stay with a fix that issues the same call
-on a side stream, so a copy nothing waited for (the next op submitted after it ran) gives back nothing. The stall's *avoidable* part is ``[ready, b)``
-(all of it when the next op has no launch call in the trace, or no op follows). Each exposed-copy
-segment of the stall gets its part of it (column ``avoidable_ns``).
+on a side stream, so a copy nothing waited for (the next op submitted after it ran) gives back nothing.
+The stall's *avoidable* part is ``[ready, b)`` (all of it when the next op has no launch call in the
+trace, or no op follows). Each exposed-copy segment of the stall gets its part of it (column
+``avoidable_ns``).
 
 The link bounds it too: copies from or to pinned memory already move at the rate the link gives them,
 so no overlap makes the window shorter than the device's pinned copy time in one direction (the union

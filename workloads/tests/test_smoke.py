@@ -288,3 +288,30 @@ def test_third_held_out_twins_remove_the_mechanism(tmp_path: Path, name: str, op
         assert (pathology, twin) == (2 * per_step, 0)
     else:
         assert twin <= 2 and pathology >= twin + 2 * per_step
+
+
+@pytest.mark.parametrize("name,op", [
+    ("host_sampling_decode", "aten::multinomial"),  # the twin samples on the device, once a token
+    ("detect_anomaly", "aten::isnan"),              # anomaly mode checks every gradient for NaN
+])
+def test_fourth_held_out_twins_differ_in_the_mechanism(tmp_path: Path, name: str, op: str) -> None:
+    """The fourth held-out batch (issue 27) under torch.profiler on the CPU: host_sampling_decode's
+    twin calls ``multinomial`` once per token (smoke: 2 steps x 2 tokens) where the pathology samples
+    with numpy (none); detect_anomaly's pathology runs an ``isnan`` check on the backward's outputs
+    (dozens a step), the twin none. (cudnn_benchmark_shapes and graph_recapture differ only on a GPU.)"""
+    import gzip
+    import json
+
+    proc = _run(["workloads", "profile", name, "--both", "--tool", "torch", "--gzip", "--size",
+                 "smoke", "--out", str(tmp_path), "--", "--device", "cpu", "--steps", "2"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    counts = []
+    for trace in (name, f"{name}_fixed"):
+        with gzip.open(tmp_path / f"{trace}.pt.trace.json.gz", "rt") as fh:
+            events = json.load(fh)["traceEvents"]
+        counts.append(sum(e.get("cat") == "cpu_op" and e.get("name") == op for e in events))
+    pathology, twin = counts
+    if op == "aten::multinomial":
+        assert (pathology, twin) == (0, 2 * 2)
+    else:
+        assert pathology >= 2 * 10 and twin == 0
