@@ -16,6 +16,8 @@ What it writes:
   that file changed, the PNG is missing, or with ``--screenshot``; not compared by ``--check``: pixels
   differ between Chromium builds and fonts). No test writes it, so a test run leaves ``git status`` clean;
 - ``docs/rules.md`` (:mod:`analyzer.rules.docgen`, from the rule pack's metadata);
+- ``analyzer/reports/templates/compiled.json``: the report templates' generated Python code
+  (:mod:`analyzer.reports.templates_code`);
 - ``docs/writing-rules.md``'s ``config-example`` block: ``analyze config --ignore NCU`` run in a scratch
   project made of the page's own ``pyproject.toml`` and ``.gpu/rules.yaml`` examples (the pack without
   its ``rules:`` list, which points at another section).
@@ -89,6 +91,8 @@ def fill_blocks(text: str, blocks: dict[str, str]) -> str:
 
 def expected() -> dict[Path, str]:
     """Every generated file, path -> the content the code gives today."""
+    from analyzer.reports.html import environment
+    from analyzer.reports.templates_code import COMPILED, generate
     from analyzer.rules import load_pack
     from analyzer.rules.docgen import DEFAULT_PACK, render_docs
 
@@ -103,6 +107,7 @@ def expected() -> dict[Path, str]:
         REPO / "reports" / "demo.html": demo["html"],
         readme: fill_blocks(readme.read_text(encoding="utf-8"), blocks),
         REPO / "docs" / "rules.md": render_docs(load_pack(DEFAULT_PACK)),
+        COMPILED: generate(environment(), environment().list_templates(extensions=["j2"])),
     }
 
 

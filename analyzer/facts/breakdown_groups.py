@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analyzer.facts._util import text_codes
+from analyzer.facts._util import column, text_codes
 from analyzer.facts.breakdown_ranges import generic_keys
-from analyzer.facts.launch_loops import TENSOR_LOOP_PREFIX, per_tensor_launches
+from analyzer.facts.launch_loops import TENSOR_LOOP_PREFIX, per_tensor_flags
 from analyzer.facts.registry import FactContext
 
 #: a phase is compiled code when at least this share of the kernels it launches one by one are
@@ -23,7 +23,7 @@ COMPILED_SHARE = 0.25
 #: forward and backward, the vLLM/SGLang decode traces) or 0%
 GRAPHED_SHARE = 0.5
 #: a phase is a per-tensor loop when at least this share of the kernels it launches one by one are in
-#: per-tensor loops (:func:`analyzer.facts.launch_loops.per_tensor_launches`); a device's such phases are
+#: per-tensor loops (:func:`analyzer.facts.launch_loops.per_tensor_flags`); a device's such phases are
 #: one fix group (``torch._foreach_*`` or a fused optimizer replaces every loop)
 PER_TENSOR_SHARE = 0.5
 #: a device's groups with less eager launch-bound time than this, or than this share of the device's, are
@@ -136,12 +136,12 @@ def kernel_shares(ctx: FactContext, phase_of: dict[str, str]) -> dict[tuple[int,
     generated = np.bincount(key, weights=inductor, minlength=space)
     kernel_ns = np.bincount(key, weights=duration, minlength=space)
     graphed_ns = np.bincount(key, weights=np.where(eager, 0.0, duration), minlength=space)
-    def column(name: str) -> np.ndarray:  # a launch's thread and call start, -1 where the trace has none
-        return pd.to_numeric(ops[name]).fillna(-1).to_numpy(dtype=np.int64)[pos] if name in ops else np.full(len(pos), -1)
 
-    launched = pd.DataFrame({"name": ops["label"].iloc[pos].reset_index(drop=True), "short_name": "",
-                             "tid": column("tid"), "api_start": column("api_start")})
-    looped = per_tensor_launches(launched, ctx.options.get("categories_file") or None) & eager
+    def launch_column(name: str) -> np.ndarray:  # a launch's thread and call start, -1 where the trace has none
+        return pd.to_numeric(column(ops, name, -1)).fillna(-1).to_numpy(dtype=np.int64)[pos]
+
+    looped = per_tensor_flags(all_names[pos], names, launch_column("tid"), launch_column("api_start"),
+                              ctx.options.get("categories_file") or None) & eager
     in_loops = np.bincount(key, weights=looped, minlength=space)
     out: dict[tuple[int, str], tuple[float, float, float]] = {}
     kernels = np.bincount(key, minlength=space)

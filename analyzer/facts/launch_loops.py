@@ -489,23 +489,41 @@ def op_paths(loops: pd.DataFrame, ops: pd.DataFrame) -> tuple[np.ndarray, np.nda
 
 def per_tensor_launches(kernels: pd.DataFrame, categories_file: str | None = None) -> np.ndarray:
     """Per row of a kernel table (``name``/``short_name``, ``tid``, ``api_start``), whether the launch is
-    in a per-tensor loop: a stretch (:func:`_stretches`, per launching thread, in launch order) whose
-    cycle's kernels are all elementwise or reductions (:data:`PER_TENSOR`), what one ``torch._foreach_*``
-    call or a fused optimizer launches a few kernels for. A range whose launches mostly are such loops is
-    fixed by the same change as another such range (a gradient clip and a weight EMA over the same
-    tensors: ``torch._foreach_*`` for both), the breakdown's per-tensor fix group."""
+    in a per-tensor loop: :func:`per_tensor_flags` of its kernel names (:func:`kernel_label_codes`),
+    threads and launch calls."""
     n = len(kernels)
-    out = np.zeros(n, dtype=bool)
     if n < MIN_TURNS or any(c not in kernels for c in ("tid", "api_start")):
+        return np.zeros(n, dtype=bool)
+    codes, labels = kernel_label_codes(kernels)
+    return per_tensor_flags(codes, labels, kernels["tid"].to_numpy(dtype=np.int64),
+                            kernels["api_start"].to_numpy(dtype=np.int64), categories_file)
+
+
+def per_tensor_flags(codes: np.ndarray, labels: np.ndarray, tid: np.ndarray, launch: np.ndarray,
+                     categories_file: str | None = None) -> np.ndarray:
+    """Per launch (``labels[codes]`` its kernel's name, ``tid`` its thread, ``launch`` its call's start; -1
+    where unknown), whether it is in a per-tensor loop: a stretch (:func:`_stretches`, per launching
+    thread, in launch order) whose cycle's kernels are all elementwise or reductions (:data:`PER_TENSOR`),
+    what one ``torch._foreach_*`` call or a fused optimizer launches a few kernels for. A range whose
+    launches mostly are such loops is fixed by the same change as another such range (a gradient clip and
+    a weight EMA over the same tensors: ``torch._foreach_*`` for both), the breakdown's per-tensor fix
+    group. Codes are compared by the text they name (two codes of one text, or a code -1 and ``""``, are
+    one kernel), so the arrays of any coding of the names give the same answer; no frame is built."""
+    n = len(codes)
+    out = np.zeros(n, dtype=bool)
+    if n < MIN_TURNS:
         return out
-    tid = kernels["tid"].to_numpy(dtype=np.int64)
-    launch = kernels["api_start"].to_numpy(dtype=np.int64)
+    tid = np.asarray(tid, dtype=np.int64)
+    launch = np.asarray(launch, dtype=np.int64)
     ok = np.flatnonzero((tid >= 0) & (launch >= 0))
     if len(ok) < MIN_TURNS:
         return out
-    codes, labels = kernel_label_codes(kernels)
+    # one code per distinct text (the last slot: a missing name, read as "")
+    texts = [str(x) for x in np.asarray(labels, dtype=object).tolist()]
+    canon, uniq = pd.factorize(np.array(texts + [""], dtype=object))
+    codes = canon[np.asarray(codes, dtype=np.int64)]  # -1 reads the last slot
     table = load_categories(categories_file)
-    elementwise = np.array([categorize(str(x), "", table) in PER_TENSOR for x in labels.tolist()] + [False], dtype=bool)
+    elementwise = np.array([categorize(str(x), "", table) in PER_TENSOR for x in uniq.tolist()], dtype=bool)
     for rows, lane_codes, first, end, p in _lane_stretches(codes, tid, launch, ok):
         if elementwise[lane_codes[first:first + p]].all():
             out[rows[first:end]] = True

@@ -29,6 +29,8 @@ Window: kernels whose start lies in the window; one row per distinct launch conf
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import pandas as pd
 
@@ -238,8 +240,9 @@ def latency_floor(kernels: pd.DataFrame) -> dict[int, int]:
         from analyzer.loading.model import GRAPH_EXECUTION
 
         ok &= kernels["in_graph"].fillna(0).to_numpy(dtype=np.int64) != GRAPH_EXECUTION
-    return {int(d): int(np.percentile(dur[ok & (dev == d)], FLOOR_PERCENTILE))
-            for d in np.unique(dev[ok]).tolist()}
+    devices = np.sort(pd.unique(dev[ok]))  # few: hashed, not sorted whole
+    return {int(d): int(np.percentile(dur[ok if len(devices) == 1 else ok & (dev == d)], FLOOR_PERCENTILE))
+            for d in devices.tolist()}
 
 
 @fact("occupancy", columns=_OCC_COLUMNS, scope_keys=("device", "name"), column_needs=_OCC_NEEDS, per_kernel=True)
@@ -267,7 +270,7 @@ def occupancy(ctx: FactContext) -> pd.DataFrame:
     label_codes, names = factorize_objects(labels)
     name_codes = label_codes[row_codes]
     short_codes, short_labels = text_codes(k["short_name"])
-    cfg = new_frame({  # the arrays as columns (no copy into one 2-D block: 45 ms at a million kernels)
+    cfg = {  # plain arrays: the fast path never needs them as a frame (the groupby below builds one)
         "device": column(k, "device", 0).fillna(0).to_numpy(dtype=np.int64),
         "name_code": name_codes,
         # products in int64: the trace keeps launch dimensions in int32, where they could wrap
@@ -278,11 +281,11 @@ def occupancy(ctx: FactContext) -> pd.DataFrame:
         "dynamic_smem": k["dynamic_smem"].fillna(0).to_numpy(dtype=np.int64),
         "duration": k["duration"].to_numpy(dtype=np.int64),
         "row": np.arange(len(k)),
-    })
+    }
     keys = ["device", "name_code", "grid_blocks", "block_size", "registers", "static_smem", "dynamic_smem"]
     out = _configs(cfg, keys)
     if out is None:
-        out = cfg.groupby(keys, sort=False).agg(
+        out = new_frame(cfg).groupby(keys, sort=False).agg(
             first_row=("row", "first"), count=("duration", "size"), total_ns=("duration", "sum"),
             mean_ns=("duration", "mean"),
         ).reset_index()
@@ -328,36 +331,39 @@ def occupancy(ctx: FactContext) -> pd.DataFrame:
     return out.sort_values("total_ns", ascending=False, ignore_index=True)[list(_OCC_COLUMNS)]
 
 
-def _configs(cfg: pd.DataFrame, keys: list[str]) -> pd.DataFrame | None:
-    """``cfg.groupby(keys, sort=False)`` with the first row, count, summed and mean duration of each
+def _configs(cfg: Mapping[str, np.ndarray], keys: list[str]) -> pd.DataFrame | None:
+    """``cfg``'s ``groupby(keys, sort=False)`` with the first row, count, summed and mean duration of each
     launch configuration: the key columns packed into one int64 per row (their bit widths from their
-    maxima), factorized in order of first appearance, then one stable sort of the codes and a
-    ``reduceat``. None (use the groupby) when the keys need more than 63 bits or hold negative values,
-    or the sums could round in float64 (the groupby's mean sums in float64)."""
-    if cfg.empty:
+    maxima), factorized in order of first appearance; then counts and sums by ``bincount`` and each
+    configuration's first row where the running maximum of the codes grows (codes number groups by first
+    appearance): no sort. None (use the groupby) when the keys need more than 63 bits or hold negative
+    values, or the sums could round in float64 (the groupby's mean sums in float64; ``bincount`` sums
+    in float64 too, exact below 2^53)."""
+    duration = np.asarray(cfg["duration"], dtype=np.int64)
+    if not len(duration):
         return None
-    packed = np.zeros(len(cfg), dtype=np.int64)
+    packed = np.zeros(len(duration), dtype=np.int64)
     bits = 0
     for k in keys:
-        values = cfg[k].to_numpy(np.int64)
+        values = np.asarray(cfg[k], dtype=np.int64)
         lo, hi = int(values.min()), int(values.max())
         width = max(hi, 1).bit_length()
         if lo < 0 or bits + width > 63:
             return None
         packed |= values << bits
         bits += width
-    duration = cfg["duration"].to_numpy(np.int64)
     if float(np.abs(duration).sum(dtype=np.float64)) >= 2.0 ** 52:
         return None
     codes, _ = pd.factorize(packed)  # numbered by first appearance, like groupby(sort=False)
+    del packed
     ngroups = int(codes.max()) + 1
-    order = np.argsort(codes.astype(np.int16) if ngroups < 1 << 15 else codes, kind="stable")
-    bounds = np.searchsorted(codes[order], np.arange(ngroups))
-    first = order[bounds]  # each configuration's first launch (rows are in order within a group)
-    count = np.diff(np.r_[bounds, len(order)]).astype(np.int64)
-    total = np.add.reduceat(duration[order], bounds)
-    out = pd.DataFrame({k: cfg[k].to_numpy(np.int64)[first] for k in keys})
-    out["first_row"] = cfg["row"].to_numpy()[first]
+    # a group's first row: where the running maximum of the codes steps up (to the new group's code)
+    running = np.maximum.accumulate(codes)
+    first = np.flatnonzero(np.diff(running, prepend=-1) > 0)
+    count = np.bincount(codes, minlength=ngroups).astype(np.int64)
+    total = np.bincount(codes, weights=duration, minlength=ngroups).astype(np.int64)  # exact: |sum| < 2^52
+    out = pd.DataFrame({k: np.asarray(cfg[k], dtype=np.int64)[first] for k in keys})
+    out["first_row"] = np.asarray(cfg["row"])[first]
     out["count"] = count
     out["total_ns"] = total
     out["mean_ns"] = total / count

@@ -64,7 +64,8 @@ def window_periods(ctx: FactContext) -> pd.DataFrame:
     """Per device and window step (or tenth of the window): GPU busy time and share."""
     starts, ends, labels, kind, in_step = _periods(ctx)
     busy = ctx.get("gpu_busy")
-    devices = np.unique(ctx.get("gpu_ops")["device"].to_numpy(dtype=np.int64))
+    # the distinct devices hashed, then the few sorted (np.unique sorted every op: 25 ms at a million)
+    devices = np.unique(pd.unique(ctx.get("gpu_ops")["device"].to_numpy(dtype=np.int64)))
     frames = []
     for d in devices:
         b = busy.loc[busy["device"].to_numpy() == d]

@@ -689,7 +689,10 @@ class PhaseIndex:
         runs = self._op_runs()
         inside = (_run_mask(runs, ids) if runs is not None
                   else ops["instance"].isin(ids).to_numpy())
-        return ops.loc[(ops["op"].to_numpy() == OP_KERNEL) & inside, list(columns)]
+        # the selected rows of each column gathered by position (``loc`` with a mask over the millions of
+        # expanded rows took the whole frame's columns through pandas' take), the index their labels
+        rows = np.flatnonzero((ops["op"].to_numpy() == OP_KERNEL) & inside)
+        return pd.DataFrame({c: ops[c].to_numpy()[rows] for c in columns}, index=ops.index[rows], copy=False)
 
     def _op_runs(self) -> tuple[np.ndarray, np.ndarray] | None:
         """``(instance, length)`` of each run of equal instances in ``ops`` when its rows are ordered

@@ -109,6 +109,18 @@ def kernel_categories(trace: Trace, categories_file: str | Path | None = None) -
     return pd.Series(np.asarray(cats, dtype=object), dtype=object, name="category")
 
 
+def _group_of(ids: np.ndarray, gcode: np.ndarray, instance: np.ndarray) -> np.ndarray:
+    """``gcode`` of each of ``instance`` (every one among ``ids``, which are distinct): by a table indexed by
+    range id where the ids are small non-negative numbers (the loaders number ranges from 0), else by
+    ``reindex``; one gather per kernel instead of a hash lookup."""
+    instance = np.asarray(instance, dtype=np.int64)
+    if len(ids) and int(ids.min()) >= 0 and int(ids.max()) < 4 * len(ids) + (1 << 20):
+        table = np.full(int(ids.max()) + 1, -1, dtype=np.int64)
+        table[ids] = gcode
+        return table[instance]
+    return pd.Series(gcode, index=ids).reindex(instance).to_numpy(np.int64)
+
+
 def _top_by_group(group: np.ndarray, name: np.ndarray, duration: np.ndarray, n: int) -> pd.DataFrame:
     """Top ``n`` kernel name codes per group code by total time: ``group, name, total, count``.
     Ties broken by name code (first seen)."""
@@ -213,8 +225,7 @@ def phase_table(
     # Top kernels per group, from the kernels launched inside each instance.
     krows = idx.kernel_rows(inst["range_id"].to_numpy(), ("instance", "row", "duration"))
     codes, names = idx.kernel_name_codes
-    group_of = pd.Series(gcode, index=inst["range_id"].to_numpy())
-    top = _top_by_group(group_of.reindex(krows["instance"].to_numpy()).to_numpy(np.int64),
+    top = _top_by_group(_group_of(inst["range_id"].to_numpy(np.int64), gcode, krows["instance"].to_numpy()),
                         codes[krows["row"].to_numpy()], krows["duration"].to_numpy(np.int64), 3)
     best = top.groupby("group", sort=False).head(1).set_index("group")
     best = best.reindex(out.index)

@@ -22,7 +22,6 @@ import pandas as pd
 from pandas._libs import hashtable
 
 
-
 _EMPTY_FRAMES: dict[tuple[tuple[str, np.dtype], ...], pd.DataFrame] = {}
 
 

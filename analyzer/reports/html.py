@@ -6,7 +6,8 @@ Autoescape is on for every template; the only values marked safe are the SVG cha
 
 Templates are compiled in memory, once per process, from the package's own files: no bytecode cache
 on disk (Jinja's unpickles its entries, so anyone able to write to a cache directory could run code
-inside ``analyze``).
+inside ``analyze``). Their Python code is generated ahead of time and shipped with them
+(:mod:`analyzer.reports.templates_code`).
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import functools
 import re
 from typing import Any
 
-from jinja2 import Environment, PackageLoader, StrictUndefined
+from jinja2 import Environment, StrictUndefined
 from markupsafe import Markup, escape
 
 from analyzer.reports import jobsvg, svg
@@ -32,6 +33,7 @@ from analyzer.reports.format import (
     inert_output,
     plural,
 )
+from analyzer.reports.templates_code import PrecompiledLoader
 from analyzer.reports.viewmodel import Column, Link, ReportView
 
 SAFE_SCHEMES = ("https://", "http://")
@@ -64,7 +66,7 @@ def reference(ref: str) -> Markup:
 @functools.lru_cache(maxsize=1)
 def environment() -> Environment:
     env = Environment(
-        loader=PackageLoader("analyzer.reports", "templates"),
+        loader=PrecompiledLoader("analyzer.reports", "templates"),
         autoescape=True,
         undefined=StrictUndefined,
         trim_blocks=True,

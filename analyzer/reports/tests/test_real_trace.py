@@ -134,3 +134,42 @@ def test_hostile_strings_in_real_trace_are_escaped(path):
     rendered = markdown_it.MarkdownIt("commonmark").render(md)
     assert "<script" not in rendered and "<img" not in rendered
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in rendered
+
+
+def test_html_templates_run_their_shipped_code(monkeypatch):
+    """The report templates' Python code ships in ``templates/compiled.json`` (current: its keys match the
+    templates as they are); rendering a real trace's report takes it from there without generating any
+    (Jinja's ``compile`` is never called) and gives the same bytes as generating it, which is what a
+    template edited since (a key that no longer matches) falls back to."""
+    from jinja2 import Environment
+
+    from analyzer.reports import html
+    from analyzer.reports.templates_code import COMPILED, PrecompiledLoader, template_key
+
+    env = html.environment()
+    shipped = json.loads(COMPILED.read_text(encoding="utf-8"))
+    names = env.list_templates(extensions=["j2"])
+    assert sorted(shipped) == sorted(names) == ["diff.html.j2", "job.html.j2", "report.html.j2"]
+    for name in names:
+        assert shipped[name]["key"] == template_key(env, env.loader.get_source(env, name)[0]), name
+    report = build_report([analysis_of(MEMFUSION)], created=CREATED)
+
+    def fresh(entry):
+        html.environment.cache_clear()
+        monkeypatch.setattr(PrecompiledLoader, "_entry", entry)
+        return render(report, "html")
+
+    calls = []
+    real_compile = Environment.compile
+
+    def counted(self, *args, **kwargs):
+        calls.append(args[1])
+        return real_compile(self, *args, **kwargs)
+
+    monkeypatch.setattr(Environment, "compile", counted)
+    shipped_code = fresh(PrecompiledLoader._entry)
+    assert calls == []
+    stale = fresh(lambda self, name: {"key": "edited since", "code": "raise AssertionError"})
+    assert calls == ["report.html.j2"]
+    html.environment.cache_clear()
+    assert stale == shipped_code and len(shipped_code) > 50_000

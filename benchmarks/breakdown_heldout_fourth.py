@@ -1,0 +1,109 @@
+"""The fourth held-out batch's notes in docs/breakdown-heldout.md (``tests/data/heldout/h100_run5``).
+
+Four programs written after the third held-out batch had been judged, on how PyTorch programs really run
+(`workloads/host_sampling_decode.py`, `graph_recapture.py`, `cudnn_benchmark_shapes.py`,
+`detect_anomaly.py`), recorded by ``PART=l bash workloads/device_round3.sh`` on an H100. :func:`notes` gives,
+from the judged rows, each program's verdict in every recording and, for a miss, why it is wrong and which
+general mechanism would fix it (not tuned on this batch: that is for a later session). Called by
+``benchmarks/breakdown_calibration.py --set heldout``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from benchmarks.breakdown_heldout_third import _line
+
+FOLDER = "h100_run5"
+STEMS = ("host_sampling_decode", "graph_recapture", "cudnn_benchmark_shapes", "detect_anomaly")
+
+#: what each program is, for its paragraph's title
+WHAT = {
+    "host_sampling_decode": "batch-8 eager decoding that samples every token with numpy on the host "
+                            "(`softmax(...).cpu().numpy()`, `rng.choice` per row, ids copied back)",
+    "graph_recapture": "a new CUDA graph captured for every request's fresh input (8 a step), then replayed once",
+    "cudnn_benchmark_shapes": "`torch.backends.cudnn.benchmark = True` with a new image size every step",
+    "detect_anomaly": "`torch.autograd.set_detect_anomaly(True)` left on in a training loop",
+}
+
+#: why a fourth-batch twin fires the pathology's biggest cause too (filled from the recordings)
+TWIN_WHY: dict[str, str] = {}
+
+#: what else a program's paragraph says, right or wrong
+NOTE = {
+    "host_sampling_decode": (
+        "Judged as a twin that removes one cause of several (as `mask_index_sync_loop`): both variants run the same "
+        "eager forward, about 130 launches a token, and the biggest cause of every recording is launch-bound in "
+        "`step_N/token_N`, which the twin keeps (its own launch-bound finding is as large: its 39 ms step is the "
+        "host's launches). That is right about the program, and not what this twin buys; judged on the biggest "
+        "cause, all three recordings are wrong. Its torch.profiler pair (68.30 vs 52.17 ms a step: under the "
+        "profiler the launches, which both run, cost more and the sampling's share falls; host-work-in-loop 165.8 "
+        "ms for a saving of 113.0, 1.47) and its bare pair (host-work-in-loop 772.3 ms for 1024.0, 0.75) are not "
+        "committed (size)."),
+}
+
+#: why a fourth-batch verdict is wrong, and the general mechanism a later session would change
+MISS_WHY = {
+    "graph_recapture": (
+        "The breakdown accounts for the time, and the verdict misplaces it: of the nsys pathology's 879 ms window, "
+        "440 ms are `setup` (CUDA graph capture 400 ms, `cudaGraphInstantiateWithFlags` 36, `cudaGraphDestroy` 4), "
+        "90 ms host waits in `cudaFree` and the `cudaMalloc` refills (alloc-in-loop, the judged finding, 0.15 of "
+        "the saving) and 7 ms `cudaDeviceSynchronize`; setup, allocations and synchronization together are 0.92 "
+        "of the saving of 581 ms. `setup-window` states the 440 ms, but as one-time work paid once per process, "
+        "not a cause with an impact: the capture here is repeated 8 times a step (264 `cudaGraphInstantiate` "
+        "calls in the recording). **Next session's mechanism:** a capture (or instantiation) that recurs in "
+        "every step of the window is not setup: the breakdown should label it a per-step cause (graph capture "
+        "in the loop) with an impact, and its rule say to capture once on static buffers and `copy_` + "
+        "`replay()`; `setup-window` should keep only what happens once."),
+    "cudnn_benchmark_shapes": (
+        "The autotuning is host time: cuDNN builds and times its candidate plans for every new shape with the GPU "
+        "mostly idle (the pathology 0.83 to 1.9 s a step, the twin 55 to 80 ms). The bare nsys recording puts it "
+        "in host-work-in-loop at 0.94 of the saving, the right size but named as the program's own host work, "
+        "and the twin fires it too (its new shapes still cost cuDNN's heuristics a plan each); its torch.profiler "
+        "recording puts most of it in alloc-in-loop (the autotuner's workspace `cudaMalloc`/`cudaFree`, 0.78) "
+        "and is right by the table's rule, not by what it says: no finding names cuDNN's autotuning or its fix. "
+        "Its nsys recording with NVTX is missing: in both sessions nsys was still writing the report when the "
+        "driver's 45-50 s limit ended the job (exit 124; the program itself had finished, 1.83 s a step "
+        "against the twin's 55 ms). **Next session's mechanism:** host time inside cuDNN's calls (nsys `-t "
+        "cudnn`, or torch.profiler's `aten::cudnn_convolution` ranges holding the host time and the "
+        "allocations) that recurs with each new input shape is autotuning: name it, with its fix "
+        "(`cudnn.benchmark = False` for varying shapes, or bucketed shapes warmed up)."),
+    "detect_anomaly": (
+        "Right causes, split and misnamed: the nsys pathology's window holds 421 ms of launch-bound time (336 "
+        "ms of it `dispatch`: the host between two launches, where anomaly mode formats a Python stack for "
+        "every autograd node), 121 ms in `cudaStreamSynchronize` and its refill (the backward's NaN checks, "
+        "host-sync-in-loop) and 66 ms host work in `forward`; the twin's window 26 ms of launch-bound. The "
+        "judged finding is launch-bound in `step_N/forward` alone (314 ms, 15.7 ms a step against the twin's "
+        "1.0), with `step_N/backward` (95 ms) and host-sync-in-loop (121 ms) as separate findings: together "
+        "0.81 of the saving of 655 ms. The twin fires launch-bound in `step_N/forward` too (3.7 ms: a 13 ms "
+        "step the host nearly keeps up with). And launch-bound's fix (CUDA graphs, torch.compile) is not this "
+        "one. **Next session's mechanism:** compare each range's dispatch time per launch with the trace's "
+        "usual per-launch dispatch (here about 15 times the twin's): a range whose host spends far more per "
+        "launch than launching costs is slowed by per-op Python work (anomaly mode, hooks, tracing), a cause "
+        "of its own whose fix is to remove that work; and join a step's ranges into one finding when one "
+        "cause spans them (done only for torch.compile'd code so far)."),
+}
+
+
+def notes(judged: list[Any]) -> str:
+    """The fourth batch's section: one paragraph per program, every recording of it on one line each."""
+    mine = [j for j in judged if j.gpu == FOLDER]
+    if not mine:
+        return ""
+    right = sum(j.verdict == "right" for j in mine)
+    out = [f"\n## The fourth batch (`{FOLDER}`): {right} of {len(mine)} right\n",
+           "Recorded on an H100 after the third batch was judged (tests/data/MANIFEST.md), never used to "
+           "calibrate, and no rule was changed for it. Each program's recordings, then, for a miss, why it is "
+           "wrong and the general mechanism a later session would change.\n"]
+    for stem in STEMS:
+        rows = sorted((j for j in mine if j.stem.removesuffix("_bare") == stem),
+                      key=lambda j: (j.stem.endswith("_bare"), j.row.fmt))
+        if not rows:
+            continue
+        text = f"**{stem} ({WHAT[stem]}).** The twin fixes {' and '.join(rows[0].fixes)}. "
+        text += "; ".join(_line(j) for j in rows) + "."
+        if stem in MISS_WHY and any(j.verdict != "right" for j in rows):
+            text += " " + MISS_WHY[stem]
+        if stem in NOTE:
+            text += " " + NOTE[stem]
+        out.append(text + "\n")
+    return "\n".join(out)
