@@ -155,7 +155,7 @@ def spread(small, codes: np.ndarray | None = None, repeats: np.ndarray | None = 
     import pandas as pd
 
     own = np.asarray(small.codes)
-    out = own[codes] if codes is not None else np.repeat(own, repeats)
+    out = own[codes] if codes is not None else np.repeat(own, np.asarray(repeats, dtype=np.int64))
     try:
         return pd.Categorical.from_codes(out, dtype=small.dtype, validate=False)
     except TypeError:  # pandas < 2.1 always validates
