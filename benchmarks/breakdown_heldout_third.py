@@ -35,6 +35,14 @@ NOTE = {
         "before each synchronization anyway, and the breakdown said launch-bound. The committed recording "
         "gives each module about as much GPU time as its issue time, where a synchronization around it "
         "costs the most. Its bare pair (47.65 vs 41.91 ms) is not committed (size)."),
+    "layout_copies": (
+        "The twin changes the layout, and with it both the copies and the kernel choice: in NCHW bf16 the "
+        "depthwise 7x7 convolution runs ATen's own `conv_depthwise2d_*` kernels (3.8 ms a block a step, 55% "
+        "of kernel time), in channels_last cuDNN's NHWC kernels (0.8 ms), while the copy kernels are 12% of "
+        "kernel time (6.8 ms a step, the twin's 2.7). So slow-fallback-kernels is a cause this twin fixes, "
+        "with copy-kernel-dominance; its speed-ups are the medians the microbenchmark "
+        "`workloads/conv_layouts.py` measured over six shapes on an H100 (analyzer/hardware/conv_layouts.json), "
+        "not fitted to this pair (at the pair's own shape it measured 4.96x forward, 4.70x backward)."),
 }
 
 #: why a third-batch verdict is wrong, by program (what the recordings show)
@@ -54,14 +62,9 @@ MISS_WHY: dict[str, str] = {
         "between the two; the breakdown's split of the bare pathology is not what the twin's (faster) run "
         "says it should be, and no general mechanism separates a host that ran slower in one recording."),
     "layout_copies": (
-        "Silent, and for a reason the breakdown cannot see: the recordings show that most of what the twin "
-        "bought is not the layout copies. In NCHW bf16 the depthwise 7x7 convolution runs ATen's own "
-        "`conv_depthwise2d_*` kernels (3.8 ms a block a step, 55% of kernel time), in channels_last cuDNN's "
-        "NHWC kernels (0.8 ms); the copy kernels are 12% of kernel time (6.8 ms a step, the twin's 2.7), under "
-        "copy-kernel-dominance's 30% `min_share`, and the pathology is GPU-bound, so no idle-time cause "
-        "applies. A rule for a slow kernel implementation chosen by the memory format (a kernel the same "
-        "op runs much faster in another layout) would need per-op kernel baselines the analyzer does not "
-        "have; the miss stays. The workload's docstring says what the recording showed."),
+        "The impact is the fallback kernels' time at the microbenchmark's median speed-ups "
+        "(workloads/conv_layouts.py), never tuned on this pair; the rest of what the twin bought is the "
+        "permute copies (12% of kernel time, under copy-kernel-dominance's 30% `min_share`)."),
 }
 
 

@@ -151,7 +151,7 @@ from analyzer.facts.breakdown_handoff import Handoffs, hand_off
 from analyzer.facts.graphs import capture_blocks
 from analyzer.facts.breakdown_launch import wait_details as _wait_details
 from analyzer.facts.breakdown_ranges import generic_keys
-from analyzer.facts.breakdown_pieces import _ascending, _gathered, _places, span_of
+from analyzer.facts.breakdown_pieces import _ascending, _gathered, _places, span_of, spread
 from analyzer.facts.breakdown_sync import SyncBlocks, charge_drains, charge_refills, refilled_call
 from analyzer.facts.breakdown_syncop import charge_sync_ops
 from analyzer.facts.launch_loops import op_paths as op_paths_of
@@ -496,7 +496,6 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
         x.clear()
     del dest, busy_frame, idle, cut
     parts.clear()
-    step_codes, step_labels = _step_codes(ctx, start)
     nvtx_path = categorical(path_codes, paths)
     seg = pd.DataFrame({
         "device": seg_dev, "start": start, "end": end,
@@ -505,17 +504,16 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
         "duration": end - start,
         "nvtx_path": nvtx_path,
         # each distinct path's key, read through the path's own (narrow) codes: one pass over the segments
-        "range_key": categorical(np.asarray(nvtx_path.codes),
-                                 np.array(generic_keys(np.asarray(nvtx_path.categories, dtype=object)), dtype=object)),
-        "step": categorical(step_codes, step_labels),
+        "range_key": spread(categorical(np.arange(len(nvtx_path.categories)), np.array(generic_keys(
+            np.asarray(nvtx_path.categories, dtype=object)), dtype=object)), np.asarray(nvtx_path.codes)),
+        "step": _step_column(ctx, start),
         "host_tid": host_tid,
     }, copy=False)
-    del detail, path_codes, step_codes, nvtx_path
+    del detail, path_codes, nvtx_path
     n_seg = len(seg)
     seg, pid = cross_thread_waits(ctx, seg, pid)
     if len(seg) != n_seg:  # host-work segments split at waits on another thread: their pieces' steps
-        step_codes, step_labels = _step_codes(ctx, seg["start"].to_numpy(dtype=np.int64))
-        seg["step"] = categorical(step_codes, step_labels)
+        seg["step"] = _step_column(ctx, seg["start"].to_numpy(dtype=np.int64))
     seg["host_activity"] = host_activity_column(ctx, seg, (seg["cause"] == "host_work").to_numpy(), pid)
     seg = seg[list(SEGMENT_COLUMNS)]
     for c in ("device", "host_tid", "waited_tid"):  # ids in 32 bits where they fit (millions of rows)
@@ -751,12 +749,13 @@ class _Idle:
                 sub[retry >= 0] = retry[retry >= 0]
                 rpos[missing] = sub
             return rpos
-        key = (tid.astype(np.int64) << 32) | (pid.astype(np.int64) & 0xFFFFFFFF)
-        order, first, last = key_groups(key)
-        del key
-        if len(first) == 1:
+        if tid.min() == tid.max() and pid.min() == pid.max():  # one thread and process: no grouping
             times, table = self._fallback_table(int(tid[0]), int(pid[0]))
             return table[np.searchsorted(times, t, side="right")]
+        # one process (several threads): its threads are the groups, no 64-bit key made
+        key = tid if pid.min() == pid.max() else (tid.astype(np.int64) << 32) | (pid.astype(np.int64) & 0xFFFFFFFF)
+        order, first, last = key_groups(key)
+        del key
         out = np.empty(len(t), dtype=np.int64)
         for a, b in zip(first.tolist(), last.tolist()):
             rows = order[a:b]
@@ -958,12 +957,12 @@ def _classify_chunk(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev
             "path_labels": path_labels, "tid": t, "pid": p}
 
 
-def _step_codes(ctx: FactContext, start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(codes, labels)``: the step holding each segment start (segments crossing a step boundary are
-    not split here: the breakdown splits them); the last label is "" (outside every step)."""
+def _step_column(ctx: FactContext, start: np.ndarray) -> pd.Categorical:
+    """The step holding each segment start (segments crossing a step boundary are not split here: the
+    breakdown splits them), "" outside every step."""
     steps = ctx.get("steps")
     if steps.empty or not len(start):
-        return np.zeros(len(start), dtype=np.int64), np.array([""], dtype=object)
+        return categorical(np.zeros(len(start), dtype=np.int64), np.array([""], dtype=object))
     lo, hi, names = step_bounds(steps)
     labels = np.array([str(x) for x in names] + [""], dtype=object)
     if len(start) > 1 and _ascending(start):
@@ -979,13 +978,14 @@ def _step_codes(ctx: FactContext, start: np.ndarray) -> tuple[np.ndarray, np.nda
         bounds[2:-1:2] = inside
         values = np.full(2 * len(lo) + 1, len(names), dtype=np.int16 if len(names) < 2**15 - 1 else np.int64)
         values[1::2] = np.arange(len(lo))
-        return np.repeat(values, np.diff(bounds)), labels
+        runs = np.diff(bounds)
+        return spread(categorical(values[runs > 0], labels), repeats=runs[runs > 0])
     k = span_of(start, lo)  # a fresh array: the codes made in it (millions of segments)
     outside = k < 0
     np.maximum(k, 0, out=k)
     outside |= start >= hi[k]
     k[outside] = len(names)
-    return k, labels
+    return categorical(k, labels)
 
 
 def step_bounds(steps: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -105,19 +105,22 @@ def _single_kernel_names(k_pid: np.ndarray, k_corr: np.ndarray, k_name: np.ndarr
     ok = k_corr >= 0
     if not ok.any() or not len(a_corr):
         return out
-    k_pid, k_corr, k_name = k_pid[ok], k_corr[ok], k_name[ok]
+    if not ok.all():
+        k_pid, k_corr, k_name = k_pid[ok], k_corr[ok], k_name[ok]
     k_key = correlation_key(k_pid, k_corr)
     # the keys held by one kernel each: sorted (any sort: a key kept has one row), unequal to both neighbours;
     # kernels recorded in correlation order (nsys) are sorted already: no sort, no gather
-    if len(k_key) < 2 or bool((k_key[1:] >= k_key[:-1]).all()):
-        order = np.arange(len(k_key))
-    else:
+    order = None
+    if len(k_key) >= 2 and not bool((k_key[1:] >= k_key[:-1]).all()):
         order = np.argsort(k_key)
         k_key = k_key[order]
     one = np.ones(len(k_key), dtype=bool)
     one[1:] &= k_key[1:] != k_key[:-1]
     one[:-1] &= k_key[:-1] != k_key[1:]
-    uniq, name_of = k_key[one], k_name[order[one]]
+    if one.all():  # every key held by one kernel (nsys: a correlation id per kernel): no copies
+        uniq, name_of = k_key, (k_name if order is None else k_name[order])
+    else:
+        uniq, name_of = k_key[one], k_name[one if order is None else order[one]]
     del k_key, order, one
     if not len(uniq):
         return out

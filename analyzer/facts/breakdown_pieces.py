@@ -108,7 +108,14 @@ def _gathered(parts: list[dict[str, np.ndarray]], dest: np.ndarray, bounds: list
     ``bounds``), as wide as its parts (32-bit codes and ids), each part's array freed once placed;
     ``busy_fill``: the value of the first part (busy time), which has no such column."""
     own = parts if busy_fill is None else parts[1:]
-    out = np.empty(bounds[-1], dtype=np.result_type(*(x[name] for x in own)))
+    dtype = np.result_type(*(x[name] for x in own))
+    if busy_fill is None and name == "device":  # one device (the common case): the value, nothing to place
+        lows = {int(x[name].min()) for x in parts if len(x[name])}
+        if len(lows) == 1 and all(x[name].max() == x[name].min() for x in parts if len(x[name])):
+            for x in parts:
+                del x[name]
+            return np.full(bounds[-1], lows.pop(), dtype=dtype)
+    out = np.empty(bounds[-1], dtype=dtype)
     for i, x in enumerate(parts):
         if i == 0 and busy_fill is not None:
             out[dest[:bounds[1]]] = busy_fill
@@ -139,3 +146,17 @@ def _places(devices: list[np.ndarray], starts: list[np.ndarray]) -> np.ndarray:
 
 #: :func:`_places` writes the places this many at a time
 _PLACE_CHUNK = 1 << 22
+
+
+def spread(small, codes: np.ndarray | None = None, repeats: np.ndarray | None = None):  # type: ignore[no-untyped-def]
+    """The categorical ``small`` (a :func:`analyzer.loading.columns.categorical` of a few values, every one of
+    them used by the rows) read per row, ``small[codes]`` or each value ``repeats`` times: the same
+    categories and codes as a categorical of the rows' labels, with one pass over the rows instead of two."""
+    import pandas as pd
+
+    own = np.asarray(small.codes)
+    out = own[codes] if codes is not None else np.repeat(own, np.asarray(repeats, dtype=np.int64))
+    try:
+        return pd.Categorical.from_codes(out, dtype=small.dtype, validate=False)
+    except TypeError:  # pandas < 2.1 always validates
+        return pd.Categorical.from_codes(out, dtype=small.dtype)

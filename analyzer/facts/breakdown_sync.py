@@ -324,6 +324,7 @@ def charge_drains(ctx: FactContext, idle: dict[str, np.ndarray], syncs: list[Syn
                 on = np.flatnonzero(u_dev == x)
                 o = on[np.argsort(u_start[on], kind="stable")]
                 uploads[int(x)] = (u_start[o], np.r_[0, np.cumsum(u_other[o])], np.r_[0, np.cumsum(u_bytes[o])])
+    per_dev: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     for t, r_s, r_e, r_d in syncs:
         _blocked, open_k = opened(r_s, r_e)
         if not open_k.any():
@@ -331,12 +332,14 @@ def charge_drains(ctx: FactContext, idle: dict[str, np.ndarray], syncs: list[Syn
         mine = np.flatnonzero((tid == t) & ((cause == lb) | (cause == hw)) & (idle["end"] - start < dispatch_ns))
         if not len(mine):
             continue
-        for d in np.unique(dev[mine]).tolist():
-            on_d = k_dev == d
-            ks = k_start[on_d]
-            o = np.argsort(ks, kind="stable")
-            ks = ks[o]
-            ke = np.maximum.accumulate(k_end[on_d][o])
+        m_dev = dev[mine]
+        one = m_dev.min() == m_dev.max()  # one device (the common case): no unique, no per-device rows
+        for d in ([int(m_dev[0])] if one else np.unique(m_dev).tolist()):
+            if d not in per_dev:  # the device's kernels by start, the running maximum of their ends (once)
+                on_d = k_dev == d
+                o = np.argsort(k_start[on_d], kind="stable")
+                per_dev[d] = (k_start[on_d][o], np.maximum.accumulate(k_end[on_d][o]))
+            ks, ke = per_dev[d]
             # the last kernel end at each return, and the next kernel start after it
             at = np.searchsorted(ks, r_e, side="left")  # kernels starting before the return
             last_end = np.where(at > 0, ke[np.maximum(at - 1, 0)], -1)
@@ -345,7 +348,7 @@ def charge_drains(ctx: FactContext, idle: dict[str, np.ndarray], syncs: list[Syn
             drained = open_k & again
             if not drained.any():
                 continue
-            rows = mine[dev[mine] == d]
+            rows = mine if one else mine[m_dev == d]
             rs = start[rows]
             # the GPU's gap around each such call: from the last kernel's end to the next kernel; each row
             # in one

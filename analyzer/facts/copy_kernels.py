@@ -98,7 +98,7 @@ def copy_kernels(ctx: FactContext) -> pd.DataFrame:
     keys = np.array(generic_keys(np.asarray(uniques, dtype=object)) + [""], dtype=object)
     out.insert(7, "range_key", keys[codes])
     out["growth"] = _growth(out)
-    out["host_wait_ns"] = _host_wait(ctx, c, out["device"].to_numpy(dtype=np.int64))
+    out["host_wait_ns"] = launching_threads_wait(ctx, c, out["device"].to_numpy(dtype=np.int64))
     return out
 
 
@@ -124,9 +124,10 @@ def _growth(out: pd.DataFrame) -> np.ndarray:
     return g
 
 
-def _host_wait(ctx: FactContext, c: pd.DataFrame, dev: np.ndarray) -> np.ndarray:
-    """Per device: the blocking synchronizing calls' time in the window on the threads that launched its
-    copy kernels (broadcast to the device's rows)."""
+def launching_threads_wait(ctx: FactContext, c: pd.DataFrame, dev: np.ndarray) -> np.ndarray:
+    """Per device: the blocking synchronizing calls' time in the window on the threads that launched the
+    kernels ``c`` (rows of ``kernel_categories``) on it, broadcast to ``dev`` (the output rows' devices;
+    also read by :mod:`analyzer.facts.fallback_kernels`)."""
     api = ctx.trace.api
     out = np.zeros(len(dev), dtype=np.int64)
     if api.empty or "correlation_id" not in c.columns:

@@ -617,6 +617,7 @@ FACT_MODULES: tuple[str, ...] = (
     "analyzer.facts.breakdown_table",
     "analyzer.facts.copy_stalls",
     "analyzer.facts.copy_kernels",
+    "analyzer.facts.fallback_kernels",
     "analyzer.facts.memory",
 )
 

@@ -328,3 +328,29 @@ def test_gaps_host_calls_looked_up_in_chunks_are_the_same(name, monkeypatch):
     for size in (3, 50):
         monkeypatch.setattr(intervals, "QUERY_CHUNK", size)
         pd.testing.assert_frame_equal(FactStore(t, w, {}).get("gpu_gaps"), gaps)
+
+
+@pytest.mark.parametrize("name", ["host_sync", "ddp/ddp_straggler_2gpu", "kineto/decode_b1_cudagraph_h200.pt.trace.json.xz"])
+def test_segment_step_and_range_key_columns_read_row_by_row(name):
+    # the step and range-key categoricals are spread from a few values (runs of steps, one key per path):
+    # each row's label is its start's step and its path's key, the categories the used labels, sorted
+    from analyzer.facts import FactStore
+    from analyzer.facts.breakdown import step_bounds
+    from analyzer.facts.breakdown_ranges import generic_keys
+
+    t = _load(name)
+    st = FactStore(t, choose_window(t), {})
+    seg = st.get("timeline_segments")
+    assert len(seg) > 1000
+    keys = seg["range_key"].astype(str).to_numpy()
+    paths = seg["nvtx_path"].astype(str).to_numpy()
+    assert keys.tolist() == generic_keys(paths)
+    assert list(seg["range_key"].cat.categories) == sorted(set(keys.tolist()))
+    lo, hi, names = step_bounds(st.get("steps"))
+    start = seg["start"].to_numpy()
+    k = np.searchsorted(lo, start, side="right") - 1
+    inside = (k >= 0) & (start < hi[np.maximum(k, 0)])
+    want = np.where(inside, np.asarray([str(x) for x in names] + [""], dtype=object)[np.where(inside, k, -1)], "")
+    got = seg["step"].astype(str).to_numpy()
+    assert (got == want).all() and len(set(want.tolist()) - {""}) >= 1
+    assert list(seg["step"].cat.categories) == sorted(set(got.tolist()))
