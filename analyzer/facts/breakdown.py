@@ -92,10 +92,12 @@ that launched the op before it). The op's *submission* is the end of its launch 
                   first launch loading a kernel's module, a library's initialization (detail
                   ``cudaLaunchKernel (one-time: 10 ms or more in one call)``), and inside a kernel's
                   first launch call when it takes far longer than its later ones (its code object
-                  loading: :mod:`analyzer.facts.breakdown_firstlaunch`). What ran before the
-                  steady state is outside the window (the window chooser's ``setup_ns``); time inside the window is never setup for
-                  its position: ``--window full``, a time span, or a window opened at the program's own
-                  annotation holds the program's work before its first step, classified like any other
+                  loading: :mod:`analyzer.facts.breakdown_firstlaunch`). What ran before the steady state
+                  is outside the window (the window chooser's ``setup_ns``); time inside the window is never
+                  setup for its position (``--window full``, a time span, a window opened at the program's
+                  annotation: the work before its first step is classified like any other)
+``autotune``      launch-bound, host sync or host work time in an autotuning burst of the feeding thread (timed
+                  trials of candidate kernels, :mod:`analyzer.facts.autotune`); detail kept
 ``unknown``       the trace cannot tell; detail says why (:data:`UNKNOWN_WHY`: no CUDA API calls
                   recorded, none on the launching thread, or the op ending the gap has no launch call
                   in the trace) and reports state it once, with what to record. Nothing else is
@@ -145,23 +147,21 @@ from analyzer.facts.breakdown_threads import cross_thread_waits, host_activity_c
 from analyzer.facts.nvtx import main_threads, operator_ranges
 from analyzer.facts.nvtx_ranges import ranges_only, shared_innermost
 from analyzer.facts.registry import FactContext, fact
-from analyzer.facts.breakdown_launch import submission as _submission
+from analyzer.facts.breakdown_launch import submission as _submission, wait_details as _wait_details
 from analyzer.facts.breakdown_firstlaunch import first_launch_detail, first_launch_rows
 from analyzer.facts.breakdown_handoff import Handoffs, hand_off
 from analyzer.facts.graphs import capture_blocks
-from analyzer.facts.breakdown_launch import wait_details as _wait_details
 from analyzer.facts.breakdown_ranges import generic_keys
+from analyzer.facts.autotune import relabel_autotuning
 from analyzer.facts.breakdown_pieces import _ascending, _gathered, _places, span_of, spread
 from analyzer.facts.breakdown_sync import SyncBlocks, charge_drains, charge_refills, refilled_call
 from analyzer.facts.breakdown_syncop import charge_sync_ops
-from analyzer.facts.launch_loops import op_paths as op_paths_of
-from analyzer.facts.launch_loops import LoopNames, trace_loop_ranges, with_loops
+from analyzer.facts.launch_loops import LoopNames, op_paths as op_paths_of, trace_loop_ranges, with_loops
 from analyzer.loading.columns import categorical, narrow_int
 
-#: default longest host time between two CUDA calls that still counts as dispatch (ns)
-DISPATCH_GAP_NS = 1_000_000
-#: the longest host time after a synchronizing call's return that still counts as returning from it, and
-#: the longest time from an op's submission to its start that counts as launch latency (ns)
+DISPATCH_GAP_NS = 1_000_000  #: default longest host time between two CUDA calls that still counts as dispatch (ns)
+#: the longest host time after a synchronizing call's return that still counts as returning from it, and the
+#: longest time from an op's submission to its start that counts as launch latency (ns)
 RETURN_NS = 100_000
 
 #: a call that issues work (a launch, a stream or event call: not a synchronization) and lasts this long
@@ -177,14 +177,13 @@ def one_time_detail(call: str) -> str:
     return f"{call} (one-time: 10 ms or more in one call)"
 
 CAUSES = ("compute", "exposed_comm", "exposed_copy", "launch_bound", "host_sync", "host_work",
-          "wait_other", "setup", "unknown")
+          "wait_other", "setup", "unknown", "autotune")
 #: idle causes the host held the GPU back with (what the "GPU-bound floor" removes)
-HOST_CAUSES = ("launch_bound", "host_sync", "host_work")
+HOST_CAUSES = ("launch_bound", "host_sync", "host_work", "autotune")
 _C = {c: i for i, c in enumerate(CAUSES)}
 #: ``unknown`` details: why the trace cannot tell what held the GPU back, and what to record so it can
 #: (reports state each once, with its time; the breakdown's only unclassified part)
-NO_API_IN_TRACE = "no CUDA API calls in the trace"
-NO_API_ON_THREAD = "no CUDA API calls on the launching thread"
+NO_API_IN_TRACE, NO_API_ON_THREAD = "no CUDA API calls in the trace", "no CUDA API calls on the launching thread"
 NO_THREAD = "launching thread unknown"
 UNKNOWN_WHY: dict[str, str] = {
     NO_API_IN_TRACE: "the trace recorded GPU activity only, no CUDA API calls, so what the host did in the "
@@ -258,7 +257,7 @@ SEGMENT_COLUMNS = {
     "start": "segment start (ns, inside the window)",
     "end": "segment end (ns)",
     "cause": "compute | exposed_comm | exposed_copy | launch_bound | host_sync | host_work | wait_other | "
-             "setup | unknown",
+             "setup | unknown | autotune",
     "detail": "kernel category, copy direction and memory kind, CUDA call, 'dispatch', 'refill (<call>)' (a "
               "synchronization's refill, host_sync), NVTX range or why unknown",
     "duration": "end - start (ns)",
@@ -514,6 +513,7 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
     seg, pid = cross_thread_waits(ctx, seg, pid)
     if len(seg) != n_seg:  # host-work segments split at waits on another thread: their pieces' steps
         seg["step"] = _step_column(ctx, seg["start"].to_numpy(dtype=np.int64))
+    seg = relabel_autotuning(ctx, seg, HOST_CAUSES[:3])  # a library's timed trials: analyzer.facts.autotune
     seg["host_activity"] = host_activity_column(ctx, seg, (seg["cause"] == "host_work").to_numpy(), pid)
     seg = seg[list(SEGMENT_COLUMNS)]
     for c in ("device", "host_tid", "waited_tid"):  # ids in 32 bits where they fit (millions of rows)

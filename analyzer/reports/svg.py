@@ -221,6 +221,7 @@ def bars_svg(chart: BarChart, width: float = 560.0) -> Markup:
 CAUSE_COLOURS = {
     "compute": BLUE, "exposed_comm": PURPLE, "exposed_copy": SKY, "launch_bound": ORANGE,
     "host_sync": VERMILLION, "host_work": YELLOW, "wait_other": GREEN, "setup": NAVY, "unknown": GRID,
+    "autotune": "#882255",  # Tol's wine: a library timing candidate kernels (analyzer.facts.autotune)
 }
 
 

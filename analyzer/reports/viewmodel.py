@@ -331,6 +331,7 @@ BREAKDOWN_CAUSES: tuple[tuple[str, str], ...] = (
     ("launch_bound", "launch-bound"),
     ("host_sync", "host sync"),
     ("host_work", "host work"),
+    ("autotune", "autotuning"),
     ("wait_other", "waiting on other work"),
     ("setup", "setup"),
     ("unknown", "unknown"),
