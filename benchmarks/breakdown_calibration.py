@@ -58,11 +58,13 @@ DATA = ROOT / "tests" / "data"
 HELD_OUT_BATCHES = (second, third, fourth)
 DOC = ROOT / "docs" / "breakdown-calibration.md"
 
-#: rules whose impact is time the timeline breakdown assigns to one cause (never counted twice), and
-#: copy-kernel-dominance and slow-fallback-kernels, whose impact is compute time a fix removes (copy kernels;
-#: ATen's fallback kernels at the speed-up workloads/conv_layouts.py measured), capped by the host's slack
+#: rules whose impact is time the timeline breakdown assigns to one cause (never counted twice; autotune-in-loop:
+#: the `autotune` cause), and copy-kernel-dominance and slow-fallback-kernels, whose impact is compute time a fix
+#: removes (copy kernels; ATen's fallback kernels at the speed-up workloads/conv_layouts.py measured), capped by
+#: the host's slack
 BREAKDOWN_RULES = ("launch-bound", "host-sync-in-loop", "sync-memcpy", "alloc-in-loop", "host-work-in-loop",
-                   "exposed-copies", "waiting-on-other-work", "copy-kernel-dominance", "slow-fallback-kernels")
+                   "exposed-copies", "waiting-on-other-work", "copy-kernel-dominance", "slow-fallback-kernels",
+                   "autotune-in-loop")
 
 
 @dataclass(frozen=True)
