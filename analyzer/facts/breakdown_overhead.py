@@ -33,15 +33,16 @@ from analyzer.facts.registry import FactContext
 
 #: the launch-bound detail of the excess (:mod:`analyzer.facts.breakdown_overhead`)
 PER_OP_DETAIL = "per-op host work"
-#: the usual launch-bound idle time per GPU op of eager PyTorch (ns), measured on the committed eager
-#: loops that are launch-bound with nothing else per op (``timeline_breakdown``: eager launch_bound time of
-#: the range / its GPU ops): batch-1 decoding (decode_eager H100 nsys 37.5 us, torch.profiler 28.0 us, bare
-#: 17.5 and 54.3 us; compile_decode 19.2 and 27.1 us), per_sample_loop, the per-parameter optimizer loop
-#: and tiny_kernels (docs/rules.md, per-op-host-overhead): 17-55 us, median about 30 us
+#: the usual launch-bound idle time per GPU op of eager PyTorch (ns): the eager launch_bound time of a range
+#: over its GPU ops on the committed H100 eager loops that are launch-bound with nothing else per op
+#: (tests/data/h100, heldout/h100; nsys, torch.profiler, bare): batch-1 decoding (decode_eager) 17.5-54.3
+#: us, the per-parameter Adam loop (optimizer_loop's optimizer) 15.2-22.2 us, its forward and backward
+#: layer loops 20.8-48.6 us (73.3 in one bare torch.profiler backward), per_sample_loop 13.1-17.1 us,
+#: mask_index_sync's expert loop 10.4-12.1 us: about 25-30 us in the middle
 PER_OP_REF_NS = 30_000
 #: a phase is slowed by per-op work when its launch-bound time per op is at least this many times the
 #: reference: detect_anomaly's forward 152 us (nsys) and 190 us (torch.profiler) per op against 1.8 and
-#: 2.5 us in its twin; the eager loops above stay under 2x
+#: 2.5 us in its twin; the eager loops above stay under 2.5x (73.3 us)
 PER_OP_FACTOR = 4.0
 #: ...and it launches at least this many GPU ops a step: a range of a few ops with Python around them
 #: (a fused optimizer's step: 4 ops, 115-155 us each) is bookkeeping per range, not per op
@@ -70,7 +71,11 @@ def _per_op_phases(ctx: FactContext, seg: pd.DataFrame, eager: np.ndarray, busy:
     phases = np.full(len(labels), "", dtype=object)
     phases[used] = phase_keys(ctx, labels[used], per_key[used])
     phase_codes, phase_labels = pd.factorize(phases)
-    dev_codes, devs = pd.factorize(seg["device"].to_numpy(dtype=np.int64))
+    dev = seg["device"].to_numpy()
+    if dev[0] == dev[-1]:  # ordered by device: one device (no hashing of millions of ids)
+        dev_codes, devs = np.zeros(len(dev), dtype=np.int64), dev[:1]
+    else:
+        dev_codes, devs = pd.factorize(dev.astype(np.int64))
     n_phase = max(len(phase_labels), 1)
     group = dev_codes.astype(np.int64) * n_phase + phase_codes[k]
     space = len(devs) * n_phase
