@@ -154,6 +154,7 @@ from analyzer.facts.breakdown_ranges import generic_keys
 from analyzer.facts.breakdown_pieces import _ascending, _gathered, _places, span_of, spread
 from analyzer.facts.breakdown_sync import SyncBlocks, charge_drains, charge_refills, refilled_call
 from analyzer.facts.breakdown_syncop import charge_sync_ops
+from analyzer.facts.breakdown_overhead import PER_OP_COLUMNS, split_per_op
 from analyzer.facts.launch_loops import op_paths as op_paths_of
 from analyzer.facts.launch_loops import LoopNames, trace_loop_ranges, with_loops
 from analyzer.loading.columns import categorical, narrow_int
@@ -326,6 +327,7 @@ BREAKDOWN_COLUMNS = {
     "group_ns": "range rows: the fix group's time on the device, every cause (ns); phase_ns for a phase "
                 "of its own",
     "group_host_held_ns": "range rows: the fix group's time the host held the GPU back (ns)",
+    **PER_OP_COLUMNS,
     "group_parts": "range rows of a group of several phases: each phase's part of the group's time of the "
                    "row's cause, largest first ('step_N/backward 25.7 ms (65%), step_N/forward ...'); '' "
                    "otherwise",
@@ -466,9 +468,8 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
     kern = (busy_frame["cause"] == _C["compute"]) | (busy_frame["cause"] == _C["exposed_comm"])
     charge_drains(ctx, idle, syncs, labels, code, _C,
                   (busy_frame["device"][kern], busy_frame["start"][kern], busy_frame["end"][kern]), dispatch_ns)
-    del kern
     cut = charge_refills(ctx, idle, syncs, labels, code, _C)
-    del syncs
+    del syncs, kern
     # every column scattered in (device, start) order from its busy, idle and cut-off idle parts, each
     # part freed once placed (a 10 M-kernel trace has about 48 M segments: no joined copy of a column,
     # the places in 32 bits); text columns are categoricals built from codes (a few hundred texts)
@@ -519,7 +520,7 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
     for c in ("device", "host_tid", "waited_tid"):  # ids in 32 bits where they fit (millions of rows)
         if seg[c].dtype != np.int32:
             seg[c] = narrow_int(seg[c].to_numpy())
-    return seg
+    return split_per_op(ctx, seg)  # per-op host work: a range's launch-bound time far above launching's
 
 
 class _HostCalls:
@@ -958,8 +959,7 @@ def _classify_chunk(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev
 
 
 def _step_column(ctx: FactContext, start: np.ndarray) -> pd.Categorical:
-    """The step holding each segment start (segments crossing a step boundary are not split here: the
-    breakdown splits them), "" outside every step."""
+    """The step holding each segment start, "" outside every step (the breakdown splits crossing ones)."""
     steps = ctx.get("steps")
     if steps.empty or not len(start):
         return categorical(np.zeros(len(start), dtype=np.int64), np.array([""], dtype=object))
