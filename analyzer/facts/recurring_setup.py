@@ -22,10 +22,12 @@ segments under a compilation range) with their *kind* and whether the kind *recu
   alone, a serving engine capturing one graph per batch size back to back, is one-time work however
   long it runs).
 
-Rules: ``setup-window`` reads the segments that do not recur (``recurring == 0``, setup only), and
-``recurring-setup`` those that do (every kind). Each segment is idle time of the breakdown, so impacts taken
-from them never count a nanosecond twice (compilation segments are left out of ``host-work-in-loop``'s
-ranges by nothing: see that rule's note in ``recurring-setup``'s calibration).
+Rules: ``setup-window`` reads the ``setup`` segments that do not recur (``recurring == 0``), and
+``recurring-setup`` the recurring ones (every kind). Each segment is idle time of the breakdown, so the
+two never state the same nanosecond. Compilation segments keep their breakdown cause (``host_work`` or
+``launch_bound``): on a trace that recompiles in its steady state, host-work-in-loop or launch-bound may
+state that time too (the verdict's total, a union, counts it once); no committed trace has compilation
+inside its window (the compile workloads compile before it).
 """
 from __future__ import annotations
 
@@ -49,6 +51,7 @@ GRAPH = "CUDA graph capture"
 MODULE = "module loading"
 COMPILE = "torch.compile compilation"
 OTHER = "device or library setup"
+KINDS = (GRAPH, MODULE, COMPILE, OTHER)
 _GRAPH_DETAIL = re.compile(r"graph|capture", re.IGNORECASE)
 _MODULE_DETAIL = re.compile(r"Module|Library|Link|one-time", re.IGNORECASE)
 
@@ -88,9 +91,11 @@ def _empty() -> pd.DataFrame:
 @fact("setup_segments", columns=COLUMNS, requires=("timeline_segments",),
       scope_keys=("device", "kind", "range_key"))
 def setup_segments(ctx: FactContext) -> pd.DataFrame:
-    """The window's setup-like segments (see :mod:`analyzer.facts.recurring_setup`), by start."""
+    """The window's setup-like segments (see :mod:`analyzer.facts.recurring_setup`), by device and start.
+    Text columns stay the breakdown's categoricals (hundreds of thousands of rows on a replayed trace)."""
     from analyzer.facts.api import step_index
     from analyzer.facts.graphs import COMPILE_RANGE
+    from analyzer.loading.columns import categorical
 
     seg = ctx.get("timeline_segments")
     if seg.empty:
@@ -98,52 +103,59 @@ def setup_segments(ctx: FactContext) -> pd.DataFrame:
     cause = seg["cause"]
     pick = (cause == "setup").to_numpy()
     path = seg["nvtx_path"]
-    cats = np.asarray(path.cat.categories, dtype=object) if hasattr(path, "cat") else np.unique(path.astype(str))
-    compiling = np.array([any(COMPILE_RANGE.search(p) for p in str(x).split("/")) for x in cats], dtype=bool)
-    if compiling.any():
-        codes = (path.cat.codes.to_numpy() if hasattr(path, "cat")
-                 else np.searchsorted(cats, path.astype(str).to_numpy()))
-        on = np.r_[compiling, False][np.where(codes < 0, len(cats), codes)]
-        pick |= on & cause.isin(["host_work", "launch_bound"]).to_numpy()
+    compile_rows = np.zeros(len(seg), dtype=bool)
+    if isinstance(path.dtype, pd.CategoricalDtype):
+        cats = np.asarray(path.cat.categories, dtype=object)
+        compiling = np.array([any(COMPILE_RANGE.search(p) for p in str(x).split("/")) for x in cats], dtype=bool)
+        if compiling.any():
+            codes = path.cat.codes.to_numpy()
+            compile_rows = np.r_[compiling, False][np.where(codes < 0, len(cats), codes)]
+            compile_rows &= cause.isin(["host_work", "launch_bound"]).to_numpy()
+            pick |= compile_rows
     rows = np.flatnonzero(pick)
     if not len(rows):
         return _empty()
     sub = seg.iloc[rows]
-    out = pd.DataFrame({
-        "device": sub["device"].to_numpy(dtype=np.int64),
-        "start": sub["start"].to_numpy(dtype=np.int64),
-        "duration": sub["duration"].to_numpy(dtype=np.int64),
-        "cause": sub["cause"].astype(str).to_numpy(dtype=object),
-        "detail": sub["detail"].astype(str).to_numpy(dtype=object),
-        "nvtx_path": sub["nvtx_path"].astype(str).to_numpy(dtype=object),
-        "range_key": sub["range_key"].astype(str).to_numpy(dtype=object),
-        "step": sub["step"].astype(str).to_numpy(dtype=object),
-    })
-    out["kind"] = [COMPILE if c != "setup" else _kind(d) for c, d in zip(out["cause"], out["detail"])]
+    detail = sub["detail"]
+    if not isinstance(detail.dtype, pd.CategoricalDtype):
+        detail = detail.astype("category")
+    kinds = np.array(KINDS, dtype=object)
+    per_detail = np.array([KINDS.index(_kind(str(x))) for x in detail.cat.categories] + [KINDS.index(OTHER)],
+                          dtype=np.int8)
+    d_codes = detail.cat.codes.to_numpy()
+    kind_codes = per_detail[np.where(d_codes < 0, len(per_detail) - 1, d_codes)]
+    kind_codes[compile_rows[rows]] = KINDS.index(COMPILE)
     w = ctx.window
     spans = w.steps
-    starts = out["start"].to_numpy(dtype=np.int64)
-    out["step_index"] = step_index(starts, tuple(zip(spans.starts, spans.ends)) if spans else ())
+    starts = sub["start"].to_numpy(dtype=np.int64)
+    device = sub["device"].to_numpy(dtype=np.int64)
+    s_idx = step_index(starts, tuple(zip(spans.starts, spans.ends)) if spans else ())
     rel = (starts.astype(np.float64) - float(w.start_ns)) / float(max(w.duration_ns, 1))
-    out["tenth"] = np.clip(np.floor(rel * 10), 0, 9).astype(np.int64)
+    tenth = np.clip(np.floor(rel * 10), 0, 9).astype(np.int64)
     n_steps = len(spans) if spans else 0
     busy = _compute_share(seg) if n_steps == 0 else {}
-    out["kind_steps"] = 0
-    out["kind_tenths"] = 0
-    out["recurring"] = 0
-    for (dev, _kind_name), idx in out.groupby(["device", "kind"], sort=False).groups.items():
-        g = out.loc[idx]
-        steps = int(g.loc[g["step_index"] >= 0, "step_index"].nunique())
-        tenths = int(g["tenth"].nunique())
+    kind_steps = np.zeros(len(rows), dtype=np.int64)
+    kind_tenths = np.zeros(len(rows), dtype=np.int64)
+    recurring = np.zeros(len(rows), dtype=np.int64)
+    key = device * len(KINDS) + kind_codes
+    for k in np.unique(key).tolist():  # a few (device, kind) groups
+        mine = key == k
+        steps = len(np.unique(s_idx[mine & (s_idx >= 0)]))
+        tenths = len(np.unique(tenth[mine]))
         if n_steps > 0:
             recurs = steps >= MIN_RECURRING_STEPS and (steps >= MIN_STEP_SHARE * n_steps or tenths >= MIN_TENTHS)
         else:
-            recurs = tenths >= MIN_TENTHS and busy.get(int(dev), 0.0) >= MIN_BUSY_SHARE
-        out.loc[idx, "kind_steps"] = steps
-        out.loc[idx, "kind_tenths"] = tenths
-        out.loc[idx, "recurring"] = int(recurs)
-    out = out[list(COLUMNS)].sort_values(["device", "start"], kind="stable").reset_index(drop=True)
-    return out
+            recurs = tenths >= MIN_TENTHS and busy.get(k // len(KINDS), 0.0) >= MIN_BUSY_SHARE
+        kind_steps[mine], kind_tenths[mine], recurring[mine] = steps, tenths, int(recurs)
+    out = pd.DataFrame({
+        "device": device, "start": starts, "duration": sub["duration"].to_numpy(dtype=np.int64),
+        "cause": sub["cause"].array, "detail": detail.array,
+        "kind": categorical(kind_codes.astype(np.int64), kinds),
+        "nvtx_path": sub["nvtx_path"].array, "range_key": sub["range_key"].array,
+        "step": sub["step"].array, "step_index": s_idx, "tenth": tenth,
+        "kind_steps": kind_steps, "kind_tenths": kind_tenths, "recurring": recurring,
+    }, copy=False)
+    return out.reset_index(drop=True)
 
 
 def _compute_share(seg: pd.DataFrame) -> dict[int, float]:
