@@ -54,6 +54,8 @@ from benchmarks import breakdown_heldout_fourth as fourth  # noqa: E402
 from benchmarks._docfile import write_or_check  # noqa: E402
 
 DATA = ROOT / "tests" / "data"
+#: the held-out batches after the first, each a module with its section's ``notes(judged)`` and its ``TWIN_WHY``
+HELD_OUT_BATCHES = (second, third, fourth)
 DOC = ROOT / "docs" / "breakdown-calibration.md"
 
 #: rules whose impact is time the timeline breakdown assigns to one cause (never counted twice), and
@@ -695,7 +697,7 @@ def render_held_out(name: str, rows: list[Row]) -> str:
         "it; a twin that removes one cause of several (`mask_index_sync_loop`: the per-expert loop kept, its "
         "synchronizations removed) judges that cause's own finding.\n\n"
         f"Right: {right} of {len(judged)}.\n\n" + "\n".join(lines) + "\n"
-        + held_out_notes(name, judged) + second.notes(judged) + third.notes(judged) + fourth.notes(judged)
+        + held_out_notes(name, judged) + "".join(batch.notes(judged) for batch in HELD_OUT_BATCHES)
         + "\n## The calibration columns\n\n" + table(rows)
         + "\n## Every breakdown rule on every pair\n\n" + rule_table(rows))
 
@@ -712,9 +714,7 @@ HELD_OUT_TWIN_WHY = {
         "torch.profiler, which makes every op cost the host more, and in the second H100 session, whose host "
         "ran the same pathology at 34.6 ms a step against 17.5 in the first (the first session's nsys twin is "
         "silent on launch-bound)"),
-    **second.TWIN_WHY,
-    **third.TWIN_WHY,
-    **fourth.TWIN_WHY,
+    **{stem: why for batch in HELD_OUT_BATCHES for stem, why in batch.TWIN_WHY.items()},
 }
 
 

@@ -4,14 +4,15 @@ Four programs written after the third held-out batch had been judged, on how PyT
 (`workloads/host_sampling_decode.py`, `graph_recapture.py`, `cudnn_benchmark_shapes.py`,
 `detect_anomaly.py`), recorded by ``PART=l bash workloads/device_round3.sh`` on an H100. :func:`notes` gives,
 from the judged rows, each program's verdict in every recording and, for a miss, why it is wrong and which
-general mechanism would fix it (not tuned on this batch: that is for a later session). Called by
+general mechanism would fix it (not tuned on this batch: that is for a later session), written by
+:func:`benchmarks.breakdown_heldout_batch.batch_notes`. Called by
 ``benchmarks/breakdown_calibration.py --set heldout``.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.breakdown_heldout_third import _line
+from benchmarks.breakdown_heldout_batch import Batch, batch_notes
 
 FOLDER = "h100_run5"
 STEMS = ("host_sampling_decode", "graph_recapture", "cudnn_benchmark_shapes", "detect_anomaly")
@@ -97,28 +98,15 @@ MISS_WHY = {
 }
 
 
+BATCH = Batch(
+    folder=FOLDER, ordinal="fourth", stems=STEMS, what=WHAT, miss_why=MISS_WHY, note=NOTE,
+    intro="Recorded on an H100 after the third batch was judged (tests/data/MANIFEST.md) and judged before any "
+          "rule was changed for it; one rule was designed afterwards from what it showed (`recurring-setup`, "
+          "graph_recapture's paragraph), so graph_recapture's rows are no longer a held-out test. Each "
+          "program's recordings, then, for a miss, why it is wrong and the general mechanism a later session "
+          "would change.")
+
+
 def notes(judged: list[Any]) -> str:
     """The fourth batch's section: one paragraph per program, every recording of it on one line each."""
-    mine = [j for j in judged if j.gpu == FOLDER]
-    if not mine:
-        return ""
-    right = sum(j.verdict == "right" for j in mine)
-    out = [f"\n## The fourth batch (`{FOLDER}`): {right} of {len(mine)} right\n",
-           "Recorded on an H100 after the third batch was judged (tests/data/MANIFEST.md) and judged before any "
-           "rule was changed for it; one rule was designed afterwards from what it showed (`recurring-setup`, "
-           "graph_recapture's paragraph), so graph_recapture's rows are no longer a held-out test. Each "
-           "program's recordings, then, for a miss, why it is wrong and the general mechanism a later session "
-           "would change.\n"]
-    for stem in STEMS:
-        rows = sorted((j for j in mine if j.stem.removesuffix("_bare") == stem),
-                      key=lambda j: (j.stem.endswith("_bare"), j.row.fmt))
-        if not rows:
-            continue
-        text = f"**{stem} ({WHAT[stem]}).** The twin fixes {' and '.join(rows[0].fixes)}. "
-        text += "; ".join(_line(j) for j in rows) + "."
-        if stem in MISS_WHY and any(j.verdict != "right" for j in rows):
-            text += " " + MISS_WHY[stem]
-        if stem in NOTE:
-            text += " " + NOTE[stem]
-        out.append(text + "\n")
-    return "\n".join(out)
+    return batch_notes(judged, BATCH)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from benchmarks.breakdown_heldout_batch import Batch, section_head
+
 FOLDER = "h100_run3"
 STEMS = ("kv_cache_cat", "snapshot_to_host", "tensor_from_list", "ema_clip_loop")
 
@@ -29,21 +31,23 @@ TWIN_WHY = {
 }
 
 
+BATCH = Batch(
+    folder=FOLDER, ordinal="second", stems=STEMS,
+    intro="Recorded on an H100 after the first batch was judged (tests/data/MANIFEST.md), never used to "
+          "calibrate. A rule added for one of them after the judging is named in its paragraph; each other "
+          "miss below is a mechanism of the breakdown, not a threshold, and stays wrong for the reason given.")
+
+
 def _impact(row: Any, rule: str, where: str | None = None) -> float:
     return sum(ns for r, w, ns, _t in row.impacts if r == rule and (where is None or w == where))
 
 
 def notes(judged: list[Any]) -> str:
     """The second batch's section: one paragraph per program, from its nsys pair (and the others' numbers)."""
-    mine = [j for j in judged if j.gpu == FOLDER]
+    mine, out = section_head(judged, BATCH)
     if not mine:
         return ""
     by = {(j.stem, j.row.fmt): j for j in mine}
-    right = sum(j.verdict == "right" for j in mine)
-    out = [f"\n## The second batch (`{FOLDER}`): {right} of {len(mine)} right\n",
-           "Recorded on an H100 after the first batch was judged (tests/data/MANIFEST.md), never used to "
-           "calibrate. A rule added for one of them after the judging is named in its paragraph; each other "
-           "miss below is a mechanism of the breakdown, not a threshold, and stays wrong for the reason given.\n"]
     j = by.get(("kv_cache_cat", "nsys"))
     if j is not None:
         r = j.row

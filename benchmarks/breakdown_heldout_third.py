@@ -4,11 +4,14 @@ Four programs written after the second held-out batch had been judged (`workload
 `head_loop_attention.py`, `cpu_posenc_mask.py`, `layout_copies.py`), recorded by ``PART=k bash
 workloads/device_round3.sh`` on an H100. :func:`notes` gives, from the judged rows, each program's verdict in
 every recording (what the breakdown states against what the twin bought) and, for a miss, why it stays
-wrong. Called by ``benchmarks/breakdown_calibration.py --set heldout``.
+wrong (:func:`benchmarks.breakdown_heldout_batch.batch_notes`). Called by
+``benchmarks/breakdown_calibration.py --set heldout``.
 """
 from __future__ import annotations
 
 from typing import Any
+
+from benchmarks.breakdown_heldout_batch import Batch, batch_notes
 
 FOLDER = "h100_run4"
 STEMS = ("layer_timing_sync", "head_loop_attention", "cpu_posenc_mask", "layout_copies")
@@ -68,34 +71,12 @@ MISS_WHY: dict[str, str] = {
 }
 
 
-def _line(j: Any) -> str:
-    r = j.row
-    where = f" in `{j.where}`" if j.where else ""
-    got = f"{j.rule}{where} {j.impact_ns / 1e6:.1f} ms" if j.rule else "no breakdown finding"
-    ratio = "n/a" if j.ratio is None else f"{j.ratio:.2f}"
-    return (f"{r.fmt}{' (bare)' if j.stem.endswith('_bare') else ''}: {got} for a saving of "
-            f"{r.saving_ns / 1e6:.1f} ms ({ratio}), {j.verdict}")
+BATCH = Batch(
+    folder=FOLDER, ordinal="third", stems=STEMS, what=WHAT, miss_why=MISS_WHY, note=NOTE,
+    intro="Recorded on an H100 after the second batch was judged (tests/data/MANIFEST.md), never used to "
+          "calibrate. Each program's recordings, then, for a miss, why it stays wrong.")
 
 
 def notes(judged: list[Any]) -> str:
     """The third batch's section: one paragraph per program, every recording of it on one line each."""
-    mine = [j for j in judged if j.gpu == FOLDER]
-    if not mine:
-        return ""
-    right = sum(j.verdict == "right" for j in mine)
-    out = [f"\n## The third batch (`{FOLDER}`): {right} of {len(mine)} right\n",
-           "Recorded on an H100 after the second batch was judged (tests/data/MANIFEST.md), never used to "
-           "calibrate. Each program's recordings, then, for a miss, why it stays wrong.\n"]
-    for stem in STEMS:
-        rows = sorted((j for j in mine if j.stem.removesuffix("_bare") == stem),
-                      key=lambda j: (j.stem.endswith("_bare"), j.row.fmt))
-        if not rows:
-            continue
-        text = f"**{stem} ({WHAT[stem]}).** The twin fixes {' and '.join(rows[0].fixes)}. "
-        text += "; ".join(_line(j) for j in rows) + "."
-        if stem in MISS_WHY and any(j.verdict != "right" for j in rows):
-            text += " " + MISS_WHY[stem]
-        if stem in NOTE:
-            text += " " + NOTE[stem]
-        out.append(text + "\n")
-    return "\n".join(out)
+    return batch_notes(judged, BATCH)

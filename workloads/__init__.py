@@ -41,6 +41,10 @@ PATHOLOGIES: tuple[str, ...] = (
     "cudnn_benchmark_shapes",
     "graph_recapture",
     "detect_anomaly",
+    "compile_varlen",
+    "checkpoint_everything",
+    "host_noise_diffusion",
+    "unfrozen_backbone",
 )
 #: Multi-GPU jobs (``DISTRIBUTED = True``, run under torchrun: see ``_ddp`` and ``_distributed``),
 #: each a pathology with a ``--fixed`` twin; alone (no torchrun) each is the 1-GPU run.

@@ -256,3 +256,51 @@ def mlp_stack(blocks: int, width: int, classes: int) -> nn.Sequential:
     for _ in range(blocks):
         layers += [nn.Linear(width, width), nn.LayerNorm(width), nn.GELU()]
     return nn.Sequential(*layers, nn.Linear(width, classes))
+
+
+def text_encoder(layers: int, width: int, heads: int, vocab: int, classes: int) -> nn.Module:
+    """A BERT-style text classifier (token embedding, ``layers`` pre-norm blocks of fused-QKV
+    attention with ``scaled_dot_product_attention`` and a GELU MLP of 4 x ``width``, a final
+    LayerNorm, mean pooling and a Linear head; on the CPU, the caller moves it), shared by the
+    workloads on token batches (compile_varlen, unfrozen_backbone). ``model.backbone`` is everything
+    but ``model.head``. Called on ``(batch, length)`` token ids, returns ``(batch, classes)``
+    logits. Seed torch's global generator first for repeatable weights."""
+    import torch.nn.functional as F
+    from torch import nn
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.norm1, self.norm2 = nn.LayerNorm(width), nn.LayerNorm(width)
+            self.qkv, self.proj = nn.Linear(width, 3 * width), nn.Linear(width, width)
+            self.fc1, self.fc2 = nn.Linear(width, 4 * width), nn.Linear(4 * width, width)
+
+        def forward(self, x):  # type: ignore[no-untyped-def]
+            b, t, _ = x.shape
+            q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, heads, width // heads).permute(2, 0, 3, 1, 4)
+            a = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, t, width)
+            x = x + self.proj(a)
+            return x + self.fc2(F.gelu(self.fc1(self.norm2(x))))
+
+    class Backbone(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Embedding(vocab, width)
+            self.blocks = nn.ModuleList(Block() for _ in range(layers))
+            self.norm = nn.LayerNorm(width)
+
+        def forward(self, ids):  # type: ignore[no-untyped-def]
+            x = self.embed(ids)
+            for block in self.blocks:
+                x = block(x)
+            return self.norm(x).mean(dim=1)
+
+    class Classifier(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.backbone, self.head = Backbone(), nn.Linear(width, classes)
+
+        def forward(self, ids):  # type: ignore[no-untyped-def]
+            return self.head(self.backbone(ids))
+
+    return Classifier()
