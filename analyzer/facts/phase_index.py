@@ -169,14 +169,11 @@ def _expand_to_ancestors(flat: dict[str, np.ndarray], pairs: pd.DataFrame,
     # a subset of values that fit 32 bits fits too; when the pairs' do not, the rows' own are tested)
     anc_narrow = narrow_int(anc_sorted)
     instance = anc_narrow[pos] if anc_narrow.dtype == np.int32 else narrow_int(anc_sorted[pos])
-    own = (pairs["distance"].to_numpy(np.int64)[porder] == 0)[pos]
+    own_pairs = pairs["distance"].to_numpy(np.int64)[porder] == 0
+    own = own_pairs[pos]
     del pos, anc_narrow
     if by_instance and len(src):
-        order = np.lexsort((flat["start"][src], instance))
-        src = src[order]
-        instance = instance[order]
-        own = own[order]
-        del order
+        src, instance, own = _by_instance_and_start(src, instance, own, flat["start"], pr_sorted[own_pairs])
     out: dict[str, np.ndarray] = {"instance": instance, "own": own}
     del instance, own
     for c in columns:
@@ -189,6 +186,53 @@ def _expand_to_ancestors(flat: dict[str, np.ndarray], pairs: pd.DataFrame,
             out[c] = whole[src]
         del whole
     return pd.DataFrame(out, copy=False)
+
+
+def _positions(distinct: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Position of each of ``values`` among the sorted ``distinct`` ids, -1 where absent: by a table indexed
+    by id where the ids are small non-negative numbers (range ids are the range rows), else by a binary
+    search."""
+    if not len(distinct):
+        return np.full(len(values), -1, np.int64)
+    lo, hi = int(distinct[0]), int(distinct[-1])
+    if lo >= 0 and hi < 4 * len(distinct) + (1 << 20):
+        table = np.full(hi + 2, -1, np.int64)
+        table[distinct] = np.arange(len(distinct))
+        return table[np.clip(values, -1, hi + 1)]  # -1 and ids past the last read an empty slot
+    at = np.minimum(np.searchsorted(distinct, values), len(distinct) - 1)
+    return np.where(distinct[at] == values, at, -1)
+
+
+def _by_instance_and_start(src: np.ndarray, instance: np.ndarray, own: np.ndarray, start: np.ndarray,
+                           own_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The expanded rows (``src``: op position, ``instance``, ``own``) stably sorted by (instance, the op's
+    ``start``), as ``np.lexsort((start[src], instance))`` orders them. Where the range ids are distinct
+    (``own_ids``: the range of each distance-0 pair, sorted) no two rows share (instance, op), so the
+    order is that of one int64 key per row, (instance, the op's rank in a stable sort by start, own),
+    sorted by value: a sort of the ops' starts and one of the keys cost a third of the lexsort of the
+    expanded rows (two keys, a gather of every row's start)."""
+    n = len(start)
+    bits = max(int(n - 1).bit_length(), 1)
+    distinct = len(own_ids) < 2 or bool((own_ids[1:] != own_ids[:-1]).all())
+    lo, hi = int(instance.min()), int(instance.max())
+    if not distinct or lo < 0 or hi >= 1 << (62 - bits):
+        order = np.lexsort((start[src], instance))
+        return src[order], instance[order], own[order]
+    by_start = np.argsort(start, kind="stable")
+    rank = np.empty(n, np.int64)
+    rank[by_start] = np.arange(n)
+    key = instance.astype(np.int64)
+    key <<= bits
+    key |= rank[src]
+    del rank
+    key <<= 1
+    key |= own
+    key.sort()
+    own = (key & 1).astype(bool)
+    key >>= 1
+    src = by_start[key & ((1 << bits) - 1)]
+    key >>= bits
+    return src, key.astype(instance.dtype), own
 
 
 #: Columns of :meth:`PhaseIndex.instance_gpu`, with units.
@@ -549,15 +593,15 @@ class PhaseIndex:
 
         ``op_window``: count only ops (and sync calls) whose start lies in ``[start, end)``."""
         ops = self.ops
-        inst = ops["instance"].to_numpy()
         if instance_ids is not None:
             ids = np.asarray(list(instance_ids) if not isinstance(instance_ids, (np.ndarray, pd.Series))
                              else instance_ids, dtype=np.int64)
         else:
             ids = self.ranges["range_id"].to_numpy(np.int64)
-        sel = _selection(inst, ids if instance_ids is not None else None, ops["start"].to_numpy(), op_window,
-                         self._op_runs())
-        agg = self._per_instance(sel, busy)
+        # the expanded op rows are read for the busy time only (the other aggregates come from the ops)
+        sel = (_selection(ops["instance"].to_numpy(), ids if instance_ids is not None else None,
+                          ops["start"].to_numpy(), op_window, self._op_runs()) if busy else slice(0))
+        agg = self._per_instance(sel, busy, op_window)
         syncs = self.syncs
         sinst = syncs["instance"].to_numpy()
         ssel = _selection(sinst, ids if instance_ids is not None else None, syncs["start"].to_numpy(), op_window)
@@ -575,69 +619,99 @@ class PhaseIndex:
         out = agg.join(sagg, how="outer").reindex(pd.Index(ids, name="range_id"))
         return out.fillna(fill).astype("int64")[list(INSTANCE_GPU_COLUMNS)]
 
-    def _per_instance(self, sel: slice | np.ndarray, busy: bool) -> pd.DataFrame:
-        """The op aggregates of :meth:`instance_gpu` over the expanded op rows ``sel``, indexed by
-        instance (sorted). The rows are put in (instance, start) order once, then every aggregate is
-        a ``reduceat`` over each instance's run and the busy time a sweep of the same order (a
-        groupby with eight aggregates plus a second sort for the union cost three times as much)."""
-        ops = self.ops
-        inst = ops["instance"].to_numpy()[sel]
-        start = ops["start"].to_numpy()[sel]
-        if self.ops_by_instance:  # a selection of rows in (instance, start) order keeps that order
-            order: slice | np.ndarray = slice(None)
-        else:
-            order = np.lexsort((start, inst))
-            inst, start = inst[order], start[order]
+    def _per_instance(self, sel: slice | np.ndarray, busy: bool,
+                      op_window: tuple[int, int] | None) -> pd.DataFrame:
+        """The op aggregates of :meth:`instance_gpu`, indexed by instance (sorted): every instance that
+        launched an op starting in ``op_window`` (:meth:`_op_totals`), and, with ``busy``, the union of
+        its expanded op rows ``sel`` (the instances asked for; 0 for the others)."""
+        totals = self._op_totals(op_window)
+        keys = totals["instance"]
+        out = {c: v for c, v in totals.items() if c != "instance"}
+        out["busy_ns"] = np.zeros(len(keys), np.int64)
+        if busy and len(keys):
+            ops = self.ops
+            inst = ops["instance"].to_numpy()[sel]
+            start = ops["start"].to_numpy()[sel]
+            end = ops["end"].to_numpy()[sel]
+            if not self.ops_by_instance:
+                order = np.lexsort((start, inst))
+                inst, start, end = inst[order], start[order], end[order]
+            if len(inst):
+                at = np.flatnonzero(np.r_[True, inst[1:] != inst[:-1]])
+                out["busy_ns"][np.searchsorted(keys, inst[at])] = (
+                    union_length_sorted(inst, start, end).reindex(inst[at]).to_numpy(np.int64))
         names = ("gpu_ns", "gpu_ns_exclusive", "kernel_ns", "kernel_count", "op_count", "first_op_start",
                  "last_op_end", "first_launch", "busy_ns")
-        if not len(inst):
-            return pd.DataFrame({c: np.empty(0, np.int64) for c in names},
-                                index=pd.Index(np.empty(0, np.int64), name="instance"))
-        if not isinstance(sel, slice):
-            order = sel[order]  # positions in ``ops``
-        bounds = np.flatnonzero(np.r_[True, inst[1:] != inst[:-1]])
-        # each op column is taken in run order, reduced and freed before the next (a selection copies
-        # them: at ten million kernels each is 0.2 GB of ops x enclosing ranges)
-        out: dict[str, np.ndarray] = {}
-        duration = ops["duration"].to_numpy()[order]
-        out["gpu_ns"] = np.add.reduceat(duration, bounds)
-        out["gpu_ns_exclusive"] = np.add.reduceat(np.where(ops["own"].to_numpy()[order], duration, 0), bounds)
-        op = ops["op"].to_numpy()[order]
-        is_k = op == OP_KERNEL
-        out["kernel_ns"] = np.add.reduceat(np.where(is_k, duration, 0), bounds)
-        del duration
-        out["kernel_count"] = np.add.reduceat(is_k.astype(np.int64), bounds)
-        del is_k
-        out["op_count"] = np.diff(np.r_[bounds, len(inst)]).astype(np.int64)
-        out["first_op_start"] = start[bounds]  # the first of each run: runs are ordered by start
-        end = ops["end"].to_numpy()[order]
-        out["last_op_end"] = np.maximum.reduceat(end, bounds)
-        keys = inst[bounds]
-        busy_ns = (union_length_sorted(inst, start, end).reindex(keys).to_numpy(np.int64) if busy
-                   else np.zeros(len(keys), np.int64))
-        del end, start, inst
-        out["first_launch"] = np.minimum.reduceat(self._launch_of(op, ops["row"].to_numpy()[order]), bounds)
-        out["busy_ns"] = busy_ns
         return pd.DataFrame({c: out[c] for c in names}, index=pd.Index(keys, name="instance"))
 
-    def _launch_of(self, op: np.ndarray, row: np.ndarray) -> np.ndarray:
-        """Launch time (API call start; the op's start when unknown) of ops given by code and row."""
+    def _op_totals(self, op_window: tuple[int, int] | None) -> dict[str, np.ndarray]:
+        """Per range instance that launched ops starting in ``op_window`` (every op: None), in id order:
+        ``instance`` and its ``gpu_ns``, ``gpu_ns_exclusive``, ``kernel_ns``, ``kernel_count``,
+        ``op_count``, ``first_op_start``, ``last_op_end`` and ``first_launch`` (the launch call's start;
+        the op's start when the export has none), nested ranges included. Each op is counted once, for
+        its innermost range (sums, counts, smallest start and launch, largest end per range: a reduceat
+        over each run of ops of one range, in the kernels, copies and memsets as stored), then each range's totals go to every enclosing range through
+        the ancestor pairs (a few per range): the totals of the ops expanded once per enclosing range,
+        without a pass over that expansion. Kept per window (``phases`` and ``nvtx_instances`` ask)."""
+        key = f"op_totals:{op_window}"
+        if key in self._cache:
+            return self._cache[key]
+        pairs = self.pairs
+        rid, r_pos = np.unique(pairs["range_id"].to_numpy(np.int64), return_inverse=True)
+        n = len(rid)
+        big, small = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+        count, gpu, kernel_ns, kernel_count = (np.zeros(n, np.int64) for _ in range(4))
+        first, launch, last = np.full(n, big), np.full(n, big), np.full(n, small)
         t = self.trace
-        # every op's launch time in (kernels, memcpy, memset) order, then one gather by position
-        # (a masked gather per kind cost three passes over the expanded rows)
-        parts: list[np.ndarray] = []
-        offsets = np.zeros(3, np.int64)
         for code, frame in ((OP_KERNEL, t.kernels), (OP_MEMCPY, t.memcpy), (OP_MEMSET, t.memset)):
-            offsets[code] = sum(len(p) for p in parts)
-            if len(frame):
-                api = frame["api_start"].to_numpy(np.int64)
-                parts.append(np.where(api >= 0, api, frame["start"].to_numpy(np.int64)))
-        if not len(op):
-            return np.empty(0, np.int64)
-        launch = np.concatenate(parts)
-        at = offsets[op]
-        at += row
-        return launch[at]
+            if not len(frame) or not n:
+                continue
+            # ops come in runs of one innermost range (a range's launches follow each other): each run's
+            # totals by one reduceat over the ops as stored, then added to its range
+            nid = frame["nvtx_id"].to_numpy(np.int64)
+            start = frame["start"].to_numpy(np.int64)
+            change = nid[1:] != nid[:-1]
+            if op_window is None:
+                at = np.flatnonzero(np.r_[True, change])
+                pos = _positions(rid, nid[at])
+            else:  # runs cut where an op enters or leaves the window too; those outside it dropped
+                inside = (start >= op_window[0]) & (start < op_window[1])
+                at = np.flatnonzero(np.r_[True, change | (inside[1:] != inside[:-1])])
+                pos = np.where(inside[at], _positions(rid, nid[at]), -1)
+            del change
+            keep = pos >= 0
+            p = pos[keep]
+            k = np.diff(np.r_[at, len(nid)])[keep]
+            np.add.at(count, p, k)
+            d = np.add.reduceat(frame["duration"].to_numpy(np.int64), at)[keep]
+            np.add.at(gpu, p, d)
+            if code == OP_KERNEL:
+                np.add.at(kernel_count, p, k)
+                np.add.at(kernel_ns, p, d)
+            api = frame["api_start"].to_numpy(np.int64)
+            np.minimum.at(first, p, np.minimum.reduceat(start, at)[keep])
+            np.maximum.at(last, p, np.maximum.reduceat(frame["end"].to_numpy(np.int64), at)[keep])
+            np.minimum.at(launch, p, np.minimum.reduceat(np.where(api >= 0, api, start), at)[keep])
+        # each range's totals to itself and every enclosing range (only ranges that launched ops)
+        j = np.flatnonzero(count[r_pos] > 0)
+        aid, a_pos = np.unique(pairs["ancestor_id"].to_numpy(np.int64)[j], return_inverse=True)
+        r_pos = r_pos[j]
+        own = pairs["distance"].to_numpy(np.int64)[j] == 0
+        m = len(aid)
+        out: dict[str, np.ndarray] = {"instance": narrow_int(aid)}
+        for name, values in (("gpu_ns", gpu), ("kernel_ns", kernel_ns), ("kernel_count", kernel_count),
+                             ("op_count", count)):
+            out[name] = np.zeros(m, np.int64)
+            np.add.at(out[name], a_pos, values[r_pos])
+        out["gpu_ns_exclusive"] = np.zeros(m, np.int64)
+        np.add.at(out["gpu_ns_exclusive"], a_pos[own], gpu[r_pos[own]])
+        for name, values, init, ufunc in (("first_op_start", first, big, np.minimum),
+                                          ("last_op_end", last, small, np.maximum),
+                                          ("first_launch", launch, big, np.minimum)):
+            out[name] = np.full(m, init)
+            ufunc.at(out[name], a_pos, values[r_pos])
+        self._cache[key] = out
+        return out
 
     def prev_op_end(self, range_ids: Iterable[int]) -> np.ndarray:
         """Per range instance: the latest end of the GPU ops its process launched before the range

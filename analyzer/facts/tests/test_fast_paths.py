@@ -313,6 +313,45 @@ def test_expand_to_ancestors_equals_the_merge(name):
     assert by_search["instance"].dtype == np.int64  # beyond 32 bits: kept wide
     by_search["instance"] = (by_search["instance"] - shift).astype(np.int32)
     pd.testing.assert_frame_equal(by_search, expected, check_exact=True)
+    # ids too large for one sort key (instance, start rank, own): the lexsort of the two keys
+    huge = 2**58
+    wide = pairs.assign(range_id=pairs["range_id"] + huge, ancestor_id=pairs["ancestor_id"] + huge)
+    by_lexsort = _expand_to_ancestors({**base, "nvtx_id": np.where(nid >= 0, nid + huge, -1)}, wide,
+                                      by_instance=True)
+    by_lexsort["instance"] = (by_lexsort["instance"] - huge).astype(np.int32)
+    pd.testing.assert_frame_equal(by_lexsort, expected, check_exact=True)
+
+
+@pytest.mark.parametrize("name", ["small_training_ctx128", "host_sync", "pageable_h2d"])
+def test_instance_op_totals_equal_the_expanded_rows(name):
+    """instance_gpu's op aggregates, added up the range tree from each op's innermost range, equal the
+    same aggregates grouped over the index's ops expanded once per enclosing range (with their launch
+    times), for every instance and for ops starting in a window; instances with no op get the fill."""
+    from analyzer.phases import PhaseIndex
+
+    t = _trace(name)
+    idx = PhaseIndex.build(t)
+    ops = idx.ops
+    frames = (t.kernels, t.memcpy, t.memset)
+    launch = np.concatenate([np.where(f["api_start"].to_numpy(np.int64) >= 0, f["api_start"].to_numpy(np.int64),
+                                      f["start"].to_numpy(np.int64)) for f in frames])
+    offset = np.cumsum([0] + [len(f) for f in frames])[ops["op"].to_numpy()]
+    rows = ops.assign(launch=launch[offset + ops["row"].to_numpy()], kernel=ops["op"].to_numpy() == 0,
+                      own_ns=np.where(ops["own"].to_numpy(), ops["duration"].to_numpy(), 0))
+    rows["kernel_ns"] = np.where(rows["kernel"], rows["duration"], 0)
+    start = ops["start"].to_numpy()
+    ids = idx.ranges["range_id"].to_numpy()
+    for window in (None, (int(np.quantile(start, 0.3)), int(np.quantile(start, 0.7)))):
+        sel = rows if window is None else rows[(rows["start"] >= window[0]) & (rows["start"] < window[1])]
+        expected = sel.groupby("instance").agg(
+            gpu_ns=("duration", "sum"), gpu_ns_exclusive=("own_ns", "sum"), kernel_ns=("kernel_ns", "sum"),
+            kernel_count=("kernel", "sum"), op_count=("duration", "size"), first_op_start=("start", "min"),
+            last_op_end=("end", "max"), first_launch=("launch", "min"))
+        expected = expected.reindex(ids).fillna({"first_op_start": -1, "last_op_end": -1, "first_launch": -1})
+        expected = expected.fillna(0).astype(np.int64)
+        got = idx.instance_gpu(ids, op_window=window, busy=False)[list(expected.columns)]
+        assert (got["op_count"] > 0).sum() > 10 and (got["kernel_count"] < got["op_count"]).any()
+        np.testing.assert_array_equal(got.to_numpy(), expected.to_numpy())
 
 
 @pytest.mark.parametrize("name", TRACES)
