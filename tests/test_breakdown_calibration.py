@@ -265,3 +265,26 @@ def test_fourth_held_out_batch_graph_recapture_is_a_miss_the_doc_explains():
     for line in cal.table([gr]).splitlines()[2:]:
         assert line in doc, f"{line!r} not in the doc: run python benchmarks/breakdown_calibration.py --set heldout --write"
     assert "## The fourth batch (`h100_run5`)" in doc and "Next session's mechanism:** a capture" in doc
+
+
+def test_fifth_held_out_batch_as_first_recorded():
+    """The fifth held-out batch (tests/data/heldout/h200_run6, issue 27, recorded on an H200), judged in
+    docs/breakdown-heldout.md as first recorded. host_noise_diffusion (noise drawn on the CPU) is right:
+    host-work-in-loop at 0.94 of the twin's saving of ~636 ms over the window; checkpoint_everything (the
+    forward run again in backward: GPU work) gets no breakdown finding at all, a miss the doc explains with
+    the mechanism it needs."""
+    cal = _module()
+    got = {p[0]: p for p in cal.pairs("heldout") if p[1] == "nsys" and "/h200_run6/" in p[0]}
+    if not {"heldout/h200_run6/host_noise_diffusion", "heldout/h200_run6/checkpoint_everything"} <= set(got):
+        pytest.skip("the fifth held-out batch is not in tests/data")
+    doc = cal.held_out_doc("heldout").read_text()
+    noise = cal.row(*got["heldout/h200_run6/host_noise_diffusion"])
+    assert (noise.rule, noise.twin_fires) == ("host-work-in-loop", False) and 0.85 < noise.ratio < 1.0
+    assert 600e6 < noise.saving_ns < 670e6
+    assert cal.judge("heldout", noise).verdict == "right"
+    ckpt = cal.row(*got["heldout/h200_run6/checkpoint_everything"])
+    assert ckpt.rule == "" and 170e6 < ckpt.saving_ns < 190e6
+    assert cal.judge("heldout", ckpt).verdict == "wrong: silent (no recomputed-forward finding)"
+    for line in cal.table([noise, ckpt]).splitlines()[2:]:
+        assert line in doc, f"{line!r} not in the doc: run python benchmarks/breakdown_calibration.py --set heldout --write"
+    assert "## The fifth batch (`h200_run6`)" in doc and "Next session's mechanism:** recomputation" in doc

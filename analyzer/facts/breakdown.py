@@ -145,15 +145,16 @@ from analyzer.facts.breakdown_threads import cross_thread_waits, host_activity_c
 from analyzer.facts.nvtx import main_threads, operator_ranges
 from analyzer.facts.nvtx_ranges import ranges_only, shared_innermost
 from analyzer.facts.registry import FactContext, fact
-from analyzer.facts.breakdown_launch import submission as _submission
+from analyzer.facts.breakdown_launch import submission as _submission, wait_details as _wait_details
 from analyzer.facts.breakdown_firstlaunch import first_launch_detail, first_launch_rows
 from analyzer.facts.breakdown_handoff import Handoffs, hand_off
 from analyzer.facts.graphs import capture_blocks
-from analyzer.facts.breakdown_launch import wait_details as _wait_details
 from analyzer.facts.breakdown_ranges import generic_keys
-from analyzer.facts.breakdown_pieces import _ascending, _gathered, _places, span_of, spread
+from analyzer.facts.breakdown_pieces import _ascending, _gathered, _places, gathered_edges, shared_columns, span_of
+from analyzer.facts.breakdown_pieces import spread
 from analyzer.facts.breakdown_sync import SyncBlocks, charge_drains, charge_refills, refilled_call
 from analyzer.facts.breakdown_syncop import charge_sync_ops
+from analyzer.facts.breakdown_overhead import PER_OP_COLUMNS, split_per_op
 from analyzer.facts.launch_loops import op_paths as op_paths_of
 from analyzer.facts.launch_loops import LoopNames, trace_loop_ranges, with_loops
 from analyzer.loading.columns import categorical, narrow_int
@@ -326,6 +327,7 @@ BREAKDOWN_COLUMNS = {
     "group_ns": "range rows: the fix group's time on the device, every cause (ns); phase_ns for a phase "
                 "of its own",
     "group_host_held_ns": "range rows: the fix group's time the host held the GPU back (ns)",
+    **PER_OP_COLUMNS,
     "group_parts": "range rows of a group of several phases: each phase's part of the group's time of the "
                    "row's cause, largest first ('step_N/backward 25.7 ms (65%), step_N/forward ...'); '' "
                    "otherwise",
@@ -466,9 +468,8 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
     kern = (busy_frame["cause"] == _C["compute"]) | (busy_frame["cause"] == _C["exposed_comm"])
     charge_drains(ctx, idle, syncs, labels, code, _C,
                   (busy_frame["device"][kern], busy_frame["start"][kern], busy_frame["end"][kern]), dispatch_ns)
-    del kern
     cut = charge_refills(ctx, idle, syncs, labels, code, _C)
-    del syncs
+    del syncs, kern
     # every column scattered in (device, start) order from its busy, idle and cut-off idle parts, each
     # part freed once placed (a 10 M-kernel trace has about 48 M segments: no joined copy of a column,
     # the places in 32 bits); text columns are categoricals built from codes (a few hundred texts)
@@ -476,8 +477,7 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
     dest = _places([x["device"] for x in parts], [x["start"] for x in parts])
     bounds = np.cumsum([0] + [len(x["start"]) for x in parts]).tolist()
     seg_dev = _gathered(parts, dest, bounds, "device")
-    start = _gathered(parts, dest, bounds, "start")
-    end = _gathered(parts, dest, bounds, "end")
+    start, end = gathered_edges(parts, dest, bounds)  # one device: end shares start's array
     seg_cause = _gathered(parts, dest, bounds, "cause")
     detail = _gathered(parts, dest, bounds, "detail")
     # NVTX paths: busy segments' codes into gpu_ops' labels, idle ones' into the range table's
@@ -515,11 +515,12 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
     if len(seg) != n_seg:  # host-work segments split at waits on another thread: their pieces' steps
         seg["step"] = _step_column(ctx, seg["start"].to_numpy(dtype=np.int64))
     seg["host_activity"] = host_activity_column(ctx, seg, (seg["cause"] == "host_work").to_numpy(), pid)
+    del seg_dev, start, end, host_tid, pid  # only the frame holds its columns: those replaced below are freed
     seg = seg[list(SEGMENT_COLUMNS)]
     for c in ("device", "host_tid", "waited_tid"):  # ids in 32 bits where they fit (millions of rows)
         if seg[c].dtype != np.int32:
             seg[c] = narrow_int(seg[c].to_numpy())
-    return seg
+    return shared_columns(split_per_op(ctx, seg))  # per-op host work split off; start/end on one array
 
 
 class _HostCalls:
@@ -958,8 +959,7 @@ def _classify_chunk(ctx: FactContext, ops: pd.DataFrame, level: np.ndarray, gdev
 
 
 def _step_column(ctx: FactContext, start: np.ndarray) -> pd.Categorical:
-    """The step holding each segment start (segments crossing a step boundary are not split here: the
-    breakdown splits them), "" outside every step."""
+    """The step holding each segment start, "" outside every step (the breakdown splits crossing ones)."""
     steps = ctx.get("steps")
     if steps.empty or not len(start):
         return categorical(np.zeros(len(start), dtype=np.int64), np.array([""], dtype=object))

@@ -7,6 +7,7 @@ import pandas as pd
 
 from analyzer.facts.breakdown import BREAKDOWN_COLUMNS, HOST_CAUSES, empty_frame, step_bounds
 from analyzer.facts.breakdown_groups import fix_groups, graph_launch_rows
+from analyzer.facts.breakdown_overhead import per_op_columns
 from analyzer.facts.breakdown_pieces import intersect, span_of, sum_by
 from analyzer.facts.breakdown_ranges import phase_keys
 from analyzer.facts.registry import FactContext, fact
@@ -39,7 +40,7 @@ def timeline_breakdown(ctx: FactContext) -> pd.DataFrame:
     seg = ctx.get("timeline_segments")
     ints = ("device", "duration_ns", "segments", "key_cause_ns", "device_host_held_ns", "device_cause_ns",
             "phase_ns", "phase_host_held_ns", "graphed", "graph_launch", "device_graph_launch_ns", "compiled", "group_ns",
-            "group_host_held_ns", "per_tensor")
+            "group_host_held_ns", "per_tensor", "phase_ops", "phase_launch_ns", "device_per_op_ns")
     if seg.empty:
         return empty_frame(BREAKDOWN_COLUMNS, ints, ("share", "cause_share", "key_cause_share", "compiled_share",
                                                      "graphed_share", "per_tensor_share"))
@@ -190,6 +191,7 @@ def timeline_breakdown(ctx: FactContext) -> pd.DataFrame:
     out["phase_host_held_ns"] = np.where(
         is_range, out["duration_ns"].where(held_rows, 0).groupby(by_phase).transform("sum"), 0)
     graph_launch_rows(out)  # the eager launch-bound time fix_groups weighs
+    per_op_columns(out)  # the per-op host work per-op-host-overhead states and launch-bound leaves out
     fix_groups(ctx, out, is_range, held_rows)
     held = out.loc[is_win & out["cause"].isin(HOST_CAUSES).to_numpy()].groupby("device")["duration_ns"].sum()
     out["device_host_held_ns"] = out["device"].map(held).fillna(0).astype(np.int64)
