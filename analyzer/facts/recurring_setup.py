@@ -110,8 +110,8 @@ def setup_segments(ctx: FactContext) -> pd.DataFrame:
         if compiling.any():
             codes = path.cat.codes.to_numpy()
             compile_rows = np.r_[compiling, False][np.where(codes < 0, len(cats), codes)]
-            compile_rows &= cause.isin(["host_work", "launch_bound"]).to_numpy()
-            pick |= compile_rows
+            compile_rows = compile_rows & cause.isin(["host_work", "launch_bound"]).to_numpy()
+            pick = pick | compile_rows
     rows = np.flatnonzero(pick)
     if not len(rows):
         return _empty()
@@ -127,8 +127,8 @@ def setup_segments(ctx: FactContext) -> pd.DataFrame:
     kind_codes[compile_rows[rows]] = KINDS.index(COMPILE)
     w = ctx.window
     spans = w.steps
-    starts = sub["start"].to_numpy(dtype=np.int64)
-    device = sub["device"].to_numpy(dtype=np.int64)
+    starts = np.array(sub["start"].to_numpy(), dtype=np.int64)
+    device = np.array(sub["device"].to_numpy(), dtype=np.int64)
     s_idx = step_index(starts, tuple(zip(spans.starts, spans.ends)) if spans else ())
     rel = (starts.astype(np.float64) - float(w.start_ns)) / float(max(w.duration_ns, 1))
     tenth = np.clip(np.floor(rel * 10), 0, 9).astype(np.int64)
@@ -148,7 +148,7 @@ def setup_segments(ctx: FactContext) -> pd.DataFrame:
             recurs = tenths >= MIN_TENTHS and busy.get(k // len(KINDS), 0.0) >= MIN_BUSY_SHARE
         kind_steps[mine], kind_tenths[mine], recurring[mine] = steps, tenths, int(recurs)
     out = pd.DataFrame({
-        "device": device, "start": starts, "duration": sub["duration"].to_numpy(dtype=np.int64),
+        "device": device, "start": starts, "duration": np.array(sub["duration"].to_numpy(), dtype=np.int64),
         "cause": sub["cause"].array, "detail": detail.array,
         "kind": categorical(kind_codes.astype(np.int64), kinds),
         "nvtx_path": sub["nvtx_path"].array, "range_key": sub["range_key"].array,
