@@ -5,7 +5,9 @@ Every workload is ``python -m workloads.<name> [--fixed] [--size smoke|full] [--
 [--steps N] [--warmup N]``. A workload module provides a ``build(cfg) -> step`` function; the
 loop here wraps the warmup steps in one ``warmup`` NVTX range and each measured step in a
 ``step_N`` range (N counts from 0), synchronizes the device after each step and prints the
-per-step wall time, then one machine-readable ``RESULT {json}`` line. With
+per-step wall time, then one machine-readable ``RESULT {json}`` line. A training step's usual
+``forward`` / ``backward`` / ``optimizer`` ranges come from :func:`train_step` (or its two pieces,
+:func:`forward_backward` and :func:`optimizer_step`, for a step with ranges of its own between them). With
 ``WORKLOADS_RESULT_FILE=PATH`` set (the driver sets it), the same result plus every measured step's
 wall time (``step_ms``) is also written to PATH as JSON.
 
@@ -24,11 +26,13 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, TypeVar
+from contextlib import AbstractContextManager, nullcontext
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import _nvtx as nv
 
 if TYPE_CHECKING:
+    import torch
     from torch import nn
 
 SIZES = ("smoke", "full")
@@ -258,6 +262,34 @@ def mlp_stack(blocks: int, width: int, classes: int) -> nn.Sequential:
     return nn.Sequential(*layers, nn.Linear(width, classes))
 
 
+@dataclasses.dataclass(frozen=True)
+class MlpTraining:
+    """What :func:`mlp_training` sets up: the model, its optimizer, the autocast and one batch."""
+
+    model: nn.Sequential
+    opt: torch.optim.Optimizer
+    amp: AbstractContextManager[Any]
+    x: torch.Tensor
+    y: torch.Tensor
+
+
+def mlp_training(cfg: RunConfig, blocks: int, width: int, rows: int, classes: int) -> MlpTraining:
+    """The set-up of the MLP classifiers trained on one fixed batch (checkpoint_everything,
+    detect_anomaly, layer_timing_sync, snapshot_to_host): torch's generator seeded with 0, the
+    :func:`mlp_stack` on the device, AdamW (lr 1e-4, fused on a GPU), bf16 autocast, then ``rows``
+    random inputs of ``width`` and their labels drawn on the device, in that order."""
+    import torch
+
+    dev = cfg.device
+    torch.manual_seed(0)
+    model = mlp_stack(blocks, width, classes).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=cfg.cuda)
+    amp = bf16_autocast(cfg)
+    x = torch.randn(rows, width, device=dev)
+    y = torch.randint(0, classes, (rows,), device=dev)
+    return MlpTraining(model=model, opt=opt, amp=amp, x=x, y=y)
+
+
 def text_encoder(layers: int, width: int, heads: int, vocab: int, classes: int) -> nn.Module:
     """A BERT-style text classifier (token embedding, ``layers`` pre-norm blocks of fused-QKV
     attention with ``scaled_dot_product_attention`` and a GELU MLP of 4 x ``width``, a final
@@ -304,3 +336,52 @@ def text_encoder(layers: int, width: int, heads: int, vocab: int, classes: int) 
             return self.head(self.backbone(ids))
 
     return Classifier()
+
+
+def bf16_autocast(cfg: RunConfig) -> AbstractContextManager[Any]:
+    """bf16 autocast on a GPU, switched off on a CPU (smoke runs stay exact); reusable, so one per
+    program is entered by every step."""
+    import torch
+
+    return torch.autocast("cuda", dtype=torch.bfloat16, enabled=cfg.cuda)
+
+
+def forward_backward(opt: Any, loss: Callable[..., torch.Tensor], *args: Any,
+                     amp: AbstractContextManager[Any] | None = None, zero_grad: bool = True) -> torch.Tensor:
+    """A training step's first two ranges: ``forward`` (``opt.zero_grad(set_to_none=True)`` first when
+    ``zero_grad``, then ``loss(*args)`` under ``amp``) and ``backward`` (its ``backward()``). Returns the
+    loss, for a caller that keeps it (the step's own variable would have)."""
+    with nv.range("forward"):
+        if zero_grad:
+            opt.zero_grad(set_to_none=True)
+        with amp if amp is not None else nullcontext():
+            value = loss(*args)
+    with nv.range("backward"):
+        value.backward()
+    return value
+
+
+def optimizer_step(opt: Any, *, zero_grad: bool = False, name: str = "optimizer") -> None:
+    """A training step's optimizer range: ``opt.step()``, then ``opt.zero_grad(set_to_none=True)`` when
+    ``zero_grad`` (for the programs that clear the gradients at the end of a step, not the start)."""
+    with nv.range(name):
+        opt.step()
+        if zero_grad:
+            opt.zero_grad(set_to_none=True)
+
+
+def train_step(opt: Any, loss: Callable[..., torch.Tensor], *,
+               batch: Callable[[int], tuple[Any, ...]] | None = None,
+               amp: AbstractContextManager[Any] | None = None, zero_grad_last: bool = False) -> Step:
+    """The usual training step, shared by the training workloads: ``batch(i)`` (the step's inputs, made
+    before the ranges; none when omitted), then :func:`forward_backward` with them (``loss(*batch(i))``
+    under ``amp``) and :func:`optimizer_step`. The gradients are cleared at the start of ``forward``, or
+    with ``zero_grad_last`` after ``opt.step()`` in ``optimizer``."""
+
+    def step(i: int) -> None:
+        args = batch(i) if batch is not None else ()
+        value = forward_backward(opt, loss, *args, amp=amp, zero_grad=not zero_grad_last)
+        optimizer_step(opt, zero_grad=zero_grad_last)
+        del value  # the loss lives to the step's end, as the programs' own ``loss`` did
+
+    return step

@@ -105,14 +105,6 @@ def per_rank(d: Dist, global_n: int) -> int:
     return global_n // d.world
 
 
-def autocast(cfg: c.RunConfig) -> Any:
-    """bf16 autocast on CUDA; a no-op context on CPU (smoke runs stay fast and exact)."""
-    import torch
-
-    return torch.autocast(cfg.device.type, dtype=torch.bfloat16,  # type: ignore[attr-defined]
-                          enabled=cfg.cuda)
-
-
 def mlp(d_in: int, width: int, depth: int, d_out: int) -> Any:
     """``d_in -> width``, ``depth`` x (GELU, ``width -> width``), GELU, ``width -> d_out``."""
     import torch
@@ -152,16 +144,12 @@ def wrap_ddp(model: Any, cfg: c.RunConfig, d: Dist, **kwargs: Any) -> Any:
 def train_phases(cfg: c.RunConfig, model: Any, opt: Any, x: Any, target: Any,
                  after_backward: Callable[[], None] | None = None) -> None:
     """forward / backward / [allreduce_grads] / optimizer_step, each in its NVTX range."""
-    with nv.range("forward"), autocast(cfg):
-        loss = (model(x).float() - target).pow(2).mean()
-    with nv.range("backward"):
-        loss.backward()
+    _loss = c.forward_backward(opt, lambda: (model(x).float() - target).pow(2).mean(), amp=c.bf16_autocast(cfg),
+                               zero_grad=False)
     if after_backward is not None:
         with nv.range("allreduce_grads"):
             after_backward()
-    with nv.range("optimizer_step"):
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+    c.optimizer_step(opt, zero_grad=True, name="optimizer_step")
 
 
 def add_global_batch(parser: argparse.ArgumentParser, smoke: int, full: int) -> None:

@@ -17,7 +17,6 @@ forward's time; twin: ``backward`` holds only gradient kernels.
 from __future__ import annotations
 
 from . import _common as c
-from . import _nvtx as nv
 
 NCU_KERNEL_FILTER = "regex:gemm|nvjet|layer_norm"
 NCU_COUNT = 2
@@ -30,13 +29,8 @@ def build(cfg: c.RunConfig) -> c.Step:
     from torch.utils.checkpoint import checkpoint_sequential
 
     blocks, width, rows, classes = c.pick(cfg, (3, 32, 64, 10), (12, 2048, 16384, 1000))
-    dev = cfg.device
-    torch.manual_seed(0)
-    model = c.mlp_stack(blocks, width, classes).to(dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=cfg.cuda)
-    amp = torch.autocast("cuda", dtype=torch.bfloat16, enabled=cfg.cuda)
-    x = torch.randn(rows, width, device=dev)
-    y = torch.randint(0, classes, (rows,), device=dev)
+    t = c.mlp_training(cfg, blocks, width, rows, classes)
+    model, opt, amp, x, y = t.model, t.opt, t.amp, t.x, t.y
     print(f"[checkpoint_everything] activation checkpointing {'off' if cfg.fixed else 'on'} "
           f"({blocks} segments)", flush=True)
 
@@ -45,17 +39,7 @@ def build(cfg: c.RunConfig) -> c.Step:
             return model(inputs)
         return checkpoint_sequential(model, blocks, inputs, use_reentrant=False)
 
-    def step(_i: int) -> None:
-        with nv.range("forward"):
-            opt.zero_grad(set_to_none=True)
-            with amp:
-                loss = F.cross_entropy(forward(x), y)
-        with nv.range("backward"):
-            loss.backward()
-        with nv.range("optimizer"):
-            opt.step()
-
-    return step
+    return c.train_step(opt, lambda: F.cross_entropy(forward(x), y), amp=amp)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 
 from . import _common as c
-from . import _nvtx as nv
 
 NCU_KERNEL_FILTER = "regex:triton"
 NCU_COUNT = 4
@@ -75,13 +74,8 @@ def build(cfg: c.RunConfig) -> c.Step:
     def step(_i: int) -> None:
         if mode == "reduce-overhead":
             torch.compiler.cudagraph_mark_step_begin()
-        with nv.range("forward"):
-            loss = compiled(tokens, targets)
-        with nv.range("backward"):
-            loss.backward()
-        with nv.range("optimizer"):
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+        _loss = c.forward_backward(opt, compiled, tokens, targets, zero_grad=False)
+        c.optimizer_step(opt, zero_grad=True)
 
     return step
 

@@ -66,7 +66,7 @@ def build(cfg: c.RunConfig) -> c.Step:
     model = nn.Sequential(*layers_list, nn.AdaptiveAvgPool2d(1), nn.Flatten(),
                           nn.Linear(ch, classes)).to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    amp = torch.autocast("cuda", dtype=torch.bfloat16, enabled=cfg.cuda)
+    amp = c.bf16_autocast(cfg)
 
     def draw(k: int) -> tuple[torch.Tensor, torch.Tensor, list[tuple[int, int, int, int, bool]]]:
         """Batch ``k % 4`` and each sample's random box and flip."""

@@ -80,7 +80,7 @@ def build(cfg: c.RunConfig) -> c.Step:
     blocks = nn.ModuleList(Block() for _ in range(layers)).to(dev)
     head = nn.Linear(width, width).to(dev)
     opt = torch.optim.AdamW([*blocks.parameters(), *head.parameters()], lr=1e-4, fused=cfg.cuda)
-    amp = torch.autocast("cuda", dtype=torch.bfloat16, enabled=cfg.cuda)
+    amp = c.bf16_autocast(cfg)
     x = torch.randn(batch, seq, width, device=dev)
     target = torch.randn(batch, seq, width, device=dev)
 

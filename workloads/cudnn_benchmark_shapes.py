@@ -23,7 +23,6 @@ from __future__ import annotations
 import random
 
 from . import _common as c
-from . import _nvtx as nv
 
 NCU_KERNEL_FILTER = "regex:conv|xmma|cudnn|implicit"
 NCU_COUNT = 4
@@ -50,27 +49,19 @@ def build(cfg: c.RunConfig) -> c.Step:
         c_in = c_out
     model = nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c_in, classes)).to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    amp = torch.autocast("cuda", dtype=torch.bfloat16, enabled=cfg.cuda)
+    amp = c.bf16_autocast(cfg)
     # every (height, width) at most once in a run: each step's shape is new to cuDNN
     shapes = [(h, w) for h in sizes for w in sizes]
     rng.shuffle(shapes)
     print(f"[cudnn_benchmark_shapes] cudnn.benchmark={torch.backends.cudnn.benchmark} "
           f"{len(shapes)} image sizes", flush=True)
 
-    def step(_i: int) -> None:
+    def new_batch(_i: int) -> tuple[torch.Tensor, torch.Tensor]:
         h, w = shapes.pop() if shapes else (sizes[-1], sizes[-1])
-        images = torch.randn(batch, 3, h, w, device=dev)
-        labels = torch.randint(0, classes, (batch,), device=dev)
-        with nv.range("forward"):
-            opt.zero_grad(set_to_none=True)
-            with amp:
-                loss = F.cross_entropy(model(images), labels)
-        with nv.range("backward"):
-            loss.backward()
-        with nv.range("optimizer"):
-            opt.step()
+        return torch.randn(batch, 3, h, w, device=dev), torch.randint(0, classes, (batch,), device=dev)
 
-    return step
+    return c.train_step(opt, lambda images, labels: F.cross_entropy(model(images), labels),
+                        batch=new_batch, amp=amp)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -62,19 +62,15 @@ def build(cfg: c.RunConfig) -> c.Step:
         layers += [torch.nn.GELU(), torch.nn.Linear(width, width)]
     model = torch.nn.Sequential(*layers).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    amp_dtype = torch.bfloat16
+    amp = torch.autocast(dev.type, dtype=torch.bfloat16)
     counter = iter(range(1 << 30))
 
     def train_step(x_cpu_or_dev: torch.Tensor) -> None:
         with nv.range("h2d"):
             x = x_cpu_or_dev.to(dev, non_blocking=cfg.fixed)
-        with nv.range("forward"), torch.autocast(dev.type, dtype=amp_dtype):
-            loss = model(_patchify(x, _PATCH)).float().pow(2).mean()
-        with nv.range("backward"):
-            loss.backward()
-        with nv.range("optimizer_step"):
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+        _loss = c.forward_backward(opt, lambda: model(_patchify(x, _PATCH)).float().pow(2).mean(), amp=amp,
+                                   zero_grad=False)
+        c.optimizer_step(opt, zero_grad=True, name="optimizer_step")
 
     if not cfg.fixed:
         def step(_i: int) -> None:

@@ -17,25 +17,16 @@ forward eagerly (graph capture needs CUDA), which keeps its non-graph logic test
 """
 from __future__ import annotations
 
-import argparse
-import math
-
 from . import _common as c
-from . import _nvtx as nv
+from . import _decoder
 
 NCU_KERNEL_FILTER = "regex:gemv|gemm|softmax"
 NCU_COUNT = 4
 HAS_TWIN = True
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--tokens", type=int, default=None,
-                        help="tokens decoded per measured step (default 2 smoke / 8 full)")
-
-
 def build(cfg: c.RunConfig) -> c.Step:
     import torch
-    import torch.nn.functional as F
 
     layers, d, heads, vocab = c.pick(cfg, (2, 64, 4, 256), (8, 1024, 16, 8192))
     tokens = cfg.options.tokens or c.pick(cfg, 2, 8)
@@ -45,41 +36,17 @@ def build(cfg: c.RunConfig) -> c.Step:
     prompt = 1
     max_len = prompt + (cfg.warmup + cfg.steps) * tokens + 8  # graph warmup writes a few positions
     gen = torch.Generator(device="cpu").manual_seed(0)
-
-    def w(*shape: int) -> torch.Tensor:
-        t = torch.randn(*shape, generator=gen) / math.sqrt(shape[0])
-        return t.to(device=dev, dtype=dtype)
-
-    emb = w(vocab, d) * math.sqrt(d) / 8
-    pos_emb = w(max_len, d)
-    blocks = [dict(ln1=torch.ones(d, device=dev, dtype=dtype), wqkv=w(d, 3 * d), wo=w(d, d),
-                   ln2=torch.ones(d, device=dev, dtype=dtype), w1=w(d, 4 * d), w2=w(4 * d, d))
-              for _ in range(layers)]
-    ln_f = torch.ones(d, device=dev, dtype=dtype)
+    dec = _decoder.build_decoder(layers, d, heads, vocab, max_len, device=dev, dtype=dtype, gen=gen)
     # static buffers: the KV cache, the current token and position, the key positions
     k_cache = torch.zeros(layers, heads, max_len, dh, device=dev, dtype=dtype)
     v_cache = torch.zeros_like(k_cache)
     token = torch.zeros(1, dtype=torch.long, device=dev)
     pos = torch.zeros(1, dtype=torch.long, device=dev)
     key_pos = torch.arange(max_len, device=dev)
-    scale = 1.0 / math.sqrt(dh)
 
     def forward() -> torch.Tensor:
         """One token's forward on the static buffers; returns the logits (1, vocab)."""
-        x = emb.index_select(0, token) + pos_emb.index_select(0, pos)          # (1, d)
-        masked = (key_pos > pos).view(1, 1, max_len)                           # future keys
-        for i, b in enumerate(blocks):
-            h = F.layer_norm(x, (d,), b["ln1"])
-            q, k, v = (h @ b["wqkv"]).view(3, heads, 1, dh).unbind(0)        # (heads, 1, dh)
-            k_cache[i].index_copy_(1, pos, k)
-            v_cache[i].index_copy_(1, pos, v)
-            s = (q @ k_cache[i].transpose(1, 2)) * scale                      # (heads, 1, max_len)
-            p = torch.softmax(s.masked_fill(masked, float("-inf")), dim=-1)
-            a = (p @ v_cache[i]).reshape(1, d)
-            x = x + a @ b["wo"]
-            h = F.layer_norm(x, (d,), b["ln2"])
-            x = x + F.gelu(h @ b["w1"]) @ b["w2"]
-        return F.layer_norm(x, (d,), ln_f) @ emb.t()
+        return dec.forward(token, pos, key_pos, k_cache, v_cache)
 
     forward_call = forward
     if cfg.fixed and cfg.cuda:
@@ -104,21 +71,11 @@ def build(cfg: c.RunConfig) -> c.Step:
         print("[decode_eager] no GPU: --fixed runs the static-buffer forward eagerly "
               "(CUDA-graph capture needs CUDA)", flush=True)
 
-    def step(_i: int) -> None:
-        with torch.no_grad():
-            for t in range(tokens):
-                with nv.range(f"token_{t}"):
-                    with nv.range("forward"):
-                        logits = forward_call()
-                    with nv.range("sample"):
-                        token.copy_(logits.argmax(dim=-1))
-                        pos.add_(1)
-
-    return step
+    return _decoder.decode_step(tokens, forward_call, lambda logits: token.copy_(logits.argmax(dim=-1)), pos)
 
 
 def main(argv: list[str] | None = None) -> int:
-    return c.run_workload("decode_eager", __doc__, build, argv, add_arguments=add_arguments,
+    return c.run_workload("decode_eager", __doc__, build, argv, add_arguments=_decoder.add_arguments,
                           steps=(2, 10), warmup=(1, 2))
 
 

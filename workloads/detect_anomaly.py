@@ -19,7 +19,6 @@ forward and backward, and a shorter step.
 from __future__ import annotations
 
 from . import _common as c
-from . import _nvtx as nv
 
 NCU_KERNEL_FILTER = "regex:gemm|nvjet|layer_norm"
 NCU_COUNT = 2
@@ -31,27 +30,12 @@ def build(cfg: c.RunConfig) -> c.Step:
     import torch.nn.functional as F
 
     blocks, width, rows, classes = c.pick(cfg, (3, 32, 64, 10), (12, 2048, 8192, 1000))
-    dev = cfg.device
     torch.autograd.set_detect_anomaly(not cfg.fixed)
-    torch.manual_seed(0)
-    model = c.mlp_stack(blocks, width, classes).to(dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=cfg.cuda)
-    amp = torch.autocast("cuda", dtype=torch.bfloat16, enabled=cfg.cuda)
-    x = torch.randn(rows, width, device=dev)
-    y = torch.randint(0, classes, (rows,), device=dev)
+    t = c.mlp_training(cfg, blocks, width, rows, classes)
+    model, opt, amp, x, y = t.model, t.opt, t.amp, t.x, t.y
     print(f"[detect_anomaly] anomaly detection {torch.is_anomaly_enabled()}", flush=True)
 
-    def step(_i: int) -> None:
-        with nv.range("forward"):
-            opt.zero_grad(set_to_none=True)
-            with amp:
-                loss = F.cross_entropy(model(x), y)
-        with nv.range("backward"):
-            loss.backward()
-        with nv.range("optimizer"):
-            opt.step()
-
-    return step
+    return c.train_step(opt, lambda: F.cross_entropy(model(x), y), amp=amp)
 
 
 def main(argv: list[str] | None = None) -> int:

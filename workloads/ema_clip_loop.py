@@ -40,7 +40,7 @@ def build(cfg: c.RunConfig) -> c.Step:
     params = [p for p in model.parameters() if p.requires_grad]
     ema = [p.detach().clone() for p in params]
     opt = torch.optim.AdamW(params, lr=1e-4, fused=cfg.cuda)
-    amp = torch.autocast("cuda", dtype=torch.bfloat16, enabled=cfg.cuda)
+    amp = c.bf16_autocast(cfg)
     x = torch.randn(rows, width, device=dev)
     y = torch.randint(0, classes, (rows,), device=dev)
 
@@ -67,16 +67,10 @@ def build(cfg: c.RunConfig) -> c.Step:
     clip, update_ema = (clip_foreach, ema_foreach) if cfg.fixed else (clip_loop, ema_loop)
 
     def step(_i: int) -> None:
-        with nv.range("forward"):
-            opt.zero_grad(set_to_none=True)
-            with amp:
-                loss = F.cross_entropy(model(x), y)
-        with nv.range("backward"):
-            loss.backward()
+        _loss = c.forward_backward(opt, lambda: F.cross_entropy(model(x), y), amp=amp)
         with nv.range("clip_grads"):
             clip()
-        with nv.range("optimizer"):
-            opt.step()
+        c.optimizer_step(opt)
         with nv.range("ema"), torch.no_grad():
             update_ema()
 

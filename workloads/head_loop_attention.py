@@ -19,7 +19,6 @@ from __future__ import annotations
 import math
 
 from . import _common as c
-from . import _nvtx as nv
 
 NCU_KERNEL_FILTER = "regex:gemm|softmax|flash|fmha"
 NCU_COUNT = 2
@@ -66,21 +65,11 @@ def build(cfg: c.RunConfig) -> c.Step:
 
     model = nn.Sequential(*[Block() for _ in range(layers)], nn.LayerNorm(width)).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=cfg.cuda)
-    amp = torch.autocast("cuda", dtype=torch.bfloat16, enabled=cfg.cuda)
+    amp = c.bf16_autocast(cfg)
     x = torch.randn(batch, seq, width, device=dev)
     target = torch.randn(batch, seq, width, device=dev)
 
-    def step(_i: int) -> None:
-        with nv.range("forward"):
-            opt.zero_grad(set_to_none=True)
-            with amp:
-                loss = F.mse_loss(model(x).float(), target)
-        with nv.range("backward"):
-            loss.backward()
-        with nv.range("optimizer"):
-            opt.step()
-
-    return step
+    return c.train_step(opt, lambda: F.mse_loss(model(x).float(), target), amp=amp)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -73,7 +73,7 @@ def build(cfg: c.RunConfig) -> c.Step:
     torch.manual_seed(0)
     model = Denoiser().to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=cfg.cuda)
-    amp = torch.autocast("cuda", dtype=torch.bfloat16, enabled=cfg.cuda)
+    amp = c.bf16_autocast(cfg)
     images = torch.rand(batch, 3, size, size, device=dev) * 2 - 1  # the dataset, already on the GPU
     betas = torch.linspace(1e-4, 0.02, timesteps, dtype=torch.float64)
     alphas_cumprod_host = torch.cumprod(1 - betas, dim=0).float()
@@ -93,14 +93,8 @@ def build(cfg: c.RunConfig) -> c.Step:
                 t = t_host.to(dev)
             a = a[:, None, None, None]
             noisy = a.sqrt() * images + (1 - a).sqrt() * noise
-        with nv.range("forward"):
-            opt.zero_grad(set_to_none=True)
-            with amp:
-                loss = F.mse_loss(model(noisy, t).float(), noise)
-        with nv.range("backward"):
-            loss.backward()
-        with nv.range("optimizer"):
-            opt.step()
+        _loss = c.forward_backward(opt, lambda: F.mse_loss(model(noisy, t).float(), noise), amp=amp)
+        c.optimizer_step(opt)
 
     return step
 

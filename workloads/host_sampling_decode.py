@@ -17,26 +17,17 @@ sampling kernels (softmax, multinomial) per token and a shorter step.
 """
 from __future__ import annotations
 
-import argparse
-import math
-
 from . import _common as c
-from . import _nvtx as nv
+from . import _decoder
 
 NCU_KERNEL_FILTER = "regex:gemv|gemm|softmax|multinomial"
 NCU_COUNT = 4
 HAS_TWIN = True
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--tokens", type=int, default=None,
-                        help="tokens decoded per measured step (default 2 smoke / 8 full)")
-
-
 def build(cfg: c.RunConfig) -> c.Step:
     import numpy as np
     import torch
-    import torch.nn.functional as F
 
     layers, d, heads, vocab, batch, prompt = c.pick(cfg, (2, 64, 4, 256, 2, 8),
                                                     (8, 1024, 16, 32000, 8, 512))
@@ -51,16 +42,7 @@ def build(cfg: c.RunConfig) -> c.Step:
     if cfg.cuda:
         torch.cuda.manual_seed(0)
 
-    def w(*shape: int) -> torch.Tensor:
-        t = torch.randn(*shape, generator=gen) / math.sqrt(shape[0])
-        return t.to(device=dev, dtype=dtype)
-
-    emb = w(vocab, d) * math.sqrt(d) / 8
-    pos_emb = w(max_len, d)
-    blocks = [dict(ln1=torch.ones(d, device=dev, dtype=dtype), wqkv=w(d, 3 * d), wo=w(d, d),
-                   ln2=torch.ones(d, device=dev, dtype=dtype), w1=w(d, 4 * d), w2=w(4 * d, d))
-              for _ in range(layers)]
-    ln_f = torch.ones(d, device=dev, dtype=dtype)
+    dec = _decoder.build_decoder(layers, d, heads, vocab, max_len, device=dev, dtype=dtype, gen=gen, batch=batch)
     # the KV cache, its first `prompt` positions filled (the prompt's prefill, done before the loop)
     k_cache = torch.zeros(layers, batch, heads, max_len, dh, device=dev, dtype=dtype)
     v_cache = torch.zeros_like(k_cache)
@@ -69,24 +51,10 @@ def build(cfg: c.RunConfig) -> c.Step:
     token = torch.randint(0, vocab, (batch,), generator=gen).to(dev)
     pos = torch.full((1,), prompt, dtype=torch.long, device=dev)
     key_pos = torch.arange(max_len, device=dev)
-    scale = 1.0 / math.sqrt(dh)
 
     def forward() -> torch.Tensor:
         """One token of each sequence at ``pos``; returns the logits (batch, vocab)."""
-        x = emb.index_select(0, token) + pos_emb.index_select(0, pos)          # (batch, d)
-        masked = (key_pos > pos).view(1, 1, 1, max_len)                        # future keys
-        for i, b in enumerate(blocks):
-            h = F.layer_norm(x, (d,), b["ln1"])
-            q, k, v = (h @ b["wqkv"]).view(batch, 3, heads, 1, dh).unbind(1)   # (batch, heads, 1, dh)
-            k_cache[i].index_copy_(2, pos, k)
-            v_cache[i].index_copy_(2, pos, v)
-            s = (q @ k_cache[i].transpose(-1, -2)) * scale                     # (batch, heads, 1, max_len)
-            p = torch.softmax(s.masked_fill(masked, float("-inf")), dim=-1)
-            a = (p @ v_cache[i]).reshape(batch, d)
-            x = x + a @ b["wo"]
-            h = F.layer_norm(x, (d,), b["ln2"])
-            x = x + F.gelu(h @ b["w1"]) @ b["w2"]
-        return F.layer_norm(x, (d,), ln_f) @ emb.t()
+        return dec.forward(token, pos, key_pos, k_cache, v_cache)
 
     def sample_host(logits: torch.Tensor) -> None:
         probs = torch.softmax(logits.float() / temperature, dim=-1).cpu().numpy().astype(np.float64)
@@ -100,21 +68,11 @@ def build(cfg: c.RunConfig) -> c.Step:
 
     sample = sample_device if cfg.fixed else sample_host
 
-    def step(_i: int) -> None:
-        with torch.no_grad():
-            for t in range(tokens):
-                with nv.range(f"token_{t}"):
-                    with nv.range("forward"):
-                        logits = forward()
-                    with nv.range("sample"):
-                        sample(logits)
-                        pos.add_(1)
-
-    return step
+    return _decoder.decode_step(tokens, forward, sample, pos)
 
 
 def main(argv: list[str] | None = None) -> int:
-    return c.run_workload("host_sampling_decode", __doc__, build, argv, add_arguments=add_arguments,
+    return c.run_workload("host_sampling_decode", __doc__, build, argv, add_arguments=_decoder.add_arguments,
                           steps=(2, 30), warmup=(1, 3))
 
 

@@ -36,12 +36,8 @@ def build(cfg: c.RunConfig) -> c.Step:
 
     blocks, width, rows, classes = c.pick(cfg, (3, 32, 64, 10), (24, 2048, 16384, 1000))
     dev = cfg.device
-    torch.manual_seed(0)
-    model = c.mlp_stack(blocks, width, classes).to(dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=cfg.cuda)
-    amp = torch.autocast("cuda", dtype=torch.bfloat16, enabled=cfg.cuda)
-    x = torch.randn(rows, width, device=dev)
-    y = torch.randint(0, classes, (rows,), device=dev)
+    t = c.mlp_training(cfg, blocks, width, rows, classes)
+    model, opt, amp, x, y = t.model, t.opt, t.amp, t.x, t.y
     names = [f"{i}:{type(m).__name__}" for i, m in enumerate(model)]
     table: dict[str, float] = dict.fromkeys(names, 0.0)  # milliseconds per module, summed
 
@@ -81,14 +77,8 @@ def build(cfg: c.RunConfig) -> c.Step:
     forward = forward_events if cfg.fixed else forward_synced
 
     def step(_i: int) -> None:
-        with nv.range("forward"):
-            opt.zero_grad(set_to_none=True)
-            with amp:
-                loss = F.cross_entropy(forward(x), y)
-        with nv.range("backward"):
-            loss.backward()
-        with nv.range("optimizer"):
-            opt.step()
+        _loss = c.forward_backward(opt, lambda: F.cross_entropy(forward(x), y), amp=amp)
+        c.optimizer_step(opt)
         if cfg.fixed:
             with nv.range("read_timings"):
                 read_events()

@@ -22,7 +22,6 @@ same normalization and GEMM kernels, and a step about half as long (57.0 -> 30.5
 from __future__ import annotations
 
 from . import _common as c
-from . import _nvtx as nv
 
 NCU_KERNEL_FILTER = "regex:elementwise|nchw|nhwc|conv"
 NCU_COUNT = 3
@@ -60,21 +59,11 @@ def build(cfg: c.RunConfig) -> c.Step:
     fmt = torch.channels_last if cfg.fixed else torch.contiguous_format
     model = model.to(dev, memory_format=fmt)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=cfg.cuda)
-    amp = torch.autocast("cuda", dtype=torch.bfloat16, enabled=cfg.cuda)
+    amp = c.bf16_autocast(cfg)
     x = torch.randn(batch, 3, side, side, device=dev).contiguous(memory_format=fmt)
     y = torch.randint(0, classes, (batch,), device=dev)
 
-    def step(_i: int) -> None:
-        with nv.range("forward"):
-            opt.zero_grad(set_to_none=True)
-            with amp:
-                loss = F.cross_entropy(model(x), y)
-        with nv.range("backward"):
-            loss.backward()
-        with nv.range("optimizer"):
-            opt.step()
-
-    return step
+    return c.train_step(opt, lambda: F.cross_entropy(model(x), y), amp=amp)
 
 
 def main(argv: list[str] | None = None) -> int:

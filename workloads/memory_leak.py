@@ -40,13 +40,8 @@ def build(cfg: c.RunConfig) -> c.Step:
     last = [torch.cuda.memory_allocated(dev) if cfg.cuda else 0]
 
     def step(i: int) -> None:
-        with nv.range("forward"):
-            loss = model(x).pow(2).mean()
-        with nv.range("backward"):
-            loss.backward()
-        with nv.range("optimizer"):
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+        _loss = c.forward_backward(opt, lambda: model(x).pow(2).mean(), zero_grad=False)
+        c.optimizer_step(opt, zero_grad=True)
         with nv.range("validate"):
             val_loss = model(x_val).pow(2).mean()  # autograd on: a graph with saved activations
             history.append(val_loss.detach() if cfg.fixed else val_loss)

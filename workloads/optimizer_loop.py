@@ -15,7 +15,6 @@ twin it holds a few fused Adam kernels and the step is shorter by about that ran
 from __future__ import annotations
 
 from . import _common as c
-from . import _nvtx as nv
 
 NCU_KERNEL_FILTER = "regex:elementwise|adam"
 NCU_COUNT = 4
@@ -39,16 +38,7 @@ def build(cfg: c.RunConfig) -> c.Step:
     y = torch.randint(0, 10, (batch,), device=dev)
     loss_fn = nn.CrossEntropyLoss()
 
-    def step(_i: int) -> None:
-        with nv.range("forward"):
-            loss = loss_fn(model(x), y)
-        with nv.range("backward"):
-            loss.backward()
-        with nv.range("optimizer"):
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-
-    return step
+    return c.train_step(opt, lambda: loss_fn(model(x), y), zero_grad_last=True)
 
 
 def main(argv: list[str] | None = None) -> int:

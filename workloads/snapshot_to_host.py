@@ -35,12 +35,8 @@ def build(cfg: c.RunConfig) -> c.Step:
 
     blocks, width, rows, classes = c.pick(cfg, (2, 32, 64, 10), (6, 2048, 16384, 1000))
     dev = cfg.device
-    torch.manual_seed(0)
-    model = c.mlp_stack(blocks, width, classes).to(dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=cfg.cuda)
-    amp = torch.autocast("cuda", dtype=torch.bfloat16, enabled=cfg.cuda)
-    x = torch.randn(rows, width, device=dev)
-    y = torch.randint(0, classes, (rows,), device=dev)
+    t = c.mlp_training(cfg, blocks, width, rows, classes)
+    model, opt, amp, x, y = t.model, t.opt, t.amp, t.x, t.y
 
     # the twin's pinned host buffers, the side stream that fills them and the "copy done" event
     pinned = {k: torch.empty(v.shape, dtype=v.dtype, pin_memory=cfg.cuda)
@@ -67,12 +63,7 @@ def build(cfg: c.RunConfig) -> c.Step:
         if cfg.fixed:
             with nv.range("snapshot"):  # the weights the previous step left, copied during this one
                 snapshot_async()
-        with nv.range("forward"):
-            opt.zero_grad(set_to_none=True)
-            with amp:
-                loss = F.cross_entropy(model(x), y)
-        with nv.range("backward"):
-            loss.backward()
+        _loss = c.forward_backward(opt, lambda: F.cross_entropy(model(x), y), amp=amp)
         with nv.range("optimizer"):
             if side is not None:  # the previous snapshot reads the weights this step overwrites
                 torch.cuda.current_stream(dev).wait_stream(side)

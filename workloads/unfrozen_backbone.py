@@ -19,7 +19,6 @@ backward kernels and gradient accumulation (``add``) kernels, longer than the fo
 from __future__ import annotations
 
 from . import _common as c
-from . import _nvtx as nv
 
 NCU_KERNEL_FILTER = "regex:gemm|nvjet|flash"
 NCU_COUNT = 2
@@ -38,24 +37,14 @@ def build(cfg: c.RunConfig) -> c.Step:
     if cfg.fixed:
         model.backbone.requires_grad_(False)
     opt = torch.optim.AdamW(model.head.parameters(), lr=1e-3, fused=cfg.cuda)
-    amp = torch.autocast("cuda", dtype=torch.bfloat16, enabled=cfg.cuda)
+    amp = c.bf16_autocast(cfg)
     ids = torch.randint(0, vocab, (batch, length), device=dev)
     labels = torch.randint(0, 2, (batch,), device=dev)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     print(f"[unfrozen_backbone] parameters with requires_grad: {trainable:,} "
           f"(the optimizer updates {sum(p.numel() for p in model.head.parameters()):,})", flush=True)
 
-    def step(_i: int) -> None:
-        with nv.range("forward"):
-            opt.zero_grad(set_to_none=True)
-            with amp:
-                loss = F.cross_entropy(model(ids), labels)
-        with nv.range("backward"):
-            loss.backward()
-        with nv.range("optimizer"):
-            opt.step()
-
-    return step
+    return c.train_step(opt, lambda: F.cross_entropy(model(ids), labels), amp=amp)
 
 
 def main(argv: list[str] | None = None) -> int:

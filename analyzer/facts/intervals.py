@@ -40,7 +40,7 @@ from analyzer.facts._util import (
 )
 from analyzer.facts.nvtx import innermost_open, main_threads, ranges_only
 from analyzer.facts.registry import FactContext, fact
-from analyzer.loading.columns import categorical, narrow_int
+from analyzer.loading.columns import categorical, constant_view, narrow_int
 
 _OP_COLUMNS = {
     "start": "op start (ns)",
@@ -105,7 +105,8 @@ def gpu_ops(ctx: FactContext) -> pd.DataFrame:
             out[c] = ordered(end - start)
         else:
             values = ordered(stacked([_int(f, c, _OP_INT_DEFAULTS[c]) for _, f in parts]))
-            out[c] = values.astype(np.int64, copy=False) if c == "api_start" else narrow_int(values)
+            # a column of one value (device, stream, process, in_graph on most traces) stored once
+            out[c] = values.astype(np.int64, copy=False) if c == "api_start" else constant_view(narrow_int(values))
     return pd.DataFrame(out, copy=False)
 
 

@@ -619,6 +619,7 @@ FACT_MODULES: tuple[str, ...] = (
     "analyzer.facts.copy_stalls",
     "analyzer.facts.copy_kernels",
     "analyzer.facts.fallback_kernels",
+    "analyzer.facts.autotune",
     "analyzer.facts.memory",
 )
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from analyzer.errors import InputError, UnsupportedFormatError
 from analyzer.loading.model import TIME_MAX, Trace, TraceInfo, empty_frame
+from analyzer.loading.columns import SHARED_CONSTANT_FRAMES, shared_constants
 from analyzer.loading.sqlite_pages import SQLITE_MAGIC
 
 if TYPE_CHECKING:
@@ -208,10 +209,28 @@ def load_trace(
     p = Path(path)
     fmt = detect_format(p)
     if cache is not None and fmt in ("xz", "nsys-sqlite", "sqlite", "nsys-rep"):
-        return cache.load(p, lambda: _load(p, fmt, progress, cache_dir), progress)
-    if cache is not None and fmt == "json":  # not stored, but its facts are (analyzer.facts.cache)
-        return cache.load_uncached(p, lambda: _load(p, fmt, progress, cache_dir))
-    return _load(p, fmt, progress, cache_dir)
+        trace = cache.load(p, lambda: _load(p, fmt, progress, cache_dir), progress)
+    elif cache is not None and fmt == "json":  # not stored, but its facts are (analyzer.facts.cache)
+        trace = cache.load_uncached(p, lambda: _load(p, fmt, progress, cache_dir))
+    else:
+        trace = _load(p, fmt, progress, cache_dir)
+    return with_shared_constants(trace)
+
+
+def with_shared_constants(trace: Trace) -> Trace:
+    """``trace`` with the integer columns of its per-row frames that hold one value in every row stored once
+    (:func:`analyzer.loading.columns.shared_constants`; the frames are replaced, their values unchanged).
+    Done last, after the trace cache stored the trace: the cache holds ordinary columns. A frame a trace
+    served lazily from the cache has not read yet is left alone (the cache shares its constants when it
+    reads it)."""
+    for name in sorted(SHARED_CONSTANT_FRAMES):
+        if name not in trace.__dict__:
+            continue
+        frame = trace.__dict__[name]
+        shared = shared_constants(frame)
+        if shared is not frame:
+            setattr(trace, name, shared)
+    return trace
 
 
 def _load(p: Path, fmt: str, progress: Callable[[str], None] | None, cache_dir: Path | None) -> Trace:

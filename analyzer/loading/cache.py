@@ -86,6 +86,7 @@ from analyzer.loading.arrowio import (  # noqa: F401 (re-exported: the caches' o
     ipc_table,
     table_to_frame,
 )
+from analyzer.loading.columns import SHARED_CONSTANT_FRAMES, shared_constants
 from analyzer.loading.model import FRAME_COLUMNS, Trace, TraceInfo
 from analyzer.boundedio import parse_size  # noqa: F401 (re-exported: ANALYZER_CACHE_MAX is parsed here)
 
@@ -861,13 +862,14 @@ class _Frames:
         self.loaded: Trace | None = None  # the loader's trace, after a frame could not be read
 
     def frame(self, name: str) -> pd.DataFrame:
+        """Frame ``name``, its constant integer columns stored once as ``load_trace`` stores them."""
         with self.lock:
-            if self.loaded is None:
-                frame = self._read(name)
-                if frame is not None:
-                    return frame
-                self.loaded = self._load_again()
-            return getattr(self.loaded, name)
+            frame = self._read(name) if self.loaded is None else None
+            if frame is None:
+                if self.loaded is None:
+                    self.loaded = self._load_again()
+                frame = getattr(self.loaded, name)
+            return shared_constants(frame) if name in SHARED_CONSTANT_FRAMES else frame
 
     def _read(self, name: str) -> pd.DataFrame | None:
         fname = f"{name}.arrow"

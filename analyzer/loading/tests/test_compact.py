@@ -303,3 +303,45 @@ def test_small_tables_skip_adbc(monkeypatch):
     assert texts.tolist() == got[1][0].tolist()
     for column, values in ints.items():
         assert values.dtype == got[1][1][column].dtype and np.array_equal(values, got[1][1][column])
+
+
+def _stored_once(frame: pd.DataFrame) -> list[str]:
+    return sorted(c for c in frame.columns
+                  if isinstance(frame[c].dtype, np.dtype) and frame[c].to_numpy().strides == (0,))
+
+
+def test_constant_columns_are_stored_once(trace, tmp_path):
+    """load_trace stores an integer column holding one value in every row once (stride 0), with the values
+    the loader read; so does a trace served lazily from the cache, and gpu_ops for its constant columns."""
+    from analyzer.analysis import Window
+    from analyzer.facts import FactStore
+    from analyzer.loading import _load
+    from analyzer.loading.cache import TraceCache
+    from analyzer.testing import real_trace
+
+    path = real_trace("small_training_ctx128")
+    plain = _load(path, "nsys-sqlite" if path.suffix == ".sqlite" else "xz", None, None)
+    assert _stored_once(trace.kernels) == ["block_z", "context", "device", "graph_id", "graph_node_id",
+                                           "in_graph", "launch_type", "pid", "stream"]
+    assert _stored_once(trace.api) == ["pid", "return_value"]
+    assert _stored_once(trace.memcpy) == []  # 345 rows: below shared_constants' 4,096
+    saved = sum(getattr(trace, n)[c].to_numpy().nbytes for n in BIG for c in _stored_once(getattr(trace, n)))
+    assert saved == 85_512 + 76_374
+    for name in ("kernels", "memcpy", "memset", "api", "sync", "memory"):
+        assert _stored_once(getattr(plain, name)) == []
+        pd.testing.assert_frame_equal(getattr(trace, name), getattr(plain, name), check_exact=True)
+    with pytest.raises(ValueError, match="read-only"):
+        trace.kernels["device"].to_numpy()[:1] = 3
+    for lazy in (False, True):  # stored, then served from the cache
+        cache = TraceCache(tmp_path / "cache", limit=10**9, lazy=lazy)
+        for _ in range(2):
+            cached = load_trace(path, cache=cache)
+            cache.wait()
+            assert _stored_once(cached.kernels) == _stored_once(trace.kernels)
+            assert _stored_once(cached.api) == ["pid", "return_value"]
+            pd.testing.assert_frame_equal(cached.kernels, plain.kernels, check_exact=True)
+    window = Window(start_ns=0, end_ns=int(trace.info.duration_ns) + 1, source="user", description="all")
+    ops = FactStore(trace, window, {}).get("gpu_ops")
+    plain_ops = FactStore(plain, window, {}).get("gpu_ops")
+    pd.testing.assert_frame_equal(ops, plain_ops, check_exact=True)
+    assert _stored_once(ops) == ["device", "in_graph", "pid", "stream"]
