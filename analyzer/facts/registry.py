@@ -615,6 +615,7 @@ FACT_MODULES: tuple[str, ...] = (
     "analyzer.facts.energy",
     "analyzer.facts.breakdown",
     "analyzer.facts.breakdown_table",
+    "analyzer.facts.recurring_setup",
     "analyzer.facts.copy_stalls",
     "analyzer.facts.copy_kernels",
     "analyzer.facts.fallback_kernels",
