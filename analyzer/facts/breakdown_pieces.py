@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from analyzer.loading.columns import constant_view
+
 
 def _frontier(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For intervals sorted by start: ``(pos, s, e)``, the part of each interval no earlier interval
@@ -201,10 +203,11 @@ def shared_columns(seg, constant: tuple[str, ...] = ("device", "waited_tid")):  
         edges[-1] = end[-1]
         cols["start"], cols["end"] = edges[:-1], edges[1:]
     del start, end
-    for name in constant:
+    for name in constant:  # the trace model's own constant columns are stored the same way
         values = seg[name].to_numpy()
-        if values.dtype.kind in "iu" and values.strides != (0,) and values.min() == values.max():
-            cols[name] = np.broadcast_to(np.array(values[0], dtype=values.dtype), n)
+        view = constant_view(values, min_rows=2)
+        if view is not values:
+            cols[name] = view
     if not cols:
         return seg
     return pd.DataFrame({c: cols[c] if c in cols else seg[c] for c in seg.columns}, index=seg.index, copy=False)
