@@ -209,15 +209,9 @@ def test_compile_graph_break_breaks_only_in_the_pathology() -> None:
     assert counts[False][1] >= 1 and counts[False][0] >= 2
 
 
-@pytest.mark.parametrize("name,op,ratio", [
-    ("mask_index_sync", "aten::nonzero", None),   # the twin's static shapes: no nonzero at all
-    ("per_sample_loop", "aten::conv2d", 4),       # smoke batch 4: one model call per sample
-])
-def test_held_out_twins_remove_the_mechanism(tmp_path: Path, name: str, op: str,
-                                             ratio: int | None) -> None:
-    """The held-out programs (issue 27) recorded with torch.profiler on the CPU: the pathology runs
-    the operator that makes it slow (a data-dependent ``nonzero`` per expert and layer; one conv per
-    layer per sample), the twin does not (no ``nonzero``; one conv per layer per batch)."""
+def _twin_op_counts(tmp_path: Path, name: str, op: str) -> tuple[int, int]:
+    """How many times the pathology and its ``--fixed`` twin ran the operator ``op`` (torch.profiler's
+    ``cpu_op`` events), both profiled on the CPU at smoke size for 2 steps."""
     import gzip
     import json
 
@@ -230,6 +224,19 @@ def test_held_out_twins_remove_the_mechanism(tmp_path: Path, name: str, op: str,
             events = json.load(fh)["traceEvents"]
         counts.append(sum(e.get("cat") == "cpu_op" and e.get("name") == op for e in events))
     pathology, twin = counts
+    return pathology, twin
+
+
+@pytest.mark.parametrize("name,op,ratio", [
+    ("mask_index_sync", "aten::nonzero", None),   # the twin's static shapes: no nonzero at all
+    ("per_sample_loop", "aten::conv2d", 4),       # smoke batch 4: one model call per sample
+])
+def test_held_out_twins_remove_the_mechanism(tmp_path: Path, name: str, op: str,
+                                             ratio: int | None) -> None:
+    """The held-out programs (issue 27) recorded with torch.profiler on the CPU: the pathology runs
+    the operator that makes it slow (a data-dependent ``nonzero`` per expert and layer; one conv per
+    layer per sample), the twin does not (no ``nonzero``; one conv per layer per batch)."""
+    pathology, twin = _twin_op_counts(tmp_path, name, op)
     if ratio is None:
         # 2 steps x (2 layers x 4 experts + the padding mask), smoke sizes
         assert pathology >= 2 * (2 * 4 + 1) and twin == 0
@@ -272,18 +279,7 @@ def test_third_held_out_twins_remove_the_mechanism(tmp_path: Path, name: str, op
     per-head softmax / its permuted copies in every step, the twin no softmax (one fused attention
     call per layer) / not those copies (channels-last tensors whose permutes are views; the CPU
     convolution's own ``contiguous`` calls stay in both, ~1 a step in the twin)."""
-    import gzip
-    import json
-
-    proc = _run(["workloads", "profile", name, "--both", "--tool", "torch", "--gzip", "--size",
-                 "smoke", "--out", str(tmp_path), "--", "--device", "cpu", "--steps", "2"])
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    counts = []
-    for trace in (name, f"{name}_fixed"):
-        with gzip.open(tmp_path / f"{trace}.pt.trace.json.gz", "rt") as fh:
-            events = json.load(fh)["traceEvents"]
-        counts.append(sum(e.get("cat") == "cpu_op" and e.get("name") == op for e in events))
-    pathology, twin = counts
+    pathology, twin = _twin_op_counts(tmp_path, name, op)
     if op == "aten::softmax":
         assert (pathology, twin) == (2 * per_step, 0)
     else:
@@ -299,18 +295,7 @@ def test_fourth_held_out_twins_differ_in_the_mechanism(tmp_path: Path, name: str
     twin calls ``multinomial`` once per token (smoke: 2 steps x 2 tokens) where the pathology samples
     with numpy (none); detect_anomaly's pathology runs an ``isnan`` check on the backward's outputs
     (dozens a step), the twin none. (cudnn_benchmark_shapes and graph_recapture differ only on a GPU.)"""
-    import gzip
-    import json
-
-    proc = _run(["workloads", "profile", name, "--both", "--tool", "torch", "--gzip", "--size",
-                 "smoke", "--out", str(tmp_path), "--", "--device", "cpu", "--steps", "2"])
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    counts = []
-    for trace in (name, f"{name}_fixed"):
-        with gzip.open(tmp_path / f"{trace}.pt.trace.json.gz", "rt") as fh:
-            events = json.load(fh)["traceEvents"]
-        counts.append(sum(e.get("cat") == "cpu_op" and e.get("name") == op for e in events))
-    pathology, twin = counts
+    pathology, twin = _twin_op_counts(tmp_path, name, op)
     if op == "aten::multinomial":
         assert (pathology, twin) == (0, 2 * 2)
     else:
@@ -329,15 +314,4 @@ def test_fifth_held_out_twins_differ_in_the_mechanism(tmp_path: Path, name: str,
     runs the checkpointed blocks' forward again in the backward (GELU 5 times a step, the twin 3);
     the unfrozen backbone is differentiated down to its embedding, the frozen one not at all.
     (compile_varlen and host_noise_diffusion differ only on a GPU: Inductor, the device generator.)"""
-    import gzip
-    import json
-
-    proc = _run(["workloads", "profile", name, "--both", "--tool", "torch", "--gzip", "--size",
-                 "smoke", "--out", str(tmp_path), "--", "--device", "cpu", "--steps", "2"])
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    got = []
-    for trace in (name, f"{name}_fixed"):
-        with gzip.open(tmp_path / f"{trace}.pt.trace.json.gz", "rt") as fh:
-            events = json.load(fh)["traceEvents"]
-        got.append(sum(e.get("cat") == "cpu_op" and e.get("name") == op for e in events))
-    assert tuple(got) == counts
+    assert _twin_op_counts(tmp_path, name, op) == counts
