@@ -37,7 +37,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from analyzer.errors import ClusterError, InputError
 
@@ -194,6 +194,11 @@ def _paused(client: Any) -> list[str]:
     return [a for a, w in workers.items() if str(w.get("status", "")).lower().endswith("paused")]
 
 
+def _raise_killed(what: str) -> NoReturn:
+    raise ClusterError(f"a Dask worker died while {what} (killed, or over its memory limit)",
+                       hint="give the workers more memory (fewer per host) or analyze fewer ranks at once") from None
+
+
 def _raise_failed(future: Any, what: str) -> None:
     try:
         err = future.exception(timeout=5)
@@ -201,8 +206,7 @@ def _raise_failed(future: Any, what: str) -> None:
         err = None
     name = type(err).__name__ if err is not None else ""
     if name == "KilledWorker":
-        raise ClusterError(f"a Dask worker died while {what} (killed, or over its memory limit)",
-                           hint="give the workers more memory (fewer per host) or analyze fewer ranks at once") from None
+        _raise_killed(what)
     if err is None or future.status == "cancelled":
         raise ClusterError(f"Dask dropped a task while {what} (its worker or the scheduler was lost)",
                            hint="check the cluster, or run without --scheduler") from None
@@ -250,6 +254,8 @@ def wait_for(client: Any, futures: Sequence[Any], what: Callable[[int], str], *,
             except ClusterError:
                 raise
             except Exception as err:  # noqa: BLE001 - reading the result back failed (serialization)
+                if type(err).__name__ == "KilledWorker":  # the worker died after the status was read
+                    _raise_killed(what(i))
                 text = str(err).splitlines()[0] if str(err) else type(err).__name__
                 raise ClusterError(f"a result could not be read back from Dask while {what(i)} ({text})",
                                    hint="run without --scheduler, and please report it") from None
