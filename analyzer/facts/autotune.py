@@ -34,6 +34,7 @@ import pandas as pd
 
 from analyzer.facts._util import frame_memo, text, text_codes
 from analyzer.facts.api import step_index
+from analyzer.facts.breakdown_pieces import relabel_inside
 from analyzer.facts.registry import FactContext, fact
 
 #: the longest host time from one trial's end to the next one's start inside one burst (ns): cuDNN builds
@@ -164,36 +165,12 @@ def _spans(trace) -> pd.DataFrame:  # type: ignore[no-untyped-def]
 
 def relabel_autotuning(ctx: FactContext, seg: pd.DataFrame, host_causes: tuple[str, ...]) -> pd.DataFrame:
     """``timeline_segments`` with its host-held idle segments (``host_causes``) that start inside a burst of
-    their feeding thread renamed ``autotune`` (the cause must be among the frame's categories)."""
+    their feeding thread renamed ``autotune`` (:func:`analyzer.facts.breakdown_pieces.relabel_inside`)."""
     spans = autotune_spans(ctx.trace)
-    if spans.empty or seg.empty:
+    if spans.empty:
         return seg
-    s_tid = spans["tid"].to_numpy(dtype=np.int64)
-    s_start = spans["start"].to_numpy(dtype=np.int64)
-    s_end = spans["end"].to_numpy(dtype=np.int64)
-    cause = seg["cause"]
-    held = cause.isin(host_causes).to_numpy() & np.isin(seg["host_tid"].to_numpy(), s_tid)
-    at = np.flatnonzero(held)
-    if not len(at):
-        return seg
-    st = seg["start"].to_numpy(dtype=np.int64)[at]
-    tid = seg["host_tid"].to_numpy().astype(np.int64)[at]
-    inside = np.zeros(len(at), dtype=bool)
-    for g in np.unique(tid):  # spans of one thread are sorted and disjoint
-        m = tid == g
-        sm = s_tid == g
-        i = np.searchsorted(s_start[sm], st[m], side="right") - 1
-        ok = i >= 0
-        inside[np.flatnonzero(m)[ok]] = st[m][ok] < s_end[sm][i[ok]]
-    if not inside.any():
-        return seg
-    cats = list(cause.cat.categories)
-    if "autotune" not in cats:
-        cats.append("autotune")
-    codes = np.asarray(cause.cat.codes).copy()
-    codes[at[inside]] = cats.index("autotune")
-    seg["cause"] = pd.Categorical.from_codes(codes, categories=cats)
-    return seg
+    return relabel_inside(seg, host_causes, spans["tid"].to_numpy(dtype=np.int64),
+                          spans["start"].to_numpy(dtype=np.int64), spans["end"].to_numpy(dtype=np.int64), "autotune")
 
 
 @fact("autotune_bursts", columns=AUTOTUNE_COLUMNS, requires=("timeline_segments",),

@@ -98,6 +98,7 @@ that launched the op before it). The op's *submission* is the end of its launch 
                   annotation: the work before its first step is classified like any other)
 ``autotune``      launch-bound, host sync or host work time in an autotuning burst of the feeding thread (timed
                   trials of candidate kernels, :mod:`analyzer.facts.autotune`); detail kept
+``compile``       the same inside the feeding thread's torch.compile compilation ranges (graphs.compile_spans)
 ``unknown``       the trace cannot tell; detail says why (:data:`UNKNOWN_WHY`: no CUDA API calls
                   recorded, none on the launching thread, or the op ending the gap has no launch call
                   in the trace) and reports state it once, with what to record. Nothing else is
@@ -131,8 +132,7 @@ trace without any NVTX range, or one marking only its steps) have the loops they
 Python loop over tensors or layers, ``(per-tensor loop: lerp_scalar, Mul, ...)``, nested in the step:
 ``step_12/(loop: ...)``), each a range on its launching thread from its first launch call to the end of
 its last (torch.profiler's ``aten::`` ranges are no place: a loop open on the thread names the time in
-theirs); on a trace without ranges host work keeps the detail ``(no NVTX range)``. Steps: the window's steps from completion to
-completion (the ``steps`` fact): step i holds ``(done[i-1], done[i]]``.
+theirs); on a trace without ranges host work keeps the detail ``(no NVTX range)``. Steps: the window's steps from completion to completion (the ``steps`` fact): step i holds ``(done[i-1], done[i]]``.
 """
 from __future__ import annotations
 
@@ -150,11 +150,10 @@ from analyzer.facts.registry import FactContext, fact
 from analyzer.facts.breakdown_launch import submission as _submission, wait_details as _wait_details
 from analyzer.facts.breakdown_firstlaunch import first_launch_detail, first_launch_rows
 from analyzer.facts.breakdown_handoff import Handoffs, hand_off
-from analyzer.facts.graphs import capture_blocks
+from analyzer.facts.graphs import capture_blocks, relabel_compilation
 from analyzer.facts.breakdown_ranges import generic_keys
 from analyzer.facts.autotune import relabel_autotuning
-from analyzer.facts.breakdown_pieces import _ascending, _gathered, _places, gathered_edges, shared_columns, span_of
-from analyzer.facts.breakdown_pieces import spread
+from analyzer.facts.breakdown_pieces import _ascending, _gathered, _places, gathered_edges, shared_columns, span_of, spread
 from analyzer.facts.breakdown_sync import SyncBlocks, charge_drains, charge_refills, refilled_call
 from analyzer.facts.breakdown_syncop import charge_sync_ops
 from analyzer.facts.breakdown_overhead import PER_OP_COLUMNS, split_per_op
@@ -179,9 +178,9 @@ def one_time_detail(call: str) -> str:
     return f"{call} (one-time: 10 ms or more in one call)"
 
 CAUSES = ("compute", "exposed_comm", "exposed_copy", "launch_bound", "host_sync", "host_work",
-          "wait_other", "setup", "unknown", "autotune")
+          "wait_other", "setup", "unknown", "autotune", "compile")
 #: idle causes the host held the GPU back with (what the "GPU-bound floor" removes)
-HOST_CAUSES = ("launch_bound", "host_sync", "host_work", "autotune")
+HOST_CAUSES = ("launch_bound", "host_sync", "host_work", "autotune", "compile")
 _C = {c: i for i, c in enumerate(CAUSES)}
 #: ``unknown`` details: why the trace cannot tell what held the GPU back, and what to record so it can
 #: (reports state each once, with its time; the breakdown's only unclassified part)
@@ -258,7 +257,7 @@ SEGMENT_COLUMNS = {
     "start": "segment start (ns, inside the window)",
     "end": "segment end (ns)",
     "cause": "compute | exposed_comm | exposed_copy | launch_bound | host_sync | host_work | wait_other | "
-             "setup | unknown | autotune",
+             "setup | unknown | autotune | compile",
     "detail": "kernel category, copy direction and memory kind, CUDA call, 'dispatch', 'refill (<call>)' (a "
               "synchronization's refill, host_sync), NVTX range or why unknown",
     "duration": "end - start (ns)",
@@ -514,6 +513,7 @@ def timeline_segments(ctx: FactContext) -> pd.DataFrame:
     if len(seg) != n_seg:  # host-work segments split at waits on another thread: their pieces' steps
         seg["step"] = _step_column(ctx, seg["start"].to_numpy(dtype=np.int64))
     seg = relabel_autotuning(ctx, seg, HOST_CAUSES[:3])  # a library's timed trials: analyzer.facts.autotune
+    seg = relabel_compilation(ctx, seg, HOST_CAUSES[:3])  # torch.compile compiling: analyzer.facts.graphs
     seg["host_activity"] = host_activity_column(ctx, seg, (seg["cause"] == "host_work").to_numpy(), pid)
     del seg_dev, start, end, host_tid, pid  # only the frame holds its columns: those replaced below are freed
     seg = seg[list(SEGMENT_COLUMNS)]

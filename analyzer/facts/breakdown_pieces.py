@@ -4,6 +4,7 @@ parts' segments in (device, start) order. Numpy only."""
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from analyzer.loading.columns import constant_view
 
@@ -211,3 +212,39 @@ def shared_columns(seg, constant: tuple[str, ...] = ("device", "waited_tid")):  
     if not cols:
         return seg
     return pd.DataFrame({c: cols[c] if c in cols else seg[c] for c in seg.columns}, index=seg.index, copy=False)
+
+
+def relabel_inside(seg: pd.DataFrame, host_causes: tuple[str, ...], tid: np.ndarray, start: np.ndarray,
+                   end: np.ndarray, cause: str) -> pd.DataFrame:
+    """``timeline_segments`` with its host-held idle segments (cause among ``host_causes``) that start
+    inside a span ``[start, end)`` of their feeding thread (``host_tid`` == the span's ``tid``) renamed
+    ``cause``: the one mechanism by which host time inside a known activity (an autotuning burst,
+    torch.compile's compilation) becomes a cause of its own. A thread's spans are sorted and disjoint;
+    ``cause`` is added to the frame's categories if missing."""
+    s_tid = np.asarray(tid, dtype=np.int64)
+    if not len(s_tid) or seg.empty:
+        return seg
+    s_start, s_end = np.asarray(start, dtype=np.int64), np.asarray(end, dtype=np.int64)
+    old = seg["cause"]
+    held = old.isin(host_causes).to_numpy() & np.isin(seg["host_tid"].to_numpy(), s_tid)
+    at = np.flatnonzero(held)
+    if not len(at):
+        return seg
+    st = seg["start"].to_numpy(dtype=np.int64)[at]
+    on = seg["host_tid"].to_numpy().astype(np.int64)[at]
+    inside = np.zeros(len(at), dtype=bool)
+    for g in np.unique(on):  # one thread's spans at a time (a handful of threads)
+        m = on == g
+        sm = s_tid == g
+        i = np.searchsorted(s_start[sm], st[m], side="right") - 1
+        ok = i >= 0
+        inside[np.flatnonzero(m)[ok]] = st[m][ok] < s_end[sm][i[ok]]
+    if not inside.any():
+        return seg
+    cats = list(old.cat.categories)
+    if cause not in cats:
+        cats.append(cause)
+    codes = np.asarray(old.cat.codes).copy()
+    codes[at[inside]] = cats.index(cause)
+    seg["cause"] = pd.Categorical.from_codes(codes, categories=cats)
+    return seg

@@ -19,7 +19,7 @@ import pandas as pd
 
 from analyzer.loading.columns import empty_typed
 
-from analyzer.facts._util import column, covered_between, new_frame, starts_in_window, text_array, text_codes, union_intervals
+from analyzer.facts._util import column, covered_between, frame_memo, new_frame, starts_in_window, text_array, text_codes, union_intervals
 from analyzer.facts.occupancy import known_launch_config
 from analyzer.facts.registry import FactContext, fact
 from analyzer.loading.api_names import CAPTURE_BEGIN, CAPTURE_END, GRAPH_SETUP_APIS  # noqa: F401 (re-exported)
@@ -275,6 +275,37 @@ COMPILE_RANGE = re.compile(
     r"\(dynamo_timed\)$|^(?:dynamo|entire_frame_compile|backend_compile|inductor_compile|compile_fx_inner"
     r"|fx_codegen_and_compile|compile_attempt_\d+|_compile\.compile_inner|async_compile\.\w+"
     r"|compile_fx\.<locals>\.\w+|create_aot_dispatcher_function|GraphLowering\.compile_to_fn)$")
+
+def compile_spans(trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # type: ignore[no-untyped-def]
+    """``(tid, start, end)``: per host thread, the union of its torch.compile compilation ranges
+    (:data:`COMPILE_RANGE`: nested stages counted once), sorted by (tid, start); empty when the trace has
+    none (nsys records them only where the program marks them). Worked out once per trace."""
+    nv = trace.nvtx
+    if nv is None or not len(nv):
+        z = np.empty(0, dtype=np.int64)
+        return z, z, z
+    return frame_memo(nv, "compile_spans", lambda: _compile_spans(nv))  # type: ignore[no-any-return]
+
+
+def _compile_spans(nv: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    codes, labels = frame_memo(nv, "text_codes:text", lambda: text_codes(nv["text"]))
+    hit = np.array([bool(COMPILE_RANGE.search(str(x))) for x in labels] + [False], dtype=bool)
+    rows = hit[np.where(codes < 0, len(labels), codes)]
+    tid = nv["tid"].to_numpy(np.int64)[rows]
+    u = union_intervals(nv["start"].to_numpy(np.int64)[rows], nv["end"].to_numpy(np.int64)[rows], tid)
+    return u.group, u.start, u.end
+
+
+def relabel_compilation(ctx: FactContext, seg: pd.DataFrame, host_causes: tuple[str, ...]) -> pd.DataFrame:
+    """``timeline_segments`` with its host-held idle segments (``host_causes``) that start inside a
+    compilation range of their feeding thread renamed ``compile`` (the host in Dynamo, AOT autograd or
+    Inductor, including the first call's Triton autotuning: :func:`compile_spans`); the per-call
+    ``Torch-Compiled Region`` / ``TorchDynamo Cache Lookup`` (guards) are not compilation."""
+    from analyzer.facts.breakdown_pieces import relabel_inside
+
+    tid, start, end = compile_spans(ctx.trace)
+    return relabel_inside(seg, host_causes, tid, start, end, "compile")
+
 
 _SETUP_COLUMNS = {
     "kind": "'torch.compile' (compilation ranges), 'compiler processes' (ptxas, cc1 ... started by the "

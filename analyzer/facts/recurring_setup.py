@@ -3,14 +3,15 @@
 The timeline breakdown (:mod:`analyzer.facts.breakdown`) labels ``setup`` the GPU idle time while the host
 is inside a call that is one-time work by its nature: CUDA graph capture (BeginCapture to EndCapture),
 graph instantiation, upload and destruction, module or library loading, a kernel's first launch, device
-queries and attribute calls. torch.compile's compilation ranges (dynamo, AOT autograd, inductor:
-:data:`analyzer.facts.graphs.COMPILE_RANGE`) hold host time the breakdown labels ``host_work`` or
-``launch_bound`` by what the host was doing. Such work is paid once per process only when the program
+queries and attribute calls, and ``compile`` the host-held idle time inside torch.compile's compilation
+ranges (dynamo, AOT autograd, inductor, the first call's Triton autotuning:
+:func:`analyzer.facts.graphs.compile_spans`; the per-call ``Torch-Compiled Region`` and ``TorchDynamo Cache
+Lookup`` are not compilation). Such work is paid once per process only when the program
 does it once: a server that captures a new CUDA graph for every request, or a model that recompiles for
 every new input shape, pays it step after step, and the time is a per-step cause like any other.
 
-``setup_segments`` lists those segments of ``timeline_segments`` (every ``setup`` segment, and the idle
-segments under a compilation range) with their *kind* and whether the kind *recurs* on its device:
+``setup_segments`` lists those segments of ``timeline_segments`` (every ``setup`` and ``compile``
+segment) with their *kind* and whether the kind *recurs* on its device:
 
 * with steps in the window (NVTX step instances or periods of the repeating GPU work: the window's
   steps), the kind's segments start in at least :data:`MIN_RECURRING_STEPS` steps and in at least
@@ -22,12 +23,10 @@ segments under a compilation range) with their *kind* and whether the kind *recu
   alone, a serving engine capturing one graph per batch size back to back, is one-time work however
   long it runs).
 
-Rules: ``setup-window`` reads the ``setup`` segments that do not recur (``recurring == 0``), and
-``recurring-setup`` the recurring ones (every kind). Each segment is idle time of the breakdown, so the
-two never state the same nanosecond. Compilation segments keep their breakdown cause (``host_work`` or
-``launch_bound``): on a trace that recompiles in its steady state, host-work-in-loop or launch-bound may
-state that time too (the verdict's total, a union, counts it once); no committed trace has compilation
-inside its window (the compile workloads compile before it).
+Rules: ``setup-window`` reads the segments whose kind does not recur (``recurring == 0``: one-time
+capture, loading or compilation), and ``recurring-setup`` the recurring ones (every kind). Each segment is
+idle time of the breakdown, so the two never state the same nanosecond, and compilation time is no
+other host cause's (host-work-in-loop, launch-bound, host-sync-in-loop do not count it).
 """
 from __future__ import annotations
 
@@ -59,7 +58,7 @@ COLUMNS = {
     "device": "GPU device id",
     "start": "segment start (ns)",
     "duration": "segment length (ns): GPU idle time (timeline_segments)",
-    "cause": "the breakdown's cause: setup, or host_work / launch_bound for compilation",
+    "cause": "the breakdown's cause: setup, or compile (torch.compile compilation)",
     "detail": "the breakdown's detail (the call: 'CUDA graph capture', cudaGraphInstantiateWithFlags, ...)",
     "kind": f"'{GRAPH}' (capture, instantiation, upload, destruction), '{MODULE}' (module or library loads, "
             f"first launches, one-time long calls), '{COMPILE}' (idle time under a compilation range) or "
@@ -94,24 +93,14 @@ def setup_segments(ctx: FactContext) -> pd.DataFrame:
     """The window's setup-like segments (see :mod:`analyzer.facts.recurring_setup`), by device and start.
     Text columns stay the breakdown's categoricals (hundreds of thousands of rows on a replayed trace)."""
     from analyzer.facts.api import step_index
-    from analyzer.facts.graphs import COMPILE_RANGE
     from analyzer.loading.columns import categorical
 
     seg = ctx.get("timeline_segments")
     if seg.empty:
         return _empty()
     cause = seg["cause"]
-    pick = (cause == "setup").to_numpy()
-    path = seg["nvtx_path"]
-    compile_rows = np.zeros(len(seg), dtype=bool)
-    if isinstance(path.dtype, pd.CategoricalDtype):
-        cats = np.asarray(path.cat.categories, dtype=object)
-        compiling = np.array([any(COMPILE_RANGE.search(p) for p in str(x).split("/")) for x in cats], dtype=bool)
-        if compiling.any():
-            codes = path.cat.codes.to_numpy()
-            compile_rows = np.r_[compiling, False][np.where(codes < 0, len(cats), codes)]
-            compile_rows = compile_rows & cause.isin(["host_work", "launch_bound"]).to_numpy()
-            pick = pick | compile_rows
+    compile_rows = (cause == "compile").to_numpy()
+    pick = (cause == "setup").to_numpy() | compile_rows
     rows = np.flatnonzero(pick)
     if not len(rows):
         return _empty()

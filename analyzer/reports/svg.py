@@ -222,6 +222,7 @@ CAUSE_COLOURS = {
     "compute": BLUE, "exposed_comm": PURPLE, "exposed_copy": SKY, "launch_bound": ORANGE,
     "host_sync": VERMILLION, "host_work": YELLOW, "wait_other": GREEN, "setup": NAVY, "unknown": GRID,
     "autotune": "#882255",  # Tol's wine: a library timing candidate kernels (analyzer.facts.autotune)
+    "compile": "#AA4499",  # Tol's purple: torch.compile compiling (analyzer.facts.graphs.compile_spans)
 }
 
 

@@ -332,6 +332,7 @@ BREAKDOWN_CAUSES: tuple[tuple[str, str], ...] = (
     ("host_sync", "host sync"),
     ("host_work", "host work"),
     ("autotune", "autotuning"),
+    ("compile", "torch.compile compilation"),
     ("wait_other", "waiting on other work"),
     ("setup", "setup"),
     ("unknown", "unknown"),
