@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from analyzer.loading.columns import constant_view
+from analyzer.resources import release_free_memory
 
 
 def _frontier(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -195,6 +196,8 @@ def _places(devices: list[np.ndarray], starts: list[np.ndarray]) -> np.ndarray:
     lows = [int(d.min()) for d in devices if len(d)]
     highs = [int(d.max()) for d in devices if len(d)]
     n = sum(len(s) for s in starts)
+    if n >= TRIM_SEGMENTS:  # a big build: the pages its freed temporaries left in the heap, before placing
+        release_free_memory()
     dest = np.empty(n, dtype=np.int32 if n < np.iinfo(np.int32).max else np.int64)
     one_device = bool(lows) and min(lows) == max(highs)
     runs = _runs(starts) if one_device else None
@@ -216,6 +219,8 @@ def _places(devices: list[np.ndarray], starts: list[np.ndarray]) -> np.ndarray:
 _PLACE_CHUNK = 1 << 20
 #: :func:`_places` sorts span by span up to this many ascending runs of starts (else all starts at once)
 _PLACE_RUNS = 1 << 12
+#: :func:`_places` of this many segments or more first hands the heap's freed pages back (glibc keeps them)
+TRIM_SEGMENTS = 1 << 20
 
 
 def spread(small, codes: np.ndarray | None = None, repeats: np.ndarray | None = None):  # type: ignore[no-untyped-def]
