@@ -62,7 +62,8 @@ DOC = ROOT / "docs" / "breakdown-calibration.md"
 #: rules whose impact is time the timeline breakdown assigns to one cause (never counted twice; autotune-in-loop:
 #: the `autotune` cause), and copy-kernel-dominance and slow-fallback-kernels, whose impact is compute time a fix
 #: removes (copy kernels; ATen's fallback kernels at the speed-up workloads/conv_layouts.py measured), capped by
-#: the host's slack; recomputed-forward, whose impact is the recomputed forward's GPU or host time, per run the larger
+#: the host's slack; recomputed-forward, whose impact is the recomputed forward's GPU time plus its host time the GPU
+#: waited for
 BREAKDOWN_RULES = ("launch-bound", "host-sync-in-loop", "sync-memcpy", "alloc-in-loop", "host-work-in-loop",
                    "exposed-copies", "waiting-on-other-work", "copy-kernel-dominance", "slow-fallback-kernels",
                    "per-op-host-overhead", "recurring-setup", "autotune-in-loop", "recomputed-forward")
