@@ -63,10 +63,11 @@ DOC = ROOT / "docs" / "breakdown-calibration.md"
 #: rules whose impact is time the timeline breakdown assigns to one cause (never counted twice; autotune-in-loop:
 #: the `autotune` cause), and copy-kernel-dominance and slow-fallback-kernels, whose impact is compute time a fix
 #: removes (copy kernels; ATen's fallback kernels at the speed-up workloads/conv_layouts.py measured), capped by
-#: the host's slack
+#: the host's slack; recomputed-forward, whose impact is the recomputed forward's GPU time plus its host time the GPU
+#: waited for
 BREAKDOWN_RULES = ("launch-bound", "host-sync-in-loop", "sync-memcpy", "alloc-in-loop", "host-work-in-loop",
                    "exposed-copies", "waiting-on-other-work", "copy-kernel-dominance", "slow-fallback-kernels",
-                   "per-op-host-overhead", "recurring-setup", "autotune-in-loop")
+                   "per-op-host-overhead", "recurring-setup", "autotune-in-loop", "recomputed-forward")
 
 
 @dataclass(frozen=True)
@@ -623,9 +624,10 @@ HELD_OUT_FIXES: dict[str, tuple[tuple[str, ...], bool]] = {
     # with the GPU idle; host_noise_diffusion's the host's noise generation and its pageable uploads.
     # checkpoint_everything's twin removes GPU compute (the forward run again in backward) and
     # unfrozen_backbone's GPU compute too (the backbone's backward): no breakdown cause names either, so
-    # each is named for what it is, which no breakdown rule reports (a verdict on them cannot be right)
-    # recurring-setup joined after the batch was judged: the breakdown's `compile` cause (the host in torch.compile's
-    # compilation ranges, no other host cause's) was built on seeing compile_varlen, whose twin removes it
+    # each is named for what it is, which no breakdown rule reports (a verdict on them cannot be right).
+    # recomputed-forward joined after the batch was judged: the rule was designed on seeing checkpoint_everything;
+    # recurring-setup too: the breakdown's `compile` cause (the host in torch.compile's compilation ranges, no
+    # other host cause's) was built on seeing compile_varlen, whose twin removes it
     "compile_varlen": (("recurring-setup", "host-work-in-loop"), False),
     "checkpoint_everything": (("recomputed-forward",), False),
     "host_noise_diffusion": (("host-work-in-loop", "sync-memcpy", "exposed-copies"), False),

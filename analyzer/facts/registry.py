@@ -626,6 +626,7 @@ FACT_MODULES: tuple[str, ...] = (
     "analyzer.facts.copy_kernels",
     "analyzer.facts.fallback_kernels",
     "analyzer.facts.autotune",
+    "analyzer.facts.recompute",
     "analyzer.facts.memory",
 )
 
