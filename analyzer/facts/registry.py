@@ -620,6 +620,7 @@ FACT_MODULES: tuple[str, ...] = (
     "analyzer.facts.copy_kernels",
     "analyzer.facts.fallback_kernels",
     "analyzer.facts.autotune",
+    "analyzer.facts.unused_grads",
     "analyzer.facts.memory",
 )
 
