@@ -45,6 +45,10 @@ PATHOLOGIES: tuple[str, ...] = (
     "checkpoint_everything",
     "host_noise_diffusion",
     "unfrozen_backbone",
+    "launch_blocking_env",
+    "deterministic_gnn",
+    "teacher_offload",
+    "pad_to_max_length",
 )
 #: Multi-GPU jobs (``DISTRIBUTED = True``, run under torchrun: see ``_ddp`` and ``_distributed``),
 #: each a pathology with a ``--fixed`` twin; alone (no torchrun) each is the 1-GPU run.

@@ -67,6 +67,12 @@
 #                                               # default; two calls of 9 minutes:
 #                                               # HELDOUT="compile_varlen checkpoint_everything", then
 #                                               # HELDOUT="host_noise_diffusion unfrozen_backbone"
+#     PART=n bash workloads/device_round3.sh    # the sixth held-out batch (issue 27), never used to
+#                                               # calibrate: launch_blocking_env, deterministic_gnn,
+#                                               # teacher_offload, pad_to_max_length, as PART=m (nsys,
+#                                               # torch.profiler --gzip 8 steps, --bare nsys pairs: 24
+#                                               # runs of ~17 s) in ONE call of 8 minutes: budget 450 s,
+#                                               # reserve 30 s by default
 # Every manifest.jsonl line holds the program's own measured step times (step_ms, mean_ms,
 # median_ms). Jobs left when the budget BUDGET_S (default 450 s) runs out are listed in skipped.txt.
 # Result: $OUT/round3_<PART>*.tar.xz (sqlite, analyze.txt, stats CSVs, torch traces, manifest, log),
@@ -74,8 +80,9 @@
 set -uo pipefail
 : "${OUT:?set OUT to the output directory}"
 PART=${PART:-a}
-[[ $PART =~ ^[a-m]$ ]] || { echo "PART must be one of a-m" >&2; exit 2; }
+[[ $PART =~ ^[a-n]$ ]] || { echo "PART must be one of a-n" >&2; exit 2; }
 [[ $PART == h || $PART == m ]] && BUDGET_S=${BUDGET_S:-540}
+[[ $PART == n ]] && RESERVE_S=${RESERVE_S:-30}
 BUDGET_S=${BUDGET_S:-450}; RESERVE_S=${RESERVE_S:-70}; MIN_JOB_S=${MIN_JOB_S:-20}
 PREFIX=${PREFIX:-round3_$PART}
 WORK=${WORK:-/tmp/wl_round3_$PART}
@@ -212,6 +219,16 @@ elif [[ $PART == m ]]; then
         torch_pair "$tcap" "$w" --steps 8  # smaller traces: the set stays under ~15 MB
         run_job "$tcap" "${w}_bare" nsys -- "$w" --bare --suffix _bare
         run_job "$tcap" "${w}_fixed_bare" nsys -- "$w" --fixed --bare --suffix _bare
+    done
+elif [[ $PART == n ]]; then
+    # as PART=m, per workload: the nsys pair, the torch.profiler pair (8 steps), the bare nsys pair;
+    # 20 measured steps of 10-40 ms each: every run ~17 s, most of it start-up
+    read -ra held <<< "${HELDOUT:-launch_blocking_env deterministic_gnn teacher_offload pad_to_max_length}"
+    for w in "${held[@]}"; do
+        pair 40 "$w"
+        torch_pair 40 "$w" --steps 8  # smaller traces: the set stays under ~15 MB
+        run_job 40 "${w}_bare" nsys -- "$w" --bare --suffix _bare
+        run_job 40 "${w}_fixed_bare" nsys -- "$w" --fixed --bare --suffix _bare
     done
 elif [[ $PART == c ]]; then
     pair 60 copy_on_compute_stream

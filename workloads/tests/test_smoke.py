@@ -209,22 +209,28 @@ def test_compile_graph_break_breaks_only_in_the_pathology() -> None:
     assert counts[False][1] >= 1 and counts[False][0] >= 2
 
 
-def _twin_op_counts(tmp_path: Path, name: str, op: str) -> tuple[int, int]:
-    """How many times the pathology and its ``--fixed`` twin ran the operator ``op`` (torch.profiler's
-    ``cpu_op`` events), both profiled on the CPU at smoke size for 2 steps."""
+def _twin_ops(tmp_path: Path, name: str, op: str) -> tuple[list[dict], list[dict]]:
+    """The pathology's and its ``--fixed`` twin's calls of the operator ``op`` (torch.profiler's
+    ``cpu_op`` events, with their recorded shapes), both profiled on the CPU at smoke size for 2 steps."""
     import gzip
     import json
 
     proc = _run(["workloads", "profile", name, "--both", "--tool", "torch", "--gzip", "--size",
                  "smoke", "--out", str(tmp_path), "--", "--device", "cpu", "--steps", "2"])
     assert proc.returncode == 0, proc.stderr[-2000:]
-    counts = []
+    calls = []
     for trace in (name, f"{name}_fixed"):
         with gzip.open(tmp_path / f"{trace}.pt.trace.json.gz", "rt") as fh:
             events = json.load(fh)["traceEvents"]
-        counts.append(sum(e.get("cat") == "cpu_op" and e.get("name") == op for e in events))
-    pathology, twin = counts
+        calls.append([e for e in events if e.get("cat") == "cpu_op" and e.get("name") == op])
+    pathology, twin = calls
     return pathology, twin
+
+
+def _twin_op_counts(tmp_path: Path, name: str, op: str) -> tuple[int, int]:
+    """How many times the pathology and its ``--fixed`` twin ran the operator ``op`` (see _twin_ops)."""
+    pathology, twin = _twin_ops(tmp_path, name, op)
+    return len(pathology), len(twin)
 
 
 @pytest.mark.parametrize("name,op,ratio", [
@@ -315,3 +321,37 @@ def test_fifth_held_out_twins_differ_in_the_mechanism(tmp_path: Path, name: str,
     the unfrozen backbone is differentiated down to its embedding, the frozen one not at all.
     (compile_varlen and host_noise_diffusion differ only on a GPU: Inductor, the device generator.)"""
     assert _twin_op_counts(tmp_path, name, op) == counts
+
+
+@pytest.mark.parametrize("name,pathology,twin", [
+    # the variable is set by the program itself, before CUDA starts, in the pathology only
+    ("launch_blocking_env", "CUDA_LAUNCH_BLOCKING=1", "CUDA_LAUNCH_BLOCKING=(unset)"),
+    ("deterministic_gnn", "deterministic algorithms: on", "deterministic algorithms: off"),
+    ("teacher_offload", "moved to the GPU and back every step", "kept on the GPU"),
+])
+def test_sixth_held_out_twins_differ_in_the_switch(name: str, pathology: str, twin: str) -> None:
+    """The sixth held-out batch (issue 27) differs from its twins only on a GPU (blocking launches, the
+    sort-based scatter-add, the teacher's copies): on the CPU each program states the switch it runs
+    with, the pathology's and not the twin's (the environment the tests inherit has no
+    CUDA_LAUNCH_BLOCKING: the twin's ``(unset)`` is the program's own)."""
+    env_blocking = os.environ.pop("CUDA_LAUNCH_BLOCKING", None)
+    try:
+        outs = [_run([f"workloads.{name}", "--size", "smoke", "--device", "cpu", "--steps", "1"] + extra)
+                for extra in ([], ["--fixed"])]
+    finally:
+        if env_blocking is not None:
+            os.environ["CUDA_LAUNCH_BLOCKING"] = env_blocking
+    for proc in outs:
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    assert pathology in outs[0].stdout and twin not in outs[0].stdout
+    assert twin in outs[1].stdout and pathology not in outs[1].stdout
+
+
+def test_pad_to_max_length_twin_pads_to_the_longest(tmp_path: Path) -> None:
+    """pad_to_max_length (sixth held-out batch) under torch.profiler on the CPU: the pathology's
+    embedding runs on batches of 4 x 64 token ids (smoke max_length 64), the twin's on 4 x (the
+    batch's longest text, 4 to 20 tokens, rounded up to 8): 16 or 24; the same number of calls."""
+    pathology, twin = _twin_ops(tmp_path, "pad_to_max_length", "aten::embedding")
+    assert len(pathology) == len(twin) == 2
+    assert [e["args"]["Input Dims"][1] for e in pathology] == [[4, 64]] * 2
+    assert all(e["args"]["Input Dims"][1] in ([4, 16], [4, 24]) for e in twin)
