@@ -52,11 +52,12 @@ from benchmarks import breakdown_heldout_second as second  # noqa: E402
 from benchmarks import breakdown_heldout_third as third  # noqa: E402
 from benchmarks import breakdown_heldout_fourth as fourth  # noqa: E402
 from benchmarks import breakdown_heldout_fifth as fifth  # noqa: E402
+from benchmarks import breakdown_heldout_sixth as sixth  # noqa: E402
 from benchmarks._docfile import write_or_check  # noqa: E402
 
 DATA = ROOT / "tests" / "data"
 #: the held-out batches after the first, each a module with its section's ``notes(judged)`` and its ``TWIN_WHY``
-HELD_OUT_BATCHES = (second, third, fourth, fifth)
+HELD_OUT_BATCHES = (second, third, fourth, fifth, sixth)
 DOC = ROOT / "docs" / "breakdown-calibration.md"
 
 #: rules whose impact is time the timeline breakdown assigns to one cause (never counted twice; autotune-in-loop:
@@ -723,7 +724,10 @@ def render_held_out(name: str, rows: list[Row]) -> str:
         "(`host_sampling_decode.py`, `graph_recapture.py`, `cudnn_benchmark_shapes.py`, `detect_anomaly.py`; "
         "`PART=l`, folder `h100_run5`, its own section below), and a fifth batch, judged as first recorded "
         "(`compile_varlen.py`, `checkpoint_everything.py`, `host_noise_diffusion.py`, `unfrozen_backbone.py`; "
-        "`PART=m`, folder `h200_run6`, its own section below), analyzed by the "
+        "`PART=m`, folder `h200_run6`, its own section below), and a sixth batch, its twins' expected causes "
+        "committed before it was recorded, judged as first recorded (`launch_blocking_env.py`, "
+        "`deterministic_gnn.py`, `teacher_offload.py`, `pad_to_max_length.py`; `PART=n`, folder `h200_run7`, its "
+        "own section below), analyzed by the "
         "default rules. Method, columns and the bare pairs' saving (a share of the window) as in "
         "`docs/breakdown-calibration.md`. A verdict is right when its biggest cause is one the twin fixes (the "
         "fix that buys the most), its impact within 25% of the twin's measured saving, and the twin silent on "
