@@ -42,6 +42,15 @@ NOTE = {
     "unfrozen_backbone": (
         "Its bare nsys pair (32.33 vs 9.55 ms a step) is not committed (size); judged as first recorded it is "
         "silent too."),
+    "checkpoint_everything": (
+        "Judged as first recorded, no breakdown cause was GPU work done twice (nsys and bare silent, "
+        "torch.profiler launch-bound in `backward`, 0.45 of the saving). **The mechanism that names it, "
+        "`recomputed-forward` (KRN007, fact `recomputed_forward`), was designed after seeing this batch:** the "
+        "backward thread (the autograd engine's) launching runs of 4 or more of the forward's kernels (same "
+        "names, grid and block, in forward order, a GEMM or normalization among them) that the main thread "
+        "launched just before; its impact is the runs' GPU time plus their launches' host time beyond it, as far "
+        "as the GPU sat idle in that backward pass. Read from the launching threads, so the bare recording "
+        "needs no NVTX."),
     "host_noise_diffusion": (
         "The step times (56.31 vs 35.10 ms a step under nsys) put the host's noise at about 21 ms a step: "
         "3.1 M normal samples from the CPU generator and a 12 MiB pageable upload, with the GPU idle."),

@@ -56,39 +56,90 @@ PER_OP_MIN_SHARE = 0.10
 _BUSY = ("compute", "exposed_copy", "exposed_comm")
 
 
-def _per_op_phases(ctx: FactContext, seg: pd.DataFrame, eager: np.ndarray, busy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(keep, phase_of_segment)``: per segment, the share of it launch-bound keeps (1 where its phase is
-    not slowed by per-op work), and its (device, phase) group code."""
+#: the segments are read this many rows at a time (no full-length temporaries: 48 M segments at 10 M kernels)
+_CHUNK = 1 << 20
+
+
+def _per_op_cut(ctx: FactContext, seg: pd.DataFrame, lb_code: int, busy_of: np.ndarray,
+                graph: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(rows, keep)``: the eager launch-bound segments of phases slowed by per-op work (in row order) and
+    the share of each that launch-bound keeps (< 1); ``None`` where no segment is eager or no phase slowed.
+    ``busy_of``: per cause code, whether it is a GPU op's (busy) time; ``graph``: per detail code, whether it
+    is a CUDA graph's launch time (each one more entry, ``False``, read by code -1). Per (device, phase) group: the phase of each segment's range key (:func:`phase_keys` over the
+    keys' total time), then the group's eager launch-bound time, GPU ops, their time and the device's window,
+    each summed a chunk of rows at a time (integer nanoseconds summed in float64, exact below 2**53)."""
     from analyzer.facts.breakdown_ranges import phase_keys
 
-    key_codes = np.asarray(seg["range_key"].cat.codes, dtype=np.int64)
+    n = len(seg)
+    cause_codes = np.asarray(seg["cause"].cat.codes)
+    dcodes = np.asarray(seg["detail"].cat.codes)
+    key_codes = np.asarray(seg["range_key"].cat.codes)
     keys = np.asarray(seg["range_key"].cat.categories, dtype=object)
     dur = seg["duration"].to_numpy(dtype=np.int64)
-    k = np.where(key_codes < 0, len(keys), key_codes)
     labels = np.r_[keys, np.array([""], dtype=object)]
-    per_key = np.bincount(k, weights=dur, minlength=len(labels))
-    used = np.flatnonzero(np.bincount(k, minlength=len(labels)))
+
+    def chunk(a: int) -> tuple[slice, np.ndarray, np.ndarray]:
+        sl = slice(a, min(a + _CHUNK, n))
+        k = key_codes[sl].astype(np.int64)
+        k[k < 0] = len(keys)
+        eager = (cause_codes[sl] == lb_code) & ~graph[dcodes[sl]]
+        return sl, k, eager
+
+    per_key = np.zeros(len(labels))
+    seen = np.zeros(len(labels), dtype=np.int64)
+    any_eager = False
+    for a in range(0, n, _CHUNK):
+        sl, k, eager = chunk(a)
+        any_eager = any_eager or bool(eager.any())
+        per_key += np.bincount(k, weights=dur[sl], minlength=len(labels))
+        seen += np.bincount(k, minlength=len(labels))
+    if not any_eager:
+        return None
+    used = np.flatnonzero(seen)
     phases = np.full(len(labels), "", dtype=object)
     phases[used] = phase_keys(ctx, labels[used], per_key[used])
     phase_codes, phase_labels = pd.factorize(phases)
+    phase_codes = phase_codes.astype(np.int64)
     dev = seg["device"].to_numpy()
-    if dev[0] == dev[-1]:  # ordered by device: one device (no hashing of millions of ids)
-        dev_codes, devs = np.zeros(len(dev), dtype=np.int64), dev[:1]
-    else:
-        dev_codes, devs = pd.factorize(dev.astype(np.int64))
+    one_device = dev[0] == dev[-1]  # ordered by device: one device (no pass over millions of ids)
+    devs = dev[:1] if one_device else np.unique(np.concatenate(
+        [np.unique(dev[a:a + _CHUNK]) for a in range(0, n, _CHUNK)]))
     n_phase = max(len(phase_labels), 1)
-    group = dev_codes.astype(np.int64) * n_phase + phase_codes[k]
     space = len(devs) * n_phase
-    launch = np.bincount(group, weights=np.where(eager, dur, 0), minlength=space)
-    ops = np.bincount(group, weights=busy, minlength=space)
-    busy_ns = np.bincount(group, weights=np.where(busy, dur, 0), minlength=space)
+
+    def groups(sl: slice, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        dev_codes = (np.zeros(sl.stop - sl.start, dtype=np.int64) if one_device
+                     else np.searchsorted(devs, dev[sl]).astype(np.int64))
+        return dev_codes * n_phase + phase_codes[k], dev_codes
+
+    launch = np.zeros(space)
+    ops = np.zeros(space)
+    busy_ns = np.zeros(space)
+    window = np.zeros(len(devs))
+    for a in range(0, n, _CHUNK):
+        sl, k, eager = chunk(a)
+        group, dev_codes = groups(sl, k)
+        d = dur[sl]
+        busy = busy_of[cause_codes[sl]]
+        launch += np.bincount(group, weights=np.where(eager, d, 0), minlength=space)
+        ops += np.bincount(group, weights=busy, minlength=space)
+        busy_ns += np.bincount(group, weights=np.where(busy, d, 0), minlength=space)
+        window += np.bincount(dev_codes, weights=d, minlength=len(devs))
     steps = max(len(ctx.get("steps")), 1)
-    window = np.bincount(dev_codes, weights=dur, minlength=len(devs))
     slow = ((ops >= PER_OP_MIN_OPS * steps) & (launch >= PER_OP_FACTOR * PER_OP_REF_NS * np.maximum(ops, 1))
             & (launch >= PER_OP_MIN_SHARE * np.repeat(window, n_phase)))
     left = np.maximum(ops * PER_OP_REF_NS - busy_ns, 0.0)
     keep = np.where(slow, np.minimum(left / np.maximum(launch, 1.0), 1.0), 1.0)
-    return keep[group], group
+    if not (keep < 1.0).any():
+        return None
+    rows, shares = [], []
+    for a in range(0, n, _CHUNK):
+        sl, k, eager = chunk(a)
+        group, _ = groups(sl, k)
+        at = np.flatnonzero(eager & (keep[group] < 1.0))
+        rows.append(at + a)
+        shares.append(keep[group[at]])
+    return np.concatenate(rows), np.concatenate(shares)
 
 
 def split_per_op(ctx: FactContext, seg: pd.DataFrame) -> pd.DataFrame:
@@ -100,25 +151,19 @@ def split_per_op(ctx: FactContext, seg: pd.DataFrame) -> pd.DataFrame:
     if seg.empty:
         return seg
     cause = seg["cause"]
-    cause_codes = np.asarray(cause.cat.codes)
     cats = list(cause.cat.categories)
     if "launch_bound" not in cats:
         return seg
-    lb = cause_codes == cats.index("launch_bound")
-    busy = np.isin(cause_codes, [cats.index(c) for c in _BUSY if c in cats])
     details = np.asarray(seg["detail"].cat.categories, dtype=object)
     graph = np.array([graph_launch_time(str(x)) for x in details] + [False], dtype=bool)
-    dcodes = np.asarray(seg["detail"].cat.codes, dtype=np.int64)
-    eager = lb & ~graph[np.where(dcodes < 0, len(details), dcodes)]
-    if not eager.any():
+    busy_of = np.array([c in _BUSY for c in cats] + [False], dtype=bool)
+    found = _per_op_cut(ctx, seg, cats.index("launch_bound"), busy_of, graph)
+    if found is None:
         return seg
-    keep, _ = _per_op_phases(ctx, seg, eager, busy)
-    cut = np.flatnonzero(eager & (keep < 1.0))
-    if not len(cut):
-        return seg
+    cut, share = found
     start = seg["start"].to_numpy(dtype=np.int64)[cut]
     end = seg["end"].to_numpy(dtype=np.int64)[cut]
-    mid = start + np.round((end - start) * keep[cut]).astype(np.int64)
+    mid = start + np.round((end - start) * share).astype(np.int64)
     if PER_OP_DETAIL not in details:
         seg["detail"] = seg["detail"].cat.add_categories([PER_OP_DETAIL])
     tail = seg.iloc[cut[mid < end]].copy()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from analyzer.loading.columns import constant_view
+from analyzer.resources import release_free_memory
 
 
 def _frontier(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -144,28 +145,82 @@ def gathered_edges(parts: list[dict[str, np.ndarray]], dest: np.ndarray,
     return start, end
 
 
+def _runs(starts: list[np.ndarray]) -> list[tuple[int, int, int]] | None:
+    """The parts' maximal ascending runs of starts, ``(part, first, stop)`` in the parts' order; ``None`` where
+    there are more than :data:`_PLACE_RUNS` (the idle part: a few runs per chunk of gaps)."""
+    runs: list[tuple[int, int, int]] = []
+    for p, s in enumerate(starts):
+        if not len(s):
+            continue
+        cuts = [0]
+        for a in range(0, len(s) - 1, _PLACE_CHUNK):  # descents a chunk at a time (no n-long mask)
+            x = s[a:a + _PLACE_CHUNK + 1]
+            cuts.extend((np.flatnonzero(x[1:] < x[:-1]) + a + 1).tolist())
+            if len(runs) + len(cuts) > _PLACE_RUNS:
+                return None
+        cuts.append(len(s))
+        runs.extend((p, lo, hi) for lo, hi in zip(cuts[:-1], cuts[1:]))
+    return runs
+
+
+def _places_by_time(starts: list[np.ndarray], runs: list[tuple[int, int, int]], dest: np.ndarray) -> None:
+    """:func:`_places` of one device's segments, written into ``dest``: the time axis cut into spans of about
+    :data:`_PLACE_CHUNK` segments (edges read from a sample of the starts); each span's segments taken from
+    every ascending run (one binary search per run and edge), in the parts' order, stably sorted by start,
+    and placed after the earlier spans'. The same places as a stable sort of all starts (a segment's rank
+    by start, then by its part and row), with no joined copy of the starts and no sort of them all."""
+    n = len(dest)
+    every = max(n // (1 << 16), 1)
+    sample = np.sort(np.concatenate([s[::every] for s in starts]))
+    spans = max(-(-n // _PLACE_CHUNK), 1)
+    edges = np.unique(sample[(np.arange(1, spans) * len(sample)) // spans]) if spans > 1 else sample[:0]
+    del sample
+    first = np.cumsum([0] + [len(s) for s in starts])
+    cuts = [np.r_[lo, lo + np.searchsorted(starts[p][lo:hi], edges, side="left"), hi] for p, lo, hi in runs]
+    placed = 0
+    for j in range(len(edges) + 1):
+        pieces = [(starts[p], first[p], c[j], c[j + 1]) for (p, _, _), c in zip(runs, cuts) if c[j + 1] > c[j]]
+        if not pieces:
+            continue
+        values = np.concatenate([s[a:b] for s, _, a, b in pieces])
+        rows = np.concatenate([np.arange(f + a, f + b, dtype=dest.dtype) for _, f, a, b in pieces])
+        order = np.argsort(values, kind="stable")
+        del values
+        dest[rows[order]] = np.arange(placed, placed + len(rows), dtype=dest.dtype)
+        placed += len(rows)
+
+
 def _places(devices: list[np.ndarray], starts: list[np.ndarray]) -> np.ndarray:
     """Each segment's place in (device, start) order (stable) among the parts' segments, in 32 bits
     where the count fits."""
-    # one device (each part's devices all the same one): one sort of a few sorted runs, the devices
-    # never joined (48 M segments at 10 M kernels: no column more than needed beside the parts)
     lows = [int(d.min()) for d in devices if len(d)]
     highs = [int(d.max()) for d in devices if len(d)]
+    n = sum(len(s) for s in starts)
+    if n >= TRIM_SEGMENTS:  # a big build: the pages its freed temporaries left in the heap, before placing
+        release_free_memory()
+    dest = np.empty(n, dtype=np.int32 if n < np.iinfo(np.int32).max else np.int64)
+    one_device = bool(lows) and min(lows) == max(highs)
+    runs = _runs(starts) if one_device else None
+    if runs is not None:  # one device (48 M segments at 10 M kernels): span by span, no joined starts
+        _places_by_time(starts, runs, dest)
+        return dest
     all_start = np.concatenate(starts)
-    if lows and min(lows) == max(highs):
+    if one_device:
         order = np.argsort(all_start, kind="stable")
     else:
         order = np.lexsort((all_start, np.concatenate(devices)))
     del all_start
-    n = len(order)
-    dest = np.empty(n, dtype=np.int32 if n < np.iinfo(np.int32).max else np.int64)
     for a in range(0, n, _PLACE_CHUNK):  # the inverse permutation a chunk at a time (no n-long arange)
         dest[order[a:a + _PLACE_CHUNK]] = np.arange(a, min(a + _PLACE_CHUNK, n), dtype=dest.dtype)
     return dest
 
 
 #: :func:`_places` writes the places this many at a time
-_PLACE_CHUNK = 1 << 22
+_PLACE_CHUNK = 1 << 20
+#: :func:`_places` sorts span by span up to this many ascending runs of starts (else all starts at once)
+_PLACE_RUNS = 1 << 12
+#: :func:`_places` of this many segments or more first hands the heap's freed pages back (glibc keeps them)
+TRIM_SEGMENTS = 1 << 20
 
 
 def spread(small, codes: np.ndarray | None = None, repeats: np.ndarray | None = None):  # type: ignore[no-untyped-def]

@@ -360,10 +360,11 @@ class FactStore:
         memos = {k for k in self._memo if k not in self._memo_users or self._memo_users[k] & open_}
         return need, memos
 
-    def _release(self) -> None:
+    def _release(self) -> bool:
+        """Free the facts and memo values no pending reader needs; whether the heap was trimmed."""
         with self._lock:
             if self._pending is None:
-                return
+                return False
             need, memos = self._needed()
             freed = [n for n in self._cache if n not in need]
             for name in freed:
@@ -373,6 +374,8 @@ class FactStore:
                 del self._memo[key]
         if (freed or stale) and self._trims_memory():
             _return_freed_memory()
+            return True
+        return False
 
     def _trims_memory(self) -> bool:
         """Whether freeing facts hands the heap's pages back to the system: for traces of
@@ -575,10 +578,13 @@ class FactStore:
                 self.computations[spec.name] = self.computations.get(spec.name, 0) + 1
                 self._cache[spec.name] = frame
             self._changed.notify_all()
+        trimmed = False
         if fresh and self._pending is not None:
-            self._release()
+            trimmed = self._release()
             if depth == 0:  # not inside another fact: what this one completes may free memory now
                 self._compute_early()
+        if fresh and spec.alone and not trimmed and self._trims_memory():
+            _return_freed_memory()  # a fact computed alone is a big build: its temporaries' pages
         return frame
 
 
@@ -620,6 +626,7 @@ FACT_MODULES: tuple[str, ...] = (
     "analyzer.facts.copy_kernels",
     "analyzer.facts.fallback_kernels",
     "analyzer.facts.autotune",
+    "analyzer.facts.recompute",
     "analyzer.facts.unused_grads",
     "analyzer.facts.memory",
 )

@@ -61,3 +61,32 @@ def test_segments_of_several_devices_keep_their_own_columns() -> None:
     assert len(first) == 1 and end[first[0]] > start[first[0] + 1]
     assert seg["waited_tid"].to_numpy().strides == (0,)  # constant there too (no cross-thread wait)
     assert shared_columns(seg) is seg  # nothing more to share
+
+
+def test_segments_placed_and_split_span_by_span_as_in_one_pass(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The build reads its millions of segments a chunk at a time (the per-op split's sums, the places by
+    start span by span): the same frame as placing by one stable sort of all starts, in whatever chunks."""
+    import analyzer.facts.breakdown_overhead as overhead
+    import analyzer.facts.breakdown_pieces as pieces
+    from analyzer.facts.breakdown_overhead import PER_OP_DETAIL
+
+    name = "heldout/h100_run5/detect_anomaly"
+    seen: list[int] = []
+    runs = pieces._runs
+
+    def counted(starts):  # type: ignore[no-untyped-def]
+        out = runs(starts)
+        seen.append(-1 if out is None else len(out))
+        return out
+
+    monkeypatch.setattr(pieces, "_runs", counted)
+    seg = _segments(name)
+    # the busy part's runs and a few per chunk of gaps: placed span by span
+    assert len(seg) == 67_337 and seen == [8]
+    assert (seg["detail"] == PER_OP_DETAIL).sum() == 9_872  # the per-op split cut segments in two
+    monkeypatch.setattr(overhead, "_CHUNK", 1_000)
+    monkeypatch.setattr(pieces, "_PLACE_CHUNK", 1_000)  # 68 spans, the split's sums over 68 chunks
+    pd.testing.assert_frame_equal(_segments(name), seg)
+    monkeypatch.setattr(pieces, "_PLACE_RUNS", 0)  # one stable sort of all starts
+    pd.testing.assert_frame_equal(_segments(name), seg)
+    assert seen[1:] == [8, -1]
