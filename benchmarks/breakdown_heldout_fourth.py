@@ -99,12 +99,22 @@ MISS_WHY = {
         "(analyzer/facts/breakdown_overhead.py). The forward spends 152 us (nsys) and 190 us (torch.profiler) per "
         "op, 103 ops a step, against 1.8 and 2.5 us in the twin: the finding names the cause and its fix "
         "(`set_detect_anomaly(False)`), the twin is silent on it, and no other held-out, calibration or diff "
-        "row changes. The size stays short: its 314 ms is the forward alone, while the twin also removes the "
-        "backward's NaN checks (host-sync-in-loop, 121 ms) and its launch-bound backward (95 ms), separate "
-        "findings (together 0.81 of the saving of 655 ms); joining a step's ranges into one per-op finding was "
-        "not done (the backward's per-op cost is its synchronizations, 6.7 us of launch-bound time per op). The "
-        "bare recording (no NVTX) mixes forward and backward in one window at 28.9 us per op: launch-bound, as "
-        "before."),
+        "row changed then. Its size stayed short: 314 ms was the forward alone, while the twin also removes the "
+        "backward's NaN checks (host-sync-in-loop, 121 ms) and its launch-bound backward (95 ms). **The join "
+        "across the step's ranges was designed after seeing this batch too** (a later session): on a GPU with a "
+        "range slowed by per-op Python work, another range of the step whose explicit synchronizing calls are 0.1 "
+        "per GPU op or more (each call counted once) is the same cause, per-op checking: its waits, refills and "
+        "launch-bound time are split off host-sync-in-loop and launch-bound, and per-op-host-overhead states one "
+        "finding per GPU across the ranges, each one's share in its message. The backward synchronizes 151 times "
+        "a step for 712 GPU ops (0.21 per op; the twin none), so the finding is `step_N/forward + "
+        "step_N/backward`, 529.6 ms (forward 313.8, backward 215.8) for a saving of 655.1 (0.81), torch.profiler "
+        "219.8 for 242.3 (0.91), the twins silent. The ratio alone does not separate per-op checks from a loop's "
+        "own synchronizations (tensor_from_list's layers 0.22 per op, layer_timing_sync's forward 0.73, "
+        "host_sync's `host_check` 0.75, mask_index_sync 0.06): none of those has a range slowed by per-op Python "
+        "work, so none joins and host-sync-in-loop keeps them. The bare recording (no NVTX) mixes forward and "
+        "backward in one window phase at 28.9 us of launch-bound time per op (0.19 synchronizations per op): no "
+        "range is slowed, nothing joins, and it stays launch-bound (0.70), wrong; telling anomaly mode from the "
+        "window alone would need the forward and backward told apart without ranges (a later session)."),
 }
 
 

@@ -23,8 +23,22 @@ rest of ``L``, the *excess*, is the per-op work's. Each of the phase's eager lau
 split in the same proportion: its last ``excess / L`` becomes detail :data:`PER_OP_DETAIL` (cause
 ``launch_bound`` still: the partition of the window by cause does not change), which per-op-host-overhead
 states and launch-bound leaves out, so no nanosecond is in both findings.
+
+The same debugging work often checks each op's result as well (anomaly mode's NaN check after every
+backward node: a copy of a flag and a ``cudaStreamSynchronize``). On a device with a phase slowed by
+per-op work, another phase whose explicit synchronizing calls (stream, device or event synchronizations
+that idled the GPU, each call counted once) are at least :data:`PER_OP_SYNC_RATIO` of its GPU ops, with
+the same floors of ops and window share, *synchronizes per op* and joins the cause: its host_sync
+segments become details :data:`PER_OP_SYNC_DETAIL` (each call's first wait) and
+:data:`PER_OP_REFILL_DETAIL` (its other waits, the refills), cause ``host_sync`` still, which
+host-sync-in-loop (its calls' charged time) no longer counts, and its whole eager launch-bound time
+becomes :data:`PER_OP_DETAIL` (each launch after a check finds the GPU drained). Without a slowed phase on
+the device nothing joins: the syncs-per-op ratio alone does not tell per-op checks from a loop's own
+synchronizations (see :data:`PER_OP_SYNC_RATIO`).
 """
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -52,6 +66,25 @@ PER_OP_MIN_OPS = 16
 #: bare trace outside the loops found in it (optimizer_loop_bare: 229 ops at 132 us, 4.4% of the window;
 #: its twin under torch.profiler 57 at 148 us, 7.3%) are the Python between loops, not a slowed range
 PER_OP_MIN_SHARE = 0.10
+
+#: the host_sync detail of a phase that synchronizes per op: the first wait of each synchronizing call
+PER_OP_SYNC_DETAIL = "per-op sync"
+#: on a GPU with a phase slowed by per-op work, another phase of it *synchronizes per op* (and joins the
+#: cause) when its explicit synchronizing calls (stream, device or event synchronizations that idled the
+#: GPU, each call counted once) are at least this share of its GPU ops, with 16 ops a step and its
+#: launch-bound and host_sync time 10% of the window: anomaly mode's NaN check after every backward node
+#: (detect_anomaly's backward: 151 calls a step for 712 ops, 0.21 with nsys and torch.profiler). The ratio
+#: alone does not tell per-op checking from a loop's own synchronizations: tensor_from_list's layers 0.22,
+#: layer_timing_sync's forward (a device synchronize around each of its 73 modules) 0.73, host_sync's
+#: host_check 0.75, mask_index_sync 0.06; none of them has a range slowed by per-op Python work, and they
+#: stay host-sync-in-loop's. Without NVTX (detect_anomaly_bare: one window phase, 0.19, 28.9 us of launch-bound
+#: time per op) no phase is slow, and nothing joins.
+PER_OP_SYNC_RATIO = 0.1
+#: the host_sync detail of the rest of such a phase's synchronization time (the refills after the waits,
+#: a wait's further pieces): ``per-op sync`` is one segment per call, the call's first wait
+PER_OP_REFILL_DETAIL = "per-op sync (refill)"
+#: the details per-op-host-overhead states
+PER_OP_DETAILS = (PER_OP_DETAIL, PER_OP_SYNC_DETAIL, PER_OP_REFILL_DETAIL)
 
 _BUSY = ("compute", "exposed_copy", "exposed_comm")
 
@@ -142,10 +175,99 @@ def _per_op_cut(ctx: FactContext, seg: pd.DataFrame, lb_code: int, busy_of: np.n
     return np.concatenate(rows), np.concatenate(shares)
 
 
+def _plain_syncs(seg: pd.DataFrame, cause_codes: np.ndarray, cats: list[str]) -> np.ndarray:
+    """Per segment, whether it is an explicit synchronization's own wait (host_sync, a stream, device or
+    event synchronization, not a refill or an operator's time before it)."""
+    from analyzer.facts.breakdown import host_wait_kind
+    from analyzer.facts.breakdown_sync import owned_by_next
+
+    if "host_sync" not in cats:
+        return np.zeros(len(seg), dtype=bool)
+    details = np.asarray(seg["detail"].cat.categories, dtype=object)
+    plain = np.array([host_wait_kind(str(x)) == "sync" and not owned_by_next(str(x)) and str(x) != PER_OP_SYNC_DETAIL
+                      for x in details] + [False], dtype=bool)
+    dcodes = np.asarray(seg["detail"].cat.codes, dtype=np.int64)
+    return (cause_codes == cats.index("host_sync")) & plain[np.where(dcodes < 0, len(details), dcodes)]
+
+
+def _sync_owners(ctx: FactContext, seg: pd.DataFrame, plain: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(positions, call)``: the segments of ``plain`` (:func:`_plain_syncs`) charged to an explicit
+    synchronizing call (stream, device or event) of the window, and that call: one call's wait may be
+    several segments, the calls are counted, not the segments."""
+    from analyzer.facts.api import _api_rows, sync_kind
+    from analyzer.facts.breakdown_sync import charged_segments
+
+    calls, _ = _api_rows(ctx, lambda b: True if sync_kind(b) in ("device", "stream", "event") else None)
+    if calls.empty or not plain.any():
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    sub = seg.iloc[np.flatnonzero(plain)]
+    pos, owner = charged_segments(sub, calls["tid"].to_numpy(dtype=np.int64), calls["start"].to_numpy(dtype=np.int64),
+                                  calls["end"].to_numpy(dtype=np.int64), calls["name"].astype(str).to_numpy(object))
+    return np.flatnonzero(plain)[pos], owner
+
+
+def _per_op_phases(ctx: FactContext, seg: pd.DataFrame, eager: np.ndarray, busy: np.ndarray,
+                   waits: np.ndarray, plain_of: Callable[[], np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(keep, synced, first)``: per segment, the share of it launch-bound keeps (1 where its phase is not
+    slowed by per-op work, 0 where its phase synchronizes per op), whether its phase synchronizes per op,
+    and whether it is the first wait of a synchronizing call in its phase (one per call).
+    ``waits``: every host_sync segment; ``plain_of()``: the synchronizations' own waits (:func:`_plain_syncs`),
+    made only where a phase is slowed."""
+    from analyzer.facts.breakdown_ranges import phase_keys
+
+    key_codes = np.asarray(seg["range_key"].cat.codes, dtype=np.int64)
+    keys = np.asarray(seg["range_key"].cat.categories, dtype=object)
+    dur = seg["duration"].to_numpy(dtype=np.int64)
+    k = np.where(key_codes < 0, len(keys), key_codes)
+    labels = np.r_[keys, np.array([""], dtype=object)]
+    per_key = np.bincount(k, weights=dur, minlength=len(labels))
+    used = np.flatnonzero(np.bincount(k, minlength=len(labels)))
+    phases = np.full(len(labels), "", dtype=object)
+    phases[used] = phase_keys(ctx, labels[used], per_key[used])
+    phase_codes, phase_labels = pd.factorize(phases)
+    dev = seg["device"].to_numpy()
+    if dev[0] == dev[-1]:  # ordered by device: one device (no hashing of millions of ids)
+        dev_codes, devs = np.zeros(len(dev), dtype=np.int64), dev[:1]
+    else:
+        dev_codes, devs = pd.factorize(dev.astype(np.int64))
+    n_phase = max(len(phase_labels), 1)
+    group = dev_codes.astype(np.int64) * n_phase + phase_codes[k]
+    space = len(devs) * n_phase
+    launch = np.bincount(group, weights=np.where(eager, dur, 0), minlength=space)
+    ops = np.bincount(group, weights=busy, minlength=space)
+    busy_ns = np.bincount(group, weights=np.where(busy, dur, 0), minlength=space)
+    steps = max(len(ctx.get("steps")), 1)
+    window = np.repeat(np.bincount(dev_codes, weights=dur, minlength=len(devs)), n_phase)
+    many = ops >= PER_OP_MIN_OPS * steps
+    slow = many & (launch >= PER_OP_FACTOR * PER_OP_REF_NS * np.maximum(ops, 1)) & (launch >= PER_OP_MIN_SHARE * window)
+    first = np.zeros(len(seg), dtype=bool)
+    synced = np.zeros(space, dtype=bool)
+    # on a GPU where per-op host work is found, the step's other ranges that synchronize after a large
+    # share of their ops: the same cause (the per-op checks of anomaly mode's backward)
+    joins = np.repeat(slow.reshape(len(devs), n_phase).any(axis=1), n_phase)
+    plain = plain_of() if joins.any() and waits.any() else None
+    if plain is not None and plain.any():
+        pos, call = _sync_owners(ctx, seg, plain)
+        if len(pos):  # calls, each counted once in its phase (positions in segment order: the first kept)
+            _, at = np.unique(np.c_[group[pos], call], axis=0, return_index=True)
+            first[pos[at]] = True
+        n_sync = np.bincount(group, weights=first, minlength=space)
+        wait_ns = np.bincount(group, weights=np.where(waits, dur, 0), minlength=space)
+        synced = (joins & ~slow & many & (n_sync >= PER_OP_SYNC_RATIO * ops)
+                  & (launch + wait_ns >= PER_OP_MIN_SHARE * window))
+    left = np.maximum(ops * PER_OP_REF_NS - busy_ns, 0.0)
+    keep = np.where(slow, np.minimum(left / np.maximum(launch, 1.0), 1.0), 1.0)
+    # a phase that synchronizes per op drains the GPU at every check: each launch after one finds it idle,
+    # and its whole launch-bound time goes with the checks
+    keep = np.where(synced, 0.0, keep)
+    return keep[group], synced[group], first
+
+
 def split_per_op(ctx: FactContext, seg: pd.DataFrame) -> pd.DataFrame:
     """``seg`` (the ``timeline_segments`` frame, ordered by (device, start)) with the per-op excess of
     each phase slowed by per-op work split off its eager launch-bound segments, detail
-    :data:`PER_OP_DETAIL` (see the module docstring); ``seg`` itself where no phase is."""
+    :data:`PER_OP_DETAIL`, and the phases that synchronize per op relabelled (see the module docstring);
+    ``seg`` itself where no phase is."""
     from analyzer.facts.breakdown import graph_launch_time
 
     if seg.empty:
@@ -157,13 +279,28 @@ def split_per_op(ctx: FactContext, seg: pd.DataFrame) -> pd.DataFrame:
     details = np.asarray(seg["detail"].cat.categories, dtype=object)
     graph = np.array([graph_launch_time(str(x)) for x in details] + [False], dtype=bool)
     busy_of = np.array([c in _BUSY for c in cats] + [False], dtype=bool)
-    found = _per_op_cut(ctx, seg, cats.index("launch_bound"), busy_of, graph)
-    if found is None:
+    if _per_op_cut(ctx, seg, cats.index("launch_bound"), busy_of, graph) is None:
+        return seg  # no phase slowed (read in chunks: no full-length temporaries on large traces), none joins
+    cause_codes = np.asarray(cause.cat.codes)
+    lb = cause_codes == cats.index("launch_bound")
+    busy = np.isin(cause_codes, [cats.index(c) for c in _BUSY if c in cats])
+    dcodes = np.asarray(seg["detail"].cat.codes, dtype=np.int64)
+    eager = lb & ~graph[np.where(dcodes < 0, len(details), dcodes)]
+    waits = cause_codes == cats.index("host_sync") if "host_sync" in cats else np.zeros(len(seg), dtype=bool)
+    keep, synced, first = _per_op_phases(ctx, seg, eager, busy, waits, lambda: _plain_syncs(seg, cause_codes, cats))
+    if (waits & synced).any():  # the per-op checks' waits and refills: this cause's, not host-sync-in-loop's
+        new = [d for d in (PER_OP_SYNC_DETAIL, PER_OP_REFILL_DETAIL) if d not in details]
+        col = seg["detail"].cat.add_categories(new) if new else seg["detail"].copy()
+        col.iloc[np.flatnonzero(waits & synced & first)] = PER_OP_SYNC_DETAIL
+        col.iloc[np.flatnonzero(waits & synced & ~first)] = PER_OP_REFILL_DETAIL
+        seg["detail"] = col
+        details = np.asarray(seg["detail"].cat.categories, dtype=object)
+    cut = np.flatnonzero(eager & (keep < 1.0))
+    if not len(cut):
         return seg
-    cut, share = found
     start = seg["start"].to_numpy(dtype=np.int64)[cut]
     end = seg["end"].to_numpy(dtype=np.int64)[cut]
-    mid = start + np.round((end - start) * share).astype(np.int64)
+    mid = start + np.round((end - start) * keep[cut]).astype(np.int64)
     if PER_OP_DETAIL not in details:
         seg["detail"] = seg["detail"].cat.add_categories([PER_OP_DETAIL])
     tail = seg.iloc[cut[mid < end]].copy()
@@ -190,15 +327,44 @@ def per_op_columns(out: pd.DataFrame) -> None:
     eager = is_range & (out["cause"] == "launch_bound").to_numpy() & (out["graph_launch"].to_numpy() == 0)
     out["phase_launch_ns"] = np.where(
         is_range, out["duration_ns"].where(eager, 0).groupby(by_phase).transform("sum"), 0)
+    out["phase_syncs"] = np.where(is_range, out["segments"].where(
+        is_range & (out["detail"] == PER_OP_SYNC_DETAIL).to_numpy(), 0).groupby(by_phase).transform("sum"), 0)
     mine = (out["scope"] == "window").to_numpy() & (out["detail"] == PER_OP_DETAIL).to_numpy()
     per_device = out.loc[mine].groupby("device")["duration_ns"].sum()
     out["device_per_op_ns"] = out["device"].map(per_device).fillna(0).to_numpy(dtype=np.int64)
+    _per_op_groups(out, is_range)
+
+
+def _per_op_groups(out: pd.DataFrame, is_range: np.ndarray) -> None:
+    """The ``per_op_group`` and ``per_op_parts`` columns: per device, the phases holding per-op time (one
+    cause across a step's ranges: the forward's per-op Python, the backward's per-op checks), largest
+    first, and each one's part of it."""
+    from analyzer.facts.breakdown_groups import _parts_text
+
+    group = np.full(len(out), "", dtype=object)
+    parts = np.full(len(out), "", dtype=object)
+    mine = is_range & out["detail"].isin(PER_OP_DETAILS).to_numpy()
+    if mine.any():
+        rows = out.loc[mine]
+        per = rows.groupby(["device", "phase"], sort=False)["duration_ns"].sum()
+        for dev, block in per.groupby(level=0, sort=False):
+            items = sorted(((str(k[1]), int(v)) for k, v in block.items()), key=lambda kv: (-kv[1], kv[0]))
+            on = mine & (out["device"] == dev).to_numpy()
+            group[on] = " + ".join(p for p, _ in items)
+            parts[on] = _parts_text(items, float(block.sum())) if len(items) > 1 else ""
+    out["per_op_group"] = group
+    out["per_op_parts"] = parts
 
 
 #: the timeline breakdown's columns this module makes (in ``BREAKDOWN_COLUMNS``)
 PER_OP_COLUMNS = {
     "phase_ops": "range rows: the GPU ops the phase launched in the window (its busy segments; 0 for other rows)",
     "phase_launch_ns": "range rows: the phase's eager launch_bound time, per-op host work included (ns)",
+    "phase_syncs": "range rows: the phase's explicit synchronizations, where it synchronizes per op (segments "
+                   "of detail 'per-op sync'; 0 elsewhere)",
+    "per_op_group": "rows of per-op time (details 'per-op host work', 'per-op sync', 'per-op sync (refill)'): the "
+                    "device's phases holding it, largest first, joined by ' + ' (one finding across them); '' elsewhere",
+    "per_op_parts": "the same rows, where several phases hold per-op time: each one's ms and share of it",
     "device_per_op_ns": "every row: on the row's device, the launch_bound time of detail 'per-op host work' (ns: "
                         "analyzer.facts.breakdown_overhead; part of device_cause_ns for launch_bound rows)",
 }

@@ -40,7 +40,7 @@ def timeline_breakdown(ctx: FactContext) -> pd.DataFrame:
     seg = ctx.get("timeline_segments")
     ints = ("device", "duration_ns", "segments", "key_cause_ns", "device_host_held_ns", "device_cause_ns",
             "phase_ns", "phase_host_held_ns", "graphed", "graph_launch", "device_graph_launch_ns", "compiled", "group_ns",
-            "group_host_held_ns", "per_tensor", "phase_ops", "phase_launch_ns", "device_per_op_ns")
+            "group_host_held_ns", "per_tensor", "phase_ops", "phase_launch_ns", "phase_syncs", "device_per_op_ns")
     if seg.empty:
         return empty_frame(BREAKDOWN_COLUMNS, ints, ("share", "cause_share", "key_cause_share", "compiled_share",
                                                      "graphed_share", "per_tensor_share"))

@@ -112,12 +112,27 @@ def _stretches(codes: np.ndarray, launch: np.ndarray) -> list[tuple[int, int, in
     first, none overlapping another, none holding two consecutive launches more than
     :data:`LOOP_GAP_NS` apart."""
     n = len(codes)
-    # breaks before position i (cumulative): a turn may not span one
-    brk = np.r_[0, np.cumsum(np.diff(launch) > LOOP_GAP_NS)]
     covered = np.zeros(n, dtype=bool)
     out: list[tuple[int, int, int]] = []
+    if n < 2 or min(MAX_PERIOD, n // MIN_TURNS) < 1:  # no period fits
+        return out
+    # one key per launch: its code and the breaks before it (cumulative: a turn may not span one), so
+    # two launches have one key when they run one kernel with no break between them (one compare per
+    # period, in 32 bits where the keys fit)
+    codes = np.asarray(codes, dtype=np.int64)
+    low = int(codes.min())
+    span = int(codes.max()) - low + 1
+    brk = np.cumsum(np.diff(launch) > LOOP_GAP_NS)
+    keys = np.empty(n, dtype=np.int32 if span * (int(brk[-1]) + 1) < 2**31 else np.int64)
+    keys[0] = 0
+    np.multiply(brk, span, out=keys[1:], casting="unsafe")
+    del brk
+    keys += codes - low
+    eq_buf = np.zeros(n + 1, dtype=bool)  # [False, keys[i] == keys[i + p] for each i, False]
     for p in range(1, min(MAX_PERIOD, n // MIN_TURNS) + 1):
-        eq = np.r_[False, (codes[:-p] == codes[p:]) & (brk[p:] == brk[:-p]), False]
+        eq = eq_buf[:n - p + 2]
+        np.equal(keys[:-p], keys[p:], out=eq[1:n - p + 1])
+        eq[n - p + 1] = False
         edges = np.flatnonzero(eq[1:] != eq[:-1])
         lo, hi = edges[0::2], edges[1::2]  # codes[i] == codes[i+p] on [lo, hi): the long runs only
         long_ = (hi - lo) >= p * (MIN_TURNS - 1)

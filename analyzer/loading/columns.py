@@ -194,6 +194,8 @@ def key_groups(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     ``[start, end)`` in that order (one sort for any number of keys, then slices)."""
     keys = np.asarray(keys)
     if keys.dtype.kind in "iu" and len(keys) > 1024:
+        if keys.min() == keys.max():  # one key (one device, one thread): every row in order, no hashing
+            return np.arange(len(keys)), np.zeros(1, dtype=np.int64), np.full(1, len(keys), dtype=np.int64)
         # few distinct keys (threads, devices): one comparison per key instead of a stable sort of all
         distinct = pd.unique(keys)
         if len(distinct) <= _FEW_KEYS:
