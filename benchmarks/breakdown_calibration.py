@@ -64,10 +64,11 @@ DOC = ROOT / "docs" / "breakdown-calibration.md"
 #: the `autotune` cause), and copy-kernel-dominance and slow-fallback-kernels, whose impact is compute time a fix
 #: removes (copy kernels; ATen's fallback kernels at the speed-up workloads/conv_layouts.py measured), capped by
 #: the host's slack; recomputed-forward, whose impact is the recomputed forward's GPU time plus its host time the GPU
-#: waited for
+#: waited for; and unused-gradients, whose impact is the backward's GPU time spent on gradients no optimizer reads
 BREAKDOWN_RULES = ("launch-bound", "host-sync-in-loop", "sync-memcpy", "alloc-in-loop", "host-work-in-loop",
                    "exposed-copies", "waiting-on-other-work", "copy-kernel-dominance", "slow-fallback-kernels",
-                   "per-op-host-overhead", "recurring-setup", "autotune-in-loop", "recomputed-forward")
+                   "per-op-host-overhead", "recurring-setup", "autotune-in-loop", "recomputed-forward",
+                   "unused-gradients")
 
 
 @dataclass(frozen=True)
@@ -625,9 +626,10 @@ HELD_OUT_FIXES: dict[str, tuple[tuple[str, ...], bool]] = {
     # checkpoint_everything's twin removes GPU compute (the forward run again in backward) and
     # unfrozen_backbone's GPU compute too (the backbone's backward): no breakdown cause names either, so
     # each is named for what it is, which no breakdown rule reports (a verdict on them cannot be right).
-    # recomputed-forward joined after the batch was judged: the rule was designed on seeing checkpoint_everything;
-    # recurring-setup too: the breakdown's `compile` cause (the host in torch.compile's compilation ranges, no
-    # other host cause's) was built on seeing compile_varlen, whose twin removes it
+    # recomputed-forward joined after the batch was judged: the rule was designed on seeing checkpoint_everything
+    # unused-gradients, KRN008, was designed after seeing this batch too: it reads torch.profiler's
+    # AccumulateGrad nodes, which nsys does not record; and recurring-setup: the breakdown's `compile` cause (the
+    # host in torch.compile's compilation ranges, no other host cause's) was built on seeing compile_varlen
     "compile_varlen": (("recurring-setup", "host-work-in-loop"), False),
     "checkpoint_everything": (("recomputed-forward",), False),
     "host_noise_diffusion": (("host-work-in-loop", "sync-memcpy", "exposed-copies"), False),

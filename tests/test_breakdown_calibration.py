@@ -289,6 +289,28 @@ def test_fifth_held_out_batch_as_first_recorded():
     assert "## The fifth batch (`h200_run6`)" in doc and "Next session's mechanism:** recomputation" in doc
 
 
+def test_fifth_held_out_unfrozen_backbone():
+    """unfrozen_backbone (tests/data/heldout/h200_run6: the optimizer holds only the head, the encoder still
+    requires grad): unused-gradients, designed after seeing this batch, leads the torch.profiler recording at
+    0.83 of the twin's saving (the backward's GPU time after the head's gradients, 156.5 ms for 189.4), the
+    twin silent; the nsys recording has no autograd nodes and stays silent, a miss the doc explains."""
+    cal = _module()
+    got = {(p[0], p[1]): p for p in cal.pairs("heldout") if "/h200_run6/unfrozen_backbone" in p[0]}
+    key = ("heldout/h200_run6/unfrozen_backbone", "torch.profiler")
+    if key not in got:
+        pytest.skip("the fifth held-out batch is not in tests/data")
+    doc = cal.held_out_doc("heldout").read_text()
+    tp = cal.row(*got[key])
+    assert (tp.rule, tp.twin_fires) == ("unused-gradients", False) and 0.8 < tp.ratio < 0.86
+    assert 185e6 < tp.saving_ns < 195e6
+    assert cal.judge("heldout", tp).verdict == "right"
+    ns = cal.row(*got[("heldout/h200_run6/unfrozen_backbone", "nsys")])
+    assert ns.rule == "" and cal.judge("heldout", ns).verdict == "wrong: silent (no unused-gradients finding)"
+    for line in cal.table([tp]).splitlines()[2:]:
+        assert line in doc, f"{line!r} not in the doc: run python benchmarks/breakdown_calibration.py --set heldout --write"
+    assert "unused-gradients (KRN008, designed after seeing this batch" in doc
+
+
 def test_sixth_held_out_batch_as_first_recorded():
     """The sixth held-out batch (tests/data/heldout/h200_run7, issue 27, recorded on an H200, its twins'
     expected causes committed before the recording), judged in docs/breakdown-heldout.md as first recorded.

@@ -627,6 +627,7 @@ FACT_MODULES: tuple[str, ...] = (
     "analyzer.facts.fallback_kernels",
     "analyzer.facts.autotune",
     "analyzer.facts.recompute",
+    "analyzer.facts.unused_grads",
     "analyzer.facts.memory",
 )
 
