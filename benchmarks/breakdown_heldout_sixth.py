@@ -30,7 +30,12 @@ WHAT = {
 }
 
 #: why a sixth-batch twin fires the pathology's biggest cause too (filled from the recordings)
-TWIN_WHY: dict[str, str] = {}
+TWIN_WHY = {
+    "launch_blocking_env": (
+        "with its launches asynchronous, the twin's host still falls behind the GPU now and then in `backward`, "
+        "whose casts and bias-gradient reductions are kernels of a few microseconds (under nsys, whose launch "
+        "calls cost more; its torch.profiler and bare recordings are silent there)"),
+}
 
 #: what else a program's paragraph says, right or wrong
 NOTE = {
