@@ -83,7 +83,9 @@ def test_segments_placed_and_split_span_by_span_as_in_one_pass(monkeypatch) -> N
     seg = _segments(name)
     # the busy part's runs and a few per chunk of gaps: placed span by span
     assert len(seg) == 67_337 and seen == [8]
-    assert (seg["detail"] == PER_OP_DETAIL).sum() == 9_872  # the per-op split cut segments in two
+    # the per-op split cut segments in two: the forward's (9,872) and, joined to it by its per-op
+    # synchronizations, the backward's launch-bound pieces
+    assert (seg["detail"] == PER_OP_DETAIL).sum() == 34_980
     monkeypatch.setattr(overhead, "_CHUNK", 1_000)
     monkeypatch.setattr(pieces, "_PLACE_CHUNK", 1_000)  # 68 spans, the split's sums over 68 chunks
     pd.testing.assert_frame_equal(_segments(name), seg)
